@@ -1,0 +1,18 @@
+"""The runtime that generated modules import: C++ kernel loading and warnings.
+
+Depends on torch and the standard library only; see README.md.
+"""
+
+from runtime_shim.cpp import CppLibrary, RuntimeShimError, load_cpp
+from runtime_shim.warn import warn_fallback, warn_once
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CppLibrary",
+    "RuntimeShimError",
+    "__version__",
+    "load_cpp",
+    "warn_fallback",
+    "warn_once",
+]

@@ -1,0 +1,1 @@
+"""Source skeletons for generated code, loaded with importlib.resources."""

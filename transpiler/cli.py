@@ -1,0 +1,198 @@
+"""The `transpile` command line: parse arguments into one `Options`, call `api.run`.
+
+    transpile                              # every target in [tool.transpile]
+    transpile FILE.py::Name --example x=f32[2,4] [--variant ...] [--device cpu] ...
+
+Every user error is printed as one line, `transpile: error: ...`, with exit code 2 and no
+traceback. The command recorded in generated headers (`Options.command`) is rebuilt from
+the parsed arguments, so it is the same on every machine: `transpile` in config mode, a
+normalized, shell-quoted one-off command otherwise (no --root, --check or --explain).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import shlex
+import sys
+from pathlib import Path
+
+from transpiler.errors import UserError
+from transpiler.options import (
+    DEVICES,
+    Inputs,
+    Options,
+    Target,
+    check_source,
+    check_unique_inputs,
+    collect_variants,
+    describe_inputs,
+    format_init,
+    load_config,
+    parse_example,
+    parse_init,
+    parse_variant,
+)
+
+DEFAULT_OUT = Path("generated")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="transpile",
+        description="Ahead-of-time, source-to-source compiler for PyTorch models. "
+        "With no target, builds every target in [tool.transpile] of pyproject.toml.",
+    )
+    add = parser.add_argument
+    add("target", nargs="?", help="one-off target: FILE.py::Name or pkg.mod::Name")
+    add(
+        "--example",
+        action="append",
+        default=[],
+        metavar="NAME=TYPE",
+        help="one input of the variant (repeatable); TYPE: f32[2,4] "
+        "bf16[8,128]@cuda i64[4,512] bool[4] f32[] int=3 float=0.5 bool=True None",
+    )
+    add(
+        "--variant",
+        action="append",
+        default=[],
+        metavar='"x=f32[2,4], y=f32[4]"',
+        help="a whole variant at once (repeatable)",
+    )
+    add(
+        "--init",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="constructor argument (repeatable); V is a Python literal or a string",
+    )
+    add("--factory", metavar="FILE.py::fn", help="function that builds the instance")
+    add(
+        "--device",
+        action="append",
+        default=[],
+        choices=DEVICES,
+        help="device to compile for (repeatable; default: cpu and cuda)",
+    )
+    add("-o", "--out", metavar="DIR", help="output directory (default: generated/)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 with a unified diff if the output is stale",
+    )
+    mode.add_argument(
+        "--explain",
+        action="store_true",
+        help="write nothing; print variants, guards, breaks and kernels",
+    )
+    add("--root", type=Path, help=argparse.SUPPRESS)
+    return parser
+
+
+def build_options(args: argparse.Namespace) -> Options:
+    """The `Options` for parsed arguments; raises UserError for bad input."""
+    root = args.root.absolute() if args.root is not None else Path.cwd()
+    out = Path(args.out) if args.out is not None else None
+    if args.target is None:
+        return _config_options(args, root, out)
+    return _one_off_options(args, root, out or DEFAULT_OUT)
+
+
+def _config_options(args: argparse.Namespace, root: Path, out: Path | None) -> Options:
+    one_off = ("--example", "--variant", "--init", "--factory", "--device")
+    given = [flag for flag in one_off if getattr(args, flag[2:])]
+    if given:
+        raise UserError(
+            f"{given[0]} needs a target (FILE.py::Name); without one, targets and "
+            "their variants come from [tool.transpile] in pyproject.toml"
+        )
+    config_out, targets = load_config(root / "pyproject.toml", root)
+    return Options(
+        targets=targets,
+        root=root,
+        out=out or config_out,
+        check=args.check,
+        explain=args.explain,
+        command="transpile",
+    )
+
+
+def _one_off_options(args: argparse.Namespace, root: Path, out: Path) -> Options:
+    source = check_source(args.target)
+    input_sets: list[Inputs] = []
+    if args.example:
+        examples = tuple(parse_example(text) for text in args.example)
+        input_sets.append(check_unique_inputs(examples, "--example"))
+    input_sets += [parse_variant(text) for text in args.variant]
+    if not input_sets:
+        raise UserError(
+            f"target {source!r} needs example inputs: give --example NAME=TYPE "
+            '(e.g. --example x=f32[2,4]) or --variant "x=f32[2,4], y=f32[4]"'
+        )
+    init = tuple(parse_init(text) for text in args.init)
+    check_unique_inputs(init, "--init")
+    factory = (
+        None if args.factory is None else check_source(args.factory, "factory", "fn")
+    )
+    if init and factory:
+        raise UserError("give --init or --factory, not both")
+    devices = tuple(dict.fromkeys(args.device)) or DEVICES
+    variants = collect_variants(((inputs, None) for inputs in input_sets), devices)
+    target = Target(source, variants, init, factory)
+    command = _one_off_command(target, input_sets, bool(args.example), args.device, out)
+    return Options(
+        targets=(target,),
+        root=root,
+        out=out,
+        check=args.check,
+        explain=args.explain,
+        command=command,
+    )
+
+
+def _one_off_command(
+    target: Target,
+    input_sets: list[Inputs],
+    has_examples: bool,
+    devices: list[str],
+    out: Path,
+) -> str:
+    """The normalized command that regenerates a one-off target, for file headers."""
+    words = ["transpile", target.source]
+    variant_sets = input_sets[1:] if has_examples else input_sets
+    if has_examples:
+        for name, spec in input_sets[0]:
+            words += ["--example", f"{name}={spec}"]
+    for inputs in variant_sets:
+        words += ["--variant", describe_inputs(inputs)]
+    for key, value in target.init:
+        words += ["--init", format_init(key, value)]
+    if target.factory is not None:
+        words += ["--factory", target.factory]
+    for device in dict.fromkeys(devices):
+        words += ["--device", device]
+    if out != DEFAULT_OUT:
+        words += ["-o", out.as_posix()]
+    return shlex.join(words)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point; returns the exit code (0 ok, 1 stale with --check, 2 error)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_:  # --help, or a usage error already printed by argparse
+        return exit_.code if isinstance(exit_.code, int) else 2
+    try:
+        options = build_options(args)
+        api = importlib.import_module("transpiler.api")
+        code = api.run(options)
+    except UserError as err:
+        print(f"transpile: error: {err}", file=sys.stderr)
+        return 2
+    return 0 if code is None else int(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

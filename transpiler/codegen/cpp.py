@@ -1,0 +1,139 @@
+"""Render kernels as C++ with OpenMP.
+
+Each kernel is an `extern "C"` function taking one pointer per buffer (shapes are
+static, so sizes are constants). Rows are split across threads with `omp parallel for`
+when the kernel has enough work; inner loops carry `omp simd` so they vectorize. A
+reduction kernel's `Loop`s become loops over `r` inside the row loop. f16/bf16 are
+computed in float.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import torch
+
+from transpiler.codegen.optable import CPP, CPP_TYPES, cpp_literal
+from transpiler.codegen.segments import Loop, segments
+from transpiler.ir.program import Index, Kernel, Stmt, Store
+from transpiler.passes.schedule import Const
+
+PARALLEL_MIN = 1 << 15  # elements below which threads cost more than they save
+
+
+def compute_type(dtype: torch.dtype) -> str:
+    return CPP_TYPES[dtype]
+
+
+class _Renderer:
+    def __init__(self, k: Kernel):
+        self.k = k
+        self.lines: list[str] = []
+
+    def index(self, index: Index) -> str:
+        ranges = {"x": self.k.xnumel, "r": self.k.rnumel}
+        parts = []
+        for t in index.terms:
+            v = t.var
+            if t.div != 1:
+                v = f"({v} / {t.div})"
+            if t.div * t.mod < ranges[t.var]:
+                v = f"({v} % {t.mod})"
+            parts.append(v if t.stride == 1 else f"{t.stride} * {v}")
+        if index.offset or not parts:
+            parts.append(str(index.offset))
+        return " + ".join(parts)
+
+    def arg(self, a) -> str:
+        return cpp_literal(a.value, a.dtype) if isinstance(a, Const) else a
+
+    def stmt(self, s: Stmt, ind: str) -> None:
+        if s.op == "load":
+            param, index = s.args
+            src = next(a.dtype for a in self.k.inputs if a.param == param)
+            expr = f"{param}[{self.index(index)}]"
+            if src == torch.bfloat16:
+                expr = f"bf16_to_float({expr})"
+            elif src != s.dtype:
+                expr = f"static_cast<{compute_type(s.dtype)}>({expr})"
+        elif s.op == "cast":
+            expr = f"static_cast<{compute_type(s.dtype)}>({s.args[0]})"
+        else:
+            expr = CPP[s.op].format(*(self.arg(a) for a in s.args))
+        self.lines.append(f"{ind}{compute_type(s.dtype)} {s.name} = {expr};")
+
+    def store(self, s: Store, ind: str) -> None:
+        value = s.value
+        if s.dtype == torch.bfloat16:
+            value = f"float_to_bf16({value})"
+        elif s.dtype != self._dtype(s.value):
+            value = f"static_cast<{CPP_TYPES[s.dtype]}>({value})"
+        self.lines.append(f"{ind}{s.buffer}[{self.index(s.index)}] = {value};")
+
+    def _dtype(self, name: str) -> torch.dtype:
+        return next(s.dtype for s in self.k.body
+                    if isinstance(s, Stmt) and s.name == name)
+
+    def loop(self, loop: Loop, ind: str) -> None:
+        ident = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}
+        clauses = []
+        for r in loop.reductions:
+            self.lines.append(
+                f"{ind}{compute_type(r.dtype)} {r.name} = {ident[r.reduce]};")
+            clauses.append(f" reduction({'+' if r.reduce == 'sum' else r.reduce}:"
+                           f"{r.name})")
+        has_nan_reduce = any(r.reduce != "sum" for r in loop.reductions)
+        if not has_nan_reduce:
+            self.lines.append(f"{ind}#pragma omp simd{''.join(clauses)}")
+        self.lines.append(f"{ind}for (int64_t r = 0; r < {self.k.rnumel}; ++r) {{")
+        for s in loop.body:
+            (self.store if isinstance(s, Store) else self.stmt)(s, ind + "    ")
+        for r in loop.reductions:
+            x = r.args[0]
+            update = {"sum": f"{r.name} += {x};",
+                      "max": f"{r.name} = max_nan({r.name}, {x});",
+                      "min": f"{r.name} = min_nan({r.name}, {x});"}[r.reduce]
+            self.lines.append(f"{ind}    {update}")
+        self.lines.append(f"{ind}}}")
+
+    def render(self) -> str:
+        k = self.k
+        params = [f"const {CPP_TYPES[a.dtype]}* __restrict__ {a.param}"
+                  for a in k.inputs]
+        params += [f"{CPP_TYPES[a.dtype]}* __restrict__ {a.param}" for a in k.outputs]
+        lines = [f"// {span}: {span.text}" for span in k.spans]
+        lines.append(f'extern "C" void cpp_{k.name}({", ".join(params)}) {{')
+        work = k.xnumel * k.rnumel
+        if k.is_reduction:
+            pragma = "#pragma omp parallel for" if work >= PARALLEL_MIN else ""
+        else:
+            pragma = ("#pragma omp parallel for simd" if work >= PARALLEL_MIN
+                      else "#pragma omp simd")
+        if pragma:
+            lines.append(f"    {pragma}")
+        lines.append(f"    for (int64_t x = 0; x < {k.xnumel}; ++x) {{")
+        self.lines = lines
+        for seg in segments(k):
+            if isinstance(seg, Loop):
+                self.loop(seg, "        ")
+            elif isinstance(seg, Store):
+                self.store(seg, "        ")
+            else:
+                self.stmt(seg, "        ")
+        self.lines += ["    }", "}"]
+        return "\n".join(self.lines) + "\n"
+
+
+def render_kernel(k: Kernel) -> str:
+    return _Renderer(k).render()
+
+
+def prelude() -> str:
+    return resources.files("templates").joinpath("cpp_prelude.h").read_text()
+
+
+def render_file(kernels, header: str) -> str:
+    parts = [header, prelude()]
+    for k in kernels:
+        parts.append(render_kernel(k))
+    return "\n".join(parts)

@@ -1,0 +1,125 @@
+"""Kernel op → source text, one table per backend.
+
+Adding a pointwise op is one row in `ir/ops.py` plus one row here per backend (and a
+row in tests/codegen/test_op_cases.py); a test checks every op has a row in each table.
+`{0}`, `{1}`, `{2}` are the operands, already converted to the op's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+TRITON: dict[str, str] = {
+    "identity": "{0}",
+    "add": "{0} + {1}",
+    "sub": "{0} - {1}",
+    "rsub": "{1} - {0}",
+    "mul": "{0} * {1}",
+    "truediv": "{0} / {1}",
+    "neg": "-{0}",
+    "abs": "tl.abs({0})",
+    "relu": "tl.where({0} < 0, 0, {0})",
+    "exp": "tl.exp({0})",
+    "log": "tl.log({0})",
+    "sqrt": "tl.sqrt({0})",
+    "rsqrt": "tl.rsqrt({0})",
+    "sin": "tl.sin({0})",
+    "cos": "tl.cos({0})",
+    "tanh": "_tanh({0})",
+    "sigmoid": "tl.sigmoid({0})",
+    "erf": "tl.erf({0})",
+    "floor": "tl.floor({0})",
+    "ceil": "tl.ceil({0})",
+    "reciprocal": "1.0 / {0}",
+    "logical_not": "{0} == 0",
+    "maximum": "_maximum({0}, {1})",
+    "minimum": "_minimum({0}, {1})",
+    "eq": "{0} == {1}",
+    "ne": "{0} != {1}",
+    "lt": "{0} < {1}",
+    "le": "{0} <= {1}",
+    "gt": "{0} > {1}",
+    "ge": "{0} >= {1}",
+    "logical_and": "({0} != 0) & ({1} != 0)",
+    "logical_or": "({0} != 0) | ({1} != 0)",
+    "where": "tl.where({0}, {1}, {2})",
+}
+
+CPP: dict[str, str] = {
+    "identity": "{0}",
+    "add": "{0} + {1}",
+    "sub": "{0} - {1}",
+    "rsub": "{1} - {0}",
+    "mul": "{0} * {1}",
+    "truediv": "{0} / {1}",
+    "neg": "-{0}",
+    "abs": "std::abs({0})",
+    "relu": "{0} < 0 ? 0 : {0}",
+    "exp": "std::exp({0})",
+    "log": "std::log({0})",
+    "sqrt": "std::sqrt({0})",
+    "rsqrt": "1 / std::sqrt({0})",
+    "sin": "std::sin({0})",
+    "cos": "std::cos({0})",
+    "tanh": "std::tanh({0})",
+    "sigmoid": "1 / (1 + std::exp(-{0}))",
+    "erf": "std::erf({0})",
+    "floor": "std::floor({0})",
+    "ceil": "std::ceil({0})",
+    "reciprocal": "1 / {0}",
+    "logical_not": "!{0}",
+    "maximum": "max_nan({0}, {1})",
+    "minimum": "min_nan({0}, {1})",
+    "eq": "{0} == {1}",
+    "ne": "{0} != {1}",
+    "lt": "{0} < {1}",
+    "le": "{0} <= {1}",
+    "gt": "{0} > {1}",
+    "ge": "{0} >= {1}",
+    "logical_and": "{0} && {1}",
+    "logical_or": "{0} || {1}",
+    "where": "{0} ? {1} : {2}",
+}
+
+# Triton helpers a kernel may call, emitted once per generated module when used.
+TRITON_HELPERS = {"_tanh": "tanh", "_maximum": "maximum", "_minimum": "minimum"}
+
+TRITON_DTYPES = {
+    torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+    torch.float32: "tl.float32", torch.float64: "tl.float64",
+    torch.int32: "tl.int32", torch.int64: "tl.int64", torch.bool: "tl.int1",
+}
+CPP_TYPES = {
+    torch.float16: "_Float16", torch.bfloat16: "uint16_t", torch.float32: "float",
+    torch.float64: "double", torch.int32: "int32_t", torch.int64: "int64_t",
+    torch.bool: "bool",
+}
+
+
+def triton_literal(value, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "1" if value else "0"
+    if dtype.is_floating_point:
+        value = float(value)
+        if math.isnan(value):
+            return 'float("nan")'
+        if math.isinf(value):
+            return 'float("inf")' if value > 0 else 'float("-inf")'
+        return repr(value)
+    return str(int(value))
+
+
+def cpp_literal(value, dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        value = float(value)
+        suffix = "f" if dtype != torch.float64 else ""
+        if math.isnan(value):
+            return "NAN"
+        if math.isinf(value):
+            return "INFINITY" if value > 0 else "-INFINITY"
+        return repr(value) + suffix
+    return str(int(value)) + ("LL" if dtype == torch.int64 else "")

@@ -1,0 +1,232 @@
+"""Render kernels as Triton source.
+
+A pointwise kernel gives each program `XBLOCK` elements. A reduction kernel gives each
+program `XBLOCK` rows of `rnumel` elements; when a row fits in one block (`RBLOCK >=
+rnumel`) the reduction is *persistent*, straight-line code over registers, otherwise
+each `Loop` walks the row in `RBLOCK` chunks. f16/bf16 are loaded into f32 and stored
+back, so all arithmetic is f32. Block sizes and warps are chosen here, at transpile time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from transpiler.codegen.optable import (
+    TRITON, TRITON_DTYPES, TRITON_HELPERS, triton_literal,
+)
+from transpiler.codegen.segments import Loop, segments
+from transpiler.ir.program import Index, Kernel, Stmt, Store
+from transpiler.passes.schedule import Const
+
+PERSISTENT_MAX = 8192  # widest row reduced in registers
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    xblock: int
+    rblock: int  # 1 for pointwise kernels
+    num_warps: int
+
+    def grid(self, xnumel: int) -> int:
+        return -(-xnumel // self.xblock)
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def launch_config(k: Kernel) -> LaunchConfig:
+    if not k.is_reduction:
+        xblock = min(1024, max(16, next_pow2(k.xnumel)))
+        return LaunchConfig(xblock, 1, 4 if xblock >= 512 else 2)
+    rblock = next_pow2(k.rnumel) if k.rnumel <= PERSISTENT_MAX else 2048
+    xblock = max(1, min(next_pow2(k.xnumel), 1024 // rblock)) if rblock < 1024 else 1
+    warps = min(16, max(1, (xblock * rblock) // 256))
+    return LaunchConfig(xblock, rblock, next_pow2(warps))
+
+
+def helpers_used(kernels) -> list[str]:
+    text = "\n".join(render_kernel(k) for k in kernels)
+    return [h for h in TRITON_HELPERS if f"{h}(" in text]
+
+
+class _Renderer:
+    def __init__(self, k: Kernel, config: LaunchConfig):
+        self.k = k
+        self.config = config
+        self.red = k.is_reduction
+        self.persistent = self.red and config.rblock >= k.rnumel
+        self.lines: list[str] = []
+        self.done: set[str] = set()  # statements already computed (persistent)
+
+    def index(self, index: Index, store: bool = False) -> str:
+        ranges = {"x": self.k.xnumel, "r": self.k.rnumel}
+        names = {"x": "xindex", "r": "rindex"}
+        parts = []
+        for t in index.terms:
+            v = names[t.var]
+            if t.div != 1:
+                v = f"({v} // {t.div})"
+            if t.div * t.mod < ranges[t.var]:
+                v = f"({v} % {t.mod})"
+            parts.append(v if t.stride == 1 else f"{t.stride} * {v}")
+        if not parts and store:
+            parts.append("xindex")
+        if index.offset or not parts:
+            parts.append(str(index.offset))
+        return " + ".join(parts)
+
+    def mask(self, level: str) -> str:
+        if not self.red:
+            return "xmask"
+        return "xmask" if level == "x" else "xmask & rmask"
+
+    def arg(self, a, dtype: torch.dtype) -> str:
+        if isinstance(a, Const):
+            return triton_literal(a.value, a.dtype)
+        return a
+
+    def stmt(self, s: Stmt, indent: str) -> None:
+        if s.op == "load":
+            param, index = s.args
+            text = self.index(index)
+            if index.terms:
+                expr = f"tl.load({param} + ({text}), {self.mask(s.level)}, other=0)"
+            else:
+                expr = f"tl.load({param} + {text})"
+            src = next(a.dtype for a in self.k.inputs if a.param == param)
+            if src != s.dtype:
+                expr += f".to({TRITON_DTYPES[s.dtype]})"
+        elif s.op == "cast":
+            expr = f"{s.args[0]}.to({TRITON_DTYPES[s.dtype]})"
+        else:
+            expr = TRITON[s.op].format(*(self.arg(a, s.dtype) for a in s.args))
+        self.lines.append(f"{indent}{s.name} = {expr}")
+
+    def store(self, s: Store, indent: str) -> None:
+        value = s.value
+        if TRITON_DTYPES[s.dtype] != TRITON_DTYPES.get(self._dtype(value)):
+            value = f"{value}.to({TRITON_DTYPES[s.dtype]})"
+        index = self.index(s.index, store=True)
+        self.lines.append(
+            f"{indent}tl.store({s.buffer} + ({index}), {value}, {self.mask(s.level)})"
+        )
+
+    def _dtype(self, name: str) -> torch.dtype:
+        return next(s.dtype for s in self.k.body
+                    if isinstance(s, Stmt) and s.name == name)
+
+    def loop(self, loop: Loop, n: int) -> None:
+        acc = {r.name: f"acc{n}_{i}" for i, r in enumerate(loop.reductions)}
+        ident = {"sum": "0", "max": 'float("-inf")', "min": 'float("inf")'}
+        shape = "[XBLOCK, RBLOCK]"
+        for r in loop.reductions:
+            self.lines.append(
+                f"    {acc[r.name]} = tl.full({shape}, {ident[r.reduce]}, "
+                f"{TRITON_DTYPES[r.dtype]})")
+        indent = "    "
+        if not self.persistent:
+            self.lines.append("    for roffset in range(0, rnumel, RBLOCK):")
+            self.lines.append("        rindex = roffset + rbase")
+            self.lines.append("        rmask = rindex < rnumel")
+            indent = "        "
+        for s in loop.body:
+            if isinstance(s, Store):
+                self.store(s, indent)
+            elif not (self.persistent and s.name in self.done):
+                self.stmt(s, indent)
+                self.done.add(s.name)
+        for r in loop.reductions:
+            x, a = r.args[0], acc[r.name]
+            masked = f"tl.where(xmask & rmask, {x}, {ident[r.reduce]})"
+            combine = {"sum": f"{a} + {masked}", "max": f"_maximum({a}, {masked})",
+                       "min": f"_minimum({a}, {masked})"}[r.reduce]
+            self.lines.append(f"{indent}{a} = {combine}")
+        for r in loop.reductions:
+            a = acc[r.name]
+            total = {"sum": f"tl.sum({a}, 1)", "max": f"tl.reduce({a}, 1, _maximum)",
+                     "min": f"tl.reduce({a}, 1, _minimum)"}[r.reduce]
+            self.lines.append(f"    {r.name} = {total}[:, None]")
+
+    def render(self) -> str:
+        k, c = self.k, self.config
+        params = [a.param for a in k.inputs + k.outputs]
+        params.append("XBLOCK: tl.constexpr")
+        if self.red:
+            params.append("RBLOCK: tl.constexpr")
+        head = ["@triton.jit", f"def triton_{k.name}({', '.join(params)}):"]
+        for span in k.spans:
+            head.append(f"    # {span}: {span.text}")
+        head.append(f"    xnumel = {k.xnumel}")
+        if self.red:
+            head += [
+                f"    rnumel = {k.rnumel}",
+                "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
+                "    xmask = xindex < xnumel",
+                "    rbase = tl.arange(0, RBLOCK)[None, :]",
+            ]
+            if self.persistent:
+                head += ["    rindex = rbase", "    rmask = rindex < rnumel"]
+        else:
+            head += [
+                "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)",
+                "    xmask = xindex < xnumel",
+            ]
+        self.lines = head
+        n = 0
+        for seg in segments(k):
+            if isinstance(seg, Loop):
+                self.loop(seg, n)
+                n += 1
+            elif isinstance(seg, Store):
+                self.store(seg, "    ")
+            else:
+                self.stmt(seg, "    ")
+        del c
+        return "\n".join(self.lines) + "\n"
+
+
+def render_kernel(k: Kernel) -> str:
+    return _Renderer(k, launch_config(k)).render()
+
+
+HELPER_SOURCE = {
+    "_tanh": '''
+@triton.jit
+def _tanh(x):
+    # tanh from exp, with a Taylor-accurate polynomial near zero (Cephes tanhf)
+    ax = tl.abs(x)
+    z = x * x
+    small = ((((-5.70498872745e-3 * z + 2.06390887954e-2) * z - 5.37397155531e-2) * z
+              + 1.33314422036e-1) * z - 3.33332819422e-1) * z * x + x
+    e = tl.exp(-2.0 * ax)
+    large = (1.0 - e) / (1.0 + e)
+    large = tl.where(x < 0, -large, large)
+    return tl.where(ax < 0.625, small, large)
+''',
+    "_maximum": '''
+@triton.jit
+def _maximum(a, b):
+    # like torch.maximum: NaN wins
+    return tl.where((a > b) | (a != a), a, b)
+''',
+    "_minimum": '''
+@triton.jit
+def _minimum(a, b):
+    # like torch.minimum: NaN wins
+    return tl.where((a < b) | (a != a), a, b)
+''',
+}
+
+
+def render_module(kernels, header: str) -> str:
+    """A `*_triton.py` module holding every Triton kernel of one generated module."""
+    parts = [header, "import triton", "import triton.language as tl", ""]
+    for h in helpers_used(kernels):
+        parts.append(HELPER_SOURCE[h])
+    for k in kernels:
+        parts.append("")
+        parts.append(render_kernel(k))
+    return "\n".join(parts)

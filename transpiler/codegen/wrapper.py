@@ -1,0 +1,207 @@
+"""Render the generated Python module: header, guarded dispatch, variant functions.
+
+The module exports a drop-in replacement for the target: a subclass of the source class
+(or a function with the source function's signature). Its `forward` tries each variant's
+guards in order and runs the first that holds; otherwise it warns once, naming the
+guards that failed, and runs the source (eager) code.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from transpiler.codegen import triton as triton_codegen
+from transpiler.ir.graph import DEVICE, Ref, Span
+from transpiler.ir.ops import EXTERN_CONTIGUOUS
+from transpiler.ir.program import Alloc, ExternCall, KernelCall, Program
+from transpiler.options import ScalarSpec, TensorSpec, Variant
+
+DTYPE_NAMES = {d: f"torch.{str(d).split('.')[1]}" for d in (
+    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
+    torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool)}
+
+
+@dataclass(frozen=True)
+class VariantCode:
+    """One compiled (or all-fallback) variant of a target."""
+
+    name: str  # "cpu_0"
+    variant: Variant
+    guards: tuple[str, ...]  # module-attribute guards from the frontend
+    program: Program | None  # None: the variant runs the source (a graph break)
+    fallback_reason: str | None = None
+    fallback_span: Span | None = None
+
+
+@dataclass(frozen=True)
+class TargetCode:
+    name: str  # exported name
+    source: str  # "examples/toy.py::ToyLinear"
+    is_module: bool
+    params_text: str  # the forward's (or function's) parameter list, from the source
+    call_text: str  # the arguments that pass those parameters on
+    variants: tuple[VariantCode, ...]
+
+
+def literal(value) -> str:
+    """Python source for a constant argument of an extern call."""
+    if isinstance(value, Ref):
+        return value.name
+    if value is DEVICE:
+        return "device"
+    if isinstance(value, torch.dtype):
+        return DTYPE_NAMES[value]
+    if isinstance(value, (torch.memory_format, torch.layout)):
+        return f"torch.{str(value).split('.')[-1]}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f'float("{value}")'
+    if isinstance(value, list):
+        return "[" + ", ".join(literal(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        inner = ", ".join(literal(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    return repr(value)
+
+
+def input_guards(v: Variant) -> list[str]:
+    guards = []
+    for name, spec in v.inputs:
+        if isinstance(spec, TensorSpec):
+            strides, acc = [], 1
+            for d in reversed(spec.shape):
+                strides.append(acc)
+                acc *= max(d, 1)
+            guards += [
+                f"isinstance({name}, torch.Tensor)",
+                f'{name}.device.type == "{v.device}"',
+                f"{name}.dtype == {DTYPE_NAMES[spec.dtype]}",
+                f"{name}.shape == {literal(tuple(spec.shape))}",
+                f"{name}.stride() == {literal(tuple(reversed(strides)))}",
+            ]
+        elif spec.value is None:
+            guards.append(f"{name} is None")
+        else:
+            assert isinstance(spec, ScalarSpec)
+            kind = type(spec.value).__name__
+            guards.append(f"type({name}) is {kind} and {name} == {spec.value!r}")
+    return guards
+
+
+def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
+    guards = input_guards(vc.variant) + list(vc.guards)
+    if t.is_module:
+        guards.append("not self.training")
+    self_ = "self, " if t.is_module else ""
+    lines = [
+        f"def _guards_{vc.name}({self_}{t.params_text}):",
+        f'    """Variant {vc.name} ({vc.variant.describe()}): the first guard that '
+        'fails, or None."""',
+    ]
+    for g in guards:
+        lines += [f"    if not ({g}):", f"        return {g!r}"]
+    lines.append("    return None")
+    return lines
+
+
+def _step_lines(step) -> list[str]:
+    if isinstance(step, Alloc):
+        m = step.meta
+        return [f"{step.buffer} = torch.empty_strided({literal(m.shape)}, "
+                f"{literal(m.stride)}, dtype={DTYPE_NAMES[m.dtype]}, device=device)"]
+    if isinstance(step, ExternCall):
+        if step.target == "getitem":
+            return [f"{step.out} = {step.args[0].name}[{step.args[1]}]"]
+        args = [literal(a) for a in step.args]
+        args += [f"{k}={literal(v)}" for k, v in step.kwargs]
+        call = f"torch.ops.{step.target}({', '.join(args)})"
+        if step.target in EXTERN_CONTIGUOUS:
+            call += ".contiguous()"
+        return [f"{step.out} = {call}"]
+    raise AssertionError(step)
+
+
+def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]:
+    p = vc.program
+    assert p is not None
+    self_ = "self, " if t.is_module else ""
+    lines = [f"def _{vc.name}({self_}{t.params_text}):"]
+    tensors = [n for n, s in vc.variant.inputs if isinstance(s, TensorSpec)]
+    device_src = tensors[0] if tensors else (p.params[0][1] if p.params else None)
+    if device_src is not None:
+        lines.append(f"    device = {device_src}.device")
+    for name, path in p.params:
+        lines.append(f"    {name} = {path}")
+    last_span = None
+    allocs: list[str] = []  # written just before the kernel that fills them
+    for step in p.steps:
+        if isinstance(step, Alloc):
+            allocs += _step_lines(step)
+            continue
+        spans = step.spans if isinstance(step, KernelCall) else (step.span,)
+        for s in spans:
+            if s is not None and s != last_span:
+                lines.append(f"    # {s}: {s.text}")
+                last_span = s
+        lines += ["    " + a for a in allocs]
+        allocs = []
+        if isinstance(step, KernelCall):
+            lines.append("    " + _kernel_call(step, kernels, vc.variant.device))
+        else:
+            lines += ["    " + s for s in _step_lines(step)]
+    lines.append(f"    return {_output(p.outputs)}")
+    return lines
+
+
+def _kernel_call(step: KernelCall, kernels: dict, device: str) -> str:
+    if device == "cpu":
+        sig = "p" * len(step.args)
+        ptrs = ", ".join(f"{a}.data_ptr()" for a in step.args)
+        return f'_cpp.function("cpp_{step.kernel}", "{sig}")({ptrs})'
+    k = kernels[step.kernel]
+    c = triton_codegen.launch_config(k)
+    blocks = f"XBLOCK={c.xblock}" + (f", RBLOCK={c.rblock}" if k.is_reduction else "")
+    return (f"_triton().triton_{step.kernel}[({c.grid(k.xnumel)},)]"
+            f"({', '.join(step.args)}, {blocks}, num_warps={c.num_warps})")
+
+
+def _output(value) -> str:
+    if isinstance(value, Ref):
+        return value.name
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_output(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_output(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        inner = ", ".join(_output(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    return literal(value)
+
+
+def dispatch(t: TargetCode, module_alias: str) -> list[str]:
+    """The exported class or function: guarded calls of each variant, then eager."""
+    compiled = [vc for vc in t.variants if vc.program is not None]
+    self_ = "self, " if t.is_module else ""
+    if t.is_module:
+        lines = [f"class {t.name}({module_alias}.{t.name}):",
+                 f'    """{t.name} compiled ahead of time by transpile; see the module '
+                 'docstring."""', "",
+                 f"    def forward(self, {t.params_text}):"]
+        ind = "        "
+        fallback = f"super().forward({t.call_text})"
+    else:
+        lines = [f"def {t.name}({t.params_text}):",
+                 f'    """{t.name} compiled ahead of time by transpile; see the module '
+                 'docstring."""']
+        ind = "    "
+        fallback = f"{module_alias}.{t.name}({t.call_text})"
+    for vc in compiled:
+        lines += [f"{ind}if _guards_{vc.name}({self_}{t.call_text}) is None:",
+                  f"{ind}    return _{vc.name}({self_}{t.call_text})"]
+    misses = ", ".join(
+        f'("{vc.name}", _guards_{vc.name}({self_}{t.call_text}))' for vc in compiled)
+    lines += [f'{ind}runtime_shim.warn_fallback("{t.name}", [{misses}])',
+              f"{ind}return {fallback}"]
+    return lines

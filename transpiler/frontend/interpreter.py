@@ -1,0 +1,446 @@
+"""An abstract interpreter over the libcst tree of the user's forward.
+
+Python values (shapes, config, ints, modules) are computed concretely; tensors are meta
+tensors whose ops the `Recorder` turns into graph nodes. User-defined functions and
+modules are inlined by interpreting their source; layers from `torch.nn` and every other
+library call run directly under the recorder. Conditions and loops over static values
+are decided here, so only the taken path is recorded; each module attribute read on the
+way becomes a guard of the variant. Anything else raises `Unsupported`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import operator
+import types
+from typing import Any
+
+import libcst as cst
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transpiler.frontend.recorder import Recorder, Unsupported
+from transpiler.frontend.source import SourceCache, SourceFile
+from transpiler.ir.graph import Span, TensorMeta
+
+BINARY_OPS = {
+    "Add": operator.add, "Subtract": operator.sub, "Multiply": operator.mul,
+    "Divide": operator.truediv, "FloorDivide": operator.floordiv,
+    "Modulo": operator.mod, "Power": operator.pow, "MatrixMultiply": operator.matmul,
+    "LeftShift": operator.lshift, "RightShift": operator.rshift,
+    "BitOr": operator.or_, "BitAnd": operator.and_, "BitXor": operator.xor,
+}
+AUG_OPS = {
+    "AddAssign": operator.iadd, "SubtractAssign": operator.isub,
+    "MultiplyAssign": operator.imul, "DivideAssign": operator.itruediv,
+    "FloorDivideAssign": operator.ifloordiv, "ModuloAssign": operator.imod,
+    "PowerAssign": operator.ipow, "MatrixMultiplyAssign": operator.imatmul,
+    "BitOrAssign": operator.ior, "BitAndAssign": operator.iand,
+    "BitXorAssign": operator.ixor,
+}
+UNARY_OPS = {
+    "Minus": operator.neg, "Plus": operator.pos, "BitInvert": operator.invert,
+    "Not": operator.not_,
+}
+COMPARE_OPS = {
+    "Equal": operator.eq, "NotEqual": operator.ne, "LessThan": operator.lt,
+    "LessThanEqual": operator.le, "GreaterThan": operator.gt,
+    "GreaterThanEqual": operator.ge, "Is": operator.is_, "IsNot": operator.is_not,
+    "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b,
+}
+# Calls kept whole as one extern op instead of being decomposed on the meta device.
+EXTERN_FUNCTIONS = {
+    F.scaled_dot_product_attention: "aten.scaled_dot_product_attention.default",
+}
+NO_EFFECT_CONTEXTS = (torch.no_grad, torch.inference_mode, torch.enable_grad)
+PYTHON_SIDE_EFFECTS = {builtins.print, builtins.input, builtins.open, builtins.exec,
+                       builtins.eval, builtins.breakpoint}
+GUARD_TYPES = (bool, int, float, str, type(None))
+
+
+class _Return(Exception):
+    def __init__(self, value):
+        self.value = value
+
+
+class _Break(Exception):
+    pass
+
+
+class _Continue(Exception):
+    pass
+
+
+class Frame:
+    def __init__(self, src: SourceFile, local: dict, globals_: dict):
+        self.src = src
+        self.locals = local
+        self.globals = globals_
+
+
+class Interpreter:
+    """Runs a forward's source over meta tensors; see the module docstring."""
+
+    def __init__(self, recorder: Recorder, sources: SourceCache,
+                 module_paths: dict[int, str]):
+        self.recorder = recorder
+        self.sources = sources
+        self.module_paths = module_paths  # id(module) -> "self.attn"
+        self.guards: dict[str, None] = {}  # ordered set of guard expressions
+        self.depth = 0
+
+    # ---- functions ------------------------------------------------------------
+
+    def run_function(self, fn, args: tuple, kwargs: dict) -> Any:
+        """Interpret a user-defined Python function with the given arguments."""
+        src, node = self.sources.function(fn)
+        try:
+            bound = inspect.signature(fn).bind(*args, **kwargs)
+        except TypeError as e:
+            raise Unsupported(f"bad call of {fn.__qualname__}: {e}", self._span()) from e
+        bound.apply_defaults()
+        frame = Frame(src, dict(bound.arguments), fn.__globals__)
+        if fn.__closure__:
+            for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+                frame.locals.setdefault(name, cell.cell_contents)
+        self.depth += 1
+        if self.depth > 64:
+            raise Unsupported("recursion too deep to inline", self._span())
+        saved = self.recorder.span
+        try:
+            self.exec_block(node.body, frame)
+            return None
+        except _Return as r:
+            return r.value
+        finally:
+            self.depth -= 1
+            self.recorder.span = saved
+
+    def call(self, fn, args: tuple, kwargs: dict) -> Any:
+        if isinstance(fn, nn.Sequential) and not self._is_user(type(fn).forward):
+            (x,) = args
+            for layer in fn:
+                x = self.call(layer, (x,), {})
+            return x
+        if isinstance(fn, nn.Module):
+            forward = type(fn).forward
+            if self._is_user(forward):
+                return self.run_function(forward, (fn, *args), kwargs)
+            return fn(*args, **kwargs)
+        if isinstance(fn, types.MethodType) and self._is_user(fn.__func__):
+            return self.run_function(fn.__func__, (fn.__self__, *args), kwargs)
+        if isinstance(fn, types.FunctionType) and self._is_user(fn):
+            return self.run_function(fn, args, kwargs)
+        if fn in EXTERN_FUNCTIONS:
+            return self._extern(EXTERN_FUNCTIONS[fn], fn, args, kwargs)
+        if fn in PYTHON_SIDE_EFFECTS:
+            raise Unsupported(f"calls {fn.__name__}(), a Python side effect",
+                              self._span())
+        try:
+            return fn(*args, **kwargs)
+        except Unsupported:
+            raise
+        except RuntimeError as e:
+            msg = str(e).splitlines()[0]
+            if "meta" in msg or "data-dependent" in msg or "item()" in msg:
+                raise Unsupported(f"needs tensor data: {msg}", self._span()) from e
+            raise
+
+    def _is_user(self, fn) -> bool:
+        if not isinstance(fn, types.FunctionType):
+            return False
+        try:
+            return self.sources.is_user_file(inspect.getsourcefile(fn))
+        except TypeError:
+            return False
+
+    def _extern(self, target: str, fn, args, kwargs):
+        with torch.utils._python_dispatch._disable_current_modes():
+            out = fn(*args, **kwargs)
+            out = torch.empty_strided(
+                out.shape, TensorMeta.of(out).stride, dtype=out.dtype, device="meta"
+            )
+        self.recorder.record(target, args, kwargs, out)
+        return out
+
+    # ---- statements -----------------------------------------------------------
+
+    def exec_block(self, body, frame: Frame) -> None:
+        stmts = body.body if isinstance(body, cst.BaseSuite) else body
+        for stmt in stmts:
+            self.exec_stmt(stmt, frame)
+
+    def exec_stmt(self, stmt: cst.CSTNode, frame: Frame) -> None:
+        line = frame.src.line_of(stmt)
+        self.recorder.span = Span(frame.src.display, line, frame.src.text_of(line))
+        if isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                self.exec_small(small, frame)
+            return
+        handler = getattr(self, f"exec_{type(stmt).__name__}", None)
+        if handler is None:
+            raise Unsupported(f"unsupported statement: {type(stmt).__name__}",
+                              self._span())
+        handler(stmt, frame)
+
+    def exec_small(self, stmt, frame: Frame) -> None:
+        kind = type(stmt).__name__
+        if kind == "Assign":
+            value = self.eval(stmt.value, frame)
+            for target in stmt.targets:
+                self.assign(target.target, value, frame)
+        elif kind == "AnnAssign":
+            if stmt.value is not None:
+                self.assign(stmt.target, self.eval(stmt.value, frame), frame)
+        elif kind == "AugAssign":
+            op = AUG_OPS[type(stmt.operator).__name__]
+            current = self.eval(stmt.target, frame)
+            self.assign(stmt.target, op(current, self.eval(stmt.value, frame)), frame)
+        elif kind == "Expr":
+            if not isinstance(stmt.value, (cst.SimpleString, cst.ConcatenatedString)):
+                self.eval(stmt.value, frame)
+        elif kind == "Return":
+            raise _Return(None if stmt.value is None else self.eval(stmt.value, frame))
+        elif kind == "Pass":
+            pass
+        elif kind == "Break":
+            raise _Break()
+        elif kind == "Continue":
+            raise _Continue()
+        elif kind == "Assert":
+            test = self.static(stmt.test, frame, "assert")
+            if not test:
+                raise Unsupported("assertion fails for this variant", self._span())
+        else:
+            raise Unsupported(f"unsupported statement: {kind}", self._span())
+
+    def exec_If(self, stmt: cst.If, frame: Frame) -> None:
+        if self.static(stmt.test, frame, "if"):
+            self.exec_block(stmt.body, frame)
+        elif isinstance(stmt.orelse, cst.If):
+            self.exec_stmt(stmt.orelse, frame)
+        elif stmt.orelse is not None:
+            self.exec_block(stmt.orelse.body, frame)
+
+    def exec_For(self, stmt: cst.For, frame: Frame) -> None:
+        iterable = self.eval(stmt.iter, frame)
+        if isinstance(iterable, torch.Tensor):
+            raise Unsupported("loop over a tensor", self._span())
+        for item in iterable:
+            self.assign(stmt.target, item, frame)
+            try:
+                self.exec_block(stmt.body, frame)
+            except _Continue:
+                continue
+            except _Break:
+                break
+        else:
+            if stmt.orelse is not None:
+                self.exec_block(stmt.orelse.body, frame)
+
+    def exec_With(self, stmt: cst.With, frame: Frame) -> None:
+        for item in stmt.items:
+            ctx = self.eval(item.item, frame)
+            if not isinstance(ctx, NO_EFFECT_CONTEXTS) or item.asname is not None:
+                raise Unsupported("unsupported `with` context", self._span())
+        self.exec_block(stmt.body, frame)
+
+    def static(self, expr, frame: Frame, what: str) -> bool:
+        value = self.eval(expr, frame)
+        if isinstance(value, torch.Tensor):
+            raise Unsupported(f"`{what}` condition depends on tensor data", self._span())
+        return bool(value)
+
+    def assign(self, target, value, frame: Frame) -> None:
+        if isinstance(target, cst.Name):
+            frame.locals[target.value] = value
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            self._unpack(target.elements, value, frame)
+        else:
+            raise Unsupported(
+                f"assignment to {type(target).__name__.lower()} is not compiled",
+                self._span(),
+            )
+
+    def _unpack(self, elements, value, frame: Frame) -> None:
+        values = list(value)
+        star = [i for i, e in enumerate(elements) if isinstance(e, cst.StarredElement)]
+        if not star:
+            if len(values) != len(elements):
+                raise Unsupported("unpacking length mismatch", self._span())
+            for e, v in zip(elements, values):
+                self.assign(e.value, v, frame)
+            return
+        i = star[0]
+        tail = len(elements) - i - 1
+        for e, v in zip(elements[:i], values[:i]):
+            self.assign(e.value, v, frame)
+        self.assign(elements[i].value, values[i:len(values) - tail], frame)
+        for e, v in zip(elements[i + 1:], values[len(values) - tail:]):
+            self.assign(e.value, v, frame)
+
+    # ---- expressions ----------------------------------------------------------
+
+    def eval(self, expr, frame: Frame) -> Any:
+        handler = getattr(self, f"eval_{type(expr).__name__}", None)
+        if handler is None:
+            raise Unsupported(
+                f"unsupported expression: {type(expr).__name__}", self._span()
+            )
+        return handler(expr, frame)
+
+    def eval_Name(self, expr: cst.Name, frame: Frame) -> Any:
+        name = expr.value
+        if name in frame.locals:
+            return frame.locals[name]
+        if name in frame.globals:
+            return frame.globals[name]
+        if name in ("True", "False", "None"):
+            return {"True": True, "False": False, "None": None}[name]
+        if hasattr(builtins, name):
+            return getattr(builtins, name)
+        raise Unsupported(f"name {name!r} is not defined", self._span())
+
+    def eval_Attribute(self, expr: cst.Attribute, frame: Frame) -> Any:
+        base = self.eval(expr.value, frame)
+        attr = expr.attr.value
+        value = getattr(base, attr)
+        path = self.module_paths.get(id(base))
+        if path is not None and isinstance(value, GUARD_TYPES):
+            self.guards[_guard(f"{path}.{attr}", value)] = None
+        return value
+
+    def eval_Call(self, expr: cst.Call, frame: Frame) -> Any:
+        fn = self.eval(expr.func, frame)
+        args: list = []
+        kwargs: dict = {}
+        for arg in expr.args:
+            value = self.eval(arg.value, frame)
+            if arg.star == "*":
+                args.extend(value)
+            elif arg.star == "**":
+                kwargs.update(value)
+            elif arg.keyword is not None:
+                kwargs[arg.keyword.value] = value
+            else:
+                args.append(value)
+        return self.call(fn, tuple(args), kwargs)
+
+    def eval_BinaryOperation(self, expr, frame: Frame) -> Any:
+        op = BINARY_OPS[type(expr.operator).__name__]
+        return op(self.eval(expr.left, frame), self.eval(expr.right, frame))
+
+    def eval_UnaryOperation(self, expr, frame: Frame) -> Any:
+        value = self.eval(expr.expression, frame)
+        if isinstance(expr.operator, cst.Not) and isinstance(value, torch.Tensor):
+            raise Unsupported("`not` on a tensor needs its data", self._span())
+        return UNARY_OPS[type(expr.operator).__name__](value)
+
+    def eval_BooleanOperation(self, expr, frame: Frame) -> Any:
+        left = self.eval(expr.left, frame)
+        if isinstance(left, torch.Tensor):
+            raise Unsupported("`and`/`or` on a tensor needs its data", self._span())
+        if isinstance(expr.operator, cst.And):
+            return self.eval(expr.right, frame) if left else left
+        return left if left else self.eval(expr.right, frame)
+
+    def eval_Comparison(self, expr: cst.Comparison, frame: Frame) -> Any:
+        left = self.eval(expr.left, frame)
+        result: Any = True
+        for target in expr.comparisons:
+            right = self.eval(target.comparator, frame)
+            result = COMPARE_OPS[type(target.operator).__name__](left, right)
+            if isinstance(result, torch.Tensor):
+                if len(expr.comparisons) > 1:
+                    raise Unsupported("chained comparison of tensors", self._span())
+                return result
+            if not result:
+                return False
+            left = right
+        return result
+
+    def eval_IfExp(self, expr: cst.IfExp, frame: Frame) -> Any:
+        if self.static(expr.test, frame, "if"):
+            return self.eval(expr.body, frame)
+        return self.eval(expr.orelse, frame)
+
+    def eval_Subscript(self, expr: cst.Subscript, frame: Frame) -> Any:
+        value = self.eval(expr.value, frame)
+        index = [self._slice(e.slice, frame) for e in expr.slice]
+        return value[index[0] if len(index) == 1 else tuple(index)]
+
+    def _slice(self, s, frame: Frame) -> Any:
+        if isinstance(s, cst.Index):
+            return self.eval(s.value, frame)
+        part = [None if p is None else self.eval(p, frame)
+                for p in (s.lower, s.upper, s.step)]
+        return slice(*part)
+
+    def eval_Tuple(self, expr, frame: Frame) -> tuple:
+        return tuple(self._elements(expr.elements, frame))
+
+    def eval_List(self, expr, frame: Frame) -> list:
+        return self._elements(expr.elements, frame)
+
+    def eval_Set(self, expr, frame: Frame) -> set:
+        return set(self._elements(expr.elements, frame))
+
+    def _elements(self, elements, frame: Frame) -> list:
+        out: list = []
+        for e in elements:
+            if isinstance(e, cst.StarredElement):
+                out.extend(self.eval(e.value, frame))
+            else:
+                out.append(self.eval(e.value, frame))
+        return out
+
+    def eval_Dict(self, expr: cst.Dict, frame: Frame) -> dict:
+        out: dict = {}
+        for e in expr.elements:
+            if isinstance(e, cst.StarredDictElement):
+                out.update(self.eval(e.value, frame))
+            else:
+                out[self.eval(e.key, frame)] = self.eval(e.value, frame)
+        return out
+
+    def eval_ListComp(self, expr: cst.ListComp, frame: Frame) -> list:
+        out: list = []
+        self._comprehend(expr.for_in, lambda: out.append(self.eval(expr.elt, frame)),
+                         frame)
+        return out
+
+    def _comprehend(self, for_in, emit, frame: Frame) -> None:
+        iterable = self.eval(for_in.iter, frame)
+        if isinstance(iterable, torch.Tensor):
+            raise Unsupported("comprehension over a tensor", self._span())
+        for item in iterable:
+            self.assign(for_in.target, item, frame)
+            if all(self.static(c.test, frame, "if") for c in for_in.ifs):
+                if for_in.inner_for_in is not None:
+                    self._comprehend(for_in.inner_for_in, emit, frame)
+                else:
+                    emit()
+
+    def eval_Integer(self, expr, frame: Frame) -> Any:
+        return expr.evaluated_value
+
+    eval_Float = eval_Imaginary = eval_SimpleString = eval_Integer
+    eval_ConcatenatedString = eval_Integer
+
+    def eval_Ellipsis(self, expr, frame: Frame) -> Any:
+        return Ellipsis
+
+    def _span(self) -> Span | None:
+        return self.recorder.span
+
+
+def _guard(path: str, value: Any) -> str:
+    if value is None:
+        return f"{path} is None"
+    if value is True:
+        return path
+    if value is False:
+        return f"not {path}"
+    return f"{path} == {value!r}"

@@ -1,0 +1,169 @@
+"""Record ATen ops executed on meta tensors into graph nodes.
+
+The frontend runs the user's tensor code on meta tensors (no data, no allocation) under
+a `Recorder`, a TorchDispatchMode. Each ATen op that reaches it becomes a `Node`, with
+PyTorch's own shape, stride and dtype rules deciding the result. The frontend sets
+`recorder.span` to the user source line being executed, so every node keeps its origin.
+
+With `decompositions` set (see passes/decompose.py) an op in that table is replaced by
+PyTorch's decomposition of it, whose ops are recorded instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from transpiler.ir.graph import DEVICE, Node, Ref, Span, TensorMeta
+
+
+class Unsupported(Exception):
+    """Code the compiler does not capture; the variant falls back to eager for it."""
+
+    def __init__(self, reason: str, span: Span | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.span = span
+
+
+class GraphBuilder:
+    """Accumulates nodes; maps live meta tensors to the node names that hold them."""
+
+    def __init__(self, params: dict[int, str] | None = None):
+        self.nodes: list[Node] = []
+        self._names: dict[int, str] = {}
+        self._alive: list[torch.Tensor] = []  # keeps ids in _names valid
+        self._params = params or {}
+        self._used: dict[str, int] = {}
+        self._stale: set[int] = set()
+
+    def fresh(self, base: str) -> str:
+        base = base.replace(".", "_")
+        n = self._used.get(base, 0)
+        self._used[base] = n + 1
+        return base if n == 0 else f"{base}_{n}"
+
+    def add(self, op, target, args=(), kwargs=(), meta=None, span=None, base=None):
+        name = self.fresh(base or target.split(".")[1] if op == "call" else target)
+        self.nodes.append(Node(name, op, target, args, tuple(kwargs), meta, span))
+        return name
+
+    def bind(self, tensor: torch.Tensor, name: str) -> None:
+        self._stale.discard(id(tensor))
+        self._names[id(tensor)] = name
+        self._alive.append(tensor)
+
+    def add_input(self, name: str, tensor: torch.Tensor) -> None:
+        self.bind(tensor, self.add("input", name, meta=TensorMeta.of(tensor)))
+
+    def ref(self, tensor: torch.Tensor, span: Span | None) -> Ref:
+        if id(tensor) in self._stale:
+            raise Unsupported("reads a tensor after an in-place update of a view", span)
+        name = self._names.get(id(tensor))
+        if name is None and id(tensor) in self._params:
+            path = self._params[id(tensor)]
+            name = self.add("param", path, meta=TensorMeta.of(tensor), span=span)
+            self.bind(tensor, name)
+        if name is None:
+            raise Unsupported("uses a tensor created outside the compiled code", span)
+        return Ref(name)
+
+    def mark_stale(self, base: torch.Tensor) -> None:
+        for t in [base, *self._alive]:
+            if t is base or t._base is base:
+                self._stale.add(id(t))
+
+    def knows(self, tensor: torch.Tensor) -> bool:
+        return id(tensor) in self._names or id(tensor) in self._params
+
+
+def op_name(func) -> str:
+    return str(func)  # "aten.add.Tensor"
+
+
+def resolve_op(target: str):
+    """The OpOverload for a node target such as "aten.add.Tensor"."""
+    ns, packet, overload = target.split(".")
+    return getattr(getattr(getattr(torch.ops, ns), packet), overload)
+
+
+class Recorder(TorchDispatchMode):
+    def __init__(self, builder: GraphBuilder, decompositions: dict | None = None):
+        super().__init__()
+        self.builder = builder
+        self.decompositions = decompositions or {}
+        self.span: Span | None = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.decompositions:
+            with self:
+                out = self.decompositions[func](*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
+        if func._schema.is_mutable:
+            return self._functionalize(func, args, kwargs)
+        out = func(*args, **kwargs)
+        self.record(op_name(func), args, kwargs, out)
+        return out
+
+    def record(self, target: str, args, kwargs, out) -> None:
+        flat, _ = tree_flatten(out)
+        if not any(isinstance(t, torch.Tensor) for t in flat):
+            return  # metadata-only query; nothing to compute at run time
+        ir_args = self._to_ir(tuple(args))
+        ir_kwargs = tuple((k, self._to_ir(v)) for k, v in kwargs.items())
+        b = self.builder
+        if isinstance(out, torch.Tensor):
+            meta = TensorMeta.of(out)
+            b.bind(out, b.add("call", target, ir_args, ir_kwargs, meta, self.span))
+            return
+        metas = tuple(TensorMeta.of(t) for t in out)
+        name = b.add("call", target, ir_args, ir_kwargs, metas, self.span)
+        for i, t in enumerate(out):
+            item = b.add("call", "getitem", (Ref(name), i), (), metas[i], self.span,
+                         base=f"{name}_{i}")
+            b.bind(t, item)
+
+    def _to_ir(self, value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            if value.device.type != "meta":
+                if value.numel() == 1 and not self.builder.knows(value):
+                    return value.item()  # a Python-created scalar tensor
+                raise Unsupported("uses a real (non-meta) tensor constant", self.span)
+            return self.builder.ref(value, self.span)
+        if isinstance(value, torch.device):
+            return DEVICE
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._to_ir(v) for v in value)
+        return value
+
+    def _functionalize(self, func, args, kwargs):
+        """Record `x.add_(y)` as `x' = add(x, y)` and rebind x to x'."""
+        schema = func._schema
+        if any(a.alias_info is not None and a.alias_info.is_write and i > 0
+               for i, a in enumerate(schema.arguments)) or "out" in kwargs:
+            raise Unsupported(f"{func} writes into an argument", self.span)
+        packet = schema.name.split("::")[1]
+        functional = getattr(torch.ops.aten, packet.rstrip("_"), None)
+        overload = func._overloadname
+        if not packet.endswith("_") or functional is None:
+            raise Unsupported(f"{func} mutates its input", self.span)
+        target = args[0]
+        name = self.builder._names.get(id(target))
+        node = next((n for n in self.builder.nodes if n.name == name), None)
+        base = target._base
+        if node is None or node.op != "call" or (base is not None
+                                                  and not self.builder.knows(base)):
+            raise Unsupported(f"in-place {packet} on an input or parameter", self.span)
+        fn: Callable = getattr(functional, overload)
+        result = fn(*args, **kwargs)
+        self.record(op_name(fn), args, kwargs, result)
+        if base is not None:  # the base and its other views no longer hold this value
+            self.builder.mark_stale(base)
+        # The mutated tensor now holds the functional result.
+        self.builder.bind(target, self.builder._names[id(result)])
+        return target

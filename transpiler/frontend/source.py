@@ -1,0 +1,90 @@
+"""Find and parse the user's source: files, classes and function definitions.
+
+Parsed files are cached per path; each `FunctionDef` is found by the line where its
+code object starts, so decorators, nested classes and same-named methods resolve
+exactly as Python resolved them.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from transpiler.errors import UserError
+
+
+@dataclass
+class SourceFile:
+    path: Path
+    display: str  # path relative to the project root, with forward slashes
+    lines: list[str]
+    module: cst.Module
+    positions: dict  # CST node -> CodeRange
+    defs: dict[int, cst.FunctionDef]  # first line (decorators included) -> def
+
+    def line_of(self, node: cst.CSTNode) -> int:
+        return self.positions[node].start.line
+
+    def text_of(self, line: int) -> str:
+        return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+
+
+class SourceCache:
+    def __init__(self, root: Path):
+        self.root = root.resolve()
+        self._files: dict[Path, SourceFile] = {}
+
+    def display(self, path: Path) -> str:
+        path = path.resolve()
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            return path.name
+
+    def is_user_file(self, path: str | None) -> bool:
+        if not path:
+            return False
+        p = Path(path).resolve()
+        if "site-packages" in p.parts or "dist-packages" in p.parts:
+            return False
+        return p.is_relative_to(self.root) and p.suffix == ".py"
+
+    def load(self, path: Path) -> SourceFile:
+        path = path.resolve()
+        if path not in self._files:
+            self._files[path] = self._parse(path)
+        return self._files[path]
+
+    def _parse(self, path: Path) -> SourceFile:
+        text = path.read_text()
+        display = self.display(path)
+        try:
+            module = cst.parse_module(text)
+        except cst.ParserSyntaxError as e:
+            raise UserError(f"syntax error: {e.message}", display, e.raw_line) from None
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        positions = wrapper.resolve(PositionProvider)
+        defs: dict[int, cst.FunctionDef] = {}
+        for node, rng in positions.items():
+            if isinstance(node, cst.FunctionDef):
+                defs[rng.start.line] = node
+        lines = text.splitlines()
+        return SourceFile(path, display, lines, module, positions, defs)
+
+    def function(self, fn) -> tuple[SourceFile, cst.FunctionDef]:
+        """The parsed file and `FunctionDef` of a Python function object."""
+        fn = inspect.unwrap(fn)
+        src = self.load(Path(inspect.getsourcefile(fn)))
+        first = fn.__code__.co_firstlineno
+        node = src.defs.get(first)
+        if node is None:  # decorated: the def line follows its decorators
+            node = next(
+                (d for line, d in sorted(src.defs.items()) if line >= first), None
+            )
+        if node is None or node.name.value != fn.__name__:
+            raise UserError(f"cannot find the source of {fn.__qualname__}", src.display)
+        return src, node

@@ -1,0 +1,222 @@
+"""The graph IR: a flat, immutable list of ATen-level nodes.
+
+Note [Graph invariants]
+~~~~~~~~~~~~~~~~~~~~~~~
+* A `Graph` is a tuple of `Node`s in topological order; every `Ref` in a node's
+  arguments names a node that comes earlier. Names are unique.
+* `op` is one of:
+    - "input":   a tensor argument of the target (`target` is the parameter name);
+    - "param":   a parameter or buffer of the module (`target` is its dotted path);
+    - "call":    an ATen op (`target` is "aten.add.Tensor") or "getitem" (picks one
+                 result of a multi-output node);
+* Every tensor-valued node carries `TensorMeta`: shape, stride, storage offset and
+  dtype, exactly as PyTorch's meta kernels computed them. Views keep the strides and
+  offset of their base's storage, so folding a view into indexing needs no per-op rule.
+* `outputs` is the returned structure: nested tuples/lists/dicts of `Ref`s and constants.
+* Every node keeps the `Span` of the user source line that produced it.
+
+`Graph.lint()` checks these; passes call it after they run (see `passes.PIPELINE`).
+The printout (`str(graph)`) is what goldens and `--explain` show.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Iterator
+
+import torch
+
+
+@dataclass(frozen=True)
+class Span:
+    """A user source line: `file` is relative to the project root."""
+
+    file: str
+    line: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+    dtype: torch.dtype
+
+    @staticmethod
+    def of(t: torch.Tensor) -> "TensorMeta":
+        return TensorMeta(
+            tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype
+        )
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def is_contiguous(self) -> bool:
+        return self.stride == contiguous_strides(self.shape) or self.numel <= 1
+
+    def __str__(self) -> str:
+        dtype = str(self.dtype).replace("torch.", "")
+        dims = ",".join(map(str, self.shape))
+        layout = "" if self.is_contiguous() else f" stride={self.stride}"
+        offset = f" offset={self.offset}" if self.offset else ""
+        return f"{dtype}[{dims}]{layout}{offset}"
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A use of another node's value."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+Meta = TensorMeta | tuple[TensorMeta, ...] | None
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    op: str  # "input" | "param" | "call"
+    target: str
+    args: tuple[Any, ...] = ()
+    kwargs: tuple[tuple[str, Any], ...] = ()
+    meta: Meta = None
+    span: Span | None = None
+    origin: str | None = None  # the op this node was decomposed from, for naming
+
+    @property
+    def tensor_meta(self) -> TensorMeta:
+        assert isinstance(self.meta, TensorMeta), self
+        return self.meta
+
+    def refs(self) -> Iterator[Ref]:
+        yield from iter_refs((self.args, self.kwargs))
+
+    def __str__(self) -> str:
+        if self.op in ("input", "param"):
+            rhs = f"{self.op}({self.target!r})"
+        else:
+            parts = [_fmt(a) for a in self.args]
+            parts += [f"{k}={_fmt(v)}" for k, v in self.kwargs]
+            rhs = f"{self.target}({', '.join(parts)})"
+        meta = self.meta
+        if isinstance(meta, tuple):
+            ann = "(" + ", ".join(map(str, meta)) + ")"
+        else:
+            ann = str(meta) if meta is not None else "?"
+        where = f"  # {self.span}" if self.span else ""
+        return f"{self.name}: {ann} = {rhs}{where}"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_fmt(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner})"
+    if isinstance(value, torch.dtype):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    return repr(value)
+
+
+def iter_refs(value: Any) -> Iterator[Ref]:
+    if isinstance(value, Ref):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from iter_refs(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from iter_refs(v)
+
+
+def map_refs(value: Any, fn) -> Any:
+    """Rebuild `value` with every `Ref` replaced by `fn(ref)`."""
+    if isinstance(value, Ref):
+        return fn(value)
+    if isinstance(value, list):
+        return [map_refs(v, fn) for v in value]
+    if isinstance(value, tuple):
+        return tuple(map_refs(v, fn) for v in value)
+    if isinstance(value, dict):
+        return {k: map_refs(v, fn) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class Graph:
+    nodes: tuple[Node, ...]
+    outputs: Any  # nested structure of Ref / constants
+
+    def by_name(self) -> dict[str, Node]:
+        return {n.name: n for n in self.nodes}
+
+    def users(self) -> dict[str, list[str]]:
+        """Node name -> names of the nodes using it ("<output>" for the result)."""
+        users: dict[str, list[str]] = {n.name: [] for n in self.nodes}
+        for n in self.nodes:
+            for r in n.refs():
+                users[r.name].append(n.name)
+        for r in iter_refs(self.outputs):
+            users[r.name].append("<output>")
+        return users
+
+    def with_nodes(self, nodes, outputs=None) -> "Graph":
+        return replace(
+            self,
+            nodes=tuple(nodes),
+            outputs=self.outputs if outputs is None else outputs,
+        )
+
+    def lint(self) -> None:
+        """Check Note [Graph invariants]; raises AssertionError on a broken graph."""
+        seen: set[str] = set()
+        for n in self.nodes:
+            assert n.name not in seen, f"duplicate node name {n.name}"
+            assert n.op in ("input", "param", "call"), n
+            for r in n.refs():
+                assert r.name in seen, f"{n.name} uses {r.name} before it is defined"
+            assert n.meta is not None, f"{n.name} has no meta"
+            seen.add(n.name)
+        for r in iter_refs(self.outputs):
+            assert r.name in seen, f"output uses undefined {r.name}"
+
+    def __str__(self) -> str:
+        lines = [str(n) for n in self.nodes]
+        lines.append(f"return {_fmt_out(self.outputs)}")
+        return "\n".join(lines)
+
+
+def _fmt_out(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_fmt_out(v)}" for k, v in value.items()) + "}"
+    return _fmt(value)
+
+
+@dataclass(frozen=True)
+class RuntimeDevice:
+    """The device of the variant's inputs, in a factory op's `device=` argument."""
+
+    def __repr__(self) -> str:
+        return "device"
+
+
+DEVICE = RuntimeDevice()

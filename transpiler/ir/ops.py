@@ -1,0 +1,123 @@
+"""Which ATen ops we lower, and how they map onto kernel operations.
+
+One row per op. `POINTWISE` maps an ATen overload to a `Pointwise` lowering: the kernel
+op name (a key of the backend tables in codegen/optable.py), which positional arguments
+are its operands, and how operand dtypes are chosen. `REDUCTIONS` lists the reductions
+fused into row-reduction kernels. Views need no table: an op whose schema says its result
+aliases its input is a view, and its meta strides say how to index it. Every other op is
+an extern call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Pointwise:
+    op: str  # kernel op, a key of codegen.optable.TRITON / CPP
+    operands: tuple[int, ...] = (0,)  # positional argument indices
+    kind: str = "arith"  # "arith": operands in the result type; "compare": promoted
+    # inputs, bool result; "where": bool condition then values; "cast": to the result
+
+
+P = Pointwise
+UNARY = ("abs", "neg", "relu", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh",
+         "sigmoid", "erf", "floor", "ceil", "reciprocal", "logical_not")
+
+POINTWISE: dict[str, Pointwise] = {
+    **{f"aten.{op}.default": P(op) for op in UNARY},
+    "aten.add.Tensor": P("add", (0, 1)),
+    "aten.add.Scalar": P("add", (0, 1)),
+    "aten.sub.Tensor": P("sub", (0, 1)),
+    "aten.sub.Scalar": P("sub", (0, 1)),
+    "aten.rsub.Scalar": P("rsub", (0, 1)),
+    "aten.mul.Tensor": P("mul", (0, 1)),
+    "aten.mul.Scalar": P("mul", (0, 1)),
+    "aten.div.Tensor": P("truediv", (0, 1)),
+    "aten.div.Scalar": P("truediv", (0, 1)),
+    "aten.maximum.default": P("maximum", (0, 1)),
+    "aten.minimum.default": P("minimum", (0, 1)),
+    "aten.clamp_min.default": P("maximum", (0, 1)),
+    "aten.clamp_max.default": P("minimum", (0, 1)),
+    "aten.eq.Tensor": P("eq", (0, 1), "compare"),
+    "aten.eq.Scalar": P("eq", (0, 1), "compare"),
+    "aten.ne.Tensor": P("ne", (0, 1), "compare"),
+    "aten.ne.Scalar": P("ne", (0, 1), "compare"),
+    "aten.lt.Tensor": P("lt", (0, 1), "compare"),
+    "aten.lt.Scalar": P("lt", (0, 1), "compare"),
+    "aten.le.Tensor": P("le", (0, 1), "compare"),
+    "aten.le.Scalar": P("le", (0, 1), "compare"),
+    "aten.gt.Tensor": P("gt", (0, 1), "compare"),
+    "aten.gt.Scalar": P("gt", (0, 1), "compare"),
+    "aten.ge.Tensor": P("ge", (0, 1), "compare"),
+    "aten.ge.Scalar": P("ge", (0, 1), "compare"),
+    "aten.logical_and.default": P("logical_and", (0, 1), "compare"),
+    "aten.logical_or.default": P("logical_or", (0, 1), "compare"),
+    "aten.where.self": P("where", (0, 1, 2), "where"),
+    "aten.clone.default": P("identity"),
+    "aten._to_copy.default": P("identity", (0,), "cast"),
+    "aten.copy.default": P("identity", (1,), "cast"),
+}
+
+# Reductions: kernel reduction op and how the result is finished.
+REDUCTIONS: dict[str, str] = {
+    "aten.sum.dim_IntList": "sum",
+    "aten.mean.dim": "mean",
+    "aten.amax.default": "max",
+    "aten.amin.default": "min",
+    "aten.var.correction": "var",
+    "aten.var.dim": "var",
+    "aten.var_mean.correction": "var_mean",
+    "aten.var_mean.dim": "var_mean",
+}
+
+FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+# Ops that return a fresh tensor which is nonetheless a reinterpretation of one input.
+EXTRA_VIEWS = ("aten._unsafe_view.default",)
+
+
+def is_view(target: str) -> bool:
+    """Whether an op's result aliases its first argument (from the op's schema)."""
+    if target == "getitem" or target in EXTRA_VIEWS:
+        return True
+    if not target.startswith("aten."):
+        return False
+    from transpiler.frontend.recorder import resolve_op
+
+    schema = resolve_op(target)._schema
+    return bool(schema.returns) and all(
+        r.alias_info is not None and not r.alias_info.is_write for r in schema.returns
+    )
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Kernels compute f16/bf16 in f32."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                    torch.int32, torch.int64, torch.bool)
+# Extern ops whose run-time result may be laid out differently from its meta result
+# (attention picks a backend per device): the wrapper makes them contiguous.
+EXTERN_CONTIGUOUS = ("aten.scaled_dot_product_attention.default",)
+
+
+def bind_args(target: str, args: tuple, kwargs: tuple) -> dict:
+    """Arguments by schema name, with the schema's defaults filled in."""
+    from transpiler.frontend.recorder import resolve_op
+
+    schema = resolve_op(target)._schema
+    given = dict(kwargs)
+    out = {}
+    for i, a in enumerate(schema.arguments):
+        if i < len(args) and not a.kwarg_only:
+            out[a.name] = args[i]
+        elif a.name in given:
+            out[a.name] = given[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+    return out

@@ -1,0 +1,126 @@
+"""The loop-level IR: kernels with explicit index arithmetic, and wrapper steps.
+
+Note [Kernel iteration]
+~~~~~~~~~~~~~~~~~~~~~~~
+A kernel iterates over `xnumel` rows and, for a reduction kernel, `rnumel` elements
+per row (`rnumel == 1` for pointwise kernels). A value is either per row (level "x") or
+per element (level "r"); in a pointwise kernel everything is level "x". Every value is
+computed at its flat, row-major position: `xindex` for level "x", and
+`xindex * rnumel + rindex` for level "r" (reductions are over trailing dimensions).
+
+An `Index` turns that position into an address in a buffer:
+    offset + sum(term.stride * ((var // term.div) % term.mod) for term in terms)
+which is how views, broadcasting and any strided layout are read without copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from transpiler.ir.graph import Span, TensorMeta
+
+
+@dataclass(frozen=True)
+class Term:
+    var: str  # "x" or "r"
+    div: int
+    mod: int
+    stride: int
+
+
+@dataclass(frozen=True)
+class Index:
+    offset: int
+    terms: tuple[Term, ...]
+
+
+@dataclass(frozen=True)
+class Stmt:
+    """`name = op(*args)`: args are statement names, Python scalars, or for a load
+    `(buffer_param, Index)`."""
+
+    name: str
+    op: str  # "load" | "reduce" | a kernel op from codegen.optable
+    args: tuple[Any, ...]
+    dtype: torch.dtype  # the dtype the value is computed in
+    level: str  # "x" | "r"
+    reduce: str | None = None  # "sum" | "max" | "min" for op == "reduce"
+
+
+@dataclass(frozen=True)
+class Store:
+    buffer: str  # kernel parameter name
+    index: Index
+    value: str
+    level: str
+    dtype: torch.dtype  # the buffer's dtype
+
+
+@dataclass(frozen=True)
+class KernelArg:
+    param: str  # name inside the kernel ("in_ptr0")
+    buffer: str  # name in the wrapper
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    xnumel: int
+    rnumel: int
+    inputs: tuple[KernelArg, ...]
+    outputs: tuple[KernelArg, ...]
+    body: tuple[Stmt | Store, ...]
+    spans: tuple[Span, ...]
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.rnumel > 1 or any(
+            isinstance(s, Stmt) and s.op == "reduce" for s in self.body
+        )
+
+
+@dataclass(frozen=True)
+class Alloc:
+    buffer: str
+    meta: TensorMeta
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    kernel: str
+    args: tuple[str, ...]  # wrapper buffer names, inputs then outputs
+    spans: tuple[Span, ...]
+
+
+@dataclass(frozen=True)
+class ExternCall:
+    """`out = target(*args, **kwargs)` with `Ref`s to wrapper names; views included."""
+
+    out: str
+    target: str
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+    meta: Any
+    span: Span | None
+    is_view: bool = False
+
+
+Step = Alloc | KernelCall | ExternCall
+
+
+@dataclass(frozen=True)
+class Program:
+    inputs: tuple[str, ...]  # tensor input names, in signature order
+    params: tuple[tuple[str, str], ...]  # (wrapper name, "self.<path>")
+    steps: tuple[Step, ...]
+    kernels: tuple[Kernel, ...]  # distinct kernels, in first-use order
+    outputs: Any  # nested structure of Ref / constants
+
+    def __str__(self) -> str:
+        from transpiler.ir.printer import format_program
+
+        return format_program(self)

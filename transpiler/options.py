@@ -1,0 +1,414 @@
+"""What to build: targets, variants and input specs, as frozen dataclasses.
+
+Options travel as one frozen `Options` value, built by `cli.py` from the command line or
+from `[tool.transpile]` in pyproject.toml, and passed explicitly to `api.run`.
+
+TYPE specs (the `--example NAME=TYPE` grammar):
+
+    f32[2,4]   bf16[8,128]@cuda   i64[4,512]   bool[4]   f32[]   int=3   float=0.5   None
+
+The parsers below are pure functions from text (or a TOML table) to these values; every
+problem is a one-line `UserError`. Order is kept exactly as the user wrote it: targets,
+variants, inputs and init values are tuples in source order, never sets.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from transpiler.errors import UserError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
+
+DTYPES: dict[str, torch.dtype] = {
+    "f16": torch.float16,
+    "bf16": torch.bfloat16,
+    "f32": torch.float32,
+    "f64": torch.float64,
+    "i8": torch.int8,
+    "u8": torch.uint8,
+    "i16": torch.int16,
+    "i32": torch.int32,
+    "i64": torch.int64,
+    "bool": torch.bool,
+}
+DEVICES = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor input: dtype and static shape; `device` is None unless pinned (`@cuda`)."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    device: str | None = None
+
+    def __str__(self) -> str:
+        name = next(k for k, v in DTYPES.items() if v == self.dtype)
+        dims = ",".join(str(d) for d in self.shape)
+        at = f"@{self.device}" if self.device else ""
+        return f"{name}[{dims}]{at}"
+
+
+@dataclass(frozen=True)
+class ScalarSpec:
+    """A Python value input: `int=3`, `float=0.5`, `bool=True`, `None`."""
+
+    value: int | float | bool | None
+
+    def __str__(self) -> str:
+        if self.value is None:
+            return "None"
+        return f"{type(self.value).__name__}={self.value!r}"
+
+
+Spec = TensorSpec | ScalarSpec
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One specialization: the inputs by parameter name, and the device it runs on."""
+
+    inputs: tuple[tuple[str, Spec], ...]
+    device: str
+
+    def describe(self) -> str:
+        args = ", ".join(f"{name}={spec}" for name, spec in self.inputs)
+        return f"{self.device}: {args}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A model or function to transpile, with its variants and how to build it."""
+
+    source: str  # as the user wrote it: "examples/toy.py::ToyModule" or "pkg.mod::Name"
+    variants: tuple[Variant, ...]
+    init: tuple[tuple[str, object], ...] = ()
+    factory: str | None = None  # "FILE.py::fn" or "pkg.mod::fn" returning the instance
+
+
+@dataclass(frozen=True)
+class Options:
+    """Everything one run of `transpile` needs."""
+
+    targets: tuple[Target, ...]
+    root: Path  # project root: paths in targets and `out` are relative to it
+    out: Path = Path("generated")
+    check: bool = False
+    explain: bool = False
+    command: str = "transpile"  # the command recorded in headers to regenerate
+
+
+Inputs = tuple[tuple[str, Spec], ...]
+
+# ---------------------------------------------------------------------------------------
+# TYPE specs
+
+_TENSOR = re.compile(r"(?P<dtype>\w+)\[(?P<dims>[^\[\]]*)\](?:@(?P<device>.*))?")
+_DIM = re.compile(r"[0-9]+")
+_BOOLS = {"True": True, "False": False}
+_SCALARS = ("bool", "float", "int")
+
+
+def parse_spec(text: str) -> Spec:
+    """Parse one TYPE: `f32[2,4]`, `bf16[8,128]@cuda`, `f32[]`, `int=3`, `None`, ..."""
+    shown = text.strip()
+    compact = "".join(text.split())
+    if compact == "None":
+        return ScalarSpec(None)
+    if "[" not in compact and "=" in compact:
+        return _parse_scalar(shown, *compact.split("=", 1))
+    match = _TENSOR.fullmatch(compact)
+    if match is None:
+        raise UserError(
+            f"bad TYPE {shown!r}: expected a tensor like f32[2,4] or bf16[8,128]@cuda,"
+            " or a scalar like int=3, float=0.5, bool=True or None"
+        )
+    dtype, dims, device = match["dtype"], match["dims"], match["device"]
+    if dtype not in DTYPES:
+        known = ", ".join(sorted(DTYPES))
+        raise UserError(f"unknown dtype {dtype!r} in {shown!r} (known: {known})")
+    sizes = dims.split(",") if dims else []
+    if not all(_DIM.fullmatch(size) for size in sizes):
+        raise UserError(f"bad TYPE {shown!r}: dimensions must be non-negative integers")
+    if device is not None:
+        check_device(device, f" in {shown!r}")
+    return TensorSpec(DTYPES[dtype], tuple(int(size) for size in sizes), device)
+
+
+def _parse_scalar(shown: str, kind: str, value: str) -> ScalarSpec:
+    if kind not in _SCALARS:
+        known = ", ".join(_SCALARS)
+        raise UserError(f"unknown scalar type {kind!r} in {shown!r} (known: {known})")
+    try:
+        if kind == "bool":
+            return ScalarSpec(_BOOLS[value])
+        return ScalarSpec(int(value) if kind == "int" else float(value))
+    except (KeyError, ValueError):
+        expected = "True or False" if kind == "bool" else f"a Python {kind} literal"
+        raise UserError(f"bad TYPE {shown!r}: expected {expected} after '='") from None
+
+
+def check_device(device: str, where: str = "") -> str:
+    """Return `device` if it is one we compile for, else raise a UserError."""
+    if device not in DEVICES:
+        known = ", ".join(DEVICES)
+        raise UserError(f"unknown device {device!r}{where} (known: {known})")
+    return device
+
+
+# ---------------------------------------------------------------------------------------
+# Examples, variants, init values, target names
+
+
+def parse_example(text: str) -> tuple[str, Spec]:
+    """Parse `NAME=TYPE`, splitting on the first `=`: `n=int=3` is name n, spec int=3."""
+    name, sep, spec = text.partition("=")
+    name = name.strip()
+    if not sep or not name.isidentifier():
+        raise UserError(
+            f"bad example {text.strip()!r}: expected NAME=TYPE, e.g. x=f32[2,4]"
+        )
+    return name, parse_spec(spec)
+
+
+def parse_variant(text: str) -> Inputs:
+    """Parse `"x=f32[2,4], y=f32[4]"`; commas inside brackets belong to the shape."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    inputs = tuple(parse_example(part) for part in parts if part.strip())
+    if not inputs:
+        raise UserError(
+            f"bad variant {text.strip()!r}: expected NAME=TYPE, ... "
+            "e.g. 'x=f32[2,4], y=f32[4]'"
+        )
+    return check_unique_inputs(inputs, f"variant {text.strip()!r}")
+
+
+def check_unique_inputs(inputs: Inputs, where: str) -> Inputs:
+    """Return `inputs` if no name is given twice, else raise a UserError."""
+    seen: set[str] = set()
+    for name, _ in inputs:
+        if name in seen:
+            raise UserError(f"input {name!r} given twice in {where}")
+        seen.add(name)
+    return inputs
+
+
+def parse_init_value(text: str) -> object:
+    """Parse the V of `--init K=V` as a Python literal, else keep it as a string."""
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def parse_init(text: str) -> tuple[str, object]:
+    """Parse `--init K=V` into (K, value); see `parse_init_value`."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key.isidentifier():
+        raise UserError(f"bad init {text.strip()!r}: expected K=V, e.g. hidden=64")
+    return key, parse_init_value(value)
+
+
+def format_init(key: str, value: object) -> str:
+    """The normalized `K=V` text for an init value; `parse_init` reads it back."""
+    if isinstance(value, str) and parse_init_value(value) == value:
+        return f"{key}={value}"
+    return f"{key}={value!r}"
+
+
+def check_source(text: str, what: str = "target", name: str = "Name") -> str:
+    """Return `FILE.py::Name` / `pkg.mod::Name` stripped, else raise a UserError."""
+    left, sep, right = text.strip().partition("::")
+    if not sep or not left.strip() or not right.strip():
+        raise UserError(
+            f"bad {what} {text.strip()!r}: expected FILE.py::{name} or pkg.mod::{name}"
+        )
+    return text.strip()
+
+
+# ---------------------------------------------------------------------------------------
+# Devices
+
+
+def describe_inputs(inputs: Inputs) -> str:
+    return ", ".join(f"{name}={spec}" for name, spec in inputs)
+
+
+def expand_variants(
+    inputs: Inputs,
+    devices: tuple[str, ...] = DEVICES,
+    pinned_device: str | None = None,
+) -> tuple[Variant, ...]:
+    """The variants of one input set.
+
+    The device is, in order: `pinned_device` (a config variant's `device` key), else the
+    device every `@dev` tensor spec agrees on, else one variant per entry of `devices`.
+    """
+    where = f"variant {describe_inputs(inputs)!r}"
+    pinned = sorted(
+        {s.device for _, s in inputs if isinstance(s, TensorSpec) and s.device}
+    )
+    if len(pinned) > 1:
+        raise UserError(
+            f"{where} pins tensors to different devices ({', '.join(pinned)});"
+            " a variant runs on one device"
+        )
+    if pinned_device is not None:
+        check_device(pinned_device, f" in {where}")
+        if pinned and pinned != [pinned_device]:
+            raise UserError(
+                f"{where} has device = {pinned_device!r} but its tensors are"
+                f" pinned to @{pinned[0]}"
+            )
+    chosen = (pinned_device,) if pinned_device else tuple(pinned) or devices
+    return tuple(Variant(inputs, check_device(d, f" in {where}")) for d in chosen)
+
+
+def collect_variants(
+    input_sets: Iterable[tuple[Inputs, str | None]], devices: tuple[str, ...]
+) -> tuple[Variant, ...]:
+    """Expand (inputs, pinned device) pairs in order; the same variant twice is an error."""
+    variants: list[Variant] = []
+    for inputs, pinned_device in input_sets:
+        for variant in expand_variants(inputs, devices, pinned_device):
+            if variant in variants:
+                raise UserError(f"variant {variant.describe()!r} is given twice")
+            variants.append(variant)
+    return tuple(variants)
+
+
+# ---------------------------------------------------------------------------------------
+# [tool.transpile] in pyproject.toml
+
+NO_CONFIG = "no target given and no [tool.transpile] in pyproject.toml"
+_CONFIG_KEYS = ("out", "target")
+_TARGET_KEYS = ("devices", "factory", "init", "source", "variants")
+
+
+def load_config(pyproject: Path, root: Path) -> tuple[Path, tuple[Target, ...]]:
+    """Read `[tool.transpile]`: the output dir (as written, relative to root) and targets.
+
+    Errors name the file (relative to `root`) and say what is wrong.
+    """
+    inside = pyproject.is_relative_to(root)
+    where = pyproject.relative_to(root).as_posix() if inside else pyproject.name
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(NO_CONFIG) from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise UserError(f"cannot read: {err}", file=where) from None
+    tool = data.get("tool")
+    config = tool.get("transpile") if isinstance(tool, dict) else None
+    if config is None:
+        raise UserError(NO_CONFIG)
+    try:
+        return _config_from_toml(config)
+    except UserError as err:
+        raise UserError(err.message, file=err.file or where) from None
+
+
+def _config_from_toml(value: object) -> tuple[Path, tuple[Target, ...]]:
+    label = "[tool.transpile]"
+    config = _check_table(value, _CONFIG_KEYS, label)
+    out = config.get("out", "generated")
+    if not isinstance(out, str) or not out.strip():
+        raise UserError(
+            f'{label}: out must be a directory name, e.g. out = "generated"'
+        )
+    entries = config.get("target")
+    if not isinstance(entries, list) or not entries:
+        raise UserError(f'{label} has no [[tool.transpile.target]] with source = "..."')
+    targets = tuple(_target_from_toml(entry, i) for i, entry in enumerate(entries, 1))
+    return Path(out), targets
+
+
+def _target_from_toml(value: object, index: int) -> Target:
+    label = f"[[tool.transpile.target]] #{index}"
+    entry = _check_table(value, _TARGET_KEYS, label)
+    source = entry.get("source")
+    if not isinstance(source, str):
+        raise UserError(f'{label} has no source = "FILE.py::Name"')
+    label = f"target {check_source(source)!r}"
+    init = entry.get("init", {})
+    if not isinstance(init, dict) or not all(k.isidentifier() for k in init):
+        raise UserError(
+            f"{label}: init must be a table of NAME = value, e.g. {{ n = 4 }}"
+        )
+    factory = entry.get("factory")
+    if factory is not None:
+        if not isinstance(factory, str):
+            raise UserError(f'{label}: factory must be a string "FILE.py::fn"')
+        factory = check_source(factory, "factory", "fn")
+    if init and factory:
+        raise UserError(f"{label}: give init or factory, not both")
+    devices = entry.get("devices", list(DEVICES))
+    if not isinstance(devices, list) or not devices or not _all_str(devices):
+        raise UserError(f'{label}: devices must be a non-empty list, e.g. ["cpu"]')
+    devices = tuple(check_device(d, f" in {label}") for d in dict.fromkeys(devices))
+    tables = entry.get("variants")
+    if not isinstance(tables, list) or not tables:
+        raise UserError(f'{label} has no variants = [{{ x = "f32[2,4]" }}, ...]')
+    input_sets = [
+        _variant_from_toml(t, f"{label} variant {j}") for j, t in enumerate(tables, 1)
+    ]
+    try:
+        variants = collect_variants(input_sets, devices)
+    except UserError as err:
+        raise UserError(f"{label}: {err.message}") from None
+    return Target(source.strip(), variants, tuple(init.items()), factory)
+
+
+def _variant_from_toml(table: object, label: str) -> tuple[Inputs, str | None]:
+    if not isinstance(table, dict):
+        raise UserError(
+            f'{label} must be a table of NAME = "TYPE", e.g. {{ x = "f32[2,4]" }}'
+        )
+    device = table.get("device")
+    inputs = []
+    for name, text in table.items():
+        if name == "device":
+            continue
+        if not isinstance(text, str) or not name.isidentifier():
+            raise UserError(
+                f'{label}: {name} must be a TYPE string, e.g. {name} = "f32[2,4]"'
+            )
+        try:
+            inputs.append((name, parse_spec(text)))
+        except UserError as err:
+            raise UserError(f"{label}: {err.message}") from None
+    if device is not None and not isinstance(device, str):
+        raise UserError(f'{label}: device must be "cpu" or "cuda"')
+    return tuple(inputs), device
+
+
+def _all_str(values: list) -> bool:
+    return all(isinstance(value, str) for value in values)
+
+
+def _check_table(value: object, known: tuple[str, ...], label: str) -> dict:
+    if not isinstance(value, dict):
+        raise UserError(f"{label} must be a table")
+    for key in value:
+        if key not in known:
+            raise UserError(
+                f"unknown key {key!r} in {label} (known: {', '.join(known)})"
+            )
+    return value

@@ -1,0 +1,66 @@
+"""Fold constants and strength-reduce ops whose scalar argument decides the result.
+
+Before:  sq = aten.pow.Tensor_Scalar(x, 2);  y = aten.mul.Tensor(sq, 1)
+After:   sq = aten.mul.Tensor(x, x)          (y is sq: multiplying by 1 is dropped)
+
+A general `pow` has no kernel lowering; the common exponents become multiplies and
+roots that do. Identity arithmetic is removed only where it changes neither dtype
+nor shape.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from transpiler.ir.graph import Graph, Node
+from transpiler.passes.retrace import retrace
+
+POW_RULES = {
+    1: lambda x: x,
+    2: lambda x: x * x,
+    3: lambda x: x * x * x,
+    0.5: torch.sqrt,
+    -0.5: torch.rsqrt,
+    -1: torch.reciprocal,
+}
+IDENTITY_SCALARS = {
+    "aten.mul.Tensor": 1, "aten.mul.Scalar": 1, "aten.div.Tensor": 1,
+    "aten.div.Scalar": 1, "aten.add.Tensor": 0, "aten.add.Scalar": 0,
+    "aten.sub.Tensor": 0, "aten.sub.Scalar": 0,
+}
+NO_OPS = ("aten.detach.default", "aten.alias.default", "aten.lift_fresh.default")
+
+
+def _pow(node: Node, args, kwargs):
+    x, exponent = args
+    rule = POW_RULES.get(exponent) if not isinstance(exponent, bool) else None
+    if rule is None or not x.dtype.is_floating_point:
+        return NotImplemented
+    return rule(x)
+
+
+def _identity(node: Node, args, kwargs):
+    x, scalar = args[0], args[1]
+    if (isinstance(x, torch.Tensor) and not isinstance(scalar, (torch.Tensor, bool))
+            and scalar == IDENTITY_SCALARS[node.target] and not kwargs
+            and tuple(x.shape) == node.tensor_meta.shape
+            and x.dtype == node.tensor_meta.dtype):
+        return x
+    return NotImplemented
+
+
+def _no_op(node: Node, args, kwargs):
+    return args[0]
+
+
+REWRITES = {
+    "aten.pow.Tensor_Scalar": _pow,
+    **{t: _identity for t in IDENTITY_SCALARS},
+    **{t: _no_op for t in NO_OPS},
+}
+
+
+def constant_fold(graph: Graph) -> Graph:
+    if not any(n.target in REWRITES for n in graph.nodes):
+        return graph
+    return retrace(graph, rewrites=REWRITES)

@@ -1,0 +1,22 @@
+"""Dead-code elimination: drop nodes whose values nothing uses.
+
+Before:  a = aten.exp.default(x);  b = aten.relu.default(x);  return b
+After:   b = aten.relu.default(x);  return b
+
+Every op in the graph is functional (the frontend functionalizes in-place ops), so an
+unused node has no effect. Inputs stay: they are the variant's signature.
+"""
+
+from __future__ import annotations
+
+from transpiler.ir.graph import Graph, iter_refs
+
+
+def dce(graph: Graph) -> Graph:
+    live = {r.name for r in iter_refs(graph.outputs)}
+    keep = []
+    for node in reversed(graph.nodes):
+        if node.name in live or node.op == "input":
+            keep.append(node)
+            live.update(r.name for r in node.refs())
+    return graph.with_nodes(reversed(keep))

@@ -1,0 +1,77 @@
+"""Re-run a graph on meta tensors under a recorder: the engine of graph rewrites.
+
+Passes that rewrite ops in terms of other ATen ops (decompositions, strength reduction)
+do it by running each node's op, or its replacement, on meta tensors under a fresh
+`Recorder`, so the new nodes get PyTorch's own metadata and keep the original's span.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from transpiler.frontend.recorder import GraphBuilder, Recorder, resolve_op
+from transpiler.ir.graph import DEVICE, Graph, Node, Ref, TensorMeta, map_refs
+
+Rewrite = Callable[[Node, tuple, dict], object]  # returns NotImplemented to keep
+
+
+def retrace(graph: Graph, rewrites: dict[str, Rewrite] | None = None,
+            decompositions: dict | None = None) -> Graph:
+    builder = GraphBuilder()
+    recorder = Recorder(builder, decompositions)
+    values: dict[str, object] = {}
+    rewrites = rewrites or {}
+    with torch.device("meta"), torch.no_grad(), recorder:
+        for node in graph.nodes:
+            values[node.name] = _run(node, values, builder, recorder, rewrites)
+    builder_nodes = builder.nodes
+    outputs = map_refs(graph.outputs, lambda r: _ref_of(values[r.name], builder))
+    return graph.with_nodes(builder_nodes, outputs)
+
+
+def _ref_of(value, builder: GraphBuilder) -> Ref:
+    return builder.ref(value, None)
+
+
+def _run(node: Node, values: dict, builder: GraphBuilder, recorder: Recorder,
+         rewrites: dict[str, Rewrite]):
+    if node.op in ("input", "param"):
+        m = node.tensor_meta
+        t = torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device="meta")
+        builder.nodes.append(node)
+        builder._used[node.name] = 1
+        builder.bind(t, node.name)
+        return t
+    args = map_refs(node.args, lambda r: values[r.name])
+    kwargs = {k: map_refs(v, lambda r: values[r.name]) for k, v in node.kwargs}
+    kwargs = {k: (torch.device("meta") if v is DEVICE else v) for k, v in kwargs.items()}
+    if node.target == "getitem":
+        return args[0][args[1]]
+    recorder.span = node.span
+    start = len(builder.nodes)
+    rewrite = rewrites.get(node.target)
+    out = rewrite(node, args, kwargs) if rewrite else NotImplemented
+    op = resolve_op(node.target)
+    if out is NotImplemented and op in recorder.decompositions:
+        out = op(*args, **kwargs)
+    elif out is NotImplemented:  # keep the op whole, even a composite one
+        with _disable_current_modes():
+            out = op(*args, **kwargs)
+        recorder.record(node.target, args, kwargs, out)
+    origin = node.origin
+    if len(builder.nodes) - start > 1 and origin is None:
+        origin = node.target.split(".")[1].lstrip("_")
+    for i in range(start, len(builder.nodes)):
+        n = builder.nodes[i]
+        if n.origin is None and origin is not None:
+            builder.nodes[i] = Node(n.name, n.op, n.target, n.args, n.kwargs, n.meta,
+                                    n.span, origin)
+    if isinstance(out, torch.Tensor) and not builder.knows(out):
+        raise AssertionError(f"rewrite of {node.name} returned an unrecorded tensor")
+    return out
+
+
+__all__ = ["retrace", "TensorMeta"]

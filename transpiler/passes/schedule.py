@@ -1,0 +1,357 @@
+"""Schedule: turn fused groups and extern ops into a `Program`.
+
+Before:  group 0 (pointwise, 8 elements): add, relu -- realized: relu
+After:   kernel fused_add_relu_0(in_ptr0, in_ptr1, out_ptr0), xnumel=8:
+             tmp0 = load(in_ptr0, x);  tmp1 = load(in_ptr1, x)
+             tmp2 = add(tmp0, tmp1);   tmp3 = relu(tmp2);  store(out_ptr0, x, tmp3)
+         steps: relu = alloc(f32[2,4]); fused_add_relu_0(a, b, relu); return relu
+
+Steps run in a topological order of their dependencies, ties broken by source order.
+Kernels whose bodies are identical are emitted once and called by name.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import torch
+
+from transpiler.ir.graph import Graph, Node, Ref, TensorMeta, iter_refs, map_refs
+from transpiler.ir.ops import POINTWISE, REDUCTIONS, bind_args, compute_dtype
+from transpiler.ir.program import (
+    Alloc, ExternCall, Index, Kernel, KernelArg, KernelCall, Program, Stmt, Store,
+    Term,
+)
+from transpiler.passes.fuse import Fusion, Group, reduction_spec, resolve
+
+
+@dataclass(frozen=True)
+class Const:
+    """A scalar literal inside a kernel, with the dtype it is computed in."""
+
+    value: object
+    dtype: torch.dtype
+
+
+@dataclass
+class KernelNames:
+    """Module-wide kernel names: one namespace, identical bodies share a name."""
+
+    used: dict[str, int] = field(default_factory=dict)
+    by_body: dict[tuple, str] = field(default_factory=dict)
+
+    def name_for(self, base: str, key: tuple) -> tuple[str, bool]:
+        if key in self.by_body:
+            return self.by_body[key], False
+        n = self.used.get(base, 0)
+        self.used[base] = n + 1
+        name = f"{base}_{n}"
+        self.by_body[key] = name
+        return name, True
+
+
+def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
+    nodes = graph.by_name()
+    units = _units(graph, fusion, nodes)
+    steps: list = []
+    kernels: list[Kernel] = []
+    for unit in _toposort(units, graph, fusion, nodes):
+        if isinstance(unit, Group):
+            kernel = KernelBuilder(unit, fusion, nodes).build()
+            key = _body_key(kernel)
+            name, new = names.name_for(kernel.name, key)
+            kernel = Kernel(name, *(getattr(kernel, f) for f in (
+                "xnumel", "rnumel", "inputs", "outputs", "body", "spans")))
+            if new:
+                kernels.append(kernel)
+            for out in kernel.outputs:
+                steps.append(Alloc(out.buffer, nodes[out.buffer].tensor_meta))
+            args = tuple(a.buffer for a in kernel.inputs + kernel.outputs)
+            steps.append(KernelCall(name, args, kernel.spans))
+        else:
+            node = nodes[unit]
+            steps.append(ExternCall(node.name, node.target, node.args, node.kwargs,
+                                    node.meta, node.span,
+                                    fusion.kinds[node.name] == "view"))
+    inputs = tuple(n.name for n in graph.nodes if n.op == "input")
+    params = tuple((n.name, "self." + n.target) for n in graph.nodes if n.op == "param")
+    return Program(inputs, params, tuple(steps), tuple(kernels), graph.outputs)
+
+
+def _units(graph: Graph, fusion: Fusion, nodes) -> list:
+    """Groups, plus the nodes the wrapper computes itself (externs, needed views)."""
+    wrapper: set[str] = set()
+
+    def need(ref: Ref) -> None:
+        name = ref.name
+        while fusion.kinds[name] == "view" and name not in wrapper:
+            wrapper.add(name)
+            name = nodes[name].args[0].name
+
+    for n in graph.nodes:
+        kind = fusion.kinds[n.name]
+        if kind in ("extern", "extern_item"):
+            wrapper.add(n.name)
+            for r in n.refs():
+                need(r)
+    for r in iter_refs(graph.outputs):
+        need(r)
+    units: list = []
+    seen: set[int] = set()
+    for n in graph.nodes:
+        gid = fusion.group_of.get(n.name)
+        if gid is not None and gid not in seen:
+            seen.add(gid)
+            units.append(fusion.groups[gid])
+        elif n.name in wrapper:
+            units.append(n.name)
+    return units
+
+
+def _toposort(units: list, graph: Graph, fusion: Fusion, nodes) -> list:
+    position = {n.name: i for i, n in enumerate(graph.nodes)}
+    owner: dict[str, int] = {}
+    for i, u in enumerate(units):
+        for name in (u.nodes if isinstance(u, Group) else (u,)):
+            owner[name] = i
+    deps: list[set[int]] = []
+    for i, u in enumerate(units):
+        d: set[int] = set()
+        for name in (u.nodes if isinstance(u, Group) else (u,)):
+            for r in nodes[name].refs():
+                _, _, root = resolve(r, nodes, fusion.kinds)
+                for dep in (r.name, root):
+                    j = owner.get(dep)
+                    if j is not None and j != i:
+                        d.add(j)
+        deps.append(d)
+    users: list[list[int]] = [[] for _ in units]
+    for i, d in enumerate(deps):
+        for j in d:
+            users[j].append(i)
+    first = [min(position[n] for n in (u.nodes if isinstance(u, Group) else (u,)))
+             for u in units]
+    waiting = [len(d) for d in deps]
+    ready = [(first[i], i) for i in range(len(units)) if waiting[i] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(units[i])
+        for j in users[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                heapq.heappush(ready, (first[j], j))
+    assert len(order) == len(units), "cycle between kernels"
+    return order
+
+
+def _body_key(k: Kernel) -> tuple:
+    return (k.xnumel, k.rnumel, tuple(a.dtype for a in k.inputs),
+            tuple(a.dtype for a in k.outputs), k.body)
+
+
+class KernelBuilder:
+    """Builds one kernel's statements from a group, reading and writing buffers."""
+
+    def __init__(self, group: Group, fusion: Fusion, nodes: dict[str, Node]):
+        self.group = group
+        self.fusion = fusion
+        self.nodes = nodes
+        self.body: list[Stmt | Store] = []
+        self.cse: dict[tuple, str] = {}
+        self.values: dict[str, str] = {}  # graph node -> statement name
+        self.inputs: dict[str, KernelArg] = {}
+        self.outputs: list[KernelArg] = []
+
+    def build(self) -> Kernel:
+        g = self.group
+        for name in g.nodes:
+            node = self.nodes[name]
+            kind = self.fusion.kinds[name]
+            if kind == "pointwise":
+                self.values[name] = self.pointwise(node)
+            elif kind == "reduction":
+                self.reduction(node)
+            if name in self.fusion.realized:
+                self.store(node)
+        spans = []
+        for name in g.nodes:
+            span = self.nodes[name].span
+            if span is not None and span not in spans:
+                spans.append(span)
+        return Kernel(self._name(), g.rows, g.rnumel, tuple(self.inputs.values()),
+                      tuple(self.outputs), tuple(self.body), tuple(spans))
+
+    def _name(self) -> str:
+        labels: list[str] = []
+        for name in self.group.nodes:
+            node = self.nodes[name]
+            if node.target == "getitem":
+                continue
+            label = node.origin or node.target.split(".")[1]
+            label = label.lstrip("_")
+            if label not in labels:
+                labels.append(label)
+        return "fused_" + "_".join(labels[:4])
+
+    # ---- statements -----------------------------------------------------------
+
+    def emit(self, op: str, args: tuple, dtype, level: str, reduce=None) -> str:
+        key = (op, args, dtype, level, reduce)
+        if key in self.cse and op != "reduce":
+            return self.cse[key]
+        name = f"tmp{sum(isinstance(s, Stmt) for s in self.body)}"
+        self.body.append(Stmt(name, op, args, dtype, level, reduce))
+        self.cse[key] = name
+        return name
+
+    def dtype_of(self, name: str) -> torch.dtype:
+        return next(s.dtype for s in self.body if isinstance(s, Stmt) and s.name == name)
+
+    def cast(self, value, dtype, level: str):
+        if isinstance(value, Const):
+            return Const(value.value, dtype)
+        if self.dtype_of(value) == dtype:
+            return value
+        return self.emit("cast", (value,), dtype, level)
+
+    def level_of(self, numel: int) -> str:
+        g = self.group
+        return "r" if g.rnumel > 1 and numel == g.rows * g.rnumel else "x"
+
+    def operand(self, value, shape: tuple[int, ...], level: str):
+        """A statement name (or Const) for an argument read at `shape`'s positions."""
+        if not isinstance(value, Ref):
+            return Const(value, _scalar_dtype(value))
+        how, via, root = resolve(value, self.nodes, self.fusion.kinds)
+        if how == "virtual" and self.fusion.group_of.get(root) == self.group.id:
+            return self.values[root]
+        view = self.nodes[via].tensor_meta
+        base = self.nodes[root].tensor_meta
+        arg = self.inputs.get(root)
+        if arg is None:
+            arg = KernelArg(f"in_ptr{len(self.inputs)}", root, base.dtype)
+            self.inputs[root] = arg
+        index = self.index(shape, level, view, view.offset - base.offset)
+        return self.emit("load", (arg.param, index), compute_dtype(base.dtype), level)
+
+    def index(self, shape, level: str, view: TensorMeta, offset: int) -> Index:
+        """Address of `view`'s element at each flat position of `shape` (broadcast)."""
+        g = self.group
+        pad = len(shape) - len(view.shape)
+        terms: list[Term] = []
+        inner = 1
+        for d in reversed(range(len(shape))):
+            size, vd = shape[d], d - pad
+            stride = view.stride[vd] if vd >= 0 and view.shape[vd] != 1 else 0
+            if size != 1 and stride != 0:
+                if level == "r" and inner < g.rnumel:
+                    assert inner * size <= g.rnumel, "dimension straddles rows"
+                    terms.append(Term("r", inner, size, stride))
+                elif level == "r":
+                    terms.append(Term("x", inner // g.rnumel, size, stride))
+                else:
+                    terms.append(Term("x", inner, size, stride))
+            inner *= size
+        return Index(offset, tuple(_coalesce(reversed(terms))))
+
+    def pointwise(self, node: Node) -> str:
+        row = POINTWISE[node.target]
+        meta = node.tensor_meta
+        level = self.level_of(meta.numel)
+        values = [self.operand(node.args[i], meta.shape, level) for i in row.operands]
+        out = compute_dtype(meta.dtype)
+        if row.kind == "compare":
+            op_dtype = compute_dtype(_promote(node, row.operands, self.nodes))
+            values = [self.cast(v, op_dtype, level) for v in values]
+        elif row.kind == "where":
+            values = [self.cast(values[0], torch.bool, level)] + [
+                self.cast(v, out, level) for v in values[1:]]
+        else:
+            values = [self.cast(v, out, level) for v in values]
+        if row.op == "identity":
+            return values[0] if isinstance(values[0], str) else self.emit(
+                "identity", tuple(values), out, level)
+        return self.emit(row.op, tuple(values), out, level)
+
+    def reduction(self, node: Node) -> None:
+        kind = REDUCTIONS[node.target]
+        src = self.nodes[node.args[0].name].tensor_meta
+        x = self.operand(node.args[0], src.shape, "r")
+        dtype = compute_dtype(src.dtype)
+        x = self.cast(x, dtype, "r")
+        rows, k = reduction_spec(node, self.nodes)
+        if kind in ("sum", "max", "min"):
+            self.values[node.name] = self.emit("reduce", (x,), dtype, "x", kind)
+            return
+        total = self.emit("reduce", (x,), dtype, "x", "sum")
+        mean = self.emit("truediv", (total, Const(k, dtype)), dtype, "x")
+        if kind == "mean":
+            self.values[node.name] = mean
+            return
+        bound = bind_args(node.target, node.args, node.kwargs)
+        correction = bound.get("correction")
+        if "unbiased" in bound:
+            correction = 1 if bound["unbiased"] else 0
+        correction = 1 if correction is None else correction
+        centered = self.emit("sub", (x, mean), dtype, "r")
+        square = self.emit("mul", (centered, centered), dtype, "r")
+        ss = self.emit("reduce", (square,), dtype, "x", "sum")
+        var = self.emit("truediv", (ss, Const(max(k - correction, 0), dtype)), dtype,
+                        "x")
+        if kind == "var":
+            self.values[node.name] = var
+            return
+        for item in self.group.nodes:  # var_mean: its getitems pick the results
+            n = self.nodes[item]
+            if n.target == "getitem" and n.args[0].name == node.name:
+                self.values[item] = (var, mean)[n.args[1]]
+
+    def store(self, node: Node) -> None:
+        meta = node.tensor_meta
+        level = self.level_of(meta.numel)
+        param = f"out_ptr{len(self.outputs)}"
+        self.outputs.append(KernelArg(param, node.name, meta.dtype))
+        index = self.index(meta.shape, level, meta, 0)
+        self.body.append(Store(param, index, self.values[node.name], level, meta.dtype))
+
+
+def _coalesce(terms) -> list[Term]:
+    out: list[Term] = []
+    for t in terms:
+        if out:
+            p = out[-1]
+            if (p.var == t.var and p.div == t.div * t.mod
+                    and p.stride == t.stride * t.mod):
+                out[-1] = Term(t.var, t.div, p.mod * t.mod, t.stride)
+                continue
+        out.append(t)
+    return out
+
+
+def _scalar_dtype(value) -> torch.dtype:
+    if isinstance(value, bool):
+        return torch.bool
+    if isinstance(value, int):
+        return torch.int64
+    return torch.float64
+
+
+def _promote(node: Node, operands, nodes) -> torch.dtype:
+    vals = []
+    for i in operands:
+        a = node.args[i]
+        if isinstance(a, Ref):
+            m = nodes[a.name].tensor_meta
+            vals.append(torch.empty((1,) if m.shape else (), dtype=m.dtype,
+                                    device="meta"))
+        else:
+            vals.append(a)
+    if len(vals) == 1:
+        return vals[0].dtype
+    return torch.result_type(*vals[:2])
+
+
+__all__ = ["schedule", "KernelNames", "Const", "map_refs"]
