@@ -38,13 +38,26 @@ class GraphBuilder:
         self._alive: list[torch.Tensor] = []  # keeps ids in _names valid
         self._params = params or {}
         self._used: dict[str, int] = {}
+        self._taken: set[str] = set()
         self._stale: set[int] = set()
 
     def fresh(self, base: str) -> str:
+        """A new unique name: `base`, else `base_1`, `base_2`, ..."""
         base = base.replace(".", "_")
         n = self._used.get(base, 0)
+        name = f"{base}_{n}" if n else base
+        while name in self._taken:
+            n += 1
+            name = f"{base}_{n}"
         self._used[base] = n + 1
-        return base if n == 0 else f"{base}_{n}"
+        self._taken.add(name)
+        return name
+
+    def keep(self, node: Node, tensor: torch.Tensor) -> None:
+        """Add an existing node unchanged (a rewrite keeping inputs and params)."""
+        self.nodes.append(node)
+        self._taken.add(node.name)
+        self.bind(tensor, node.name)
 
     def add(self, op, target, args=(), kwargs=(), meta=None, span=None, base=None):
         name = self.fresh(base or target.split(".")[1] if op == "call" else target)

@@ -41,9 +41,7 @@ def _run(node: Node, values: dict, builder: GraphBuilder, recorder: Recorder,
     if node.op in ("input", "param"):
         m = node.tensor_meta
         t = torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device="meta")
-        builder.nodes.append(node)
-        builder._used[node.name] = 1
-        builder.bind(t, node.name)
+        builder.keep(node, t)
         return t
     args = map_refs(node.args, lambda r: values[r.name])
     kwargs = {k: map_refs(v, lambda r: values[r.name]) for k, v in node.kwargs}
