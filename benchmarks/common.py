@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import shlex
 import statistics
 import sys
 import time
@@ -25,7 +24,6 @@ import torch
 from examples.compare import (
     Check,
     Target,
-    TensorSpec,
     Variant,
     build_eager,
     build_generated,
@@ -37,9 +35,7 @@ from examples.compare import (
     load_generated,
     load_source,
     make_inputs,
-    parse_spec,
     reference,
-    tomllib,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -260,33 +256,7 @@ def markdown_table(results: list[Result], copy_gbps: float) -> str:
     return "\n".join(lines + ([""] + notes if notes else []))
 
 
-def transpile_commands(config: Path = CONFIG) -> list[str]:
-    """One-off `transpile` commands equivalent to `config` (devices pinned per spec)."""
-    with config.open("rb") as f:
-        section = tomllib.load(f)["tool"]["transpile"]
-    commands = []
-    for entry in section["target"]:
-        words = ["transpile", entry["source"]]
-        for key, value in entry.get("init", {}).items():
-            words += ["--init", f"{key}={value}"]
-        for variant in entry["variants"]:
-            devices = variant.get("device", [])
-            for device in [devices] if isinstance(devices, str) else devices or [None]:
-                words += ["--variant", _variant_text(variant, device)]
-        words += ["-o", section["out"]]
-        commands.append(shlex.join(words))
-    return commands
-
-
-def _variant_text(variant: dict[str, object], device: str | None) -> str:
-    parts = []
-    for name, value in variant.items():
-        if name == "device":
-            continue
-        text = str(value)
-        pin = device and isinstance(parse_spec(text), TensorSpec) and "@" not in text
-        parts.append(f"{name}={text}@{device}" if pin else f"{name}={text}")
-    return ", ".join(parts)
+REGENERATE = "transpile --config benchmarks/pyproject.toml"
 
 
 # ---------------------------------------------------------------------------- main
@@ -319,15 +289,7 @@ def main(
     )
     parser.add_argument("--quick", action="store_true", help="fewer reps, less time")
     parser.add_argument("--out", type=Path, help="also write the report to FILE.md")
-    parser.add_argument(
-        "--commands",
-        action="store_true",
-        help="print the transpile commands that produce benchmarks/generated, and exit",
-    )
     args = parser.parse_args(argv)
-    if args.commands:
-        print("\n".join(transpile_commands()))
-        return 0
 
     timer, timing = make_timer(args.quick)
     numel = copy_numel[1] if args.quick else copy_numel[0]
@@ -361,8 +323,7 @@ def main(
     if any(r.generated_missing for r in results):
         print(
             "\nSome generated modules are missing. Produce benchmarks/generated/ where"
-            " `transpile` is installed, from the repository root:\n  "
-            + "\n  ".join(transpile_commands()),
+            f" `transpile` is installed, from the repository root:\n  {REGENERATE}",
             file=sys.stderr,
         )
     wrong = [r for r in results if r.compile_ok.startswith("no")]

@@ -29,7 +29,11 @@ template <typename T> static inline T min_nan(T a, T b) {
 }
 
 // examples/add_relu.py:7: return (a + b).relu()
-extern "C" void cpp_fused_add_relu_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, float* __restrict__ out_ptr0) {
+extern "C" void cpp_fused_add_relu_0(
+    const float* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    float* __restrict__ out_ptr0
+) {
     #pragma omp simd
     for (int64_t x = 0; x < 8; ++x) {
         float tmp0 = in_ptr0[x];

@@ -10,8 +10,8 @@ def triton_fused_add_relu_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
     xnumel = 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + (xindex), xmask, other=0)
-    tmp1 = tl.load(in_ptr1 + (xindex), xmask, other=0)
+    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp1 = tl.load(in_ptr1 + xindex, xmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tl.where(tmp2 < 0, 0, tmp2)
-    tl.store(out_ptr0 + (xindex), tmp3, xmask)
+    tl.store(out_ptr0 + xindex, tmp3, xmask)

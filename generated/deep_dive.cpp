@@ -31,14 +31,19 @@ template <typename T> static inline T min_nan(T a, T b) {
 // examples/deep_dive.py:15: y = y + bias  # Kernel 2
 // examples/deep_dive.py:16: y = torch.relu(y)  # Kernel 3
 // examples/deep_dive.py:17: y = y * scale  # Kernel 4
-extern "C" void cpp_fused_add_relu_mul_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, float* __restrict__ out_ptr0) {
+extern "C" void cpp_fused_add_relu_mul_0(
+    const float* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    const float* __restrict__ in_ptr2,
+    float* __restrict__ out_ptr0
+) {
     #pragma omp simd
     for (int64_t x = 0; x < 4096; ++x) {
         float tmp0 = in_ptr0[x];
-        float tmp1 = in_ptr1[(x % 128)];
+        float tmp1 = in_ptr1[x % 128];
         float tmp2 = tmp0 + tmp1;
         float tmp3 = tmp2 < 0 ? 0 : tmp2;
-        float tmp4 = in_ptr2[(x % 128)];
+        float tmp4 = in_ptr2[x % 128];
         float tmp5 = tmp3 * tmp4;
         out_ptr0[x] = tmp5;
     }

@@ -29,7 +29,12 @@ template <typename T> static inline T min_nan(T a, T b) {
 }
 
 // examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-extern "C" void cpp_fused_native_layer_norm_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, float* __restrict__ out_ptr0) {
+extern "C" void cpp_fused_native_layer_norm_0(
+    const float* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    const float* __restrict__ in_ptr2,
+    float* __restrict__ out_ptr0
+) {
     for (int64_t x = 0; x < 32; ++x) {
         float tmp1 = 0;
         #pragma omp simd reduction(+:tmp1)
@@ -64,10 +69,13 @@ extern "C" void cpp_fused_native_layer_norm_0(const float* __restrict__ in_ptr0,
 }
 
 // examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-extern "C" void cpp_fused_clone_0(const float* __restrict__ in_ptr0, float* __restrict__ out_ptr0) {
+extern "C" void cpp_fused_clone_0(
+    const float* __restrict__ in_ptr0,
+    float* __restrict__ out_ptr0
+) {
     #pragma omp simd
     for (int64_t x = 0; x < 2048; ++x) {
-        float tmp0 = in_ptr0[1024 * (x / 1024) + 16 * ((x / 64) % 16) + 256 * ((x / 16) % 4) + (x % 16)];
+        float tmp0 = in_ptr0[1024 * (x / 1024) + 16 * ((x / 64) % 16) + 256 * ((x / 16) % 4) + x % 16];
         out_ptr0[x] = tmp0;
     }
 }
@@ -75,7 +83,15 @@ extern "C" void cpp_fused_clone_0(const float* __restrict__ in_ptr0, float* __re
 // examples/gpt_block.py:33: return self.c_proj(y)
 // examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
 // examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-extern "C" void cpp_fused_addmm_add_native_layer_norm_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, const float* __restrict__ in_ptr3, const float* __restrict__ in_ptr4, float* __restrict__ out_ptr0, float* __restrict__ out_ptr1) {
+extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
+    const float* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    const float* __restrict__ in_ptr2,
+    const float* __restrict__ in_ptr3,
+    const float* __restrict__ in_ptr4,
+    float* __restrict__ out_ptr0,
+    float* __restrict__ out_ptr1
+) {
     for (int64_t x = 0; x < 32; ++x) {
         float tmp5 = 0;
         #pragma omp simd reduction(+:tmp5)
@@ -124,11 +140,15 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(const float* __restrict_
 
 // examples/gpt_block.py:43: x = self.c_fc(x)
 // examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-extern "C" void cpp_fused_addmm_gelu_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, float* __restrict__ out_ptr0) {
+extern "C" void cpp_fused_addmm_gelu_0(
+    const float* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    float* __restrict__ out_ptr0
+) {
     #pragma omp simd
     for (int64_t x = 0; x < 8192; ++x) {
         float tmp0 = in_ptr0[x];
-        float tmp1 = in_ptr1[(x % 256)];
+        float tmp1 = in_ptr1[x % 256];
         float tmp2 = tmp0 + tmp1;
         float tmp3 = tmp2 * tmp2;
         float tmp4 = tmp3 * tmp2;
@@ -145,11 +165,16 @@ extern "C" void cpp_fused_addmm_gelu_0(const float* __restrict__ in_ptr0, const 
 
 // examples/gpt_block.py:45: x = self.c_proj(x)
 // examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-extern "C" void cpp_fused_addmm_add_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, float* __restrict__ out_ptr0) {
+extern "C" void cpp_fused_addmm_add_0(
+    const float* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    const float* __restrict__ in_ptr2,
+    float* __restrict__ out_ptr0
+) {
     #pragma omp simd
     for (int64_t x = 0; x < 2048; ++x) {
         float tmp0 = in_ptr0[x];
-        float tmp1 = in_ptr1[(x % 64)];
+        float tmp1 = in_ptr1[x % 64];
         float tmp2 = tmp0 + tmp1;
         float tmp3 = in_ptr2[x];
         float tmp4 = tmp3 + tmp2;

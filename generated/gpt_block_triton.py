@@ -49,9 +49,9 @@ def triton_fused_native_layer_norm_0(
     tmp7 = tmp6 + 1e-05
     tmp8 = tl.rsqrt(tmp7)
     tmp9 = tmp3 * tmp8
-    tmp10 = tl.load(in_ptr1 + (rindex), xmask & rmask, other=0)
+    tmp10 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
     tmp11 = tmp9 * tmp10
-    tmp12 = tl.load(in_ptr2 + (rindex), xmask & rmask, other=0)
+    tmp12 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
     tmp13 = tmp11 + tmp12
     tl.store(out_ptr0 + (64 * xindex + rindex), tmp13, xmask & rmask)
 
@@ -68,12 +68,12 @@ def triton_fused_clone_0(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):
             1024 * (xindex // 1024)
             + 16 * ((xindex // 64) % 16)
             + 256 * ((xindex // 16) % 4)
-            + (xindex % 16)
+            + xindex % 16
         ),
         xmask,
         other=0,
     )
-    tl.store(out_ptr0 + (xindex), tmp0, xmask)
+    tl.store(out_ptr0 + xindex, tmp0, xmask)
 
 
 @triton.jit
@@ -100,7 +100,7 @@ def triton_fused_addmm_add_native_layer_norm_0(
     rmask = rindex < rnumel
     acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp0 = tl.load(in_ptr0 + (64 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.load(in_ptr1 + (rindex), xmask & rmask, other=0)
+    tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tl.load(in_ptr2 + (64 * xindex + rindex), xmask & rmask, other=0)
     tmp4 = tmp3 + tmp2
@@ -116,9 +116,9 @@ def triton_fused_addmm_add_native_layer_norm_0(
     tmp11 = tmp10 + 1e-05
     tmp12 = tl.rsqrt(tmp11)
     tmp13 = tmp7 * tmp12
-    tmp14 = tl.load(in_ptr3 + (rindex), xmask & rmask, other=0)
+    tmp14 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
     tmp15 = tmp13 * tmp14
-    tmp16 = tl.load(in_ptr4 + (rindex), xmask & rmask, other=0)
+    tmp16 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
     tmp17 = tmp15 + tmp16
     tl.store(out_ptr0 + (64 * xindex + rindex), tmp4, xmask & rmask)
     tl.store(out_ptr1 + (64 * xindex + rindex), tmp17, xmask & rmask)
@@ -131,8 +131,8 @@ def triton_fused_addmm_gelu_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
     xnumel = 8192
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + (xindex), xmask, other=0)
-    tmp1 = tl.load(in_ptr1 + ((xindex % 256)), xmask, other=0)
+    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp1 = tl.load(in_ptr1 + xindex % 256, xmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tmp2 * tmp2
     tmp4 = tmp3 * tmp2
@@ -143,7 +143,7 @@ def triton_fused_addmm_gelu_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
     tmp9 = _tanh(tmp7)
     tmp10 = tmp9 + 1.0
     tmp11 = tmp8 * tmp10
-    tl.store(out_ptr0 + (xindex), tmp11, xmask)
+    tl.store(out_ptr0 + xindex, tmp11, xmask)
 
 
 @triton.jit
@@ -153,9 +153,9 @@ def triton_fused_addmm_add_0(in_ptr0, in_ptr1, in_ptr2, out_ptr0, XBLOCK: tl.con
     xnumel = 2048
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + (xindex), xmask, other=0)
-    tmp1 = tl.load(in_ptr1 + ((xindex % 64)), xmask, other=0)
+    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp1 = tl.load(in_ptr1 + xindex % 64, xmask, other=0)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.load(in_ptr2 + (xindex), xmask, other=0)
+    tmp3 = tl.load(in_ptr2 + xindex, xmask, other=0)
     tmp4 = tmp3 + tmp2
-    tl.store(out_ptr0 + (xindex), tmp4, xmask)
+    tl.store(out_ptr0 + xindex, tmp4, xmask)

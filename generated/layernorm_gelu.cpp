@@ -29,7 +29,12 @@ template <typename T> static inline T min_nan(T a, T b) {
 }
 
 // examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
-extern "C" void cpp_fused_native_layer_norm_gelu_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, float* __restrict__ out_ptr0) {
+extern "C" void cpp_fused_native_layer_norm_gelu_0(
+    const float* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    const float* __restrict__ in_ptr2,
+    float* __restrict__ out_ptr0
+) {
     for (int64_t x = 0; x < 16; ++x) {
         float tmp1 = 0;
         #pragma omp simd reduction(+:tmp1)
@@ -69,7 +74,12 @@ extern "C" void cpp_fused_native_layer_norm_gelu_0(const float* __restrict__ in_
 }
 
 // examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
-extern "C" void cpp_fused_native_layer_norm_gelu_1(const uint16_t* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, float* __restrict__ out_ptr0) {
+extern "C" void cpp_fused_native_layer_norm_gelu_1(
+    const uint16_t* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    const float* __restrict__ in_ptr2,
+    float* __restrict__ out_ptr0
+) {
     for (int64_t x = 0; x < 16; ++x) {
         float tmp1 = 0;
         #pragma omp simd reduction(+:tmp1)

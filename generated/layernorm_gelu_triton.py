@@ -30,9 +30,9 @@ def triton_fused_native_layer_norm_gelu_0(
     tmp7 = tmp6 + 1e-05
     tmp8 = tl.rsqrt(tmp7)
     tmp9 = tmp3 * tmp8
-    tmp10 = tl.load(in_ptr1 + (rindex), xmask & rmask, other=0)
+    tmp10 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
     tmp11 = tmp9 * tmp10
-    tmp12 = tl.load(in_ptr2 + (rindex), xmask & rmask, other=0)
+    tmp12 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
     tmp13 = tmp11 + tmp12
     tmp14 = tmp13 * 0.5
     tmp15 = tmp13 * 0.7071067811865476
@@ -70,9 +70,9 @@ def triton_fused_native_layer_norm_gelu_1(
     tmp7 = tmp6 + 1e-05
     tmp8 = tl.rsqrt(tmp7)
     tmp9 = tmp3 * tmp8
-    tmp10 = tl.load(in_ptr1 + (rindex), xmask & rmask, other=0)
+    tmp10 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
     tmp11 = tmp9 * tmp10
-    tmp12 = tl.load(in_ptr2 + (rindex), xmask & rmask, other=0)
+    tmp12 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
     tmp13 = tmp11 + tmp12
     tmp14 = tmp13 * 0.5
     tmp15 = tmp13 * 0.7071067811865476

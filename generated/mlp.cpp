@@ -29,11 +29,15 @@ template <typename T> static inline T min_nan(T a, T b) {
 }
 
 // examples/mlp.py:18: return self.fc2(F.gelu(self.fc1(x)))
-extern "C" void cpp_fused_addmm_gelu_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, float* __restrict__ out_ptr0) {
+extern "C" void cpp_fused_addmm_gelu_0(
+    const float* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    float* __restrict__ out_ptr0
+) {
     #pragma omp simd
     for (int64_t x = 0; x < 2048; ++x) {
         float tmp0 = in_ptr0[x];
-        float tmp1 = in_ptr1[(x % 256)];
+        float tmp1 = in_ptr1[x % 256];
         float tmp2 = tmp0 + tmp1;
         float tmp3 = tmp2 * 0.5f;
         float tmp4 = tmp2 * 0.7071067811865476f;

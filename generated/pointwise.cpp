@@ -32,15 +32,20 @@ template <typename T> static inline T min_nan(T a, T b) {
 // examples/pointwise.py:13: y = y + bias
 // examples/pointwise.py:14: y = torch.relu(y)
 // examples/pointwise.py:15: y = y * scale
-extern "C" void cpp_fused_mul_add_relu_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, const float* __restrict__ in_ptr2, float* __restrict__ out_ptr0) {
+extern "C" void cpp_fused_mul_add_relu_0(
+    const float* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    const float* __restrict__ in_ptr2,
+    float* __restrict__ out_ptr0
+) {
     #pragma omp simd
     for (int64_t x = 0; x < 8192; ++x) {
         float tmp0 = in_ptr0[x];
         float tmp1 = tmp0 * 2.0f;
-        float tmp2 = in_ptr1[(x % 128)];
+        float tmp2 = in_ptr1[x % 128];
         float tmp3 = tmp1 + tmp2;
         float tmp4 = tmp3 < 0 ? 0 : tmp3;
-        float tmp5 = in_ptr2[(x % 128)];
+        float tmp5 = in_ptr2[x % 128];
         float tmp6 = tmp4 * tmp5;
         out_ptr0[x] = tmp6;
     }

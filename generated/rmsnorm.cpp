@@ -29,7 +29,11 @@ template <typename T> static inline T min_nan(T a, T b) {
 }
 
 // examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-extern "C" void cpp_fused_mul_mean_add_rsqrt_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, float* __restrict__ out_ptr0) {
+extern "C" void cpp_fused_mul_mean_add_rsqrt_0(
+    const float* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    float* __restrict__ out_ptr0
+) {
     for (int64_t x = 0; x < 16; ++x) {
         float tmp2 = 0;
         #pragma omp simd reduction(+:tmp2)

@@ -25,6 +25,6 @@ def triton_fused_mul_mean_add_rsqrt_0(
     tmp4 = tmp3 + 1e-06
     tmp5 = tl.rsqrt(tmp4)
     tmp6 = tmp0 * tmp5
-    tmp7 = tl.load(in_ptr1 + (rindex), xmask & rmask, other=0)
+    tmp7 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
     tmp8 = tmp6 * tmp7
     tl.store(out_ptr0 + (256 * xindex + rindex), tmp8, xmask & rmask)

@@ -29,7 +29,10 @@ template <typename T> static inline T min_nan(T a, T b) {
 }
 
 // examples/softmax.py:11: return torch.softmax(x, dim=-1)
-extern "C" void cpp_fused_softmax_0(const float* __restrict__ in_ptr0, float* __restrict__ out_ptr0) {
+extern "C" void cpp_fused_softmax_0(
+    const float* __restrict__ in_ptr0,
+    float* __restrict__ out_ptr0
+) {
     for (int64_t x = 0; x < 32; ++x) {
         float tmp1 = -INFINITY;
         for (int64_t r = 0; r < 128; ++r) {

@@ -29,11 +29,15 @@ template <typename T> static inline T min_nan(T a, T b) {
 }
 
 // examples/toy.py:15: return self.linear(x).relu()
-extern "C" void cpp_fused_addmm_relu_0(const float* __restrict__ in_ptr0, const float* __restrict__ in_ptr1, float* __restrict__ out_ptr0) {
+extern "C" void cpp_fused_addmm_relu_0(
+    const float* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    float* __restrict__ out_ptr0
+) {
     #pragma omp simd
     for (int64_t x = 0; x < 8; ++x) {
         float tmp0 = in_ptr0[x];
-        float tmp1 = in_ptr1[(x % 4)];
+        float tmp1 = in_ptr1[x % 4];
         float tmp2 = tmp0 + tmp1;
         float tmp3 = tmp2 < 0 ? 0 : tmp2;
         out_ptr0[x] = tmp3;

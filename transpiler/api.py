@@ -39,6 +39,9 @@ class _ModuleBuild:
     names: dict[str, KernelNames] = field(default_factory=lambda: {
         "cpu": KernelNames(), "cuda": KernelNames()})
     kernels: dict[str, list] = field(default_factory=lambda: {"cpu": [], "cuda": []})
+    # variants per device, numbered across the module's targets: their functions
+    # (`_cpu_0`, `_guards_cpu_0`) share the generated module's namespace
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 def run(options: Options) -> int:
@@ -94,7 +97,7 @@ def _build_target(target: Target, options: Options, sources: SourceCache,
     src, fdef = sources.function(fn)
     params = _params(fdef, drop_self=is_module)
     variants = []
-    counts: dict[str, int] = {}
+    counts = mb.counts
     for variant in target.variants:
         variant = _complete(variant, fn, is_module, target.source)
         n = counts.get(variant.device, 0)

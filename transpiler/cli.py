@@ -87,6 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write nothing; print variants, guards, breaks and kernels",
     )
+    add(
+        "--config",
+        metavar="FILE",
+        help="read [tool.transpile] from FILE instead of pyproject.toml "
+        "(paths in it stay relative to the current directory)",
+    )
     add("--root", type=Path, help=argparse.SUPPRESS)
     return parser
 
@@ -97,6 +103,8 @@ def build_options(args: argparse.Namespace) -> Options:
     out = Path(args.out) if args.out is not None else None
     if args.target is None:
         return _config_options(args, root, out)
+    if args.config:
+        raise UserError("--config cannot be combined with a one-off target")
     return _one_off_options(args, root, out or DEFAULT_OUT)
 
 
@@ -108,14 +116,15 @@ def _config_options(args: argparse.Namespace, root: Path, out: Path | None) -> O
             f"{given[0]} needs a target (FILE.py::Name); without one, targets and "
             "their variants come from [tool.transpile] in pyproject.toml"
         )
-    config_out, targets = load_config(root / "pyproject.toml", root)
+    config = args.config or "pyproject.toml"
+    config_out, targets = load_config(root / config, root)
     return Options(
         targets=targets,
         root=root,
         out=out or config_out,
         check=args.check,
         explain=args.explain,
-        command="transpile",
+        command="transpile" + (f" --config {args.config}" if args.config else ""),
     )
 
 

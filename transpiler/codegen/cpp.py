@@ -14,6 +14,7 @@ from importlib import resources
 import torch
 
 from transpiler.codegen.optable import CPP, CPP_TYPES, cpp_literal
+from transpiler.codegen.indexing import format_index
 from transpiler.codegen.segments import Loop, segments
 from transpiler.ir.program import Index, Kernel, Stmt, Store
 from transpiler.passes.schedule import Const
@@ -31,18 +32,8 @@ class _Renderer:
         self.lines: list[str] = []
 
     def index(self, index: Index) -> str:
-        ranges = {"x": self.k.xnumel, "r": self.k.rnumel}
-        parts = []
-        for t in index.terms:
-            v = t.var
-            if t.div != 1:
-                v = f"({v} / {t.div})"
-            if t.div * t.mod < ranges[t.var]:
-                v = f"({v} % {t.mod})"
-            parts.append(v if t.stride == 1 else f"{t.stride} * {v}")
-        if index.offset or not parts:
-            parts.append(str(index.offset))
-        return " + ".join(parts)
+        return format_index(index, {"x": "x", "r": "r"},
+                            {"x": self.k.xnumel, "r": self.k.rnumel}, "/")
 
     def arg(self, a) -> str:
         return cpp_literal(a.value, a.dtype) if isinstance(a, Const) else a
@@ -102,7 +93,10 @@ class _Renderer:
                   for a in k.inputs]
         params += [f"{CPP_TYPES[a.dtype]}* __restrict__ {a.param}" for a in k.outputs]
         lines = [f"// {span}: {span.text}" for span in k.spans]
-        lines.append(f'extern "C" void cpp_{k.name}({", ".join(params)}) {{')
+        lines.append(f'extern "C" void cpp_{k.name}(')
+        lines += [f"    {p}{',' if i < len(params) - 1 else ''}"
+                  for i, p in enumerate(params)]
+        lines.append(") {")
         work = k.xnumel * k.rnumel
         if k.is_reduction:
             pragma = "#pragma omp parallel for" if work >= PARALLEL_MIN else ""

@@ -16,6 +16,7 @@ import torch
 from transpiler.codegen.optable import (
     TRITON, TRITON_DTYPES, TRITON_HELPERS, triton_literal,
 )
+from transpiler.codegen.indexing import format_index
 from transpiler.codegen.segments import Loop, segments
 from transpiler.ir.program import Index, Kernel, Stmt, Store
 from transpiler.passes.schedule import Const
@@ -62,21 +63,9 @@ class _Renderer:
         self.done: set[str] = set()  # statements already computed (persistent)
 
     def index(self, index: Index, store: bool = False) -> str:
-        ranges = {"x": self.k.xnumel, "r": self.k.rnumel}
-        names = {"x": "xindex", "r": "rindex"}
-        parts = []
-        for t in index.terms:
-            v = names[t.var]
-            if t.div != 1:
-                v = f"({v} // {t.div})"
-            if t.div * t.mod < ranges[t.var]:
-                v = f"({v} % {t.mod})"
-            parts.append(v if t.stride == 1 else f"{t.stride} * {v}")
-        if not parts and store:
-            parts.append("xindex")
-        if index.offset or not parts:
-            parts.append(str(index.offset))
-        return " + ".join(parts)
+        return format_index(index, {"x": "xindex", "r": "rindex"},
+                            {"x": self.k.xnumel, "r": self.k.rnumel}, "//",
+                            "xindex" if store else None)
 
     def mask(self, level: str) -> str:
         if not self.red:
@@ -93,7 +82,7 @@ class _Renderer:
             param, index = s.args
             text = self.index(index)
             if index.terms:
-                expr = f"tl.load({param} + ({text}), {self.mask(s.level)}, other=0)"
+                expr = f"tl.load({param} + {_group(text)}, {self.mask(s.level)}, other=0)"
             else:
                 expr = f"tl.load({param} + {text})"
             src = next(a.dtype for a in self.k.inputs if a.param == param)
@@ -111,7 +100,7 @@ class _Renderer:
             value = f"{value}.to({TRITON_DTYPES[s.dtype]})"
         index = self.index(s.index, store=True)
         self.lines.append(
-            f"{indent}tl.store({s.buffer} + ({index}), {value}, {self.mask(s.level)})"
+            f"{indent}tl.store({s.buffer} + {_group(index)}, {value}, {self.mask(s.level)})"
         )
 
     def _dtype(self, name: str) -> torch.dtype:
@@ -186,6 +175,11 @@ class _Renderer:
                 self.stmt(seg, "    ")
         del c
         return "\n".join(self.lines) + "\n"
+
+
+def _group(expr: str) -> str:
+    """Parenthesize a sum so it can follow `ptr +`."""
+    return f"({expr})" if " + " in expr else expr
 
 
 def render_kernel(k: Kernel) -> str:

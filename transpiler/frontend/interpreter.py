@@ -179,6 +179,9 @@ class Interpreter:
             for small in stmt.body:
                 self.exec_small(small, frame)
             return
+        if isinstance(stmt, cst.BaseSmallStatement):  # one-line suite: `if c: x = 1`
+            self.exec_small(stmt, frame)
+            return
         handler = getattr(self, f"exec_{type(stmt).__name__}", None)
         if handler is None:
             raise Unsupported(f"unsupported statement: {type(stmt).__name__}",

@@ -1,0 +1,160 @@
+"""Compile Python source text end to end, for tests.
+
+`compile_source` writes the source into a fresh project root, builds every named
+function as a target with one CPU and one CUDA variant, writes the generated package,
+imports it and returns, per function, the CPU variant (C++ kernels, compiled by
+runtime_shim) and the CUDA variant (Triton kernels; called with CPU tensors, they run
+in Triton's interpreter). Many functions in one source share one generated module,
+so one C++ compile: batch cases into one call where you can.
+
+`trace_source` runs only the frontend, for tests of the graph passes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import os
+import sys
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from unittest import mock
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import torch
+
+from transpiler import api
+from transpiler.api import build, write
+from transpiler.frontend.loader import resolve
+from transpiler.frontend.source import SourceCache
+from transpiler.frontend.trace import Traced, instantiate, trace
+from transpiler.ir.graph import Graph
+from transpiler.options import (
+    Options,
+    ScalarSpec,
+    Spec,
+    Target,
+    TensorSpec,
+    Variant,
+)
+from transpiler.passes import optimize
+
+Example = torch.Tensor | int | float | bool | None | Spec
+_counter = itertools.count()
+
+
+def specs(inputs: Mapping[str, Example]) -> tuple[tuple[str, Spec], ...]:
+    """Variant inputs from example values: tensors give their dtype and shape."""
+    out = []
+    for name, value in inputs.items():
+        if isinstance(value, (TensorSpec, ScalarSpec)):
+            out.append((name, value))
+        elif isinstance(value, torch.Tensor):
+            out.append((name, TensorSpec(value.dtype, tuple(value.shape))))
+        else:
+            out.append((name, ScalarSpec(value)))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One compiled function: both variants and the text generated for them."""
+
+    name: str
+    module: ModuleType  # the generated wrapper module
+    cpu: Callable[..., Any]  # `_cpu_N`: C++ kernels
+    cuda: Callable[..., Any]  # `_cuda_N`: Triton kernels (interpreted on CPU)
+    cpu_source: str  # source of the CPU variant function
+    cuda_source: str
+    cpp_text: str  # the whole generated .cpp file of the module ("" if none)
+    triton_text: str  # the whole generated *_triton.py ("" if none)
+
+    def __call__(self, *args, **kwargs):
+        return self.module.__dict__[self.name](*args, **kwargs)
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}_{next(_counter)}_{uuid.uuid4().hex[:8]}"
+
+
+def compile_source(source: str, functions: Mapping[str, Mapping[str, Example]],
+                   root: Path, graph_hook: Callable[[Graph], Graph] | None = None
+                   ) -> dict[str, Compiled]:
+    """Build each function of `source` for its example inputs, on both backends.
+
+    `graph_hook`, if given, rewrites each traced graph before the graph passes.
+    Raises AssertionError when a variant fell back to eager (no program).
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    stem, package = unique_name("src"), unique_name("gen")
+    (root / f"{stem}.py").write_text(source)
+    targets = []
+    for fn, inputs in functions.items():
+        inp = specs(inputs)
+        targets.append(Target(f"{stem}.py::{fn}",
+                              (Variant(inp, "cpu"), Variant(inp, "cuda"))))
+    options = Options(targets=tuple(targets), root=root)
+    if graph_hook is None:
+        files = build(options)
+    else:
+        hooked = lambda graph: optimize(graph_hook(graph))
+        with mock.patch.object(api, "optimize", hooked):
+            files = build(options)
+    write(files, root / package)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    importlib.invalidate_caches()
+    module = importlib.import_module(f"{package}.{stem}")
+    cpp_text = files.get(f"{stem}.cpp", "")
+    triton_text = files.get(f"{stem}_triton.py", "")
+    out = {}
+    for i, fn in enumerate(functions):  # variants are numbered across the module
+        cpu, cuda = (module.__dict__.get(f"_{d}_{i}") for d in ("cpu", "cuda"))
+        assert cpu is not None and cuda is not None, (
+            f"{fn} was not compiled:\n{module.__doc__}")
+        out[fn] = Compiled(fn, module, cpu, cuda, inspect.getsource(cpu),
+                           inspect.getsource(cuda), cpp_text, triton_text)
+    return out
+
+
+def compile_function(source: str, name: str, inputs: Mapping[str, Example],
+                     root: Path) -> Compiled:
+    return compile_source(source, {name: inputs}, root)[name]
+
+
+def trace_source(source: str, name: str, inputs: Mapping[str, Example], root: Path,
+                 init: Mapping[str, Any] | None = None) -> Traced:
+    """Run the frontend on `name` (a function or nn.Module class) of `source`."""
+    root.mkdir(parents=True, exist_ok=True)
+    stem = unique_name("src")
+    (root / f"{stem}.py").write_text(source)
+    return trace_file(root, f"{stem}.py::{name}", inputs, init)
+
+
+def trace_file(root: Path, spec: str, inputs: Mapping[str, Example],
+               init: Mapping[str, Any] | None = None) -> Traced:
+    sources = SourceCache(root)
+    resolved = resolve(spec, root)
+    obj, module = resolved.obj, None
+    if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
+        module = instantiate(obj, dict(init or {}), None, root)
+    return trace(obj, module, Variant(specs(inputs), "cpu"), sources)
+
+
+def trace_graph(source: str, name: str, inputs: Mapping[str, Example], root: Path,
+                init: Mapping[str, Any] | None = None) -> Graph:
+    """The traced graph; fails the test if the frontend fell back."""
+    traced = trace_source(source, name, inputs, root, init)
+    assert traced.graph is not None, (traced.fallback.reason, traced.fallback.span)
+    return traced.graph
+
+
+def source_module(root: Path, spec: str) -> ModuleType:
+    """The user's module a traced spec names (already imported by `resolve`)."""
+    return sys.modules[resolve(spec, root).module_name]
