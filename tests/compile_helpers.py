@@ -1,11 +1,12 @@
 """Compile Python source text end to end, for tests.
 
 `compile_source` writes the source into a fresh project root, builds every named
-function as a target with one CPU and one CUDA variant, writes the generated package,
-imports it and returns, per function, the CPU variant (C++ kernels, compiled by
-runtime_shim) and the CUDA variant (Triton kernels; called with CPU tensors, they run
-in Triton's interpreter). Many functions in one source share one generated module,
-so one C++ compile: batch cases into one call where you can.
+function (or nn.Module class) as a target with one CPU and one CUDA variant, writes
+the generated package under a unique name, imports it and returns, per target, the
+CPU variant (C++ kernels, compiled by runtime_shim) and the CUDA variant (Triton
+kernels; called with CPU tensors, they run in Triton's interpreter). A module's
+variants take the instance first. Many targets in one source share one generated
+module, so one C++ compile: batch cases into one call where you can.
 
 `trace_source` runs only the frontend, for tests of the graph passes.
 """
@@ -35,6 +36,7 @@ from transpiler.frontend.loader import resolve
 from transpiler.frontend.source import SourceCache
 from transpiler.frontend.trace import Traced, instantiate, trace
 from transpiler.ir.graph import Graph
+from transpiler.ir.interpreter import run_graph
 from transpiler.options import (
     Options,
     ScalarSpec,
@@ -76,7 +78,13 @@ class Compiled:
     triton_text: str  # the whole generated *_triton.py ("" if none)
 
     def __call__(self, *args, **kwargs):
+        """The exported function: guards, then a variant or eager."""
         return self.module.__dict__[self.name](*args, **kwargs)
+
+    @property
+    def eager(self) -> Callable[..., Any]:
+        """The user's source function, as Python runs it."""
+        return getattr(self.module._source, self.name)
 
 
 def unique_name(prefix: str) -> str:
@@ -103,7 +111,9 @@ def compile_source(source: str, functions: Mapping[str, Mapping[str, Example]],
     if graph_hook is None:
         files = build(options)
     else:
-        hooked = lambda graph: optimize(graph_hook(graph))
+        def hooked(graph: Graph) -> Graph:
+            return optimize(graph_hook(graph))
+
         with mock.patch.object(api, "optimize", hooked):
             files = build(options)
     write(files, root / package)
@@ -128,33 +138,72 @@ def compile_function(source: str, name: str, inputs: Mapping[str, Example],
     return compile_source(source, {name: inputs}, root)[name]
 
 
+@dataclass(frozen=True)
+class TraceResult:
+    """The frontend's result for a function or module class of a source text."""
+
+    traced: Traced
+    obj: Any  # the user's function, or an instance of the class with real weights
+    file: str  # the source's path relative to the root, as spans show it
+
+    @property
+    def graph(self) -> Graph:
+        """The traced graph; fails the test if the frontend fell back."""
+        fb = self.traced.fallback
+        assert self.traced.graph is not None, (fb.reason, fb.span)
+        return self.traced.graph
+
+    def eager(self, inputs: Mapping[str, Any]) -> Any:
+        return self.obj(**inputs)
+
+    def run(self, graph: Graph, inputs: Mapping[str, Any]) -> Any:
+        """`graph` on real inputs, by the reference interpreter."""
+        module = self.obj if isinstance(self.obj, torch.nn.Module) else None
+        return run_graph(graph, dict(inputs), module)
+
+
 def trace_source(source: str, name: str, inputs: Mapping[str, Example], root: Path,
-                 init: Mapping[str, Any] | None = None) -> Traced:
-    """Run the frontend on `name` (a function or nn.Module class) of `source`."""
+                 init: Mapping[str, Any] | None = None) -> TraceResult:
+    """Run the frontend on `name` (a function or nn.Module class) of `source`.
+
+    A module class is traced on the meta device, and instantiated again on the CPU
+    (seeded) for eager runs and `run_graph`.
+    """
     root.mkdir(parents=True, exist_ok=True)
     stem = unique_name("src")
     (root / f"{stem}.py").write_text(source)
-    return trace_file(root, f"{stem}.py::{name}", inputs, init)
-
-
-def trace_file(root: Path, spec: str, inputs: Mapping[str, Example],
-               init: Mapping[str, Any] | None = None) -> Traced:
+    spec = f"{stem}.py::{name}"
     sources = SourceCache(root)
-    resolved = resolve(spec, root)
-    obj, module = resolved.obj, None
+    obj = resolve(spec, root).obj
+    module = None
     if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
         module = instantiate(obj, dict(init or {}), None, root)
-    return trace(obj, module, Variant(specs(inputs), "cpu"), sources)
+    traced = trace(obj, module, Variant(specs(inputs), "cpu"), sources)
+    if module is not None:
+        torch.manual_seed(0)
+        obj = obj(**dict(init or {})).eval()
+    return TraceResult(traced, obj, f"{stem}.py")
 
 
 def trace_graph(source: str, name: str, inputs: Mapping[str, Example], root: Path,
                 init: Mapping[str, Any] | None = None) -> Graph:
     """The traced graph; fails the test if the frontend fell back."""
-    traced = trace_source(source, name, inputs, root, init)
-    assert traced.graph is not None, (traced.fallback.reason, traced.fallback.span)
-    return traced.graph
+    return trace_source(source, name, inputs, root, init).graph
 
 
-def source_module(root: Path, spec: str) -> ModuleType:
-    """The user's module a traced spec names (already imported by `resolve`)."""
-    return sys.modules[resolve(spec, root).module_name]
+def assert_same(got: Any, want: Any, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Nested tuples/lists/dicts of tensors and constants are equal (NaN == NaN)."""
+    if isinstance(want, torch.Tensor):
+        assert isinstance(got, torch.Tensor), type(got)
+        assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol, equal_nan=True)
+    elif isinstance(want, (tuple, list)):
+        assert type(got) is type(want) and len(got) == len(want), (got, want)
+        for g, w in zip(got, want):
+            assert_same(g, w, rtol, atol)
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want), (got, want)
+        for k in want:
+            assert_same(got[k], want[k], rtol, atol)
+    else:
+        assert got == want, (got, want)

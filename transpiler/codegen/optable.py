@@ -122,4 +122,6 @@ def cpp_literal(value, dtype: torch.dtype) -> str:
         if math.isinf(value):
             return "INFINITY" if value > 0 else "-INFINITY"
         return repr(value) + suffix
-    return str(int(value)) + ("LL" if dtype == torch.int64 else "")
+    if dtype == torch.int64:  # int64_t, not `long long`: max_nan(T, T) deduces T
+        return f"int64_t{{{int(value)}}}"
+    return str(int(value))

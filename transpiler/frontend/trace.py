@@ -13,7 +13,7 @@ from transpiler.errors import UserError
 from transpiler.frontend.interpreter import Interpreter
 from transpiler.frontend.recorder import GraphBuilder, Recorder, Unsupported
 from transpiler.frontend.source import SourceCache
-from transpiler.ir.graph import Graph, Ref, map_refs
+from transpiler.ir.graph import Graph, Ref, map_refs, self_path
 from transpiler.options import ScalarSpec, TensorSpec, Variant
 
 
@@ -50,7 +50,7 @@ def trace(obj, module: nn.Module | None, variant: Variant, sources: SourceCache
         for name, t in module.named_buffers(remove_duplicate=False):
             params.setdefault(id(t), name)
         for name, m in module.named_modules(remove_duplicate=False):
-            module_paths.setdefault(id(m), "self." + name if name else "self")
+            module_paths.setdefault(id(m), self_path(name))
     builder = GraphBuilder(params)
     recorder = Recorder(builder)
     interp = Interpreter(recorder, sources, module_paths)

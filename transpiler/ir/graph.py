@@ -211,6 +211,20 @@ def _fmt_out(value: Any) -> str:
     return _fmt(value)
 
 
+def self_path(name: str) -> str:
+    """Python for a submodule, parameter or buffer of `self`, from its dotted name:
+    `blocks.0.attn` -> `self.blocks[0].attn` (guards and wrappers are Python)."""
+    path = "self"
+    for part in name.split(".") if name else ():
+        if part.isdigit():
+            path += f"[{part}]"
+        elif part.isidentifier():
+            path += f".{part}"
+        else:
+            path = f"getattr({path}, {part!r})"
+    return path
+
+
 @dataclass(frozen=True)
 class RuntimeDevice:
     """The device of the variant's inputs, in a factory op's `device=` argument."""

@@ -40,7 +40,8 @@ def _run(node: Node, values: dict, builder: GraphBuilder, recorder: Recorder,
          rewrites: dict[str, Rewrite]):
     if node.op in ("input", "param"):
         m = node.tensor_meta
-        t = torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device="meta")
+        with _disable_current_modes():  # a placeholder, not an op of the graph
+            t = torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device="meta")
         builder.keep(node, t)
         return t
     args = map_refs(node.args, lambda r: values[r.name])

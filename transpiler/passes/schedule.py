@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from transpiler.ir.graph import Graph, Node, Ref, TensorMeta, iter_refs, map_refs
+from transpiler.ir.graph import (
+    Graph, Node, Ref, TensorMeta, iter_refs, map_refs, self_path,
+)
 from transpiler.ir.ops import POINTWISE, REDUCTIONS, bind_args, compute_dtype
 from transpiler.ir.program import (
     Alloc, ExternCall, Index, Kernel, KernelArg, KernelCall, Program, Stmt, Store,
@@ -75,7 +77,8 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
                                     node.meta, node.span,
                                     fusion.kinds[node.name] == "view"))
     inputs = tuple(n.name for n in graph.nodes if n.op == "input")
-    params = tuple((n.name, "self." + n.target) for n in graph.nodes if n.op == "param")
+    params = tuple((n.name, self_path(n.target)) for n in graph.nodes
+                   if n.op == "param")
     return Program(inputs, params, tuple(steps), tuple(kernels), graph.outputs)
 
 
@@ -225,10 +228,12 @@ class KernelBuilder:
         """A statement name (or Const) for an argument read at `shape`'s positions."""
         if not isinstance(value, Ref):
             return Const(value, _scalar_dtype(value))
-        how, via, root = resolve(value, self.nodes, self.fusion.kinds)
+        how, _, root = resolve(value, self.nodes, self.fusion.kinds)
         if how == "virtual" and self.fusion.group_of.get(root) == self.group.id:
             return self.values[root]
-        view = self.nodes[via].tensor_meta
+        # Read `root`'s buffer through the ref's own meta: a view's strides address
+        # its base's storage, and a contiguous reshape's shape is the one read here.
+        view = self.nodes[value.name].tensor_meta
         base = self.nodes[root].tensor_meta
         arg = self.inputs.get(root)
         if arg is None:

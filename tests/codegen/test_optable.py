@@ -1,0 +1,115 @@
+"""The op tables: every kernel op has one row per backend, and no row is dead.
+
+A kernel op is used by `ir.ops.POINTWISE`, or emitted by the scheduler itself (the
+arithmetic that finishes a mean or a variance). `load`, `reduce` and `cast` are
+rendered by each backend's skeleton, not by the tables.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import re
+import string
+
+import pytest
+import torch
+
+from transpiler.codegen import optable, triton
+from transpiler.codegen.optable import CPP, TRITON, cpp_literal, triton_literal
+from transpiler.ir.ops import POINTWISE
+
+SKELETON_OPS = {"load", "reduce", "cast"}
+
+
+def scheduler_ops() -> set[str]:
+    """Kernel ops the scheduler emits by name (`self.emit("sub", ...)`)."""
+    text = inspect.getsource(importlib.import_module("transpiler.passes.schedule"))
+    return set(re.findall(r'emit\(\s*"(\w+)"', text)) - SKELETON_OPS
+
+
+def used_ops() -> set[str]:
+    return {row.op for row in POINTWISE.values()} | scheduler_ops()
+
+
+def test_scheduler_ops_are_found() -> None:
+    assert {"truediv", "sub", "mul"} <= scheduler_ops()
+
+
+@pytest.mark.parametrize("table", [TRITON, CPP], ids=["triton", "cpp"])
+def test_every_used_op_has_a_row(table: dict[str, str]) -> None:
+    missing = sorted(used_ops() - set(table))
+    assert not missing, f"add rows for {missing}"
+
+
+@pytest.mark.parametrize("table", [TRITON, CPP], ids=["triton", "cpp"])
+def test_no_dead_rows(table: dict[str, str]) -> None:
+    dead = sorted(set(table) - used_ops())
+    assert not dead, f"rows no lowering uses: {dead}"
+
+
+def test_backends_have_the_same_ops() -> None:
+    assert sorted(TRITON) == sorted(CPP)
+
+
+def _placeholders(template: str) -> set[int]:
+    fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    assert all(f.isdigit() for f in fields), template
+    return {int(f) for f in fields}
+
+
+@pytest.mark.parametrize("key", sorted(POINTWISE))
+def test_row_uses_exactly_its_operands(key: str) -> None:
+    row = POINTWISE[key]
+    n = len(row.operands)
+    for table in (TRITON, CPP):
+        assert _placeholders(table[row.op]) == set(range(n)), (key, table[row.op])
+
+
+def test_rows_agree_on_arity() -> None:
+    for op in TRITON:
+        assert _placeholders(TRITON[op]) == _placeholders(CPP[op]), op
+
+
+def test_triton_helpers_have_source() -> None:
+    for helper in optable.TRITON_HELPERS:
+        assert helper in triton.HELPER_SOURCE
+        assert f"def {helper}(" in triton.HELPER_SOURCE[helper]
+    used = {h for text in TRITON.values() for h in re.findall(r"\b(_\w+)\(", text)}
+    assert used <= set(optable.TRITON_HELPERS)
+
+
+def test_dtype_tables_cover_the_supported_dtypes() -> None:
+    from transpiler.ir.ops import SUPPORTED_DTYPES
+
+    assert set(SUPPORTED_DTYPES) <= set(optable.TRITON_DTYPES)
+    assert set(SUPPORTED_DTYPES) <= set(optable.CPP_TYPES)
+
+
+@pytest.mark.parametrize("value, dtype, want", [
+    (1.5, torch.float32, "1.5f"),
+    (1.5, torch.float64, "1.5"),
+    (2, torch.float32, "2.0f"),
+    (math.nan, torch.float32, "NAN"),
+    (math.inf, torch.float32, "INFINITY"),
+    (-math.inf, torch.float64, "-INFINITY"),
+    (True, torch.bool, "true"),
+    (0, torch.bool, "false"),
+    (3, torch.int32, "3"),
+    (-3, torch.int64, "int64_t{-3}"),
+])
+def test_cpp_literal(value, dtype: torch.dtype, want: str) -> None:
+    assert cpp_literal(value, dtype) == want
+
+
+@pytest.mark.parametrize("value, dtype, want", [
+    (1.5, torch.float32, "1.5"),
+    (2, torch.float32, "2.0"),
+    (math.nan, torch.float32, 'float("nan")'),
+    (-math.inf, torch.float32, 'float("-inf")'),
+    (True, torch.bool, "1"),
+    (-3, torch.int64, "-3"),
+])
+def test_triton_literal(value, dtype: torch.dtype, want: str) -> None:
+    assert triton_literal(value, dtype) == want

@@ -1,0 +1,248 @@
+"""schedule: groups become kernels with explicit indexing, ordered with the externs.
+
+Identical kernels (same body, sizes and dtypes) are emitted once and called again;
+every wrapper step reads only buffers defined before it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.compile_helpers import (
+    Compiled,
+    assert_same,
+    compile_source,
+    trace_source,
+)
+from transpiler.ir.graph import iter_refs
+from transpiler.ir.program import Alloc, ExternCall, KernelCall, Program, Stmt, Store
+from transpiler.passes import fuse, lower, optimize
+from transpiler.passes.schedule import KernelNames, schedule
+
+pytestmark = [  # masked-off lanes of Triton's interpreter compute 0 / 0 and such
+    pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning"),
+]
+
+SOURCE = """
+import torch
+
+
+def twice(x, y, b):
+    return (x + b).relu(), (y + b).relu()
+
+
+def looped(x, y):
+    outs = []
+    for t in (x, y):
+        outs.append((t * 2).sigmoid())
+    return outs
+
+
+def other_shapes(x, z):
+    return (x + 1).relu(), (z + 1).relu()
+
+
+def around_matmul(x, w):
+    h = (x * 2).t()
+    return (h @ w).exp()
+
+
+def softmax(x):
+    return torch.softmax(x, -1)
+
+
+def reshaped_reduction(x):
+    return (x + 1).view(4, 2, 4).sum(-1)
+
+
+def reshaped_pointwise(x, w):
+    y = x + 1
+    m = y @ w
+    return y.view(8, 4) * m.view(8, 4)
+
+
+def same_as_twice(x, y, b):
+    return (x + b).relu(), (y + b).relu()
+"""
+
+g = torch.Generator().manual_seed(0)
+INPUTS = {
+    "twice": {"x": torch.randn(4, 8, generator=g),
+              "y": torch.randn(4, 8, generator=g), "b": torch.randn(8, generator=g)},
+    "looped": {"x": torch.randn(4, 8, generator=g),
+               "y": torch.randn(4, 8, generator=g)},
+    "other_shapes": {"x": torch.randn(4, 8, generator=g),
+                     "z": torch.randn(3, 5, generator=g)},
+    "around_matmul": {"x": torch.randn(4, 8, generator=g),
+                      "w": torch.randn(4, 4, generator=g)},
+    "softmax": {"x": torch.randn(4, 8, generator=g)},
+}
+INPUTS["reshaped_reduction"] = {"x": torch.randn(4, 8, generator=g)}
+INPUTS["reshaped_pointwise"] = {"x": torch.randn(4, 8, generator=g),
+                                "w": torch.randn(8, 8, generator=g)}
+INPUTS["same_as_twice"] = INPUTS["twice"]
+
+
+def program(name: str, tmp_path: Path, names: KernelNames | None = None) -> Program:
+    graph = optimize(trace_source(SOURCE, name, INPUTS[name], tmp_path).graph)
+    return lower(graph, names or KernelNames())
+
+
+def calls(p: Program) -> list[KernelCall]:
+    return [s for s in p.steps if isinstance(s, KernelCall)]
+
+
+def test_identical_kernels_are_emitted_once(tmp_path: Path) -> None:
+    p = program("twice", tmp_path)
+    assert [k.name for k in p.kernels] == ["fused_add_relu_0"]
+    steps = calls(p)
+    assert [s.kernel for s in steps] == ["fused_add_relu_0"] * 2
+    assert steps[0].args != steps[1].args
+    assert steps[0].args[0] == "x" and steps[1].args[0] == "y"
+
+
+def test_unrolled_loop_reuses_its_kernel(tmp_path: Path) -> None:
+    p = program("looped", tmp_path)
+    assert len(p.kernels) == 1
+    assert len(calls(p)) == 2
+
+
+def test_other_shapes_get_other_kernels(tmp_path: Path) -> None:
+    p = program("other_shapes", tmp_path)
+    assert [k.name for k in p.kernels] == ["fused_add_relu_0", "fused_add_relu_1"]
+    assert [(k.xnumel, k.rnumel) for k in p.kernels] == [(32, 1), (15, 1)]
+
+
+def test_kernel_names_are_shared_across_programs(tmp_path: Path) -> None:
+    names = KernelNames()
+    first = program("twice", tmp_path, names)
+    second = program("same_as_twice", tmp_path, names)
+    assert [k.name for k in first.kernels] == ["fused_add_relu_0"]
+    assert second.kernels == ()  # already emitted for the first
+    assert {s.kernel for s in calls(second)} == {"fused_add_relu_0"}
+
+
+@pytest.mark.parametrize("name", sorted(INPUTS))
+def test_steps_read_only_defined_buffers(name: str, tmp_path: Path) -> None:
+    p = program(name, tmp_path)
+    defined = set(p.inputs) | {n for n, _ in p.params}
+    kernels = {k.name: k for k in p.kernels}
+    seen_kernels: set[str] = set()
+    for step in p.steps:
+        if isinstance(step, Alloc):
+            defined.add(step.buffer)
+        elif isinstance(step, KernelCall):
+            seen_kernels.add(step.kernel)
+            assert all(a in defined for a in step.args), (step, defined)
+        else:
+            assert isinstance(step, ExternCall)
+            assert all(r.name in defined for r in iter_refs((step.args, step.kwargs)))
+            defined.add(step.out)
+    assert all(r.name in defined for r in iter_refs(p.outputs))
+    assert set(kernels) <= seen_kernels  # no kernel is emitted and never called
+
+
+@pytest.mark.parametrize("name", sorted(INPUTS))
+def test_kernel_bodies_are_well_formed(name: str, tmp_path: Path) -> None:
+    for k in program(name, tmp_path).kernels:
+        params = {a.param for a in k.inputs}
+        outs = {a.param for a in k.outputs}
+        defined: set[str] = set()
+        for s in k.body:
+            if isinstance(s, Stmt):
+                if s.op == "load":
+                    assert s.args[0] in params
+                else:
+                    used = [a for a in s.args if isinstance(a, str)]
+                    assert all(a in defined for a in used), s
+                assert s.name not in defined
+                defined.add(s.name)
+            else:
+                assert isinstance(s, Store) and s.buffer in outs
+                assert s.value in defined
+        assert {s.buffer for s in k.body if isinstance(s, Store)} == outs
+        assert k.spans, k.name  # every kernel names the source lines it computes
+
+
+def test_reduction_kernel_iterates_rows(tmp_path: Path) -> None:
+    (k,) = program("softmax", tmp_path).kernels
+    assert k.name == "fused_softmax_0"
+    assert (k.xnumel, k.rnumel) == (4, 8) and k.is_reduction
+    reduces = [s.reduce for s in k.body if isinstance(s, Stmt) and s.op == "reduce"]
+    assert reduces == ["max", "sum"]
+
+
+def test_extern_calls_stay_in_order_between_kernels(tmp_path: Path) -> None:
+    p = program("around_matmul", tmp_path)
+    kinds = [type(s).__name__ if not isinstance(s, ExternCall) else s.target
+             for s in p.steps if not isinstance(s, Alloc)]
+    assert kinds == ["KernelCall", "aten.t.default", "aten.mm.default", "KernelCall"]
+    views = [s for s in p.steps if isinstance(s, ExternCall) and s.is_view]
+    assert [v.target for v in views] == ["aten.t.default"]
+
+
+def test_broadcast_operand_is_indexed_not_copied(tmp_path: Path) -> None:
+    (k,) = program("twice", tmp_path).kernels
+    loads = [s for s in k.body if isinstance(s, Stmt) and s.op == "load"]
+    bias = next(s for s in loads if s.args[0] == "in_ptr1")
+    (term,) = bias.args[1].terms
+    assert (term.var, term.div, term.mod, term.stride) == ("x", 1, 8, 1)
+
+
+@pytest.mark.parametrize("name", ["reshaped_reduction", "reshaped_pointwise"])
+def test_reshape_of_another_kernels_value_is_read_in_its_own_shape(
+        name: str, tmp_path: Path) -> None:
+    """`(x + 1).view(4, 2, 4)` read by another kernel: row-major over the view."""
+    p = program(name, tmp_path)
+    reader = p.kernels[-1]
+    load = next(s for s in reader.body if isinstance(s, Stmt) and s.op == "load"
+                and s.args[0] == "in_ptr0")
+    assert next(a.buffer for a in reader.inputs if a.param == "in_ptr0") == "add"
+    # flat element i of the view is element i of the buffer
+    terms = [(t.var, t.div, t.mod, t.stride) for t in load.args[1].terms]
+    if reader.rnumel > 1:
+        assert terms == [("x", 1, 8, 4), ("r", 1, 4, 1)], load
+    else:
+        assert terms == [("x", 1, 32, 1)], load
+
+
+def test_program_printout_is_deterministic(tmp_path: Path) -> None:
+    graph = optimize(trace_source(SOURCE, "twice", INPUTS["twice"], tmp_path).graph)
+    fusion = fuse(graph)
+    first = str(schedule(graph, fusion, KernelNames()))
+    assert first == str(schedule(graph, fuse(graph), KernelNames()))
+    assert first.splitlines()[0] == (
+        "kernel fused_add_relu_0(in_ptr0, in_ptr1, out_ptr0) xnumel=32 rnumel=1:")
+    assert "fused_add_relu_0(x, b, relu)" in first
+    assert "fused_add_relu_0(y, b, relu_1)" in first
+
+
+# ---- compiled: one kernel, called twice, in the generated module ------------------
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compiled]:
+    return compile_source(SOURCE, INPUTS, tmp_path_factory.mktemp("schedule"))
+
+
+def test_generated_module_defines_each_kernel_once(compiled: dict[str, Compiled]
+                                                   ) -> None:
+    c = compiled["twice"]
+    assert c.cpp_text.count('extern "C" void cpp_fused_add_relu_0(') == 1
+    assert c.triton_text.count("def triton_fused_add_relu_0(") == 1
+    assert c.cpu_source.count('_cpp.function("cpp_fused_add_relu_0"') == 2
+    assert c.cuda_source.count("triton_fused_add_relu_0[") == 2
+    # the second function with the same body calls the same kernel
+    same = compiled["same_as_twice"].cpu_source
+    assert '_cpp.function("cpp_fused_add_relu_0"' in same
+
+
+@pytest.mark.parametrize("name", sorted(INPUTS))
+def test_compiled_matches_eager(name: str, compiled: dict[str, Compiled]) -> None:
+    want = compiled[name].eager(**INPUTS[name])
+    assert_same(compiled[name].cpu(**INPUTS[name]), want, 1e-5, 1e-5)
+    assert_same(compiled[name].cuda(**INPUTS[name]), want, 1e-5, 1e-5)
