@@ -212,8 +212,6 @@ def test_groups_are_in_graph_order(tmp_path: Path) -> None:
     assert len(fusion.groups) == 1, fusion.groups
 
 
-@pytest.mark.xfail(strict=True, reason="siblings reading only a buffer start separate "
-                   "groups: gelu's x*0.5 and erf(x*0.7071) become two kernels")
 def test_sibling_pointwise_ops_share_a_kernel(tmp_path: Path) -> None:
     _, fusion = fused("gelu", tmp_path)
     assert len(fusion.groups) == 1, fusion.groups

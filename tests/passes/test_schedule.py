@@ -31,7 +31,11 @@ SOURCE = """
 import torch
 
 
-def twice(x, y, b):
+def twice(x, y, b, c):
+    return (x + b).relu(), (y + c).relu()
+
+
+def sharing_a_read(x, y, b):
     return (x + b).relu(), (y + b).relu()
 
 
@@ -65,14 +69,18 @@ def reshaped_pointwise(x, w):
     return y.view(8, 4) * m.view(8, 4)
 
 
-def same_as_twice(x, y, b):
-    return (x + b).relu(), (y + b).relu()
+def same_as_twice(x, y, b, c):
+    return (x + b).relu(), (y + c).relu()
 """
 
 g = torch.Generator().manual_seed(0)
 INPUTS = {
     "twice": {"x": torch.randn(4, 8, generator=g),
-              "y": torch.randn(4, 8, generator=g), "b": torch.randn(8, generator=g)},
+              "y": torch.randn(4, 8, generator=g), "b": torch.randn(8, generator=g),
+              "c": torch.randn(8, generator=g)},
+    "sharing_a_read": {"x": torch.randn(4, 8, generator=g),
+                       "y": torch.randn(4, 8, generator=g),
+                       "b": torch.randn(8, generator=g)},
     "looped": {"x": torch.randn(4, 8, generator=g),
                "y": torch.randn(4, 8, generator=g)},
     "other_shapes": {"x": torch.randn(4, 8, generator=g),
@@ -103,6 +111,12 @@ def test_identical_kernels_are_emitted_once(tmp_path: Path) -> None:
     assert [s.kernel for s in steps] == ["fused_add_relu_0"] * 2
     assert steps[0].args != steps[1].args
     assert steps[0].args[0] == "x" and steps[1].args[0] == "y"
+
+
+def test_siblings_reading_one_buffer_share_a_kernel(tmp_path: Path) -> None:
+    p = program("sharing_a_read", tmp_path)
+    (step,) = calls(p)
+    assert step.args == ("x", "b", "y", "relu", "relu_1")
 
 
 def test_unrolled_loop_reuses_its_kernel(tmp_path: Path) -> None:
@@ -218,7 +232,7 @@ def test_program_printout_is_deterministic(tmp_path: Path) -> None:
     assert first.splitlines()[0] == (
         "kernel fused_add_relu_0(in_ptr0, in_ptr1, out_ptr0) xnumel=32 rnumel=1:")
     assert "fused_add_relu_0(x, b, relu)" in first
-    assert "fused_add_relu_0(y, b, relu_1)" in first
+    assert "fused_add_relu_0(y, c, relu_1)" in first
 
 
 # ---- compiled: one kernel, called twice, in the generated module ------------------

@@ -122,6 +122,7 @@ class _State:
         self.nodes = [node.name]
         self.rows = rows
         self.rnumel = rnumel
+        self.reads: set[str] = set()  # buffers the group's kernel loads
 
 
 def alias_ok(view: Node, base: Node) -> bool:
@@ -179,10 +180,13 @@ def fuse(graph: Graph) -> Fusion:
         if kind not in ("pointwise", "reduction"):
             continue
         best, best_score = None, 0
-        for gid in sorted(_producer_groups(node, nodes, kinds, group_of)):
+        reads = _buffer_reads(node, nodes, kinds)
+        candidates = _producer_groups(node, nodes, kinds, group_of)
+        candidates |= {g.id for g in groups if g.reads & reads.keys()}
+        for gid in sorted(candidates):
             g = groups[gid]
             if can_fuse(g, node, nodes, kinds, group_of, ancestors):
-                s = score(g, node, nodes, kinds, group_of)
+                s = score(g, node, nodes, kinds, group_of, reads)
                 if s > best_score:
                     best, best_score = g, s
         if best is None:
@@ -194,10 +198,21 @@ def fuse(graph: Graph) -> Fusion:
             best.nodes.append(node.name)
             if kind == "reduction":
                 best.rows, best.rnumel = reduction_spec(node, nodes)
+        best.reads |= reads.keys()
         group_of[node.name] = best.id
     frozen = tuple(Group(g.id, tuple(g.nodes), g.rows, g.rnumel) for g in groups)
     realized = _realized(graph, nodes, kinds, group_of)
     return Fusion(kinds, frozen, group_of, realized)
+
+
+def _buffer_reads(node: Node, nodes, kinds) -> dict[str, int]:
+    """Buffers `node` reads from memory, with the number of elements it reads."""
+    out: dict[str, int] = {}
+    for r in node.refs():
+        how, via, root = resolve(r, nodes, kinds)
+        if how == "buffer":
+            out[root] = max(out.get(root, 0), _meta(nodes, via).numel)
+    return out
 
 
 def _producer_groups(node, nodes, kinds, group_of) -> set[int]:
@@ -261,9 +276,11 @@ def _virtual_ok(g: _State, value: TensorMeta, node_level: str, shape) -> bool:
     return padded[:i] == shape[:i] and all(d == 1 for d in padded[i:])
 
 
-def score(g: _State, node: Node, nodes, kinds, group_of) -> int:
-    """How much memory traffic fusing saves: the elements of the values shared."""
-    total = 0
+def score(g: _State, node: Node, nodes, kinds, group_of, reads: dict[str, int]
+          ) -> int:
+    """How much memory traffic fusing saves: the elements of the values it shares
+    with the group, computed there (kept in registers) or read there (read once)."""
+    total = sum(n for root, n in reads.items() if root in g.reads)
     for r in node.refs():
         how, _, root = resolve(r, nodes, kinds)
         if how == "virtual" and group_of.get(root) == g.id:
