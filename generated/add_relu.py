@@ -51,6 +51,8 @@ def _guards_cpu_0(a, b):
         return "b.shape == (2, 4)"
     if not (b.stride() == (4, 1)):
         return "b.stride() == (4, 1)"
+    if not (not torch.is_grad_enabled() or not (a.requires_grad or b.requires_grad)):
+        return "not torch.is_grad_enabled() or not (a.requires_grad or b.requires_grad)"
     return None
 
 
@@ -86,6 +88,8 @@ def _guards_cuda_0(a, b):
         return "b.shape == (2, 4)"
     if not (b.stride() == (4, 1)):
         return "b.stride() == (4, 1)"
+    if not (not torch.is_grad_enabled() or not (a.requires_grad or b.requires_grad)):
+        return "not torch.is_grad_enabled() or not (a.requires_grad or b.requires_grad)"
     return None
 
 

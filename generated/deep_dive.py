@@ -71,6 +71,16 @@ def _guards_cpu_0(x, weight, bias, scale):
         return "scale.shape == (128,)"
     if not (scale.stride() == (1,)):
         return "scale.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (
+            x.requires_grad
+            or weight.requires_grad
+            or bias.requires_grad
+            or scale.requires_grad
+        )
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad or bias.requires_grad or scale.requires_grad)"
     return None
 
 
@@ -130,6 +140,16 @@ def _guards_cuda_0(x, weight, bias, scale):
         return "scale.shape == (128,)"
     if not (scale.stride() == (1,)):
         return "scale.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (
+            x.requires_grad
+            or weight.requires_grad
+            or bias.requires_grad
+            or scale.requires_grad
+        )
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad or bias.requires_grad or scale.requires_grad)"
     return None
 
 

@@ -47,6 +47,67 @@ def _guards_cpu_0(self, x):
         return "self.attn.n_head == 4"
     if not (not self.training):
         return "not self.training"
+    if not (self.ln_1.weight.device.type == "cpu"):
+        return 'self.ln_1.weight.device.type == "cpu"'
+    if not (self.ln_1.weight.dtype == torch.float32):
+        return "self.ln_1.weight.dtype == torch.float32"
+    if not (self.ln_1.weight.shape == (64,)):
+        return "self.ln_1.weight.shape == (64,)"
+    if not (self.ln_1.weight.stride() == (1,)):
+        return "self.ln_1.weight.stride() == (1,)"
+    if not (self.ln_1.bias.device.type == "cpu"):
+        return 'self.ln_1.bias.device.type == "cpu"'
+    if not (self.ln_1.bias.dtype == torch.float32):
+        return "self.ln_1.bias.dtype == torch.float32"
+    if not (self.ln_1.bias.shape == (64,)):
+        return "self.ln_1.bias.shape == (64,)"
+    if not (self.ln_1.bias.stride() == (1,)):
+        return "self.ln_1.bias.stride() == (1,)"
+    if not (self.attn.c_proj.bias.device.type == "cpu"):
+        return 'self.attn.c_proj.bias.device.type == "cpu"'
+    if not (self.attn.c_proj.bias.dtype == torch.float32):
+        return "self.attn.c_proj.bias.dtype == torch.float32"
+    if not (self.attn.c_proj.bias.shape == (64,)):
+        return "self.attn.c_proj.bias.shape == (64,)"
+    if not (self.attn.c_proj.bias.stride() == (1,)):
+        return "self.attn.c_proj.bias.stride() == (1,)"
+    if not (self.ln_2.weight.device.type == "cpu"):
+        return 'self.ln_2.weight.device.type == "cpu"'
+    if not (self.ln_2.weight.dtype == torch.float32):
+        return "self.ln_2.weight.dtype == torch.float32"
+    if not (self.ln_2.weight.shape == (64,)):
+        return "self.ln_2.weight.shape == (64,)"
+    if not (self.ln_2.weight.stride() == (1,)):
+        return "self.ln_2.weight.stride() == (1,)"
+    if not (self.ln_2.bias.device.type == "cpu"):
+        return 'self.ln_2.bias.device.type == "cpu"'
+    if not (self.ln_2.bias.dtype == torch.float32):
+        return "self.ln_2.bias.dtype == torch.float32"
+    if not (self.ln_2.bias.shape == (64,)):
+        return "self.ln_2.bias.shape == (64,)"
+    if not (self.ln_2.bias.stride() == (1,)):
+        return "self.ln_2.bias.stride() == (1,)"
+    if not (self.mlp.c_fc.bias.device.type == "cpu"):
+        return 'self.mlp.c_fc.bias.device.type == "cpu"'
+    if not (self.mlp.c_fc.bias.dtype == torch.float32):
+        return "self.mlp.c_fc.bias.dtype == torch.float32"
+    if not (self.mlp.c_fc.bias.shape == (256,)):
+        return "self.mlp.c_fc.bias.shape == (256,)"
+    if not (self.mlp.c_fc.bias.stride() == (1,)):
+        return "self.mlp.c_fc.bias.stride() == (1,)"
+    if not (self.mlp.c_proj.bias.device.type == "cpu"):
+        return 'self.mlp.c_proj.bias.device.type == "cpu"'
+    if not (self.mlp.c_proj.bias.dtype == torch.float32):
+        return "self.mlp.c_proj.bias.dtype == torch.float32"
+    if not (self.mlp.c_proj.bias.shape == (64,)):
+        return "self.mlp.c_proj.bias.shape == (64,)"
+    if not (self.mlp.c_proj.bias.stride() == (1,)):
+        return "self.mlp.c_proj.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
     return None
 
 
@@ -165,6 +226,67 @@ def _guards_cuda_0(self, x):
         return "self.attn.n_head == 4"
     if not (not self.training):
         return "not self.training"
+    if not (self.ln_1.weight.device.type == "cuda"):
+        return 'self.ln_1.weight.device.type == "cuda"'
+    if not (self.ln_1.weight.dtype == torch.float32):
+        return "self.ln_1.weight.dtype == torch.float32"
+    if not (self.ln_1.weight.shape == (64,)):
+        return "self.ln_1.weight.shape == (64,)"
+    if not (self.ln_1.weight.stride() == (1,)):
+        return "self.ln_1.weight.stride() == (1,)"
+    if not (self.ln_1.bias.device.type == "cuda"):
+        return 'self.ln_1.bias.device.type == "cuda"'
+    if not (self.ln_1.bias.dtype == torch.float32):
+        return "self.ln_1.bias.dtype == torch.float32"
+    if not (self.ln_1.bias.shape == (64,)):
+        return "self.ln_1.bias.shape == (64,)"
+    if not (self.ln_1.bias.stride() == (1,)):
+        return "self.ln_1.bias.stride() == (1,)"
+    if not (self.attn.c_proj.bias.device.type == "cuda"):
+        return 'self.attn.c_proj.bias.device.type == "cuda"'
+    if not (self.attn.c_proj.bias.dtype == torch.float32):
+        return "self.attn.c_proj.bias.dtype == torch.float32"
+    if not (self.attn.c_proj.bias.shape == (64,)):
+        return "self.attn.c_proj.bias.shape == (64,)"
+    if not (self.attn.c_proj.bias.stride() == (1,)):
+        return "self.attn.c_proj.bias.stride() == (1,)"
+    if not (self.ln_2.weight.device.type == "cuda"):
+        return 'self.ln_2.weight.device.type == "cuda"'
+    if not (self.ln_2.weight.dtype == torch.float32):
+        return "self.ln_2.weight.dtype == torch.float32"
+    if not (self.ln_2.weight.shape == (64,)):
+        return "self.ln_2.weight.shape == (64,)"
+    if not (self.ln_2.weight.stride() == (1,)):
+        return "self.ln_2.weight.stride() == (1,)"
+    if not (self.ln_2.bias.device.type == "cuda"):
+        return 'self.ln_2.bias.device.type == "cuda"'
+    if not (self.ln_2.bias.dtype == torch.float32):
+        return "self.ln_2.bias.dtype == torch.float32"
+    if not (self.ln_2.bias.shape == (64,)):
+        return "self.ln_2.bias.shape == (64,)"
+    if not (self.ln_2.bias.stride() == (1,)):
+        return "self.ln_2.bias.stride() == (1,)"
+    if not (self.mlp.c_fc.bias.device.type == "cuda"):
+        return 'self.mlp.c_fc.bias.device.type == "cuda"'
+    if not (self.mlp.c_fc.bias.dtype == torch.float32):
+        return "self.mlp.c_fc.bias.dtype == torch.float32"
+    if not (self.mlp.c_fc.bias.shape == (256,)):
+        return "self.mlp.c_fc.bias.shape == (256,)"
+    if not (self.mlp.c_fc.bias.stride() == (1,)):
+        return "self.mlp.c_fc.bias.stride() == (1,)"
+    if not (self.mlp.c_proj.bias.device.type == "cuda"):
+        return 'self.mlp.c_proj.bias.device.type == "cuda"'
+    if not (self.mlp.c_proj.bias.dtype == torch.float32):
+        return "self.mlp.c_proj.bias.dtype == torch.float32"
+    if not (self.mlp.c_proj.bias.shape == (64,)):
+        return "self.mlp.c_proj.bias.shape == (64,)"
+    if not (self.mlp.c_proj.bias.stride() == (1,)):
+        return "self.mlp.c_proj.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
     return None
 
 

@@ -45,6 +45,27 @@ def _guards_cpu_0(self, x):
         return "x.stride() == (256, 1)"
     if not (not self.training):
         return "not self.training"
+    if not (self.norm.weight.device.type == "cpu"):
+        return 'self.norm.weight.device.type == "cpu"'
+    if not (self.norm.weight.dtype == torch.float32):
+        return "self.norm.weight.dtype == torch.float32"
+    if not (self.norm.weight.shape == (256,)):
+        return "self.norm.weight.shape == (256,)"
+    if not (self.norm.weight.stride() == (1,)):
+        return "self.norm.weight.stride() == (1,)"
+    if not (self.norm.bias.device.type == "cpu"):
+        return 'self.norm.bias.device.type == "cpu"'
+    if not (self.norm.bias.dtype == torch.float32):
+        return "self.norm.bias.dtype == torch.float32"
+    if not (self.norm.bias.shape == (256,)):
+        return "self.norm.bias.shape == (256,)"
+    if not (self.norm.bias.stride() == (1,)):
+        return "self.norm.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
     return None
 
 
@@ -74,6 +95,27 @@ def _guards_cuda_0(self, x):
         return "x.stride() == (256, 1)"
     if not (not self.training):
         return "not self.training"
+    if not (self.norm.weight.device.type == "cuda"):
+        return 'self.norm.weight.device.type == "cuda"'
+    if not (self.norm.weight.dtype == torch.float32):
+        return "self.norm.weight.dtype == torch.float32"
+    if not (self.norm.weight.shape == (256,)):
+        return "self.norm.weight.shape == (256,)"
+    if not (self.norm.weight.stride() == (1,)):
+        return "self.norm.weight.stride() == (1,)"
+    if not (self.norm.bias.device.type == "cuda"):
+        return 'self.norm.bias.device.type == "cuda"'
+    if not (self.norm.bias.dtype == torch.float32):
+        return "self.norm.bias.dtype == torch.float32"
+    if not (self.norm.bias.shape == (256,)):
+        return "self.norm.bias.shape == (256,)"
+    if not (self.norm.bias.stride() == (1,)):
+        return "self.norm.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
     return None
 
 
@@ -103,6 +145,27 @@ def _guards_cpu_1(self, x):
         return "x.stride() == (256, 1)"
     if not (not self.training):
         return "not self.training"
+    if not (self.norm.weight.device.type == "cpu"):
+        return 'self.norm.weight.device.type == "cpu"'
+    if not (self.norm.weight.dtype == torch.float32):
+        return "self.norm.weight.dtype == torch.float32"
+    if not (self.norm.weight.shape == (256,)):
+        return "self.norm.weight.shape == (256,)"
+    if not (self.norm.weight.stride() == (1,)):
+        return "self.norm.weight.stride() == (1,)"
+    if not (self.norm.bias.device.type == "cpu"):
+        return 'self.norm.bias.device.type == "cpu"'
+    if not (self.norm.bias.dtype == torch.float32):
+        return "self.norm.bias.dtype == torch.float32"
+    if not (self.norm.bias.shape == (256,)):
+        return "self.norm.bias.shape == (256,)"
+    if not (self.norm.bias.stride() == (1,)):
+        return "self.norm.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
     return None
 
 
@@ -133,6 +196,27 @@ def _guards_cuda_1(self, x):
         return "x.stride() == (256, 1)"
     if not (not self.training):
         return "not self.training"
+    if not (self.norm.weight.device.type == "cuda"):
+        return 'self.norm.weight.device.type == "cuda"'
+    if not (self.norm.weight.dtype == torch.float32):
+        return "self.norm.weight.dtype == torch.float32"
+    if not (self.norm.weight.shape == (256,)):
+        return "self.norm.weight.shape == (256,)"
+    if not (self.norm.weight.stride() == (1,)):
+        return "self.norm.weight.stride() == (1,)"
+    if not (self.norm.bias.device.type == "cuda"):
+        return 'self.norm.bias.device.type == "cuda"'
+    if not (self.norm.bias.dtype == torch.float32):
+        return "self.norm.bias.dtype == torch.float32"
+    if not (self.norm.bias.shape == (256,)):
+        return "self.norm.bias.shape == (256,)"
+    if not (self.norm.bias.stride() == (1,)):
+        return "self.norm.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
     return None
 
 

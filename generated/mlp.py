@@ -43,6 +43,19 @@ def _guards_cpu_0(self, x):
         return "x.stride() == (64, 1)"
     if not (not self.training):
         return "not self.training"
+    if not (self.fc1.bias.device.type == "cpu"):
+        return 'self.fc1.bias.device.type == "cpu"'
+    if not (self.fc1.bias.dtype == torch.float32):
+        return "self.fc1.bias.dtype == torch.float32"
+    if not (self.fc1.bias.shape == (256,)):
+        return "self.fc1.bias.shape == (256,)"
+    if not (self.fc1.bias.stride() == (1,)):
+        return "self.fc1.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
     return None
 
 
@@ -78,6 +91,19 @@ def _guards_cuda_0(self, x):
         return "x.stride() == (64, 1)"
     if not (not self.training):
         return "not self.training"
+    if not (self.fc1.bias.device.type == "cuda"):
+        return 'self.fc1.bias.device.type == "cuda"'
+    if not (self.fc1.bias.dtype == torch.float32):
+        return "self.fc1.bias.dtype == torch.float32"
+    if not (self.fc1.bias.shape == (256,)):
+        return "self.fc1.bias.shape == (256,)"
+    if not (self.fc1.bias.stride() == (1,)):
+        return "self.fc1.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
     return None
 
 

@@ -45,6 +45,19 @@ def _guards_cpu_0(self, x):
         return "self.eps == 1e-06"
     if not (not self.training):
         return "not self.training"
+    if not (self.weight.device.type == "cpu"):
+        return 'self.weight.device.type == "cpu"'
+    if not (self.weight.dtype == torch.float32):
+        return "self.weight.dtype == torch.float32"
+    if not (self.weight.shape == (256,)):
+        return "self.weight.shape == (256,)"
+    if not (self.weight.stride() == (1,)):
+        return "self.weight.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
     return None
 
 
@@ -75,6 +88,19 @@ def _guards_cuda_0(self, x):
         return "self.eps == 1e-06"
     if not (not self.training):
         return "not self.training"
+    if not (self.weight.device.type == "cuda"):
+        return 'self.weight.device.type == "cuda"'
+    if not (self.weight.dtype == torch.float32):
+        return "self.weight.dtype == torch.float32"
+    if not (self.weight.shape == (256,)):
+        return "self.weight.shape == (256,)"
+    if not (self.weight.stride() == (1,)):
+        return "self.weight.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
     return None
 
 

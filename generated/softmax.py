@@ -41,6 +41,8 @@ def _guards_cpu_0(x):
         return "x.shape == (32, 128)"
     if not (x.stride() == (128, 1)):
         return "x.stride() == (128, 1)"
+    if not (not torch.is_grad_enabled() or not (x.requires_grad)):
+        return "not torch.is_grad_enabled() or not (x.requires_grad)"
     return None
 
 
@@ -65,6 +67,8 @@ def _guards_cuda_0(x):
         return "x.shape == (32, 128)"
     if not (x.stride() == (128, 1)):
         return "x.stride() == (128, 1)"
+    if not (not torch.is_grad_enabled() or not (x.requires_grad)):
+        return "not torch.is_grad_enabled() or not (x.requires_grad)"
     return None
 
 

@@ -43,6 +43,19 @@ def _guards_cpu_0(self, x):
         return "x.stride() == (4, 1)"
     if not (not self.training):
         return "not self.training"
+    if not (self.linear.bias.device.type == "cpu"):
+        return 'self.linear.bias.device.type == "cpu"'
+    if not (self.linear.bias.dtype == torch.float32):
+        return "self.linear.bias.dtype == torch.float32"
+    if not (self.linear.bias.shape == (4,)):
+        return "self.linear.bias.shape == (4,)"
+    if not (self.linear.bias.stride() == (1,)):
+        return "self.linear.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
     return None
 
 
@@ -74,6 +87,19 @@ def _guards_cuda_0(self, x):
         return "x.stride() == (4, 1)"
     if not (not self.training):
         return "not self.training"
+    if not (self.linear.bias.device.type == "cuda"):
+        return 'self.linear.bias.device.type == "cuda"'
+    if not (self.linear.bias.dtype == torch.float32):
+        return "self.linear.bias.dtype == torch.float32"
+    if not (self.linear.bias.shape == (4,)):
+        return "self.linear.bias.shape == (4,)"
+    if not (self.linear.bias.stride() == (1,)):
+        return "self.linear.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
     return None
 
 

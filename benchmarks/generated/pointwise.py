@@ -61,6 +61,11 @@ def _guards_cuda_0(x, bias, scale):
         return "scale.shape == (8192,)"
     if not (scale.stride() == (1,)):
         return "scale.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or bias.requires_grad or scale.requires_grad)
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or bias.requires_grad or scale.requires_grad)"
     return None
 
 
@@ -111,6 +116,11 @@ def _guards_cpu_0(x, bias, scale):
         return "scale.shape == (1024,)"
     if not (scale.stride() == (1,)):
         return "scale.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or bias.requires_grad or scale.requires_grad)
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or bias.requires_grad or scale.requires_grad)"
     return None
 
 

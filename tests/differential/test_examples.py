@@ -13,8 +13,8 @@ with autograd enabled on frozen weights (`requires_grad_(False)`: nothing needs 
 gradient, so no variant has a reason to fall back). Module weights are seeded random
 (see `helpers.build_pair`). Tolerances: see `helpers`.
 
-The last section holds known bugs as strict xfails: fixing one makes its test XPASS,
-and so fail, until its marker is removed.
+The last section checks what variants must not take: calls needing autograd, and a
+model converted to another dtype, run eager (or match it exactly).
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def test_triton_variant_matches_eager(
     assert len(calls) == len(SEEDS), f"{case.label}: the variant did not run"
 
 
-# ----------------------------------------------------------------------- known bugs
+# ------------------------------------------ autograd and converted models: eager
 
 
 def is_module_case(case: Case) -> bool:
@@ -175,12 +175,6 @@ def gradients(fn: Callable[..., Any], inputs: dict[str, object]) -> list[object]
     return [leaf.grad for leaf in leaves.values()] + [p.grad for p in params]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: no guard on autograd. Kernels write through data_ptr(), so with "
-    "autograd on, backward() raises or silently misses what kernels computed (mlp: "
-    "no grad for fc1 or x). Expected: correct gradients, or a fallback to eager.",
-)
 @pytest.mark.parametrize("case", [c for c in CASES if c.device == "cpu"], ids=ids)
 def test_autograd_is_exact_or_falls_back(case: Case, fallbacks: list[object]) -> None:
     exported = getattr(generated_module(case), case.name)
@@ -197,13 +191,6 @@ def test_autograd_is_exact_or_falls_back(case: Case, fallbacks: list[object]) ->
             assert_close(a.float(), e.float(), dtype, f"gradient {i}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: guards do not check parameters. After model.to(torch.bfloat16) a "
-    "variant compiled for float32 weights still runs, and its C++ kernel reads the "
-    "bf16 weights as float32 (errors ~1e30). Expected: a fallback to eager, or a "
-    "guard on each parameter's dtype, device, shape and stride.",
-)
 @pytest.mark.parametrize(
     "case",
     [

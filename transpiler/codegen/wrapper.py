@@ -90,10 +90,36 @@ def input_guards(v: Variant) -> list[str]:
     return guards
 
 
+def param_guards(p: Program, device: str) -> list[str]:
+    """Layout guards for the parameters that kernels read (extern calls adapt)."""
+    read = {a for s in p.steps if isinstance(s, KernelCall) for a in s.args}
+    guards = []
+    for name, path, m in p.params:
+        if name in read:
+            guards += [f'{path}.device.type == "{device}"',
+                       f"{path}.dtype == {DTYPE_NAMES[m.dtype]}",
+                       f"{path}.shape == {literal(m.shape)}",
+                       f"{path}.stride() == {literal(m.stride)}"]
+    return guards
+
+
+def grad_guard(t: TargetCode, v: Variant) -> list[str]:
+    """Kernels do not record autograd: with grad on, anything needing it runs eager."""
+    needs = [f"{n}.requires_grad" for n, s in v.inputs if isinstance(s, TensorSpec)]
+    if t.is_module:
+        needs.append("any(p.requires_grad for p in self.parameters())")
+    if not needs:
+        return []
+    return [f"not torch.is_grad_enabled() or not ({' or '.join(needs)})"]
+
+
 def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
     guards = input_guards(vc.variant) + list(vc.guards)
     if t.is_module:
         guards.append("not self.training")
+    if vc.program is not None:
+        guards += param_guards(vc.program, vc.variant.device)
+    guards += grad_guard(t, vc.variant)
     self_ = "self, " if t.is_module else ""
     lines = [
         f"def _guards_{vc.name}({self_}{t.params_text}):",
@@ -132,7 +158,7 @@ def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]
     device_src = tensors[0] if tensors else (p.params[0][1] if p.params else None)
     if device_src is not None:
         lines.append(f"    device = {device_src}.device")
-    for name, path in p.params:
+    for name, path, _ in p.params:
         lines.append(f"    {name} = {path}")
     last_span = None
     allocs: list[str] = []  # written just before the kernel that fills them

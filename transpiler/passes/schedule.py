@@ -77,7 +77,7 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
                                     node.meta, node.span,
                                     fusion.kinds[node.name] == "view"))
     inputs = tuple(n.name for n in graph.nodes if n.op == "input")
-    params = tuple((n.name, self_path(n.target)) for n in graph.nodes
+    params = tuple((n.name, self_path(n.target), n.tensor_meta) for n in graph.nodes
                    if n.op == "param")
     return Program(inputs, params, tuple(steps), tuple(kernels), graph.outputs)
 
