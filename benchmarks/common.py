@@ -1,9 +1,11 @@
-"""Shared by `benchmarks/cpu.py` and `benchmarks/gpu.py`: cases, timing, correctness, and
+"""Shared by `benchmarks/cpu.py` and `benchmarks/gpu.py`: cases, timing, correctness,
+and
 the markdown table.
 
 Cases are the targets of `benchmarks/pyproject.toml`, one variant per device. Each case
 runs eager, `torch.compile` (default mode) and the generated module from
-`benchmarks.generated.<stem>`, checks compile and generated against eager in the same run,
+`benchmarks.generated.<stem>`, checks compile and generated against eager in the same
+run,
 and times all three. TYPE-spec parsing, seeded inputs and the tolerances come from
 `examples.compare`, so the report and the benchmarks judge correctness the same way.
 """
@@ -48,7 +50,7 @@ Timer = Callable[[Callable[[], object]], float]  # runs fn repeatedly, returns m
 
 
 def cuda_timer(quick: bool) -> tuple[Timer, str]:
-    """`triton.testing.do_bench` (median, L2 flushed) if importable, else CUDA events."""
+    """`triton.testing.do_bench` if importable, else CUDA events."""
     warmup_ms, rep_ms = (10, 50) if quick else (25, 200)
     try:
         from triton.testing import do_bench
@@ -82,7 +84,7 @@ def _cuda_events_median(fn: Callable[[], object], warmup: int, reps: int) -> flo
 
 
 def cpu_timer(quick: bool) -> tuple[Timer, str]:
-    """time.perf_counter: warmup, then at least `min_reps` runs or `budget_s` seconds."""
+    """perf_counter: warmup, then at least `min_reps` runs or `budget_s` seconds."""
     warmup, min_reps, budget_s = (1, 3, 0.2) if quick else (3, 10, 2.0)
 
     def time_ms(fn: Callable[[], object]) -> float:
@@ -186,7 +188,7 @@ def run_case(package: str, case: Case, device: str, timer: Timer) -> Result:
             check = compare_outputs(compiled(**inputs), expected, low)
             result.compile_ok = verdict(check)
             result.compile_ms = timer(lambda: compiled(**inputs))
-        except Exception as e:  # noqa: BLE001 - a row, not a crash
+        except Exception as e:
             result.compile_ok = f"no (raised {type(e).__name__}: {e})"
 
         try:
@@ -197,7 +199,7 @@ def run_case(package: str, case: Case, device: str, timer: Timer) -> Result:
         except ImportError as e:
             result.generated_missing, result.generated_ok = True, str(e)
             return result
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             result.generated_ok = f"no (raised {type(e).__name__}: {e})"
             return result
         note = fallback_note(warned, call_watching(eager, inputs)[1])
@@ -221,7 +223,7 @@ def _ratio(num: float | None, den: float | None) -> str:
 
 
 def markdown_table(results: list[Result], copy_gbps: float) -> str:
-    """The table, then one note per case whose generated or compiled run is not right."""
+    """The table, then a note per case whose generated or compiled run is not right."""
     header = (
         "case", "shape", "eager ms", "compile ms", "generated ms",
         "gen vs eager", "gen vs compile", "gen GB/s", "% of copy BW",
@@ -273,7 +275,8 @@ def environment(device: str) -> str:
     if device == "cuda":
         name = torch.cuda.get_device_name()
     else:
-        name = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+        cpu = platform.processor() or platform.machine()
+        name = f"{cpu}, {torch.get_num_threads()} threads"
     return f"{name}; {versions}; Python {platform.python_version()}"
 
 

@@ -1,4 +1,4 @@
-"""CPU benchmark: eager vs torch.compile (inductor C++) vs generated, at CPU-sized shapes.
+"""CPU benchmark: eager vs torch.compile (inductor C++) vs generated, CPU-sized shapes.
 
     python benchmarks/cpu.py [--quick] [--out FILE.md] [--commands]
 

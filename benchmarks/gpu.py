@@ -1,4 +1,4 @@
-"""GPU benchmark: eager vs torch.compile vs generated, at large shapes, on one CUDA device.
+"""GPU benchmark: eager vs torch.compile vs generated, large shapes, one CUDA device.
 
     python benchmarks/gpu.py [--quick] [--out FILE.md] [--commands]
 

@@ -1,10 +1,11 @@
-"""Eager vs generated, for every target in `[tool.transpile]`: the project's main report.
+"""Eager vs generated, for every target in `[tool.transpile]`: the main report.
 
     python -m examples.compare [--config pyproject.toml] [--root .]
 
 For each target and each variant whose device is here (cpu always, cuda when available),
-it draws seeded random inputs of the variant's TYPE specs, runs the source (eager) and the
-generated module (`generated.<file stem>`, or `<out>.<file stem>` for another `out`), and
+it draws seeded random inputs of the variant's TYPE specs, runs the source (eager) and
+the generated module (`generated.<file stem>`, or `<out>.<file stem>` for another
+`out`), and
 prints one row: max abs and max rel error, OK or FAIL. Exit status 1 if any row fails.
 
 Only torch and the generated code are needed: the TYPE grammar is parsed here, not by
@@ -339,7 +340,7 @@ def build_generated(
 def reference(
     eager: Callable[..., object], inputs: Mapping[str, object], low_precision: bool
 ) -> object:
-    """Eager output; for f16/bf16 variants, eager in float32 on upcast inputs/weights."""
+    """Eager output; for f16/bf16 variants, eager in f32 on upcast inputs/weights."""
     if not low_precision:
         return eager(**inputs)
     if isinstance(eager, torch.nn.Module):
@@ -416,15 +417,15 @@ def run_variant(
             eager = build_eager(source, dict(target.init), device)
             gen = build_generated(generated, eager, dict(target.init), device)
             expected = reference(eager, inputs, low)
-        except Exception as e:  # noqa: BLE001 - a report row, not a crash
+        except Exception as e:
             return row(f"FAIL(eager reference raised {type(e).__name__}: {e})")
         try:
             native, eager_warnings = call_watching(eager, inputs)
-        except Exception:  # noqa: BLE001 - only low precision gets here (e.g. mixed
+        except Exception:
             native, eager_warnings = None, []  # dtypes that cuda eager rejects)
         try:
             actual, gen_warnings = call_watching(gen, inputs)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             return row(f"FAIL(generated raised {type(e).__name__}: {e})")
     note = fallback_note(gen_warnings, eager_warnings)
     if note:
@@ -441,7 +442,7 @@ def run_target(package: str, target: Target) -> list[Row]:
     try:
         source = load_source(target)
         generated = load_generated(package, target)
-    except Exception as e:  # noqa: BLE001 - report it, go on with the next target
+    except Exception as e:
         message = str(e) if isinstance(e, ImportError) else f"{type(e).__name__}: {e}"
         return [Row(target.label, "-", "-", "-", "-", f"FAIL({message})")]
     for variant in target.variants:

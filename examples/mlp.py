@@ -1,7 +1,8 @@
 """A two-layer MLP (Linear -> GELU -> Linear), the feed-forward half of a transformer.
 
-Not code from the reference docs: the reference 'torch.compile report 2026' (4.1) credits
-"attention + MLP fusion" for transformer speedups; this is the smallest MLP to fuse.
+Not code from the reference docs: the reference 'torch.compile report 2026' (4.1)
+credits "attention + MLP fusion" for transformer speedups; this is the smallest MLP to
+fuse.
 """
 
 import torch.nn.functional as F

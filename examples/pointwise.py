@@ -1,6 +1,6 @@
 """From the reference 'torch.compile deep dive' (32.4.1, "From Graph to Kernels"): the
-pointwise chain Inductor fuses into one Triton kernel (`x * 2`, `+ bias`, relu), extended
-with the `* scale` step of the deep dive's eager forward.
+pointwise chain Inductor fuses into one Triton kernel (`x * 2`, `+ bias`, relu),
+extended with the `* scale` step of the deep dive's eager forward.
 
 Four pointwise ops, one read of each input and one write: a pure memory-bound fusion.
 """

@@ -28,7 +28,7 @@ template <typename T> static inline T min_nan(T a, T b) {
     return (a < b || a != a) ? a : b;
 }
 
-// examples/mlp.py:18: return self.fc2(F.gelu(self.fc1(x)))
+// examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
 extern "C" void cpp_fused_addmm_gelu_0(
     const float* __restrict__ in_ptr0,
     const float* __restrict__ in_ptr1,

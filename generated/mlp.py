@@ -65,7 +65,7 @@ def _cpu_0(self, x):
     fc1_bias = self.fc1.bias
     fc2_weight = self.fc2.weight
     fc2_bias = self.fc2.bias
-    # examples/mlp.py:18: return self.fc2(F.gelu(self.fc1(x)))
+    # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
     t = torch.ops.aten.t.default(fc1_weight)
     mm = torch.ops.aten.mm.default(x, t)
     mul_2 = torch.empty_strided((8, 256), (256, 1), dtype=torch.float32, device=device)
@@ -113,7 +113,7 @@ def _cuda_0(self, x):
     fc1_bias = self.fc1.bias
     fc2_weight = self.fc2.weight
     fc2_bias = self.fc2.bias
-    # examples/mlp.py:18: return self.fc2(F.gelu(self.fc1(x)))
+    # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
     t = torch.ops.aten.t.default(fc1_weight)
     mm = torch.ops.aten.mm.default(x, t)
     mul_2 = torch.empty_strided((8, 256), (256, 1), dtype=torch.float32, device=device)

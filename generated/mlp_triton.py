@@ -6,7 +6,7 @@ import triton.language as tl
 
 @triton.jit
 def triton_fused_addmm_gelu_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
-    # examples/mlp.py:18: return self.fc2(F.gelu(self.fc1(x)))
+    # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
     xnumel = 2048
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel

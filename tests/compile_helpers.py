@@ -91,9 +91,12 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}_{next(_counter)}_{uuid.uuid4().hex[:8]}"
 
 
-def compile_source(source: str, functions: Mapping[str, Mapping[str, Example]],
-                   root: Path, graph_hook: Callable[[Graph], Graph] | None = None
-                   ) -> dict[str, Compiled]:
+def compile_source(
+    source: str,
+    functions: Mapping[str, Mapping[str, Example]],
+    root: Path,
+    graph_hook: Callable[[Graph], Graph] | None = None,
+) -> dict[str, Compiled]:
     """Build each function of `source` for its example inputs, on both backends.
 
     `graph_hook`, if given, rewrites each traced graph before the graph passes.
@@ -105,12 +108,14 @@ def compile_source(source: str, functions: Mapping[str, Mapping[str, Example]],
     targets = []
     for fn, inputs in functions.items():
         inp = specs(inputs)
-        targets.append(Target(f"{stem}.py::{fn}",
-                              (Variant(inp, "cpu"), Variant(inp, "cuda"))))
+        targets.append(
+            Target(f"{stem}.py::{fn}", (Variant(inp, "cpu"), Variant(inp, "cuda")))
+        )
     options = Options(targets=tuple(targets), root=root)
     if graph_hook is None:
         files = build(options)
     else:
+
         def hooked(graph: Graph) -> Graph:
             return optimize(graph_hook(graph))
 
@@ -126,15 +131,25 @@ def compile_source(source: str, functions: Mapping[str, Mapping[str, Example]],
     out = {}
     for i, fn in enumerate(functions):  # variants are numbered across the module
         cpu, cuda = (module.__dict__.get(f"_{d}_{i}") for d in ("cpu", "cuda"))
-        assert cpu is not None and cuda is not None, (
-            f"{fn} was not compiled:\n{module.__doc__}")
-        out[fn] = Compiled(fn, module, cpu, cuda, inspect.getsource(cpu),
-                           inspect.getsource(cuda), cpp_text, triton_text)
+        assert (
+            cpu is not None and cuda is not None
+        ), f"{fn} was not compiled:\n{module.__doc__}"
+        out[fn] = Compiled(
+            fn,
+            module,
+            cpu,
+            cuda,
+            inspect.getsource(cpu),
+            inspect.getsource(cuda),
+            cpp_text,
+            triton_text,
+        )
     return out
 
 
-def compile_function(source: str, name: str, inputs: Mapping[str, Example],
-                     root: Path) -> Compiled:
+def compile_function(
+    source: str, name: str, inputs: Mapping[str, Example], root: Path
+) -> Compiled:
     return compile_source(source, {name: inputs}, root)[name]
 
 
@@ -162,8 +177,13 @@ class TraceResult:
         return run_graph(graph, dict(inputs), module)
 
 
-def trace_source(source: str, name: str, inputs: Mapping[str, Example], root: Path,
-                 init: Mapping[str, Any] | None = None) -> TraceResult:
+def trace_source(
+    source: str,
+    name: str,
+    inputs: Mapping[str, Example],
+    root: Path,
+    init: Mapping[str, Any] | None = None,
+) -> TraceResult:
     """Run the frontend on `name` (a function or nn.Module class) of `source`.
 
     A module class is traced on the meta device, and instantiated again on the CPU
@@ -185,8 +205,13 @@ def trace_source(source: str, name: str, inputs: Mapping[str, Example], root: Pa
     return TraceResult(traced, obj, f"{stem}.py")
 
 
-def trace_graph(source: str, name: str, inputs: Mapping[str, Example], root: Path,
-                init: Mapping[str, Any] | None = None) -> Graph:
+def trace_graph(
+    source: str,
+    name: str,
+    inputs: Mapping[str, Example],
+    root: Path,
+    init: Mapping[str, Any] | None = None,
+) -> Graph:
     """The traced graph; fails the test if the frontend fell back."""
     return trace_source(source, name, inputs, root, init).graph
 

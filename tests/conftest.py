@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `import generated.<stem>`, `examples`, `tests.helpers`
     sys.path.insert(0, str(ROOT))
 
-import torch  # after sys.path; torch itself does not import triton
+import torch  # noqa: E402  (after sys.path; torch itself does not import triton)
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

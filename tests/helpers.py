@@ -190,9 +190,9 @@ def build_pair(
     is_module = isinstance(source, type) and issubclass(source, torch.nn.Module)
     if not is_module:
         return source, generated
-    assert isinstance(generated, type) and issubclass(generated, source), (
-        f"{generated!r} is not a subclass of {source!r}"
-    )
+    assert isinstance(generated, type) and issubclass(
+        generated, source
+    ), f"{generated!r} is not a subclass of {source!r}"
     torch.manual_seed(seed)
     eager = source(**init)
     randomize_parameters(eager, seed)

@@ -3,7 +3,8 @@
     transpile                              # every target in [tool.transpile]
     transpile FILE.py::Name --example x=f32[2,4] [--variant ...] [--device cpu] ...
 
-Every user error is printed as one line, `transpile: error: ...`, with exit code 2 and no
+Every user error is printed as one line, `transpile: error: ...`, with exit code 2 and
+no
 traceback. The command recorded in generated headers (`Options.command`) is rebuilt from
 the parsed arguments, so it is the same on every machine: `transpile` in config mode, a
 normalized, shell-quoted one-off command otherwise (no --root, --check or --explain).
@@ -188,7 +189,7 @@ def _one_off_command(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point; returns the exit code (0 ok, 1 stale with --check, 2 error)."""
+    """Console entry point; the exit code: 0 ok, 1 stale with --check, 2 error."""
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_:  # --help, or a usage error already printed by argparse

@@ -5,7 +5,7 @@ from `[tool.transpile]` in pyproject.toml, and passed explicitly to `api.run`.
 
 TYPE specs (the `--example NAME=TYPE` grammar):
 
-    f32[2,4]   bf16[8,128]@cuda   i64[4,512]   bool[4]   f32[]   int=3   float=0.5   None
+    f32[2,4]  bf16[8,128]@cuda  i64[4,512]  bool[4]  f32[]  int=3  float=0.5  None
 
 The parsers below are pure functions from text (or a TOML table) to these values; every
 problem is a one-line `UserError`. Order is kept exactly as the user wrote it: targets,
@@ -46,7 +46,7 @@ DEVICES = ("cpu", "cuda")
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A tensor input: dtype and static shape; `device` is None unless pinned (`@cuda`)."""
+    """A tensor input: dtype and static shape; `device` is None unless pinned."""
 
     dtype: torch.dtype
     shape: tuple[int, ...]
@@ -110,7 +110,7 @@ class Options:
 
 Inputs = tuple[tuple[str, Spec], ...]
 
-# ---------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # TYPE specs
 
 _TENSOR = re.compile(r"(?P<dtype>\w+)\[(?P<dims>[^\[\]]*)\](?:@(?P<device>.*))?")
@@ -166,12 +166,12 @@ def check_device(device: str, where: str = "") -> str:
     return device
 
 
-# ---------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # Examples, variants, init values, target names
 
 
 def parse_example(text: str) -> tuple[str, Spec]:
-    """Parse `NAME=TYPE`, splitting on the first `=`: `n=int=3` is name n, spec int=3."""
+    """Parse `NAME=TYPE`, split on the first `=`: `n=int=3` is name n, spec int=3."""
     name, sep, spec = text.partition("=")
     name = name.strip()
     if not sep or not name.isidentifier():
@@ -243,7 +243,7 @@ def check_source(text: str, what: str = "target", name: str = "Name") -> str:
     return text.strip()
 
 
-# ---------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # Devices
 
 
@@ -284,7 +284,7 @@ def expand_variants(
 def collect_variants(
     input_sets: Iterable[tuple[Inputs, str | None]], devices: tuple[str, ...]
 ) -> tuple[Variant, ...]:
-    """Expand (inputs, pinned device) pairs in order; the same variant twice is an error."""
+    """Expand (inputs, pinned device) pairs in order; a repeated variant is an error."""
     variants: list[Variant] = []
     for inputs, pinned_device in input_sets:
         for variant in expand_variants(inputs, devices, pinned_device):
@@ -294,7 +294,7 @@ def collect_variants(
     return tuple(variants)
 
 
-# ---------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # [tool.transpile] in pyproject.toml
 
 NO_CONFIG = "no target given and no [tool.transpile] in pyproject.toml"
@@ -303,7 +303,7 @@ _TARGET_KEYS = ("devices", "factory", "init", "source", "variants")
 
 
 def load_config(pyproject: Path, root: Path) -> tuple[Path, tuple[Target, ...]]:
-    """Read `[tool.transpile]`: the output dir (as written, relative to root) and targets.
+    """Read `[tool.transpile]`: the output dir (as written, relative to root), targets.
 
     Errors name the file (relative to `root`) and say what is wrong.
     """

@@ -107,37 +107,74 @@ def compare_scalar(op: str, expr: str) -> list[Case]:
 
 
 UNARY_INPUTS = {
-    "log": positive, "sqrt": positive, "rsqrt": positive, "reciprocal": positive,
+    "log": positive,
+    "sqrt": positive,
+    "rsqrt": positive,
+    "reciprocal": positive,
 }
 
 CASES: list[Case] = [
     # unary ops, each on floats in its domain
-    *(Case(f"aten.{op}.default", f"aten.{op}.default(a)",
-           {"a": UNARY_INPUTS.get(op, lambda *s: 3 * randn(*s))(*X)},
-           (1e-5, 1e-5) if op in ("erf", "tanh", "sigmoid") else F32_TOL)
-      for op in ("abs", "neg", "relu", "exp", "log", "sqrt", "rsqrt", "sin", "cos",
-                 "tanh", "sigmoid", "erf", "floor", "ceil", "reciprocal")),
+    *(
+        Case(
+            f"aten.{op}.default",
+            f"aten.{op}.default(a)",
+            {"a": UNARY_INPUTS.get(op, lambda *s: 3 * randn(*s))(*X)},
+            (1e-5, 1e-5) if op in ("erf", "tanh", "sigmoid") else F32_TOL,
+        )
+        for op in (
+            "abs",
+            "neg",
+            "relu",
+            "exp",
+            "log",
+            "sqrt",
+            "rsqrt",
+            "sin",
+            "cos",
+            "tanh",
+            "sigmoid",
+            "erf",
+            "floor",
+            "ceil",
+            "reciprocal",
+        )
+    ),
     Case("aten.abs.default", "aten.abs.default(a)", {"a": ints(*X)}),
     Case("aten.neg.default", "aten.neg.default(a)", {"a": ints(*X)}),
     Case("aten.relu.default", "aten.relu.default(a)", {"a": EDGE_A}),
     Case("aten.relu.default", "aten.relu.default(a)", {"a": ints(*X)}),
     Case("aten.exp.default", "aten.exp.default(a)", {"a": EDGE_A}),
-    Case("aten.tanh.default", "aten.tanh.default(a)",
-         {"a": torch.tensor([0.0, 1e-4, -0.3, 0.62, 0.63, -5.0, 20.0, -20.0])}),
+    Case(
+        "aten.tanh.default",
+        "aten.tanh.default(a)",
+        {"a": torch.tensor([0.0, 1e-4, -0.3, 0.62, 0.63, -5.0, 20.0, -20.0])},
+    ),
     Case("aten.floor.default", "aten.floor.default(a)", {"a": EDGE_A}),
     Case("aten.reciprocal.default", "aten.reciprocal.default(a)", {"a": ZEROS_DEN}),
-    Case("aten.exp.default", "aten.exp.default(a)",
-         {"a": randn(*X, dtype=torch.bfloat16)}, BF16_TOL),
-    Case("aten.sigmoid.default", "aten.sigmoid.default(a)",
-         {"a": randn(*X, dtype=torch.bfloat16)}, BF16_TOL),
+    Case(
+        "aten.exp.default",
+        "aten.exp.default(a)",
+        {"a": randn(*X, dtype=torch.bfloat16)},
+        BF16_TOL,
+    ),
+    Case(
+        "aten.sigmoid.default",
+        "aten.sigmoid.default(a)",
+        {"a": randn(*X, dtype=torch.bfloat16)},
+        BF16_TOL,
+    ),
     Case("aten.logical_not.default", "aten.logical_not.default(a)", {"a": bools(*X)}),
     Case("aten.logical_not.default", "aten.logical_not.default(a)", {"a": ints(*X)}),
     Case("aten.logical_not.default", "aten.logical_not.default(a)", {"a": EDGE_A}),
     # arithmetic
     *binary("aten.add.Tensor", "aten.add.Tensor(a, b)"),
-    Case("aten.add.Tensor", "aten.add.Tensor(a, b)",
-         {"a": randn(*X, dtype=torch.bfloat16), "b": randn(33, dtype=torch.bfloat16)},
-         BF16_TOL),
+    Case(
+        "aten.add.Tensor",
+        "aten.add.Tensor(a, b)",
+        {"a": randn(*X, dtype=torch.bfloat16), "b": randn(33, dtype=torch.bfloat16)},
+        BF16_TOL,
+    ),
     Case("aten.add.Tensor", "aten.add.Tensor(a, b)", {"a": ints(*X), "b": randn(*X)}),
     Case("aten.add.Tensor", "a + 2.5", {"a": randn(*X)}),
     Case("aten.add.Tensor", "a + b", {"a": randn(200, 201), "b": randn(201)}),
@@ -148,9 +185,12 @@ CASES: list[Case] = [
     Case("aten.rsub.Scalar", "aten.rsub.Scalar(a, 2.5)", {"a": randn(*X)}),
     Case("aten.rsub.Scalar", "1 - a", {"a": ints(*X)}),
     *binary("aten.mul.Tensor", "aten.mul.Tensor(a, b)"),
-    Case("aten.mul.Tensor", "aten.mul.Tensor(a, b)",
-         {"a": randn(*X, dtype=torch.bfloat16), "b": randn(*X, dtype=torch.bfloat16)},
-         BF16_TOL),
+    Case(
+        "aten.mul.Tensor",
+        "aten.mul.Tensor(a, b)",
+        {"a": randn(*X, dtype=torch.bfloat16), "b": randn(*X, dtype=torch.bfloat16)},
+        BF16_TOL,
+    ),
     Case("aten.mul.Tensor", "aten.mul.Tensor(a, b)", {"a": bools(*X), "b": bools(*X)}),
     Case("aten.mul.Scalar", "aten.mul.Scalar(a, 3.0)", {"a": randn(*X)}),
     Case("aten.mul.Scalar", "aten.mul.Scalar(a, -3)", {"a": ints(*X)}),
@@ -162,11 +202,13 @@ CASES: list[Case] = [
     Case("aten.div.Scalar", "aten.div.Scalar(a, 4)", {"a": ints(*X)}),
     # min / max: NaN propagates, infinities order
     *binary("aten.maximum.default", "aten.maximum.default(a, b)"),
-    Case("aten.maximum.default", "aten.maximum.default(a, b)",
-         {"a": EDGE_A, "b": EDGE_B}),
+    Case(
+        "aten.maximum.default", "aten.maximum.default(a, b)", {"a": EDGE_A, "b": EDGE_B}
+    ),
     *binary("aten.minimum.default", "aten.minimum.default(a, b)"),
-    Case("aten.minimum.default", "aten.minimum.default(a, b)",
-         {"a": EDGE_A, "b": EDGE_B}),
+    Case(
+        "aten.minimum.default", "aten.minimum.default(a, b)", {"a": EDGE_A, "b": EDGE_B}
+    ),
     Case("aten.clamp_min.default", "aten.clamp_min.default(a, 0.25)", {"a": randn(*X)}),
     Case("aten.clamp_min.default", "aten.clamp_min.default(a, 0.25)", {"a": EDGE_A}),
     Case("aten.clamp_min.default", "aten.clamp_min.default(a, 1)", {"a": ints(*X)}),
@@ -174,25 +216,53 @@ CASES: list[Case] = [
     Case("aten.clamp_max.default", "aten.clamp_max.default(a, 0.25)", {"a": EDGE_A}),
     Case("aten.clamp_max.default", "aten.clamp_max.default(a, -1)", {"a": ints(*X)}),
     # comparisons
-    *(c for op in ("eq", "ne", "lt", "le", "gt", "ge")
-      for c in compare(f"aten.{op}.Tensor", f"aten.{op}.Tensor(a, b)")),
-    *(c for op in ("eq", "ne", "lt", "le", "gt", "ge")
-      for c in compare_scalar(f"aten.{op}.Scalar", f"aten.{op}.Scalar(a, 1.0)")),
+    *(
+        c
+        for op in ("eq", "ne", "lt", "le", "gt", "ge")
+        for c in compare(f"aten.{op}.Tensor", f"aten.{op}.Tensor(a, b)")
+    ),
+    *(
+        c
+        for op in ("eq", "ne", "lt", "le", "gt", "ge")
+        for c in compare_scalar(f"aten.{op}.Scalar", f"aten.{op}.Scalar(a, 1.0)")
+    ),
     # logical ops: any dtype, nonzero is true
-    *(c for op in ("logical_and", "logical_or") for c in (
-        Case(f"aten.{op}.default", f"aten.{op}.default(a, b)",
-             {"a": bools(*X), "b": bools(*X)}),
-        Case(f"aten.{op}.default", f"aten.{op}.default(a, b)",
-             {"a": ints(*X), "b": randn(*X).round()}),
-        Case(f"aten.{op}.default", f"aten.{op}.default(a, b)",
-             {"a": EDGE_A, "b": EDGE_B}),
-    )),
-    Case("aten.where.self", "aten.where.self(c, a, b)",
-         {"c": bools(*X), "a": randn(*X), "b": randn(33)}),
-    Case("aten.where.self", "aten.where.self(c, a, b)",
-         {"c": bools(33), "a": ints(*X), "b": randn(4, 1)}),
-    Case("aten.where.self", "aten.where.self(c, a, b)",
-         {"c": bools(7, 7), "a": EDGE_A, "b": EDGE_B}),
+    *(
+        c
+        for op in ("logical_and", "logical_or")
+        for c in (
+            Case(
+                f"aten.{op}.default",
+                f"aten.{op}.default(a, b)",
+                {"a": bools(*X), "b": bools(*X)},
+            ),
+            Case(
+                f"aten.{op}.default",
+                f"aten.{op}.default(a, b)",
+                {"a": ints(*X), "b": randn(*X).round()},
+            ),
+            Case(
+                f"aten.{op}.default",
+                f"aten.{op}.default(a, b)",
+                {"a": EDGE_A, "b": EDGE_B},
+            ),
+        )
+    ),
+    Case(
+        "aten.where.self",
+        "aten.where.self(c, a, b)",
+        {"c": bools(*X), "a": randn(*X), "b": randn(33)},
+    ),
+    Case(
+        "aten.where.self",
+        "aten.where.self(c, a, b)",
+        {"c": bools(33), "a": ints(*X), "b": randn(4, 1)},
+    ),
+    Case(
+        "aten.where.self",
+        "aten.where.self(c, a, b)",
+        {"c": bools(7, 7), "a": EDGE_A, "b": EDGE_B},
+    ),
     # copies and casts
     Case("aten.clone.default", "aten.clone.default(a)", {"a": randn(*X)}),
     Case("aten.clone.default", "aten.clone.default(a.t())", {"a": randn(*X)}),
@@ -203,52 +273,106 @@ CASES: list[Case] = [
     Case("aten._to_copy.default", "a.to(torch.bool)", {"a": EDGE_A}),
     Case("aten._to_copy.default", "a.to(torch.float32)", {"a": bools(*X)}),
     Case("aten._to_copy.default", "a.to(torch.bfloat16)", {"a": randn(*X)}, BF16_TOL),
-    Case("aten._to_copy.default", "a.to(torch.float32)",
-         {"a": randn(*X, dtype=torch.bfloat16)}),
-    Case("aten.copy.default", "aten.copy.default(a, b)",
-         {"a": randn(*X), "b": randn(33, dtype=torch.float64)}),
-    Case("aten.copy.default", "aten.copy.default(a, b)",
-         {"a": ints(*X), "b": 5 * randn(*X)}),
+    Case(
+        "aten._to_copy.default",
+        "a.to(torch.float32)",
+        {"a": randn(*X, dtype=torch.bfloat16)},
+    ),
+    Case(
+        "aten.copy.default",
+        "aten.copy.default(a, b)",
+        {"a": randn(*X), "b": randn(33, dtype=torch.float64)},
+    ),
+    Case(
+        "aten.copy.default",
+        "aten.copy.default(a, b)",
+        {"a": ints(*X), "b": 5 * randn(*X)},
+    ),
     # reductions over trailing dims
-    Case("aten.sum.dim_IntList", "aten.sum.dim_IntList(a, [-1])", {"a": randn(*X)},
-         RED_TOL),
-    Case("aten.sum.dim_IntList", "a.sum((1, 2), keepdim=True)", {"a": randn(3, 5, 7)},
-         RED_TOL),
-    Case("aten.sum.dim_IntList", "aten.sum.dim_IntList(a, [])", {"a": randn(6, 7)},
-         RED_TOL),
+    Case(
+        "aten.sum.dim_IntList",
+        "aten.sum.dim_IntList(a, [-1])",
+        {"a": randn(*X)},
+        RED_TOL,
+    ),
+    Case(
+        "aten.sum.dim_IntList",
+        "a.sum((1, 2), keepdim=True)",
+        {"a": randn(3, 5, 7)},
+        RED_TOL,
+    ),
+    Case(
+        "aten.sum.dim_IntList",
+        "aten.sum.dim_IntList(a, [])",
+        {"a": randn(6, 7)},
+        RED_TOL,
+    ),
     Case("aten.sum.dim_IntList", "a.sum(-1)", {"a": randn(3, 5000)}, (1e-4, 1e-4)),
     # wide rows: Triton loops over RBLOCK chunks; many rows: OpenMP threads
     Case("aten.sum.dim_IntList", "a.sum(-1)", {"a": randn(3, 10000)}, (1e-4, 1e-3)),
     Case("aten.amax.default", "a.amax(-1)", {"a": randn(3, 9000)}, RED_TOL),
-    Case("aten.var_mean.correction", "torch.var_mean(a, -1)", {"a": randn(2, 9000)},
-         (1e-4, 1e-4)),
+    Case(
+        "aten.var_mean.correction",
+        "torch.var_mean(a, -1)",
+        {"a": randn(2, 9000)},
+        (1e-4, 1e-4),
+    ),
     Case("aten.mean.dim", "a.mean(-1)", {"a": randn(300, 130)}, RED_TOL),
-    Case("aten.sum.dim_IntList", "a.sum(-1)", {"a": randn(*X, dtype=torch.bfloat16)},
-         BF16_TOL),
+    Case(
+        "aten.sum.dim_IntList",
+        "a.sum(-1)",
+        {"a": randn(*X, dtype=torch.bfloat16)},
+        BF16_TOL,
+    ),
     Case("aten.mean.dim", "aten.mean.dim(a, [-1])", {"a": randn(*X)}, RED_TOL),
     Case("aten.mean.dim", "a.mean(-1, keepdim=True)", {"a": randn(2, 3, 9)}, RED_TOL),
     Case("aten.amax.default", "aten.amax.default(a, [-1])", {"a": randn(*X)}, RED_TOL),
     Case("aten.amax.default", "aten.amax.default(a, [-1])", {"a": EDGE_A}, RED_TOL),
-    Case("aten.amax.default", "aten.amax.default(a, [-1])",
-         {"a": torch.tensor([[float("-inf")] * 5, [float("inf"), 1, 2, 3, 4]])},
-         RED_TOL),
-    Case("aten.amax.default", "a.amax(-1)", {"a": randn(*X, dtype=torch.bfloat16)},
-         BF16_TOL),
+    Case(
+        "aten.amax.default",
+        "aten.amax.default(a, [-1])",
+        {"a": torch.tensor([[float("-inf")] * 5, [float("inf"), 1, 2, 3, 4]])},
+        RED_TOL,
+    ),
+    Case(
+        "aten.amax.default",
+        "a.amax(-1)",
+        {"a": randn(*X, dtype=torch.bfloat16)},
+        BF16_TOL,
+    ),
     Case("aten.amin.default", "aten.amin.default(a, [-1])", {"a": randn(*X)}, RED_TOL),
     Case("aten.amin.default", "aten.amin.default(a, [-1])", {"a": EDGE_A}, RED_TOL),
-    Case("aten.var.correction", "aten.var.correction(a, [-1])", {"a": randn(*X)},
-         RED_TOL),
-    Case("aten.var.correction", "a.var(-1, correction=0, keepdim=True)",
-         {"a": randn(*X)}, RED_TOL),
+    Case(
+        "aten.var.correction", "aten.var.correction(a, [-1])", {"a": randn(*X)}, RED_TOL
+    ),
+    Case(
+        "aten.var.correction",
+        "a.var(-1, correction=0, keepdim=True)",
+        {"a": randn(*X)},
+        RED_TOL,
+    ),
     Case("aten.var.dim", "aten.var.dim(a, [-1], False)", {"a": randn(*X)}, RED_TOL),
-    Case("aten.var.dim", "aten.var.dim(a, [-1], True, True)", {"a": randn(*X)},
-         RED_TOL),
-    Case("aten.var_mean.correction", "aten.var_mean.correction(a, [-1], correction=0)",
-         {"a": randn(*X)}, RED_TOL),
-    Case("aten.var_mean.correction", "torch.var_mean(a, -1, keepdim=True)",
-         {"a": randn(2, 3, 9)}, RED_TOL),
-    Case("aten.var_mean.dim", "aten.var_mean.dim(a, [-1], False)", {"a": randn(*X)},
-         RED_TOL),
+    Case(
+        "aten.var.dim", "aten.var.dim(a, [-1], True, True)", {"a": randn(*X)}, RED_TOL
+    ),
+    Case(
+        "aten.var_mean.correction",
+        "aten.var_mean.correction(a, [-1], correction=0)",
+        {"a": randn(*X)},
+        RED_TOL,
+    ),
+    Case(
+        "aten.var_mean.correction",
+        "torch.var_mean(a, -1, keepdim=True)",
+        {"a": randn(2, 3, 9)},
+        RED_TOL,
+    ),
+    Case(
+        "aten.var_mean.dim",
+        "aten.var_mean.dim(a, [-1], False)",
+        {"a": randn(*X)},
+        RED_TOL,
+    ),
     Case("aten.var_mean.dim", "aten.var_mean.dim(a, [-1])", {"a": randn(*X)}, RED_TOL),
 ]
 CASES = [replace(c, name=f"case_{i}_{c.packet}") for i, c in enumerate(CASES)]
@@ -256,24 +380,39 @@ CASES = [replace(c, name=f"case_{i}_{c.packet}") for i, c in enumerate(CASES)]
 # Calls of a table op that the tables do not lower (arguments beyond the operands):
 # they stay extern calls, and must still compute the right values.
 EXTERN_CASES = [
-    Case("aten.add.Tensor", "aten.add.Tensor(a, b, alpha=2)",
-         {"a": randn(*X), "b": randn(*X)}),
-    Case("aten.sub.Tensor", "torch.sub(a, b, alpha=0.5).relu()",
-         {"a": randn(*X), "b": randn(*X)}),
+    Case(
+        "aten.add.Tensor",
+        "aten.add.Tensor(a, b, alpha=2)",
+        {"a": randn(*X), "b": randn(*X)},
+    ),
+    Case(
+        "aten.sub.Tensor",
+        "torch.sub(a, b, alpha=0.5).relu()",
+        {"a": randn(*X), "b": randn(*X)},
+    ),
     Case("aten.sum.dim_IntList", "a.sum(0)", {"a": randn(*X)}, RED_TOL),
-    Case("aten.sum.dim_IntList", "a.sum(-1, dtype=torch.float64)", {"a": randn(*X)},
-         RED_TOL),
+    Case(
+        "aten.sum.dim_IntList",
+        "a.sum(-1, dtype=torch.float64)",
+        {"a": randn(*X)},
+        RED_TOL,
+    ),
     Case("aten.sum.dim_IntList", "a.sum(-1)", {"a": ints(*X)}),
 ]
-EXTERN_CASES = [replace(c, name=f"extern_{i}_{c.packet}")
-                for i, c in enumerate(EXTERN_CASES)]
+EXTERN_CASES = [
+    replace(c, name=f"extern_{i}_{c.packet}") for i, c in enumerate(EXTERN_CASES)
+]
 
 
 def source() -> str:
     lines = ["import torch", "", "aten = torch.ops.aten", ""]
     for c in CASES + EXTERN_CASES:
-        lines += ["", f"def {c.name}({', '.join(c.inputs)}):", f"    return {c.expr}",
-                  ""]
+        lines += [
+            "",
+            f"def {c.name}({', '.join(c.inputs)}):",
+            f"    return {c.expr}",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -285,8 +424,11 @@ def restore_dim_overloads(graph: Graph) -> Graph:
     nodes = []
     for n in graph.nodes:
         overload = n.target.replace(".correction", ".dim")
-        if (n.target in ("aten.var.correction", "aten.var_mean.correction")
-                and n.span is not None and f"aten.{overload[5:]}(" in n.span.text):
+        if (
+            n.target in ("aten.var.correction", "aten.var_mean.correction")
+            and n.span is not None
+            and f"aten.{overload[5:]}(" in n.span.text
+        ):
             kwargs = dict(n.kwargs)
             correction = kwargs.pop("correction", 1)
             assert correction in (0, 1) and set(kwargs) <= {"keepdim"}, n
@@ -313,8 +455,9 @@ def test_every_pointwise_and_reduction_op_has_a_case() -> None:
 
 def _reference(case: Case, c: Compiled):
     """Eager result; bf16 inputs are computed in f32 (the precision kernels use)."""
-    inputs = {k: v.float() if v.dtype == torch.bfloat16 else v
-              for k, v in case.inputs.items()}
+    inputs = {
+        k: v.float() if v.dtype == torch.bfloat16 else v for k, v in case.inputs.items()
+    }
     return c.eager(**inputs)
 
 
@@ -334,9 +477,14 @@ def _check(got, want, case: Case, backend: str) -> None:
         else:
             assert g.dtype == w.dtype, (backend, g.dtype, w.dtype)
         rtol, atol = case.tol
-        torch.testing.assert_close(g, w, rtol=rtol, atol=atol, equal_nan=True,
-                                   msg=lambda m: f"{case.name} ({backend}): {case.expr}"
-                                                 f"\n{m}")
+        torch.testing.assert_close(
+            g,
+            w,
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+            msg=lambda m: f"{case.name} ({backend}): {case.expr}" f"\n{m}",
+        )
 
 
 def _check_both(case: Case, c: Compiled) -> None:
@@ -352,8 +500,10 @@ def _check_both(case: Case, c: Compiled) -> None:
 def test_op_case(case: Case, compiled: dict[str, Compiled]) -> None:
     c = compiled[case.name]
     # lowered into a kernel, not left to an extern ATen call
-    for backend, text, launch in (("cpu", c.cpu_source, "_cpp.function("),
-                                  ("cuda", c.cuda_source, "_triton().triton_")):
+    for backend, text, launch in (
+        ("cpu", c.cpu_source, "_cpp.function("),
+        ("cuda", c.cuda_source, "_triton().triton_"),
+    ):
         assert f"torch.ops.aten.{case.packet}." not in text, f"{backend}:\n{text}"
         assert launch in text, f"{backend}: no kernel launched:\n{text}"
     _check_both(case, c)
@@ -367,7 +517,8 @@ def test_unlowered_call_stays_extern(case: Case, compiled: dict[str, Compiled]) 
 
 
 def test_each_exported_function_runs_its_own_variant(
-        compiled: dict[str, Compiled], monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled: dict[str, Compiled], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """All cases are targets of one module: their variants must not share names."""
     import runtime_shim
 

@@ -87,29 +87,35 @@ def test_dtype_tables_cover_the_supported_dtypes() -> None:
     assert set(SUPPORTED_DTYPES) <= set(optable.CPP_TYPES)
 
 
-@pytest.mark.parametrize("value, dtype, want", [
-    (1.5, torch.float32, "1.5f"),
-    (1.5, torch.float64, "1.5"),
-    (2, torch.float32, "2.0f"),
-    (math.nan, torch.float32, "NAN"),
-    (math.inf, torch.float32, "INFINITY"),
-    (-math.inf, torch.float64, "-INFINITY"),
-    (True, torch.bool, "true"),
-    (0, torch.bool, "false"),
-    (3, torch.int32, "3"),
-    (-3, torch.int64, "int64_t{-3}"),
-])
+@pytest.mark.parametrize(
+    "value, dtype, want",
+    [
+        (1.5, torch.float32, "1.5f"),
+        (1.5, torch.float64, "1.5"),
+        (2, torch.float32, "2.0f"),
+        (math.nan, torch.float32, "NAN"),
+        (math.inf, torch.float32, "INFINITY"),
+        (-math.inf, torch.float64, "-INFINITY"),
+        (True, torch.bool, "true"),
+        (0, torch.bool, "false"),
+        (3, torch.int32, "3"),
+        (-3, torch.int64, "int64_t{-3}"),
+    ],
+)
 def test_cpp_literal(value, dtype: torch.dtype, want: str) -> None:
     assert cpp_literal(value, dtype) == want
 
 
-@pytest.mark.parametrize("value, dtype, want", [
-    (1.5, torch.float32, "1.5"),
-    (2, torch.float32, "2.0"),
-    (math.nan, torch.float32, 'float("nan")'),
-    (-math.inf, torch.float32, 'float("-inf")'),
-    (True, torch.bool, "1"),
-    (-3, torch.int64, "-3"),
-])
+@pytest.mark.parametrize(
+    "value, dtype, want",
+    [
+        (1.5, torch.float32, "1.5"),
+        (2, torch.float32, "2.0"),
+        (math.nan, torch.float32, 'float("nan")'),
+        (-math.inf, torch.float32, 'float("-inf")'),
+        (True, torch.bool, "1"),
+        (-3, torch.int64, "-3"),
+    ],
+)
 def test_triton_literal(value, dtype: torch.dtype, want: str) -> None:
     assert triton_literal(value, dtype) == want

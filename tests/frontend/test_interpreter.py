@@ -19,7 +19,7 @@ from tests.compile_helpers import (
     trace_source,
 )
 
-SOURCE = '''
+SOURCE = """
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -142,7 +142,7 @@ class Model(nn.Module):
         if self.training:
             x = F.dropout(x, 0.1)
         return self.head(x)
-'''
+"""
 
 g = torch.Generator().manual_seed(0)
 X = torch.randn(4, 8, generator=g)
@@ -166,19 +166,22 @@ def line_of(text: str) -> int:
     return hits[0]
 
 
-@pytest.mark.parametrize("name, inputs", [
-    ("unpack", {"x": X, "y": Y}),
-    ("starred", {"x": X}),
-    ("augmented", {"x": X, "y": Y}),
-    ("keywords", {"x": X}),
-    ("returns_dict", {"x": X}),
-    ("functional", {"x": X, "w": torch.randn(5, 8, generator=g)}),
-    ("methods", {"x": X}),
-    ("static_if", {"x": X}),
-    ("static_if", {"x": torch.randn(2, 3, generator=g)}),
-    ("loops", {"x": X}),
-    ("one_liners", {"x": X}),
-])
+@pytest.mark.parametrize(
+    "name, inputs",
+    [
+        ("unpack", {"x": X, "y": Y}),
+        ("starred", {"x": X}),
+        ("augmented", {"x": X, "y": Y}),
+        ("keywords", {"x": X}),
+        ("returns_dict", {"x": X}),
+        ("functional", {"x": X, "w": torch.randn(5, 8, generator=g)}),
+        ("methods", {"x": X}),
+        ("static_if", {"x": X}),
+        ("static_if", {"x": torch.randn(2, 3, generator=g)}),
+        ("loops", {"x": X}),
+        ("one_liners", {"x": X}),
+    ],
+)
 def test_construct_matches_eager(name: str, inputs: dict, tmp_path: Path) -> None:
     check(traced(name, inputs, tmp_path), inputs)
 
@@ -186,8 +189,12 @@ def test_construct_matches_eager(name: str, inputs: dict, tmp_path: Path) -> Non
 def test_augmented_assignment_is_functionalized(tmp_path: Path) -> None:
     graph = traced("augmented", {"x": X, "y": Y}, tmp_path).graph
     targets = [n.target for n in graph.nodes if n.op == "call"]
-    assert targets == ["aten.mul.Tensor", "aten.add.Tensor", "aten.mul.Tensor",
-                       "aten.sub.Tensor"]
+    assert targets == [
+        "aten.mul.Tensor",
+        "aten.add.Tensor",
+        "aten.mul.Tensor",
+        "aten.sub.Tensor",
+    ]
     assert not any(t.split(".")[1].endswith("_") for t in targets)
 
 
@@ -252,8 +259,13 @@ def test_module_with_submodules_matches_eager(tmp_path: Path) -> None:
     check(result, inputs, 1e-5, 1e-5)
     graph = result.graph
     params = {n.target for n in graph.nodes if n.op == "param"}
-    assert {"norm.weight", "blocks.0.fc.weight", "blocks.1.fc.bias",
-            "head.0.weight", "head.2.bias"} <= params
+    assert {
+        "norm.weight",
+        "blocks.0.fc.weight",
+        "blocks.1.fc.bias",
+        "head.0.weight",
+        "head.2.bias",
+    } <= params
     # the user's Block.forward and helper were inlined: their lines are spans
     lines = {n.span.line for n in graph.nodes if n.span}
     assert line_of("h = self.fc(x)") in lines
@@ -278,8 +290,9 @@ def test_other_attribute_values_take_other_paths(tmp_path: Path) -> None:
     assert "self.n_head == 2" in result.traced.guards
     graph = result.graph
     assert "blocks.2.fc.weight" in {n.target for n in graph.nodes if n.op == "param"}
-    assert not any(n.target == "aten.mul.Tensor" and n.args[1] == 2
-                   for n in graph.nodes)
+    assert not any(
+        n.target == "aten.mul.Tensor" and n.args[1] == 2 for n in graph.nodes
+    )
 
 
 def test_optional_tensor_argument(tmp_path: Path) -> None:
@@ -304,13 +317,17 @@ def test_module_compiles_end_to_end(tmp_path: Path) -> None:
 # ---- what is not compiled falls back, with a reason and a span --------------------
 
 
-@pytest.mark.parametrize("name, reason, line", [
-    ("prints", "print", "    print(y)"),
-    ("tensor_if", "tensor data", "    if x.sum() > 0:"),
-    ("while_loop", "While", "    while x.shape[0] > 1:"),
-])
-def test_unsupported_code_falls_back(name: str, reason: str, line: str,
-                                     tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "name, reason, line",
+    [
+        ("prints", "print", "    print(y)"),
+        ("tensor_if", "tensor data", "    if x.sum() > 0:"),
+        ("while_loop", "While", "    while x.shape[0] > 1:"),
+    ],
+)
+def test_unsupported_code_falls_back(
+    name: str, reason: str, line: str, tmp_path: Path
+) -> None:
     result = traced(name, {"x": X}, tmp_path)
     fb = result.traced.fallback
     assert result.traced.graph is None and fb is not None

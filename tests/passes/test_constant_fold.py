@@ -48,31 +48,40 @@ def test_pow_is_strength_reduced(exponent, ops: list[str], tmp_path: Path) -> No
     assert calls(dce(after)) == ops, str(after)
 
 
-@pytest.mark.parametrize("source, inputs", [
-    ("def f(x):\n    return x ** 2.5\n", {"x": X}),
-    ("def f(x):\n    return x ** 2\n", {"x": XI}),  # integers: kept whole
-    ("def f(x):\n    return x ** True\n", {"x": X}),
-], ids=["other-exponent", "integer-base", "bool-exponent"])
+@pytest.mark.parametrize(
+    "source, inputs",
+    [
+        ("def f(x):\n    return x ** 2.5\n", {"x": X}),
+        ("def f(x):\n    return x ** 2\n", {"x": XI}),  # integers: kept whole
+        ("def f(x):\n    return x ** True\n", {"x": X}),
+    ],
+    ids=["other-exponent", "integer-base", "bool-exponent"],
+)
 def test_other_pows_stay(source: str, inputs: dict, tmp_path: Path) -> None:
     _, after = folded(source, inputs, tmp_path)
     assert "aten.pow.Tensor_Scalar" in calls(after)
 
 
-@pytest.mark.parametrize("expr", ["x * 1", "x + 0", "x - 0", "x / 1", "1 * x",
-                                  "x.detach()", "x * 1.0 + 0.0"])
+@pytest.mark.parametrize(
+    "expr", ["x * 1", "x + 0", "x - 0", "x / 1", "1 * x", "x.detach()", "x * 1.0 + 0.0"]
+)
 def test_identity_arithmetic_is_dropped(expr: str, tmp_path: Path) -> None:
     source = f"def f(x):\n    return ({expr}).exp()\n"
     _, after = folded(source, {"x": X}, tmp_path)
     assert calls(dce(after)) == ["aten.exp.default"], str(after)
 
 
-@pytest.mark.parametrize("expr, inputs", [
-    ("x * 1.0", {"x": XI}),  # int * 1.0 is float: the dtype changes
-    ("x + 0.5", {"x": X}),
-    ("x * 2", {"x": X}),
-    ("x + y * 0", {"x": X, "y": X}),  # not a scalar identity
-    ("x * torch.ones(1, 4, 8)", {"x": X}),  # a tensor one broadcasts up
-], ids=["int-to-float", "add-half", "mul-two", "mul-zero", "broadcast"])
+@pytest.mark.parametrize(
+    "expr, inputs",
+    [
+        ("x * 1.0", {"x": XI}),  # int * 1.0 is float: the dtype changes
+        ("x + 0.5", {"x": X}),
+        ("x * 2", {"x": X}),
+        ("x + y * 0", {"x": X, "y": X}),  # not a scalar identity
+        ("x * torch.ones(1, 4, 8)", {"x": X}),  # a tensor one broadcasts up
+    ],
+    ids=["int-to-float", "add-half", "mul-two", "mul-zero", "broadcast"],
+)
 def test_non_identities_stay(expr: str, inputs: dict, tmp_path: Path) -> None:
     params = ", ".join(inputs)
     source = f"import torch\n\n\ndef f({params}):\n    return {expr}\n"
@@ -98,6 +107,7 @@ def test_spans_are_kept(tmp_path: Path) -> None:
 
 
 def test_graph_without_rewrites_is_returned_unchanged(tmp_path: Path) -> None:
-    result = trace_source("def f(x):\n    return x.exp().relu()\n", "f", {"x": X},
-                          tmp_path)
+    result = trace_source(
+        "def f(x):\n    return x.exp().relu()\n", "f", {"x": X}, tmp_path
+    )
     assert constant_fold(result.graph) is result.graph

@@ -60,11 +60,14 @@ def test_dead_chains_and_multi_output_nodes(tmp_path: Path) -> None:
 
 def test_unused_param_is_dropped() -> None:
     meta = TensorMeta((2,), (1,), 0, torch.float32)
-    graph = Graph((
-        Node("x", "input", "x", meta=meta),
-        Node("w", "param", "w", meta=meta),
-        Node("y", "call", "aten.neg.default", (Ref("x"),), meta=meta),
-    ), Ref("y"))
+    graph = Graph(
+        (
+            Node("x", "input", "x", meta=meta),
+            Node("w", "param", "w", meta=meta),
+            Node("y", "call", "aten.neg.default", (Ref("x"),), meta=meta),
+        ),
+        Ref("y"),
+    )
     assert [n.name for n in dce(graph).nodes] == ["x", "y"]
 
 

@@ -99,8 +99,9 @@ CASES = [  # function, inputs, the composite op the trace records
 
 
 @pytest.mark.parametrize("name, inputs, composite", CASES, ids=[c[0] for c in CASES])
-def test_composite_is_decomposed(name: str, inputs: dict, composite: str,
-                                 tmp_path: Path) -> None:
+def test_composite_is_decomposed(
+    name: str, inputs: dict, composite: str, tmp_path: Path
+) -> None:
     result = trace_source(SOURCE, name, inputs, tmp_path)
     before = result.graph
     assert composite in {n.target for n in before.nodes}
@@ -131,11 +132,23 @@ NOT_LOWERED = {  # composites whose decomposition still needs an extern call
 }
 
 
-@pytest.mark.parametrize("name, inputs, composite", [
-    pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason=NOT_LOWERED[c[0]]))
-    if c[0] in NOT_LOWERED else c for c in CASES], ids=[c[0] for c in CASES])
-def test_decomposition_lowers_to_kernels(name: str, inputs: dict, composite: str,
-                                         tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "name, inputs, composite",
+    [
+        (
+            pytest.param(
+                *c, marks=pytest.mark.xfail(strict=True, reason=NOT_LOWERED[c[0]])
+            )
+            if c[0] in NOT_LOWERED
+            else c
+        )
+        for c in CASES
+    ],
+    ids=[c[0] for c in CASES],
+)
+def test_decomposition_lowers_to_kernels(
+    name: str, inputs: dict, composite: str, tmp_path: Path
+) -> None:
     """Decomposing is worth it only when what comes out fuses (no extern call)."""
     graph = optimize(trace_source(SOURCE, name, inputs, tmp_path).graph)
     kinds = fuse(graph).kinds
@@ -155,8 +168,12 @@ def test_layer_norm_becomes_var_mean_and_pointwise(tmp_path: Path) -> None:
 def test_softmax_becomes_amax_exp_sum_div(tmp_path: Path) -> None:
     after = decompose(trace_source(SOURCE, "softmax", {"x": X}, tmp_path).graph)
     targets = [n.target for n in after.nodes if n.op == "call"]
-    for op in ("aten.amax.default", "aten.exp.default", "aten.sum.dim_IntList",
-               "aten.div.Tensor"):
+    for op in (
+        "aten.amax.default",
+        "aten.exp.default",
+        "aten.sum.dim_IntList",
+        "aten.div.Tensor",
+    ):
         assert op in targets, targets
 
 
@@ -174,6 +191,5 @@ def test_graph_without_composites_is_returned_unchanged(tmp_path: Path) -> None:
 
 
 def test_decompose_is_deterministic(tmp_path: Path) -> None:
-    graph = trace_source(SOURCE, "layer_norm", {"x": X, "w": W, "b": B},
-                         tmp_path).graph
+    graph = trace_source(SOURCE, "layer_norm", {"x": X, "w": W, "b": B}, tmp_path).graph
     assert str(decompose(graph)) == str(decompose(graph))

@@ -94,14 +94,19 @@ X = torch.randn(6, 40, generator=g)
 INPUTS = {
     "softmax": {"x": X},
     "softmax_bf16": {"x": X.to(torch.bfloat16)},
-    "layer_norm_residual": {"x": X, "w": torch.randn(40, generator=g),
-                            "b": torch.randn(40, generator=g),
-                            "r": torch.randn(6, 40, generator=g)},
+    "layer_norm_residual": {
+        "x": X,
+        "w": torch.randn(40, generator=g),
+        "b": torch.randn(40, generator=g),
+        "r": torch.randn(6, 40, generator=g),
+    },
     "transposed_view": {"x": X},
     "contiguous_reshape": {"x": X},
     "read_back": {"x": torch.randn(8, 8, generator=g)},
-    "matmul_between": {"x": torch.randn(8, 8, generator=g),
-                       "w": torch.randn(8, 8, generator=g)},
+    "matmul_between": {
+        "x": torch.randn(8, 8, generator=g),
+        "w": torch.randn(8, 8, generator=g),
+    },
     "reduce_then_broadcast": {"x": X},
     "two_reductions_chain": {"x": X},
     "non_trailing_reduction": {"x": X},
@@ -125,8 +130,12 @@ def test_softmax_is_one_reduction_group(tmp_path: Path) -> None:
     (group,) = fusion.groups
     assert (group.rows, group.rnumel) == (6, 40)
     targets = {graph.by_name()[n].target for n in group.nodes}
-    assert {"aten.amax.default", "aten.exp.default", "aten.sum.dim_IntList",
-            "aten.div.Tensor"} <= targets
+    assert {
+        "aten.amax.default",
+        "aten.exp.default",
+        "aten.sum.dim_IntList",
+        "aten.div.Tensor",
+    } <= targets
     assert len(fusion.realized) == 1  # only the result is stored
 
 
@@ -149,8 +158,7 @@ def test_transposed_view_of_a_fused_value_forces_realization(tmp_path: Path) -> 
     assert (how, via, root) == ("buffer", "t", "add")
 
 
-def test_contiguous_reshape_of_a_fused_value_stays_in_registers(tmp_path: Path
-                                                                ) -> None:
+def test_contiguous_reshape_of_a_fused_value_stays_in_registers(tmp_path: Path) -> None:
     graph, fusion = fused("contiguous_reshape", tmp_path)
     assert len(fusion.groups) == 1
     assert fusion.realized == {graph.outputs.name}
@@ -158,8 +166,12 @@ def test_contiguous_reshape_of_a_fused_value_stays_in_registers(tmp_path: Path
 
 def test_reduction_over_leading_dim_is_not_fused(tmp_path: Path) -> None:
     graph, fusion = fused("non_trailing_reduction", tmp_path)
-    assert fusion.kinds[next(n.name for n in graph.nodes
-                             if n.target == "aten.sum.dim_IntList")] == "extern"
+    assert (
+        fusion.kinds[
+            next(n.name for n in graph.nodes if n.target == "aten.sum.dim_IntList")
+        ]
+        == "extern"
+    )
 
 
 def test_multi_output_reduction_items_join_its_group(tmp_path: Path) -> None:
@@ -194,13 +206,17 @@ def test_no_group_reads_back_what_it_writes(name: str, tmp_path: Path) -> None:
                     continue  # in registers
                 assert root not in mine and not (ancestors[root] & mine), (
                     f"{name_} in group {group.id} reads {root} from memory, "
-                    f"which this kernel computes")
+                    f"which this kernel computes"
+                )
     # and every value read from another kernel is stored by it
     for n in graph.nodes:
         for r in n.refs():
             how, _, root = resolve(r, nodes, fusion.kinds)
-            if root in fusion.group_of and fusion.group_of.get(n.name) != (
-                    fusion.group_of[root]) and fusion.kinds[n.name] != "view":
+            if (
+                root in fusion.group_of
+                and fusion.group_of.get(n.name) != (fusion.group_of[root])
+                and fusion.kinds[n.name] != "view"
+            ):
                 assert root in fusion.realized, (n.name, root)
 
 

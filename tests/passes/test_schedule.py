@@ -75,23 +75,36 @@ def same_as_twice(x, y, b, c):
 
 g = torch.Generator().manual_seed(0)
 INPUTS = {
-    "twice": {"x": torch.randn(4, 8, generator=g),
-              "y": torch.randn(4, 8, generator=g), "b": torch.randn(8, generator=g),
-              "c": torch.randn(8, generator=g)},
-    "sharing_a_read": {"x": torch.randn(4, 8, generator=g),
-                       "y": torch.randn(4, 8, generator=g),
-                       "b": torch.randn(8, generator=g)},
-    "looped": {"x": torch.randn(4, 8, generator=g),
-               "y": torch.randn(4, 8, generator=g)},
-    "other_shapes": {"x": torch.randn(4, 8, generator=g),
-                     "z": torch.randn(3, 5, generator=g)},
-    "around_matmul": {"x": torch.randn(4, 8, generator=g),
-                      "w": torch.randn(4, 4, generator=g)},
+    "twice": {
+        "x": torch.randn(4, 8, generator=g),
+        "y": torch.randn(4, 8, generator=g),
+        "b": torch.randn(8, generator=g),
+        "c": torch.randn(8, generator=g),
+    },
+    "sharing_a_read": {
+        "x": torch.randn(4, 8, generator=g),
+        "y": torch.randn(4, 8, generator=g),
+        "b": torch.randn(8, generator=g),
+    },
+    "looped": {
+        "x": torch.randn(4, 8, generator=g),
+        "y": torch.randn(4, 8, generator=g),
+    },
+    "other_shapes": {
+        "x": torch.randn(4, 8, generator=g),
+        "z": torch.randn(3, 5, generator=g),
+    },
+    "around_matmul": {
+        "x": torch.randn(4, 8, generator=g),
+        "w": torch.randn(4, 4, generator=g),
+    },
     "softmax": {"x": torch.randn(4, 8, generator=g)},
 }
 INPUTS["reshaped_reduction"] = {"x": torch.randn(4, 8, generator=g)}
-INPUTS["reshaped_pointwise"] = {"x": torch.randn(4, 8, generator=g),
-                                "w": torch.randn(8, 8, generator=g)}
+INPUTS["reshaped_pointwise"] = {
+    "x": torch.randn(4, 8, generator=g),
+    "w": torch.randn(8, 8, generator=g),
+}
 INPUTS["same_as_twice"] = INPUTS["twice"]
 
 
@@ -192,8 +205,11 @@ def test_reduction_kernel_iterates_rows(tmp_path: Path) -> None:
 
 def test_extern_calls_stay_in_order_between_kernels(tmp_path: Path) -> None:
     p = program("around_matmul", tmp_path)
-    kinds = [type(s).__name__ if not isinstance(s, ExternCall) else s.target
-             for s in p.steps if not isinstance(s, Alloc)]
+    kinds = [
+        type(s).__name__ if not isinstance(s, ExternCall) else s.target
+        for s in p.steps
+        if not isinstance(s, Alloc)
+    ]
     assert kinds == ["KernelCall", "aten.t.default", "aten.mm.default", "KernelCall"]
     views = [s for s in p.steps if isinstance(s, ExternCall) and s.is_view]
     assert [v.target for v in views] == ["aten.t.default"]
@@ -209,12 +225,16 @@ def test_broadcast_operand_is_indexed_not_copied(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["reshaped_reduction", "reshaped_pointwise"])
 def test_reshape_of_another_kernels_value_is_read_in_its_own_shape(
-        name: str, tmp_path: Path) -> None:
+    name: str, tmp_path: Path
+) -> None:
     """`(x + 1).view(4, 2, 4)` read by another kernel: row-major over the view."""
     p = program(name, tmp_path)
     reader = p.kernels[-1]
-    load = next(s for s in reader.body if isinstance(s, Stmt) and s.op == "load"
-                and s.args[0] == "in_ptr0")
+    load = next(
+        s
+        for s in reader.body
+        if isinstance(s, Stmt) and s.op == "load" and s.args[0] == "in_ptr0"
+    )
     assert next(a.buffer for a in reader.inputs if a.param == "in_ptr0") == "add"
     # flat element i of the view is element i of the buffer
     terms = [(t.var, t.div, t.mod, t.stride) for t in load.args[1].terms]
@@ -230,7 +250,8 @@ def test_program_printout_is_deterministic(tmp_path: Path) -> None:
     first = str(schedule(graph, fusion, KernelNames()))
     assert first == str(schedule(graph, fuse(graph), KernelNames()))
     assert first.splitlines()[0] == (
-        "kernel fused_add_relu_0(in_ptr0, in_ptr1, out_ptr0) xnumel=32 rnumel=1:")
+        "kernel fused_add_relu_0(in_ptr0, in_ptr1, out_ptr0) xnumel=32 rnumel=1:"
+    )
     assert "fused_add_relu_0(x, b, relu)" in first
     assert "fused_add_relu_0(y, c, relu_1)" in first
 
@@ -243,8 +264,9 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compiled]:
     return compile_source(SOURCE, INPUTS, tmp_path_factory.mktemp("schedule"))
 
 
-def test_generated_module_defines_each_kernel_once(compiled: dict[str, Compiled]
-                                                   ) -> None:
+def test_generated_module_defines_each_kernel_once(
+    compiled: dict[str, Compiled],
+) -> None:
     c = compiled["twice"]
     assert c.cpp_text.count('extern "C" void cpp_fused_add_relu_0(') == 1
     assert c.triton_text.count("def triton_fused_add_relu_0(") == 1

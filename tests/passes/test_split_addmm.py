@@ -65,13 +65,17 @@ def split(name: str, inputs: dict, tmp_path: Path):
     return before, after
 
 
-@pytest.mark.parametrize("name, inputs", [
-    ("gelu_epilogue", {"x": X, "w": W, "b": B}),
-    ("residual", {"x": X, "w": W, "b": B, "r": torch.randn(4, 16)}),
-    ("through_view", {"x": X3, "w": W, "b": B}),  # 3-d input: addmm then a view
-])
-def test_addmm_feeding_pointwise_is_split(name: str, inputs: dict,
-                                          tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "name, inputs",
+    [
+        ("gelu_epilogue", {"x": X, "w": W, "b": B}),
+        ("residual", {"x": X, "w": W, "b": B, "r": torch.randn(4, 16)}),
+        ("through_view", {"x": X3, "w": W, "b": B}),  # 3-d input: addmm then a view
+    ],
+)
+def test_addmm_feeding_pointwise_is_split(
+    name: str, inputs: dict, tmp_path: Path
+) -> None:
     before, after = split(name, inputs, tmp_path)
     assert "aten.addmm.default" in calls(before)
     targets = calls(after)
@@ -79,10 +83,16 @@ def test_addmm_feeding_pointwise_is_split(name: str, inputs: dict,
     assert "aten.mm.default" in targets
     # the bias add is a node of the epilogue's kernel, not a separate one
     mm = next(n for n in after.nodes if n.target == "aten.mm.default")
-    bias_add = next(n for n in after.nodes if n.target == "aten.add.Tensor"
-                    and any(r.name == "b" for r in n.refs()))
-    assert mm.span == bias_add.span == next(
-        n.span for n in before.nodes if n.target == "aten.addmm.default")
+    bias_add = next(
+        n
+        for n in after.nodes
+        if n.target == "aten.add.Tensor" and any(r.name == "b" for r in n.refs())
+    )
+    assert (
+        mm.span
+        == bias_add.span
+        == next(n.span for n in before.nodes if n.target == "aten.addmm.default")
+    )
     fusion = fuse(dce(after))
     gid = fusion.group_of[bias_add.name]
     assert len(fusion.groups[gid].nodes) > 1, fusion.groups

@@ -49,8 +49,11 @@ BINARY = {
     "minimum": "torch.minimum({0}, {1})",
     "where": "torch.where({0} > {1}, {0}, {1} * 2)",
 }
-REDUCE = {"sum": "{0}.sum(-1, keepdim=True)", "amax": "{0}.amax(-1, keepdim=True)",
-          "mean": "{0}.mean(-1, keepdim=True)"}
+REDUCE = {
+    "sum": "{0}.sum(-1, keepdim=True)",
+    "amax": "{0}.amax(-1, keepdim=True)",
+    "mean": "{0}.mean(-1, keepdim=True)",
+}
 AFTER_REDUCE = {"sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / ({1}.abs() + 1)"}
 
 
@@ -86,7 +89,7 @@ def broadcastable(shape: tuple[int, ...]) -> st.SearchStrategy[tuple[int, ...]]:
     return st.tuples(
         st.integers(0, len(shape) - 1),
         st.lists(st.booleans(), min_size=len(shape), max_size=len(shape)),
-    ).map(lambda p: tuple(1 if one else d for d, one in zip(shape, p[1]))[p[0]:])
+    ).map(lambda p: tuple(1 if one else d for d, one in zip(shape, p[1]))[p[0] :])
 
 
 @st.composite
@@ -95,8 +98,9 @@ def chains(draw) -> Chain:
     operands = tuple(draw(st.lists(broadcastable(shape), min_size=0, max_size=3)))
     ops = st.sampled_from(sorted(UNARY)).map(lambda op: (op, -1))
     if operands:
-        ops = ops | st.tuples(st.sampled_from(sorted(BINARY)),
-                              st.integers(0, len(operands) - 1))
+        ops = ops | st.tuples(
+            st.sampled_from(sorted(BINARY)), st.integers(0, len(operands) - 1)
+        )
     steps = tuple(draw(st.lists(ops, min_size=1, max_size=6)))
     reduce = draw(st.none() | st.sampled_from(sorted(REDUCE)))
     after = None
@@ -105,11 +109,16 @@ def chains(draw) -> Chain:
     return Chain(shape, operands, steps, reduce, after)
 
 
-@settings(max_examples=15, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(chain=chains(), seed=st.integers(0, 2**16))
-def test_random_chain_matches_eager(chain: Chain, seed: int,
-                                    tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_random_chain_matches_eager(
+    chain: Chain, seed: int, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     gen = torch.Generator().manual_seed(seed)
     inputs = {"x": 2 * torch.randn(chain.shape, generator=gen)}
     for i, shape in enumerate(chain.operands):

@@ -136,10 +136,7 @@ def test_import_without_transpiler_libcst_black(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
     write_sources(tmp_path)
-    code = (
-        BLOCKER % str(ROOT)
-        + textwrap.dedent(
-            """\
+    code = BLOCKER % str(ROOT) + textwrap.dedent("""\
         import runtime_shim
         for name in ("transpiler", "libcst", "black"):
             try:
@@ -148,10 +145,7 @@ def test_import_without_transpiler_libcst_black(
                 pass
             else:
                 raise SystemExit(f"{name} was importable")
-        """
-        )
-        + CALL_ADD_ONE
-    )
+        """) + CALL_ADD_ONE
     done = run_python(["-I", "-c", code], tmp_path, env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[1.0, 2.0, 3.0, 4.0]"

@@ -144,7 +144,7 @@ def test_missing_function_and_bad_signature(tmp_path: Path) -> None:
 
 def test_missing_source(tmp_path: Path) -> None:
     lib = load_cpp(tmp_path / "absent.cpp")
-    with pytest.raises(RuntimeShimError, match="cannot load .*absent.cpp"):
+    with pytest.raises(RuntimeShimError, match=r"cannot load .*absent\.cpp"):
         lib.function("f", "")
 
 

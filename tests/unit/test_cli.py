@@ -1,4 +1,4 @@
-"""The `transpile` command line: Options built, commands recorded, errors and exit codes.
+"""The `transpile` command line: Options built, commands recorded, errors, exit codes.
 
 `transpiler.api.run` is replaced by a fake that records the Options it is given.
 """
@@ -195,8 +195,8 @@ USER_ERRORS = [
     (
         ["a.py::A", "--example", "x=f8[2]"],
         (
-            "unknown dtype 'f8' in 'f8[2]' (known: bf16, bool, f16, f32, f64, i16, i32, "
-            "i64, i8, u8)"
+            "unknown dtype 'f8' in 'f8[2]' (known: bf16, bool, f16, f32, f64, i16, "
+            "i32, i64, i8, u8)"
         ),
     ),
     (

@@ -24,18 +24,40 @@ SPAN = Span("model.py", 7, "return (a + b).relu()")
 
 
 def small_graph() -> Graph:
-    return Graph((
-        Node("a", "input", "a", meta=M24),
-        Node("w", "param", "fc.weight", meta=TensorMeta((4,), (1,), 0, F32)),
-        Node("add", "call", "aten.add.Tensor", (Ref("a"), Ref("w")), meta=M24,
-             span=SPAN),
-        Node("relu", "call", "aten.relu.default", (Ref("add"),), meta=M24, span=SPAN),
-        Node("t", "call", "aten.t.default", (Ref("relu"),),
-             meta=TensorMeta((4, 2), (1, 4), 0, F32), span=SPAN),
-        Node("full", "call", "aten.full.default", ([2], 0.5),
-             (("dtype", torch.bfloat16), ("device", DEVICE)),
-             meta=TensorMeta((2,), (1,), 0, torch.bfloat16)),
-    ), {"out": (Ref("t"), [Ref("relu"), 3]), "full": Ref("full")})
+    return Graph(
+        (
+            Node("a", "input", "a", meta=M24),
+            Node("w", "param", "fc.weight", meta=TensorMeta((4,), (1,), 0, F32)),
+            Node(
+                "add",
+                "call",
+                "aten.add.Tensor",
+                (Ref("a"), Ref("w")),
+                meta=M24,
+                span=SPAN,
+            ),
+            Node(
+                "relu", "call", "aten.relu.default", (Ref("add"),), meta=M24, span=SPAN
+            ),
+            Node(
+                "t",
+                "call",
+                "aten.t.default",
+                (Ref("relu"),),
+                meta=TensorMeta((4, 2), (1, 4), 0, F32),
+                span=SPAN,
+            ),
+            Node(
+                "full",
+                "call",
+                "aten.full.default",
+                ([2], 0.5),
+                (("dtype", torch.bfloat16), ("device", DEVICE)),
+                meta=TensorMeta((2,), (1,), 0, torch.bfloat16),
+            ),
+        ),
+        {"out": (Ref("t"), [Ref("relu"), 3]), "full": Ref("full")},
+    )
 
 
 GOLDEN = """\
@@ -61,10 +83,16 @@ def test_meta_prints_layout_only_when_not_contiguous() -> None:
 
 
 def test_multi_output_node_prints_each_meta() -> None:
-    node = Node("vm", "call", "aten.var_mean.correction", (Ref("x"), [1]),
-                meta=(TensorMeta((2,), (1,), 0, F32),) * 2)
+    node = Node(
+        "vm",
+        "call",
+        "aten.var_mean.correction",
+        (Ref("x"), [1]),
+        meta=(TensorMeta((2,), (1,), 0, F32),) * 2,
+    )
     assert str(node) == (
-        "vm: (float32[2], float32[2]) = aten.var_mean.correction(x, [1])")
+        "vm: (float32[2], float32[2]) = aten.var_mean.correction(x, [1])"
+    )
 
 
 def test_lint_accepts_a_well_formed_graph() -> None:
@@ -120,13 +148,16 @@ def test_refs_are_found_and_mapped_in_nested_values() -> None:
     assert isinstance(mapped["k"], tuple) and isinstance(mapped["k"][1], list)
 
 
-@pytest.mark.parametrize("shape, strides", [
-    ((), ()),
-    ((5,), (1,)),
-    ((2, 3, 4), (12, 4, 1)),
-    ((2, 0, 4), (4, 4, 1)),  # zero-size dims count as 1, as torch does
-    ((3, 1, 2), (2, 2, 1)),
-])
+@pytest.mark.parametrize(
+    "shape, strides",
+    [
+        ((), ()),
+        ((5,), (1,)),
+        ((2, 3, 4), (12, 4, 1)),
+        ((2, 0, 4), (4, 4, 1)),  # zero-size dims count as 1, as torch does
+        ((3, 1, 2), (2, 2, 1)),
+    ],
+)
 def test_contiguous_strides(shape, strides) -> None:
     assert contiguous_strides(shape) == strides
     assert contiguous_strides(shape) == torch.empty(shape).stride()
@@ -155,12 +186,15 @@ def test_nodes_and_graphs_are_immutable_values() -> None:
     assert small_graph() == g and hash(g.nodes[2]) == hash(small_graph().nodes[2])
 
 
-@pytest.mark.parametrize("name, path", [
-    ("", "self"),
-    ("fc", "self.fc"),
-    ("blocks.0.attn.c_proj", "self.blocks[0].attn.c_proj"),
-    ("layers.my-key.w", "getattr(self.layers, 'my-key').w"),
-])
+@pytest.mark.parametrize(
+    "name, path",
+    [
+        ("", "self"),
+        ("fc", "self.fc"),
+        ("blocks.0.attn.c_proj", "self.blocks[0].attn.c_proj"),
+        ("layers.my-key.w", "getattr(self.layers, 'my-key').w"),
+    ],
+)
 def test_self_path_is_python(name: str, path: str) -> None:
     assert self_path(name) == path
     compile(path, "<path>", "eval")

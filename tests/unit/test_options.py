@@ -235,7 +235,7 @@ def test_parse_init_errors(text: str) -> None:
         parse_init(text)
 
 
-# ---------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------
 # [tool.transpile]
 
 
@@ -338,8 +338,8 @@ CONFIG_ERRORS = [
     (
         "[tool.transpile]\nout = 3\n",
         (
-            "pyproject.toml: [tool.transpile]: out must be a directory name, e.g. out = "
-            '"generated"'
+            "pyproject.toml: [tool.transpile]: out must be a directory name, e.g. "
+            'out = "generated"'
         ),
     ),
     (

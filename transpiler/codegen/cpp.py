@@ -13,8 +13,8 @@ from importlib import resources
 
 import torch
 
-from transpiler.codegen.optable import CPP, CPP_TYPES, cpp_literal
 from transpiler.codegen.indexing import format_index
+from transpiler.codegen.optable import CPP, CPP_TYPES, cpp_literal
 from transpiler.codegen.segments import Loop, segments
 from transpiler.ir.program import Index, Kernel, Stmt, Store
 from transpiler.passes.schedule import Const
@@ -32,8 +32,9 @@ class _Renderer:
         self.lines: list[str] = []
 
     def index(self, index: Index) -> str:
-        return format_index(index, {"x": "x", "r": "r"},
-                            {"x": self.k.xnumel, "r": self.k.rnumel}, "/")
+        return format_index(
+            index, {"x": "x", "r": "r"}, {"x": self.k.xnumel, "r": self.k.rnumel}, "/"
+        )
 
     def arg(self, a) -> str:
         return cpp_literal(a.value, a.dtype) if isinstance(a, Const) else a
@@ -62,17 +63,20 @@ class _Renderer:
         self.lines.append(f"{ind}{s.buffer}[{self.index(s.index)}] = {value};")
 
     def _dtype(self, name: str) -> torch.dtype:
-        return next(s.dtype for s in self.k.body
-                    if isinstance(s, Stmt) and s.name == name)
+        return next(
+            s.dtype for s in self.k.body if isinstance(s, Stmt) and s.name == name
+        )
 
     def loop(self, loop: Loop, ind: str) -> None:
         ident = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}
         clauses = []
         for r in loop.reductions:
             self.lines.append(
-                f"{ind}{compute_type(r.dtype)} {r.name} = {ident[r.reduce]};")
-            clauses.append(f" reduction({'+' if r.reduce == 'sum' else r.reduce}:"
-                           f"{r.name})")
+                f"{ind}{compute_type(r.dtype)} {r.name} = {ident[r.reduce]};"
+            )
+            clauses.append(
+                f" reduction({'+' if r.reduce == 'sum' else r.reduce}:" f"{r.name})"
+            )
         has_nan_reduce = any(r.reduce != "sum" for r in loop.reductions)
         if not has_nan_reduce:
             self.lines.append(f"{ind}#pragma omp simd{''.join(clauses)}")
@@ -81,28 +85,35 @@ class _Renderer:
             (self.store if isinstance(s, Store) else self.stmt)(s, ind + "    ")
         for r in loop.reductions:
             x = r.args[0]
-            update = {"sum": f"{r.name} += {x};",
-                      "max": f"{r.name} = max_nan({r.name}, {x});",
-                      "min": f"{r.name} = min_nan({r.name}, {x});"}[r.reduce]
+            update = {
+                "sum": f"{r.name} += {x};",
+                "max": f"{r.name} = max_nan({r.name}, {x});",
+                "min": f"{r.name} = min_nan({r.name}, {x});",
+            }[r.reduce]
             self.lines.append(f"{ind}    {update}")
         self.lines.append(f"{ind}}}")
 
     def render(self) -> str:
         k = self.k
-        params = [f"const {CPP_TYPES[a.dtype]}* __restrict__ {a.param}"
-                  for a in k.inputs]
+        params = [
+            f"const {CPP_TYPES[a.dtype]}* __restrict__ {a.param}" for a in k.inputs
+        ]
         params += [f"{CPP_TYPES[a.dtype]}* __restrict__ {a.param}" for a in k.outputs]
         lines = [f"// {span}: {span.text}" for span in k.spans]
         lines.append(f'extern "C" void cpp_{k.name}(')
-        lines += [f"    {p}{',' if i < len(params) - 1 else ''}"
-                  for i, p in enumerate(params)]
+        lines += [
+            f"    {p}{',' if i < len(params) - 1 else ''}" for i, p in enumerate(params)
+        ]
         lines.append(") {")
         work = k.xnumel * k.rnumel
         if k.is_reduction:
             pragma = "#pragma omp parallel for" if work >= PARALLEL_MIN else ""
         else:
-            pragma = ("#pragma omp parallel for simd" if work >= PARALLEL_MIN
-                      else "#pragma omp simd")
+            pragma = (
+                "#pragma omp parallel for simd"
+                if work >= PARALLEL_MIN
+                else "#pragma omp simd"
+            )
         if pragma:
             lines.append(f"    {pragma}")
         lines.append(f"    for (int64_t x = 0; x < {k.xnumel}; ++x) {{")

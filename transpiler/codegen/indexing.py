@@ -5,8 +5,13 @@ from __future__ import annotations
 from transpiler.ir.program import Index
 
 
-def format_index(index: Index, names: dict[str, str], ranges: dict[str, int],
-                 div: str, empty: str | None = None) -> str:
+def format_index(
+    index: Index,
+    names: dict[str, str],
+    ranges: dict[str, int],
+    div: str,
+    empty: str | None = None,
+) -> str:
     """`offset + stride * ((var div d) % m) + ...`, dropping what cannot matter:
     `// 1`, a `% m` that the variable's range never reaches, `1 *`."""
     parts = []

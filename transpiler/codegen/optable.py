@@ -87,13 +87,21 @@ CPP: dict[str, str] = {
 TRITON_HELPERS = {"_tanh": "tanh", "_maximum": "maximum", "_minimum": "minimum"}
 
 TRITON_DTYPES = {
-    torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
-    torch.float32: "tl.float32", torch.float64: "tl.float64",
-    torch.int32: "tl.int32", torch.int64: "tl.int64", torch.bool: "tl.int1",
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.float32: "tl.float32",
+    torch.float64: "tl.float64",
+    torch.int32: "tl.int32",
+    torch.int64: "tl.int64",
+    torch.bool: "tl.int1",
 }
 CPP_TYPES = {
-    torch.float16: "_Float16", torch.bfloat16: "uint16_t", torch.float32: "float",
-    torch.float64: "double", torch.int32: "int32_t", torch.int64: "int64_t",
+    torch.float16: "_Float16",
+    torch.bfloat16: "uint16_t",
+    torch.float32: "float",
+    torch.float64: "double",
+    torch.int32: "int32_t",
+    torch.int64: "int64_t",
     torch.bool: "bool",
 }
 

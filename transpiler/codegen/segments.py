@@ -42,8 +42,12 @@ def segments(kernel: Kernel) -> list[Segment]:
         return sorted((stmts[n] for n in seen), key=lambda s: order[s.name])
 
     def x_deps(stmt_list: list[Stmt]) -> set[str]:
-        return {a for s in stmt_list for a in s.args
-                if isinstance(a, str) and a in stmts and stmts[a].level == "x"}
+        return {
+            a
+            for s in stmt_list
+            for a in s.args
+            if isinstance(a, str) and a in stmts and stmts[a].level == "x"
+        }
 
     out: list[Segment] = []
     ready: set[str] = set()

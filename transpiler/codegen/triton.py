@@ -4,7 +4,8 @@ A pointwise kernel gives each program `XBLOCK` elements. A reduction kernel give
 program `XBLOCK` rows of `rnumel` elements; when a row fits in one block (`RBLOCK >=
 rnumel`) the reduction is *persistent*, straight-line code over registers, otherwise
 each `Loop` walks the row in `RBLOCK` chunks. f16/bf16 are loaded into f32 and stored
-back, so all arithmetic is f32. Block sizes and warps are chosen here, at transpile time.
+back, so all arithmetic is f32. Block sizes and warps are chosen here, at transpile
+time.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ from dataclasses import dataclass
 
 import torch
 
-from transpiler.codegen.optable import (
-    TRITON, TRITON_DTYPES, TRITON_HELPERS, triton_literal,
-)
 from transpiler.codegen.indexing import format_index
+from transpiler.codegen.optable import (
+    TRITON,
+    TRITON_DTYPES,
+    TRITON_HELPERS,
+    triton_literal,
+)
 from transpiler.codegen.segments import Loop, segments
 from transpiler.ir.program import Index, Kernel, Stmt, Store
 from transpiler.passes.schedule import Const
@@ -63,9 +67,13 @@ class _Renderer:
         self.done: set[str] = set()  # statements already computed (persistent)
 
     def index(self, index: Index, store: bool = False) -> str:
-        return format_index(index, {"x": "xindex", "r": "rindex"},
-                            {"x": self.k.xnumel, "r": self.k.rnumel}, "//",
-                            "xindex" if store else None)
+        return format_index(
+            index,
+            {"x": "xindex", "r": "rindex"},
+            {"x": self.k.xnumel, "r": self.k.rnumel},
+            "//",
+            "xindex" if store else None,
+        )
 
     def mask(self, level: str) -> str:
         if not self.red:
@@ -82,7 +90,9 @@ class _Renderer:
             param, index = s.args
             text = self.index(index)
             if index.terms:
-                expr = f"tl.load({param} + {_group(text)}, {self.mask(s.level)}, other=0)"
+                expr = (
+                    f"tl.load({param} + {_group(text)}, {self.mask(s.level)}, other=0)"
+                )
             else:
                 expr = f"tl.load({param} + {text})"
             src = next(a.dtype for a in self.k.inputs if a.param == param)
@@ -100,12 +110,14 @@ class _Renderer:
             value = f"{value}.to({TRITON_DTYPES[s.dtype]})"
         index = self.index(s.index, store=True)
         self.lines.append(
-            f"{indent}tl.store({s.buffer} + {_group(index)}, {value}, {self.mask(s.level)})"
+            f"{indent}tl.store({s.buffer} + {_group(index)}, {value}, "
+            f"{self.mask(s.level)})"
         )
 
     def _dtype(self, name: str) -> torch.dtype:
-        return next(s.dtype for s in self.k.body
-                    if isinstance(s, Stmt) and s.name == name)
+        return next(
+            s.dtype for s in self.k.body if isinstance(s, Stmt) and s.name == name
+        )
 
     def loop(self, loop: Loop, n: int) -> None:
         acc = {r.name: f"acc{n}_{i}" for i, r in enumerate(loop.reductions)}
@@ -114,7 +126,8 @@ class _Renderer:
         for r in loop.reductions:
             self.lines.append(
                 f"    {acc[r.name]} = tl.full({shape}, {ident[r.reduce]}, "
-                f"{TRITON_DTYPES[r.dtype]})")
+                f"{TRITON_DTYPES[r.dtype]})"
+            )
         indent = "    "
         if not self.persistent:
             self.lines.append("    for roffset in range(0, rnumel, RBLOCK):")
@@ -130,13 +143,19 @@ class _Renderer:
         for r in loop.reductions:
             x, a = r.args[0], acc[r.name]
             masked = f"tl.where(xmask & rmask, {x}, {ident[r.reduce]})"
-            combine = {"sum": f"{a} + {masked}", "max": f"_maximum({a}, {masked})",
-                       "min": f"_minimum({a}, {masked})"}[r.reduce]
+            combine = {
+                "sum": f"{a} + {masked}",
+                "max": f"_maximum({a}, {masked})",
+                "min": f"_minimum({a}, {masked})",
+            }[r.reduce]
             self.lines.append(f"{indent}{a} = {combine}")
         for r in loop.reductions:
             a = acc[r.name]
-            total = {"sum": f"tl.sum({a}, 1)", "max": f"tl.reduce({a}, 1, _maximum)",
-                     "min": f"tl.reduce({a}, 1, _minimum)"}[r.reduce]
+            total = {
+                "sum": f"tl.sum({a}, 1)",
+                "max": f"tl.reduce({a}, 1, _maximum)",
+                "min": f"tl.reduce({a}, 1, _minimum)",
+            }[r.reduce]
             self.lines.append(f"    {r.name} = {total}[:, None]")
 
     def render(self) -> str:
@@ -152,7 +171,8 @@ class _Renderer:
         if self.red:
             head += [
                 f"    rnumel = {k.rnumel}",
-                "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
+                "    xindex = tl.program_id(0) * XBLOCK"
+                " + tl.arange(0, XBLOCK)[:, None]",
                 "    xmask = xindex < xnumel",
                 "    rbase = tl.arange(0, RBLOCK)[None, :]",
             ]
@@ -187,7 +207,7 @@ def render_kernel(k: Kernel) -> str:
 
 
 HELPER_SOURCE = {
-    "_tanh": '''
+    "_tanh": """
 @triton.jit
 def _tanh(x):
     # tanh from exp, with a Taylor-accurate polynomial near zero (Cephes tanhf)
@@ -199,19 +219,19 @@ def _tanh(x):
     large = (1.0 - e) / (1.0 + e)
     large = tl.where(x < 0, -large, large)
     return tl.where(ax < 0.625, small, large)
-''',
-    "_maximum": '''
+""",
+    "_maximum": """
 @triton.jit
 def _maximum(a, b):
     # like torch.maximum: NaN wins
     return tl.where((a > b) | (a != a), a, b)
-''',
-    "_minimum": '''
+""",
+    "_minimum": """
 @triton.jit
 def _minimum(a, b):
     # like torch.minimum: NaN wins
     return tl.where((a < b) | (a != a), a, b)
-''',
+""",
 }
 
 

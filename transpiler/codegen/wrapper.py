@@ -19,9 +19,21 @@ from transpiler.ir.ops import EXTERN_CONTIGUOUS
 from transpiler.ir.program import Alloc, ExternCall, KernelCall, Program
 from transpiler.options import ScalarSpec, TensorSpec, Variant
 
-DTYPE_NAMES = {d: f"torch.{str(d).split('.')[1]}" for d in (
-    torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
-    torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool)}
+DTYPE_NAMES = {
+    d: f"torch.{str(d).split('.')[1]}"
+    for d in (
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.int8,
+        torch.uint8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.bool,
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -96,10 +108,12 @@ def param_guards(p: Program, device: str) -> list[str]:
     guards = []
     for name, path, m in p.params:
         if name in read:
-            guards += [f'{path}.device.type == "{device}"',
-                       f"{path}.dtype == {DTYPE_NAMES[m.dtype]}",
-                       f"{path}.shape == {literal(m.shape)}",
-                       f"{path}.stride() == {literal(m.stride)}"]
+            guards += [
+                f'{path}.device.type == "{device}"',
+                f"{path}.dtype == {DTYPE_NAMES[m.dtype]}",
+                f"{path}.shape == {literal(m.shape)}",
+                f"{path}.stride() == {literal(m.stride)}",
+            ]
     return guards
 
 
@@ -135,8 +149,10 @@ def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
 def _step_lines(step) -> list[str]:
     if isinstance(step, Alloc):
         m = step.meta
-        return [f"{step.buffer} = torch.empty_strided({literal(m.shape)}, "
-                f"{literal(m.stride)}, dtype={DTYPE_NAMES[m.dtype]}, device=device)"]
+        return [
+            f"{step.buffer} = torch.empty_strided({literal(m.shape)}, "
+            f"{literal(m.stride)}, dtype={DTYPE_NAMES[m.dtype]}, device=device)"
+        ]
     if isinstance(step, ExternCall):
         if step.target == "getitem":
             return [f"{step.out} = {step.args[0].name}[{step.args[1]}]"]
@@ -189,8 +205,10 @@ def _kernel_call(step: KernelCall, kernels: dict, device: str) -> str:
     k = kernels[step.kernel]
     c = triton_codegen.launch_config(k)
     blocks = f"XBLOCK={c.xblock}" + (f", RBLOCK={c.rblock}" if k.is_reduction else "")
-    return (f"_triton().triton_{step.kernel}[({c.grid(k.xnumel)},)]"
-            f"({', '.join(step.args)}, {blocks}, num_warps={c.num_warps})")
+    return (
+        f"_triton().triton_{step.kernel}[({c.grid(k.xnumel)},)]"
+        f"({', '.join(step.args)}, {blocks}, num_warps={c.num_warps})"
+    )
 
 
 def _output(value) -> str:
@@ -211,23 +229,33 @@ def dispatch(t: TargetCode, module_alias: str) -> list[str]:
     compiled = [vc for vc in t.variants if vc.program is not None]
     self_ = "self, " if t.is_module else ""
     if t.is_module:
-        lines = [f"class {t.name}({module_alias}.{t.name}):",
-                 f'    """{t.name} compiled ahead of time by transpile; see the module '
-                 'docstring."""', "",
-                 f"    def forward(self, {t.params_text}):"]
+        lines = [
+            f"class {t.name}({module_alias}.{t.name}):",
+            f'    """{t.name} compiled ahead of time by transpile; see the module '
+            'docstring."""',
+            "",
+            f"    def forward(self, {t.params_text}):",
+        ]
         ind = "        "
         fallback = f"super().forward({t.call_text})"
     else:
-        lines = [f"def {t.name}({t.params_text}):",
-                 f'    """{t.name} compiled ahead of time by transpile; see the module '
-                 'docstring."""']
+        lines = [
+            f"def {t.name}({t.params_text}):",
+            f'    """{t.name} compiled ahead of time by transpile; see the module '
+            'docstring."""',
+        ]
         ind = "    "
         fallback = f"{module_alias}.{t.name}({t.call_text})"
     for vc in compiled:
-        lines += [f"{ind}if _guards_{vc.name}({self_}{t.call_text}) is None:",
-                  f"{ind}    return _{vc.name}({self_}{t.call_text})"]
+        lines += [
+            f"{ind}if _guards_{vc.name}({self_}{t.call_text}) is None:",
+            f"{ind}    return _{vc.name}({self_}{t.call_text})",
+        ]
     misses = ", ".join(
-        f'("{vc.name}", _guards_{vc.name}({self_}{t.call_text}))' for vc in compiled)
-    lines += [f'{ind}runtime_shim.warn_fallback("{t.name}", [{misses}])',
-              f"{ind}return {fallback}"]
+        f'("{vc.name}", _guards_{vc.name}({self_}{t.call_text}))' for vc in compiled
+    )
+    lines += [
+        f'{ind}runtime_shim.warn_fallback("{t.name}", [{misses}])',
+        f"{ind}return {fallback}",
+    ]
     return lines

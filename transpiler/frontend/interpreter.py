@@ -26,37 +26,64 @@ from transpiler.frontend.source import SourceCache, SourceFile
 from transpiler.ir.graph import Span, TensorMeta
 
 BINARY_OPS = {
-    "Add": operator.add, "Subtract": operator.sub, "Multiply": operator.mul,
-    "Divide": operator.truediv, "FloorDivide": operator.floordiv,
-    "Modulo": operator.mod, "Power": operator.pow, "MatrixMultiply": operator.matmul,
-    "LeftShift": operator.lshift, "RightShift": operator.rshift,
-    "BitOr": operator.or_, "BitAnd": operator.and_, "BitXor": operator.xor,
+    "Add": operator.add,
+    "Subtract": operator.sub,
+    "Multiply": operator.mul,
+    "Divide": operator.truediv,
+    "FloorDivide": operator.floordiv,
+    "Modulo": operator.mod,
+    "Power": operator.pow,
+    "MatrixMultiply": operator.matmul,
+    "LeftShift": operator.lshift,
+    "RightShift": operator.rshift,
+    "BitOr": operator.or_,
+    "BitAnd": operator.and_,
+    "BitXor": operator.xor,
 }
 AUG_OPS = {
-    "AddAssign": operator.iadd, "SubtractAssign": operator.isub,
-    "MultiplyAssign": operator.imul, "DivideAssign": operator.itruediv,
-    "FloorDivideAssign": operator.ifloordiv, "ModuloAssign": operator.imod,
-    "PowerAssign": operator.ipow, "MatrixMultiplyAssign": operator.imatmul,
-    "BitOrAssign": operator.ior, "BitAndAssign": operator.iand,
+    "AddAssign": operator.iadd,
+    "SubtractAssign": operator.isub,
+    "MultiplyAssign": operator.imul,
+    "DivideAssign": operator.itruediv,
+    "FloorDivideAssign": operator.ifloordiv,
+    "ModuloAssign": operator.imod,
+    "PowerAssign": operator.ipow,
+    "MatrixMultiplyAssign": operator.imatmul,
+    "BitOrAssign": operator.ior,
+    "BitAndAssign": operator.iand,
     "BitXorAssign": operator.ixor,
 }
 UNARY_OPS = {
-    "Minus": operator.neg, "Plus": operator.pos, "BitInvert": operator.invert,
+    "Minus": operator.neg,
+    "Plus": operator.pos,
+    "BitInvert": operator.invert,
     "Not": operator.not_,
 }
 COMPARE_OPS = {
-    "Equal": operator.eq, "NotEqual": operator.ne, "LessThan": operator.lt,
-    "LessThanEqual": operator.le, "GreaterThan": operator.gt,
-    "GreaterThanEqual": operator.ge, "Is": operator.is_, "IsNot": operator.is_not,
-    "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b,
+    "Equal": operator.eq,
+    "NotEqual": operator.ne,
+    "LessThan": operator.lt,
+    "LessThanEqual": operator.le,
+    "GreaterThan": operator.gt,
+    "GreaterThanEqual": operator.ge,
+    "Is": operator.is_,
+    "IsNot": operator.is_not,
+    "In": lambda a, b: a in b,
+    "NotIn": lambda a, b: a not in b,
 }
 # Calls kept whole as one extern op instead of being decomposed on the meta device.
 EXTERN_FUNCTIONS = {
     F.scaled_dot_product_attention: "aten.scaled_dot_product_attention.default",
 }
 NO_EFFECT_CONTEXTS = (torch.no_grad, torch.inference_mode, torch.enable_grad)
-PYTHON_SIDE_EFFECTS = {builtins.print, builtins.input, builtins.open, builtins.exec,
-                       builtins.eval, builtins.breakpoint}
+PYTHON_SIDE_EFFECTS = {
+    builtins.print,
+    builtins.input,
+    builtins.open,
+    builtins.exec,
+    builtins.eval,
+    builtins.breakpoint,
+}
 GUARD_TYPES = (bool, int, float, str, type(None))
 
 
@@ -83,8 +110,9 @@ class Frame:
 class Interpreter:
     """Runs a forward's source over meta tensors; see the module docstring."""
 
-    def __init__(self, recorder: Recorder, sources: SourceCache,
-                 module_paths: dict[int, str]):
+    def __init__(
+        self, recorder: Recorder, sources: SourceCache, module_paths: dict[int, str]
+    ):
         self.recorder = recorder
         self.sources = sources
         self.module_paths = module_paths  # id(module) -> "self.attn"
@@ -99,7 +127,9 @@ class Interpreter:
         try:
             bound = inspect.signature(fn).bind(*args, **kwargs)
         except TypeError as e:
-            raise Unsupported(f"bad call of {fn.__qualname__}: {e}", self._span()) from e
+            raise Unsupported(
+                f"bad call of {fn.__qualname__}: {e}", self._span()
+            ) from e
         bound.apply_defaults()
         frame = Frame(src, dict(bound.arguments), fn.__globals__)
         if fn.__closure__:
@@ -136,8 +166,9 @@ class Interpreter:
         if fn in EXTERN_FUNCTIONS:
             return self._extern(EXTERN_FUNCTIONS[fn], fn, args, kwargs)
         if fn in PYTHON_SIDE_EFFECTS:
-            raise Unsupported(f"calls {fn.__name__}(), a Python side effect",
-                              self._span())
+            raise Unsupported(
+                f"calls {fn.__name__}(), a Python side effect", self._span()
+            )
         try:
             return fn(*args, **kwargs)
         except Unsupported:
@@ -184,8 +215,9 @@ class Interpreter:
             return
         handler = getattr(self, f"exec_{type(stmt).__name__}", None)
         if handler is None:
-            raise Unsupported(f"unsupported statement: {type(stmt).__name__}",
-                              self._span())
+            raise Unsupported(
+                f"unsupported statement: {type(stmt).__name__}", self._span()
+            )
         handler(stmt, frame)
 
     def exec_small(self, stmt, frame: Frame) -> None:
@@ -253,7 +285,9 @@ class Interpreter:
     def static(self, expr, frame: Frame, what: str) -> bool:
         value = self.eval(expr, frame)
         if isinstance(value, torch.Tensor):
-            raise Unsupported(f"`{what}` condition depends on tensor data", self._span())
+            raise Unsupported(
+                f"`{what}` condition depends on tensor data", self._span()
+            )
         return bool(value)
 
     def assign(self, target, value, frame: Frame) -> None:
@@ -280,8 +314,8 @@ class Interpreter:
         tail = len(elements) - i - 1
         for e, v in zip(elements[:i], values[:i]):
             self.assign(e.value, v, frame)
-        self.assign(elements[i].value, values[i:len(values) - tail], frame)
-        for e, v in zip(elements[i + 1:], values[len(values) - tail:]):
+        self.assign(elements[i].value, values[i : len(values) - tail], frame)
+        for e, v in zip(elements[i + 1 :], values[len(values) - tail :]):
             self.assign(e.value, v, frame)
 
     # ---- expressions ----------------------------------------------------------
@@ -377,8 +411,10 @@ class Interpreter:
     def _slice(self, s, frame: Frame) -> Any:
         if isinstance(s, cst.Index):
             return self.eval(s.value, frame)
-        part = [None if p is None else self.eval(p, frame)
-                for p in (s.lower, s.upper, s.step)]
+        part = [
+            None if p is None else self.eval(p, frame)
+            for p in (s.lower, s.upper, s.step)
+        ]
         return slice(*part)
 
     def eval_Tuple(self, expr, frame: Frame) -> tuple:
@@ -410,8 +446,9 @@ class Interpreter:
 
     def eval_ListComp(self, expr: cst.ListComp, frame: Frame) -> list:
         out: list = []
-        self._comprehend(expr.for_in, lambda: out.append(self.eval(expr.elt, frame)),
-                         frame)
+        self._comprehend(
+            expr.for_in, lambda: out.append(self.eval(expr.elt, frame)), frame
+        )
         return out
 
     def _comprehend(self, for_in, emit, frame: Frame) -> None:

@@ -39,13 +39,17 @@ def resolve(spec: str, root: Path) -> Resolved:
         module = importlib.import_module(module_name)
     except SyntaxError as e:
         file = e.filename or left
-        raise UserError(f"syntax error: {e.msg}", _display(file, root), e.lineno) from None
+        raise UserError(
+            f"syntax error: {e.msg}", _display(file, root), e.lineno
+        ) from None
     except ImportError as e:
         raise UserError(f"cannot import {module_name}: {e}") from None
     obj = module
     for part in qualname.split("."):
         if not hasattr(obj, part):
-            raise UserError(f"{module_name} has no {qualname!r}", _display(module.__file__, root))
+            raise UserError(
+                f"{module_name} has no {qualname!r}", _display(module.__file__, root)
+            )
         obj = getattr(obj, part)
     return Resolved(module_name, qualname, obj, Path(module.__file__))
 

@@ -11,7 +11,8 @@ PyTorch's decomposition of it, whose ops are recorded instead.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -137,8 +138,15 @@ class Recorder(TorchDispatchMode):
         metas = tuple(TensorMeta.of(t) for t in out)
         name = b.add("call", target, ir_args, ir_kwargs, metas, self.span)
         for i, t in enumerate(out):
-            item = b.add("call", "getitem", (Ref(name), i), (), metas[i], self.span,
-                         base=f"{name}_{i}")
+            item = b.add(
+                "call",
+                "getitem",
+                (Ref(name), i),
+                (),
+                metas[i],
+                self.span,
+                base=f"{name}_{i}",
+            )
             b.bind(t, item)
 
     def _to_ir(self, value: Any) -> Any:
@@ -157,8 +165,13 @@ class Recorder(TorchDispatchMode):
     def _functionalize(self, func, args, kwargs):
         """Record `x.add_(y)` as `x' = add(x, y)` and rebind x to x'."""
         schema = func._schema
-        if any(a.alias_info is not None and a.alias_info.is_write and i > 0
-               for i, a in enumerate(schema.arguments)) or "out" in kwargs:
+        if (
+            any(
+                a.alias_info is not None and a.alias_info.is_write and i > 0
+                for i, a in enumerate(schema.arguments)
+            )
+            or "out" in kwargs
+        ):
             raise Unsupported(f"{func} writes into an argument", self.span)
         packet = schema.name.split("::")[1]
         functional = getattr(torch.ops.aten, packet.rstrip("_"), None)
@@ -169,8 +182,11 @@ class Recorder(TorchDispatchMode):
         name = self.builder._names.get(id(target))
         node = next((n for n in self.builder.nodes if n.name == name), None)
         base = target._base
-        if node is None or node.op != "call" or (base is not None
-                                                  and not self.builder.knows(base)):
+        if (
+            node is None
+            or node.op != "call"
+            or (base is not None and not self.builder.knows(base))
+        ):
             raise Unsupported(f"in-place {packet} on an input or parameter", self.span)
         fn: Callable = getattr(functional, overload)
         result = fn(*args, **kwargs)

@@ -39,8 +39,9 @@ def instantiate(obj, init: dict, factory, root: Path) -> nn.Module:
     return module.eval()
 
 
-def trace(obj, module: nn.Module | None, variant: Variant, sources: SourceCache
-          ) -> Traced:
+def trace(
+    obj, module: nn.Module | None, variant: Variant, sources: SourceCache
+) -> Traced:
     """Interpret `obj` (a function, or `module.forward`) on meta inputs."""
     params: dict[int, str] = {}
     module_paths: dict[int, str] = {}
@@ -71,7 +72,7 @@ def trace(obj, module: nn.Module | None, variant: Variant, sources: SourceCache
 
 
 def _inputs(fn, variant: Variant, builder: GraphBuilder, skip_self: bool) -> dict:
-    params = list(inspect.signature(fn).parameters)[1 if skip_self else 0:]
+    params = list(inspect.signature(fn).parameters)[1 if skip_self else 0 :]
     args = {}
     for name, spec in variant.inputs:
         if name not in params:
@@ -99,4 +100,4 @@ def _output_refs(value, builder: GraphBuilder, recorder: Recorder):
     raise Unsupported(f"returns a {type(value).__name__}", recorder.span)
 
 
-__all__ = ["Traced", "instantiate", "trace", "Ref", "map_refs"]
+__all__ = ["Ref", "Traced", "instantiate", "map_refs", "trace"]

@@ -12,7 +12,8 @@ Note [Graph invariants]
 * Every tensor-valued node carries `TensorMeta`: shape, stride, storage offset and
   dtype, exactly as PyTorch's meta kernels computed them. Views keep the strides and
   offset of their base's storage, so folding a view into indexing needs no per-op rule.
-* `outputs` is the returned structure: nested tuples/lists/dicts of `Ref`s and constants.
+* `outputs` is the returned structure: nested tuples/lists/dicts of `Ref`s and
+  constants.
 * Every node keeps the `Span` of the user source line that produced it.
 
 `Graph.lint()` checks these; passes call it after they run (see `passes.PIPELINE`).
@@ -21,8 +22,9 @@ The printout (`str(graph)`) is what goldens and `--explain` show.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -47,7 +49,7 @@ class TensorMeta:
     dtype: torch.dtype
 
     @staticmethod
-    def of(t: torch.Tensor) -> "TensorMeta":
+    def of(t: torch.Tensor) -> TensorMeta:
         return TensorMeta(
             tuple(t.shape), tuple(t.stride()), t.storage_offset(), t.dtype
         )
@@ -179,7 +181,7 @@ class Graph:
             users[r.name].append("<output>")
         return users
 
-    def with_nodes(self, nodes, outputs=None) -> "Graph":
+    def with_nodes(self, nodes, outputs=None) -> Graph:
         return replace(
             self,
             nodes=tuple(nodes),

@@ -27,15 +27,20 @@ def run_graph(graph: Graph, inputs: dict[str, Any], module=None) -> Any:
         if node.op == "input":
             env[node.name] = inputs[node.target]
         elif node.op == "param":
-            env[node.name] = module.get_parameter(node.target) if _is_param(
-                module, node.target) else module.get_buffer(node.target)
+            env[node.name] = (
+                module.get_parameter(node.target)
+                if _is_param(module, node.target)
+                else module.get_buffer(node.target)
+            )
         elif node.target == "getitem":
             seq, i = node.args
             env[node.name] = env[seq.name][i]
         else:
             args = map_refs(node.args, value)
-            kwargs = {k: (device if v is DEVICE else map_refs(v, value))
-                      for k, v in node.kwargs}
+            kwargs = {
+                k: (device if v is DEVICE else map_refs(v, value))
+                for k, v in node.kwargs
+            }
             env[node.name] = resolve_op(node.target)(*args, **kwargs)
     return map_refs(graph.outputs, value)
 

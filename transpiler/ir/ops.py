@@ -3,9 +3,9 @@
 One row per op. `POINTWISE` maps an ATen overload to a `Pointwise` lowering: the kernel
 op name (a key of the backend tables in codegen/optable.py), which positional arguments
 are its operands, and how operand dtypes are chosen. `REDUCTIONS` lists the reductions
-fused into row-reduction kernels. Views need no table: an op whose schema says its result
-aliases its input is a view, and its meta strides say how to index it. Every other op is
-an extern call.
+fused into row-reduction kernels. Views need no table: an op whose schema says its
+result aliases its input is a view, and its meta strides say how to index it. Every
+other op is an extern call.
 """
 
 from __future__ import annotations
@@ -24,8 +24,24 @@ class Pointwise:
 
 
 P = Pointwise
-UNARY = ("abs", "neg", "relu", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh",
-         "sigmoid", "erf", "floor", "ceil", "reciprocal", "logical_not")
+UNARY = (
+    "abs",
+    "neg",
+    "relu",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "floor",
+    "ceil",
+    "reciprocal",
+    "logical_not",
+)
 
 POINTWISE: dict[str, Pointwise] = {
     **{f"aten.{op}.default": P(op) for op in UNARY},
@@ -99,8 +115,16 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """Kernels compute f16/bf16 in f32."""
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64,
-                    torch.int32, torch.int64, torch.bool)
+
+SUPPORTED_DTYPES = (
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.int32,
+    torch.int64,
+    torch.bool,
+)
 # Extern ops whose run-time result may be laid out differently from its meta result
 # (attention picks a backend per device): the wrapper makes them contiguous.
 EXTERN_CONTIGUOUS = ("aten.scaled_dot_product_attention.default",)

@@ -20,8 +20,12 @@ def format_program(p: Program) -> str:
         for s in k.body:
             if isinstance(s, Stmt):
                 args_text = ", ".join(
-                    f"{a[0]}[{format_index(a[1])}]" if s.op == "load" and i == 0 else
-                    str(a) for i, a in enumerate((s.args,) if s.op == "load" else s.args)
+                    (
+                        f"{a[0]}[{format_index(a[1])}]"
+                        if s.op == "load" and i == 0
+                        else str(a)
+                    )
+                    for i, a in enumerate((s.args,) if s.op == "load" else s.args)
                 )
                 op = s.reduce if s.op == "reduce" else s.op
                 lines.append(f"  {s.name}.{s.level} = {op}({args_text})")

@@ -115,7 +115,9 @@ Step = Alloc | KernelCall | ExternCall
 @dataclass(frozen=True)
 class Program:
     inputs: tuple[str, ...]  # tensor input names, in signature order
-    params: tuple[tuple[str, str, TensorMeta], ...]  # (wrapper name, "self.<path>", meta)
+    params: tuple[
+        tuple[str, str, TensorMeta], ...
+    ]  # (wrapper name, "self.<path>", meta)
     steps: tuple[Step, ...]
     kernels: tuple[Kernel, ...]  # distinct kernels, in first-use order
     outputs: Any  # nested structure of Ref / constants

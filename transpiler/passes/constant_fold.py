@@ -24,9 +24,14 @@ POW_RULES = {
     -1: torch.reciprocal,
 }
 IDENTITY_SCALARS = {
-    "aten.mul.Tensor": 1, "aten.mul.Scalar": 1, "aten.div.Tensor": 1,
-    "aten.div.Scalar": 1, "aten.add.Tensor": 0, "aten.add.Scalar": 0,
-    "aten.sub.Tensor": 0, "aten.sub.Scalar": 0,
+    "aten.mul.Tensor": 1,
+    "aten.mul.Scalar": 1,
+    "aten.div.Tensor": 1,
+    "aten.div.Scalar": 1,
+    "aten.add.Tensor": 0,
+    "aten.add.Scalar": 0,
+    "aten.sub.Tensor": 0,
+    "aten.sub.Scalar": 0,
 }
 NO_OPS = ("aten.detach.default", "aten.alias.default", "aten.lift_fresh.default")
 
@@ -41,10 +46,14 @@ def _pow(node: Node, args, kwargs):
 
 def _identity(node: Node, args, kwargs):
     x, scalar = args[0], args[1]
-    if (isinstance(x, torch.Tensor) and not isinstance(scalar, (torch.Tensor, bool))
-            and scalar == IDENTITY_SCALARS[node.target] and not kwargs
-            and tuple(x.shape) == node.tensor_meta.shape
-            and x.dtype == node.tensor_meta.dtype):
+    if (
+        isinstance(x, torch.Tensor)
+        and not isinstance(scalar, (torch.Tensor, bool))
+        and scalar == IDENTITY_SCALARS[node.target]
+        and not kwargs
+        and tuple(x.shape) == node.tensor_meta.shape
+        and x.dtype == node.tensor_meta.dtype
+    ):
         return x
     return NotImplemented
 

@@ -36,8 +36,9 @@ DECOMPOSE = (
 
 
 def decompose(graph: Graph) -> Graph:
-    if not any(n.target.startswith("aten.") and _op(n.target) in DECOMPOSE
-               for n in graph.nodes):
+    if not any(
+        n.target.startswith("aten.") and _op(n.target) in DECOMPOSE for n in graph.nodes
+    ):
         return graph
     return retrace(graph, decompositions=get_decompositions(list(DECOMPOSE)))
 

@@ -18,7 +18,12 @@ from dataclasses import dataclass
 
 from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
 from transpiler.ir.ops import (
-    FLOAT_TYPES, POINTWISE, REDUCTIONS, SUPPORTED_DTYPES, bind_args, is_view,
+    FLOAT_TYPES,
+    POINTWISE,
+    REDUCTIONS,
+    SUPPORTED_DTYPES,
+    bind_args,
+    is_view,
 )
 
 
@@ -92,7 +97,7 @@ def reduction_spec(node: Node, nodes: dict[str, Node]) -> tuple[int, int]:
     if dims != list(range(len(shape) - k, len(shape))):
         return (0, 0)
     rnumel = 1
-    for d in shape[len(shape) - k:]:
+    for d in shape[len(shape) - k :]:
         rnumel *= d
     rows = 1
     for d in shape[: len(shape) - k]:
@@ -128,13 +133,19 @@ class _State:
 def alias_ok(view: Node, base: Node) -> bool:
     """A view reading its base in the same flat order (a contiguous reshape)."""
     v, b = view.meta, base.meta
-    return (isinstance(v, TensorMeta) and isinstance(b, TensorMeta)
-            and v.is_contiguous() and b.is_contiguous() and v.offset == b.offset
-            and v.numel == b.numel)
+    return (
+        isinstance(v, TensorMeta)
+        and isinstance(b, TensorMeta)
+        and v.is_contiguous()
+        and b.is_contiguous()
+        and v.offset == b.offset
+        and v.numel == b.numel
+    )
 
 
-def resolve(ref: Ref, nodes: dict[str, Node], kinds: dict[str, str]
-            ) -> tuple[str, str, str]:
+def resolve(
+    ref: Ref, nodes: dict[str, Node], kinds: dict[str, str]
+) -> tuple[str, str, str]:
     """Follow views from `ref` to where its value lives.
 
     ("virtual", root, root): a value computed in a kernel, read at the same flat index.
@@ -190,8 +201,11 @@ def fuse(graph: Graph) -> Fusion:
                 if s > best_score:
                     best, best_score = g, s
         if best is None:
-            rows, rnumel = (reduction_spec(node, nodes) if kind == "reduction"
-                            else (node.tensor_meta.numel, 1))
+            rows, rnumel = (
+                reduction_spec(node, nodes)
+                if kind == "reduction"
+                else (node.tensor_meta.numel, 1)
+            )
             best = _State(len(groups), node, rows, rnumel)
             groups.append(best)
         else:
@@ -276,8 +290,7 @@ def _virtual_ok(g: _State, value: TensorMeta, node_level: str, shape) -> bool:
     return padded[:i] == shape[:i] and all(d == 1 for d in padded[i:])
 
 
-def score(g: _State, node: Node, nodes, kinds, group_of, reads: dict[str, int]
-          ) -> int:
+def score(g: _State, node: Node, nodes, kinds, group_of, reads: dict[str, int]) -> int:
     """How much memory traffic fusing saves: the elements of the values it shares
     with the group, computed there (kept in registers) or read there (read once)."""
     total = sum(n for root, n in reads.items() if root in g.reads)

@@ -7,7 +7,7 @@ do it by running each node's op, or its replacement, on meta tensors under a fre
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
@@ -18,8 +18,11 @@ from transpiler.ir.graph import DEVICE, Graph, Node, Ref, TensorMeta, map_refs
 Rewrite = Callable[[Node, tuple, dict], object]  # returns NotImplemented to keep
 
 
-def retrace(graph: Graph, rewrites: dict[str, Rewrite] | None = None,
-            decompositions: dict | None = None) -> Graph:
+def retrace(
+    graph: Graph,
+    rewrites: dict[str, Rewrite] | None = None,
+    decompositions: dict | None = None,
+) -> Graph:
     builder = GraphBuilder()
     recorder = Recorder(builder, decompositions)
     values: dict[str, object] = {}
@@ -36,8 +39,13 @@ def _ref_of(value, builder: GraphBuilder) -> Ref:
     return builder.ref(value, None)
 
 
-def _run(node: Node, values: dict, builder: GraphBuilder, recorder: Recorder,
-         rewrites: dict[str, Rewrite]):
+def _run(
+    node: Node,
+    values: dict,
+    builder: GraphBuilder,
+    recorder: Recorder,
+    rewrites: dict[str, Rewrite],
+):
     if node.op in ("input", "param"):
         m = node.tensor_meta
         with _disable_current_modes():  # a placeholder, not an op of the graph
@@ -46,7 +54,9 @@ def _run(node: Node, values: dict, builder: GraphBuilder, recorder: Recorder,
         return t
     args = map_refs(node.args, lambda r: values[r.name])
     kwargs = {k: map_refs(v, lambda r: values[r.name]) for k, v in node.kwargs}
-    kwargs = {k: (torch.device("meta") if v is DEVICE else v) for k, v in kwargs.items()}
+    kwargs = {
+        k: (torch.device("meta") if v is DEVICE else v) for k, v in kwargs.items()
+    }
     if node.target == "getitem":
         return args[0][args[1]]
     recorder.span = node.span
@@ -66,11 +76,12 @@ def _run(node: Node, values: dict, builder: GraphBuilder, recorder: Recorder,
     for i in range(start, len(builder.nodes)):
         n = builder.nodes[i]
         if n.origin is None and origin is not None:
-            builder.nodes[i] = Node(n.name, n.op, n.target, n.args, n.kwargs, n.meta,
-                                    n.span, origin)
+            builder.nodes[i] = Node(
+                n.name, n.op, n.target, n.args, n.kwargs, n.meta, n.span, origin
+            )
     if isinstance(out, torch.Tensor) and not builder.knows(out):
         raise AssertionError(f"rewrite of {node.name} returned an unrecorded tensor")
     return out
 
 
-__all__ = ["retrace", "TensorMeta"]
+__all__ = ["TensorMeta", "retrace"]

@@ -18,11 +18,25 @@ from dataclasses import dataclass, field
 import torch
 
 from transpiler.ir.graph import (
-    Graph, Node, Ref, TensorMeta, iter_refs, map_refs, self_path,
+    Graph,
+    Node,
+    Ref,
+    TensorMeta,
+    iter_refs,
+    map_refs,
+    self_path,
 )
 from transpiler.ir.ops import POINTWISE, REDUCTIONS, bind_args, compute_dtype
 from transpiler.ir.program import (
-    Alloc, ExternCall, Index, Kernel, KernelArg, KernelCall, Program, Stmt, Store,
+    Alloc,
+    ExternCall,
+    Index,
+    Kernel,
+    KernelArg,
+    KernelCall,
+    Program,
+    Stmt,
+    Store,
     Term,
 )
 from transpiler.passes.fuse import Fusion, Group, reduction_spec, resolve
@@ -63,8 +77,13 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
             kernel = KernelBuilder(unit, fusion, nodes).build()
             key = _body_key(kernel)
             name, new = names.name_for(kernel.name, key)
-            kernel = Kernel(name, *(getattr(kernel, f) for f in (
-                "xnumel", "rnumel", "inputs", "outputs", "body", "spans")))
+            kernel = Kernel(
+                name,
+                *(
+                    getattr(kernel, f)
+                    for f in ("xnumel", "rnumel", "inputs", "outputs", "body", "spans")
+                ),
+            )
             if new:
                 kernels.append(kernel)
             for out in kernel.outputs:
@@ -73,12 +92,23 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
             steps.append(KernelCall(name, args, kernel.spans))
         else:
             node = nodes[unit]
-            steps.append(ExternCall(node.name, node.target, node.args, node.kwargs,
-                                    node.meta, node.span,
-                                    fusion.kinds[node.name] == "view"))
+            steps.append(
+                ExternCall(
+                    node.name,
+                    node.target,
+                    node.args,
+                    node.kwargs,
+                    node.meta,
+                    node.span,
+                    fusion.kinds[node.name] == "view",
+                )
+            )
     inputs = tuple(n.name for n in graph.nodes if n.op == "input")
-    params = tuple((n.name, self_path(n.target), n.tensor_meta) for n in graph.nodes
-                   if n.op == "param")
+    params = tuple(
+        (n.name, self_path(n.target), n.tensor_meta)
+        for n in graph.nodes
+        if n.op == "param"
+    )
     return Program(inputs, params, tuple(steps), tuple(kernels), graph.outputs)
 
 
@@ -133,8 +163,10 @@ def _toposort(units: list, graph: Graph, fusion: Fusion, nodes) -> list:
     for i, d in enumerate(deps):
         for j in d:
             users[j].append(i)
-    first = [min(position[n] for n in (u.nodes if isinstance(u, Group) else (u,)))
-             for u in units]
+    first = [
+        min(position[n] for n in (u.nodes if isinstance(u, Group) else (u,)))
+        for u in units
+    ]
     waiting = [len(d) for d in deps]
     ready = [(first[i], i) for i in range(len(units)) if waiting[i] == 0]
     heapq.heapify(ready)
@@ -151,8 +183,13 @@ def _toposort(units: list, graph: Graph, fusion: Fusion, nodes) -> list:
 
 
 def _body_key(k: Kernel) -> tuple:
-    return (k.xnumel, k.rnumel, tuple(a.dtype for a in k.inputs),
-            tuple(a.dtype for a in k.outputs), k.body)
+    return (
+        k.xnumel,
+        k.rnumel,
+        tuple(a.dtype for a in k.inputs),
+        tuple(a.dtype for a in k.outputs),
+        k.body,
+    )
 
 
 class KernelBuilder:
@@ -184,8 +221,15 @@ class KernelBuilder:
             span = self.nodes[name].span
             if span is not None and span not in spans:
                 spans.append(span)
-        return Kernel(self._name(), g.rows, g.rnumel, tuple(self.inputs.values()),
-                      tuple(self.outputs), tuple(self.body), tuple(spans))
+        return Kernel(
+            self._name(),
+            g.rows,
+            g.rnumel,
+            tuple(self.inputs.values()),
+            tuple(self.outputs),
+            tuple(self.body),
+            tuple(spans),
+        )
 
     def _name(self) -> str:
         labels: list[str] = []
@@ -211,7 +255,9 @@ class KernelBuilder:
         return name
 
     def dtype_of(self, name: str) -> torch.dtype:
-        return next(s.dtype for s in self.body if isinstance(s, Stmt) and s.name == name)
+        return next(
+            s.dtype for s in self.body if isinstance(s, Stmt) and s.name == name
+        )
 
     def cast(self, value, dtype, level: str):
         if isinstance(value, Const):
@@ -273,12 +319,16 @@ class KernelBuilder:
             values = [self.cast(v, op_dtype, level) for v in values]
         elif row.kind == "where":
             values = [self.cast(values[0], torch.bool, level)] + [
-                self.cast(v, out, level) for v in values[1:]]
+                self.cast(v, out, level) for v in values[1:]
+            ]
         else:
             values = [self.cast(v, out, level) for v in values]
         if row.op == "identity":
-            return values[0] if isinstance(values[0], str) else self.emit(
-                "identity", tuple(values), out, level)
+            return (
+                values[0]
+                if isinstance(values[0], str)
+                else self.emit("identity", tuple(values), out, level)
+            )
         return self.emit(row.op, tuple(values), out, level)
 
     def reduction(self, node: Node) -> None:
@@ -287,7 +337,7 @@ class KernelBuilder:
         x = self.operand(node.args[0], src.shape, "r")
         dtype = compute_dtype(src.dtype)
         x = self.cast(x, dtype, "r")
-        rows, k = reduction_spec(node, self.nodes)
+        _, k = reduction_spec(node, self.nodes)
         if kind in ("sum", "max", "min"):
             self.values[node.name] = self.emit("reduce", (x,), dtype, "x", kind)
             return
@@ -304,8 +354,9 @@ class KernelBuilder:
         centered = self.emit("sub", (x, mean), dtype, "r")
         square = self.emit("mul", (centered, centered), dtype, "r")
         ss = self.emit("reduce", (square,), dtype, "x", "sum")
-        var = self.emit("truediv", (ss, Const(max(k - correction, 0), dtype)), dtype,
-                        "x")
+        var = self.emit(
+            "truediv", (ss, Const(max(k - correction, 0), dtype)), dtype, "x"
+        )
         if kind == "var":
             self.values[node.name] = var
             return
@@ -328,8 +379,11 @@ def _coalesce(terms) -> list[Term]:
     for t in terms:
         if out:
             p = out[-1]
-            if (p.var == t.var and p.div == t.div * t.mod
-                    and p.stride == t.stride * t.mod):
+            if (
+                p.var == t.var
+                and p.div == t.div * t.mod
+                and p.stride == t.stride * t.mod
+            ):
                 out[-1] = Term(t.var, t.div, p.mod * t.mod, t.stride)
                 continue
         out.append(t)
@@ -350,8 +404,9 @@ def _promote(node: Node, operands, nodes) -> torch.dtype:
         a = node.args[i]
         if isinstance(a, Ref):
             m = nodes[a.name].tensor_meta
-            vals.append(torch.empty((1,) if m.shape else (), dtype=m.dtype,
-                                    device="meta"))
+            vals.append(
+                torch.empty((1,) if m.shape else (), dtype=m.dtype, device="meta")
+            )
         else:
             vals.append(a)
     if len(vals) == 1:
@@ -359,4 +414,4 @@ def _promote(node: Node, operands, nodes) -> torch.dtype:
     return torch.result_type(*vals[:2])
 
 
-__all__ = ["schedule", "KernelNames", "Const", "map_refs"]
+__all__ = ["Const", "KernelNames", "map_refs", "schedule"]

@@ -29,9 +29,11 @@ def split_addmm(graph: Graph) -> Graph:
                 return True
         return False
 
-    chosen = {n.name for n in graph.nodes
-              if n.target == "aten.addmm.default" and not n.kwargs
-              and feeds_pointwise(n.name)}
+    chosen = {
+        n.name
+        for n in graph.nodes
+        if n.target == "aten.addmm.default" and not n.kwargs and feeds_pointwise(n.name)
+    }
     if not chosen:
         return graph
 
