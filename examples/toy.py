@@ -13,3 +13,18 @@ class ToyLinear(nn.Module):
 
     def forward(self, x):
         return self.linear(x).relu()
+
+
+class ToyModule(nn.Module):
+    """The reference's data-dependent branch: `torch.jit.trace` bakes in whichever
+    branch the example input took; `transpile` compiles both."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.linear(x)
+        if y.sum() > 0:
+            return y.relu()
+        return y.tanh()

@@ -4,10 +4,10 @@ Regenerate with: transpile
 
 Variants (tried in order):
     f (examples/add_relu.py::f)
-        cpu_0    cpu: a=f32[2,4], b=f32[2,4]              1 kernels, 0 extern calls
-        cuda_0   cuda: a=f32[2,4], b=f32[2,4]             1 kernels, 0 extern calls
+        cpu_0    cpu: a=f32[2,4], b=f32[2,4]              1 kernel, 0 extern calls
+        cuda_0   cuda: a=f32[2,4], b=f32[2,4]             1 kernel, 0 extern calls
 
-Graph breaks:
+Graph breaks (code run eagerly):
     none
 """
 

@@ -4,10 +4,10 @@ Regenerate with: transpile
 
 Variants (tried in order):
     eager_forward (examples/deep_dive.py::eager_forward)
-        cpu_0    cpu: x=f32[32,64], weight=f32[64,128], bias=f32[128], scale=f32[128] 1 kernels, 1 extern calls
-        cuda_0   cuda: x=f32[32,64], weight=f32[64,128], bias=f32[128], scale=f32[128] 1 kernels, 1 extern calls
+        cpu_0    cpu: x=f32[32,64], weight=f32[64,128], bias=f32[128], scale=f32[128] 1 kernel, 1 extern call
+        cuda_0   cuda: x=f32[32,64], weight=f32[64,128], bias=f32[128], scale=f32[128] 1 kernel, 1 extern call
 
-Graph breaks:
+Graph breaks (code run eagerly):
     none
 """
 

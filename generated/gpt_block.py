@@ -7,7 +7,7 @@ Variants (tried in order):
         cpu_0    cpu: x=f32[2,16,64]                      5 kernels, 5 extern calls
         cuda_0   cuda: x=f32[2,16,64]                     5 kernels, 5 extern calls
 
-Graph breaks:
+Graph breaks (code run eagerly):
     none
 """
 
@@ -126,29 +126,32 @@ def _cpu_0(self, x):
     mlp_c_proj_weight = self.mlp.c_proj.weight
     mlp_c_proj_bias = self.mlp.c_proj.bias
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_1 = torch.empty_strided(
+    native_layer_norm_0 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_native_layer_norm_0", "pppp")(
-        x.data_ptr(), ln_1_weight.data_ptr(), ln_1_bias.data_ptr(), add_1.data_ptr()
+        x.data_ptr(),
+        ln_1_weight.data_ptr(),
+        ln_1_bias.data_ptr(),
+        native_layer_norm_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(add_1, [32, 64])
+    view = torch.ops.aten.view.default(native_layer_norm_0, [32, 64])
     t = torch.ops.aten.t.default(attn_c_attn_weight)
     addmm = torch.ops.aten.addmm.default(attn_c_attn_bias, view, t)
     view_1 = torch.ops.aten.view.default(addmm, [2, 16, 192])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
-    split_with_sizes_0 = split_with_sizes[0]
-    split_with_sizes_1 = split_with_sizes[1]
-    split_with_sizes_2 = split_with_sizes[2]
+    split_0 = split_with_sizes[0]
+    split_1 = split_with_sizes[1]
+    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_with_sizes_0, [2, 16, 4, 16])
+    view_2 = torch.ops.aten.view.default(split_0, [2, 16, 4, 16])
     transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_with_sizes_1, [2, 16, 4, 16])
+    view_3 = torch.ops.aten.view.default(split_1, [2, 16, 4, 16])
     transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_with_sizes_2, [2, 16, 4, 16])
+    view_4 = torch.ops.aten.view.default(split_2, [2, 16, 4, 16])
     transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = torch.ops.aten.scaled_dot_product_attention.default(
@@ -168,10 +171,10 @@ def _cpu_0(self, x):
     mm = torch.ops.aten.mm.default(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_3 = torch.empty_strided(
+    add = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
-    add_5 = torch.empty_strided(
+    native_layer_norm_3_0 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
@@ -180,32 +183,32 @@ def _cpu_0(self, x):
         x.data_ptr(),
         ln_2_weight.data_ptr(),
         ln_2_bias.data_ptr(),
-        add_3.data_ptr(),
-        add_5.data_ptr(),
+        add.data_ptr(),
+        native_layer_norm_3_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(add_5, [32, 64])
+    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [32, 64])
     t_2 = torch.ops.aten.t.default(mlp_c_fc_weight)
     mm_1 = torch.ops.aten.mm.default(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    mul_9 = torch.empty_strided(
+    gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_1.data_ptr(), mlp_c_fc_bias.data_ptr(), mul_9.data_ptr()
+        mm_1.data_ptr(), mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(mul_9, [32, 256])
+    view_10 = torch.ops.aten.view.default(gelu, [32, 256])
     t_3 = torch.ops.aten.t.default(mlp_c_proj_weight)
     mm_2 = torch.ops.aten.mm.default(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_10 = torch.empty_strided(
+    add_1 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_0", "pppp")(
-        mm_2.data_ptr(), mlp_c_proj_bias.data_ptr(), add_3.data_ptr(), add_10.data_ptr()
+        mm_2.data_ptr(), mlp_c_proj_bias.data_ptr(), add.data_ptr(), add_1.data_ptr()
     )
-    return add_10
+    return add_1
 
 
 def _guards_cuda_0(self, x):
@@ -305,29 +308,35 @@ def _cuda_0(self, x):
     mlp_c_proj_weight = self.mlp.c_proj.weight
     mlp_c_proj_bias = self.mlp.c_proj.bias
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_1 = torch.empty_strided(
+    native_layer_norm_0 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _triton().triton_fused_native_layer_norm_0[(2,)](
-        x, ln_1_weight, ln_1_bias, add_1, XBLOCK=16, RBLOCK=64, num_warps=4
+        x,
+        ln_1_weight,
+        ln_1_bias,
+        native_layer_norm_0,
+        XBLOCK=16,
+        RBLOCK=64,
+        num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(add_1, [32, 64])
+    view = torch.ops.aten.view.default(native_layer_norm_0, [32, 64])
     t = torch.ops.aten.t.default(attn_c_attn_weight)
     addmm = torch.ops.aten.addmm.default(attn_c_attn_bias, view, t)
     view_1 = torch.ops.aten.view.default(addmm, [2, 16, 192])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
-    split_with_sizes_0 = split_with_sizes[0]
-    split_with_sizes_1 = split_with_sizes[1]
-    split_with_sizes_2 = split_with_sizes[2]
+    split_0 = split_with_sizes[0]
+    split_1 = split_with_sizes[1]
+    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_with_sizes_0, [2, 16, 4, 16])
+    view_2 = torch.ops.aten.view.default(split_0, [2, 16, 4, 16])
     transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_with_sizes_1, [2, 16, 4, 16])
+    view_3 = torch.ops.aten.view.default(split_1, [2, 16, 4, 16])
     transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_with_sizes_2, [2, 16, 4, 16])
+    view_4 = torch.ops.aten.view.default(split_2, [2, 16, 4, 16])
     transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = torch.ops.aten.scaled_dot_product_attention.default(
@@ -347,10 +356,10 @@ def _cuda_0(self, x):
     mm = torch.ops.aten.mm.default(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_3 = torch.empty_strided(
+    add = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
-    add_5 = torch.empty_strided(
+    native_layer_norm_3_0 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _triton().triton_fused_addmm_add_native_layer_norm_0[(2,)](
@@ -359,35 +368,35 @@ def _cuda_0(self, x):
         x,
         ln_2_weight,
         ln_2_bias,
-        add_3,
-        add_5,
+        add,
+        native_layer_norm_3_0,
         XBLOCK=16,
         RBLOCK=64,
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(add_5, [32, 64])
+    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [32, 64])
     t_2 = torch.ops.aten.t.default(mlp_c_fc_weight)
     mm_1 = torch.ops.aten.mm.default(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    mul_9 = torch.empty_strided(
+    gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
     )
     _triton().triton_fused_addmm_gelu_0[(8,)](
-        mm_1, mlp_c_fc_bias, mul_9, XBLOCK=1024, num_warps=4
+        mm_1, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(mul_9, [32, 256])
+    view_10 = torch.ops.aten.view.default(gelu, [32, 256])
     t_3 = torch.ops.aten.t.default(mlp_c_proj_weight)
     mm_2 = torch.ops.aten.mm.default(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_10 = torch.empty_strided(
+    add_1 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _triton().triton_fused_addmm_add_0[(2,)](
-        mm_2, mlp_c_proj_bias, add_3, add_10, XBLOCK=1024, num_warps=4
+        mm_2, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )
-    return add_10
+    return add_1
 
 
 class Block(_source.Block):

@@ -4,12 +4,12 @@ Regenerate with: transpile
 
 Variants (tried in order):
     LayerNormGELU (examples/layernorm_gelu.py::LayerNormGELU)
-        cpu_0    cpu: x=f32[16,256]                       1 kernels, 0 extern calls
-        cuda_0   cuda: x=f32[16,256]                      1 kernels, 0 extern calls
-        cpu_1    cpu: x=bf16[16,256]                      1 kernels, 0 extern calls
-        cuda_1   cuda: x=bf16[16,256]                     1 kernels, 0 extern calls
+        cpu_0    cpu: x=f32[16,256]                       1 kernel, 0 extern calls
+        cuda_0   cuda: x=f32[16,256]                      1 kernel, 0 extern calls
+        cpu_1    cpu: x=bf16[16,256]                      1 kernel, 0 extern calls
+        cuda_1   cuda: x=bf16[16,256]                     1 kernel, 0 extern calls
 
-Graph breaks:
+Graph breaks (code run eagerly):
     none
 """
 
@@ -74,11 +74,11 @@ def _cpu_0(self, x):
     norm_weight = self.norm.weight
     norm_bias = self.norm.bias
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
-    mul_4 = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
+    gelu = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_native_layer_norm_gelu_0", "pppp")(
-        x.data_ptr(), norm_weight.data_ptr(), norm_bias.data_ptr(), mul_4.data_ptr()
+        x.data_ptr(), norm_weight.data_ptr(), norm_bias.data_ptr(), gelu.data_ptr()
     )
-    return mul_4
+    return gelu
 
 
 def _guards_cuda_0(self, x):
@@ -124,11 +124,11 @@ def _cuda_0(self, x):
     norm_weight = self.norm.weight
     norm_bias = self.norm.bias
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
-    mul_4 = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
+    gelu = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
     _triton().triton_fused_native_layer_norm_gelu_0[(4,)](
-        x, norm_weight, norm_bias, mul_4, XBLOCK=4, RBLOCK=256, num_warps=4
+        x, norm_weight, norm_bias, gelu, XBLOCK=4, RBLOCK=256, num_warps=4
     )
-    return mul_4
+    return gelu
 
 
 def _guards_cpu_1(self, x):
@@ -178,8 +178,8 @@ def _cpu_1(self, x):
     _cpp.function("cpp_fused_native_layer_norm_gelu_1", "pppp")(
         x.data_ptr(), norm_weight.data_ptr(), norm_bias.data_ptr(), mul_4.data_ptr()
     )
-    to_3 = torch.ops.aten.to.dtype(mul_4, torch.bfloat16)
-    return to_3
+    gelu = torch.ops.aten.to.dtype(mul_4, torch.bfloat16)
+    return gelu
 
 
 def _guards_cuda_1(self, x):
@@ -229,8 +229,8 @@ def _cuda_1(self, x):
     _triton().triton_fused_native_layer_norm_gelu_1[(4,)](
         x, norm_weight, norm_bias, mul_4, XBLOCK=4, RBLOCK=256, num_warps=4
     )
-    to_3 = torch.ops.aten.to.dtype(mul_4, torch.bfloat16)
-    return to_3
+    gelu = torch.ops.aten.to.dtype(mul_4, torch.bfloat16)
+    return gelu
 
 
 class LayerNormGELU(_source.LayerNormGELU):

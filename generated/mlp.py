@@ -4,10 +4,10 @@ Regenerate with: transpile
 
 Variants (tried in order):
     MLP (examples/mlp.py::MLP)
-        cpu_0    cpu: x=f32[8,64]                         1 kernels, 2 extern calls
-        cuda_0   cuda: x=f32[8,64]                        1 kernels, 2 extern calls
+        cpu_0    cpu: x=f32[8,64]                         1 kernel, 2 extern calls
+        cuda_0   cuda: x=f32[8,64]                        1 kernel, 2 extern calls
 
-Graph breaks:
+Graph breaks (code run eagerly):
     none
 """
 
@@ -68,13 +68,13 @@ def _cpu_0(self, x):
     # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
     t = torch.ops.aten.t.default(fc1_weight)
     mm = torch.ops.aten.mm.default(x, t)
-    mul_2 = torch.empty_strided((8, 256), (256, 1), dtype=torch.float32, device=device)
+    gelu = torch.empty_strided((8, 256), (256, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm.data_ptr(), fc1_bias.data_ptr(), mul_2.data_ptr()
+        mm.data_ptr(), fc1_bias.data_ptr(), gelu.data_ptr()
     )
     t_1 = torch.ops.aten.t.default(fc2_weight)
-    addmm = torch.ops.aten.addmm.default(fc2_bias, mul_2, t_1)
-    return addmm
+    addmm_1 = torch.ops.aten.addmm.default(fc2_bias, gelu, t_1)
+    return addmm_1
 
 
 def _guards_cuda_0(self, x):
@@ -116,13 +116,13 @@ def _cuda_0(self, x):
     # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
     t = torch.ops.aten.t.default(fc1_weight)
     mm = torch.ops.aten.mm.default(x, t)
-    mul_2 = torch.empty_strided((8, 256), (256, 1), dtype=torch.float32, device=device)
+    gelu = torch.empty_strided((8, 256), (256, 1), dtype=torch.float32, device=device)
     _triton().triton_fused_addmm_gelu_0[(2,)](
-        mm, fc1_bias, mul_2, XBLOCK=1024, num_warps=4
+        mm, fc1_bias, gelu, XBLOCK=1024, num_warps=4
     )
     t_1 = torch.ops.aten.t.default(fc2_weight)
-    addmm = torch.ops.aten.addmm.default(fc2_bias, mul_2, t_1)
-    return addmm
+    addmm_1 = torch.ops.aten.addmm.default(fc2_bias, gelu, t_1)
+    return addmm_1
 
 
 class MLP(_source.MLP):

@@ -4,10 +4,10 @@ Regenerate with: transpile
 
 Variants (tried in order):
     fused_pointwise (examples/pointwise.py::fused_pointwise)
-        cpu_0    cpu: x=f32[64,128], bias=f32[128], scale=f32[128] 1 kernels, 0 extern calls
-        cuda_0   cuda: x=f32[64,128], bias=f32[128], scale=f32[128] 1 kernels, 0 extern calls
+        cpu_0    cpu: x=f32[64,128], bias=f32[128], scale=f32[128] 1 kernel, 0 extern calls
+        cuda_0   cuda: x=f32[64,128], bias=f32[128], scale=f32[128] 1 kernel, 0 extern calls
 
-Graph breaks:
+Graph breaks (code run eagerly):
     none
 """
 

@@ -4,10 +4,10 @@ Regenerate with: transpile
 
 Variants (tried in order):
     RMSNorm (examples/rmsnorm.py::RMSNorm)
-        cpu_0    cpu: x=f32[16,256]                       1 kernels, 0 extern calls
-        cuda_0   cuda: x=f32[16,256]                      1 kernels, 0 extern calls
+        cpu_0    cpu: x=f32[16,256]                       1 kernel, 0 extern calls
+        cuda_0   cuda: x=f32[16,256]                      1 kernel, 0 extern calls
 
-Graph breaks:
+Graph breaks (code run eagerly):
     none
 """
 
@@ -65,11 +65,11 @@ def _cpu_0(self, x):
     device = x.device
     weight = self.weight
     # examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-    mul_2 = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
+    mul_1 = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_mul_mean_add_rsqrt_0", "ppp")(
-        x.data_ptr(), weight.data_ptr(), mul_2.data_ptr()
+        x.data_ptr(), weight.data_ptr(), mul_1.data_ptr()
     )
-    return mul_2
+    return mul_1
 
 
 def _guards_cuda_0(self, x):
@@ -108,11 +108,11 @@ def _cuda_0(self, x):
     device = x.device
     weight = self.weight
     # examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-    mul_2 = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
+    mul_1 = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
     _triton().triton_fused_mul_mean_add_rsqrt_0[(4,)](
-        x, weight, mul_2, XBLOCK=4, RBLOCK=256, num_warps=4
+        x, weight, mul_1, XBLOCK=4, RBLOCK=256, num_warps=4
     )
-    return mul_2
+    return mul_1
 
 
 class RMSNorm(_source.RMSNorm):

@@ -4,10 +4,10 @@ Regenerate with: transpile
 
 Variants (tried in order):
     softmax (examples/softmax.py::softmax)
-        cpu_0    cpu: x=f32[32,128]                       1 kernels, 0 extern calls
-        cuda_0   cuda: x=f32[32,128]                      1 kernels, 0 extern calls
+        cpu_0    cpu: x=f32[32,128]                       1 kernel, 0 extern calls
+        cuda_0   cuda: x=f32[32,128]                      1 kernel, 0 extern calls
 
-Graph breaks:
+Graph breaks (code run eagerly):
     none
 """
 
@@ -51,8 +51,8 @@ def _cpu_0(x):
     # examples/softmax.py:11: return torch.softmax(x, dim=-1)
     div = torch.empty_strided((32, 128), (128, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_softmax_0", "pp")(x.data_ptr(), div.data_ptr())
-    to_1 = torch.ops.aten.to.dtype(div, torch.float32)
-    return to_1
+    _softmax = torch.ops.aten.to.dtype(div, torch.float32)
+    return _softmax
 
 
 def _guards_cuda_0(x):
@@ -77,8 +77,8 @@ def _cuda_0(x):
     # examples/softmax.py:11: return torch.softmax(x, dim=-1)
     div = torch.empty_strided((32, 128), (128, 1), dtype=torch.float32, device=device)
     _triton().triton_fused_softmax_0[(4,)](x, div, XBLOCK=8, RBLOCK=128, num_warps=4)
-    to_1 = torch.ops.aten.to.dtype(div, torch.float32)
-    return to_1
+    _softmax = torch.ops.aten.to.dtype(div, torch.float32)
+    return _softmax
 
 
 def softmax(x):

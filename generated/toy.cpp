@@ -43,3 +43,46 @@ extern "C" void cpp_fused_addmm_relu_0(
         out_ptr0[x] = tmp3;
     }
 }
+
+// examples/toy.py:28: if y.sum() > 0:
+extern "C" void cpp_fused_sum_gt_0(
+    const float* __restrict__ in_ptr0,
+    bool* __restrict__ out_ptr0
+) {
+    for (int64_t x = 0; x < 1; ++x) {
+        float tmp1 = 0;
+        #pragma omp simd reduction(+:tmp1)
+        for (int64_t r = 0; r < 8; ++r) {
+            float tmp0 = in_ptr0[r];
+            tmp1 += tmp0;
+        }
+        bool tmp2 = tmp1 > 0.0f;
+        out_ptr0[0] = tmp2;
+    }
+}
+
+// examples/toy.py:29: return y.relu()
+extern "C" void cpp_fused_relu_0(
+    const float* __restrict__ in_ptr0,
+    float* __restrict__ out_ptr0
+) {
+    #pragma omp simd
+    for (int64_t x = 0; x < 8; ++x) {
+        float tmp0 = in_ptr0[x];
+        float tmp1 = tmp0 < 0 ? 0 : tmp0;
+        out_ptr0[x] = tmp1;
+    }
+}
+
+// examples/toy.py:30: return y.tanh()
+extern "C" void cpp_fused_tanh_0(
+    const float* __restrict__ in_ptr0,
+    float* __restrict__ out_ptr0
+) {
+    #pragma omp simd
+    for (int64_t x = 0; x < 8; ++x) {
+        float tmp0 = in_ptr0[x];
+        float tmp1 = std::tanh(tmp0);
+        out_ptr0[x] = tmp1;
+    }
+}

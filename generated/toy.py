@@ -4,10 +4,13 @@ Regenerate with: transpile
 
 Variants (tried in order):
     ToyLinear (examples/toy.py::ToyLinear)
-        cpu_0    cpu: x=f32[2,4]                          1 kernels, 1 extern calls
-        cuda_0   cuda: x=f32[2,4]                         1 kernels, 1 extern calls
+        cpu_0    cpu: x=f32[2,4]                          1 kernel, 1 extern call
+        cuda_0   cuda: x=f32[2,4]                         1 kernel, 1 extern call
+    ToyModule (examples/toy.py::ToyModule)
+        cpu_1    cpu: x=f32[2,4]                          3 kernels, 1 extern call, 1 branch on tensor data
+        cuda_1   cuda: x=f32[2,4]                         3 kernels, 1 extern call, 1 branch on tensor data
 
-Graph breaks:
+Graph breaks (code run eagerly):
     none
 """
 
@@ -128,5 +131,110 @@ class ToyLinear(_source.ToyLinear):
         runtime_shim.warn_fallback(
             "ToyLinear",
             [("cpu_0", _guards_cpu_0(self, x)), ("cuda_0", _guards_cuda_0(self, x))],
+        )
+        return super().forward(x)
+
+
+def _guards_cpu_1(self, x):
+    """Variant cpu_1 (cpu: x=f32[2,4]): the first guard that fails, or None."""
+    if not (isinstance(x, torch.Tensor)):
+        return "isinstance(x, torch.Tensor)"
+    if not (x.device.type == "cpu"):
+        return 'x.device.type == "cpu"'
+    if not (x.dtype == torch.float32):
+        return "x.dtype == torch.float32"
+    if not (x.shape == (2, 4)):
+        return "x.shape == (2, 4)"
+    if not (x.stride() == (4, 1)):
+        return "x.stride() == (4, 1)"
+    if not (not self.training):
+        return "not self.training"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+    return None
+
+
+def _cpu_1(self, x):
+    device = x.device
+    linear_weight = self.linear.weight
+    linear_bias = self.linear.bias
+    # examples/toy.py:27: y = self.linear(x)
+    t = torch.ops.aten.t.default(linear_weight)
+    addmm = torch.ops.aten.addmm.default(linear_bias, x, t)
+    # examples/toy.py:28: if y.sum() > 0:
+    gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
+    _cpp.function("cpp_fused_sum_gt_0", "pp")(addmm.data_ptr(), gt.data_ptr())
+    # sync: the branch reads tensor data (examples/toy.py:28: if y.sum() > 0:)
+    if gt:
+        # examples/toy.py:29: return y.relu()
+        relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
+        _cpp.function("cpp_fused_relu_0", "pp")(addmm.data_ptr(), relu.data_ptr())
+        return relu
+    else:
+        # examples/toy.py:30: return y.tanh()
+        tanh = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
+        _cpp.function("cpp_fused_tanh_0", "pp")(addmm.data_ptr(), tanh.data_ptr())
+        return tanh
+
+
+def _guards_cuda_1(self, x):
+    """Variant cuda_1 (cuda: x=f32[2,4]): the first guard that fails, or None."""
+    if not (isinstance(x, torch.Tensor)):
+        return "isinstance(x, torch.Tensor)"
+    if not (x.device.type == "cuda"):
+        return 'x.device.type == "cuda"'
+    if not (x.dtype == torch.float32):
+        return "x.dtype == torch.float32"
+    if not (x.shape == (2, 4)):
+        return "x.shape == (2, 4)"
+    if not (x.stride() == (4, 1)):
+        return "x.stride() == (4, 1)"
+    if not (not self.training):
+        return "not self.training"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+    return None
+
+
+def _cuda_1(self, x):
+    device = x.device
+    linear_weight = self.linear.weight
+    linear_bias = self.linear.bias
+    # examples/toy.py:27: y = self.linear(x)
+    t = torch.ops.aten.t.default(linear_weight)
+    addmm = torch.ops.aten.addmm.default(linear_bias, x, t)
+    # examples/toy.py:28: if y.sum() > 0:
+    gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
+    _triton().triton_fused_sum_gt_0[(1,)](addmm, gt, XBLOCK=1, RBLOCK=8, num_warps=1)
+    # sync: the branch reads tensor data (examples/toy.py:28: if y.sum() > 0:)
+    if gt:
+        # examples/toy.py:29: return y.relu()
+        relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
+        _triton().triton_fused_relu_0[(1,)](addmm, relu, XBLOCK=16, num_warps=2)
+        return relu
+    else:
+        # examples/toy.py:30: return y.tanh()
+        tanh = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
+        _triton().triton_fused_tanh_0[(1,)](addmm, tanh, XBLOCK=16, num_warps=2)
+        return tanh
+
+
+class ToyModule(_source.ToyModule):
+    """ToyModule compiled ahead of time by transpile; see the module docstring."""
+
+    def forward(self, x):
+        if _guards_cpu_1(self, x) is None:
+            return _cpu_1(self, x)
+        if _guards_cuda_1(self, x) is None:
+            return _cuda_1(self, x)
+        runtime_shim.warn_fallback(
+            "ToyModule",
+            [("cpu_1", _guards_cpu_1(self, x)), ("cuda_1", _guards_cuda_1(self, x))],
         )
         return super().forward(x)

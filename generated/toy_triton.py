@@ -5,6 +5,25 @@ import triton.language as tl
 
 
 @triton.jit
+def _tanh(x):
+    # tanh from exp, with a Taylor-accurate polynomial near zero (Cephes tanhf)
+    ax = tl.abs(x)
+    z = x * x
+    small = (
+        (
+            ((-5.70498872745e-3 * z + 2.06390887954e-2) * z - 5.37397155531e-2) * z
+            + 1.33314422036e-1
+        )
+        * z
+        - 3.33332819422e-1
+    ) * z * x + x
+    e = tl.exp(-2.0 * ax)
+    large = (1.0 - e) / (1.0 + e)
+    large = tl.where(x < 0, -large, large)
+    return tl.where(ax < 0.625, small, large)
+
+
+@triton.jit
 def triton_fused_addmm_relu_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
     # examples/toy.py:15: return self.linear(x).relu()
     xnumel = 8
@@ -15,3 +34,45 @@ def triton_fused_addmm_relu_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
     tmp2 = tmp0 + tmp1
     tmp3 = tl.where(tmp2 < 0, 0, tmp2)
     tl.store(out_ptr0 + xindex, tmp3, xmask)
+
+
+@triton.jit
+def triton_fused_sum_gt_0(
+    in_ptr0, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+):
+    # examples/toy.py:28: if y.sum() > 0:
+    xnumel = 1
+    rnumel = 8
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    rbase = tl.arange(0, RBLOCK)[None, :]
+    rindex = rbase
+    rmask = rindex < rnumel
+    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    tmp0 = tl.load(in_ptr0 + rindex, xmask & rmask, other=0)
+    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp0, 0)
+    tmp1 = tl.sum(acc0_0, 1)[:, None]
+    tmp2 = tmp1 > 0.0
+    tl.store(out_ptr0 + xindex, tmp2, xmask)
+
+
+@triton.jit
+def triton_fused_relu_0(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):
+    # examples/toy.py:29: return y.relu()
+    xnumel = 8
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    xmask = xindex < xnumel
+    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp1 = tl.where(tmp0 < 0, 0, tmp0)
+    tl.store(out_ptr0 + xindex, tmp1, xmask)
+
+
+@triton.jit
+def triton_fused_tanh_0(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):
+    # examples/toy.py:30: return y.tanh()
+    xnumel = 8
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    xmask = xindex < xnumel
+    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp1 = _tanh(tmp0)
+    tl.store(out_ptr0 + xindex, tmp1, xmask)

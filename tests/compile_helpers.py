@@ -30,7 +30,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch
 
-from transpiler import api
+from transpiler import passes
 from transpiler.api import build, write
 from transpiler.frontend.loader import resolve
 from transpiler.frontend.source import SourceCache
@@ -119,7 +119,7 @@ def compile_source(
         def hooked(graph: Graph) -> Graph:
             return optimize(graph_hook(graph))
 
-        with mock.patch.object(api, "optimize", hooked):
+        with mock.patch.object(passes, "optimize", hooked):
             files = build(options)
     write(files, root / package)
     if str(root) not in sys.path:

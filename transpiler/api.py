@@ -23,11 +23,12 @@ from torch import nn
 from transpiler.codegen.module import render_module
 from transpiler.codegen.wrapper import TargetCode, VariantCode
 from transpiler.errors import UserError
+from transpiler.frontend.fallback import Stub
 from transpiler.frontend.loader import resolve
 from transpiler.frontend.source import SourceCache
 from transpiler.frontend.trace import instantiate, trace
 from transpiler.options import Options, ScalarSpec, Target, Variant
-from transpiler.passes import lower, optimize
+from transpiler.passes import lower_region, name_stubs
 from transpiler.passes.schedule import KernelNames
 
 
@@ -43,6 +44,10 @@ class _ModuleBuild:
     # variants per device, numbered across the module's targets: their functions
     # (`_cpu_0`, `_guards_cpu_0`) share the generated module's namespace
     counts: dict[str, int] = field(default_factory=dict)
+    stubs: dict[Stub, str] = field(default_factory=dict)  # fallback code, named
+
+    def stub_name(self, stub: Stub) -> str:
+        return self.stubs.setdefault(stub, f"_fallback_{len(self.stubs)}")
 
 
 def run(options: Options) -> int:
@@ -72,6 +77,7 @@ def build(options: Options) -> dict[str, str]:
             options.command,
             mb.kernels["cpu"],
             mb.kernels["cuda"],
+            mb.stubs,
         )
         files[f"{stem}.py"] = _black(out.py)
         if out.triton is not None:
@@ -119,19 +125,24 @@ def _build_target(
         counts[variant.device] = n + 1
         name = f"{variant.device}_{n}"
         traced = trace(obj, module, variant, sources)
-        if traced.graph is None:
+        if traced.region is None:
             fb = traced.fallback
             variants.append(
                 VariantCode(name, variant, traced.guards, None, fb.reason, fb.span)
             )
             continue
+        stub_names = [mb.stub_name(stub) for stub in traced.stubs]
+        region = name_stubs(traced.region, stub_names)
         names = mb.names[variant.device]
         before = set(names.by_body.values())
-        program = lower(optimize(traced.graph), names)
+        compiled = lower_region(region, names)
         mb.kernels[variant.device] += [
-            k for k in program.kernels if k.name not in before
+            k
+            for r in compiled.walk()
+            for k in r.program.kernels
+            if k.name not in before
         ]
-        variants.append(VariantCode(name, variant, traced.guards, program))
+        variants.append(VariantCode(name, variant, traced.guards, compiled))
     qual = resolved.qualname.split(".")[-1]
     mb.targets.append(
         TargetCode(

@@ -7,7 +7,7 @@ Variants (tried in order):
         cuda_0   cuda: x=f32[8,1024,768]                  5 kernels, 5 extern calls
         cpu_0    cpu: x=f32[2,128,768]                    5 kernels, 5 extern calls
 
-Graph breaks:
+Graph breaks (code run eagerly):
     none
 """
 
@@ -126,31 +126,37 @@ def _cuda_0(self, x):
     mlp_c_proj_weight = self.mlp.c_proj.weight
     mlp_c_proj_bias = self.mlp.c_proj.bias
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_1 = torch.empty_strided(
+    native_layer_norm_0 = torch.empty_strided(
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton().triton_fused_native_layer_norm_0[(8192,)](
-        x, ln_1_weight, ln_1_bias, add_1, XBLOCK=1, RBLOCK=1024, num_warps=4
+        x,
+        ln_1_weight,
+        ln_1_bias,
+        native_layer_norm_0,
+        XBLOCK=1,
+        RBLOCK=1024,
+        num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(add_1, [8192, 768])
+    view = torch.ops.aten.view.default(native_layer_norm_0, [8192, 768])
     t = torch.ops.aten.t.default(attn_c_attn_weight)
     addmm = torch.ops.aten.addmm.default(attn_c_attn_bias, view, t)
     view_1 = torch.ops.aten.view.default(addmm, [8, 1024, 2304])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(
         view_1, [768, 768, 768], 2
     )
-    split_with_sizes_0 = split_with_sizes[0]
-    split_with_sizes_1 = split_with_sizes[1]
-    split_with_sizes_2 = split_with_sizes[2]
+    split_0 = split_with_sizes[0]
+    split_1 = split_with_sizes[1]
+    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_with_sizes_0, [8, 1024, 12, 64])
+    view_2 = torch.ops.aten.view.default(split_0, [8, 1024, 12, 64])
     transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_with_sizes_1, [8, 1024, 12, 64])
+    view_3 = torch.ops.aten.view.default(split_1, [8, 1024, 12, 64])
     transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_with_sizes_2, [8, 1024, 12, 64])
+    view_4 = torch.ops.aten.view.default(split_2, [8, 1024, 12, 64])
     transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = torch.ops.aten.scaled_dot_product_attention.default(
@@ -170,10 +176,10 @@ def _cuda_0(self, x):
     mm = torch.ops.aten.mm.default(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_3 = torch.empty_strided(
+    add = torch.empty_strided(
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
-    add_5 = torch.empty_strided(
+    native_layer_norm_3_0 = torch.empty_strided(
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton().triton_fused_addmm_add_native_layer_norm_0[(8192,)](
@@ -182,35 +188,35 @@ def _cuda_0(self, x):
         x,
         ln_2_weight,
         ln_2_bias,
-        add_3,
-        add_5,
+        add,
+        native_layer_norm_3_0,
         XBLOCK=1,
         RBLOCK=1024,
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(add_5, [8192, 768])
+    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [8192, 768])
     t_2 = torch.ops.aten.t.default(mlp_c_fc_weight)
     mm_1 = torch.ops.aten.mm.default(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    mul_9 = torch.empty_strided(
+    gelu = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
     )
     _triton().triton_fused_addmm_gelu_0[(24576,)](
-        mm_1, mlp_c_fc_bias, mul_9, XBLOCK=1024, num_warps=4
+        mm_1, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(mul_9, [8192, 3072])
+    view_10 = torch.ops.aten.view.default(gelu, [8192, 3072])
     t_3 = torch.ops.aten.t.default(mlp_c_proj_weight)
     mm_2 = torch.ops.aten.mm.default(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_10 = torch.empty_strided(
+    add_1 = torch.empty_strided(
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton().triton_fused_addmm_add_0[(6144,)](
-        mm_2, mlp_c_proj_bias, add_3, add_10, XBLOCK=1024, num_warps=4
+        mm_2, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )
-    return add_10
+    return add_1
 
 
 def _guards_cpu_0(self, x):
@@ -310,31 +316,34 @@ def _cpu_0(self, x):
     mlp_c_proj_weight = self.mlp.c_proj.weight
     mlp_c_proj_bias = self.mlp.c_proj.bias
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_1 = torch.empty_strided(
+    native_layer_norm_0 = torch.empty_strided(
         (2, 128, 768), (98304, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_native_layer_norm_0", "pppp")(
-        x.data_ptr(), ln_1_weight.data_ptr(), ln_1_bias.data_ptr(), add_1.data_ptr()
+        x.data_ptr(),
+        ln_1_weight.data_ptr(),
+        ln_1_bias.data_ptr(),
+        native_layer_norm_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(add_1, [256, 768])
+    view = torch.ops.aten.view.default(native_layer_norm_0, [256, 768])
     t = torch.ops.aten.t.default(attn_c_attn_weight)
     addmm = torch.ops.aten.addmm.default(attn_c_attn_bias, view, t)
     view_1 = torch.ops.aten.view.default(addmm, [2, 128, 2304])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(
         view_1, [768, 768, 768], 2
     )
-    split_with_sizes_0 = split_with_sizes[0]
-    split_with_sizes_1 = split_with_sizes[1]
-    split_with_sizes_2 = split_with_sizes[2]
+    split_0 = split_with_sizes[0]
+    split_1 = split_with_sizes[1]
+    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_with_sizes_0, [2, 128, 12, 64])
+    view_2 = torch.ops.aten.view.default(split_0, [2, 128, 12, 64])
     transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_with_sizes_1, [2, 128, 12, 64])
+    view_3 = torch.ops.aten.view.default(split_1, [2, 128, 12, 64])
     transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_with_sizes_2, [2, 128, 12, 64])
+    view_4 = torch.ops.aten.view.default(split_2, [2, 128, 12, 64])
     transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = torch.ops.aten.scaled_dot_product_attention.default(
@@ -354,10 +363,10 @@ def _cpu_0(self, x):
     mm = torch.ops.aten.mm.default(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_3 = torch.empty_strided(
+    add = torch.empty_strided(
         (2, 128, 768), (98304, 768, 1), dtype=torch.float32, device=device
     )
-    add_5 = torch.empty_strided(
+    native_layer_norm_3_0 = torch.empty_strided(
         (2, 128, 768), (98304, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
@@ -366,32 +375,32 @@ def _cpu_0(self, x):
         x.data_ptr(),
         ln_2_weight.data_ptr(),
         ln_2_bias.data_ptr(),
-        add_3.data_ptr(),
-        add_5.data_ptr(),
+        add.data_ptr(),
+        native_layer_norm_3_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(add_5, [256, 768])
+    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [256, 768])
     t_2 = torch.ops.aten.t.default(mlp_c_fc_weight)
     mm_1 = torch.ops.aten.mm.default(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    mul_9 = torch.empty_strided(
+    gelu = torch.empty_strided(
         (2, 128, 3072), (393216, 3072, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_1.data_ptr(), mlp_c_fc_bias.data_ptr(), mul_9.data_ptr()
+        mm_1.data_ptr(), mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(mul_9, [256, 3072])
+    view_10 = torch.ops.aten.view.default(gelu, [256, 3072])
     t_3 = torch.ops.aten.t.default(mlp_c_proj_weight)
     mm_2 = torch.ops.aten.mm.default(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_10 = torch.empty_strided(
+    add_1 = torch.empty_strided(
         (2, 128, 768), (98304, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_0", "pppp")(
-        mm_2.data_ptr(), mlp_c_proj_bias.data_ptr(), add_3.data_ptr(), add_10.data_ptr()
+        mm_2.data_ptr(), mlp_c_proj_bias.data_ptr(), add.data_ptr(), add_1.data_ptr()
     )
-    return add_10
+    return add_1
 
 
 class Block(_source.Block):

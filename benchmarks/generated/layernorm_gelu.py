@@ -4,10 +4,10 @@ Regenerate with: transpile --config benchmarks/pyproject.toml
 
 Variants (tried in order):
     LayerNormGELU (examples/layernorm_gelu.py::LayerNormGELU)
-        cuda_0   cuda: x=f32[16384,4096]                  1 kernels, 0 extern calls
-        cpu_0    cpu: x=f32[512,4096]                     1 kernels, 0 extern calls
+        cuda_0   cuda: x=f32[16384,4096]                  1 kernel, 0 extern calls
+        cpu_0    cpu: x=f32[512,4096]                     1 kernel, 0 extern calls
 
-Graph breaks:
+Graph breaks (code run eagerly):
     none
 """
 
@@ -72,13 +72,13 @@ def _cuda_0(self, x):
     norm_weight = self.norm.weight
     norm_bias = self.norm.bias
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
-    mul_4 = torch.empty_strided(
+    gelu = torch.empty_strided(
         (16384, 4096), (4096, 1), dtype=torch.float32, device=device
     )
     _triton().triton_fused_native_layer_norm_gelu_0[(16384,)](
-        x, norm_weight, norm_bias, mul_4, XBLOCK=1, RBLOCK=4096, num_warps=16
+        x, norm_weight, norm_bias, gelu, XBLOCK=1, RBLOCK=4096, num_warps=16
     )
-    return mul_4
+    return gelu
 
 
 def _guards_cpu_0(self, x):
@@ -124,13 +124,13 @@ def _cpu_0(self, x):
     norm_weight = self.norm.weight
     norm_bias = self.norm.bias
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
-    mul_4 = torch.empty_strided(
+    gelu = torch.empty_strided(
         (512, 4096), (4096, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_native_layer_norm_gelu_0", "pppp")(
-        x.data_ptr(), norm_weight.data_ptr(), norm_bias.data_ptr(), mul_4.data_ptr()
+        x.data_ptr(), norm_weight.data_ptr(), norm_bias.data_ptr(), gelu.data_ptr()
     )
-    return mul_4
+    return gelu
 
 
 class LayerNormGELU(_source.LayerNormGELU):

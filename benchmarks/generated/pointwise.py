@@ -4,10 +4,10 @@ Regenerate with: transpile --config benchmarks/pyproject.toml
 
 Variants (tried in order):
     fused_pointwise (examples/pointwise.py::fused_pointwise)
-        cuda_0   cuda: x=f32[8192,8192], bias=f32[8192], scale=f32[8192] 1 kernels, 0 extern calls
-        cpu_0    cpu: x=f32[1024,1024], bias=f32[1024], scale=f32[1024] 1 kernels, 0 extern calls
+        cuda_0   cuda: x=f32[8192,8192], bias=f32[8192], scale=f32[8192] 1 kernel, 0 extern calls
+        cpu_0    cpu: x=f32[1024,1024], bias=f32[1024], scale=f32[1024] 1 kernel, 0 extern calls
 
-Graph breaks:
+Graph breaks (code run eagerly):
     none
 """
 

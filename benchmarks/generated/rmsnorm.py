@@ -4,10 +4,10 @@ Regenerate with: transpile --config benchmarks/pyproject.toml
 
 Variants (tried in order):
     RMSNorm (examples/rmsnorm.py::RMSNorm)
-        cuda_0   cuda: x=f32[16384,4096]                  1 kernels, 0 extern calls
-        cpu_0    cpu: x=f32[512,4096]                     1 kernels, 0 extern calls
+        cuda_0   cuda: x=f32[16384,4096]                  1 kernel, 0 extern calls
+        cpu_0    cpu: x=f32[512,4096]                     1 kernel, 0 extern calls
 
-Graph breaks:
+Graph breaks (code run eagerly):
     none
 """
 
@@ -65,13 +65,13 @@ def _cuda_0(self, x):
     device = x.device
     weight = self.weight
     # examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-    mul_2 = torch.empty_strided(
+    mul_1 = torch.empty_strided(
         (16384, 4096), (4096, 1), dtype=torch.float32, device=device
     )
     _triton().triton_fused_mul_mean_add_rsqrt_0[(16384,)](
-        x, weight, mul_2, XBLOCK=1, RBLOCK=4096, num_warps=16
+        x, weight, mul_1, XBLOCK=1, RBLOCK=4096, num_warps=16
     )
-    return mul_2
+    return mul_1
 
 
 def _guards_cpu_0(self, x):
@@ -110,13 +110,13 @@ def _cpu_0(self, x):
     device = x.device
     weight = self.weight
     # examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-    mul_2 = torch.empty_strided(
+    mul_1 = torch.empty_strided(
         (512, 4096), (4096, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_mul_mean_add_rsqrt_0", "ppp")(
-        x.data_ptr(), weight.data_ptr(), mul_2.data_ptr()
+        x.data_ptr(), weight.data_ptr(), mul_1.data_ptr()
     )
-    return mul_2
+    return mul_1
 
 
 class RMSNorm(_source.RMSNorm):

@@ -4,10 +4,10 @@ Regenerate with: transpile --config benchmarks/pyproject.toml
 
 Variants (tried in order):
     softmax (examples/softmax.py::softmax)
-        cuda_0   cuda: x=f32[16384,4096]                  1 kernels, 0 extern calls
-        cpu_0    cpu: x=f32[2048,1024]                    1 kernels, 0 extern calls
+        cuda_0   cuda: x=f32[16384,4096]                  1 kernel, 0 extern calls
+        cpu_0    cpu: x=f32[2048,1024]                    1 kernel, 0 extern calls
 
-Graph breaks:
+Graph breaks (code run eagerly):
     none
 """
 
@@ -55,8 +55,8 @@ def _cuda_0(x):
     _triton().triton_fused_softmax_0[(16384,)](
         x, div, XBLOCK=1, RBLOCK=4096, num_warps=16
     )
-    to_1 = torch.ops.aten.to.dtype(div, torch.float32)
-    return to_1
+    _softmax = torch.ops.aten.to.dtype(div, torch.float32)
+    return _softmax
 
 
 def _guards_cpu_0(x):
@@ -83,8 +83,8 @@ def _cpu_0(x):
         (2048, 1024), (1024, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_softmax_0", "pp")(x.data_ptr(), div.data_ptr())
-    to_1 = torch.ops.aten.to.dtype(div, torch.float32)
-    return to_1
+    _softmax = torch.ops.aten.to.dtype(div, torch.float32)
+    return _softmax
 
 
 def softmax(x):

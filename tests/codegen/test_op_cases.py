@@ -318,6 +318,8 @@ CASES: list[Case] = [
         (1e-4, 1e-4),
     ),
     Case("aten.mean.dim", "a.mean(-1)", {"a": randn(300, 130)}, RED_TOL),
+    Case("aten.sum.default", "a.sum()", {"a": randn(5, 7)}, RED_TOL),
+    Case("aten.mean.default", "a.mean()", {"a": randn(3, 11)}, RED_TOL),
     Case(
         "aten.sum.dim_IntList",
         "a.sum(-1)",

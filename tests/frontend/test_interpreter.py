@@ -7,6 +7,7 @@ and compared with eager execution of the same source.
 from __future__ import annotations
 
 import inspect
+import warnings
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from tests.compile_helpers import (
     compile_source,
     trace_source,
 )
+from transpiler.ir.graph import Ref
 
 SOURCE = """
 import torch
@@ -198,10 +200,12 @@ def test_augmented_assignment_is_functionalized(tmp_path: Path) -> None:
     assert not any(t.split(".")[1].endswith("_") for t in targets)
 
 
-def test_in_place_update_of_an_input_falls_back(tmp_path: Path) -> None:
-    fb = traced("in_place_input", {"x": X}, tmp_path).traced.fallback
-    assert fb is not None and "in-place" in fb.reason
-    assert fb.span.line == line_of("    x += 1")
+def test_in_place_update_of_an_input_is_fallback_code(tmp_path: Path) -> None:
+    result = traced("in_place_input", {"x": X}, tmp_path)
+    (stub,) = result.traced.stubs
+    assert "in-place" in stub.reason and stub.source == "x += 1\n"
+    assert stub.outputs == ("x",)  # later code reads the updated x
+    assert stub.span.line == line_of("    x += 1")
 
 
 def test_returned_structure_is_kept(tmp_path: Path) -> None:
@@ -311,26 +315,35 @@ def test_module_compiles_end_to_end(tmp_path: Path) -> None:
     want = type(model).__mro__[1].forward(model, X)  # the source class's forward
     assert_same(compiled.cpu(model, X), want, 1e-5, 1e-5)
     assert_same(compiled.cuda(model, X), want, 1e-5, 1e-5)
-    assert_same(model(X), want, 1e-5, 1e-5)  # dispatch picks the CPU variant
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # dispatch picks the CPU variant, no fallback
+        assert_same(model(X), want, 1e-5, 1e-5)
 
 
-# ---- what is not compiled falls back, with a reason and a span --------------------
+# ---- what is not compiled: fallback code with a reason and a span; branches ------
 
 
-@pytest.mark.parametrize(
-    "name, reason, line",
-    [
-        ("prints", "print", "    print(y)"),
-        ("tensor_if", "tensor data", "    if x.sum() > 0:"),
-        ("while_loop", "While", "    while x.shape[0] > 1:"),
-    ],
-)
-def test_unsupported_code_falls_back(
-    name: str, reason: str, line: str, tmp_path: Path
-) -> None:
-    result = traced(name, {"x": X}, tmp_path)
-    fb = result.traced.fallback
-    assert result.traced.graph is None and fb is not None
-    assert reason in fb.reason
-    assert fb.span is not None and fb.span.file == result.file
-    assert fb.span.line == line_of(line)
+def test_print_becomes_fallback_code(tmp_path: Path) -> None:
+    result = traced("prints", {"x": X}, tmp_path)
+    (stub,) = result.traced.stubs
+    assert stub.source == "print(y)\n" and stub.params == ("y",)
+    assert "print" in stub.reason and stub.outputs == ()
+    assert stub.span.file == result.file and stub.span.line == line_of("    print(y)")
+    calls = [n for n in result.graph.nodes if n.is_fallback]
+    assert len(calls) == 1 and calls[0].args == (Ref("add"),)
+
+
+def test_condition_on_tensor_data_traces_both_branches(tmp_path: Path) -> None:
+    result = traced("tensor_if", {"x": X}, tmp_path)
+    region = result.traced.region
+    assert region.branch is not None
+    assert region.branch.span.line == line_of("    if x.sum() > 0:")
+    assert [n.target for n in region.branch.if_false.graph.nodes if n.op == "call"] == [
+        "aten.neg.default"
+    ]
+
+
+def test_static_while_is_unrolled(tmp_path: Path) -> None:
+    result = traced("while_loop", {"x": X}, tmp_path)
+    assert result.traced.stubs == () and result.graph is not None
+    check(result, {"x": X})

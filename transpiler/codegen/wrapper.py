@@ -14,9 +14,11 @@ from dataclasses import dataclass
 import torch
 
 from transpiler.codegen import triton as triton_codegen
-from transpiler.ir.graph import DEVICE, Ref, Span
+from transpiler.frontend.fallback import Stub
+from transpiler.ir.graph import DEVICE, FALLBACK, Ref, Span
 from transpiler.ir.ops import EXTERN_CONTIGUOUS
 from transpiler.ir.program import Alloc, ExternCall, KernelCall, Program
+from transpiler.ir.region import CompiledRegion
 from transpiler.options import ScalarSpec, TensorSpec, Variant
 
 DTYPE_NAMES = {
@@ -43,9 +45,13 @@ class VariantCode:
     name: str  # "cpu_0"
     variant: Variant
     guards: tuple[str, ...]  # module-attribute guards from the frontend
-    program: Program | None  # None: the variant runs the source (a graph break)
+    region: CompiledRegion | None  # None: the variant runs the source
     fallback_reason: str | None = None
     fallback_span: Span | None = None
+
+    @property
+    def programs(self) -> list[Program]:
+        return [r.program for r in self.region.walk()] if self.region else []
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,8 @@ def literal(value) -> str:
         return f'float("{value}")'
     if isinstance(value, list):
         return "[" + ", ".join(literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {literal(v)}" for k, v in value.items()) + "}"
     if isinstance(value, tuple):
         inner = ", ".join(literal(v) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"
@@ -131,8 +139,10 @@ def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
     guards = input_guards(vc.variant) + list(vc.guards)
     if t.is_module:
         guards.append("not self.training")
-    if vc.program is not None:
-        guards += param_guards(vc.program, vc.variant.device)
+    for program in vc.programs:
+        guards += [
+            g for g in param_guards(program, vc.variant.device) if g not in guards
+        ]
     guards += grad_guard(t, vc.variant)
     self_ = "self, " if t.is_module else ""
     lines = [
@@ -157,7 +167,10 @@ def _step_lines(step) -> list[str]:
         if step.target == "getitem":
             return [f"{step.out} = {step.args[0].name}[{step.args[1]}]"]
         args = [literal(a) for a in step.args]
-        args += [f"{k}={literal(v)}" for k, v in step.kwargs]
+        args += [f"{k}={literal(v)}" for k, v in step.kwargs if not k.startswith("_")]
+        if step.target.startswith(FALLBACK):  # the user's code, run eagerly
+            call = f"{step.target}({', '.join(args)})"
+            return [f"{step.out} = {call}" if step.meta else call]
         call = f"torch.ops.{step.target}({', '.join(args)})"
         if step.target in EXTERN_CONTIGUOUS:
             call += ".contiguous()"
@@ -166,16 +179,21 @@ def _step_lines(step) -> list[str]:
 
 
 def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]:
-    p = vc.program
-    assert p is not None
+    assert vc.region is not None
     self_ = "self, " if t.is_module else ""
     lines = [f"def _{vc.name}({self_}{t.params_text}):"]
     tensors = [n for n, s in vc.variant.inputs if isinstance(s, TensorSpec)]
-    device_src = tensors[0] if tensors else (p.params[0][1] if p.params else None)
+    params = [p for program in vc.programs for p in program.params]
+    device_src = tensors[0] if tensors else (params[0][1] if params else None)
     if device_src is not None:
         lines.append(f"    device = {device_src}.device")
-    for name, path, _ in p.params:
-        lines.append(f"    {name} = {path}")
+    return lines + _region_lines(vc.region, kernels, vc.variant.device, "    ")
+
+
+def _region_lines(r: CompiledRegion, kernels: dict, device: str, ind: str) -> list[str]:
+    """One region's steps; a branch on tensor data becomes a Python `if`."""
+    p = r.program
+    lines = [f"{ind}{name} = {path}" for name, path, _ in p.params]
     last_span = None
     allocs: list[str] = []  # written just before the kernel that fills them
     for step in p.steps:
@@ -185,15 +203,39 @@ def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]
         spans = step.spans if isinstance(step, KernelCall) else (step.span,)
         for s in spans:
             if s is not None and s != last_span:
-                lines.append(f"    # {s}: {s.text}")
+                lines.append(f"{ind}# {s}: {s.text}")
                 last_span = s
-        lines += ["    " + a for a in allocs]
+        lines += [ind + a for a in allocs]
         allocs = []
         if isinstance(step, KernelCall):
-            lines.append("    " + _kernel_call(step, kernels, vc.variant.device))
+            lines.append(ind + _kernel_call(step, kernels, device))
         else:
-            lines += ["    " + s for s in _step_lines(step)]
-    lines.append(f"    return {_output(p.outputs)}")
+            lines += [ind + s for s in _step_lines(step)]
+    if r.cond is None:
+        return [*lines, f"{ind}return {_output(p.outputs)}"]
+    where = f"{r.span}: {r.span.text}" if r.span else "a condition"
+    lines += [
+        f"{ind}# sync: the branch reads tensor data ({where})",
+        f"{ind}if {r.cond}:",
+        *_region_lines(r.if_true, kernels, device, ind + "    "),
+        f"{ind}else:",
+        *_region_lines(r.if_false, kernels, device, ind + "    "),
+    ]
+    return lines
+
+
+def stub_function(name: str, stub: Stub) -> list[str]:
+    """Fallback code: the user's statement, verbatim, in a function of its own."""
+    lines = [
+        f"def {name}({', '.join(stub.params)}):",
+        f'    """{stub.span}: {stub.reason}."""',
+    ]
+    if stub.global_names:
+        lines.append(f"    from {stub.module} import {', '.join(stub.global_names)}")
+        lines.append("")
+    lines += ["    " + line if line else "" for line in stub.source.splitlines()]
+    if stub.outputs and not stub.returns:
+        lines.append(f"    return {_output(tuple(Ref(n) for n in stub.outputs))}")
     return lines
 
 
@@ -226,7 +268,7 @@ def _output(value) -> str:
 
 def dispatch(t: TargetCode, module_alias: str) -> list[str]:
     """The exported class or function: guarded calls of each variant, then eager."""
-    compiled = [vc for vc in t.variants if vc.program is not None]
+    compiled = [vc for vc in t.variants if vc.region is not None]
     self_ = "self, " if t.is_module else ""
     if t.is_module:
         lines = [

@@ -14,6 +14,7 @@ import builtins
 import inspect
 import operator
 import types
+from dataclasses import dataclass
 from typing import Any
 
 import libcst as cst
@@ -21,9 +22,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transpiler.frontend.recorder import Recorder, Unsupported
+from transpiler.frontend.fallback import Stub, plan_stub
+from transpiler.frontend.recorder import OpaqueValue, Recorder, Unsupported
 from transpiler.frontend.source import SourceCache, SourceFile
-from transpiler.ir.graph import Span, TensorMeta
+from transpiler.ir.graph import FALLBACK, Opaque, Ref, Span, TensorMeta
 
 BINARY_OPS = {
     "Add": operator.add,
@@ -85,6 +87,23 @@ PYTHON_SIDE_EFFECTS = {
     builtins.breakpoint,
 }
 GUARD_TYPES = (bool, int, float, str, type(None))
+# Code from these modules runs directly at transpile time (on meta tensors and Python
+# values): it has no effect outside the values it returns. Anything else (NumPy,
+# logging, I/O, C extensions) becomes fallback code that runs when the model does.
+PURE_MODULES = (
+    "torch",
+    "math",
+    "operator",
+    "builtins",
+    "functools",
+    "itertools",
+    "collections",
+    "typing",
+    "numbers",
+    "einops",
+)
+MAX_BRANCHES = 8  # data-dependent conditions along one path through the code
+MAX_UNROLL = 1024  # iterations of a `while` on Python values
 
 
 class _Return(Exception):
@@ -107,17 +126,41 @@ class Frame:
         self.globals = globals_
 
 
+@dataclass(frozen=True)
+class BranchPoint:
+    """A condition on tensor data: where the path through the code forks."""
+
+    position: int  # number of graph nodes recorded before it
+    cond: Ref
+    span: Span | None
+    taken: bool
+
+
 class Interpreter:
-    """Runs a forward's source over meta tensors; see the module docstring."""
+    """Runs a forward's source over meta tensors; see the module docstring.
+
+    `decisions` fixes the outcome of the first data-dependent conditions met (the
+    rest are taken as true); `branches` records every one met, so `trace` can
+    enumerate the paths. `stubs` numbers fallback code across those paths.
+    """
 
     def __init__(
-        self, recorder: Recorder, sources: SourceCache, module_paths: dict[int, str]
+        self,
+        recorder: Recorder,
+        sources: SourceCache,
+        module_paths: dict[int, str],
+        decisions: tuple[bool, ...] = (),
+        stubs: dict[Stub, int] | None = None,
     ):
         self.recorder = recorder
         self.sources = sources
         self.module_paths = module_paths  # id(module) -> "self.attn"
         self.guards: dict[str, None] = {}  # ordered set of guard expressions
         self.depth = 0
+        self.decisions = decisions
+        self.branches: list[BranchPoint] = []
+        self.stubs = stubs if stubs is not None else {}
+        self.last_stub: Ref | None = None
 
     # ---- functions ------------------------------------------------------------
 
@@ -169,15 +212,19 @@ class Interpreter:
             raise Unsupported(
                 f"calls {fn.__name__}(), a Python side effect", self._span()
             )
+        if any(isinstance(a, OpaqueValue) for a in (*args, *kwargs.values())):
+            raise Unsupported("uses a value computed by fallback code", self._span())
+        owner = _owner(fn)
+        if not owner.startswith(PURE_MODULES):
+            name = getattr(fn, "__qualname__", type(fn).__name__)
+            raise Unsupported(f"calls {owner}.{name}, outside PyTorch", self._span())
         try:
             return fn(*args, **kwargs)
         except Unsupported:
             raise
-        except RuntimeError as e:
-            msg = str(e).splitlines()[0]
-            if "meta" in msg or "data-dependent" in msg or "item()" in msg:
-                raise Unsupported(f"needs tensor data: {msg}", self._span()) from e
-            raise
+        except (RuntimeError, NotImplementedError) as e:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise Unsupported(f"needs tensor data: {msg}", self._span()) from e
 
     def _is_user(self, fn) -> bool:
         if not isinstance(fn, types.FunctionType):
@@ -205,7 +252,76 @@ class Interpreter:
 
     def exec_stmt(self, stmt: cst.CSTNode, frame: Frame) -> None:
         line = frame.src.line_of(stmt)
-        self.recorder.span = Span(frame.src.display, line, frame.src.text_of(line))
+        span = Span(frame.src.display, line, frame.src.text_of(line))
+        self.recorder.span = span
+        builder = self.recorder.builder
+        mark = builder.checkpoint()
+        try:
+            self._exec_stmt(stmt, frame)
+        except (_Return, _Break, _Continue):
+            raise
+        except Unsupported as e:
+            builder.rollback(mark)
+            self.fallback(stmt, frame, span, e.reason)
+        except Exception as e:  # the user's code fails on meta values: run it eagerly
+            builder.rollback(mark)
+            self.fallback(stmt, frame, span, f"{type(e).__name__}: {e}".strip())
+
+    def fallback(self, stmt, frame: Frame, span: Span, reason: str) -> None:
+        """Record `stmt` as fallback code (a graph break) and bind what it assigns."""
+        self.recorder.span = span
+        builder = self.recorder.builder
+        plan = plan_stub(
+            stmt, frame.locals, frame.globals, span, reason, builder, self.module_paths
+        )
+        index = self.stubs.setdefault(plan.stub, len(self.stubs))
+        metas = tuple(
+            (
+                TensorMeta.of(plan.tensor_outputs[n])
+                if n in plan.tensor_outputs
+                else Opaque()
+            )
+            for n in plan.stub.outputs
+        )
+        if plan.stub.returns:
+            metas = (Opaque(),)
+        kwargs = (("_after", self.last_stub),) if self.last_stub else ()
+        name = builder.add(
+            "call",
+            f"{FALLBACK}:{index}",
+            plan.args,
+            kwargs,
+            metas,
+            span,
+            base="fallback",
+        )
+        self.last_stub = Ref(name)
+        results = []
+        for i, meta in enumerate(metas):
+            item = builder.add(
+                "call",
+                "getitem",
+                (Ref(name), i),
+                (),
+                meta,
+                span,
+                base=plan.stub.outputs[i] if not plan.stub.returns else "result",
+            )
+            if isinstance(meta, TensorMeta):
+                with torch.utils._python_dispatch._disable_current_modes():
+                    value = torch.empty_strided(
+                        meta.shape, meta.stride, dtype=meta.dtype, device="meta"
+                    )
+                builder.bind(value, item)
+            else:
+                value = OpaqueValue(item)
+            results.append(value)
+        if plan.stub.returns:
+            raise _Return(results[0])
+        for n, value in zip(plan.stub.outputs, results):
+            frame.locals[n] = value
+
+    def _exec_stmt(self, stmt: cst.CSTNode, frame: Frame) -> None:
         if isinstance(stmt, cst.SimpleStatementLine):
             for small in stmt.body:
                 self.exec_small(small, frame)
@@ -245,7 +361,9 @@ class Interpreter:
         elif kind == "Continue":
             raise _Continue()
         elif kind == "Assert":
-            test = self.static(stmt.test, frame, "assert")
+            test = self.eval(stmt.test, frame)
+            if isinstance(test, torch.Tensor):
+                raise Unsupported("assert on tensor data, checked at run time")
             if not test:
                 raise Unsupported("assertion fails for this variant", self._span())
         else:
@@ -275,6 +393,21 @@ class Interpreter:
             if stmt.orelse is not None:
                 self.exec_block(stmt.orelse.body, frame)
 
+    def exec_While(self, stmt: cst.While, frame: Frame) -> None:
+        for _ in range(MAX_UNROLL):
+            if not self.static(stmt.test, frame, "while"):
+                break
+            try:
+                self.exec_block(stmt.body, frame)
+            except _Continue:
+                continue
+            except _Break:
+                return
+        else:
+            raise Unsupported("`while` loop too long to unroll", self._span())
+        if stmt.orelse is not None:
+            self.exec_block(stmt.orelse.body, frame)
+
     def exec_With(self, stmt: cst.With, frame: Frame) -> None:
         for item in stmt.items:
             ctx = self.eval(item.item, frame)
@@ -285,10 +418,24 @@ class Interpreter:
     def static(self, expr, frame: Frame, what: str) -> bool:
         value = self.eval(expr, frame)
         if isinstance(value, torch.Tensor):
-            raise Unsupported(
-                f"`{what}` condition depends on tensor data", self._span()
-            )
+            if what == "while":
+                raise Unsupported("`while` on tensor data", self._span())
+            return self.decide(value)
         return bool(value)
+
+    def decide(self, cond: torch.Tensor) -> bool:
+        """The outcome of a condition on tensor data, on the path being traced."""
+        ref = self.recorder.builder.ref(cond, self._span())
+        for b in self.branches:
+            if b.cond == ref:  # the same tensor again: the same outcome
+                return b.taken
+        k = len(self.branches)
+        if k >= MAX_BRANCHES:
+            raise Unsupported("too many conditions on tensor data", self._span())
+        taken = self.decisions[k] if k < len(self.decisions) else True
+        position = len(self.recorder.builder.nodes)
+        self.branches.append(BranchPoint(position, ref, self._span(), taken))
+        return taken
 
     def assign(self, target, value, frame: Frame) -> None:
         if isinstance(target, cst.Name):
@@ -372,16 +519,15 @@ class Interpreter:
     def eval_UnaryOperation(self, expr, frame: Frame) -> Any:
         value = self.eval(expr.expression, frame)
         if isinstance(expr.operator, cst.Not) and isinstance(value, torch.Tensor):
-            raise Unsupported("`not` on a tensor needs its data", self._span())
+            return not self.decide(value)
         return UNARY_OPS[type(expr.operator).__name__](value)
 
     def eval_BooleanOperation(self, expr, frame: Frame) -> Any:
         left = self.eval(expr.left, frame)
-        if isinstance(left, torch.Tensor):
-            raise Unsupported("`and`/`or` on a tensor needs its data", self._span())
+        truth = self.decide(left) if isinstance(left, torch.Tensor) else bool(left)
         if isinstance(expr.operator, cst.And):
-            return self.eval(expr.right, frame) if left else left
-        return left if left else self.eval(expr.right, frame)
+            return self.eval(expr.right, frame) if truth else left
+        return left if truth else self.eval(expr.right, frame)
 
     def eval_Comparison(self, expr: cst.Comparison, frame: Frame) -> Any:
         left = self.eval(expr.left, frame)
@@ -469,11 +615,37 @@ class Interpreter:
     eval_Float = eval_Imaginary = eval_SimpleString = eval_Integer
     eval_ConcatenatedString = eval_Integer
 
+    def eval_FormattedString(self, expr: cst.FormattedString, frame: Frame) -> str:
+        parts = []
+        for part in expr.parts:
+            if isinstance(part, cst.FormattedStringText):
+                parts.append(part.value)
+                continue
+            value = self.eval(part.expression, frame)
+            if part.conversion:
+                value = {"r": repr, "s": str, "a": ascii}[part.conversion](value)
+            spec = ""
+            if part.format_spec:
+                spec = self.eval(cst.FormattedString(parts=part.format_spec), frame)
+            parts.append(format(value, spec))
+        return "".join(parts)
+
     def eval_Ellipsis(self, expr, frame: Frame) -> Any:
         return Ellipsis
 
     def _span(self) -> Span | None:
         return self.recorder.span
+
+
+def _owner(fn) -> str:
+    """The module a callable comes from ("torch", "numpy", ...); methods of Python
+    and torch objects count as their type's module."""
+    module = getattr(fn, "__module__", None)
+    if module is None and hasattr(fn, "__self__"):
+        module = type(fn.__self__).__module__
+    if module is None:
+        module = type(fn).__module__
+    return module or "builtins"
 
 
 def _guard(path: str, value: Any) -> str:

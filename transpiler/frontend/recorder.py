@@ -11,6 +11,8 @@ PyTorch's decomposition of it, whose ops are recorded instead.
 
 from __future__ import annotations
 
+import builtins
+import keyword
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +20,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from transpiler.ir.graph import DEVICE, Node, Ref, Span, TensorMeta
+from transpiler.ir.graph import DEVICE, Node, Ref, Span, TensorMeta, map_refs
 
 
 class Unsupported(Exception):
@@ -28,6 +30,58 @@ class Unsupported(Exception):
         super().__init__(reason)
         self.reason = reason
         self.span = span
+
+
+class OpaqueValue:
+    """A value computed by fallback code, known only at run time.
+
+    The interpreter may pass it around (assign it, return it, hand it to more fallback
+    code) but any operation on it needs its run-time value, so it raises `Unsupported`,
+    which turns the statement doing it into fallback code as well.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def _needs_value(self, *args, **kwargs):
+        raise Unsupported("uses a value computed by fallback code")
+
+    __getattr__ = __bool__ = __iter__ = __len__ = __call__ = _needs_value
+    __getitem__ = __index__ = __int__ = __float__ = __contains__ = _needs_value
+    for _op in (
+        "add",
+        "sub",
+        "mul",
+        "truediv",
+        "floordiv",
+        "mod",
+        "pow",
+        "matmul",
+        "and",
+        "or",
+        "xor",
+        "lshift",
+        "rshift",
+        "eq",
+        "ne",
+        "lt",
+        "le",
+        "gt",
+        "ge",
+        "neg",
+        "pos",
+        "invert",
+        "abs",
+    ):
+        locals()[f"__{_op}__"] = _needs_value
+        locals()[f"__r{_op}__"] = _needs_value
+    del _op
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"<run-time value {self.name}>"
 
 
 class GraphBuilder:
@@ -43,8 +97,11 @@ class GraphBuilder:
         self._stale: set[int] = set()
 
     def fresh(self, base: str) -> str:
-        """A new unique name: `base`, else `base_1`, `base_2`, ..."""
+        """A new unique name: `base`, else `base_1`, `base_2`, ...; never a Python
+        keyword or builtin (`sum` becomes `sum_`), as names become variables."""
         base = base.replace(".", "_")
+        if keyword.iskeyword(base) or hasattr(builtins, base):
+            base += "_"
         n = self._used.get(base, 0)
         name = f"{base}_{n}" if n else base
         while name in self._taken:
@@ -53,6 +110,52 @@ class GraphBuilder:
         self._used[base] = n + 1
         self._taken.add(name)
         return name
+
+    def reserve(self, names) -> None:
+        """Keep `fresh` from handing out these names (a pass keeps them for the
+        values that already had them)."""
+        self._taken.update(names)
+
+    def rename(self, old: str, new: str) -> None:
+        """Rename the node `old` (recently added) and every later use of it."""
+        i = next(
+            i for i in range(len(self.nodes) - 1, -1, -1) if self.nodes[i].name == old
+        )
+
+        def ref(r: Ref) -> Ref:
+            return Ref(new) if r.name == old else r
+
+        for j in range(i, len(self.nodes)):
+            n = self.nodes[j]
+            self.nodes[j] = Node(
+                new if j == i else n.name,
+                n.op,
+                n.target,
+                map_refs(n.args, ref),
+                tuple((k, map_refs(v, ref)) for k, v in n.kwargs),
+                n.meta,
+                n.span,
+                n.origin,
+            )
+        for key, name in self._names.items():
+            if name == old:
+                self._names[key] = new
+        self._taken.add(new)
+
+    def checkpoint(self) -> int:
+        return len(self.nodes)
+
+    def rollback(self, mark: int) -> None:
+        """Forget the nodes added since `checkpoint()` returned `mark`."""
+        dropped = {n.name for n in self.nodes[mark:]}
+        del self.nodes[mark:]
+        for key in [k for k, name in self._names.items() if name in dropped]:
+            del self._names[key]
+
+    def keep_opaque(self, node: Node) -> None:
+        """Add an existing node whose value is known only at run time."""
+        self.nodes.append(node)
+        self._taken.add(node.name)
 
     def keep(self, node: Node, tensor: torch.Tensor) -> None:
         """Add an existing node unchanged (a rewrite keeping inputs and params)."""
@@ -74,6 +177,8 @@ class GraphBuilder:
         self.bind(tensor, self.add("input", name, meta=TensorMeta.of(tensor)))
 
     def ref(self, tensor: torch.Tensor, span: Span | None) -> Ref:
+        if isinstance(tensor, OpaqueValue):
+            return Ref(tensor.name)
         if id(tensor) in self._stale:
             raise Unsupported("reads a tensor after an in-place update of a view", span)
         name = self._names.get(id(tensor))
@@ -92,6 +197,9 @@ class GraphBuilder:
 
     def knows(self, tensor: torch.Tensor) -> bool:
         return id(tensor) in self._names or id(tensor) in self._params
+
+    def name_of(self, tensor: torch.Tensor) -> str | None:
+        return self._names.get(id(tensor))
 
 
 def op_name(func) -> str:

@@ -3,27 +3,53 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from transpiler.errors import UserError
-from transpiler.frontend.interpreter import Interpreter
-from transpiler.frontend.recorder import GraphBuilder, Recorder, Unsupported
+from transpiler.frontend.fallback import Stub
+from transpiler.frontend.interpreter import BranchPoint, Interpreter
+from transpiler.frontend.recorder import (
+    GraphBuilder,
+    OpaqueValue,
+    Recorder,
+    Unsupported,
+)
 from transpiler.frontend.source import SourceCache
-from transpiler.ir.graph import Graph, Ref, map_refs, self_path
+from transpiler.ir.graph import Graph, Node, Ref, iter_refs, map_refs, self_path
+from transpiler.ir.region import Branch, Region
 from transpiler.options import ScalarSpec, TensorSpec, Variant
+
+MAX_PATHS = 16  # paths through conditions on tensor data compiled for one variant
 
 
 @dataclass(frozen=True)
 class Traced:
     """What the frontend learned about one variant."""
 
-    graph: Graph | None  # None when the variant is all fallback
+    region: Region | None  # None when the variant is all fallback
     guards: tuple[str, ...]  # from module attributes read (inputs are guarded apart)
+    stubs: tuple[Stub, ...] = ()  # fallback code; `_fallback:N` calls stubs[N]
     fallback: Unsupported | None = None
+
+    @property
+    def graph(self) -> Graph | None:
+        """The whole graph, for code without branches on tensor data."""
+        if self.region is None or self.region.branch is not None:
+            return None
+        return self.region.graph
+
+
+@dataclass
+class _Path:
+    """One complete run of the source, with the outcomes of its conditions fixed."""
+
+    nodes: list[Node]
+    branches: list[BranchPoint]
+    outputs: object
 
 
 def instantiate(obj, init: dict, factory, root: Path) -> nn.Module:
@@ -42,7 +68,8 @@ def instantiate(obj, init: dict, factory, root: Path) -> nn.Module:
 def trace(
     obj, module: nn.Module | None, variant: Variant, sources: SourceCache
 ) -> Traced:
-    """Interpret `obj` (a function, or `module.forward`) on meta inputs."""
+    """Interpret `obj` (a function, or `module.forward`) on meta inputs, along every
+    path through its conditions on tensor data (see Note [Regions])."""
     params: dict[int, str] = {}
     module_paths: dict[int, str] = {}
     if module is not None:
@@ -52,23 +79,89 @@ def trace(
             params.setdefault(id(t), name)
         for name, m in module.named_modules(remove_duplicate=False):
             module_paths.setdefault(id(m), self_path(name))
-    builder = GraphBuilder(params)
-    recorder = Recorder(builder)
-    interp = Interpreter(recorder, sources, module_paths)
     fn = type(module).forward if module is not None else obj
-    args = _inputs(fn, variant, builder, skip_self=module is not None)
+    stubs: dict[Stub, int] = {}
+    guards: dict[str, None] = {}
+    paths = [0]
+
+    def run(decisions: tuple[bool, ...]) -> _Path:
+        paths[0] += 1
+        if paths[0] > MAX_PATHS:
+            raise Unsupported(
+                f"more than {MAX_PATHS} paths through conditions on " "tensor data"
+            )
+        builder = GraphBuilder(params)
+        recorder = Recorder(builder)
+        interp = Interpreter(recorder, sources, module_paths, decisions, stubs)
+        args = _inputs(fn, variant, builder, skip_self=module is not None)
+        try:
+            with torch.device("meta"), torch.no_grad(), recorder:
+                self_ = (module,) if module is not None else ()
+                result = interp.run_function(fn, self_, args)
+                outputs = _output_refs(result, builder, recorder)
+        finally:
+            guards.update(interp.guards)
+        return _Path(builder.nodes, interp.branches, outputs)
+
     try:
-        with torch.device("meta"), torch.no_grad(), recorder:
-            if module is not None:
-                result = interp.run_function(fn, (module,), args)
-            else:
-                result = interp.run_function(fn, (), args)
-            outputs = _output_refs(result, builder, recorder)
+        region = _explore((), run(()), run)
     except Unsupported as e:
-        return Traced(None, tuple(interp.guards), e)
-    graph = Graph(tuple(builder.nodes), outputs)
-    graph.lint()
-    return Traced(graph, tuple(interp.guards))
+        return Traced(None, tuple(guards), tuple(stubs), e)
+    for r in region.walk():
+        r.graph.lint()
+    return Traced(region, tuple(guards), tuple(stubs))
+
+
+def _explore(prefix: tuple[bool, ...], path: _Path, run) -> Region:
+    """The region after the conditions decided by `prefix`, on `path`."""
+    k = len(prefix)
+    start = path.branches[k - 1].position if k else 0
+    if len(path.branches) == k:
+        return Region(_graph(path.nodes, start, len(path.nodes), path.outputs))
+    point = path.branches[k]
+    if_true = _explore((*prefix, True), path, run)
+    if_false = _explore((*prefix, False), run((*prefix, False)), run)
+    later = _inputs_of(if_true) | _inputs_of(if_false)
+    body = path.nodes[start : point.position]
+    live = tuple(Ref(n.name) for n in body if n.name in later)
+    graph = _graph(path.nodes, start, point.position, (*live, point.cond))
+    return Region(graph, Branch(point.cond.name, point.span, if_true, if_false))
+
+
+def _graph(nodes: list[Node], start: int, end: int, outputs) -> Graph:
+    """Nodes [start, end) as a graph; values from before `start` become inputs."""
+    body = nodes[start:end]
+    defined = {n.name for n in body}
+    earlier = {n.name: n for n in nodes[:start]}
+    body = [_drop_foreign_order(n, defined) for n in body]
+    used: dict[str, None] = {}
+    for n in body:
+        for r in n.refs():
+            used.setdefault(r.name)
+    for r in iter_refs(outputs):
+        used.setdefault(r.name)
+    inputs = [
+        Node(name, "input", name, meta=earlier[name].meta)
+        for name in used
+        if name not in defined and name in earlier
+    ]
+    return Graph(tuple(inputs + body), outputs)
+
+
+def _drop_foreign_order(node: Node, defined: set[str]) -> Node:
+    """Fallback code runs in source order; across regions control flow keeps it."""
+    kwargs = tuple(
+        (k, v) for k, v in node.kwargs if not (k == "_after" and v.name not in defined)
+    )
+    return replace(node, kwargs=kwargs) if kwargs != node.kwargs else node
+
+
+def _inputs_of(region: Region) -> set[str]:
+    """Values a region and the regions after it read from earlier ones."""
+    names: set[str] = set()
+    for r in region.walk():
+        names |= {n.name for n in r.graph.nodes if n.op == "input"}
+    return names
 
 
 def _inputs(fn, variant: Variant, builder: GraphBuilder, skip_self: bool) -> dict:
@@ -89,7 +182,7 @@ def _inputs(fn, variant: Variant, builder: GraphBuilder, skip_self: bool) -> dic
 
 def _output_refs(value, builder: GraphBuilder, recorder: Recorder):
     """Replace result tensors by `Ref`s to the nodes computing them."""
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, (torch.Tensor, OpaqueValue)):
         return builder.ref(value, recorder.span)
     if isinstance(value, (tuple, list)):
         return type(value)(_output_refs(v, builder, recorder) for v in value)

@@ -90,7 +90,25 @@ class Ref:
         return self.name
 
 
-Meta = TensorMeta | tuple[TensorMeta, ...] | None
+@dataclass(frozen=True)
+class Opaque:
+    """The meta of a value computed by fallback code: known only at run time."""
+
+    def __str__(self) -> str:
+        return "object"
+
+
+@dataclass(frozen=True)
+class ModuleRef:
+    """A submodule passed to fallback code, as Python: `self.layers[5]`."""
+
+    path: str
+
+    def __repr__(self) -> str:
+        return self.path
+
+
+Meta = TensorMeta | Opaque | tuple[TensorMeta | Opaque, ...] | None
 
 
 @dataclass(frozen=True)
@@ -108,6 +126,11 @@ class Node:
     def tensor_meta(self) -> TensorMeta:
         assert isinstance(self.meta, TensorMeta), self
         return self.meta
+
+    @property
+    def is_fallback(self) -> bool:
+        """A call of fallback code: runs eagerly, keeps its place among the others."""
+        return self.target.startswith(FALLBACK)
 
     def refs(self) -> Iterator[Ref]:
         yield from iter_refs((self.args, self.kwargs))
@@ -137,6 +160,9 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return repr(value)
+
+
+FALLBACK = "_fallback"  # target prefix of fallback calls
 
 
 def iter_refs(value: Any) -> Iterator[Ref]:
@@ -205,6 +231,24 @@ class Graph:
         lines = [str(n) for n in self.nodes]
         lines.append(f"return {_fmt_out(self.outputs)}")
         return "\n".join(lines)
+
+    def renamed(self, mapping: dict[str, str]) -> Graph:
+        """The same graph with nodes renamed by `mapping` (and every use of them)."""
+
+        def ref(r: Ref) -> Ref:
+            return Ref(mapping.get(r.name, r.name))
+
+        nodes = [
+            replace(
+                n,
+                name=mapping.get(n.name, n.name),
+                target=mapping.get(n.target, n.target) if n.op == "input" else n.target,
+                args=map_refs(n.args, ref),
+                kwargs=tuple((k, map_refs(v, ref)) for k, v in n.kwargs),
+            )
+            for n in self.nodes
+        ]
+        return Graph(tuple(nodes), map_refs(self.outputs, ref))
 
 
 def _fmt_out(value: Any) -> str:

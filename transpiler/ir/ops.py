@@ -80,7 +80,9 @@ POINTWISE: dict[str, Pointwise] = {
 
 # Reductions: kernel reduction op and how the result is finished.
 REDUCTIONS: dict[str, str] = {
+    "aten.sum.default": "sum",
     "aten.sum.dim_IntList": "sum",
+    "aten.mean.default": "mean",
     "aten.mean.dim": "mean",
     "aten.amax.default": "max",
     "aten.amin.default": "min",

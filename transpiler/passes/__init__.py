@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from transpiler.ir.graph import Graph
 from transpiler.ir.program import Program
+from transpiler.ir.region import CompiledRegion, Region
 from transpiler.passes.constant_fold import constant_fold
 from transpiler.passes.dce import dce
 from transpiler.passes.decompose import decompose
@@ -29,3 +32,66 @@ def optimize(graph: Graph) -> Graph:
 def lower(graph: Graph, names: KernelNames) -> Program:
     """Fuse into kernels and schedule them with the extern calls."""
     return schedule(graph, fuse(graph), names)
+
+
+def lower_region(
+    region: Region, names: KernelNames, env: dict[str, str] | None = None
+) -> CompiledRegion:
+    """Optimize and lower each region of a variant (see Note [Regions]).
+
+    Passes may rename a value (`x * 1` is `x`); `env` carries the names that values
+    from earlier regions have in the code generated for them.
+    """
+    env = dict(env or {})
+    graph = _rename_inputs(region.graph, env)
+    program = lower(optimize(graph), names)
+    if region.branch is None:
+        return CompiledRegion(program, ())
+    *live, cond = program.outputs
+    *orig_live, _ = region.graph.outputs
+    env.update({o.name: n.name for o, n in zip(orig_live, live)})
+    b = region.branch
+    return CompiledRegion(
+        program,
+        tuple(r.name for r in live),
+        cond.name,
+        b.span,
+        lower_region(b.if_true, names, env),
+        lower_region(b.if_false, names, env),
+    )
+
+
+def _rename_inputs(graph: Graph, env: dict[str, str]) -> Graph:
+    mapping = {
+        n.name: env[n.name]
+        for n in graph.nodes
+        if n.op == "input" and n.name in env and env[n.name] != n.name
+    }
+    if not mapping:
+        return graph
+    clash = {n.name for n in graph.nodes if n.op != "input"} & set(mapping.values())
+    assert not clash, f"renamed inputs clash with {clash}"
+    return graph.renamed(mapping)
+
+
+def name_stubs(region: Region, names: list[str]) -> Region:
+    """Give fallback calls (`_fallback:N`) their names in the generated module."""
+
+    def graph(g: Graph) -> Graph:
+        return g.with_nodes(
+            (
+                replace(n, target=names[int(n.target.split(":")[1])])
+                if n.is_fallback
+                else n
+            )
+            for n in g.nodes
+        )
+
+    branch = region.branch
+    if branch is not None:
+        branch = replace(
+            branch,
+            if_true=name_stubs(branch.if_true, names),
+            if_false=name_stubs(branch.if_false, names),
+        )
+    return Region(graph(region.graph), branch)

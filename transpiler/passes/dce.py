@@ -4,7 +4,8 @@ Before:  a = aten.exp.default(x);  b = aten.relu.default(x);  return b
 After:   b = aten.relu.default(x);  return b
 
 Every op in the graph is functional (the frontend functionalizes in-place ops), so an
-unused node has no effect. Inputs stay: they are the variant's signature.
+unused node has no effect. Inputs stay: they are the variant's signature. Fallback
+code stays too: it is the user's code, run for its effects (a `print`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ def dce(graph: Graph) -> Graph:
     live = {r.name for r in iter_refs(graph.outputs)}
     keep = []
     for node in reversed(graph.nodes):
-        if node.name in live or node.op == "input":
+        if node.name in live or node.op == "input" or node.is_fallback:
             keep.append(node)
             live.update(r.name for r in node.refs())
     return graph.with_nodes(reversed(keep))

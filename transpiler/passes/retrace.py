@@ -12,7 +12,12 @@ from collections.abc import Callable
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from transpiler.frontend.recorder import GraphBuilder, Recorder, resolve_op
+from transpiler.frontend.recorder import (
+    GraphBuilder,
+    OpaqueValue,
+    Recorder,
+    resolve_op,
+)
 from transpiler.ir.graph import DEVICE, Graph, Node, Ref, TensorMeta, map_refs
 
 Rewrite = Callable[[Node, tuple, dict], object]  # returns NotImplemented to keep
@@ -24,12 +29,15 @@ def retrace(
     decompositions: dict | None = None,
 ) -> Graph:
     builder = GraphBuilder()
+    builder.reserve(n.name for n in graph.nodes)  # values that survive keep names
     recorder = Recorder(builder, decompositions)
     values: dict[str, object] = {}
     rewrites = rewrites or {}
     with torch.device("meta"), torch.no_grad(), recorder:
         for node in graph.nodes:
-            values[node.name] = _run(node, values, builder, recorder, rewrites)
+            value = _run(node, values, builder, recorder, rewrites)
+            values[node.name] = value
+            _keep_name(node, value, builder, reserved={n.name for n in graph.nodes})
     builder_nodes = builder.nodes
     outputs = map_refs(graph.outputs, lambda r: _ref_of(values[r.name], builder))
     return graph.with_nodes(builder_nodes, outputs)
@@ -39,6 +47,16 @@ def _ref_of(value, builder: GraphBuilder) -> Ref:
     return builder.ref(value, None)
 
 
+def _keep_name(node: Node, value, builder: GraphBuilder, reserved: set[str]) -> None:
+    """Give a rewritten node's result the node's name, unless it is an older value
+    (a rewrite like `x * 1 -> x`): names stay stable through passes."""
+    if not isinstance(value, torch.Tensor) or node.op != "call":
+        return
+    current = builder.name_of(value)
+    if current is not None and current != node.name and current not in reserved:
+        builder.rename(current, node.name)
+
+
 def _run(
     node: Node,
     values: dict,
@@ -46,6 +64,9 @@ def _run(
     recorder: Recorder,
     rewrites: dict[str, Rewrite],
 ):
+    if node.op in ("input", "param") and not isinstance(node.meta, TensorMeta):
+        builder.keep_opaque(node)
+        return OpaqueValue(node.name)
     if node.op in ("input", "param"):
         m = node.tensor_meta
         with _disable_current_modes():  # a placeholder, not an op of the graph
@@ -57,8 +78,12 @@ def _run(
     kwargs = {
         k: (torch.device("meta") if v is DEVICE else v) for k, v in kwargs.items()
     }
+    if node.target == "getitem" and isinstance(args[0], _StubResults):
+        return _stub_result(node, args[0], builder)
     if node.target == "getitem":
         return args[0][args[1]]
+    if node.is_fallback:  # fallback code: kept as it is, its results stay opaque
+        return _fallback(node, values, builder)
     recorder.span = node.span
     start = len(builder.nodes)
     rewrite = rewrites.get(node.target)
@@ -82,6 +107,50 @@ def _run(
     if isinstance(out, torch.Tensor) and not builder.knows(out):
         raise AssertionError(f"rewrite of {node.name} returned an unrecorded tensor")
     return out
+
+
+def _fallback(node: Node, values: dict, builder: GraphBuilder) -> tuple:
+    def ref(r: Ref) -> Ref:
+        return builder.ref(values[r.name], None)
+
+    kwargs = tuple((k, map_refs(v, ref)) for k, v in node.kwargs)
+    name = builder.add(
+        "call",
+        node.target,
+        map_refs(node.args, ref),
+        kwargs,
+        node.meta,
+        node.span,
+        base=node.name,
+    )
+    if name != node.name:
+        builder.rename(name, node.name)
+    return _StubResults(node.name)
+
+
+class _StubResults(str):
+    """The results of fallback code: its node's name; `getitem` nodes pick them."""
+
+
+def _stub_result(node: Node, stub: _StubResults, builder: GraphBuilder):
+    name = builder.add(
+        "call",
+        "getitem",
+        (Ref(str(stub)), node.args[1]),
+        (),
+        node.meta,
+        node.span,
+        base=node.name,
+    )
+    if name != node.name:
+        builder.rename(name, node.name)
+    if not isinstance(node.meta, TensorMeta):
+        return OpaqueValue(node.name)
+    m = node.meta
+    with _disable_current_modes():
+        value = torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device="meta")
+    builder.bind(value, node.name)
+    return value
 
 
 __all__ = ["TensorMeta", "retrace"]
