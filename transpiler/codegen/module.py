@@ -41,17 +41,17 @@ def _summary(vc) -> str:
         isinstance(s, ExternCall) and s.target.startswith(FALLBACK) for s in steps
     )
     branches = sum(r.cond is not None for r in vc.region.walk())
-    parts = [_count(kernels, "kernel"), _count(externs, "extern call")]
+    parts = [count(kernels, "kernel"), count(externs, "extern call")]
     if stubs:
-        parts.append(_count(stubs, "fallback call"))
+        parts.append(count(stubs, "fallback call"))
     if branches:
         parts.append(
-            _count(branches, "branch on tensor data", "branches on tensor data")
+            count(branches, "branch on tensor data", "branches on tensor data")
         )
     return ", ".join(parts)
 
 
-def _count(n: int, one: str, many: str | None = None) -> str:
+def count(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one}" if n == 1 else f"{n} {many or one + 's'}"
 
 

@@ -135,7 +135,8 @@ def grad_guard(t: TargetCode, v: Variant) -> list[str]:
     return [f"not torch.is_grad_enabled() or not ({' or '.join(needs)})"]
 
 
-def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
+def variant_guards(t: TargetCode, vc: VariantCode) -> list[str]:
+    """Every guard of a variant, in the order they are checked."""
     guards = input_guards(vc.variant) + list(vc.guards)
     if t.is_module:
         guards.append("not self.training")
@@ -143,7 +144,11 @@ def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
         guards += [
             g for g in param_guards(program, vc.variant.device) if g not in guards
         ]
-    guards += grad_guard(t, vc.variant)
+    return guards + grad_guard(t, vc.variant)
+
+
+def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
+    guards = variant_guards(t, vc)
     self_ = "self, " if t.is_module else ""
     lines = [
         f"def _guards_{vc.name}({self_}{t.params_text}):",

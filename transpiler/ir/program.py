@@ -121,6 +121,7 @@ class Program:
     steps: tuple[Step, ...]
     kernels: tuple[Kernel, ...]  # distinct kernels, in first-use order
     outputs: Any  # nested structure of Ref / constants
+    kernel_ops: int = 0  # ATen ops computed inside the kernels (for --explain)
 
     def __str__(self) -> str:
         from transpiler.ir.printer import format_program

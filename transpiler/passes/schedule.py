@@ -109,7 +109,14 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
         for n in graph.nodes
         if n.op == "param"
     )
-    return Program(inputs, params, tuple(steps), tuple(kernels), graph.outputs)
+    kernel_ops = sum(
+        fusion.kinds[n] in ("pointwise", "reduction")
+        for g in fusion.groups
+        for n in g.nodes
+    )
+    return Program(
+        inputs, params, tuple(steps), tuple(kernels), graph.outputs, kernel_ops
+    )
 
 
 def _units(graph: Graph, fusion: Fusion, nodes) -> list:
