@@ -13,7 +13,8 @@ import os
 import sys
 import tempfile
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import black
@@ -27,8 +28,9 @@ from transpiler.frontend.fallback import Stub
 from transpiler.frontend.loader import resolve
 from transpiler.frontend.source import SourceCache
 from transpiler.frontend.trace import instantiate, trace
+from transpiler.ir.region import programs_of
 from transpiler.options import Options, ScalarSpec, Target, Variant
-from transpiler.passes import lower_region, name_stubs
+from transpiler.passes import lower_region, map_graphs, name_stubs
 from transpiler.passes.schedule import KernelNames
 
 
@@ -142,15 +144,15 @@ def _build_target(
             )
             continue
         stub_names = [mb.stub_name(stub) for stub in traced.stubs]
-        region = name_stubs(traced.region, stub_names)
+        region = map_graphs(traced.region, partial(name_stubs, names=stub_names))
+        loops = tuple(
+            replace(b, graph=name_stubs(b.graph, stub_names)) for b in traced.loops
+        )
         names = mb.names[variant.device]
         before = set(names.by_body.values())
-        compiled = lower_region(region, names)
+        compiled = lower_region(region, names, loops=loops)
         mb.kernels[variant.device] += [
-            k
-            for r in compiled.walk()
-            for k in r.program.kernels
-            if k.name not in before
+            k for p in programs_of(compiled) for k in p.kernels if k.name not in before
         ]
         variants.append(VariantCode(name, variant, traced.guards, compiled))
     qual = resolved.qualname.split(".")[-1]

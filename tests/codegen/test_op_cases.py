@@ -319,6 +319,8 @@ CASES: list[Case] = [
     ),
     Case("aten.mean.dim", "a.mean(-1)", {"a": randn(300, 130)}, RED_TOL),
     Case("aten.sum.default", "a.sum()", {"a": randn(5, 7)}, RED_TOL),
+    Case("aten.max.default", "a.max()", {"a": randn(5, 7)}, RED_TOL),
+    Case("aten.min.default", "a.min()", {"a": randn(4, 9)}, RED_TOL),
     Case("aten.mean.default", "a.mean()", {"a": randn(3, 11)}, RED_TOL),
     Case(
         "aten.sum.dim_IntList",

@@ -15,10 +15,10 @@ import torch
 
 from transpiler.codegen import triton as triton_codegen
 from transpiler.frontend.fallback import Stub
-from transpiler.ir.graph import DEVICE, FALLBACK, Ref, Span
+from transpiler.ir.graph import DEVICE, FALLBACK, LOOP, Ref, Span
 from transpiler.ir.ops import EXTERN_CONTIGUOUS
 from transpiler.ir.program import Alloc, ExternCall, KernelCall, Program
-from transpiler.ir.region import CompiledRegion
+from transpiler.ir.region import CompiledLoop, CompiledRegion, programs_of
 from transpiler.options import ScalarSpec, TensorSpec, Variant
 
 DTYPE_NAMES = {
@@ -51,7 +51,7 @@ class VariantCode:
 
     @property
     def programs(self) -> list[Program]:
-        return [r.program for r in self.region.walk()] if self.region else []
+        return programs_of(self.region) if self.region else []
 
 
 @dataclass(frozen=True)
@@ -214,6 +214,9 @@ def _region_lines(r: CompiledRegion, kernels: dict, device: str, ind: str) -> li
         allocs = []
         if isinstance(step, KernelCall):
             lines.append(ind + _kernel_call(step, kernels, device))
+        elif step.target.startswith(LOOP):
+            loop = dict(r.loops)[step.target]
+            lines += _loop_lines(step, loop, kernels, device, ind)
         else:
             lines += [ind + s for s in _step_lines(step)]
     if r.cond is None:
@@ -227,6 +230,27 @@ def _region_lines(r: CompiledRegion, kernels: dict, device: str, ind: str) -> li
         *_region_lines(r.if_false, kernels, device, ind + "    "),
     ]
     return lines
+
+
+def _loop_lines(
+    step: ExternCall, loop: CompiledLoop, kernels: dict, device: str, ind: str
+) -> list[str]:
+    """`while cond:` around the compiled body; carried values keep their names."""
+    cond, *initial = (a.name for a in step.args[: 1 + len(loop.carried)])
+    flag = f"{step.out}_cond"
+    body = CompiledRegion(loop.program, (), loops=())
+    inner = _region_lines(body, kernels, device, ind + "    ")[:-1]  # no return
+    *nexts, next_cond = (r.name for r in loop.program.outputs)
+    where = f"{loop.span}: {loop.span.text}" if loop.span else "a loop"
+    return [
+        f"{ind}{', '.join(loop.carried)}, {flag} = {', '.join([*initial, cond])}",
+        f"{ind}# sync: the loop condition reads tensor data ({where})",
+        f"{ind}while {flag}:",
+        *inner,
+        f"{ind}    {', '.join(loop.carried)}, {flag} = "
+        f"{', '.join([*nexts, next_cond])}",
+        f"{ind}{step.out} = ({', '.join(loop.carried)},)",
+    ]
 
 
 def stub_function(name: str, stub: Stub) -> list[str]:

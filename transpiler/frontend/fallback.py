@@ -37,7 +37,7 @@ class Stub:
     reason: str
 
 
-class _Names(cst.CSTVisitor):
+class Names(cst.CSTVisitor):
     """Names a statement reads (any `Name` but attribute and keyword names) and
     assigns, each in order of first appearance."""
 
@@ -86,11 +86,43 @@ class _Names(cst.CSTVisitor):
 INPLACE = re.compile(r"\b[a-z]\w*_\(")  # `x.add_(`: a method writing its tensor
 
 
-def _writes_tensors(stmt: cst.CSTNode, source: str) -> bool:
-    targets = [t.target for t in getattr(stmt, "targets", ())]
-    if any(isinstance(t, (cst.Subscript, cst.Attribute)) for t in targets):
-        return True
-    return bool(INPLACE.search(source))
+class _Writes(cst.CSTVisitor):
+    """Whether a statement may write a tensor it reads, anywhere in it (also inside
+    `try`, `with`, `if`): an item or attribute assignment (`x[0] = 1`, `del x[0]`),
+    an augmented assignment (`x += 1` updates a tensor in place) or an in-place
+    method (`x.add_(1)`, see INPLACE); and the names it rebinds (`y = y.sum()`),
+    whose values after it are new, of unknown shape."""
+
+    def __init__(self) -> None:
+        self.in_place = False
+        self.rebound: set[str] = set()
+
+    def _target(self, target: cst.CSTNode) -> None:
+        if isinstance(target, (cst.Subscript, cst.Attribute)):
+            self.in_place = True
+        elif isinstance(target, cst.Name):
+            self.rebound.add(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for e in target.elements:
+                self._target(e.value)
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._target(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._target(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._target(node.target)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._target(node.name)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.in_place = True
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self.in_place = True
 
 
 def statement_source(stmt: cst.CSTNode) -> str:
@@ -134,7 +166,7 @@ def plan_stub(
 ) -> StubPlan:
     """The stub for `stmt`; raises Unsupported when its inputs cannot be passed."""
     source = statement_source(stmt)
-    names = _Names()
+    names = Names()
     stmt.visit(names)
     params = tuple(n for n in names.read if n in local)
     returns = isinstance(stmt, cst.Return) or (
@@ -143,15 +175,17 @@ def plan_stub(
     )
     if not returns and contains_return(stmt):
         raise Unsupported(f"{reason}, in a statement that may return", span)
-    writes = _writes_tensors(stmt, source)
+    writes = _Writes()
+    stmt.visit(writes)
     tensors = {n: local[n] for n in params if isinstance(local[n], torch.Tensor)}
     outputs = list(names.assigned)
     tensor_outputs = {}
-    if writes:  # tensors it may write in place: later reads must follow it
-        for n, t in tensors.items():
+    if writes.in_place or INPLACE.search(source):
+        for n, t in tensors.items():  # may be written: later reads must follow it
             if n not in outputs:
                 outputs.append(n)
-            tensor_outputs[n] = t
+            if n not in writes.rebound:  # the same tensor: its meta holds
+                tensor_outputs[n] = t
     args = tuple(_arg(local[n], builder, module_paths, span) for n in params)
     global_names = tuple(
         n

@@ -22,10 +22,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transpiler.frontend.fallback import Stub, plan_stub
+from transpiler.frontend.fallback import Names, Stub, plan_stub
 from transpiler.frontend.recorder import OpaqueValue, Recorder, Unsupported
 from transpiler.frontend.source import SourceCache, SourceFile
-from transpiler.ir.graph import FALLBACK, Opaque, Ref, Span, TensorMeta
+from transpiler.ir.graph import (
+    FALLBACK,
+    LOOP,
+    Opaque,
+    Ref,
+    Span,
+    TensorMeta,
+    subgraph,
+)
+from transpiler.ir.region import LoopBody
 
 BINARY_OPS = {
     "Add": operator.add,
@@ -151,6 +160,7 @@ class Interpreter:
         module_paths: dict[int, str],
         decisions: tuple[bool, ...] = (),
         stubs: dict[Stub, int] | None = None,
+        loops: dict[str, tuple[int, LoopBody]] | None = None,
     ):
         self.recorder = recorder
         self.sources = sources
@@ -160,6 +170,7 @@ class Interpreter:
         self.decisions = decisions
         self.branches: list[BranchPoint] = []
         self.stubs = stubs if stubs is not None else {}
+        self.loops = loops if loops is not None else {}
         self.last_stub: Ref | None = None
 
     # ---- functions ------------------------------------------------------------
@@ -394,8 +405,13 @@ class Interpreter:
                 self.exec_block(stmt.orelse.body, frame)
 
     def exec_While(self, stmt: cst.While, frame: Frame) -> None:
-        for _ in range(MAX_UNROLL):
-            if not self.static(stmt.test, frame, "while"):
+        for i in range(MAX_UNROLL):
+            test = self.eval(stmt.test, frame)
+            if isinstance(test, torch.Tensor) and i == 0:
+                return self.tensor_while(stmt, frame, test)
+            if isinstance(test, torch.Tensor):
+                raise Unsupported("`while` condition turns into tensor data")
+            if not test:
                 break
             try:
                 self.exec_block(stmt.body, frame)
@@ -407,6 +423,92 @@ class Interpreter:
             raise Unsupported("`while` loop too long to unroll", self._span())
         if stmt.orelse is not None:
             self.exec_block(stmt.orelse.body, frame)
+
+    def tensor_while(self, stmt: cst.While, frame: Frame, cond: torch.Tensor) -> None:
+        """`while <tensor data>:` becomes a Python loop around a compiled body whose
+        tensors (the carried values) keep their metadata from one iteration to the
+        next; see `LoopBody`."""
+        names = Names()
+        stmt.body.visit(names)
+        carried = tuple(names.assigned)
+        if (
+            stmt.orelse is not None
+            or contains_jump(stmt.body)
+            or not all(isinstance(frame.locals.get(n), torch.Tensor) for n in carried)
+        ):
+            raise Unsupported("`while` on tensor data that updates more than tensors")
+        span = self._span()
+        builder = self.recorder.builder
+        mark, branches, last_stub = (
+            builder.checkpoint(),
+            len(self.branches),
+            self.last_stub,
+        )
+        before = {n: frame.locals[n] for n in carried}
+        try:
+            placeholders = []
+            for n in carried:
+                t = _like(before[n])
+                placeholders.append(
+                    builder.add("input", f"{n}_loop", meta=TensorMeta.of(t))
+                )
+                builder.bind(t, placeholders[-1])
+                frame.locals[n] = t
+            self.exec_block(stmt.body, frame)
+            after = self.eval(stmt.test, frame)
+            nested = any(n.is_loop for n in builder.nodes[mark:])
+            if (
+                not isinstance(after, torch.Tensor)
+                or len(self.branches) != branches
+                or nested
+            ):
+                raise Unsupported("`while` on tensor data with other conditions inside")
+            if any(
+                TensorMeta.of(frame.locals[n]) != TensorMeta.of(before[n])
+                for n in carried
+            ):
+                raise Unsupported("a `while` loop changes the shape of what it updates")
+            outputs = (
+                *(builder.ref(frame.locals[n], span) for n in carried),
+                builder.ref(after, span),
+            )
+            body = LoopBody(
+                subgraph(builder.nodes, mark, len(builder.nodes), outputs),
+                tuple(placeholders),
+                span,
+            )
+        finally:
+            builder.rollback(mark)
+            self.last_stub = last_stub
+            frame.locals.update(before)
+        index = self.loops.setdefault(
+            str(body.graph) + repr(body.carried), (len(self.loops), body)
+        )[0]
+        outer = [
+            Ref(n.name)
+            for n in body.graph.nodes
+            if n.op == "input" and n.name not in placeholders
+        ]
+        args = (
+            builder.ref(cond, span),
+            *(builder.ref(before[n], span) for n in carried),
+            *outer,
+        )
+        kwargs = (("_after", self.last_stub),) if self.last_stub else ()
+        metas = tuple(TensorMeta.of(before[n]) for n in carried)
+        name = builder.add(
+            "call", f"{LOOP}:{index}", args, kwargs, metas, span, base="loop"
+        )
+        self.last_stub = Ref(name)
+        for i, n in enumerate(carried):
+            t = _like(before[n])
+            builder.bind(
+                t,
+                builder.add(
+                    "call", "getitem", (Ref(name), i), (), metas[i], span, base=n
+                ),
+            )
+            frame.locals[n] = t
 
     def exec_With(self, stmt: cst.With, frame: Frame) -> None:
         for item in stmt.items:
@@ -635,6 +737,34 @@ class Interpreter:
 
     def _span(self) -> Span | None:
         return self.recorder.span
+
+
+def _like(t: torch.Tensor) -> torch.Tensor:
+    """A new meta tensor with `t`'s metadata, made without recording an op."""
+    with torch.utils._python_dispatch._disable_current_modes():
+        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+def contains_jump(body: cst.CSTNode) -> bool:
+    """Whether a loop body has a `break`, `continue` or `return` of its own."""
+    found = []
+
+    class _Find(cst.CSTVisitor):
+        def visit_Break(self, node) -> None:
+            found.append(node)
+
+        visit_Continue = visit_Return = visit_Break
+
+        def visit_FunctionDef(self, node) -> bool:
+            return False
+
+        def visit_For(self, node) -> bool:  # a nested loop's break is its own
+            return False
+
+        visit_While = visit_For
+
+    body.visit(_Find())
+    return bool(found)
 
 
 def _owner(fn) -> str:

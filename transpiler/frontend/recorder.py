@@ -100,10 +100,9 @@ class GraphBuilder:
         """A new unique name: `base`, else `base_1`, `base_2`, ...; never a Python
         keyword or builtin (`sum` becomes `sum_`), as names become variables."""
         base = base.replace(".", "_")
-        if keyword.iskeyword(base) or hasattr(builtins, base):
-            base += "_"
         n = self._used.get(base, 0)
-        name = f"{base}_{n}" if n else base
+        shadows = keyword.iskeyword(base) or hasattr(builtins, base)
+        name = f"{base}_{n}" if n else base + "_" * shadows
         while name in self._taken:
             n += 1
             name = f"{base}_{n}"

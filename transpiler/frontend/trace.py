@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,8 +19,8 @@ from transpiler.frontend.recorder import (
     Unsupported,
 )
 from transpiler.frontend.source import SourceCache
-from transpiler.ir.graph import Graph, Node, Ref, iter_refs, map_refs, self_path
-from transpiler.ir.region import Branch, Region
+from transpiler.ir.graph import Graph, Node, Ref, map_refs, self_path, subgraph
+from transpiler.ir.region import Branch, LoopBody, Region
 from transpiler.options import ScalarSpec, TensorSpec, Variant
 
 MAX_PATHS = 16  # paths through conditions on tensor data compiled for one variant
@@ -34,6 +34,7 @@ class Traced:
     guards: tuple[str, ...]  # from module attributes read (inputs are guarded apart)
     stubs: tuple[Stub, ...] = ()  # fallback code; `_fallback:N` calls stubs[N]
     fallback: Unsupported | None = None
+    loops: tuple[LoopBody, ...] = ()  # `_loop:N` runs loops[N]
 
     @property
     def graph(self) -> Graph | None:
@@ -81,6 +82,7 @@ def trace(
             module_paths.setdefault(id(m), self_path(name))
     fn = type(module).forward if module is not None else obj
     stubs: dict[Stub, int] = {}
+    loops: dict[str, tuple[int, LoopBody]] = {}
     guards: dict[str, None] = {}
     paths = [0]
 
@@ -92,7 +94,7 @@ def trace(
             )
         builder = GraphBuilder(params)
         recorder = Recorder(builder)
-        interp = Interpreter(recorder, sources, module_paths, decisions, stubs)
+        interp = Interpreter(recorder, sources, module_paths, decisions, stubs, loops)
         args = _inputs(fn, variant, builder, skip_self=module is not None)
         try:
             with torch.device("meta"), torch.no_grad(), recorder:
@@ -107,9 +109,12 @@ def trace(
         region = _explore((), run(()), run)
     except Unsupported as e:
         return Traced(None, tuple(guards), tuple(stubs), e)
+    bodies = tuple(body for _, body in sorted(loops.values(), key=lambda v: v[0]))
     for r in region.walk():
         r.graph.lint()
-    return Traced(region, tuple(guards), tuple(stubs))
+    for body in bodies:
+        body.graph.lint()
+    return Traced(region, tuple(guards), tuple(stubs), loops=bodies)
 
 
 def _explore(prefix: tuple[bool, ...], path: _Path, run) -> Region:
@@ -117,43 +122,15 @@ def _explore(prefix: tuple[bool, ...], path: _Path, run) -> Region:
     k = len(prefix)
     start = path.branches[k - 1].position if k else 0
     if len(path.branches) == k:
-        return Region(_graph(path.nodes, start, len(path.nodes), path.outputs))
+        return Region(subgraph(path.nodes, start, len(path.nodes), path.outputs))
     point = path.branches[k]
     if_true = _explore((*prefix, True), path, run)
     if_false = _explore((*prefix, False), run((*prefix, False)), run)
     later = _inputs_of(if_true) | _inputs_of(if_false)
     body = path.nodes[start : point.position]
     live = tuple(Ref(n.name) for n in body if n.name in later)
-    graph = _graph(path.nodes, start, point.position, (*live, point.cond))
+    graph = subgraph(path.nodes, start, point.position, (*live, point.cond))
     return Region(graph, Branch(point.cond.name, point.span, if_true, if_false))
-
-
-def _graph(nodes: list[Node], start: int, end: int, outputs) -> Graph:
-    """Nodes [start, end) as a graph; values from before `start` become inputs."""
-    body = nodes[start:end]
-    defined = {n.name for n in body}
-    earlier = {n.name: n for n in nodes[:start]}
-    body = [_drop_foreign_order(n, defined) for n in body]
-    used: dict[str, None] = {}
-    for n in body:
-        for r in n.refs():
-            used.setdefault(r.name)
-    for r in iter_refs(outputs):
-        used.setdefault(r.name)
-    inputs = [
-        Node(name, "input", name, meta=earlier[name].meta)
-        for name in used
-        if name not in defined and name in earlier
-    ]
-    return Graph(tuple(inputs + body), outputs)
-
-
-def _drop_foreign_order(node: Node, defined: set[str]) -> Node:
-    """Fallback code runs in source order; across regions control flow keeps it."""
-    kwargs = tuple(
-        (k, v) for k, v in node.kwargs if not (k == "_after" and v.name not in defined)
-    )
-    return replace(node, kwargs=kwargs) if kwargs != node.kwargs else node
 
 
 def _inputs_of(region: Region) -> set[str]:

@@ -132,6 +132,11 @@ class Node:
         """A call of fallback code: runs eagerly, keeps its place among the others."""
         return self.target.startswith(FALLBACK)
 
+    @property
+    def is_loop(self) -> bool:
+        """A `while` loop on tensor data; its body is a graph of its own."""
+        return self.target.startswith(LOOP)
+
     def refs(self) -> Iterator[Ref]:
         yield from iter_refs((self.args, self.kwargs))
 
@@ -163,6 +168,7 @@ def _fmt(value: Any) -> str:
 
 
 FALLBACK = "_fallback"  # target prefix of fallback calls
+LOOP = "_loop"  # target prefix of loops on tensor data
 
 
 def iter_refs(value: Any) -> Iterator[Ref]:
@@ -280,3 +286,32 @@ class RuntimeDevice:
 
 
 DEVICE = RuntimeDevice()
+
+
+def subgraph(nodes: list[Node], start: int, end: int, outputs: Any) -> Graph:
+    """Nodes [start, end) as a graph of their own: values they use from before
+    `start` become its inputs (same names), and ordering tokens of fallback code
+    (`_after`) that point outside are dropped: control flow keeps that order."""
+    body = nodes[start:end]
+    defined = {n.name for n in body}
+    earlier = {n.name: n for n in nodes[:start]}
+
+    def local(n: Node) -> Node:
+        kwargs = tuple(
+            (k, v) for k, v in n.kwargs if not (k == "_after" and v.name not in defined)
+        )
+        return replace(n, kwargs=kwargs) if kwargs != n.kwargs else n
+
+    body = [local(n) for n in body]
+    used: dict[str, None] = {}
+    for n in body:
+        for r in n.refs():
+            used.setdefault(r.name)
+    for r in iter_refs(outputs):
+        used.setdefault(r.name)
+    inputs = [
+        Node(name, "input", name, meta=earlier[name].meta)
+        for name in used
+        if name not in defined and name in earlier
+    ]
+    return Graph(tuple(inputs + body), outputs)

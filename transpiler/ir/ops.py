@@ -85,6 +85,8 @@ REDUCTIONS: dict[str, str] = {
     "aten.mean.default": "mean",
     "aten.mean.dim": "mean",
     "aten.amax.default": "max",
+    "aten.max.default": "max",
+    "aten.min.default": "min",
     "aten.amin.default": "min",
     "aten.var.correction": "var",
     "aten.var.dim": "var",

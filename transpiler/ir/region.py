@@ -40,6 +40,26 @@ class Region:
 
 
 @dataclass(frozen=True)
+class LoopBody:
+    """The body of `while <tensor condition>:`, compiled once, run until false.
+
+    `graph` reads the carried values through its inputs named in `carried` (and any
+    earlier value by its own name); it returns their next values, then the next
+    condition. Carried values keep their shape, dtype and strides."""
+
+    graph: Graph
+    carried: tuple[str, ...]
+    span: Span | None
+
+
+@dataclass(frozen=True)
+class CompiledLoop:
+    program: Any
+    carried: tuple[str, ...]
+    span: Span | None
+
+
+@dataclass(frozen=True)
 class CompiledRegion:
     """A region lowered to a Program (any type: ir.program.Program)."""
 
@@ -49,9 +69,19 @@ class CompiledRegion:
     span: Span | None = None
     if_true: CompiledRegion | None = None
     if_false: CompiledRegion | None = None
+    loops: tuple[tuple[str, CompiledLoop], ...] = ()  # by `_loop:N` target
 
     def walk(self) -> Iterator[CompiledRegion]:
         yield self
         for child in (self.if_true, self.if_false):
             if child is not None:
                 yield from child.walk()
+
+
+def programs_of(region: CompiledRegion) -> list:
+    """Every Program of a compiled variant: regions, then loop bodies."""
+    out = []
+    for r in region.walk():
+        out.append(r.program)
+        out += [loop.program for _, loop in r.loops]
+    return out

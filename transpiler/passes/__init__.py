@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from transpiler.ir.graph import Graph
 from transpiler.ir.program import Program
-from transpiler.ir.region import CompiledRegion, Region
+from transpiler.ir.region import CompiledLoop, CompiledRegion, LoopBody, Region
 from transpiler.passes.constant_fold import constant_fold
 from transpiler.passes.dce import dce
 from transpiler.passes.decompose import decompose
@@ -35,7 +35,10 @@ def lower(graph: Graph, names: KernelNames) -> Program:
 
 
 def lower_region(
-    region: Region, names: KernelNames, env: dict[str, str] | None = None
+    region: Region,
+    names: KernelNames,
+    env: dict[str, str] | None = None,
+    loops: tuple[LoopBody, ...] = (),
 ) -> CompiledRegion:
     """Optimize and lower each region of a variant (see Note [Regions]).
 
@@ -45,8 +48,13 @@ def lower_region(
     env = dict(env or {})
     graph = _rename_inputs(region.graph, env)
     program = lower(optimize(graph), names)
+    compiled_loops = tuple(
+        (n.target, _lower_loop(loops[int(n.target.split(":")[1])], names))
+        for n in graph.nodes
+        if n.is_loop
+    )
     if region.branch is None:
-        return CompiledRegion(program, ())
+        return CompiledRegion(program, (), loops=compiled_loops)
     *live, cond = program.outputs
     *orig_live, _ = region.graph.outputs
     env.update({o.name: n.name for o, n in zip(orig_live, live)})
@@ -56,9 +64,14 @@ def lower_region(
         tuple(r.name for r in live),
         cond.name,
         b.span,
-        lower_region(b.if_true, names, env),
-        lower_region(b.if_false, names, env),
+        lower_region(b.if_true, names, env, loops),
+        lower_region(b.if_false, names, env, loops),
+        compiled_loops,
     )
+
+
+def _lower_loop(body: LoopBody, names: KernelNames) -> CompiledLoop:
+    return CompiledLoop(lower(optimize(body.graph), names), body.carried, body.span)
 
 
 def _rename_inputs(graph: Graph, env: dict[str, str]) -> Graph:
@@ -74,24 +87,21 @@ def _rename_inputs(graph: Graph, env: dict[str, str]) -> Graph:
     return graph.renamed(mapping)
 
 
-def name_stubs(region: Region, names: list[str]) -> Region:
+def name_stubs(graph: Graph, names: list[str]) -> Graph:
     """Give fallback calls (`_fallback:N`) their names in the generated module."""
+    return graph.with_nodes(
+        replace(n, target=names[int(n.target.split(":")[1])]) if n.is_fallback else n
+        for n in graph.nodes
+    )
 
-    def graph(g: Graph) -> Graph:
-        return g.with_nodes(
-            (
-                replace(n, target=names[int(n.target.split(":")[1])])
-                if n.is_fallback
-                else n
-            )
-            for n in g.nodes
-        )
 
+def map_graphs(region: Region, fn) -> Region:
+    """The same region tree with `fn` applied to each region's graph."""
     branch = region.branch
     if branch is not None:
         branch = replace(
             branch,
-            if_true=name_stubs(branch.if_true, names),
-            if_false=name_stubs(branch.if_false, names),
+            if_true=map_graphs(branch.if_true, fn),
+            if_false=map_graphs(branch.if_false, fn),
         )
-    return Region(graph(region.graph), branch)
+    return Region(fn(region.graph), branch)

@@ -5,7 +5,8 @@ After:   b = aten.relu.default(x);  return b
 
 Every op in the graph is functional (the frontend functionalizes in-place ops), so an
 unused node has no effect. Inputs stay: they are the variant's signature. Fallback
-code stays too: it is the user's code, run for its effects (a `print`).
+code stays too: it is the user's code, run for its effects (a `print`), and so do loops
+on tensor data, whose bodies may hold some.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ def dce(graph: Graph) -> Graph:
     live = {r.name for r in iter_refs(graph.outputs)}
     keep = []
     for node in reversed(graph.nodes):
-        if node.name in live or node.op == "input" or node.is_fallback:
+        if node.name in live or node.op == "input" or node.is_fallback or node.is_loop:
             keep.append(node)
             live.update(r.name for r in node.refs())
     return graph.with_nodes(reversed(keep))

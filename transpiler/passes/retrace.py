@@ -82,7 +82,7 @@ def _run(
         return _stub_result(node, args[0], builder)
     if node.target == "getitem":
         return args[0][args[1]]
-    if node.is_fallback:  # fallback code: kept as it is, its results stay opaque
+    if node.is_fallback or node.is_loop:  # kept as they are; results picked apart
         return _fallback(node, values, builder)
     recorder.span = node.span
     start = len(builder.nodes)
