@@ -18,6 +18,11 @@ import torch
 import runtime_shim
 import examples.add_relu as _source
 
+# The sources this module was built from: a changed one is reported once.
+runtime_shim.check_sources(
+    __file__, {"examples.add_relu": ("examples/add_relu.py", "a3a83907bae6c8f9")}
+)
+
 # C++ kernels, compiled on first use (or prebuilt: python -m runtime_shim build)
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 

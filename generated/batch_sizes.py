@@ -20,6 +20,11 @@ import torch
 import runtime_shim
 import examples.batch_sizes as _source
 
+# The sources this module was built from: a changed one is reported once.
+runtime_shim.check_sources(
+    __file__, {"examples.batch_sizes": ("examples/batch_sizes.py", "beaad03812028f6b")}
+)
+
 # C++ kernels, compiled on first use (or prebuilt: python -m runtime_shim build)
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 

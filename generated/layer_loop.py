@@ -18,6 +18,11 @@ import torch
 import runtime_shim
 import examples.layer_loop as _source
 
+# The sources this module was built from: a changed one is reported once.
+runtime_shim.check_sources(
+    __file__, {"examples.layer_loop": ("examples/layer_loop.py", "047e91446a31eda3")}
+)
+
 
 def _fallback_0(x):
     """examples/layer_loop.py:18: calls print(), a Python side effect."""

@@ -20,6 +20,12 @@ import torch
 import runtime_shim
 import examples.layernorm_gelu as _source
 
+# The sources this module was built from: a changed one is reported once.
+runtime_shim.check_sources(
+    __file__,
+    {"examples.layernorm_gelu": ("examples/layernorm_gelu.py", "f01ba6b1e518eddd")},
+)
+
 # C++ kernels, compiled on first use (or prebuilt: python -m runtime_shim build)
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 

@@ -21,6 +21,12 @@ import torch
 import runtime_shim
 import examples.script_vs_trace as _source
 
+# The sources this module was built from: a changed one is reported once.
+runtime_shim.check_sources(
+    __file__,
+    {"examples.script_vs_trace": ("examples/script_vs_trace.py", "4b02445f08e18e64")},
+)
+
 # C++ kernels, compiled on first use (or prebuilt: python -m runtime_shim build)
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 

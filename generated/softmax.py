@@ -18,6 +18,11 @@ import torch
 import runtime_shim
 import examples.softmax as _source
 
+# The sources this module was built from: a changed one is reported once.
+runtime_shim.check_sources(
+    __file__, {"examples.softmax": ("examples/softmax.py", "bfb2c1233be7fe24")}
+)
+
 # C++ kernels, compiled on first use (or prebuilt: python -m runtime_shim build)
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 

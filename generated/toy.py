@@ -21,6 +21,11 @@ import torch
 import runtime_shim
 import examples.toy as _source
 
+# The sources this module was built from: a changed one is reported once.
+runtime_shim.check_sources(
+    __file__, {"examples.toy": ("examples/toy.py", "872e4b4a3b2aa295")}
+)
+
 # C++ kernels, compiled on first use (or prebuilt: python -m runtime_shim build)
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 

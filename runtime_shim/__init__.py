@@ -4,6 +4,7 @@ Depends on torch and the standard library only; see README.md.
 """
 
 from runtime_shim.cpp import CppLibrary, RuntimeShimError, load_cpp
+from runtime_shim.provenance import check_sources
 from runtime_shim.warn import warn_fallback, warn_once
 
 __version__ = "0.1.0"
@@ -12,6 +13,7 @@ __all__ = [
     "CppLibrary",
     "RuntimeShimError",
     "__version__",
+    "check_sources",
     "load_cpp",
     "warn_fallback",
     "warn_once",

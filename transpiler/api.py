@@ -21,6 +21,7 @@ import black
 import libcst as cst
 from torch import nn
 
+from runtime_shim.provenance import source_hash
 from transpiler.codegen.module import render_module
 from transpiler.codegen.wrapper import TargetCode, VariantCode
 from transpiler.errors import UserError
@@ -47,6 +48,8 @@ class ModuleBuild:
     # (`_cpu_0`, `_guards_cpu_0`) share the generated module's namespace
     counts: dict[str, int] = field(default_factory=dict)
     stubs: dict[Stub, str] = field(default_factory=dict)  # fallback code, named
+    # module name -> (path, hash) of every source file its code was read from
+    sources: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def stub_name(self, stub: Stub) -> str:
         return self.stubs.setdefault(stub, f"_fallback_{len(self.stubs)}")
@@ -90,6 +93,7 @@ def render(modules: dict[str, ModuleBuild], options: Options) -> dict[str, str]:
             mb.kernels["cpu"],
             mb.kernels["cuda"],
             mb.stubs,
+            dict(sorted(mb.sources.items())),
         )
         files[f"{stem}.py"] = _black(out.py)
         if out.triton is not None:
@@ -120,6 +124,7 @@ def _build_target(
             f"two targets would both write {stem}.py: "
             f"{mb.source_module} and {resolved.module_name}"
         )
+    sources.read.clear()
     module = None
     if is_module:
         factory = None
@@ -155,6 +160,10 @@ def _build_target(
             k for p in programs_of(compiled) for k in p.kernels if k.name not in before
         ]
         variants.append(VariantCode(name, variant, traced.guards, compiled))
+    for path in sorted(sources.read):
+        rel = Path(sources.display(path))
+        name = ".".join(rel.with_suffix("").parts)
+        mb.sources[name] = (rel.as_posix(), source_hash(path.read_bytes()))
     qual = resolved.qualname.split(".")[-1]
     mb.targets.append(
         TargetCode(

@@ -7,6 +7,9 @@ is written. `assert` is for our own invariants only.
 
 from __future__ import annotations
 
+import traceback
+from pathlib import Path
+
 
 class UserError(Exception):
     """A problem with the user's input, reported as one line with exit code 2."""
@@ -22,3 +25,27 @@ class UserError(Exception):
             return self.message
         where = self.file if self.line is None else f"{self.file}:{self.line}"
         return f"{where}: {self.message}"
+
+
+_INSTALLED = {"site-packages", "dist-packages"}
+_OURS = Path(__file__).resolve().parent  # the transpiler package
+
+
+def user_file(file: str, root: Path) -> str | None:
+    """`file` relative to `root` if it is the user's code: under `root`, outside
+    the transpiler and installed packages; else None."""
+    path, root = Path(file).resolve(), root.resolve()
+    if not path.is_file() or _INSTALLED & set(path.parts):
+        return None
+    if not path.is_relative_to(root) or path.is_relative_to(_OURS):
+        return None
+    return path.relative_to(root).as_posix()
+
+
+def raised_at(err: BaseException, root: Path) -> tuple[str | None, int | None]:
+    """The innermost `file:line` of the user's code in `err`'s traceback, if any."""
+    for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        file = user_file(frame.filename, root)
+        if file is not None:
+            return file, frame.lineno
+    return None, None

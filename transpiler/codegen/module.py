@@ -92,6 +92,7 @@ def render_module(
     cpu_kernels: list,
     triton_kernels: list,
     stubs: dict[Stub, str],
+    sources: dict[str, tuple[str, str]],
 ) -> ModuleFiles:
     doc = header(source_file, targets, command, stubs)
     lines = [
@@ -103,6 +104,9 @@ def render_module(
         "",
         "import runtime_shim",
         f"import {source_module} as _source",
+        "",
+        "# The sources this module was built from: a changed one is reported once.",
+        f"runtime_shim.check_sources(__file__, {sources!r})",
         "",
     ]
     if cpu_kernels:

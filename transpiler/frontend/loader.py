@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from transpiler.errors import UserError
+from transpiler.errors import UserError, raised_at
+
+_MAX_NAMES = 8  # names listed when a target's name is not found
 
 
 @dataclass(frozen=True)
@@ -43,15 +47,44 @@ def resolve(spec: str, root: Path) -> Resolved:
             f"syntax error: {e.msg}", _display(file, root), e.lineno
         ) from None
     except ImportError as e:
-        raise UserError(f"cannot import {module_name}: {e}") from None
+        where = raised_at(e, root)
+        raise UserError(f"cannot import {module_name}: {e}", *where) from None
+    except Exception as e:  # the user's module raised while it was imported
+        message = f"importing {module_name} raised {type(e).__name__}: {e}"
+        raise UserError(message, *raised_at(e, root)) from None
+    if left.endswith(".py") and Path(module.__file__).resolve() != path:
+        raise UserError(
+            f"{left} imports as {module_name}, but that name is already "
+            f"{module.__file__}; run transpile from the project root"
+        )
     obj = module
     for part in qualname.split("."):
         if not hasattr(obj, part):
             raise UserError(
-                f"{module_name} has no {qualname!r}", _display(module.__file__, root)
+                f"{module_name} has no {qualname!r}{_known_names(obj, part)}",
+                _display(module.__file__, root),
             )
         obj = getattr(obj, part)
     return Resolved(module_name, qualname, obj, Path(module.__file__))
+
+
+def _known_names(obj: object, missing: str) -> str:
+    """`; did you mean 'Net'?`, or the classes and functions a module defines."""
+    if not isinstance(obj, types.ModuleType):
+        return ""
+    names = sorted(
+        name
+        for name, value in vars(obj).items()
+        if isinstance(value, (type, types.FunctionType))
+        and getattr(value, "__module__", None) == obj.__name__
+    )
+    close = difflib.get_close_matches(missing, names, n=1)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    if not names:
+        return ""
+    shown = names[:_MAX_NAMES] + (["..."] if len(names) > _MAX_NAMES else [])
+    return f" (it defines {', '.join(shown)})"
 
 
 def _display(file: str, root: Path) -> str:

@@ -7,7 +7,9 @@ exactly as Python resolved them.
 
 from __future__ import annotations
 
+import ast
 import inspect
+import tokenize
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +39,7 @@ class SourceCache:
     def __init__(self, root: Path):
         self.root = root.resolve()
         self._files: dict[Path, SourceFile] = {}
+        self.read: set[Path] = set()  # files read since `read` was last cleared
 
     def display(self, path: Path) -> str:
         path = path.resolve()
@@ -55,19 +58,25 @@ class SourceCache:
 
     def load(self, path: Path) -> SourceFile:
         path = path.resolve()
+        self.read.add(path)
         if path not in self._files:
             self._files[path] = self._parse(path)
         return self._files[path]
 
     def _parse(self, path: Path) -> SourceFile:
-        text = path.read_text()
+        with tokenize.open(path) as f:  # in the encoding Python reads it in
+            text = f.read()
         display = self.display(path)
         try:
             module = cst.parse_module(text)
-        except cst.ParserSyntaxError as e:
-            raise UserError(f"syntax error: {e.message}", display, e.raw_line) from None
-        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-        positions = wrapper.resolve(PositionProvider)
+            wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+            positions = wrapper.resolve(PositionProvider)
+        except cst.ParserSyntaxError as e:  # Python imported it: libcst's limit
+            message = f"libcst cannot parse this file: {e.message}"
+            raise UserError(message, display, e.raw_line) from None
+        except RecursionError:
+            message = "expression nested too deeply for libcst; split it into steps"
+            raise UserError(message, display, _deepest_line(text)) from None
         defs: dict[int, cst.FunctionDef] = {}
         for node, rng in positions.items():
             if isinstance(node, cst.FunctionDef):
@@ -88,3 +97,15 @@ class SourceCache:
         if node is None or node.name.value != fn.__name__:
             raise UserError(f"cannot find the source of {fn.__qualname__}", src.display)
         return src, node
+
+
+def _deepest_line(text: str) -> int | None:
+    """The line of the most deeply nested node of `text`, for errors about nesting."""
+    deepest, line = 0, None
+    stack = [(node, 1) for node in ast.parse(text).body]
+    while stack:  # iterative: recursion is what failed
+        node, depth = stack.pop()
+        if depth > deepest and hasattr(node, "lineno"):
+            deepest, line = depth, node.lineno
+        stack += [(child, depth + 1) for child in ast.iter_child_nodes(node)]
+    return line

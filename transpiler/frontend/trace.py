@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from transpiler.errors import UserError
+from transpiler.errors import UserError, raised_at, user_file
 from transpiler.frontend.fallback import Stub
 from transpiler.frontend.interpreter import BranchPoint, Interpreter
 from transpiler.frontend.recorder import (
@@ -55,15 +55,41 @@ class _Path:
 
 def instantiate(obj, init: dict, factory, root: Path) -> nn.Module:
     """Build the module on the meta device, so no weights are allocated."""
+    build, args = (factory, {}) if factory is not None else (obj, init)
+    shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+    call = f"{build.__name__}({shown})"
+    call = f"factory {call}" if factory is not None else call
     with torch.device("meta"):
         try:
-            module = factory() if factory is not None else obj(**init)
-        except Exception as e:  # the user's constructor rejected the arguments
-            what = "factory" if factory is not None else f"{obj.__name__}(**init)"
-            raise UserError(f"{what} failed: {type(e).__name__}: {e}") from None
+            module = build(**args)
+        except Exception as e:  # the user's constructor or factory raised
+            file, line = raised_at(e, root)
+            hint = ""
+            if file is None:  # the call itself: arguments the signature rejects
+                file, line = _defined_at(build, root)
+                hint = "" if factory else " (constructor arguments: --init K=V)"
+            message = f"{call} failed: {type(e).__name__}: {e}{hint}"
+            raise UserError(message, file, line) from None
     if not isinstance(module, nn.Module):
-        raise UserError(f"{obj!r} did not build an nn.Module")
+        got = type(module).__name__
+        message = f"{call} returned {got}, not an nn.Module"
+        raise UserError(message, *_defined_at(build, root))
     return module.eval()
+
+
+def _defined_at(fn, root: Path) -> tuple[str | None, int | None]:
+    """Where a function, or a class (its own `__init__`, else the class), is defined,
+    if that is the user's code."""
+    init = getattr(fn, "__init__", None) if isinstance(fn, type) else None
+    for candidate in (init, fn):
+        try:
+            file = user_file(inspect.getsourcefile(candidate) or "", root)
+            line = inspect.getsourcelines(candidate)[1]
+        except (TypeError, OSError):
+            continue
+        if file is not None:
+            return file, line
+    return None, None
 
 
 def trace(

@@ -1,0 +1,263 @@
+"""Static conditions become guards; a failed guard falls back to eager, warning once.
+
+`func(x, multiplier)` (the reference's Dynamo example) has a variant per multiplier;
+each call picks its own, and an undeclared multiplier runs eager with one warning.
+Then one test per guard kind violates exactly that guard and checks (a) the result is
+eager's, (b) exactly one RuntimeWarning, naming the guard, over two identical calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from examples.dynamo import func
+from tests.compile_helpers import Compiled, compile_source, specs
+from tests.control_flow.support import (
+    assert_one_fallback,
+    compile_variants,
+    copy_weights,
+    example_case,
+    exported,
+    fallback_messages,
+    no_fallback,
+    recorded_warnings,
+    spy_on,
+    variant_name,
+    variant_of,
+)
+from tests.helpers import assert_close, generated_module
+from transpiler.options import Variant
+
+F32 = torch.float32
+GRAD_GUARD = "not torch.is_grad_enabled() or not (x.requires_grad)"
+
+# ---------------------------------------------------------------- func(x, multiplier)
+
+FUNC = "examples/dynamo.py::func"
+
+
+def test_each_multiplier_picks_its_variant(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = generated_module(example_case(FUNC, "cpu"))
+    x = torch.randn(10, generator=torch.Generator().manual_seed(0))
+    for position, multiplier in enumerate((2, 3)):
+        variant = variant_of(example_case(FUNC, "cpu", position)).__name__
+        calls = spy_on(monkeypatch, module, variant)
+        with torch.no_grad(), no_fallback():
+            actual = module.func(x, multiplier)
+        assert len(calls) == 1, f"multiplier={multiplier} did not run {variant}"
+        assert_close(actual, func(x, multiplier), F32, f"multiplier={multiplier}")
+
+
+def test_other_multiplier_runs_eager_and_warns_once() -> None:
+    module = generated_module(example_case(FUNC, "cpu"))
+    x = torch.randn(10, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), recorded_warnings() as record:
+        first = module.func(x, 4)
+        second = module.func(x, 4)
+    assert_close(first, func(x, 4), F32, "multiplier=4")
+    assert_close(second, func(x, 4), F32, "multiplier=4, again")
+    two, three = (variant_of(example_case(FUNC, "cpu", i)) for i in (0, 1))
+    guard = "type(multiplier) is int and multiplier == {}"
+    message = assert_one_fallback(record, variant_name(two), guard.format(2))
+    assert f"variant {variant_name(three)} needs {guard.format(3)}" in message
+
+
+# ------------------------------------------------------------- one test per guard kind
+
+SOURCE = """
+import torch
+from torch import nn
+
+
+def pointwise(x):
+    return (x * 2.0).relu()
+
+
+def scaled(x, k):
+    return x * k + 1.0
+
+
+def with_bias(x, bias=None):
+    if bias is None:
+        return x.relu()
+    return x.relu() + bias
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = 2.0
+        self.w = nn.Parameter(torch.ones(8))
+
+    def forward(self, x):
+        return (x * self.w).relu() * self.scale
+"""
+X = torch.randn(4, 8)
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compiled]:
+    return compile_source(
+        SOURCE,
+        {
+            "pointwise": {"x": X},
+            "scaled": {"x": X, "k": 3},
+            "with_bias": {"x": X, "bias": None},
+            "Net": {"x": X},
+        },
+        tmp_path_factory.mktemp("guards"),
+    )
+
+
+def randn(*shape: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def check_fallback(
+    run: Callable[[], object],
+    eager: Callable[[], object],
+    variant: str,
+    guard: str,
+    grad: bool = False,
+) -> None:
+    """Two identical calls: eager's result both times, one warning naming `guard`."""
+    expected = eager()
+    with torch.set_grad_enabled(grad), recorded_warnings() as record:
+        results = [run(), run()]
+    for result in results:
+        assert_close(result, expected, expected.dtype, guard)
+    assert_one_fallback(record, variant, guard)
+
+
+# each: target, the arguments (violating one guard of the cpu variant), that guard
+FUNCTION_CASES = {
+    "dtype": (
+        "pointwise",
+        lambda: {"x": randn(4, 8).double()},
+        "x.dtype == torch.float32",
+    ),
+    "shape": ("pointwise", lambda: {"x": randn(4, 9)}, "x.shape == (4, 8)"),
+    "stride": ("pointwise", lambda: {"x": randn(8, 4).t()}, "x.stride() == (8, 1)"),
+    "scalar value": (
+        "scaled",
+        lambda: {"x": randn(4, 8), "k": 4},
+        "type(k) is int and k == 3",
+    ),
+    "scalar type": (
+        "scaled",
+        lambda: {"x": randn(4, 8), "k": 3.0},
+        "type(k) is int and k == 3",
+    ),
+    "None vs tensor": (
+        "with_bias",
+        lambda: {"x": randn(4, 8), "bias": randn(8, seed=1)},
+        "bias is None",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", FUNCTION_CASES)
+def test_function_guard(kind: str, compiled: dict[str, Compiled]) -> None:
+    name, make_args, guard = FUNCTION_CASES[kind]
+    c = compiled[name]
+    args = make_args()
+    check_fallback(
+        lambda: c(**args), lambda: c.eager(**args), variant_name(c.cpu), guard
+    )
+
+
+def test_autograd_guard(compiled: dict[str, Compiled]) -> None:
+    """An input needing a gradient, with grad enabled: eager, so backward works."""
+    c = compiled["pointwise"]
+    x = randn(4, 8).requires_grad_()
+    x_eager = x.detach().clone().requires_grad_()
+    check_fallback(
+        lambda: c(x), lambda: c.eager(x_eager), variant_name(c.cpu), GRAD_GUARD, True
+    )
+    c(x).sum().backward()
+    c.eager(x_eager).sum().backward()
+    assert_close(x.grad, x_eager.grad, F32, "gradient")
+    with torch.no_grad(), no_fallback():  # under no_grad the variant may run
+        c(x)
+
+
+def net_pair(c: Compiled) -> tuple[torch.nn.Module, torch.nn.Module]:
+    torch.manual_seed(0)
+    eager = c.eager()
+    with torch.no_grad():
+        eager.w.copy_(randn(8, seed=2))
+    generated = c.module.Net()
+    copy_weights(eager, generated)
+    return eager, generated
+
+
+MODULE_CASES = {
+    "training": (lambda m: m.train(), "not self.training"),
+    "module attribute": (lambda m: setattr(m, "scale", 3.0), "self.scale == 2.0"),
+    "parameter layout": (
+        lambda m: m.to(torch.float64),
+        "self.w.dtype == torch.float32",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", MODULE_CASES)
+def test_module_guard(kind: str, compiled: dict[str, Compiled]) -> None:
+    change, guard = MODULE_CASES[kind]
+    c = compiled["Net"]
+    eager, generated = net_pair(c)
+    x = randn(4, 8, seed=3)
+    with torch.no_grad(), no_fallback():  # unchanged: the variant runs
+        assert_close(generated(x), eager(x), F32, "unchanged Net")
+    change(eager)
+    change(generated)
+    check_fallback(lambda: generated(x), lambda: eager(x), variant_name(c.cpu), guard)
+
+
+def test_device_guard(tmp_path: Path) -> None:
+    """A variant for `--device cuda` only, called with CPU tensors: eager."""
+    source = "def pointwise(x):\n    return (x * 2.0).relu()\n"
+    module = compile_variants(
+        source, "pointwise", [Variant(specs({"x": X}), "cuda")], tmp_path
+    )
+    assert hasattr(module, "_cuda_0") and not hasattr(module, "_cpu_0")
+    x = randn(4, 8)
+    check_fallback(
+        lambda: module.pointwise(x),
+        lambda: module._source.pointwise(x),
+        "cuda_0",
+        'x.device.type == "cuda"',
+    )
+
+
+def test_warning_names_every_variant(compiled: dict[str, Compiled]) -> None:
+    """The one warning says, per variant, the first guard that failed."""
+    c = compiled["pointwise"]
+    with torch.no_grad(), recorded_warnings() as record:
+        c(randn(3, 8))
+    (message,) = fallback_messages(record)
+    cpu, cuda = variant_name(c.cpu), variant_name(c.cuda)
+    assert f"variant {cpu} needs x.shape == (4, 8)" in message, message
+    assert f'variant {cuda} needs x.device.type == "cuda"' in message, message
+
+
+def test_exported_example_guard_on_shape() -> None:
+    """The checked-in ToyModule too: a batch of 3 is not the declared [2, 4]."""
+    from examples.toy import ToyModule
+
+    case = example_case("examples/toy.py::ToyModule", "cpu")
+    torch.manual_seed(0)
+    eager = ToyModule()
+    generated = exported(case)()
+    copy_weights(eager, generated)
+    x = randn(3, 4)
+    check_fallback(
+        lambda: generated(x),
+        lambda: eager(x),
+        variant_name(variant_of(case)),
+        "x.shape == (2, 4)",
+    )
