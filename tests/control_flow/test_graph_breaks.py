@@ -9,8 +9,9 @@ and each runs on both backends (C++ kernels through the exported API, and the
 `_cuda_N` variant in Triton's interpreter) like eager: same result, same output on
 stdout, same in-place update of the caller's tensors, same exception.
 
-The last section pins compiler bugs found here (strict xfails: they fail loudly once
-fixed, so the marker is removed with the fix).
+The last section holds regressions: a `return` whose value comes from fallback code,
+a compiled read of a tensor before fallback code writes it in place, and several
+fallback calls in one region after rewritten arithmetic.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from tests.control_flow.support import (
     variant_of,
 )
 from tests.helpers import assert_close, randomize_parameters
-from transpiler.frontend.recorder import Unsupported
 
 F32 = torch.float32
 
@@ -330,7 +330,7 @@ def test_print_in_submodule(
         assert capsys.readouterr().out == printed
 
 
-# ------------------------------------------------------------------ known compiler bugs
+# ------------------------------------------------------------------------ regressions
 
 BUGS = """
 def returns_fallback_value(x):
@@ -354,12 +354,6 @@ def bugs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compiled]:
     return compile_source(BUGS, targets, tmp_path_factory.mktemp("bugs"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a `return` that is fallback code: the stub returns the value itself, "
-    "the variant indexes it (`result = fallback[0]`), so it returns its first row",
-)
 def test_return_of_a_value_from_fallback_code(bugs: dict[str, Compiled]) -> None:
     c = bugs["returns_fallback_value"]
     x = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
@@ -367,12 +361,6 @@ def test_return_of_a_value_from_fallback_code(bugs: dict[str, Compiled]) -> None
         assert_close(c.cpu(x.clone()), c.eager(x.clone()), F32, "cpu")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="write after read: `y = x.relu()` is fused into a kernel scheduled after "
-    "the fallback code `x.add_(1.0)`, so y sees the updated x",
-)
 def test_read_before_in_place_write_sees_the_old_value(
     bugs: dict[str, Compiled],
 ) -> None:
@@ -382,13 +370,6 @@ def test_read_before_in_place_write_sees_the_old_value(
         assert_close(c.cpu(x.clone()), c.eager(x.clone()), F32, "cpu")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=Unsupported,
-    reason="retrace (constant_fold) maps the `_after` ordering kwarg of a fallback "
-    "call through builder.ref, which does not know the earlier call's results: "
-    "Unsupported('uses a tensor created outside the compiled code') escapes",
-)
 def test_two_breaks_after_arithmetic_compile(tmp_path: Path) -> None:
     source = 'def two_prints(x):\n    y = x * 2.0\n    print("a")\n    print("b")\n'
     source += "    return y\n"

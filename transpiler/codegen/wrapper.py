@@ -144,7 +144,7 @@ def variant_guards(t: TargetCode, vc: VariantCode) -> list[str]:
         guards += [
             g for g in param_guards(program, vc.variant.device) if g not in guards
         ]
-    return guards + grad_guard(t, vc.variant)
+    return list(dict.fromkeys(guards + grad_guard(t, vc.variant)))
 
 
 def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:

@@ -279,13 +279,34 @@ class Interpreter:
             self.fallback(stmt, frame, span, f"{type(e).__name__}: {e}".strip())
 
     def fallback(self, stmt, frame: Frame, span: Span, reason: str) -> None:
-        """Record `stmt` as fallback code (a graph break) and bind what it assigns."""
+        """Record `stmt` as fallback code (a graph break) and bind what it assigns.
+
+        Fallback code runs in source order (`_after`: the previous fallback call).
+        When it may write tensors in place, everything compiled that read their old
+        values runs before it (`_reads`), and later reads see what it returns.
+        """
         self.recorder.span = span
         builder = self.recorder.builder
         plan = plan_stub(
             stmt, frame.locals, frame.globals, span, reason, builder, self.module_paths
         )
         index = self.stubs.setdefault(plan.stub, len(self.stubs))
+        kwargs = [("_after", self.last_stub)] if self.last_stub else []
+        written = {builder.name_of(t) for t in plan.tensor_outputs.values()}
+        readers = [
+            Ref(n.name)
+            for n in builder.nodes
+            if any(r.name in written for r in n.refs())
+        ]
+        if readers:
+            kwargs.append(("_reads", readers))
+        target = f"{FALLBACK}:{index}"
+        if plan.stub.returns:  # its value is the function's result
+            name = builder.add(
+                "call", target, plan.args, kwargs, Opaque(), span, base="fallback"
+            )
+            self.last_stub = Ref(name)
+            raise _Return(OpaqueValue(name))
         metas = tuple(
             (
                 TensorMeta.of(plan.tensor_outputs[n])
@@ -294,42 +315,19 @@ class Interpreter:
             )
             for n in plan.stub.outputs
         )
-        if plan.stub.returns:
-            metas = (Opaque(),)
-        kwargs = (("_after", self.last_stub),) if self.last_stub else ()
         name = builder.add(
-            "call",
-            f"{FALLBACK}:{index}",
-            plan.args,
-            kwargs,
-            metas,
-            span,
-            base="fallback",
+            "call", target, plan.args, kwargs, metas, span, base="fallback"
         )
         self.last_stub = Ref(name)
-        results = []
-        for i, meta in enumerate(metas):
+        for i, (n, meta) in enumerate(zip(plan.stub.outputs, metas)):
             item = builder.add(
-                "call",
-                "getitem",
-                (Ref(name), i),
-                (),
-                meta,
-                span,
-                base=plan.stub.outputs[i] if not plan.stub.returns else "result",
+                "call", "getitem", (Ref(name), i), (), meta, span, base=n
             )
             if isinstance(meta, TensorMeta):
-                with torch.utils._python_dispatch._disable_current_modes():
-                    value = torch.empty_strided(
-                        meta.shape, meta.stride, dtype=meta.dtype, device="meta"
-                    )
+                value = _like(plan.tensor_outputs[n])
                 builder.bind(value, item)
             else:
                 value = OpaqueValue(item)
-            results.append(value)
-        if plan.stub.returns:
-            raise _Return(results[0])
-        for n, value in zip(plan.stub.outputs, results):
             frame.locals[n] = value
 
     def _exec_stmt(self, stmt: cst.CSTNode, frame: Frame) -> None:

@@ -288,18 +288,28 @@ class RuntimeDevice:
 DEVICE = RuntimeDevice()
 
 
+def _keep_local(value: Any, defined: set[str]) -> Any:
+    """An ordering argument (a Ref or a list of them) without its outside Refs."""
+    if isinstance(value, Ref):
+        return value if value.name in defined else None
+    return [r for r in value if r.name in defined]
+
+
 def subgraph(nodes: list[Node], start: int, end: int, outputs: Any) -> Graph:
     """Nodes [start, end) as a graph of their own: values they use from before
-    `start` become its inputs (same names), and ordering tokens of fallback code
-    (`_after`) that point outside are dropped: control flow keeps that order."""
+    `start` become its inputs (same names), and ordering arguments of fallback code
+    (`_after`, `_reads`) that point outside are dropped: control flow keeps that
+    order."""
     body = nodes[start:end]
     defined = {n.name for n in body}
     earlier = {n.name: n for n in nodes[:start]}
 
     def local(n: Node) -> Node:
         kwargs = tuple(
-            (k, v) for k, v in n.kwargs if not (k == "_after" and v.name not in defined)
+            (k, _keep_local(v, defined)) if k.startswith("_") else (k, v)
+            for k, v in n.kwargs
         )
+        kwargs = tuple((k, v) for k, v in kwargs if v not in (None, []))
         return replace(n, kwargs=kwargs) if kwargs != n.kwargs else n
 
     body = [local(n) for n in body]

@@ -109,9 +109,14 @@ def _run(
     return out
 
 
-def _fallback(node: Node, values: dict, builder: GraphBuilder) -> tuple:
+def _fallback(node: Node, values: dict, builder: GraphBuilder):
     def ref(r: Ref) -> Ref:
-        return builder.ref(values[r.name], None)
+        value = values[r.name]
+        return (
+            Ref(str(value))
+            if isinstance(value, _StubResults)
+            else builder.ref(value, None)
+        )
 
     kwargs = tuple((k, map_refs(v, ref)) for k, v in node.kwargs)
     name = builder.add(
@@ -125,6 +130,8 @@ def _fallback(node: Node, values: dict, builder: GraphBuilder) -> tuple:
     )
     if name != node.name:
         builder.rename(name, node.name)
+    if not isinstance(node.meta, tuple):  # a returning stub: one opaque value
+        return OpaqueValue(node.name)
     return _StubResults(node.name)
 
 
