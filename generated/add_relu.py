@@ -44,8 +44,8 @@ def _guards_cpu_0(a, b):
         return "a.dtype == torch.float32"
     if not (a.shape == (2, 4)):
         return "a.shape == (2, 4)"
-    if not (a.stride() == (4, 1)):
-        return "a.stride() == (4, 1)"
+    if not (a.is_contiguous()):
+        return "a.is_contiguous()"
     if not (isinstance(b, torch.Tensor)):
         return "isinstance(b, torch.Tensor)"
     if not (b.device.type == "cpu"):
@@ -54,8 +54,8 @@ def _guards_cpu_0(a, b):
         return "b.dtype == torch.float32"
     if not (b.shape == (2, 4)):
         return "b.shape == (2, 4)"
-    if not (b.stride() == (4, 1)):
-        return "b.stride() == (4, 1)"
+    if not (b.is_contiguous()):
+        return "b.is_contiguous()"
     if not (not torch.is_grad_enabled() or not (a.requires_grad or b.requires_grad)):
         return "not torch.is_grad_enabled() or not (a.requires_grad or b.requires_grad)"
     return None
@@ -81,8 +81,8 @@ def _guards_cuda_0(a, b):
         return "a.dtype == torch.float32"
     if not (a.shape == (2, 4)):
         return "a.shape == (2, 4)"
-    if not (a.stride() == (4, 1)):
-        return "a.stride() == (4, 1)"
+    if not (a.is_contiguous()):
+        return "a.is_contiguous()"
     if not (isinstance(b, torch.Tensor)):
         return "isinstance(b, torch.Tensor)"
     if not (b.device.type == "cuda"):
@@ -91,8 +91,8 @@ def _guards_cuda_0(a, b):
         return "b.dtype == torch.float32"
     if not (b.shape == (2, 4)):
         return "b.shape == (2, 4)"
-    if not (b.stride() == (4, 1)):
-        return "b.stride() == (4, 1)"
+    if not (b.is_contiguous()):
+        return "b.is_contiguous()"
     if not (not torch.is_grad_enabled() or not (a.requires_grad or b.requires_grad)):
         return "not torch.is_grad_enabled() or not (a.requires_grad or b.requires_grad)"
     return None

@@ -46,8 +46,8 @@ def _guards_cpu_0(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (16, 512)):
         return "x.shape == (16, 512)"
-    if not (x.stride() == (512, 1)):
-        return "x.stride() == (512, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (self.fc.bias.device.type == "cpu"):
@@ -91,8 +91,8 @@ def _guards_cuda_0(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (16, 512)):
         return "x.shape == (16, 512)"
-    if not (x.stride() == (512, 1)):
-        return "x.stride() == (512, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (self.fc.bias.device.type == "cuda"):
@@ -136,8 +136,8 @@ def _guards_cpu_1(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (32, 512)):
         return "x.shape == (32, 512)"
-    if not (x.stride() == (512, 1)):
-        return "x.stride() == (512, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (self.fc.bias.device.type == "cpu"):
@@ -181,8 +181,8 @@ def _guards_cuda_1(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (32, 512)):
         return "x.shape == (32, 512)"
-    if not (x.stride() == (512, 1)):
-        return "x.stride() == (512, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (self.fc.bias.device.type == "cuda"):

@@ -57,8 +57,8 @@ def _guards_cpu_0(x):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
         return "x.shape == (10,)"
-    if not (x.stride() == (1,)):
-        return "x.stride() == (1,)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
         return "not torch.is_grad_enabled() or not (x.requires_grad)"
     return None
@@ -93,8 +93,8 @@ def _guards_cuda_0(x):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
         return "x.shape == (10,)"
-    if not (x.stride() == (1,)):
-        return "x.stride() == (1,)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
         return "not torch.is_grad_enabled() or not (x.requires_grad)"
     return None
@@ -141,8 +141,8 @@ def _guards_cpu_1(x):
         return "x.dtype == torch.float32"
     if not (x.shape == (8, 16)):
         return "x.shape == (8, 16)"
-    if not (x.stride() == (16, 1)):
-        return "x.stride() == (16, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
         return "not torch.is_grad_enabled() or not (x.requires_grad)"
     return None
@@ -172,8 +172,8 @@ def _guards_cuda_1(x):
         return "x.dtype == torch.float32"
     if not (x.shape == (8, 16)):
         return "x.shape == (8, 16)"
-    if not (x.stride() == (16, 1)):
-        return "x.stride() == (16, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
         return "not torch.is_grad_enabled() or not (x.requires_grad)"
     return None
@@ -213,8 +213,8 @@ def _guards_cpu_2(x, multiplier):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
         return "x.shape == (10,)"
-    if not (x.stride() == (1,)):
-        return "x.stride() == (1,)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (type(multiplier) is int and multiplier == 2):
         return "type(multiplier) is int and multiplier == 2"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
@@ -240,8 +240,8 @@ def _guards_cuda_2(x, multiplier):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
         return "x.shape == (10,)"
-    if not (x.stride() == (1,)):
-        return "x.stride() == (1,)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (type(multiplier) is int and multiplier == 2):
         return "type(multiplier) is int and multiplier == 2"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
@@ -267,8 +267,8 @@ def _guards_cpu_3(x, multiplier):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
         return "x.shape == (10,)"
-    if not (x.stride() == (1,)):
-        return "x.stride() == (1,)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (type(multiplier) is int and multiplier == 3):
         return "type(multiplier) is int and multiplier == 3"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
@@ -294,8 +294,8 @@ def _guards_cuda_3(x, multiplier):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
         return "x.shape == (10,)"
-    if not (x.stride() == (1,)):
-        return "x.stride() == (1,)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (type(multiplier) is int and multiplier == 3):
         return "type(multiplier) is int and multiplier == 3"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):

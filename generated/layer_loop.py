@@ -39,8 +39,8 @@ def _guards_cpu_0(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (4, 32)):
         return "x.shape == (4, 32)"
-    if not (x.stride() == (32, 1)):
-        return "x.stride() == (32, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (
@@ -102,8 +102,8 @@ def _guards_cuda_0(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (4, 32)):
         return "x.shape == (4, 32)"
-    if not (x.stride() == (32, 1)):
-        return "x.stride() == (32, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (

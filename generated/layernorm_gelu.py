@@ -47,8 +47,8 @@ def _guards_cpu_0(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (16, 256)):
         return "x.shape == (16, 256)"
-    if not (x.stride() == (256, 1)):
-        return "x.stride() == (256, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (self.norm.weight.device.type == "cpu"):
@@ -97,8 +97,8 @@ def _guards_cuda_0(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (16, 256)):
         return "x.shape == (16, 256)"
-    if not (x.stride() == (256, 1)):
-        return "x.stride() == (256, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (self.norm.weight.device.type == "cuda"):
@@ -147,8 +147,8 @@ def _guards_cpu_1(self, x):
         return "x.dtype == torch.bfloat16"
     if not (x.shape == (16, 256)):
         return "x.shape == (16, 256)"
-    if not (x.stride() == (256, 1)):
-        return "x.stride() == (256, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (self.norm.weight.device.type == "cpu"):
@@ -198,8 +198,8 @@ def _guards_cuda_1(self, x):
         return "x.dtype == torch.bfloat16"
     if not (x.shape == (16, 256)):
         return "x.shape == (16, 256)"
-    if not (x.stride() == (256, 1)):
-        return "x.stride() == (256, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (self.norm.weight.device.type == "cuda"):

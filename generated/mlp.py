@@ -44,8 +44,8 @@ def _guards_cpu_0(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (8, 64)):
         return "x.shape == (8, 64)"
-    if not (x.stride() == (64, 1)):
-        return "x.stride() == (64, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (self.fc1.bias.device.type == "cpu"):
@@ -92,8 +92,8 @@ def _guards_cuda_0(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (8, 64)):
         return "x.shape == (8, 64)"
-    if not (x.stride() == (64, 1)):
-        return "x.stride() == (64, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (self.fc1.bias.device.type == "cuda"):

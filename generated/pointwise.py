@@ -44,8 +44,8 @@ def _guards_cpu_0(x, bias, scale):
         return "x.dtype == torch.float32"
     if not (x.shape == (64, 128)):
         return "x.shape == (64, 128)"
-    if not (x.stride() == (128, 1)):
-        return "x.stride() == (128, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (isinstance(bias, torch.Tensor)):
         return "isinstance(bias, torch.Tensor)"
     if not (bias.device.type == "cpu"):
@@ -54,8 +54,8 @@ def _guards_cpu_0(x, bias, scale):
         return "bias.dtype == torch.float32"
     if not (bias.shape == (128,)):
         return "bias.shape == (128,)"
-    if not (bias.stride() == (1,)):
-        return "bias.stride() == (1,)"
+    if not (bias.is_contiguous()):
+        return "bias.is_contiguous()"
     if not (isinstance(scale, torch.Tensor)):
         return "isinstance(scale, torch.Tensor)"
     if not (scale.device.type == "cpu"):
@@ -64,8 +64,8 @@ def _guards_cpu_0(x, bias, scale):
         return "scale.dtype == torch.float32"
     if not (scale.shape == (128,)):
         return "scale.shape == (128,)"
-    if not (scale.stride() == (1,)):
-        return "scale.stride() == (1,)"
+    if not (scale.is_contiguous()):
+        return "scale.is_contiguous()"
     if not (
         not torch.is_grad_enabled()
         or not (x.requires_grad or bias.requires_grad or scale.requires_grad)
@@ -97,8 +97,8 @@ def _guards_cuda_0(x, bias, scale):
         return "x.dtype == torch.float32"
     if not (x.shape == (64, 128)):
         return "x.shape == (64, 128)"
-    if not (x.stride() == (128, 1)):
-        return "x.stride() == (128, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (isinstance(bias, torch.Tensor)):
         return "isinstance(bias, torch.Tensor)"
     if not (bias.device.type == "cuda"):
@@ -107,8 +107,8 @@ def _guards_cuda_0(x, bias, scale):
         return "bias.dtype == torch.float32"
     if not (bias.shape == (128,)):
         return "bias.shape == (128,)"
-    if not (bias.stride() == (1,)):
-        return "bias.stride() == (1,)"
+    if not (bias.is_contiguous()):
+        return "bias.is_contiguous()"
     if not (isinstance(scale, torch.Tensor)):
         return "isinstance(scale, torch.Tensor)"
     if not (scale.device.type == "cuda"):
@@ -117,8 +117,8 @@ def _guards_cuda_0(x, bias, scale):
         return "scale.dtype == torch.float32"
     if not (scale.shape == (128,)):
         return "scale.shape == (128,)"
-    if not (scale.stride() == (1,)):
-        return "scale.stride() == (1,)"
+    if not (scale.is_contiguous()):
+        return "scale.is_contiguous()"
     if not (
         not torch.is_grad_enabled()
         or not (x.requires_grad or bias.requires_grad or scale.requires_grad)

@@ -48,8 +48,8 @@ def _guards_cpu_0(x):
         return "x.dtype == torch.float32"
     if not (x.shape == (3, 4)):
         return "x.shape == (3, 4)"
-    if not (x.stride() == (4, 1)):
-        return "x.stride() == (4, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
         return "not torch.is_grad_enabled() or not (x.requires_grad)"
     return None
@@ -73,8 +73,8 @@ def _guards_cuda_0(x):
         return "x.dtype == torch.float32"
     if not (x.shape == (3, 4)):
         return "x.shape == (3, 4)"
-    if not (x.stride() == (4, 1)):
-        return "x.stride() == (4, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
         return "not torch.is_grad_enabled() or not (x.requires_grad)"
     return None
@@ -110,8 +110,8 @@ def _guards_cpu_1(x):
         return "x.dtype == torch.float32"
     if not (x.shape == (2,)):
         return "x.shape == (2,)"
-    if not (x.stride() == (1,)):
-        return "x.stride() == (1,)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
         return "not torch.is_grad_enabled() or not (x.requires_grad)"
     return None
@@ -145,8 +145,8 @@ def _guards_cuda_1(x):
         return "x.dtype == torch.float32"
     if not (x.shape == (2,)):
         return "x.shape == (2,)"
-    if not (x.stride() == (1,)):
-        return "x.stride() == (1,)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
         return "not torch.is_grad_enabled() or not (x.requires_grad)"
     return None

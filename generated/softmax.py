@@ -44,8 +44,8 @@ def _guards_cpu_0(x):
         return "x.dtype == torch.float32"
     if not (x.shape == (32, 128)):
         return "x.shape == (32, 128)"
-    if not (x.stride() == (128, 1)):
-        return "x.stride() == (128, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
         return "not torch.is_grad_enabled() or not (x.requires_grad)"
     return None
@@ -70,8 +70,8 @@ def _guards_cuda_0(x):
         return "x.dtype == torch.float32"
     if not (x.shape == (32, 128)):
         return "x.shape == (32, 128)"
-    if not (x.stride() == (128, 1)):
-        return "x.stride() == (128, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
         return "not torch.is_grad_enabled() or not (x.requires_grad)"
     return None

@@ -7,7 +7,7 @@ import triton.language as tl
 @triton.jit
 def _maximum(a, b):
     # like torch.maximum: NaN wins
-    return tl.where((a > b) | (a != a), a, b)
+    return tl.where(a != a, a, tl.where(a > b, a, b))
 
 
 @triton.jit

@@ -47,8 +47,8 @@ def _guards_cpu_0(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (2, 4)):
         return "x.shape == (2, 4)"
-    if not (x.stride() == (4, 1)):
-        return "x.stride() == (4, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (self.linear.bias.device.type == "cpu"):
@@ -91,8 +91,8 @@ def _guards_cuda_0(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (2, 4)):
         return "x.shape == (2, 4)"
-    if not (x.stride() == (4, 1)):
-        return "x.stride() == (4, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (self.linear.bias.device.type == "cuda"):
@@ -150,8 +150,8 @@ def _guards_cpu_1(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (2, 4)):
         return "x.shape == (2, 4)"
-    if not (x.stride() == (4, 1)):
-        return "x.stride() == (4, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (
@@ -195,8 +195,8 @@ def _guards_cuda_1(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (2, 4)):
         return "x.shape == (2, 4)"
-    if not (x.stride() == (4, 1)):
-        return "x.stride() == (4, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
     if not (

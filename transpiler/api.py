@@ -220,6 +220,12 @@ def write(files: dict[str, str], out: Path) -> None:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"cannot create output directory {out}: {e.strerror}") from None
+    blocked = sorted(rel for rel in files if (out / rel).is_dir())
+    if blocked:
+        raise UserError(
+            f"cannot write {out.name}/{blocked[0]}: a directory is in the way; "
+            "remove it or choose another output directory with -o"
+        )
     staged = []
     try:
         for rel, text in sorted(files.items()):

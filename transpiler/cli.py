@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -188,6 +189,20 @@ def _one_off_command(
     return shlex.join(words)
 
 
+def check_out_dir(root: Path, out: Path) -> None:
+    """Fail before compiling when `out` (relative to `root`) cannot be a directory."""
+    path = root / out
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    blocker = path.relative_to(root).as_posix() if path.is_relative_to(root) else path
+    where = f"cannot write to {out.as_posix()}"
+    if not path.is_dir():
+        what = "it" if path == root / out else blocker
+        raise UserError(f"{where}: {what} is not a directory; choose another with -o")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UserError(f"{where}: {blocker} is read-only; choose another with -o")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; the exit code: 0 ok, 1 stale with --check, 2 error."""
     try:
@@ -196,10 +211,14 @@ def main(argv: list[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else 2
     try:
         options = build_options(args)
+        if not options.check and not options.explain:
+            check_out_dir(options.root, options.out)
         api = importlib.import_module("transpiler.api")
         code = api.run(options)
     except UserError as err:
-        print(f"transpile: error: {err}", file=sys.stderr)
+        lines = (line.strip() for line in str(err).splitlines())
+        message = " ".join(line for line in lines if line)  # one line, always
+        print(f"transpile: error: {message}", file=sys.stderr)
         return 2
     return 0 if code is None else int(code)
 

@@ -44,8 +44,8 @@ def _guards_cuda_0(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (8, 1024, 768)):
         return "x.shape == (8, 1024, 768)"
-    if not (x.stride() == (786432, 768, 1)):
-        return "x.stride() == (786432, 768, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (self.attn.n_embd == 768):
         return "self.attn.n_embd == 768"
     if not (self.attn.n_head == 12):
@@ -234,8 +234,8 @@ def _guards_cpu_0(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (2, 128, 768)):
         return "x.shape == (2, 128, 768)"
-    if not (x.stride() == (98304, 768, 1)):
-        return "x.stride() == (98304, 768, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (self.attn.n_embd == 768):
         return "self.attn.n_embd == 768"
     if not (self.attn.n_head == 12):

@@ -44,8 +44,8 @@ def _guards_cuda_0(x, bias, scale):
         return "x.dtype == torch.float32"
     if not (x.shape == (8192, 8192)):
         return "x.shape == (8192, 8192)"
-    if not (x.stride() == (8192, 1)):
-        return "x.stride() == (8192, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (isinstance(bias, torch.Tensor)):
         return "isinstance(bias, torch.Tensor)"
     if not (bias.device.type == "cuda"):
@@ -54,8 +54,8 @@ def _guards_cuda_0(x, bias, scale):
         return "bias.dtype == torch.float32"
     if not (bias.shape == (8192,)):
         return "bias.shape == (8192,)"
-    if not (bias.stride() == (1,)):
-        return "bias.stride() == (1,)"
+    if not (bias.is_contiguous()):
+        return "bias.is_contiguous()"
     if not (isinstance(scale, torch.Tensor)):
         return "isinstance(scale, torch.Tensor)"
     if not (scale.device.type == "cuda"):
@@ -64,8 +64,8 @@ def _guards_cuda_0(x, bias, scale):
         return "scale.dtype == torch.float32"
     if not (scale.shape == (8192,)):
         return "scale.shape == (8192,)"
-    if not (scale.stride() == (1,)):
-        return "scale.stride() == (1,)"
+    if not (scale.is_contiguous()):
+        return "scale.is_contiguous()"
     if not (
         not torch.is_grad_enabled()
         or not (x.requires_grad or bias.requires_grad or scale.requires_grad)
@@ -99,8 +99,8 @@ def _guards_cpu_0(x, bias, scale):
         return "x.dtype == torch.float32"
     if not (x.shape == (1024, 1024)):
         return "x.shape == (1024, 1024)"
-    if not (x.stride() == (1024, 1)):
-        return "x.stride() == (1024, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (isinstance(bias, torch.Tensor)):
         return "isinstance(bias, torch.Tensor)"
     if not (bias.device.type == "cpu"):
@@ -109,8 +109,8 @@ def _guards_cpu_0(x, bias, scale):
         return "bias.dtype == torch.float32"
     if not (bias.shape == (1024,)):
         return "bias.shape == (1024,)"
-    if not (bias.stride() == (1,)):
-        return "bias.stride() == (1,)"
+    if not (bias.is_contiguous()):
+        return "bias.is_contiguous()"
     if not (isinstance(scale, torch.Tensor)):
         return "isinstance(scale, torch.Tensor)"
     if not (scale.device.type == "cpu"):
@@ -119,8 +119,8 @@ def _guards_cpu_0(x, bias, scale):
         return "scale.dtype == torch.float32"
     if not (scale.shape == (1024,)):
         return "scale.shape == (1024,)"
-    if not (scale.stride() == (1,)):
-        return "scale.stride() == (1,)"
+    if not (scale.is_contiguous()):
+        return "scale.is_contiguous()"
     if not (
         not torch.is_grad_enabled()
         or not (x.requires_grad or bias.requires_grad or scale.requires_grad)

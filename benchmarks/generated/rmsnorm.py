@@ -44,8 +44,8 @@ def _guards_cuda_0(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (16384, 4096)):
         return "x.shape == (16384, 4096)"
-    if not (x.stride() == (4096, 1)):
-        return "x.stride() == (4096, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (self.eps == 1e-06):
         return "self.eps == 1e-06"
     if not (not self.training):
@@ -89,8 +89,8 @@ def _guards_cpu_0(self, x):
         return "x.dtype == torch.float32"
     if not (x.shape == (512, 4096)):
         return "x.shape == (512, 4096)"
-    if not (x.stride() == (4096, 1)):
-        return "x.stride() == (4096, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (self.eps == 1e-06):
         return "self.eps == 1e-06"
     if not (not self.training):

@@ -44,8 +44,8 @@ def _guards_cuda_0(x):
         return "x.dtype == torch.float32"
     if not (x.shape == (16384, 4096)):
         return "x.shape == (16384, 4096)"
-    if not (x.stride() == (4096, 1)):
-        return "x.stride() == (4096, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
         return "not torch.is_grad_enabled() or not (x.requires_grad)"
     return None
@@ -74,8 +74,8 @@ def _guards_cpu_0(x):
         return "x.dtype == torch.float32"
     if not (x.shape == (2048, 1024)):
         return "x.shape == (2048, 1024)"
-    if not (x.stride() == (1024, 1)):
-        return "x.stride() == (1024, 1)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
     if not (not torch.is_grad_enabled() or not (x.requires_grad)):
         return "not torch.is_grad_enabled() or not (x.requires_grad)"
     return None

@@ -224,13 +224,13 @@ def _tanh(x):
 @triton.jit
 def _maximum(a, b):
     # like torch.maximum: NaN wins
-    return tl.where((a > b) | (a != a), a, b)
+    return tl.where(a != a, a, tl.where(a > b, a, b))
 """,
     "_minimum": """
 @triton.jit
 def _minimum(a, b):
     # like torch.minimum: NaN wins
-    return tl.where((a < b) | (a != a), a, b)
+    return tl.where(a != a, a, tl.where(a < b, a, b))
 """,
 }
 

@@ -64,11 +64,9 @@ def instantiate(obj, init: dict, factory, root: Path) -> nn.Module:
             module = build(**args)
         except Exception as e:  # the user's constructor or factory raised
             file, line = raised_at(e, root)
-            hint = ""
             if file is None:  # the call itself: arguments the signature rejects
                 file, line = _defined_at(build, root)
-                hint = "" if factory else " (constructor arguments: --init K=V)"
-            message = f"{call} failed: {type(e).__name__}: {e}{hint}"
+            message = f"{call} failed: {type(e).__name__}: {e}"
             raise UserError(message, file, line) from None
     if not isinstance(module, nn.Module):
         got = type(module).__name__
