@@ -288,6 +288,11 @@ CASES: list[Case] = [
         "aten.copy.default(a, b)",
         {"a": ints(*X), "b": 5 * randn(*X)},
     ),
+    # constants filling a tensor
+    Case("aten.full.default", "torch.full((3, 5), 2.5)", {"a": randn(1)}),
+    Case("aten.full_like.default", "torch.full_like(a, 7)", {"a": randn(*X)}),
+    Case("aten.new_full.default", "a.new_full((2, 3), -1.5)", {"a": randn(*X)}),
+    Case("aten.scalar_tensor.default", "torch.scalar_tensor(3.0) + a", {"a": randn(4)}),
     # reductions over trailing dims
     Case(
         "aten.sum.dim_IntList",

@@ -124,28 +124,7 @@ def test_composite_is_decomposed(
     assert_same(result.run(after, inputs), want)
 
 
-NOT_LOWERED = {  # composites whose decomposition still needs an extern call
-    "hardtanh": "aten.clamp.default has no kernel lowering",
-    "lerp": "lerp's decomposition builds its weight with aten.new_full",
-    "zeros_like": "zeros_like becomes aten.full_like, which has no lowering",
-    "ones_like": "ones_like becomes aten.full_like, which has no lowering",
-}
-
-
-@pytest.mark.parametrize(
-    "name, inputs, composite",
-    [
-        (
-            pytest.param(
-                *c, marks=pytest.mark.xfail(strict=True, reason=NOT_LOWERED[c[0]])
-            )
-            if c[0] in NOT_LOWERED
-            else c
-        )
-        for c in CASES
-    ],
-    ids=[c[0] for c in CASES],
-)
+@pytest.mark.parametrize("name, inputs, composite", CASES, ids=[c[0] for c in CASES])
 def test_decomposition_lowers_to_kernels(
     name: str, inputs: dict, composite: str, tmp_path: Path
 ) -> None:

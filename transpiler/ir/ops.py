@@ -76,6 +76,11 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.clone.default": P("identity"),
     "aten._to_copy.default": P("identity", (0,), "cast"),
     "aten.copy.default": P("identity", (1,), "cast"),
+    # constants: the fill value, in the result's dtype, at every position
+    "aten.full.default": P("identity", (1,), "cast"),
+    "aten.full_like.default": P("identity", (1,), "cast"),
+    "aten.new_full.default": P("identity", (2,), "cast"),
+    "aten.scalar_tensor.default": P("identity", (0,), "cast"),
 }
 
 # Reductions: kernel reduction op and how the result is finished.

@@ -3,6 +3,8 @@
 Before:  sq = aten.pow.Tensor_Scalar(x, 2);  y = aten.mul.Tensor(sq, 1)
 After:   sq = aten.mul.Tensor(x, x)          (y is sq: multiplying by 1 is dropped)
 
+`clamp(x, lo, hi)` becomes `clamp_min` and `clamp_max`, which have kernels.
+
 A general `pow` has no kernel lowering; the common exponents become multiplies and
 roots that do. Identity arithmetic is removed only where it changes neither dtype
 nor shape.
@@ -62,10 +64,22 @@ def _no_op(node: Node, args, kwargs):
     return args[0]
 
 
+def _clamp(node: Node, args, kwargs):
+    """clamp(x, lo, hi) is clamp_max(clamp_min(x, lo), hi): both have kernels."""
+    x, lo, hi = (*args, None, None)[:3]
+    lo, hi = kwargs.get("min", lo), kwargs.get("max", hi)
+    if lo is not None:
+        x = torch.clamp_min(x, lo)
+    if hi is not None:
+        x = torch.clamp_max(x, hi)
+    return x
+
+
 REWRITES = {
     "aten.pow.Tensor_Scalar": _pow,
     **{t: _identity for t in IDENTITY_SCALARS},
     **{t: _no_op for t in NO_OPS},
+    "aten.clamp.default": _clamp,
 }
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
 from transpiler.ir.ops import (
     FLOAT_TYPES,
@@ -45,6 +47,10 @@ class Fusion:
 
 # ---- classification -------------------------------------------------------------
 
+# Arguments of casts and factories that do not change the values computed: the
+# result's layout and device are the wrapper's to allocate.
+CAST_KWARGS = {"dtype", "layout", "device", "pin_memory"}
+
 
 def classify(node: Node, nodes: dict[str, Node]) -> str:
     if node.op in ("input", "param"):
@@ -70,15 +76,20 @@ def pointwise_ok(node: Node, nodes: dict[str, Node]) -> bool:
         return False
     if meta.dtype not in SUPPORTED_DTYPES:
         return False
-    allowed = {"memory_format"} | ({"dtype"} if row.kind == "cast" else set())
+    allowed = {"memory_format"} | (CAST_KWARGS if row.kind == "cast" else set())
     if any(k not in allowed for k, _ in node.kwargs):
+        return False
+    if dict(node.kwargs).get("layout") not in (None, torch.strided):
         return False
     if len(node.args) > max(row.operands) + 1:
         return False
-    for a in node.args:
+    for i, a in enumerate(node.args):
         if isinstance(a, Ref):
             m = nodes[a.name].meta
             if not isinstance(m, TensorMeta) or m.dtype not in SUPPORTED_DTYPES:
+                return False
+        elif isinstance(a, (list, tuple)) and i not in row.operands:
+            if not all(isinstance(d, int) for d in a):  # a factory's size
                 return False
         elif not isinstance(a, (int, float, bool)):
             return False
