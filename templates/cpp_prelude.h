@@ -1,4 +1,6 @@
-// Helpers for generated kernels: bf16 storage and NaN-propagating min/max.
+// Helpers for generated kernels: bf16 storage, NaN-propagating min/max, and exp,
+// tanh and sigmoid for float written so that `omp simd` loops vectorize them.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -25,3 +27,43 @@ template <typename T> static inline T max_nan(T a, T b) {
 template <typename T> static inline T min_nan(T a, T b) {
     return (a < b || a != a) ? a : b;
 }
+
+// exp for float: exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln(2) / 2, with
+// exp(r) from Cephes' degree-6 polynomial (about 1 ulp). Branch-free, so it
+// vectorizes; overflow, underflow and NaN give what std::exp gives.
+static inline float exp_f32(float x) {
+    float c = std::min(std::max(x, -87.3365447505f), 88.3762626647f);
+    float n = std::floor(c * 1.44269504088896341f + 0.5f);
+    float r = c - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, sizeof scale);
+    y *= scale;
+    y = x > 88.3762626647f ? INFINITY : y;
+    y = x < -87.3365447505f ? 0.0f : y;
+    return x != x ? x : y;
+}
+static inline double exp_f32(double x) { return std::exp(x); }
+
+// tanh: Cephes' odd polynomial near zero, (1 - e) / (1 + e) with e = exp(-2|x|) beyond.
+static inline float tanh_f32(float x) {
+    float a = std::fabs(x);
+    float z = x * x;
+    float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z
+                     - 5.37397155531e-2f) * z + 1.33314422036e-1f) * z
+                   - 3.33332819422e-1f) * z * x + x;
+    float e = exp_f32(-2.0f * a);
+    float large = std::copysign((1.0f - e) / (1.0f + e), x);
+    return a < 0.625f ? small : large;
+}
+static inline double tanh_f32(double x) { return std::tanh(x); }
+
+static inline float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
+static inline double sigmoid_f32(double x) { return 1.0 / (1.0 + std::exp(-x)); }

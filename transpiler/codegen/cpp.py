@@ -68,6 +68,8 @@ class _Renderer:
         )
 
     def loop(self, loop: Loop, ind: str) -> None:
+        """A loop over `r`, vectorized: max/min reduce with `std::max`/`std::min`
+        and remember separately whether a NaN went by, which then wins."""
         ident = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}
         clauses = []
         for r in loop.reductions:
@@ -75,23 +77,26 @@ class _Renderer:
                 f"{ind}{compute_type(r.dtype)} {r.name} = {ident[r.reduce]};"
             )
             clauses.append(
-                f" reduction({'+' if r.reduce == 'sum' else r.reduce}:" f"{r.name})"
+                f" reduction({'+' if r.reduce == 'sum' else r.reduce}:{r.name})"
             )
-        has_nan_reduce = any(r.reduce != "sum" for r in loop.reductions)
-        if not has_nan_reduce:
-            self.lines.append(f"{ind}#pragma omp simd{''.join(clauses)}")
+            if r.reduce != "sum":
+                self.lines.append(f"{ind}bool {r.name}_nan = false;")
+                clauses.append(f" reduction(|:{r.name}_nan)")
+        self.lines.append(f"{ind}#pragma omp simd{''.join(clauses)}")
         self.lines.append(f"{ind}for (int64_t r = 0; r < {self.k.rnumel}; ++r) {{")
         for s in loop.body:
             (self.store if isinstance(s, Store) else self.stmt)(s, ind + "    ")
         for r in loop.reductions:
-            x = r.args[0]
-            update = {
-                "sum": f"{r.name} += {x};",
-                "max": f"{r.name} = max_nan({r.name}, {x});",
-                "min": f"{r.name} = min_nan({r.name}, {x});",
-            }[r.reduce]
-            self.lines.append(f"{ind}    {update}")
+            x, acc = r.args[0], r.name
+            if r.reduce == "sum":
+                self.lines.append(f"{ind}    {acc} += {x};")
+                continue
+            self.lines.append(f"{ind}    {acc} = std::{r.reduce}({acc}, {x});")
+            self.lines.append(f"{ind}    {acc}_nan |= {x} != {x};")
         self.lines.append(f"{ind}}}")
+        for r in loop.reductions:
+            if r.reduce != "sum":
+                self.lines.append(f"{ind}if ({r.name}_nan) {r.name} = NAN;")
 
     def render(self) -> str:
         k = self.k
