@@ -1,6 +1,7 @@
 """From the reference 'torch.compile deep dive' (32.7.1, "Recompilation"): a model
 called with several batch sizes. torch.compile recompiles for each; here each declared
-batch size is a variant, chosen by its shape guard, generated ahead of time.
+batch size is a variant, chosen by its shape guard, generated ahead of time, and a
+variant with a named batch dimension (`f32[B,512]`) serves every other size.
 """
 
 import torch.nn.functional as F

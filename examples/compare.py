@@ -87,12 +87,15 @@ class ScalarSpec:
 
 
 Spec = TensorSpec | ScalarSpec
-_TENSOR = re.compile(r"(\w+)\[([\d,\s]*)\](?:@(\w+))?")
+_TENSOR = re.compile(r"(\w+)\[([\w,\s]*)\](?:@(\w+))?")
 _SCALARS: dict[str, Callable[[str], object]] = {
     "int": int,
     "float": float,
     "bool": lambda s: {"True": True, "False": False}[s],
 }
+
+
+DYNAMIC_SIZE = 7
 
 
 def parse_spec(text: str) -> Spec:
@@ -113,7 +116,9 @@ def parse_spec(text: str) -> Spec:
     device = match[3]
     if device is not None and device not in DEVICES:
         raise ValueError(f"unknown device {device!r} in TYPE spec {text!r}")
-    return TensorSpec(DTYPES[match[1]], tuple(int(d) for d in dims), device)
+    # a named (dynamic) dimension is drawn at one size the compiler never saw
+    shape = tuple(int(d) if d.isdigit() else DYNAMIC_SIZE for d in dims)
+    return TensorSpec(DTYPES[match[1]], shape, device)
 
 
 # --------------------------------------------------------------------------- config

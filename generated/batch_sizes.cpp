@@ -70,7 +70,7 @@ static inline double tanh_f32(double x) { return std::tanh(x); }
 static inline float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
 static inline double sigmoid_f32(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-// examples/batch_sizes.py:16: return F.log_softmax(self.fc(x), dim=-1)
+// examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
 extern "C" void cpp_fused_addmm_log_softmax_0(
     const float* __restrict__ in_ptr0,
     const float* __restrict__ in_ptr1,
@@ -111,7 +111,7 @@ extern "C" void cpp_fused_addmm_log_softmax_0(
     }
 }
 
-// examples/batch_sizes.py:16: return F.log_softmax(self.fc(x), dim=-1)
+// examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
 extern "C" void cpp_fused_addmm_log_softmax_1(
     const float* __restrict__ in_ptr0,
     const float* __restrict__ in_ptr1,
@@ -148,6 +148,89 @@ extern "C" void cpp_fused_addmm_log_softmax_1(
             float tmp4 = tmp2 - tmp3;
             float tmp8 = tmp4 - tmp7;
             out_ptr0[10 * x + r] = tmp8;
+        }
+    }
+}
+
+// examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
+extern "C" void cpp_fused_addmm_log_softmax_2(
+    const float* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    float* __restrict__ out_ptr0
+) {
+    for (int64_t x = 0; x < 1; ++x) {
+        float tmp3 = -INFINITY;
+        bool tmp3_nan = false;
+        #pragma omp simd reduction(max:tmp3) reduction(|:tmp3_nan)
+        for (int64_t r = 0; r < 10; ++r) {
+            float tmp0 = in_ptr0[r];
+            float tmp1 = in_ptr1[r];
+            float tmp2 = tmp0 + tmp1;
+            tmp3 = std::max(tmp3, tmp2);
+            tmp3_nan |= tmp2 != tmp2;
+        }
+        if (tmp3_nan) tmp3 = NAN;
+        float tmp6 = 0;
+        #pragma omp simd reduction(+:tmp6)
+        for (int64_t r = 0; r < 10; ++r) {
+            float tmp0 = in_ptr0[r];
+            float tmp1 = in_ptr1[r];
+            float tmp2 = tmp0 + tmp1;
+            float tmp4 = tmp2 - tmp3;
+            float tmp5 = exp_f32(tmp4);
+            tmp6 += tmp5;
+        }
+        float tmp7 = std::log(tmp6);
+        #pragma omp simd
+        for (int64_t r = 0; r < 10; ++r) {
+            float tmp0 = in_ptr0[r];
+            float tmp1 = in_ptr1[r];
+            float tmp2 = tmp0 + tmp1;
+            float tmp4 = tmp2 - tmp3;
+            float tmp8 = tmp4 - tmp7;
+            out_ptr0[r] = tmp8;
+        }
+    }
+}
+
+// examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
+extern "C" void cpp_fused_addmm_log_softmax_3(
+    const float* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    float* __restrict__ out_ptr0,
+    int64_t B
+) {
+    for (int64_t x = 0; x < B; ++x) {
+        float tmp3 = -INFINITY;
+        bool tmp3_nan = false;
+        #pragma omp simd reduction(max:tmp3) reduction(|:tmp3_nan)
+        for (int64_t r = 0; r < 10; ++r) {
+            float tmp0 = in_ptr0[10 * (x % B) + r];
+            float tmp1 = in_ptr1[r];
+            float tmp2 = tmp0 + tmp1;
+            tmp3 = std::max(tmp3, tmp2);
+            tmp3_nan |= tmp2 != tmp2;
+        }
+        if (tmp3_nan) tmp3 = NAN;
+        float tmp6 = 0;
+        #pragma omp simd reduction(+:tmp6)
+        for (int64_t r = 0; r < 10; ++r) {
+            float tmp0 = in_ptr0[10 * (x % B) + r];
+            float tmp1 = in_ptr1[r];
+            float tmp2 = tmp0 + tmp1;
+            float tmp4 = tmp2 - tmp3;
+            float tmp5 = exp_f32(tmp4);
+            tmp6 += tmp5;
+        }
+        float tmp7 = std::log(tmp6);
+        #pragma omp simd
+        for (int64_t r = 0; r < 10; ++r) {
+            float tmp0 = in_ptr0[10 * (x % B) + r];
+            float tmp1 = in_ptr1[r];
+            float tmp2 = tmp0 + tmp1;
+            float tmp4 = tmp2 - tmp3;
+            float tmp8 = tmp4 - tmp7;
+            out_ptr0[10 * (x % B) + r] = tmp8;
         }
     }
 }

@@ -8,6 +8,10 @@ Variants (tried in order):
         cuda_0   cuda: x=f32[16,512]                      1 kernel, 1 extern call
         cpu_1    cpu: x=f32[32,512]                       1 kernel, 1 extern call
         cuda_1   cuda: x=f32[32,512]                      1 kernel, 1 extern call
+        cpu_2    cpu: x=f32[1,512] (size 1 of B)          1 kernel, 1 extern call
+        cpu_3    cpu: x=f32[B,512]                        1 kernel, 1 extern call
+        cuda_2   cuda: x=f32[1,512] (size 1 of B)         1 kernel, 1 extern call
+        cuda_3   cuda: x=f32[B,512]                       1 kernel, 1 extern call
 
 Graph breaks (code run eagerly):
     none
@@ -22,7 +26,7 @@ import examples.batch_sizes as _source
 
 # The sources this module was built from: a changed one is reported once.
 runtime_shim.check_sources(
-    __file__, {"examples.batch_sizes": ("examples/batch_sizes.py", "beaad03812028f6b")}
+    __file__, {"examples.batch_sizes": ("examples/batch_sizes.py", "9508c6bdc10f4112")}
 )
 
 # C++ kernels, compiled on first use (or prebuilt: python -m runtime_shim build)
@@ -70,7 +74,7 @@ def _cpu_0(self, x):
     device = x.device
     fc_weight = self.fc.weight
     fc_bias = self.fc.bias
-    # examples/batch_sizes.py:16: return F.log_softmax(self.fc(x), dim=-1)
+    # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     t = torch.ops.aten.t.default(fc_weight)
     mm = torch.ops.aten.mm.default(x, t)
     sub_1 = torch.empty_strided((16, 10), (10, 1), dtype=torch.float32, device=device)
@@ -115,7 +119,7 @@ def _cuda_0(self, x):
     device = x.device
     fc_weight = self.fc.weight
     fc_bias = self.fc.bias
-    # examples/batch_sizes.py:16: return F.log_softmax(self.fc(x), dim=-1)
+    # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     t = torch.ops.aten.t.default(fc_weight)
     mm = torch.ops.aten.mm.default(x, t)
     sub_1 = torch.empty_strided((16, 10), (10, 1), dtype=torch.float32, device=device)
@@ -160,7 +164,7 @@ def _cpu_1(self, x):
     device = x.device
     fc_weight = self.fc.weight
     fc_bias = self.fc.bias
-    # examples/batch_sizes.py:16: return F.log_softmax(self.fc(x), dim=-1)
+    # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     t = torch.ops.aten.t.default(fc_weight)
     mm = torch.ops.aten.mm.default(x, t)
     sub_1 = torch.empty_strided((32, 10), (10, 1), dtype=torch.float32, device=device)
@@ -205,12 +209,202 @@ def _cuda_1(self, x):
     device = x.device
     fc_weight = self.fc.weight
     fc_bias = self.fc.bias
-    # examples/batch_sizes.py:16: return F.log_softmax(self.fc(x), dim=-1)
+    # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     t = torch.ops.aten.t.default(fc_weight)
     mm = torch.ops.aten.mm.default(x, t)
     sub_1 = torch.empty_strided((32, 10), (10, 1), dtype=torch.float32, device=device)
     _triton().triton_fused_addmm_log_softmax_1[(1,)](
         mm, fc_bias, sub_1, XBLOCK=32, RBLOCK=16, num_warps=2
+    )
+    _log_softmax = torch.ops.aten.to.dtype(sub_1, torch.float32)
+    return _log_softmax
+
+
+def _guards_cpu_2(self, x):
+    """Variant cpu_2 (cpu: x=f32[1,512] (size 1 of B)): the first guard that fails, or None."""
+    if not (isinstance(x, torch.Tensor)):
+        return "isinstance(x, torch.Tensor)"
+    if not (x.device.type == "cpu"):
+        return 'x.device.type == "cpu"'
+    if not (x.dtype == torch.float32):
+        return "x.dtype == torch.float32"
+    if not (x.shape == (1, 512)):
+        return "x.shape == (1, 512)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
+    if not (not self.training):
+        return "not self.training"
+    if not (self.fc.bias.device.type == "cpu"):
+        return 'self.fc.bias.device.type == "cpu"'
+    if not (self.fc.bias.dtype == torch.float32):
+        return "self.fc.bias.dtype == torch.float32"
+    if not (self.fc.bias.shape == (10,)):
+        return "self.fc.bias.shape == (10,)"
+    if not (self.fc.bias.stride() == (1,)):
+        return "self.fc.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+    return None
+
+
+def _cpu_2(self, x):
+    device = x.device
+    fc_weight = self.fc.weight
+    fc_bias = self.fc.bias
+    # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
+    t = torch.ops.aten.t.default(fc_weight)
+    mm = torch.ops.aten.mm.default(x, t)
+    sub_1 = torch.empty_strided((1, 10), (10, 1), dtype=torch.float32, device=device)
+    _cpp.function("cpp_fused_addmm_log_softmax_2", "ppp")(
+        mm.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
+    )
+    _log_softmax = torch.ops.aten.to.dtype(sub_1, torch.float32)
+    return _log_softmax
+
+
+def _guards_cpu_3(self, x):
+    """Variant cpu_3 (cpu: x=f32[B,512]): the first guard that fails, or None."""
+    if not (isinstance(x, torch.Tensor)):
+        return "isinstance(x, torch.Tensor)"
+    if not (x.device.type == "cpu"):
+        return 'x.device.type == "cpu"'
+    if not (x.dtype == torch.float32):
+        return "x.dtype == torch.float32"
+    if not (x.dim() == 2):
+        return "x.dim() == 2"
+    if not (x.shape[0] >= 2):
+        return "x.shape[0] >= 2"
+    if not (x.shape[1] == 512):
+        return "x.shape[1] == 512"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
+    if not (not self.training):
+        return "not self.training"
+    if not (self.fc.bias.device.type == "cpu"):
+        return 'self.fc.bias.device.type == "cpu"'
+    if not (self.fc.bias.dtype == torch.float32):
+        return "self.fc.bias.dtype == torch.float32"
+    if not (self.fc.bias.shape == (10,)):
+        return "self.fc.bias.shape == (10,)"
+    if not (self.fc.bias.stride() == (1,)):
+        return "self.fc.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+    return None
+
+
+def _cpu_3(self, x):
+    device = x.device
+    B = x.shape[0]  # dynamic: one variant for every size
+    fc_weight = self.fc.weight
+    fc_bias = self.fc.bias
+    # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
+    t = torch.ops.aten.t.default(fc_weight)
+    mm = torch.ops.aten.mm.default(x, t)
+    sub_1 = torch.empty_strided((B, 10), (10, 1), dtype=torch.float32, device=device)
+    _cpp.function("cpp_fused_addmm_log_softmax_3", "pppl")(
+        mm.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr(), B
+    )
+    _log_softmax = torch.ops.aten.to.dtype(sub_1, torch.float32)
+    return _log_softmax
+
+
+def _guards_cuda_2(self, x):
+    """Variant cuda_2 (cuda: x=f32[1,512] (size 1 of B)): the first guard that fails, or None."""
+    if not (isinstance(x, torch.Tensor)):
+        return "isinstance(x, torch.Tensor)"
+    if not (x.device.type == "cuda"):
+        return 'x.device.type == "cuda"'
+    if not (x.dtype == torch.float32):
+        return "x.dtype == torch.float32"
+    if not (x.shape == (1, 512)):
+        return "x.shape == (1, 512)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
+    if not (not self.training):
+        return "not self.training"
+    if not (self.fc.bias.device.type == "cuda"):
+        return 'self.fc.bias.device.type == "cuda"'
+    if not (self.fc.bias.dtype == torch.float32):
+        return "self.fc.bias.dtype == torch.float32"
+    if not (self.fc.bias.shape == (10,)):
+        return "self.fc.bias.shape == (10,)"
+    if not (self.fc.bias.stride() == (1,)):
+        return "self.fc.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+    return None
+
+
+def _cuda_2(self, x):
+    device = x.device
+    fc_weight = self.fc.weight
+    fc_bias = self.fc.bias
+    # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
+    t = torch.ops.aten.t.default(fc_weight)
+    mm = torch.ops.aten.mm.default(x, t)
+    sub_1 = torch.empty_strided((1, 10), (10, 1), dtype=torch.float32, device=device)
+    _triton().triton_fused_addmm_log_softmax_2[(1,)](
+        mm, fc_bias, sub_1, XBLOCK=1, RBLOCK=16, num_warps=1
+    )
+    _log_softmax = torch.ops.aten.to.dtype(sub_1, torch.float32)
+    return _log_softmax
+
+
+def _guards_cuda_3(self, x):
+    """Variant cuda_3 (cuda: x=f32[B,512]): the first guard that fails, or None."""
+    if not (isinstance(x, torch.Tensor)):
+        return "isinstance(x, torch.Tensor)"
+    if not (x.device.type == "cuda"):
+        return 'x.device.type == "cuda"'
+    if not (x.dtype == torch.float32):
+        return "x.dtype == torch.float32"
+    if not (x.dim() == 2):
+        return "x.dim() == 2"
+    if not (x.shape[0] >= 2):
+        return "x.shape[0] >= 2"
+    if not (x.shape[1] == 512):
+        return "x.shape[1] == 512"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
+    if not (not self.training):
+        return "not self.training"
+    if not (self.fc.bias.device.type == "cuda"):
+        return 'self.fc.bias.device.type == "cuda"'
+    if not (self.fc.bias.dtype == torch.float32):
+        return "self.fc.bias.dtype == torch.float32"
+    if not (self.fc.bias.shape == (10,)):
+        return "self.fc.bias.shape == (10,)"
+    if not (self.fc.bias.stride() == (1,)):
+        return "self.fc.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+    ):
+        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+    return None
+
+
+def _cuda_3(self, x):
+    device = x.device
+    B = x.shape[0]  # dynamic: one variant for every size
+    fc_weight = self.fc.weight
+    fc_bias = self.fc.bias
+    # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
+    t = torch.ops.aten.t.default(fc_weight)
+    mm = torch.ops.aten.mm.default(x, t)
+    sub_1 = torch.empty_strided((B, 10), (10, 1), dtype=torch.float32, device=device)
+    _triton().triton_fused_addmm_log_softmax_3[((B + 63) // 64,)](
+        mm, fc_bias, sub_1, B, XBLOCK=64, RBLOCK=16, num_warps=4
     )
     _log_softmax = torch.ops.aten.to.dtype(sub_1, torch.float32)
     return _log_softmax
@@ -228,6 +422,14 @@ class Classifier(_source.Classifier):
             return _cpu_1(self, x)
         if _guards_cuda_1(self, x) is None:
             return _cuda_1(self, x)
+        if _guards_cpu_2(self, x) is None:
+            return _cpu_2(self, x)
+        if _guards_cpu_3(self, x) is None:
+            return _cpu_3(self, x)
+        if _guards_cuda_2(self, x) is None:
+            return _cuda_2(self, x)
+        if _guards_cuda_3(self, x) is None:
+            return _cuda_3(self, x)
         runtime_shim.warn_fallback(
             "Classifier",
             [
@@ -235,6 +437,10 @@ class Classifier(_source.Classifier):
                 ("cuda_0", _guards_cuda_0(self, x)),
                 ("cpu_1", _guards_cpu_1(self, x)),
                 ("cuda_1", _guards_cuda_1(self, x)),
+                ("cpu_2", _guards_cpu_2(self, x)),
+                ("cpu_3", _guards_cpu_3(self, x)),
+                ("cuda_2", _guards_cuda_2(self, x)),
+                ("cuda_3", _guards_cuda_3(self, x)),
             ],
         )
         return super().forward(x)

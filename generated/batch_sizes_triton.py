@@ -14,7 +14,7 @@ def _maximum(a, b):
 def triton_fused_addmm_log_softmax_0(
     in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
 ):
-    # examples/batch_sizes.py:16: return F.log_softmax(self.fc(x), dim=-1)
+    # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     xnumel = 16
     rnumel = 10
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
@@ -42,7 +42,7 @@ def triton_fused_addmm_log_softmax_0(
 def triton_fused_addmm_log_softmax_1(
     in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
 ):
-    # examples/batch_sizes.py:16: return F.log_softmax(self.fc(x), dim=-1)
+    # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     xnumel = 32
     rnumel = 10
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
@@ -64,3 +64,59 @@ def triton_fused_addmm_log_softmax_1(
     tmp7 = tl.log(tmp6)
     tmp8 = tmp4 - tmp7
     tl.store(out_ptr0 + (10 * xindex + rindex), tmp8, xmask & rmask)
+
+
+@triton.jit
+def triton_fused_addmm_log_softmax_2(
+    in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+):
+    # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
+    xnumel = 1
+    rnumel = 10
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    rbase = tl.arange(0, RBLOCK)[None, :]
+    rindex = rbase
+    rmask = rindex < rnumel
+    acc0_0 = tl.full([XBLOCK, RBLOCK], float("-inf"), tl.float32)
+    tmp0 = tl.load(in_ptr0 + rindex, xmask & rmask, other=0)
+    tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp2 = tmp0 + tmp1
+    acc0_0 = _maximum(acc0_0, tl.where(xmask & rmask, tmp2, float("-inf")))
+    tmp3 = tl.reduce(acc0_0, 1, _maximum)[:, None]
+    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    tmp4 = tmp2 - tmp3
+    tmp5 = tl.exp(tmp4)
+    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp5, 0)
+    tmp6 = tl.sum(acc1_0, 1)[:, None]
+    tmp7 = tl.log(tmp6)
+    tmp8 = tmp4 - tmp7
+    tl.store(out_ptr0 + rindex, tmp8, xmask & rmask)
+
+
+@triton.jit
+def triton_fused_addmm_log_softmax_3(
+    in_ptr0, in_ptr1, out_ptr0, B, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+):
+    # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
+    xnumel = B
+    rnumel = 10
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    rbase = tl.arange(0, RBLOCK)[None, :]
+    rindex = rbase
+    rmask = rindex < rnumel
+    acc0_0 = tl.full([XBLOCK, RBLOCK], float("-inf"), tl.float32)
+    tmp0 = tl.load(in_ptr0 + (10 * (xindex % B) + rindex), xmask & rmask, other=0)
+    tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp2 = tmp0 + tmp1
+    acc0_0 = _maximum(acc0_0, tl.where(xmask & rmask, tmp2, float("-inf")))
+    tmp3 = tl.reduce(acc0_0, 1, _maximum)[:, None]
+    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    tmp4 = tmp2 - tmp3
+    tmp5 = tl.exp(tmp4)
+    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp5, 0)
+    tmp6 = tl.sum(acc1_0, 1)[:, None]
+    tmp7 = tl.log(tmp6)
+    tmp8 = tmp4 - tmp7
+    tl.store(out_ptr0 + (10 * (xindex % B) + rindex), tmp8, xmask & rmask)

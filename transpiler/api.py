@@ -23,16 +23,15 @@ from torch import nn
 
 from runtime_shim.provenance import source_hash
 from transpiler.codegen.module import render_module
-from transpiler.codegen.wrapper import TargetCode, VariantCode
+from transpiler.codegen.wrapper import TargetCode
 from transpiler.errors import UserError
 from transpiler.frontend.fallback import Stub
 from transpiler.frontend.loader import resolve
 from transpiler.frontend.source import SourceCache
 from transpiler.frontend.trace import instantiate, trace
-from transpiler.ir.region import programs_of
 from transpiler.options import Options, ScalarSpec, Target, Variant
-from transpiler.passes import lower_region, map_graphs, name_stubs
 from transpiler.passes.schedule import KernelNames
+from transpiler.variants import compile_dynamic, compile_variant
 
 
 @dataclass
@@ -50,6 +49,12 @@ class ModuleBuild:
     stubs: dict[Stub, str] = field(default_factory=dict)  # fallback code, named
     # module name -> (path, hash) of every source file its code was read from
     sources: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def variant_name(self, variant: Variant) -> str:
+        """`cpu_0`, `cuda_0`, `cpu_1`, ...: numbered per device across the module."""
+        n = self.counts.get(variant.device, 0)
+        self.counts[variant.device] = n + 1
+        return f"{variant.device}_{n}"
 
     def stub_name(self, stub: Stub) -> str:
         return self.stubs.setdefault(stub, f"_fallback_{len(self.stubs)}")
@@ -135,31 +140,24 @@ def _build_target(
     _, fdef = sources.function(fn)
     params = _params(fdef, drop_self=is_module)
     variants = []
-    counts = mb.counts
+    tracer = partial(trace, obj, module, sources=sources)
     for variant in target.variants:
         variant = _complete(variant, fn, is_module, target.source)
-        n = counts.get(variant.device, 0)
-        counts[variant.device] = n + 1
-        name = f"{variant.device}_{n}"
-        traced = trace(obj, module, variant, sources)
-        if traced.region is None:
-            fb = traced.fallback
+        if not variant.dynamic:
             variants.append(
-                VariantCode(name, variant, traced.guards, None, fb.reason, fb.span)
+                compile_variant(mb.variant_name(variant), variant, tracer, mb)
             )
             continue
-        stub_names = [mb.stub_name(stub) for stub in traced.stubs]
-        region = map_graphs(traced.region, partial(name_stubs, names=stub_names))
-        loops = tuple(
-            replace(b, graph=name_stubs(b.graph, stub_names)) for b in traced.loops
-        )
-        names = mb.names[variant.device]
-        before = set(names.by_body.values())
-        compiled = lower_region(region, names, loops=loops)
-        mb.kernels[variant.device] += [
-            k for p in programs_of(compiled) for k in p.kernels if k.name not in before
-        ]
-        variants.append(VariantCode(name, variant, traced.guards, compiled))
+        if len(variant.dynamic) > 1:
+            raise UserError(
+                f"{target.source}: one named dimension per variant for now "
+                f"(got {', '.join(variant.dynamic)})"
+            )
+        # size 1 broadcasts and squeezes differently: it gets a variant of its own
+        one = variant.sized({variant.dynamic[0]: 1})
+        code = compile_variant(mb.variant_name(one), one, tracer, mb)
+        variants.append(replace(code, specializes=f"size 1 of {variant.dynamic[0]}"))
+        variants.append(compile_dynamic(mb.variant_name(variant), variant, tracer, mb))
     for path in sorted(sources.read):
         rel = Path(sources.display(path))
         name = ".".join(rel.with_suffix("").parts)

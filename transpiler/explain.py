@@ -26,7 +26,7 @@ def report(modules: dict, options) -> str:
 
 
 def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
-    lines = [f"variant {vc.name} ({vc.variant.describe()})"]
+    lines = [f"variant {vc.name} ({vc.describe()})"]
     if vc.region is None:
         return [
             *lines,

@@ -46,11 +46,17 @@ DEVICES = ("cpu", "cuda")
 
 @dataclass(frozen=True)
 class TensorSpec:
-    """A tensor input: dtype and static shape; `device` is None unless pinned."""
+    """A tensor input: dtype and shape; `device` is None unless pinned. A named
+    dimension (`f32[B,128]`) is dynamic: one variant serves every size of it."""
 
     dtype: torch.dtype
-    shape: tuple[int, ...]
+    shape: tuple[int | str, ...]
     device: str | None = None
+
+    def sized(self, sizes: dict[str, int]) -> TensorSpec:
+        """This spec with named dimensions given sizes."""
+        shape = tuple(sizes[d] if isinstance(d, str) else d for d in self.shape)
+        return TensorSpec(self.dtype, shape, self.device)
 
     def __str__(self) -> str:
         name = next(k for k, v in DTYPES.items() if v == self.dtype)
@@ -80,6 +86,22 @@ class Variant:
 
     inputs: tuple[tuple[str, Spec], ...]
     device: str
+
+    @property
+    def dynamic(self) -> tuple[str, ...]:
+        """Named dimensions, in order of first appearance."""
+        names: dict[str, None] = {}
+        for _, spec in self.inputs:
+            if isinstance(spec, TensorSpec):
+                names.update((d, None) for d in spec.shape if isinstance(d, str))
+        return tuple(names)
+
+    def sized(self, sizes: dict[str, int]) -> Variant:
+        inputs = tuple(
+            (n, s.sized(sizes) if isinstance(s, TensorSpec) else s)
+            for n, s in self.inputs
+        )
+        return Variant(inputs, self.device)
 
     def describe(self) -> str:
         args = ", ".join(f"{name}={spec}" for name, spec in self.inputs)
@@ -114,7 +136,7 @@ Inputs = tuple[tuple[str, Spec], ...]
 # TYPE specs
 
 _TENSOR = re.compile(r"(?P<dtype>\w+)\[(?P<dims>[^\[\]]*)\](?:@(?P<device>.*))?")
-_DIM = re.compile(r"[0-9]+")
+_DIM = re.compile(r"[0-9]+|[A-Za-z_]\w*")  # a size, or a named dynamic dimension
 _BOOLS = {"True": True, "False": False}
 _SCALARS = ("bool", "float", "int")
 
@@ -139,10 +161,13 @@ def parse_spec(text: str) -> Spec:
         raise UserError(f"unknown dtype {dtype!r} in {shown!r} (known: {known})")
     sizes = dims.split(",") if dims else []
     if not all(_DIM.fullmatch(size) for size in sizes):
-        raise UserError(f"bad TYPE {shown!r}: dimensions must be non-negative integers")
+        raise UserError(
+            f"bad TYPE {shown!r}: dimensions must be non-negative integers or names"
+        )
     if device is not None:
         check_device(device, f" in {shown!r}")
-    return TensorSpec(DTYPES[dtype], tuple(int(size) for size in sizes), device)
+    shape = tuple(int(d) if d.isdigit() else d for d in sizes)
+    return TensorSpec(DTYPES[dtype], shape, device)
 
 
 def _parse_scalar(shown: str, kind: str, value: str) -> ScalarSpec:

@@ -102,6 +102,8 @@ def check_against_eager(
             native = eager(**cpu_inputs)
         with grad_mode(seed), warnings.catch_warnings():
             warnings.simplefilter("error")  # a fallback, or a generated-code warning
+            # NumPy under Triton's interpreter, on lanes the kernel masks off
+            warnings.filterwarnings("ignore", "(divide by zero|invalid value)")
             actual = run(**inputs)
         assert_close(actual, expected, dtype, where)
         assert_same_dtypes(actual, native, where)

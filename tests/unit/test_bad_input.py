@@ -124,8 +124,8 @@ BAD_INPUT = [
     (
         "bad_type_dims",
         {"model.py": MODEL},
-        ["model.py::double", "--example", "x=f32[2,x]"],
-        "bad TYPE 'f32[2,x]': dimensions must be non-negative integers",
+        ["model.py::double", "--example", "x=f32[2,-1]"],
+        "bad TYPE 'f32[2,-1]': dimensions must be non-negative integers or names",
     ),
     (
         "bad_type_syntax",

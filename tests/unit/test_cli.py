@@ -286,7 +286,7 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_module_entry_point_reports_without_traceback(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "transpiler.cli", "a.py::A", "--example", "x=f32[2,x]"],
+        [sys.executable, "-m", "transpiler.cli", "a.py::A", "--example", "x=f32[2,-1]"],
         check=False,
         capture_output=True,
         text=True,
@@ -295,6 +295,6 @@ def test_module_entry_point_reports_without_traceback(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr == (
-        "transpile: error: bad TYPE 'f32[2,x]': dimensions must be non-negative "
-        "integers\n"
+        "transpile: error: bad TYPE 'f32[2,-1]': dimensions must be non-negative "
+        "integers or names\n"
     )

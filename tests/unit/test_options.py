@@ -58,10 +58,18 @@ def test_parse_spec(text: str, expected: object) -> None:
 
 
 BAD_SPECS = [
-    ("f32[2,x]", "bad TYPE 'f32[2,x]': dimensions must be non-negative integers"),
-    ("f32[2,-1]", "bad TYPE 'f32[2,-1]': dimensions must be non-negative integers"),
-    ("f32[2,]", "bad TYPE 'f32[2,]': dimensions must be non-negative integers"),
-    ("f32[2.5]", "bad TYPE 'f32[2.5]': dimensions must be non-negative integers"),
+    (
+        "f32[2,-1]",
+        "bad TYPE 'f32[2,-1]': dimensions must be non-negative integers or names",
+    ),
+    (
+        "f32[2,]",
+        "bad TYPE 'f32[2,]': dimensions must be non-negative integers or names",
+    ),
+    (
+        "f32[2.5]",
+        "bad TYPE 'f32[2.5]': dimensions must be non-negative integers or names",
+    ),
     ("f8[2]", f"unknown dtype 'f8' in 'f8[2]' (known: {KNOWN_DTYPES})"),
     ("float32[2]", f"unknown dtype 'float32' in 'float32[2]' (known: {KNOWN_DTYPES})"),
     ("f32[2]@tpu", "unknown device 'tpu' in 'f32[2]@tpu' (known: cpu, cuda)"),
@@ -372,10 +380,10 @@ CONFIG_ERRORS = [
         ),
     ),
     (
-        TARGET + 'variants = [{ x = "f32[2,x]" }]\n',
+        TARGET + 'variants = [{ x = "f32[2,-1]" }]\n',
         (
-            "pyproject.toml: target 'a.py::A' variant 1: bad TYPE 'f32[2,x]': "
-            "dimensions must be non-negative integers"
+            "pyproject.toml: target 'a.py::A' variant 1: bad TYPE 'f32[2,-1]': "
+            "dimensions must be non-negative integers or names"
         ),
     ),
     (

@@ -16,6 +16,7 @@ import torch
 from transpiler.codegen.indexing import format_index
 from transpiler.codegen.optable import CPP, CPP_TYPES, cpp_literal
 from transpiler.codegen.segments import Loop, segments
+from transpiler.ir.dynamic import dims_in, size
 from transpiler.ir.program import Index, Kernel, Stmt, Store
 from transpiler.passes.schedule import Const
 
@@ -104,13 +105,14 @@ class _Renderer:
             f"const {CPP_TYPES[a.dtype]}* __restrict__ {a.param}" for a in k.inputs
         ]
         params += [f"{CPP_TYPES[a.dtype]}* __restrict__ {a.param}" for a in k.outputs]
+        params += [f"int64_t {d}" for d in sorted(dims_in(k))]  # dynamic sizes
         lines = [f"// {span}: {span.text}" for span in k.spans]
         lines.append(f'extern "C" void cpp_{k.name}(')
         lines += [
             f"    {p}{',' if i < len(params) - 1 else ''}" for i, p in enumerate(params)
         ]
         lines.append(") {")
-        work = k.xnumel * k.rnumel
+        work = size(k.xnumel) * size(k.rnumel)
         if k.is_reduction:
             pragma = "#pragma omp parallel for" if work >= PARALLEL_MIN else ""
         else:

@@ -69,9 +69,7 @@ def header(
     for t in targets:
         lines.append(f"    {t.name} ({t.source})")
         for vc in t.variants:
-            lines.append(
-                f"        {vc.name:<8} {vc.variant.describe():<40} " f"{_summary(vc)}"
-            )
+            lines.append(f"        {vc.name:<8} {vc.describe():<40} " f"{_summary(vc)}")
             if vc.region is None:
                 breaks.append(
                     f"    {vc.fallback_span}: {vc.fallback_reason} "

@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from transpiler.ir.dynamic import Dim
+
 TRITON: dict[str, str] = {
     "identity": "{0}",
     "add": "{0} + {1}",
@@ -107,6 +109,8 @@ CPP_TYPES = {
 
 
 def triton_literal(value, dtype: torch.dtype) -> str:
+    if isinstance(value, Dim):  # a dynamic size, an int expression
+        return f"({value})"
     if dtype == torch.bool:
         return "1" if value else "0"
     if dtype.is_floating_point:
@@ -120,6 +124,8 @@ def triton_literal(value, dtype: torch.dtype) -> str:
 
 
 def cpp_literal(value, dtype: torch.dtype) -> str:
+    if isinstance(value, Dim):
+        return f"static_cast<{CPP_TYPES[dtype]}>({value})"
     if dtype == torch.bool:
         return "true" if value else "false"
     if dtype.is_floating_point:

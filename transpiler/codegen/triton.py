@@ -22,6 +22,7 @@ from transpiler.codegen.optable import (
     triton_literal,
 )
 from transpiler.codegen.segments import Loop, segments
+from transpiler.ir.dynamic import dims_in, size
 from transpiler.ir.program import Index, Kernel, Stmt, Store
 from transpiler.passes.schedule import Const
 
@@ -43,11 +44,14 @@ def next_pow2(n: int) -> int:
 
 
 def launch_config(k: Kernel) -> LaunchConfig:
+    """Block sizes and warps; a dynamic size counts as a typical one (ir.dynamic)."""
+    xnumel, rnumel = size(k.xnumel), size(k.rnumel)
     if not k.is_reduction:
-        xblock = min(1024, max(16, next_pow2(k.xnumel)))
+        xblock = min(1024, max(16, next_pow2(xnumel)))
         return LaunchConfig(xblock, 1, 4 if xblock >= 512 else 2)
-    rblock = next_pow2(k.rnumel) if k.rnumel <= PERSISTENT_MAX else 2048
-    xblock = max(1, min(next_pow2(k.xnumel), 1024 // rblock)) if rblock < 1024 else 1
+    persistent = isinstance(k.rnumel, int) and rnumel <= PERSISTENT_MAX
+    rblock = next_pow2(rnumel) if persistent else 2048
+    xblock = max(1, min(next_pow2(xnumel), 1024 // rblock)) if rblock < 1024 else 1
     warps = min(16, max(1, (xblock * rblock) // 256))
     return LaunchConfig(xblock, rblock, next_pow2(warps))
 
@@ -62,7 +66,9 @@ class _Renderer:
         self.k = k
         self.config = config
         self.red = k.is_reduction
-        self.persistent = self.red and config.rblock >= k.rnumel
+        self.persistent = (
+            self.red and isinstance(k.rnumel, int) and config.rblock >= k.rnumel
+        )
         self.lines: list[str] = []
         self.done: set[str] = set()  # statements already computed (persistent)
 
@@ -161,6 +167,7 @@ class _Renderer:
     def render(self) -> str:
         k, c = self.k, self.config
         params = [a.param for a in k.inputs + k.outputs]
+        params += sorted(dims_in(k))  # dynamic sizes, passed at run time
         params.append("XBLOCK: tl.constexpr")
         if self.red:
             params.append("RBLOCK: tl.constexpr")

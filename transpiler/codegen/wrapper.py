@@ -15,6 +15,7 @@ import torch
 
 from transpiler.codegen import triton as triton_codegen
 from transpiler.frontend.fallback import Stub
+from transpiler.ir.dynamic import Dim, dims_in
 from transpiler.ir.graph import DEVICE, FALLBACK, LOOP, Ref, Span
 from transpiler.ir.ops import EXTERN_CONTIGUOUS
 from transpiler.ir.program import Alloc, ExternCall, KernelCall, Program
@@ -48,6 +49,12 @@ class VariantCode:
     region: CompiledRegion | None  # None: the variant runs the source
     fallback_reason: str | None = None
     fallback_span: Span | None = None
+    dynamic: tuple[tuple[str, str], ...] = ()  # (named dimension, its size in Python)
+    specializes: str = ""  # "size 1 of B": made for a dynamic variant, tried first
+
+    def describe(self) -> str:
+        text = self.variant.describe()
+        return f"{text} ({self.specializes})" if self.specializes else text
 
     @property
     def programs(self) -> list[Program]:
@@ -68,6 +75,8 @@ def literal(value) -> str:
     """Python source for a constant argument of an extern call."""
     if isinstance(value, Ref):
         return value.name
+    if isinstance(value, Dim):
+        return str(value)
     if value is DEVICE:
         return "device"
     if isinstance(value, torch.dtype):
@@ -88,6 +97,7 @@ def literal(value) -> str:
 
 def input_guards(v: Variant) -> list[str]:
     guards = []
+    sizes: dict[str, str] = {}  # named dimension -> where it is first read
     for name, spec in v.inputs:
         if isinstance(spec, TensorSpec):
             # kernels index inputs as contiguous; torch's notion of contiguous lets
@@ -96,7 +106,7 @@ def input_guards(v: Variant) -> list[str]:
                 f"isinstance({name}, torch.Tensor)",
                 f'{name}.device.type == "{v.device}"',
                 f"{name}.dtype == {DTYPE_NAMES[spec.dtype]}",
-                f"{name}.shape == {literal(tuple(spec.shape))}",
+                *_shape_guards(name, spec.shape, sizes),
                 f"{name}.is_contiguous()",
             ]
         elif spec.value is None:
@@ -105,6 +115,24 @@ def input_guards(v: Variant) -> list[str]:
             assert isinstance(spec, ScalarSpec)
             kind = type(spec.value).__name__
             guards.append(f"type({name}) is {kind} and {name} == {spec.value!r}")
+    return guards
+
+
+def _shape_guards(name: str, shape: tuple, sizes: dict[str, str]) -> list[str]:
+    """`x.shape == (2, 4)`; with a named dimension, its size is any >= 2 (size 1
+    has a variant of its own), the same wherever the name appears."""
+    if all(isinstance(d, int) for d in shape):
+        return [f"{name}.shape == {literal(tuple(shape))}"]
+    guards = [f"{name}.dim() == {len(shape)}"]
+    for i, d in enumerate(shape):
+        here = f"{name}.shape[{i}]"
+        if isinstance(d, int):
+            guards.append(f"{here} == {d}")
+        elif d in sizes:
+            guards.append(f"{here} == {sizes[d]}")
+        else:
+            sizes[d] = here
+            guards.append(f"{here} >= 2")
     return guards
 
 
@@ -150,7 +178,7 @@ def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
     self_ = "self, " if t.is_module else ""
     lines = [
         f"def _guards_{vc.name}({self_}{t.params_text}):",
-        f'    """Variant {vc.name} ({vc.variant.describe()}): the first guard that '
+        f'    """Variant {vc.name} ({vc.describe()}): the first guard that '
         'fails, or None."""',
     ]
     for g in guards:
@@ -190,6 +218,8 @@ def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]
     device_src = tensors[0] if tensors else (params[0][1] if params else None)
     if device_src is not None:
         lines.append(f"    device = {device_src}.device")
+    for dim, size_expr in vc.dynamic:
+        lines.append(f"    {dim} = {size_expr}  # dynamic: one variant for every size")
     return lines + _region_lines(vc.region, kernels, vc.variant.device, "    ")
 
 
@@ -267,16 +297,21 @@ def stub_function(name: str, stub: Stub) -> list[str]:
 
 
 def _kernel_call(step: KernelCall, kernels: dict, device: str) -> str:
-    if device == "cpu":
-        sig = "p" * len(step.args)
-        ptrs = ", ".join(f"{a}.data_ptr()" for a in step.args)
-        return f'_cpp.function("cpp_{step.kernel}", "{sig}")({ptrs})'
     k = kernels[step.kernel]
+    dims = sorted(dims_in(k))  # dynamic sizes, passed by value
+    if device == "cpu":
+        sig = "p" * len(step.args) + "l" * len(dims)
+        args = ", ".join([*(f"{a}.data_ptr()" for a in step.args), *dims])
+        return f'_cpp.function("cpp_{step.kernel}", "{sig}")({args})'
     c = triton_codegen.launch_config(k)
     blocks = f"XBLOCK={c.xblock}" + (f", RBLOCK={c.rblock}" if k.is_reduction else "")
+    if isinstance(k.xnumel, Dim):
+        grid = f"({k.xnumel} + {c.xblock - 1}) // {c.xblock}"
+    else:
+        grid = str(c.grid(k.xnumel))
     return (
-        f"_triton().triton_{step.kernel}[({c.grid(k.xnumel)},)]"
-        f"({', '.join(step.args)}, {blocks}, num_warps={c.num_warps})"
+        f"_triton().triton_{step.kernel}[({grid},)]"
+        f"({', '.join([*step.args, *dims])}, {blocks}, num_warps={c.num_warps})"
     )
 
 

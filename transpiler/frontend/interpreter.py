@@ -172,6 +172,9 @@ class Interpreter:
         self.stubs = stubs if stubs is not None else {}
         self.loops = loops if loops is not None else {}
         self.last_stub: Ref | None = None
+        # integer comparisons decided here, as (span, operator, left, right, outcome):
+        # with a dynamic dimension, one whose operands change with it is a guard
+        self.comparisons: list[tuple] = []
 
     # ---- functions ------------------------------------------------------------
 
@@ -225,6 +228,11 @@ class Interpreter:
             )
         if any(isinstance(a, OpaqueValue) for a in (*args, *kwargs.values())):
             raise Unsupported("uses a value computed by fallback code", self._span())
+        if fn in (builtins.min, builtins.max) and all(_is_int(a) for a in args):
+            result = fn(*args)
+            for a in args:  # which argument won is a comparison too
+                self.comparisons.append((self._span(), "Equal", result, a, result == a))
+            return result
         owner = _owner(fn)
         if not owner.startswith(PURE_MODULES):
             name = getattr(fn, "__qualname__", type(fn).__name__)
@@ -521,6 +529,8 @@ class Interpreter:
             if what == "while":
                 raise Unsupported("`while` on tensor data", self._span())
             return self.decide(value)
+        if _is_int(value):
+            self.comparisons.append((self._span(), "NotEqual", value, 0, value != 0))
         return bool(value)
 
     def decide(self, cond: torch.Tensor) -> bool:
@@ -634,7 +644,10 @@ class Interpreter:
         result: Any = True
         for target in expr.comparisons:
             right = self.eval(target.comparator, frame)
-            result = COMPARE_OPS[type(target.operator).__name__](left, right)
+            op = type(target.operator).__name__
+            result = COMPARE_OPS[op](left, right)
+            if _is_int(left) and _is_int(right):
+                self.comparisons.append((self._span(), op, left, right, result))
             if isinstance(result, torch.Tensor):
                 if len(expr.comparisons) > 1:
                     raise Unsupported("chained comparison of tensors", self._span())
@@ -735,6 +748,10 @@ class Interpreter:
 
     def _span(self) -> Span | None:
         return self.recorder.span
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _like(t: torch.Tensor) -> torch.Tensor:

@@ -35,6 +35,7 @@ class Traced:
     stubs: tuple[Stub, ...] = ()  # fallback code; `_fallback:N` calls stubs[N]
     fallback: Unsupported | None = None
     loops: tuple[LoopBody, ...] = ()  # `_loop:N` runs loops[N]
+    comparisons: tuple[tuple, ...] = ()  # see Interpreter.comparisons
 
     @property
     def graph(self) -> Graph | None:
@@ -107,6 +108,7 @@ def trace(
     fn = type(module).forward if module is not None else obj
     stubs: dict[Stub, int] = {}
     loops: dict[str, tuple[int, LoopBody]] = {}
+    comparisons: list[tuple] = []
     guards: dict[str, None] = {}
     paths = [0]
 
@@ -127,6 +129,7 @@ def trace(
                 outputs = _output_refs(result, builder, recorder)
         finally:
             guards.update(interp.guards)
+            comparisons.extend(interp.comparisons)
         return _Path(builder.nodes, interp.branches, outputs)
 
     try:
@@ -138,7 +141,13 @@ def trace(
         r.graph.lint()
     for body in bodies:
         body.graph.lint()
-    return Traced(region, tuple(guards), tuple(stubs), loops=bodies)
+    return Traced(
+        region,
+        tuple(guards),
+        tuple(stubs),
+        loops=bodies,
+        comparisons=tuple(comparisons),
+    )
 
 
 def _explore(prefix: tuple[bool, ...], path: _Path, run) -> Region:

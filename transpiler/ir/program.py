@@ -78,7 +78,7 @@ class Kernel:
 
     @property
     def is_reduction(self) -> bool:
-        return self.rnumel > 1 or any(
+        return self.rnumel != 1 or any(
             isinstance(s, Stmt) and s.op == "reduce" for s in self.body
         )
 

@@ -75,7 +75,7 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
     for unit in _toposort(units, graph, fusion, nodes):
         if isinstance(unit, Group):
             kernel = KernelBuilder(unit, fusion, nodes).build()
-            key = _body_key(kernel)
+            key = body_key(kernel)
             name, new = names.name_for(kernel.name, key)
             kernel = Kernel(
                 name,
@@ -189,7 +189,7 @@ def _toposort(units: list, graph: Graph, fusion: Fusion, nodes) -> list:
     return order
 
 
-def _body_key(k: Kernel) -> tuple:
+def body_key(k: Kernel) -> tuple:
     return (
         k.xnumel,
         k.rnumel,
