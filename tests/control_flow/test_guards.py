@@ -261,3 +261,47 @@ def test_exported_example_guard_on_shape() -> None:
         variant_name(variant_of(case)),
         "x.shape == (2, 4)",
     )
+
+
+CONFIG_SOURCE = """
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass
+class Config:
+    scale: float = 2.0
+    use_relu: bool = True
+
+
+class Configured(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.config = Config()
+
+    def forward(self, x):
+        y = x * self.config.scale
+        if self.config.use_relu:
+            y = y.relu()
+        return y
+"""
+
+
+def test_config_object_attributes_are_guarded(tmp_path: Path) -> None:
+    from tests.compile_helpers import compile_source
+
+    c = compile_source(
+        CONFIG_SOURCE, {"Configured": {"x": torch.randn(4, 8)}}, tmp_path
+    )
+    module = c["Configured"].module
+    text = Path(module.__file__).read_text()
+    assert "self.config.scale == 2.0" in text and "self.config.use_relu" in text
+    model = module.Configured().eval()
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        model.config.use_relu = False  # the compiled path no longer applies
+        with pytest.warns(RuntimeWarning, match=r"self\.config\.use_relu"):
+            got = model(x)
+    torch.testing.assert_close(got, x * 2.0)

@@ -604,6 +604,8 @@ class Interpreter:
         path = self.module_paths.get(id(base))
         if path is not None and isinstance(value, GUARD_TYPES):
             self.guards[_guard(f"{path}.{attr}", value)] = None
+        elif path is not None and _is_config(value):  # `self.config.n_head` too
+            self.module_paths.setdefault(id(value), f"{path}.{attr}")
         return value
 
     def eval_Call(self, expr: cst.Call, frame: Frame) -> Any:
@@ -748,6 +750,22 @@ class Interpreter:
 
     def _span(self) -> Span | None:
         return self.recorder.span
+
+
+def _is_config(value: Any) -> bool:
+    """A plain object holding settings (a dataclass, a namespace): its attributes
+    read by the model are guarded like the module's own."""
+    return hasattr(value, "__dict__") and not isinstance(
+        value,
+        (
+            torch.Tensor,
+            nn.Module,
+            type,
+            types.FunctionType,
+            types.MethodType,
+            types.ModuleType,
+        ),
+    )
 
 
 def _is_int(value: Any) -> bool:
