@@ -37,7 +37,26 @@ class Stub:
     reason: str
 
 
-class Names(cst.CSTVisitor):
+class _Targets(cst.CSTVisitor):
+    """Calls `_target` on what each assignment, loop and `as` binds."""
+
+    def _target(self, target: cst.CSTNode | None) -> None:
+        raise NotImplementedError
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self._target(node.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._target(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self._target(node.target)
+
+    def visit_AsName(self, node: cst.AsName) -> None:
+        self._target(node.name)
+
+
+class Names(_Targets):
     """Names a statement reads (any `Name` but attribute and keyword names) and
     assigns, each in order of first appearance."""
 
@@ -67,26 +86,14 @@ class Names(cst.CSTVisitor):
             target.visit(self)
         self._targets -= 1
 
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        self._target(node.target)
-
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         self._target(node.target)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._target(node.target)
-
-    def visit_For(self, node: cst.For) -> None:
-        self._target(node.target)
-
-    def visit_AsName(self, node: cst.AsName) -> None:
-        self._target(node.name)
 
 
 INPLACE = re.compile(r"\b[a-z]\w*_\(")  # `x.add_(`: a method writing its tensor
 
 
-class _Writes(cst.CSTVisitor):
+class _Writes(_Targets):
     """Whether a statement may write a tensor it reads, anywhere in it (also inside
     `try`, `with`, `if`): an item or attribute assignment (`x[0] = 1`, `del x[0]`),
     an augmented assignment (`x += 1` updates a tensor in place) or an in-place
@@ -105,18 +112,6 @@ class _Writes(cst.CSTVisitor):
         elif isinstance(target, (cst.Tuple, cst.List)):
             for e in target.elements:
                 self._target(e.value)
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        self._target(node.target)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._target(node.target)
-
-    def visit_For(self, node: cst.For) -> None:
-        self._target(node.target)
-
-    def visit_AsName(self, node: cst.AsName) -> None:
-        self._target(node.name)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         self.in_place = True
