@@ -1,0 +1,70 @@
+"""runtime_shim on its own: a wheel of just it, and its tests without the compiler.
+
+A production image installs `pip install ./runtime_shim` next to the generated
+modules; neither it nor its tests may need `transpiler`, `libcst` or `black`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCKED = ("transpiler", "libcst", "black")
+
+
+def test_wheel_holds_runtime_shim_alone(tmp_path: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT / "runtime_shim"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    modules = {n for n in names if n.endswith(".py")}
+    assert modules == {
+        "runtime_shim/__init__.py",
+        "runtime_shim/__main__.py",
+        "runtime_shim/cpp.py",
+        "runtime_shim/provenance.py",
+        "runtime_shim/warn.py",
+    }
+    metadata = next(n for n in names if n.endswith("METADATA"))
+    requires = [
+        line.split(":", 1)[1].strip()
+        for line in zipfile.ZipFile(wheel).read(metadata).decode().splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    ]
+    assert requires == ["torch>=2.4"]
+
+
+def test_its_tests_pass_without_the_compiler() -> None:
+    code = f"""
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.partition(".")[0] in {BLOCKED!r}:
+            raise ImportError(f"{{name}} is not installed here")
+sys.meta_path.insert(0, Block())
+import pytest
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "tests/runtime_shim"]))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert " passed" in result.stdout
