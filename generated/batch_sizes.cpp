@@ -70,6 +70,22 @@ static inline double tanh_f32(double x) { return std::tanh(x); }
 static inline float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
 static inline double sigmoid_f32(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// erf for float: the Taylor series below 0.5 (relative error < 1e-7), beyond it
+// Abramowitz & Stegun 7.1.26 (absolute error < 2e-7), both vectorizable.
+static inline float erf_f32(float x) {
+    float a = std::fabs(x);
+    float z = x * x;
+    float small = x * (1.12837916709551f + z * (-0.376126389031838f
+                  + z * (0.112837916709551f + z * (-0.0268661706451312f
+                  + z * (0.00522397762544218f + z * -0.000854832702345085f)))));
+    float t = 1.0f / (1.0f + 0.3275911f * a);
+    float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f
+                 + t * (-1.453152027f + t * 1.061405429f))));
+    float large = std::copysign(1.0f - poly * exp_f32(-z), x);
+    return a < 0.5f ? small : large;
+}
+static inline double erf_f32(double x) { return std::erf(x); }
+
 // examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
 extern "C" void cpp_fused_addmm_log_softmax_0(
     const float* __restrict__ in_ptr0,
@@ -77,6 +93,7 @@ extern "C" void cpp_fused_addmm_log_softmax_0(
     float* __restrict__ out_ptr0
 ) {
     for (int64_t x = 0; x < 16; ++x) {
+        float tmp2_row[10];
         float tmp3 = -INFINITY;
         bool tmp3_nan = false;
         #pragma omp simd reduction(max:tmp3) reduction(|:tmp3_nan)
@@ -84,17 +101,20 @@ extern "C" void cpp_fused_addmm_log_softmax_0(
             float tmp0 = in_ptr0[10 * x + r];
             float tmp1 = in_ptr1[r];
             float tmp2 = tmp0 + tmp1;
+            tmp2_row[r] = tmp2;
             tmp3 = std::max(tmp3, tmp2);
             tmp3_nan |= tmp2 != tmp2;
         }
         if (tmp3_nan) tmp3 = NAN;
+        float tmp4_row[10];
         float tmp6 = 0;
         #pragma omp simd reduction(+:tmp6)
         for (int64_t r = 0; r < 10; ++r) {
             float tmp0 = in_ptr0[10 * x + r];
             float tmp1 = in_ptr1[r];
-            float tmp2 = tmp0 + tmp1;
+            float tmp2 = tmp2_row[r];
             float tmp4 = tmp2 - tmp3;
+            tmp4_row[r] = tmp4;
             float tmp5 = exp_f32(tmp4);
             tmp6 += tmp5;
         }
@@ -103,8 +123,8 @@ extern "C" void cpp_fused_addmm_log_softmax_0(
         for (int64_t r = 0; r < 10; ++r) {
             float tmp0 = in_ptr0[10 * x + r];
             float tmp1 = in_ptr1[r];
-            float tmp2 = tmp0 + tmp1;
-            float tmp4 = tmp2 - tmp3;
+            float tmp2 = tmp2_row[r];
+            float tmp4 = tmp4_row[r];
             float tmp8 = tmp4 - tmp7;
             out_ptr0[10 * x + r] = tmp8;
         }
@@ -118,6 +138,7 @@ extern "C" void cpp_fused_addmm_log_softmax_1(
     float* __restrict__ out_ptr0
 ) {
     for (int64_t x = 0; x < 32; ++x) {
+        float tmp2_row[10];
         float tmp3 = -INFINITY;
         bool tmp3_nan = false;
         #pragma omp simd reduction(max:tmp3) reduction(|:tmp3_nan)
@@ -125,17 +146,20 @@ extern "C" void cpp_fused_addmm_log_softmax_1(
             float tmp0 = in_ptr0[10 * x + r];
             float tmp1 = in_ptr1[r];
             float tmp2 = tmp0 + tmp1;
+            tmp2_row[r] = tmp2;
             tmp3 = std::max(tmp3, tmp2);
             tmp3_nan |= tmp2 != tmp2;
         }
         if (tmp3_nan) tmp3 = NAN;
+        float tmp4_row[10];
         float tmp6 = 0;
         #pragma omp simd reduction(+:tmp6)
         for (int64_t r = 0; r < 10; ++r) {
             float tmp0 = in_ptr0[10 * x + r];
             float tmp1 = in_ptr1[r];
-            float tmp2 = tmp0 + tmp1;
+            float tmp2 = tmp2_row[r];
             float tmp4 = tmp2 - tmp3;
+            tmp4_row[r] = tmp4;
             float tmp5 = exp_f32(tmp4);
             tmp6 += tmp5;
         }
@@ -144,8 +168,8 @@ extern "C" void cpp_fused_addmm_log_softmax_1(
         for (int64_t r = 0; r < 10; ++r) {
             float tmp0 = in_ptr0[10 * x + r];
             float tmp1 = in_ptr1[r];
-            float tmp2 = tmp0 + tmp1;
-            float tmp4 = tmp2 - tmp3;
+            float tmp2 = tmp2_row[r];
+            float tmp4 = tmp4_row[r];
             float tmp8 = tmp4 - tmp7;
             out_ptr0[10 * x + r] = tmp8;
         }
@@ -159,6 +183,7 @@ extern "C" void cpp_fused_addmm_log_softmax_2(
     float* __restrict__ out_ptr0
 ) {
     for (int64_t x = 0; x < 1; ++x) {
+        float tmp2_row[10];
         float tmp3 = -INFINITY;
         bool tmp3_nan = false;
         #pragma omp simd reduction(max:tmp3) reduction(|:tmp3_nan)
@@ -166,17 +191,20 @@ extern "C" void cpp_fused_addmm_log_softmax_2(
             float tmp0 = in_ptr0[r];
             float tmp1 = in_ptr1[r];
             float tmp2 = tmp0 + tmp1;
+            tmp2_row[r] = tmp2;
             tmp3 = std::max(tmp3, tmp2);
             tmp3_nan |= tmp2 != tmp2;
         }
         if (tmp3_nan) tmp3 = NAN;
+        float tmp4_row[10];
         float tmp6 = 0;
         #pragma omp simd reduction(+:tmp6)
         for (int64_t r = 0; r < 10; ++r) {
             float tmp0 = in_ptr0[r];
             float tmp1 = in_ptr1[r];
-            float tmp2 = tmp0 + tmp1;
+            float tmp2 = tmp2_row[r];
             float tmp4 = tmp2 - tmp3;
+            tmp4_row[r] = tmp4;
             float tmp5 = exp_f32(tmp4);
             tmp6 += tmp5;
         }
@@ -185,8 +213,8 @@ extern "C" void cpp_fused_addmm_log_softmax_2(
         for (int64_t r = 0; r < 10; ++r) {
             float tmp0 = in_ptr0[r];
             float tmp1 = in_ptr1[r];
-            float tmp2 = tmp0 + tmp1;
-            float tmp4 = tmp2 - tmp3;
+            float tmp2 = tmp2_row[r];
+            float tmp4 = tmp4_row[r];
             float tmp8 = tmp4 - tmp7;
             out_ptr0[r] = tmp8;
         }
@@ -201,6 +229,7 @@ extern "C" void cpp_fused_addmm_log_softmax_3(
     int64_t B
 ) {
     for (int64_t x = 0; x < B; ++x) {
+        float tmp2_row[10];
         float tmp3 = -INFINITY;
         bool tmp3_nan = false;
         #pragma omp simd reduction(max:tmp3) reduction(|:tmp3_nan)
@@ -208,17 +237,20 @@ extern "C" void cpp_fused_addmm_log_softmax_3(
             float tmp0 = in_ptr0[10 * (x % B) + r];
             float tmp1 = in_ptr1[r];
             float tmp2 = tmp0 + tmp1;
+            tmp2_row[r] = tmp2;
             tmp3 = std::max(tmp3, tmp2);
             tmp3_nan |= tmp2 != tmp2;
         }
         if (tmp3_nan) tmp3 = NAN;
+        float tmp4_row[10];
         float tmp6 = 0;
         #pragma omp simd reduction(+:tmp6)
         for (int64_t r = 0; r < 10; ++r) {
             float tmp0 = in_ptr0[10 * (x % B) + r];
             float tmp1 = in_ptr1[r];
-            float tmp2 = tmp0 + tmp1;
+            float tmp2 = tmp2_row[r];
             float tmp4 = tmp2 - tmp3;
+            tmp4_row[r] = tmp4;
             float tmp5 = exp_f32(tmp4);
             tmp6 += tmp5;
         }
@@ -227,8 +259,8 @@ extern "C" void cpp_fused_addmm_log_softmax_3(
         for (int64_t r = 0; r < 10; ++r) {
             float tmp0 = in_ptr0[10 * (x % B) + r];
             float tmp1 = in_ptr1[r];
-            float tmp2 = tmp0 + tmp1;
-            float tmp4 = tmp2 - tmp3;
+            float tmp2 = tmp2_row[r];
+            float tmp4 = tmp4_row[r];
             float tmp8 = tmp4 - tmp7;
             out_ptr0[10 * (x % B) + r] = tmp8;
         }

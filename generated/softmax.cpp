@@ -70,6 +70,22 @@ static inline double tanh_f32(double x) { return std::tanh(x); }
 static inline float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
 static inline double sigmoid_f32(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// erf for float: the Taylor series below 0.5 (relative error < 1e-7), beyond it
+// Abramowitz & Stegun 7.1.26 (absolute error < 2e-7), both vectorizable.
+static inline float erf_f32(float x) {
+    float a = std::fabs(x);
+    float z = x * x;
+    float small = x * (1.12837916709551f + z * (-0.376126389031838f
+                  + z * (0.112837916709551f + z * (-0.0268661706451312f
+                  + z * (0.00522397762544218f + z * -0.000854832702345085f)))));
+    float t = 1.0f / (1.0f + 0.3275911f * a);
+    float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f
+                 + t * (-1.453152027f + t * 1.061405429f))));
+    float large = std::copysign(1.0f - poly * exp_f32(-z), x);
+    return a < 0.5f ? small : large;
+}
+static inline double erf_f32(double x) { return std::erf(x); }
+
 // examples/softmax.py:11: return torch.softmax(x, dim=-1)
 extern "C" void cpp_fused_softmax_0(
     const float* __restrict__ in_ptr0,
@@ -85,19 +101,21 @@ extern "C" void cpp_fused_softmax_0(
             tmp1_nan |= tmp0 != tmp0;
         }
         if (tmp1_nan) tmp1 = NAN;
+        float tmp3_row[128];
         float tmp4 = 0;
         #pragma omp simd reduction(+:tmp4)
         for (int64_t r = 0; r < 128; ++r) {
             float tmp0 = in_ptr0[128 * x + r];
             float tmp2 = tmp0 - tmp1;
             float tmp3 = exp_f32(tmp2);
+            tmp3_row[r] = tmp3;
             tmp4 += tmp3;
         }
         #pragma omp simd
         for (int64_t r = 0; r < 128; ++r) {
             float tmp0 = in_ptr0[128 * x + r];
             float tmp2 = tmp0 - tmp1;
-            float tmp3 = exp_f32(tmp2);
+            float tmp3 = tmp3_row[r];
             float tmp5 = tmp3 / tmp4;
             out_ptr0[128 * x + r] = tmp5;
         }

@@ -70,6 +70,22 @@ static inline double tanh_f32(double x) { return std::tanh(x); }
 static inline float sigmoid_f32(float x) { return 1.0f / (1.0f + exp_f32(-x)); }
 static inline double sigmoid_f32(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
+// erf for float: the Taylor series below 0.5 (relative error < 1e-7), beyond it
+// Abramowitz & Stegun 7.1.26 (absolute error < 2e-7), both vectorizable.
+static inline float erf_f32(float x) {
+    float a = std::fabs(x);
+    float z = x * x;
+    float small = x * (1.12837916709551f + z * (-0.376126389031838f
+                  + z * (0.112837916709551f + z * (-0.0268661706451312f
+                  + z * (0.00522397762544218f + z * -0.000854832702345085f)))));
+    float t = 1.0f / (1.0f + 0.3275911f * a);
+    float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f
+                 + t * (-1.453152027f + t * 1.061405429f))));
+    float large = std::copysign(1.0f - poly * exp_f32(-z), x);
+    return a < 0.5f ? small : large;
+}
+static inline double erf_f32(double x) { return std::erf(x); }
+
 // examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
 extern "C" void cpp_fused_native_layer_norm_0(
     const float* __restrict__ in_ptr0,
@@ -86,11 +102,13 @@ extern "C" void cpp_fused_native_layer_norm_0(
             tmp1 += tmp0;
         }
         float tmp2 = tmp1 / 768.0f;
+        float tmp3_row[768];
         float tmp5 = 0;
         #pragma omp simd reduction(+:tmp5)
         for (int64_t r = 0; r < 768; ++r) {
             float tmp0 = in_ptr0[768 * x + r];
             float tmp3 = tmp0 - tmp2;
+            tmp3_row[r] = tmp3;
             float tmp4 = tmp3 * tmp3;
             tmp5 += tmp4;
         }
@@ -100,7 +118,7 @@ extern "C" void cpp_fused_native_layer_norm_0(
         #pragma omp simd
         for (int64_t r = 0; r < 768; ++r) {
             float tmp0 = in_ptr0[768 * x + r];
-            float tmp3 = tmp0 - tmp2;
+            float tmp3 = tmp3_row[r];
             float tmp9 = tmp3 * tmp8;
             float tmp10 = in_ptr1[r];
             float tmp11 = tmp9 * tmp10;
@@ -137,6 +155,7 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
 ) {
     #pragma omp parallel for
     for (int64_t x = 0; x < 256; ++x) {
+        float tmp4_row[768];
         float tmp5 = 0;
         #pragma omp simd reduction(+:tmp5)
         for (int64_t r = 0; r < 768; ++r) {
@@ -145,9 +164,11 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
             float tmp2 = tmp0 + tmp1;
             float tmp3 = in_ptr2[768 * x + r];
             float tmp4 = tmp3 + tmp2;
+            tmp4_row[r] = tmp4;
             tmp5 += tmp4;
         }
         float tmp6 = tmp5 / 768.0f;
+        float tmp7_row[768];
         float tmp9 = 0;
         #pragma omp simd reduction(+:tmp9)
         for (int64_t r = 0; r < 768; ++r) {
@@ -155,8 +176,9 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
             float tmp1 = in_ptr1[r];
             float tmp2 = tmp0 + tmp1;
             float tmp3 = in_ptr2[768 * x + r];
-            float tmp4 = tmp3 + tmp2;
+            float tmp4 = tmp4_row[r];
             float tmp7 = tmp4 - tmp6;
+            tmp7_row[r] = tmp7;
             float tmp8 = tmp7 * tmp7;
             tmp9 += tmp8;
         }
@@ -169,8 +191,8 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
             float tmp1 = in_ptr1[r];
             float tmp2 = tmp0 + tmp1;
             float tmp3 = in_ptr2[768 * x + r];
-            float tmp4 = tmp3 + tmp2;
-            float tmp7 = tmp4 - tmp6;
+            float tmp4 = tmp4_row[r];
+            float tmp7 = tmp7_row[r];
             float tmp13 = tmp7 * tmp12;
             float tmp14 = in_ptr3[r];
             float tmp15 = tmp13 * tmp14;

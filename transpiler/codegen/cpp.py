@@ -21,6 +21,7 @@ from transpiler.ir.program import Index, Kernel, Stmt, Store
 from transpiler.passes.schedule import Const
 
 PARALLEL_MIN = 1 << 15  # elements below which threads cost more than they save
+ROW_BUFFER_MAX = 1 << 14  # widest row whose shared values are kept on the stack
 
 
 def compute_type(dtype: torch.dtype) -> str:
@@ -31,6 +32,8 @@ class _Renderer:
     def __init__(self, k: Kernel):
         self.k = k
         self.lines: list[str] = []
+        self.kept: set[str] = set()  # per-element values kept in a row buffer
+        self.filled: set[str] = set()  # ... already written there for this row
 
     def index(self, index: Index) -> str:
         return format_index(
@@ -68,10 +71,37 @@ class _Renderer:
             s.dtype for s in self.k.body if isinstance(s, Stmt) and s.name == name
         )
 
+    def _kept_rows(self, segs) -> set[str]:
+        """Per-element values computed in more than one loop over the row (softmax's
+        `exp(x - max)`): kept in a buffer on the stack, not recomputed, when a row
+        is small enough."""
+        rnumel = self.k.rnumel
+        if not isinstance(rnumel, int) or rnumel > ROW_BUFFER_MAX:
+            return set()
+        seen: dict[str, int] = {}
+        for seg in segs:
+            if isinstance(seg, Loop):
+                for s in seg.body:
+                    if isinstance(s, Stmt) and s.op not in ("load", "cast"):
+                        seen[s.name] = seen.get(s.name, 0) + 1
+        shared = {name for name, n in seen.items() if n > 1}
+        users: dict[str, set[str]] = {name: set() for name in shared}
+        for s in self.k.body:
+            args = s.args if isinstance(s, Stmt) else (s.value,)
+            for a in args:
+                if isinstance(a, str) and a in users:
+                    users[a].add(s.name if isinstance(s, Stmt) else "<store>")
+        # a value only feeding other kept values need not be kept itself
+        return {name for name in shared if users[name] - shared}
+
     def loop(self, loop: Loop, ind: str) -> None:
         """A loop over `r`, vectorized: max/min reduce with `std::max`/`std::min`
         and remember separately whether a NaN went by, which then wins."""
         ident = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}
+        for s in loop.body:
+            if isinstance(s, Stmt) and s.name in self.kept - self.filled:
+                t = compute_type(s.dtype)
+                self.lines.append(f"{ind}{t} {s.name}_row[{self.k.rnumel}];")
         clauses = []
         for r in loop.reductions:
             self.lines.append(
@@ -86,7 +116,14 @@ class _Renderer:
         self.lines.append(f"{ind}#pragma omp simd{''.join(clauses)}")
         self.lines.append(f"{ind}for (int64_t r = 0; r < {self.k.rnumel}; ++r) {{")
         for s in loop.body:
+            if isinstance(s, Stmt) and s.name in self.kept & self.filled:
+                t = compute_type(s.dtype)
+                self.lines.append(f"{ind}    {t} {s.name} = {s.name}_row[r];")
+                continue
             (self.store if isinstance(s, Store) else self.stmt)(s, ind + "    ")
+            if isinstance(s, Stmt) and s.name in self.kept:
+                self.lines.append(f"{ind}    {s.name}_row[r] = {s.name};")
+        self.filled |= {s.name for s in loop.body if isinstance(s, Stmt)} & self.kept
         for r in loop.reductions:
             x, acc = r.args[0], r.name
             if r.reduce == "sum":
@@ -125,7 +162,9 @@ class _Renderer:
             lines.append(f"    {pragma}")
         lines.append(f"    for (int64_t x = 0; x < {k.xnumel}; ++x) {{")
         self.lines = lines
-        for seg in segments(k):
+        segs = segments(k)
+        self.kept = self._kept_rows(segs)
+        for seg in segs:
             if isinstance(seg, Loop):
                 self.loop(seg, "        ")
             elif isinstance(seg, Store):

@@ -67,7 +67,7 @@ CPP: dict[str, str] = {
     "cos": "std::cos({0})",
     "tanh": "tanh_f32({0})",
     "sigmoid": "sigmoid_f32({0})",
-    "erf": "std::erf({0})",
+    "erf": "erf_f32({0})",
     "floor": "std::floor({0})",
     "ceil": "std::ceil({0})",
     "reciprocal": "1 / {0}",
