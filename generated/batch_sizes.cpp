@@ -95,7 +95,7 @@ extern "C" void cpp_fused_addmm_log_softmax_0(
     for (int64_t x = 0; x < 16; ++x) {
         float tmp2_row[10];
         float tmp3 = -INFINITY;
-        bool tmp3_nan = false;
+        int tmp3_nan = 0;
         #pragma omp simd reduction(max:tmp3) reduction(|:tmp3_nan)
         for (int64_t r = 0; r < 10; ++r) {
             float tmp0 = in_ptr0[10 * x + r];
@@ -140,7 +140,7 @@ extern "C" void cpp_fused_addmm_log_softmax_1(
     for (int64_t x = 0; x < 32; ++x) {
         float tmp2_row[10];
         float tmp3 = -INFINITY;
-        bool tmp3_nan = false;
+        int tmp3_nan = 0;
         #pragma omp simd reduction(max:tmp3) reduction(|:tmp3_nan)
         for (int64_t r = 0; r < 10; ++r) {
             float tmp0 = in_ptr0[10 * x + r];
@@ -185,7 +185,7 @@ extern "C" void cpp_fused_addmm_log_softmax_2(
     for (int64_t x = 0; x < 1; ++x) {
         float tmp2_row[10];
         float tmp3 = -INFINITY;
-        bool tmp3_nan = false;
+        int tmp3_nan = 0;
         #pragma omp simd reduction(max:tmp3) reduction(|:tmp3_nan)
         for (int64_t r = 0; r < 10; ++r) {
             float tmp0 = in_ptr0[r];
@@ -231,7 +231,7 @@ extern "C" void cpp_fused_addmm_log_softmax_3(
     for (int64_t x = 0; x < B; ++x) {
         float tmp2_row[10];
         float tmp3 = -INFINITY;
-        bool tmp3_nan = false;
+        int tmp3_nan = 0;
         #pragma omp simd reduction(max:tmp3) reduction(|:tmp3_nan)
         for (int64_t r = 0; r < 10; ++r) {
             float tmp0 = in_ptr0[10 * (x % B) + r];

@@ -93,7 +93,7 @@ extern "C" void cpp_fused_softmax_0(
 ) {
     for (int64_t x = 0; x < 32; ++x) {
         float tmp1 = -INFINITY;
-        bool tmp1_nan = false;
+        int tmp1_nan = 0;
         #pragma omp simd reduction(max:tmp1) reduction(|:tmp1_nan)
         for (int64_t r = 0; r < 128; ++r) {
             float tmp0 = in_ptr0[128 * x + r];

@@ -94,7 +94,7 @@ extern "C" void cpp_fused_softmax_0(
     #pragma omp parallel for
     for (int64_t x = 0; x < 2048; ++x) {
         float tmp1 = -INFINITY;
-        bool tmp1_nan = false;
+        int tmp1_nan = 0;
         #pragma omp simd reduction(max:tmp1) reduction(|:tmp1_nan)
         for (int64_t r = 0; r < 1024; ++r) {
             float tmp0 = in_ptr0[1024 * x + r];

@@ -111,7 +111,7 @@ class _Renderer:
                 f" reduction({'+' if r.reduce == 'sum' else r.reduce}:{r.name})"
             )
             if r.reduce != "sum":
-                self.lines.append(f"{ind}bool {r.name}_nan = false;")
+                self.lines.append(f"{ind}int {r.name}_nan = 0;")
                 clauses.append(f" reduction(|:{r.name}_nan)")
         self.lines.append(f"{ind}#pragma omp simd{''.join(clauses)}")
         self.lines.append(f"{ind}for (int64_t r = 0; r < {self.k.rnumel}; ++r) {{")
