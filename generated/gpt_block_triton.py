@@ -57,26 +57,6 @@ def triton_fused_native_layer_norm_0(
 
 
 @triton.jit
-def triton_fused_clone_0(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):
-    # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    xnumel = 2048
-    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < xnumel
-    tmp0 = tl.load(
-        in_ptr0
-        + (
-            1024 * (xindex // 1024)
-            + 16 * ((xindex // 64) % 16)
-            + 256 * ((xindex // 16) % 4)
-            + xindex % 16
-        ),
-        xmask,
-        other=0,
-    )
-    tl.store(out_ptr0 + xindex, tmp0, xmask)
-
-
-@triton.jit
 def triton_fused_addmm_add_native_layer_norm_0(
     in_ptr0,
     in_ptr1,

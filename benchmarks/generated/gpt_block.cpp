@@ -129,18 +129,6 @@ extern "C" void cpp_fused_native_layer_norm_0(
     }
 }
 
-// examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-extern "C" void cpp_fused_clone_0(
-    const float* __restrict__ in_ptr0,
-    float* __restrict__ out_ptr0
-) {
-    #pragma omp parallel for simd
-    for (int64_t x = 0; x < 196608; ++x) {
-        float tmp0 = in_ptr0[98304 * (x / 98304) + 64 * ((x / 768) % 128) + 8192 * ((x / 64) % 12) + x % 64];
-        out_ptr0[x] = tmp0;
-    }
-}
-
 // examples/gpt_block.py:33: return self.c_proj(y)
 // examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
 // examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))

@@ -4,8 +4,8 @@ Regenerate with: transpile --config benchmarks/pyproject.toml
 
 Variants (tried in order):
     Block (examples/gpt_block.py::Block)
-        cuda_0   cuda: x=f32[8,1024,768]                  5 kernels, 5 extern calls
-        cpu_0    cpu: x=f32[2,128,768]                    5 kernels, 5 extern calls
+        cuda_0   cuda: x=f32[8,1024,768]                  4 kernels, 5 extern calls
+        cpu_0    cpu: x=f32[2,128,768]                    4 kernels, 5 extern calls
 
 Graph breaks (code run eagerly):
     none
@@ -164,17 +164,15 @@ def _cuda_0(self, x):
     view_4 = torch.ops.aten.view.default(split_2, [8, 1024, 12, 64])
     transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    scaled_dot_product_attention = torch.ops.aten.scaled_dot_product_attention.default(
-        transpose, transpose_1, transpose_2, is_causal=True
-    ).contiguous()
+    scaled_dot_product_attention = runtime_shim.as_layout(
+        torch.ops.aten.scaled_dot_product_attention.default(
+            transpose, transpose_1, transpose_2, is_causal=True
+        ),
+        (786432, 64, 768, 1),
+    )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    clone = torch.empty_strided(
-        (8, 1024, 12, 64), (786432, 768, 64, 1), dtype=torch.float32, device=device
-    )
-    _triton().triton_fused_clone_0[(6144,)](
-        scaled_dot_product_attention, clone, XBLOCK=1024, num_warps=4
-    )
-    view_5 = torch.ops.aten.view.default(clone, [8, 1024, 768])
+    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
+    view_5 = torch.ops.aten.view.default(transpose_3, [8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
     view_6 = torch.ops.aten.view.default(view_5, [8192, 768])
     t_1 = torch.ops.aten.t.default(attn_c_proj_weight)
@@ -351,17 +349,15 @@ def _cpu_0(self, x):
     view_4 = torch.ops.aten.view.default(split_2, [2, 128, 12, 64])
     transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    scaled_dot_product_attention = torch.ops.aten.scaled_dot_product_attention.default(
-        transpose, transpose_1, transpose_2, is_causal=True
-    ).contiguous()
+    scaled_dot_product_attention = runtime_shim.as_layout(
+        torch.ops.aten.scaled_dot_product_attention.default(
+            transpose, transpose_1, transpose_2, is_causal=True
+        ),
+        (98304, 64, 768, 1),
+    )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    clone = torch.empty_strided(
-        (2, 128, 12, 64), (98304, 768, 64, 1), dtype=torch.float32, device=device
-    )
-    _cpp.function("cpp_fused_clone_0", "pp")(
-        scaled_dot_product_attention.data_ptr(), clone.data_ptr()
-    )
-    view_5 = torch.ops.aten.view.default(clone, [2, 128, 768])
+    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
+    view_5 = torch.ops.aten.view.default(transpose_3, [2, 128, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
     view_6 = torch.ops.aten.view.default(view_5, [256, 768])
     t_1 = torch.ops.aten.t.default(attn_c_proj_weight)

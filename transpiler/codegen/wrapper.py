@@ -17,7 +17,7 @@ from transpiler.codegen import triton as triton_codegen
 from transpiler.frontend.fallback import Stub
 from transpiler.ir.dynamic import Dim, dims_in
 from transpiler.ir.graph import DEVICE, FALLBACK, LOOP, Ref, Span
-from transpiler.ir.ops import EXTERN_CONTIGUOUS
+from transpiler.ir.ops import EXTERN_LAYOUT
 from transpiler.ir.program import Alloc, ExternCall, KernelCall, Program
 from transpiler.ir.region import CompiledLoop, CompiledRegion, programs_of
 from transpiler.options import ScalarSpec, TensorSpec, Variant
@@ -203,8 +203,8 @@ def _step_lines(step) -> list[str]:
             call = f"{step.target}({', '.join(args)})"
             return [f"{step.out} = {call}" if step.meta else call]
         call = f"torch.ops.{step.target}({', '.join(args)})"
-        if step.target in EXTERN_CONTIGUOUS:
-            call += ".contiguous()"
+        if step.target in EXTERN_LAYOUT:  # a copy only if the backend differs
+            call = f"runtime_shim.as_layout({call}, {literal(step.meta.stride)})"
         return [f"{step.out} = {call}"]
     raise AssertionError(step)
 

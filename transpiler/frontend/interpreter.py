@@ -34,6 +34,7 @@ from transpiler.ir.graph import (
     TensorMeta,
     subgraph,
 )
+from transpiler.ir.ops import EXTERN_LAYOUT
 from transpiler.ir.region import LoopBody
 
 BINARY_OPS = {
@@ -254,11 +255,11 @@ class Interpreter:
             return False
 
     def _extern(self, target: str, fn, args, kwargs):
+        layout = EXTERN_LAYOUT.get(target)
         with torch.utils._python_dispatch._disable_current_modes():
             out = fn(*args, **kwargs)
-            out = torch.empty_strided(
-                out.shape, TensorMeta.of(out).stride, dtype=out.dtype, device="meta"
-            )
+            stride = layout(tuple(out.shape)) if layout else out.stride()
+            out = torch.empty_strided(out.shape, stride, dtype=out.dtype, device="meta")
         self.recorder.record(target, args, kwargs, out)
         return out
 

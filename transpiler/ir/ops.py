@@ -134,9 +134,29 @@ SUPPORTED_DTYPES = (
     torch.int64,
     torch.bool,
 )
-# Extern ops whose run-time result may be laid out differently from its meta result
-# (attention picks a backend per device): the wrapper makes them contiguous.
-EXTERN_CONTIGUOUS = ("aten.scaled_dot_product_attention.default",)
+
+
+def attention_layout(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides of attention's output as its fused kernels (flash, memory-efficient)
+    write it: (B, H, L, D) stored as (B, L, H, D), so `y.transpose(1, 2)` is
+    contiguous for free."""
+    if len(shape) != 4:
+        return contiguous(shape)
+    _, heads, length, dim = shape
+    return (length * heads * dim, dim, heads * dim, 1)
+
+
+def contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+# Extern ops whose run-time layout depends on the backend they pick: compiled code
+# assumes this layout, and the wrapper copies into it only when the result differs.
+EXTERN_LAYOUT = {"aten.scaled_dot_product_attention.default": attention_layout}
 
 
 def bind_args(target: str, args: tuple, kwargs: tuple) -> dict:

@@ -10,6 +10,7 @@ from transpiler.ir.region import CompiledLoop, CompiledRegion, LoopBody, Region
 from transpiler.passes.constant_fold import constant_fold
 from transpiler.passes.dce import dce
 from transpiler.passes.decompose import decompose
+from transpiler.passes.drop_copies import drop_copies
 from transpiler.passes.fuse import fuse
 from transpiler.passes.schedule import KernelNames, schedule
 from transpiler.passes.split_addmm import split_addmm
@@ -18,6 +19,7 @@ PIPELINE = (
     (decompose, "rewrite composite ops (layer_norm, softmax, gelu) into fusable ops"),
     (split_addmm, "move a linear layer's bias into the kernel of its epilogue"),
     (constant_fold, "strength-reduce pow, drop x*1 and x+0"),
+    (drop_copies, "drop clones of values already laid out as asked"),
     (dce, "drop values nothing uses"),
 )
 

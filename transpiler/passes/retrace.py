@@ -19,6 +19,7 @@ from transpiler.frontend.recorder import (
     resolve_op,
 )
 from transpiler.ir.graph import DEVICE, Graph, Node, Ref, TensorMeta, map_refs
+from transpiler.ir.ops import EXTERN_LAYOUT
 
 Rewrite = Callable[[Node, tuple, dict], object]  # returns NotImplemented to keep
 
@@ -94,6 +95,11 @@ def _run(
     elif out is NotImplemented:  # keep the op whole, even a composite one
         with _disable_current_modes():
             out = op(*args, **kwargs)
+            if node.target in EXTERN_LAYOUT:  # the layout it was recorded with
+                m = node.meta
+                out = torch.empty_strided(
+                    m.shape, m.stride, dtype=m.dtype, device="meta"
+                )
         recorder.record(node.target, args, kwargs, out)
     origin = node.origin
     if len(builder.nodes) - start > 1 and origin is None:
