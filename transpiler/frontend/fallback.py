@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from transpiler.frontend.recorder import OpaqueValue, Unsupported
-from transpiler.ir.graph import ModuleRef, Ref, Span
+from transpiler.ir.graph import ModuleRef, Span
 
 
 @dataclass(frozen=True)
@@ -217,4 +217,4 @@ def _arg(value: Any, builder, module_paths: dict[int, str], span: Span) -> Any:
     raise Unsupported(f"passes a {type(value).__name__} to fallback code", span)
 
 
-__all__ = ["Ref", "Stub", "StubPlan", "plan_stub"]
+__all__ = ["Stub", "StubPlan", "plan_stub"]

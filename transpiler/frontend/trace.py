@@ -19,7 +19,7 @@ from transpiler.frontend.recorder import (
     Unsupported,
 )
 from transpiler.frontend.source import SourceCache
-from transpiler.ir.graph import Graph, Node, Ref, map_refs, self_path, subgraph
+from transpiler.ir.graph import Graph, Node, Ref, self_path, subgraph
 from transpiler.ir.region import Branch, LoopBody, Region
 from transpiler.options import ScalarSpec, TensorSpec, Variant
 
@@ -203,4 +203,4 @@ def _output_refs(value, builder: GraphBuilder, recorder: Recorder):
     raise Unsupported(f"returns a {type(value).__name__}", recorder.span)
 
 
-__all__ = ["Ref", "Traced", "instantiate", "map_refs", "trace"]
+__all__ = ["Traced", "instantiate", "trace"]

@@ -166,4 +166,4 @@ def _stub_result(node: Node, stub: _StubResults, builder: GraphBuilder):
     return value
 
 
-__all__ = ["TensorMeta", "retrace"]
+__all__ = ["retrace"]

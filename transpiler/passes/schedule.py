@@ -23,7 +23,6 @@ from transpiler.ir.graph import (
     Ref,
     TensorMeta,
     iter_refs,
-    map_refs,
     self_path,
 )
 from transpiler.ir.ops import POINTWISE, REDUCTIONS, bind_args, compute_dtype
@@ -421,4 +420,4 @@ def _promote(node: Node, operands, nodes) -> torch.dtype:
     return torch.result_type(*vals[:2])
 
 
-__all__ = ["Const", "KernelNames", "map_refs", "schedule"]
+__all__ = ["Const", "KernelNames", "body_key", "schedule"]
