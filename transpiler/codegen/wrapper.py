@@ -248,7 +248,7 @@ def _region_lines(r: CompiledRegion, kernels: dict, device: str, ind: str) -> li
         else:
             lines += [ind + s for s in _step_lines(step)]
     if r.cond is None:
-        return [*lines, f"{ind}return {_output(p.outputs)}"]
+        return [*lines, f"{ind}return {literal(p.outputs)}"]
     where = f"{r.span}: {r.span.text}" if r.span else "a condition"
     lines += [
         f"{ind}# sync: the branch reads tensor data ({where})",
@@ -292,7 +292,7 @@ def stub_function(name: str, stub: Stub) -> list[str]:
         lines.append("")
     lines += ["    " + line if line else "" for line in stub.source.splitlines()]
     if stub.outputs and not stub.returns:
-        lines.append(f"    return {_output(tuple(Ref(n) for n in stub.outputs))}")
+        lines.append(f"    return {literal(tuple(Ref(n) for n in stub.outputs))}")
     return lines
 
 
@@ -313,19 +313,6 @@ def _kernel_call(step: KernelCall, kernels: dict, device: str) -> str:
         f"_triton().triton_{step.kernel}[({grid},)]"
         f"({', '.join([*step.args, *dims])}, {blocks}, num_warps={c.num_warps})"
     )
-
-
-def _output(value) -> str:
-    if isinstance(value, Ref):
-        return value.name
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k!r}: {_output(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_output(v) for v in value) + "]"
-    if isinstance(value, tuple):
-        inner = ", ".join(_output(v) for v in value)
-        return f"({inner},)" if len(value) == 1 else f"({inner})"
-    return literal(value)
 
 
 def dispatch(t: TargetCode, module_alias: str) -> list[str]:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from transpiler.ir.graph import contiguous_strides
+
 
 @dataclass(frozen=True)
 class Pointwise:
@@ -141,17 +143,9 @@ def attention_layout(shape: tuple[int, ...]) -> tuple[int, ...]:
     write it: (B, H, L, D) stored as (B, L, H, D), so `y.transpose(1, 2)` is
     contiguous for free."""
     if len(shape) != 4:
-        return contiguous(shape)
+        return contiguous_strides(shape)
     _, heads, length, dim = shape
     return (length * heads * dim, dim, heads * dim, 1)
-
-
-def contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= max(d, 1)
-    return tuple(reversed(strides))
 
 
 # Extern ops whose run-time layout depends on the backend they pick: compiled code
