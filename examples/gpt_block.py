@@ -2,8 +2,8 @@
 modules with plain int arguments instead of a config dataclass, and without dropout.
 
 Not code from the reference docs: the reference 'torch.compile report 2026' (4.1) lists
-GPT-2 among the generative models torch.compile speeds up. `GPT` itself (a loop over
-blocks) is left out; `Block` is the unit that repeats.
+GPT-2 among the generative models torch.compile speeds up. `Block` is the unit that
+repeats: `GPT` in `gpt.py` stacks them; `BlockBF16` is `Block` in bfloat16.
 """
 
 import torch.nn.functional as F
@@ -58,3 +58,13 @@ class Block(nn.Module):
         x = x + self.attn(self.ln_1(x))
         x = x + self.mlp(self.ln_2(x))
         return x
+
+
+class BlockBF16(Block):
+    """`Block` with bfloat16 parameters, for bfloat16 inputs. `transpile` builds a
+    module from its class and init arguments, so a bfloat16 model is a class (or a
+    factory) of its own."""
+
+    def __init__(self, n_embd=64, n_head=4):
+        super().__init__(n_embd, n_head)
+        self.bfloat16()

@@ -27,19 +27,28 @@ runtime_shim.check_sources(
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
 
-def _triton():
-    """Triton kernels, imported on first use: CPU-only machines need no Triton."""
-    from . import add_relu_triton
+class _Triton:
+    """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    return add_relu_triton
+    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
+    """
+
+    def __getattr__(self, name):
+        global _triton
+        from . import add_relu_triton as _triton
+
+        return getattr(_triton, name)
+
+
+_triton = _Triton()
 
 
 def _guards_cpu_0(a, b):
     """Variant cpu_0 (cpu: a=f32[2,4], b=f32[2,4]): the first guard that fails, or None."""
     if not (isinstance(a, torch.Tensor)):
         return "isinstance(a, torch.Tensor)"
-    if not (a.device.type == "cpu"):
-        return 'a.device.type == "cpu"'
+    if not (a.is_cpu):
+        return "a.is_cpu"
     if not (a.dtype == torch.float32):
         return "a.dtype == torch.float32"
     if not (a.shape == (2, 4)):
@@ -48,8 +57,8 @@ def _guards_cpu_0(a, b):
         return "a.is_contiguous()"
     if not (isinstance(b, torch.Tensor)):
         return "isinstance(b, torch.Tensor)"
-    if not (b.device.type == "cpu"):
-        return 'b.device.type == "cpu"'
+    if not (b.is_cpu):
+        return "b.is_cpu"
     if not (b.dtype == torch.float32):
         return "b.dtype == torch.float32"
     if not (b.shape == (2, 4)):
@@ -75,8 +84,8 @@ def _guards_cuda_0(a, b):
     """Variant cuda_0 (cuda: a=f32[2,4], b=f32[2,4]): the first guard that fails, or None."""
     if not (isinstance(a, torch.Tensor)):
         return "isinstance(a, torch.Tensor)"
-    if not (a.device.type == "cuda"):
-        return 'a.device.type == "cuda"'
+    if not (a.is_cuda):
+        return "a.is_cuda"
     if not (a.dtype == torch.float32):
         return "a.dtype == torch.float32"
     if not (a.shape == (2, 4)):
@@ -85,8 +94,8 @@ def _guards_cuda_0(a, b):
         return "a.is_contiguous()"
     if not (isinstance(b, torch.Tensor)):
         return "isinstance(b, torch.Tensor)"
-    if not (b.device.type == "cuda"):
-        return 'b.device.type == "cuda"'
+    if not (b.is_cuda):
+        return "b.is_cuda"
     if not (b.dtype == torch.float32):
         return "b.dtype == torch.float32"
     if not (b.shape == (2, 4)):
@@ -102,7 +111,7 @@ def _cuda_0(a, b):
     device = a.device
     # examples/add_relu.py:7: return (a + b).relu()
     relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_add_relu_0[(1,)](a, b, relu, XBLOCK=16, num_warps=2)
+    _triton.triton_fused_add_relu_0[(1,)](a, b, relu, XBLOCK=16, num_warps=2)
     return relu
 
 

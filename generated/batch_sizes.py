@@ -33,19 +33,28 @@ runtime_shim.check_sources(
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
 
-def _triton():
-    """Triton kernels, imported on first use: CPU-only machines need no Triton."""
-    from . import batch_sizes_triton
+class _Triton:
+    """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    return batch_sizes_triton
+    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
+    """
+
+    def __getattr__(self, name):
+        global _triton
+        from . import batch_sizes_triton as _triton
+
+        return getattr(_triton, name)
+
+
+_triton = _Triton()
 
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[16,512]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (16, 512)):
@@ -54,19 +63,22 @@ def _guards_cpu_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.fc.bias.device.type == "cpu"):
-        return 'self.fc.bias.device.type == "cpu"'
-    if not (self.fc.bias.dtype == torch.float32):
+    fc_bias = self.fc.bias
+    if not (fc_bias.is_cpu):
+        return "self.fc.bias.is_cpu"
+    if not (fc_bias.dtype == torch.float32):
         return "self.fc.bias.dtype == torch.float32"
-    if not (self.fc.bias.shape == (10,)):
+    if not (fc_bias.shape == (10,)):
         return "self.fc.bias.shape == (10,)"
-    if not (self.fc.bias.stride() == (1,)):
+    if not (fc_bias.stride() == (1,)):
         return "self.fc.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad or self.fc.weight.requires_grad or fc_bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -81,16 +93,15 @@ def _cpu_0(self, x):
     _cpp.function("cpp_fused_addmm_log_softmax_0", "ppp")(
         mm.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
     )
-    _log_softmax = torch.ops.aten.to.dtype(sub_1, torch.float32)
-    return _log_softmax
+    return sub_1
 
 
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[16,512]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (16, 512)):
@@ -99,19 +110,22 @@ def _guards_cuda_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.fc.bias.device.type == "cuda"):
-        return 'self.fc.bias.device.type == "cuda"'
-    if not (self.fc.bias.dtype == torch.float32):
+    fc_bias = self.fc.bias
+    if not (fc_bias.is_cuda):
+        return "self.fc.bias.is_cuda"
+    if not (fc_bias.dtype == torch.float32):
         return "self.fc.bias.dtype == torch.float32"
-    if not (self.fc.bias.shape == (10,)):
+    if not (fc_bias.shape == (10,)):
         return "self.fc.bias.shape == (10,)"
-    if not (self.fc.bias.stride() == (1,)):
+    if not (fc_bias.stride() == (1,)):
         return "self.fc.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad or self.fc.weight.requires_grad or fc_bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -123,19 +137,18 @@ def _cuda_0(self, x):
     t = torch.ops.aten.t.default(fc_weight)
     mm = torch.ops.aten.mm.default(x, t)
     sub_1 = torch.empty_strided((16, 10), (10, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_addmm_log_softmax_0[(1,)](
+    _triton.triton_fused_addmm_log_softmax_0[(1,)](
         mm, fc_bias, sub_1, XBLOCK=16, RBLOCK=16, num_warps=1
     )
-    _log_softmax = torch.ops.aten.to.dtype(sub_1, torch.float32)
-    return _log_softmax
+    return sub_1
 
 
 def _guards_cpu_1(self, x):
     """Variant cpu_1 (cpu: x=f32[32,512]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (32, 512)):
@@ -144,19 +157,22 @@ def _guards_cpu_1(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.fc.bias.device.type == "cpu"):
-        return 'self.fc.bias.device.type == "cpu"'
-    if not (self.fc.bias.dtype == torch.float32):
+    fc_bias = self.fc.bias
+    if not (fc_bias.is_cpu):
+        return "self.fc.bias.is_cpu"
+    if not (fc_bias.dtype == torch.float32):
         return "self.fc.bias.dtype == torch.float32"
-    if not (self.fc.bias.shape == (10,)):
+    if not (fc_bias.shape == (10,)):
         return "self.fc.bias.shape == (10,)"
-    if not (self.fc.bias.stride() == (1,)):
+    if not (fc_bias.stride() == (1,)):
         return "self.fc.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad or self.fc.weight.requires_grad or fc_bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -171,16 +187,15 @@ def _cpu_1(self, x):
     _cpp.function("cpp_fused_addmm_log_softmax_1", "ppp")(
         mm.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
     )
-    _log_softmax = torch.ops.aten.to.dtype(sub_1, torch.float32)
-    return _log_softmax
+    return sub_1
 
 
 def _guards_cuda_1(self, x):
     """Variant cuda_1 (cuda: x=f32[32,512]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (32, 512)):
@@ -189,19 +204,22 @@ def _guards_cuda_1(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.fc.bias.device.type == "cuda"):
-        return 'self.fc.bias.device.type == "cuda"'
-    if not (self.fc.bias.dtype == torch.float32):
+    fc_bias = self.fc.bias
+    if not (fc_bias.is_cuda):
+        return "self.fc.bias.is_cuda"
+    if not (fc_bias.dtype == torch.float32):
         return "self.fc.bias.dtype == torch.float32"
-    if not (self.fc.bias.shape == (10,)):
+    if not (fc_bias.shape == (10,)):
         return "self.fc.bias.shape == (10,)"
-    if not (self.fc.bias.stride() == (1,)):
+    if not (fc_bias.stride() == (1,)):
         return "self.fc.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad or self.fc.weight.requires_grad or fc_bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -213,19 +231,18 @@ def _cuda_1(self, x):
     t = torch.ops.aten.t.default(fc_weight)
     mm = torch.ops.aten.mm.default(x, t)
     sub_1 = torch.empty_strided((32, 10), (10, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_addmm_log_softmax_1[(1,)](
+    _triton.triton_fused_addmm_log_softmax_1[(1,)](
         mm, fc_bias, sub_1, XBLOCK=32, RBLOCK=16, num_warps=2
     )
-    _log_softmax = torch.ops.aten.to.dtype(sub_1, torch.float32)
-    return _log_softmax
+    return sub_1
 
 
 def _guards_cpu_2(self, x):
     """Variant cpu_2 (cpu: x=f32[1,512] (size 1 of B)): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (1, 512)):
@@ -234,19 +251,22 @@ def _guards_cpu_2(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.fc.bias.device.type == "cpu"):
-        return 'self.fc.bias.device.type == "cpu"'
-    if not (self.fc.bias.dtype == torch.float32):
+    fc_bias = self.fc.bias
+    if not (fc_bias.is_cpu):
+        return "self.fc.bias.is_cpu"
+    if not (fc_bias.dtype == torch.float32):
         return "self.fc.bias.dtype == torch.float32"
-    if not (self.fc.bias.shape == (10,)):
+    if not (fc_bias.shape == (10,)):
         return "self.fc.bias.shape == (10,)"
-    if not (self.fc.bias.stride() == (1,)):
+    if not (fc_bias.stride() == (1,)):
         return "self.fc.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad or self.fc.weight.requires_grad or fc_bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -261,16 +281,15 @@ def _cpu_2(self, x):
     _cpp.function("cpp_fused_addmm_log_softmax_2", "ppp")(
         mm.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
     )
-    _log_softmax = torch.ops.aten.to.dtype(sub_1, torch.float32)
-    return _log_softmax
+    return sub_1
 
 
 def _guards_cpu_3(self, x):
     """Variant cpu_3 (cpu: x=f32[B,512]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.dim() == 2):
@@ -283,19 +302,22 @@ def _guards_cpu_3(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.fc.bias.device.type == "cpu"):
-        return 'self.fc.bias.device.type == "cpu"'
-    if not (self.fc.bias.dtype == torch.float32):
+    fc_bias = self.fc.bias
+    if not (fc_bias.is_cpu):
+        return "self.fc.bias.is_cpu"
+    if not (fc_bias.dtype == torch.float32):
         return "self.fc.bias.dtype == torch.float32"
-    if not (self.fc.bias.shape == (10,)):
+    if not (fc_bias.shape == (10,)):
         return "self.fc.bias.shape == (10,)"
-    if not (self.fc.bias.stride() == (1,)):
+    if not (fc_bias.stride() == (1,)):
         return "self.fc.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad or self.fc.weight.requires_grad or fc_bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -311,16 +333,15 @@ def _cpu_3(self, x):
     _cpp.function("cpp_fused_addmm_log_softmax_3", "pppl")(
         mm.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr(), B
     )
-    _log_softmax = torch.ops.aten.to.dtype(sub_1, torch.float32)
-    return _log_softmax
+    return sub_1
 
 
 def _guards_cuda_2(self, x):
     """Variant cuda_2 (cuda: x=f32[1,512] (size 1 of B)): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (1, 512)):
@@ -329,19 +350,22 @@ def _guards_cuda_2(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.fc.bias.device.type == "cuda"):
-        return 'self.fc.bias.device.type == "cuda"'
-    if not (self.fc.bias.dtype == torch.float32):
+    fc_bias = self.fc.bias
+    if not (fc_bias.is_cuda):
+        return "self.fc.bias.is_cuda"
+    if not (fc_bias.dtype == torch.float32):
         return "self.fc.bias.dtype == torch.float32"
-    if not (self.fc.bias.shape == (10,)):
+    if not (fc_bias.shape == (10,)):
         return "self.fc.bias.shape == (10,)"
-    if not (self.fc.bias.stride() == (1,)):
+    if not (fc_bias.stride() == (1,)):
         return "self.fc.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad or self.fc.weight.requires_grad or fc_bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -353,19 +377,18 @@ def _cuda_2(self, x):
     t = torch.ops.aten.t.default(fc_weight)
     mm = torch.ops.aten.mm.default(x, t)
     sub_1 = torch.empty_strided((1, 10), (10, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_addmm_log_softmax_2[(1,)](
+    _triton.triton_fused_addmm_log_softmax_2[(1,)](
         mm, fc_bias, sub_1, XBLOCK=1, RBLOCK=16, num_warps=1
     )
-    _log_softmax = torch.ops.aten.to.dtype(sub_1, torch.float32)
-    return _log_softmax
+    return sub_1
 
 
 def _guards_cuda_3(self, x):
     """Variant cuda_3 (cuda: x=f32[B,512]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.dim() == 2):
@@ -378,19 +401,22 @@ def _guards_cuda_3(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.fc.bias.device.type == "cuda"):
-        return 'self.fc.bias.device.type == "cuda"'
-    if not (self.fc.bias.dtype == torch.float32):
+    fc_bias = self.fc.bias
+    if not (fc_bias.is_cuda):
+        return "self.fc.bias.is_cuda"
+    if not (fc_bias.dtype == torch.float32):
         return "self.fc.bias.dtype == torch.float32"
-    if not (self.fc.bias.shape == (10,)):
+    if not (fc_bias.shape == (10,)):
         return "self.fc.bias.shape == (10,)"
-    if not (self.fc.bias.stride() == (1,)):
+    if not (fc_bias.stride() == (1,)):
         return "self.fc.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad or self.fc.weight.requires_grad or fc_bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -403,11 +429,10 @@ def _cuda_3(self, x):
     t = torch.ops.aten.t.default(fc_weight)
     mm = torch.ops.aten.mm.default(x, t)
     sub_1 = torch.empty_strided((B, 10), (10, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_addmm_log_softmax_3[((B + 63) // 64,)](
+    _triton.triton_fused_addmm_log_softmax_3[((B + 63) // 64,)](
         mm, fc_bias, sub_1, B, XBLOCK=64, RBLOCK=16, num_warps=4
     )
-    _log_softmax = torch.ops.aten.to.dtype(sub_1, torch.float32)
-    return _log_softmax
+    return sub_1
 
 
 class Classifier(_source.Classifier):

@@ -27,19 +27,28 @@ runtime_shim.check_sources(
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
 
-def _triton():
-    """Triton kernels, imported on first use: CPU-only machines need no Triton."""
-    from . import deep_dive_triton
+class _Triton:
+    """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    return deep_dive_triton
+    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
+    """
+
+    def __getattr__(self, name):
+        global _triton
+        from . import deep_dive_triton as _triton
+
+        return getattr(_triton, name)
+
+
+_triton = _Triton()
 
 
 def _guards_cpu_0(x, weight, bias, scale):
     """Variant cpu_0 (cpu: x=f32[32,64], weight=f32[64,128], bias=f32[128], scale=f32[128]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (32, 64)):
@@ -48,8 +57,8 @@ def _guards_cpu_0(x, weight, bias, scale):
         return "x.is_contiguous()"
     if not (isinstance(weight, torch.Tensor)):
         return "isinstance(weight, torch.Tensor)"
-    if not (weight.device.type == "cpu"):
-        return 'weight.device.type == "cpu"'
+    if not (weight.is_cpu):
+        return "weight.is_cpu"
     if not (weight.dtype == torch.float32):
         return "weight.dtype == torch.float32"
     if not (weight.shape == (64, 128)):
@@ -58,8 +67,8 @@ def _guards_cpu_0(x, weight, bias, scale):
         return "weight.is_contiguous()"
     if not (isinstance(bias, torch.Tensor)):
         return "isinstance(bias, torch.Tensor)"
-    if not (bias.device.type == "cpu"):
-        return 'bias.device.type == "cpu"'
+    if not (bias.is_cpu):
+        return "bias.is_cpu"
     if not (bias.dtype == torch.float32):
         return "bias.dtype == torch.float32"
     if not (bias.shape == (128,)):
@@ -68,8 +77,8 @@ def _guards_cpu_0(x, weight, bias, scale):
         return "bias.is_contiguous()"
     if not (isinstance(scale, torch.Tensor)):
         return "isinstance(scale, torch.Tensor)"
-    if not (scale.device.type == "cpu"):
-        return 'scale.device.type == "cpu"'
+    if not (scale.is_cpu):
+        return "scale.is_cpu"
     if not (scale.dtype == torch.float32):
         return "scale.dtype == torch.float32"
     if not (scale.shape == (128,)):
@@ -107,8 +116,8 @@ def _guards_cuda_0(x, weight, bias, scale):
     """Variant cuda_0 (cuda: x=f32[32,64], weight=f32[64,128], bias=f32[128], scale=f32[128]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (32, 64)):
@@ -117,8 +126,8 @@ def _guards_cuda_0(x, weight, bias, scale):
         return "x.is_contiguous()"
     if not (isinstance(weight, torch.Tensor)):
         return "isinstance(weight, torch.Tensor)"
-    if not (weight.device.type == "cuda"):
-        return 'weight.device.type == "cuda"'
+    if not (weight.is_cuda):
+        return "weight.is_cuda"
     if not (weight.dtype == torch.float32):
         return "weight.dtype == torch.float32"
     if not (weight.shape == (64, 128)):
@@ -127,8 +136,8 @@ def _guards_cuda_0(x, weight, bias, scale):
         return "weight.is_contiguous()"
     if not (isinstance(bias, torch.Tensor)):
         return "isinstance(bias, torch.Tensor)"
-    if not (bias.device.type == "cuda"):
-        return 'bias.device.type == "cuda"'
+    if not (bias.is_cuda):
+        return "bias.is_cuda"
     if not (bias.dtype == torch.float32):
         return "bias.dtype == torch.float32"
     if not (bias.shape == (128,)):
@@ -137,8 +146,8 @@ def _guards_cuda_0(x, weight, bias, scale):
         return "bias.is_contiguous()"
     if not (isinstance(scale, torch.Tensor)):
         return "isinstance(scale, torch.Tensor)"
-    if not (scale.device.type == "cuda"):
-        return 'scale.device.type == "cuda"'
+    if not (scale.is_cuda):
+        return "scale.is_cuda"
     if not (scale.dtype == torch.float32):
         return "scale.dtype == torch.float32"
     if not (scale.shape == (128,)):
@@ -166,7 +175,7 @@ def _cuda_0(x, weight, bias, scale):
     # examples/deep_dive.py:16: y = torch.relu(y)  # Kernel 3
     # examples/deep_dive.py:17: y = y * scale  # Kernel 4
     mul = torch.empty_strided((32, 128), (128, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_add_relu_mul_0[(4,)](
+    _triton.triton_fused_add_relu_mul_0[(4,)](
         mm, bias, scale, mul, XBLOCK=1024, num_warps=4
     )
     return mul

@@ -35,11 +35,20 @@ runtime_shim.check_sources(
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
 
-def _triton():
-    """Triton kernels, imported on first use: CPU-only machines need no Triton."""
-    from . import dynamo_triton
+class _Triton:
+    """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    return dynamo_triton
+    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
+    """
+
+    def __getattr__(self, name):
+        global _triton
+        from . import dynamo_triton as _triton
+
+        return getattr(_triton, name)
+
+
+_triton = _Triton()
 
 
 def _fallback_0(y):
@@ -51,8 +60,8 @@ def _guards_cpu_0(x):
     """Variant cpu_0 (cpu: x=f32[10]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
@@ -87,8 +96,8 @@ def _guards_cuda_0(x):
     """Variant cuda_0 (cuda: x=f32[10]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
@@ -106,14 +115,14 @@ def _cuda_0(x):
     # examples/dynamo.py:9: if y.sum() > 0:  # Dynamic control flow!
     mul = torch.empty_strided((10,), (1,), dtype=torch.float32, device=device)
     gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
-    _triton().triton_fused_mul_sum_gt_0[(1,)](
+    _triton.triton_fused_mul_sum_gt_0[(1,)](
         x, mul, gt, XBLOCK=1, RBLOCK=16, num_warps=1
     )
     # sync: the branch reads tensor data (examples/dynamo.py:9: if y.sum() > 0:  # Dynamic control flow!)
     if gt:
         # examples/dynamo.py:10: y = y + 1
         add = torch.empty_strided((10,), (1,), dtype=torch.float32, device=device)
-        _triton().triton_fused_add_0[(1,)](mul, add, XBLOCK=16, num_warps=2)
+        _triton.triton_fused_add_0[(1,)](mul, add, XBLOCK=16, num_warps=2)
         return add
     else:
         return mul
@@ -135,8 +144,8 @@ def _guards_cpu_1(x):
     """Variant cpu_1 (cpu: x=f32[8,16]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (8, 16)):
@@ -166,8 +175,8 @@ def _guards_cuda_1(x):
     """Variant cuda_1 (cuda: x=f32[8,16]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (8, 16)):
@@ -185,7 +194,7 @@ def _cuda_1(x):
     # examples/dynamo.py:20: z = y + 1  # compiled after the break
     mul = torch.empty_strided((8, 16), (16, 1), dtype=torch.float32, device=device)
     add = torch.empty_strided((8, 16), (16, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_mul_add_0[(1,)](x, mul, add, XBLOCK=128, num_warps=2)
+    _triton.triton_fused_mul_add_0[(1,)](x, mul, add, XBLOCK=128, num_warps=2)
     # examples/dynamo.py:18: print(f"Shape: {y.shape}")
     _fallback_0(mul)
     return add
@@ -207,8 +216,8 @@ def _guards_cpu_2(x, multiplier):
     """Variant cpu_2 (cpu: x=f32[10], multiplier=int=2): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
@@ -234,8 +243,8 @@ def _guards_cuda_2(x, multiplier):
     """Variant cuda_2 (cuda: x=f32[10], multiplier=int=2): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
@@ -253,7 +262,7 @@ def _cuda_2(x, multiplier):
     device = x.device
     # examples/dynamo.py:25: return x * multiplier
     mul = torch.empty_strided((10,), (1,), dtype=torch.float32, device=device)
-    _triton().triton_fused_mul_0[(1,)](x, mul, XBLOCK=16, num_warps=2)
+    _triton.triton_fused_mul_0[(1,)](x, mul, XBLOCK=16, num_warps=2)
     return mul
 
 
@@ -261,8 +270,8 @@ def _guards_cpu_3(x, multiplier):
     """Variant cpu_3 (cpu: x=f32[10], multiplier=int=3): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
@@ -288,8 +297,8 @@ def _guards_cuda_3(x, multiplier):
     """Variant cuda_3 (cuda: x=f32[10], multiplier=int=3): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
@@ -307,7 +316,7 @@ def _cuda_3(x, multiplier):
     device = x.device
     # examples/dynamo.py:25: return x * multiplier
     mul = torch.empty_strided((10,), (1,), dtype=torch.float32, device=device)
-    _triton().triton_fused_mul_1[(1,)](x, mul, XBLOCK=16, num_warps=2)
+    _triton.triton_fused_mul_1[(1,)](x, mul, XBLOCK=16, num_warps=2)
     return mul
 
 

@@ -6,6 +6,9 @@ Variants (tried in order):
     Block (examples/gpt_block.py::Block)
         cpu_0    cpu: x=f32[2,16,64]                      4 kernels, 5 extern calls
         cuda_0   cuda: x=f32[2,16,64]                     4 kernels, 5 extern calls
+    BlockBF16 (examples/gpt_block.py::BlockBF16)
+        cpu_1    cpu: x=bf16[2,16,64]                     4 kernels, 5 extern calls
+        cuda_1   cuda: x=bf16[2,16,64]                    4 kernels, 5 extern calls
 
 Graph breaks (code run eagerly):
     none
@@ -20,26 +23,35 @@ import examples.gpt_block as _source
 
 # The sources this module was built from: a changed one is reported once.
 runtime_shim.check_sources(
-    __file__, {"examples.gpt_block": ("examples/gpt_block.py", "191e74251ece98c3")}
+    __file__, {"examples.gpt_block": ("examples/gpt_block.py", "79994617ac6d3d8c")}
 )
 
 # C++ kernels, compiled on first use (or prebuilt: python -m runtime_shim build)
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
 
-def _triton():
-    """Triton kernels, imported on first use: CPU-only machines need no Triton."""
-    from . import gpt_block_triton
+class _Triton:
+    """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    return gpt_block_triton
+    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
+    """
+
+    def __getattr__(self, name):
+        global _triton
+        from . import gpt_block_triton as _triton
+
+        return getattr(_triton, name)
+
+
+_triton = _Triton()
 
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[2,16,64]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (2, 16, 64)):
@@ -52,67 +64,88 @@ def _guards_cpu_0(self, x):
         return "self.attn.n_head == 4"
     if not (not self.training):
         return "not self.training"
-    if not (self.ln_1.weight.device.type == "cpu"):
-        return 'self.ln_1.weight.device.type == "cpu"'
-    if not (self.ln_1.weight.dtype == torch.float32):
+    ln_1_weight = self.ln_1.weight
+    if not (ln_1_weight.is_cpu):
+        return "self.ln_1.weight.is_cpu"
+    if not (ln_1_weight.dtype == torch.float32):
         return "self.ln_1.weight.dtype == torch.float32"
-    if not (self.ln_1.weight.shape == (64,)):
+    if not (ln_1_weight.shape == (64,)):
         return "self.ln_1.weight.shape == (64,)"
-    if not (self.ln_1.weight.stride() == (1,)):
+    if not (ln_1_weight.stride() == (1,)):
         return "self.ln_1.weight.stride() == (1,)"
-    if not (self.ln_1.bias.device.type == "cpu"):
-        return 'self.ln_1.bias.device.type == "cpu"'
-    if not (self.ln_1.bias.dtype == torch.float32):
+    ln_1_bias = self.ln_1.bias
+    if not (ln_1_bias.is_cpu):
+        return "self.ln_1.bias.is_cpu"
+    if not (ln_1_bias.dtype == torch.float32):
         return "self.ln_1.bias.dtype == torch.float32"
-    if not (self.ln_1.bias.shape == (64,)):
+    if not (ln_1_bias.shape == (64,)):
         return "self.ln_1.bias.shape == (64,)"
-    if not (self.ln_1.bias.stride() == (1,)):
+    if not (ln_1_bias.stride() == (1,)):
         return "self.ln_1.bias.stride() == (1,)"
-    if not (self.attn.c_proj.bias.device.type == "cpu"):
-        return 'self.attn.c_proj.bias.device.type == "cpu"'
-    if not (self.attn.c_proj.bias.dtype == torch.float32):
+    attn_c_proj_bias = self.attn.c_proj.bias
+    if not (attn_c_proj_bias.is_cpu):
+        return "self.attn.c_proj.bias.is_cpu"
+    if not (attn_c_proj_bias.dtype == torch.float32):
         return "self.attn.c_proj.bias.dtype == torch.float32"
-    if not (self.attn.c_proj.bias.shape == (64,)):
+    if not (attn_c_proj_bias.shape == (64,)):
         return "self.attn.c_proj.bias.shape == (64,)"
-    if not (self.attn.c_proj.bias.stride() == (1,)):
+    if not (attn_c_proj_bias.stride() == (1,)):
         return "self.attn.c_proj.bias.stride() == (1,)"
-    if not (self.ln_2.weight.device.type == "cpu"):
-        return 'self.ln_2.weight.device.type == "cpu"'
-    if not (self.ln_2.weight.dtype == torch.float32):
+    ln_2_weight = self.ln_2.weight
+    if not (ln_2_weight.is_cpu):
+        return "self.ln_2.weight.is_cpu"
+    if not (ln_2_weight.dtype == torch.float32):
         return "self.ln_2.weight.dtype == torch.float32"
-    if not (self.ln_2.weight.shape == (64,)):
+    if not (ln_2_weight.shape == (64,)):
         return "self.ln_2.weight.shape == (64,)"
-    if not (self.ln_2.weight.stride() == (1,)):
+    if not (ln_2_weight.stride() == (1,)):
         return "self.ln_2.weight.stride() == (1,)"
-    if not (self.ln_2.bias.device.type == "cpu"):
-        return 'self.ln_2.bias.device.type == "cpu"'
-    if not (self.ln_2.bias.dtype == torch.float32):
+    ln_2_bias = self.ln_2.bias
+    if not (ln_2_bias.is_cpu):
+        return "self.ln_2.bias.is_cpu"
+    if not (ln_2_bias.dtype == torch.float32):
         return "self.ln_2.bias.dtype == torch.float32"
-    if not (self.ln_2.bias.shape == (64,)):
+    if not (ln_2_bias.shape == (64,)):
         return "self.ln_2.bias.shape == (64,)"
-    if not (self.ln_2.bias.stride() == (1,)):
+    if not (ln_2_bias.stride() == (1,)):
         return "self.ln_2.bias.stride() == (1,)"
-    if not (self.mlp.c_fc.bias.device.type == "cpu"):
-        return 'self.mlp.c_fc.bias.device.type == "cpu"'
-    if not (self.mlp.c_fc.bias.dtype == torch.float32):
+    mlp_c_fc_bias = self.mlp.c_fc.bias
+    if not (mlp_c_fc_bias.is_cpu):
+        return "self.mlp.c_fc.bias.is_cpu"
+    if not (mlp_c_fc_bias.dtype == torch.float32):
         return "self.mlp.c_fc.bias.dtype == torch.float32"
-    if not (self.mlp.c_fc.bias.shape == (256,)):
+    if not (mlp_c_fc_bias.shape == (256,)):
         return "self.mlp.c_fc.bias.shape == (256,)"
-    if not (self.mlp.c_fc.bias.stride() == (1,)):
+    if not (mlp_c_fc_bias.stride() == (1,)):
         return "self.mlp.c_fc.bias.stride() == (1,)"
-    if not (self.mlp.c_proj.bias.device.type == "cpu"):
-        return 'self.mlp.c_proj.bias.device.type == "cpu"'
-    if not (self.mlp.c_proj.bias.dtype == torch.float32):
+    mlp_c_proj_bias = self.mlp.c_proj.bias
+    if not (mlp_c_proj_bias.is_cpu):
+        return "self.mlp.c_proj.bias.is_cpu"
+    if not (mlp_c_proj_bias.dtype == torch.float32):
         return "self.mlp.c_proj.bias.dtype == torch.float32"
-    if not (self.mlp.c_proj.bias.shape == (64,)):
+    if not (mlp_c_proj_bias.shape == (64,)):
         return "self.mlp.c_proj.bias.shape == (64,)"
-    if not (self.mlp.c_proj.bias.stride() == (1,)):
+    if not (mlp_c_proj_bias.stride() == (1,)):
         return "self.mlp.c_proj.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad
+            or ln_1_weight.requires_grad
+            or ln_1_bias.requires_grad
+            or self.attn.c_attn.weight.requires_grad
+            or self.attn.c_attn.bias.requires_grad
+            or self.attn.c_proj.weight.requires_grad
+            or attn_c_proj_bias.requires_grad
+            or ln_2_weight.requires_grad
+            or ln_2_bias.requires_grad
+            or self.mlp.c_fc.weight.requires_grad
+            or mlp_c_fc_bias.requires_grad
+            or self.mlp.c_proj.weight.requires_grad
+            or mlp_c_proj_bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -218,8 +251,8 @@ def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[2,16,64]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (2, 16, 64)):
@@ -232,67 +265,88 @@ def _guards_cuda_0(self, x):
         return "self.attn.n_head == 4"
     if not (not self.training):
         return "not self.training"
-    if not (self.ln_1.weight.device.type == "cuda"):
-        return 'self.ln_1.weight.device.type == "cuda"'
-    if not (self.ln_1.weight.dtype == torch.float32):
+    ln_1_weight = self.ln_1.weight
+    if not (ln_1_weight.is_cuda):
+        return "self.ln_1.weight.is_cuda"
+    if not (ln_1_weight.dtype == torch.float32):
         return "self.ln_1.weight.dtype == torch.float32"
-    if not (self.ln_1.weight.shape == (64,)):
+    if not (ln_1_weight.shape == (64,)):
         return "self.ln_1.weight.shape == (64,)"
-    if not (self.ln_1.weight.stride() == (1,)):
+    if not (ln_1_weight.stride() == (1,)):
         return "self.ln_1.weight.stride() == (1,)"
-    if not (self.ln_1.bias.device.type == "cuda"):
-        return 'self.ln_1.bias.device.type == "cuda"'
-    if not (self.ln_1.bias.dtype == torch.float32):
+    ln_1_bias = self.ln_1.bias
+    if not (ln_1_bias.is_cuda):
+        return "self.ln_1.bias.is_cuda"
+    if not (ln_1_bias.dtype == torch.float32):
         return "self.ln_1.bias.dtype == torch.float32"
-    if not (self.ln_1.bias.shape == (64,)):
+    if not (ln_1_bias.shape == (64,)):
         return "self.ln_1.bias.shape == (64,)"
-    if not (self.ln_1.bias.stride() == (1,)):
+    if not (ln_1_bias.stride() == (1,)):
         return "self.ln_1.bias.stride() == (1,)"
-    if not (self.attn.c_proj.bias.device.type == "cuda"):
-        return 'self.attn.c_proj.bias.device.type == "cuda"'
-    if not (self.attn.c_proj.bias.dtype == torch.float32):
+    attn_c_proj_bias = self.attn.c_proj.bias
+    if not (attn_c_proj_bias.is_cuda):
+        return "self.attn.c_proj.bias.is_cuda"
+    if not (attn_c_proj_bias.dtype == torch.float32):
         return "self.attn.c_proj.bias.dtype == torch.float32"
-    if not (self.attn.c_proj.bias.shape == (64,)):
+    if not (attn_c_proj_bias.shape == (64,)):
         return "self.attn.c_proj.bias.shape == (64,)"
-    if not (self.attn.c_proj.bias.stride() == (1,)):
+    if not (attn_c_proj_bias.stride() == (1,)):
         return "self.attn.c_proj.bias.stride() == (1,)"
-    if not (self.ln_2.weight.device.type == "cuda"):
-        return 'self.ln_2.weight.device.type == "cuda"'
-    if not (self.ln_2.weight.dtype == torch.float32):
+    ln_2_weight = self.ln_2.weight
+    if not (ln_2_weight.is_cuda):
+        return "self.ln_2.weight.is_cuda"
+    if not (ln_2_weight.dtype == torch.float32):
         return "self.ln_2.weight.dtype == torch.float32"
-    if not (self.ln_2.weight.shape == (64,)):
+    if not (ln_2_weight.shape == (64,)):
         return "self.ln_2.weight.shape == (64,)"
-    if not (self.ln_2.weight.stride() == (1,)):
+    if not (ln_2_weight.stride() == (1,)):
         return "self.ln_2.weight.stride() == (1,)"
-    if not (self.ln_2.bias.device.type == "cuda"):
-        return 'self.ln_2.bias.device.type == "cuda"'
-    if not (self.ln_2.bias.dtype == torch.float32):
+    ln_2_bias = self.ln_2.bias
+    if not (ln_2_bias.is_cuda):
+        return "self.ln_2.bias.is_cuda"
+    if not (ln_2_bias.dtype == torch.float32):
         return "self.ln_2.bias.dtype == torch.float32"
-    if not (self.ln_2.bias.shape == (64,)):
+    if not (ln_2_bias.shape == (64,)):
         return "self.ln_2.bias.shape == (64,)"
-    if not (self.ln_2.bias.stride() == (1,)):
+    if not (ln_2_bias.stride() == (1,)):
         return "self.ln_2.bias.stride() == (1,)"
-    if not (self.mlp.c_fc.bias.device.type == "cuda"):
-        return 'self.mlp.c_fc.bias.device.type == "cuda"'
-    if not (self.mlp.c_fc.bias.dtype == torch.float32):
+    mlp_c_fc_bias = self.mlp.c_fc.bias
+    if not (mlp_c_fc_bias.is_cuda):
+        return "self.mlp.c_fc.bias.is_cuda"
+    if not (mlp_c_fc_bias.dtype == torch.float32):
         return "self.mlp.c_fc.bias.dtype == torch.float32"
-    if not (self.mlp.c_fc.bias.shape == (256,)):
+    if not (mlp_c_fc_bias.shape == (256,)):
         return "self.mlp.c_fc.bias.shape == (256,)"
-    if not (self.mlp.c_fc.bias.stride() == (1,)):
+    if not (mlp_c_fc_bias.stride() == (1,)):
         return "self.mlp.c_fc.bias.stride() == (1,)"
-    if not (self.mlp.c_proj.bias.device.type == "cuda"):
-        return 'self.mlp.c_proj.bias.device.type == "cuda"'
-    if not (self.mlp.c_proj.bias.dtype == torch.float32):
+    mlp_c_proj_bias = self.mlp.c_proj.bias
+    if not (mlp_c_proj_bias.is_cuda):
+        return "self.mlp.c_proj.bias.is_cuda"
+    if not (mlp_c_proj_bias.dtype == torch.float32):
         return "self.mlp.c_proj.bias.dtype == torch.float32"
-    if not (self.mlp.c_proj.bias.shape == (64,)):
+    if not (mlp_c_proj_bias.shape == (64,)):
         return "self.mlp.c_proj.bias.shape == (64,)"
-    if not (self.mlp.c_proj.bias.stride() == (1,)):
+    if not (mlp_c_proj_bias.stride() == (1,)):
         return "self.mlp.c_proj.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad
+            or ln_1_weight.requires_grad
+            or ln_1_bias.requires_grad
+            or self.attn.c_attn.weight.requires_grad
+            or self.attn.c_attn.bias.requires_grad
+            or self.attn.c_proj.weight.requires_grad
+            or attn_c_proj_bias.requires_grad
+            or ln_2_weight.requires_grad
+            or ln_2_bias.requires_grad
+            or self.mlp.c_fc.weight.requires_grad
+            or mlp_c_fc_bias.requires_grad
+            or self.mlp.c_proj.weight.requires_grad
+            or mlp_c_proj_bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -314,7 +368,7 @@ def _cuda_0(self, x):
     native_layer_norm_0 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
-    _triton().triton_fused_native_layer_norm_0[(2,)](
+    _triton.triton_fused_native_layer_norm_0[(2,)](
         x,
         ln_1_weight,
         ln_1_bias,
@@ -363,7 +417,7 @@ def _cuda_0(self, x):
     native_layer_norm_3_0 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
-    _triton().triton_fused_addmm_add_native_layer_norm_0[(2,)](
+    _triton.triton_fused_addmm_add_native_layer_norm_0[(2,)](
         mm,
         attn_c_proj_bias,
         x,
@@ -383,7 +437,7 @@ def _cuda_0(self, x):
     gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
     )
-    _triton().triton_fused_addmm_gelu_0[(8,)](
+    _triton.triton_fused_addmm_gelu_0[(8,)](
         mm_1, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
@@ -394,7 +448,7 @@ def _cuda_0(self, x):
     add_1 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
-    _triton().triton_fused_addmm_add_0[(2,)](
+    _triton.triton_fused_addmm_add_0[(2,)](
         mm_2, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )
     return add_1
@@ -411,5 +465,428 @@ class Block(_source.Block):
         runtime_shim.warn_fallback(
             "Block",
             [("cpu_0", _guards_cpu_0(self, x)), ("cuda_0", _guards_cuda_0(self, x))],
+        )
+        return super().forward(x)
+
+
+def _guards_cpu_1(self, x):
+    """Variant cpu_1 (cpu: x=bf16[2,16,64]): the first guard that fails, or None."""
+    if not (isinstance(x, torch.Tensor)):
+        return "isinstance(x, torch.Tensor)"
+    if not (x.is_cpu):
+        return "x.is_cpu"
+    if not (x.dtype == torch.bfloat16):
+        return "x.dtype == torch.bfloat16"
+    if not (x.shape == (2, 16, 64)):
+        return "x.shape == (2, 16, 64)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
+    if not (self.attn.n_embd == 64):
+        return "self.attn.n_embd == 64"
+    if not (self.attn.n_head == 4):
+        return "self.attn.n_head == 4"
+    if not (not self.training):
+        return "not self.training"
+    ln_1_weight = self.ln_1.weight
+    if not (ln_1_weight.is_cpu):
+        return "self.ln_1.weight.is_cpu"
+    if not (ln_1_weight.dtype == torch.bfloat16):
+        return "self.ln_1.weight.dtype == torch.bfloat16"
+    if not (ln_1_weight.shape == (64,)):
+        return "self.ln_1.weight.shape == (64,)"
+    if not (ln_1_weight.stride() == (1,)):
+        return "self.ln_1.weight.stride() == (1,)"
+    ln_1_bias = self.ln_1.bias
+    if not (ln_1_bias.is_cpu):
+        return "self.ln_1.bias.is_cpu"
+    if not (ln_1_bias.dtype == torch.bfloat16):
+        return "self.ln_1.bias.dtype == torch.bfloat16"
+    if not (ln_1_bias.shape == (64,)):
+        return "self.ln_1.bias.shape == (64,)"
+    if not (ln_1_bias.stride() == (1,)):
+        return "self.ln_1.bias.stride() == (1,)"
+    attn_c_proj_bias = self.attn.c_proj.bias
+    if not (attn_c_proj_bias.is_cpu):
+        return "self.attn.c_proj.bias.is_cpu"
+    if not (attn_c_proj_bias.dtype == torch.bfloat16):
+        return "self.attn.c_proj.bias.dtype == torch.bfloat16"
+    if not (attn_c_proj_bias.shape == (64,)):
+        return "self.attn.c_proj.bias.shape == (64,)"
+    if not (attn_c_proj_bias.stride() == (1,)):
+        return "self.attn.c_proj.bias.stride() == (1,)"
+    ln_2_weight = self.ln_2.weight
+    if not (ln_2_weight.is_cpu):
+        return "self.ln_2.weight.is_cpu"
+    if not (ln_2_weight.dtype == torch.bfloat16):
+        return "self.ln_2.weight.dtype == torch.bfloat16"
+    if not (ln_2_weight.shape == (64,)):
+        return "self.ln_2.weight.shape == (64,)"
+    if not (ln_2_weight.stride() == (1,)):
+        return "self.ln_2.weight.stride() == (1,)"
+    ln_2_bias = self.ln_2.bias
+    if not (ln_2_bias.is_cpu):
+        return "self.ln_2.bias.is_cpu"
+    if not (ln_2_bias.dtype == torch.bfloat16):
+        return "self.ln_2.bias.dtype == torch.bfloat16"
+    if not (ln_2_bias.shape == (64,)):
+        return "self.ln_2.bias.shape == (64,)"
+    if not (ln_2_bias.stride() == (1,)):
+        return "self.ln_2.bias.stride() == (1,)"
+    mlp_c_fc_bias = self.mlp.c_fc.bias
+    if not (mlp_c_fc_bias.is_cpu):
+        return "self.mlp.c_fc.bias.is_cpu"
+    if not (mlp_c_fc_bias.dtype == torch.bfloat16):
+        return "self.mlp.c_fc.bias.dtype == torch.bfloat16"
+    if not (mlp_c_fc_bias.shape == (256,)):
+        return "self.mlp.c_fc.bias.shape == (256,)"
+    if not (mlp_c_fc_bias.stride() == (1,)):
+        return "self.mlp.c_fc.bias.stride() == (1,)"
+    mlp_c_proj_bias = self.mlp.c_proj.bias
+    if not (mlp_c_proj_bias.is_cpu):
+        return "self.mlp.c_proj.bias.is_cpu"
+    if not (mlp_c_proj_bias.dtype == torch.bfloat16):
+        return "self.mlp.c_proj.bias.dtype == torch.bfloat16"
+    if not (mlp_c_proj_bias.shape == (64,)):
+        return "self.mlp.c_proj.bias.shape == (64,)"
+    if not (mlp_c_proj_bias.stride() == (1,)):
+        return "self.mlp.c_proj.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (
+            x.requires_grad
+            or ln_1_weight.requires_grad
+            or ln_1_bias.requires_grad
+            or self.attn.c_attn.weight.requires_grad
+            or self.attn.c_attn.bias.requires_grad
+            or self.attn.c_proj.weight.requires_grad
+            or attn_c_proj_bias.requires_grad
+            or ln_2_weight.requires_grad
+            or ln_2_bias.requires_grad
+            or self.mlp.c_fc.weight.requires_grad
+            or mlp_c_fc_bias.requires_grad
+            or self.mlp.c_proj.weight.requires_grad
+            or mlp_c_proj_bias.requires_grad
+        )
+    ):
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
+    return None
+
+
+def _cpu_1(self, x):
+    device = x.device
+    ln_1_weight = self.ln_1.weight
+    ln_1_bias = self.ln_1.bias
+    attn_c_attn_weight = self.attn.c_attn.weight
+    attn_c_attn_bias = self.attn.c_attn.bias
+    attn_c_proj_weight = self.attn.c_proj.weight
+    attn_c_proj_bias = self.attn.c_proj.bias
+    ln_2_weight = self.ln_2.weight
+    ln_2_bias = self.ln_2.bias
+    mlp_c_fc_weight = self.mlp.c_fc.weight
+    mlp_c_fc_bias = self.mlp.c_fc.bias
+    mlp_c_proj_weight = self.mlp.c_proj.weight
+    mlp_c_proj_bias = self.mlp.c_proj.bias
+    # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
+    native_layer_norm_0 = torch.empty_strided(
+        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
+    )
+    _cpp.function("cpp_fused_native_layer_norm_1", "pppp")(
+        x.data_ptr(),
+        ln_1_weight.data_ptr(),
+        ln_1_bias.data_ptr(),
+        native_layer_norm_0.data_ptr(),
+    )
+    # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+    view = torch.ops.aten.view.default(native_layer_norm_0, [32, 64])
+    t = torch.ops.aten.t.default(attn_c_attn_weight)
+    addmm = torch.ops.aten.addmm.default(attn_c_attn_bias, view, t)
+    view_1 = torch.ops.aten.view.default(addmm, [2, 16, 192])
+    split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
+    split_0 = split_with_sizes[0]
+    split_1 = split_with_sizes[1]
+    split_2 = split_with_sizes[2]
+    # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+    view_2 = torch.ops.aten.view.default(split_0, [2, 16, 4, 16])
+    transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
+    # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+    view_3 = torch.ops.aten.view.default(split_1, [2, 16, 4, 16])
+    transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
+    # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+    view_4 = torch.ops.aten.view.default(split_2, [2, 16, 4, 16])
+    transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
+    # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    scaled_dot_product_attention = runtime_shim.as_layout(
+        torch.ops.aten.scaled_dot_product_attention.default(
+            transpose, transpose_1, transpose_2, is_causal=True
+        ),
+        (1024, 16, 64, 1),
+    )
+    # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
+    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
+    view_5 = torch.ops.aten.view.default(transpose_3, [2, 16, 64])
+    # examples/gpt_block.py:33: return self.c_proj(y)
+    view_6 = torch.ops.aten.view.default(view_5, [32, 64])
+    t_1 = torch.ops.aten.t.default(attn_c_proj_weight)
+    mm = torch.ops.aten.mm.default(view_6, t_1)
+    # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
+    # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
+    add = torch.empty_strided(
+        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
+    )
+    native_layer_norm_3_0 = torch.empty_strided(
+        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
+    )
+    _cpp.function("cpp_fused_addmm_add_native_layer_norm_1", "ppppppp")(
+        mm.data_ptr(),
+        attn_c_proj_bias.data_ptr(),
+        x.data_ptr(),
+        ln_2_weight.data_ptr(),
+        ln_2_bias.data_ptr(),
+        add.data_ptr(),
+        native_layer_norm_3_0.data_ptr(),
+    )
+    # examples/gpt_block.py:43: x = self.c_fc(x)
+    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [32, 64])
+    t_2 = torch.ops.aten.t.default(mlp_c_fc_weight)
+    mm_1 = torch.ops.aten.mm.default(view_8, t_2)
+    # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
+    gelu = torch.empty_strided(
+        (2, 16, 256), (4096, 256, 1), dtype=torch.bfloat16, device=device
+    )
+    _cpp.function("cpp_fused_addmm_gelu_1", "ppp")(
+        mm_1.data_ptr(), mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
+    )
+    # examples/gpt_block.py:45: x = self.c_proj(x)
+    view_10 = torch.ops.aten.view.default(gelu, [32, 256])
+    t_3 = torch.ops.aten.t.default(mlp_c_proj_weight)
+    mm_2 = torch.ops.aten.mm.default(view_10, t_3)
+    # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
+    add_1 = torch.empty_strided(
+        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
+    )
+    _cpp.function("cpp_fused_addmm_add_1", "pppp")(
+        mm_2.data_ptr(), mlp_c_proj_bias.data_ptr(), add.data_ptr(), add_1.data_ptr()
+    )
+    return add_1
+
+
+def _guards_cuda_1(self, x):
+    """Variant cuda_1 (cuda: x=bf16[2,16,64]): the first guard that fails, or None."""
+    if not (isinstance(x, torch.Tensor)):
+        return "isinstance(x, torch.Tensor)"
+    if not (x.is_cuda):
+        return "x.is_cuda"
+    if not (x.dtype == torch.bfloat16):
+        return "x.dtype == torch.bfloat16"
+    if not (x.shape == (2, 16, 64)):
+        return "x.shape == (2, 16, 64)"
+    if not (x.is_contiguous()):
+        return "x.is_contiguous()"
+    if not (self.attn.n_embd == 64):
+        return "self.attn.n_embd == 64"
+    if not (self.attn.n_head == 4):
+        return "self.attn.n_head == 4"
+    if not (not self.training):
+        return "not self.training"
+    ln_1_weight = self.ln_1.weight
+    if not (ln_1_weight.is_cuda):
+        return "self.ln_1.weight.is_cuda"
+    if not (ln_1_weight.dtype == torch.bfloat16):
+        return "self.ln_1.weight.dtype == torch.bfloat16"
+    if not (ln_1_weight.shape == (64,)):
+        return "self.ln_1.weight.shape == (64,)"
+    if not (ln_1_weight.stride() == (1,)):
+        return "self.ln_1.weight.stride() == (1,)"
+    ln_1_bias = self.ln_1.bias
+    if not (ln_1_bias.is_cuda):
+        return "self.ln_1.bias.is_cuda"
+    if not (ln_1_bias.dtype == torch.bfloat16):
+        return "self.ln_1.bias.dtype == torch.bfloat16"
+    if not (ln_1_bias.shape == (64,)):
+        return "self.ln_1.bias.shape == (64,)"
+    if not (ln_1_bias.stride() == (1,)):
+        return "self.ln_1.bias.stride() == (1,)"
+    attn_c_proj_bias = self.attn.c_proj.bias
+    if not (attn_c_proj_bias.is_cuda):
+        return "self.attn.c_proj.bias.is_cuda"
+    if not (attn_c_proj_bias.dtype == torch.bfloat16):
+        return "self.attn.c_proj.bias.dtype == torch.bfloat16"
+    if not (attn_c_proj_bias.shape == (64,)):
+        return "self.attn.c_proj.bias.shape == (64,)"
+    if not (attn_c_proj_bias.stride() == (1,)):
+        return "self.attn.c_proj.bias.stride() == (1,)"
+    ln_2_weight = self.ln_2.weight
+    if not (ln_2_weight.is_cuda):
+        return "self.ln_2.weight.is_cuda"
+    if not (ln_2_weight.dtype == torch.bfloat16):
+        return "self.ln_2.weight.dtype == torch.bfloat16"
+    if not (ln_2_weight.shape == (64,)):
+        return "self.ln_2.weight.shape == (64,)"
+    if not (ln_2_weight.stride() == (1,)):
+        return "self.ln_2.weight.stride() == (1,)"
+    ln_2_bias = self.ln_2.bias
+    if not (ln_2_bias.is_cuda):
+        return "self.ln_2.bias.is_cuda"
+    if not (ln_2_bias.dtype == torch.bfloat16):
+        return "self.ln_2.bias.dtype == torch.bfloat16"
+    if not (ln_2_bias.shape == (64,)):
+        return "self.ln_2.bias.shape == (64,)"
+    if not (ln_2_bias.stride() == (1,)):
+        return "self.ln_2.bias.stride() == (1,)"
+    mlp_c_fc_bias = self.mlp.c_fc.bias
+    if not (mlp_c_fc_bias.is_cuda):
+        return "self.mlp.c_fc.bias.is_cuda"
+    if not (mlp_c_fc_bias.dtype == torch.bfloat16):
+        return "self.mlp.c_fc.bias.dtype == torch.bfloat16"
+    if not (mlp_c_fc_bias.shape == (256,)):
+        return "self.mlp.c_fc.bias.shape == (256,)"
+    if not (mlp_c_fc_bias.stride() == (1,)):
+        return "self.mlp.c_fc.bias.stride() == (1,)"
+    mlp_c_proj_bias = self.mlp.c_proj.bias
+    if not (mlp_c_proj_bias.is_cuda):
+        return "self.mlp.c_proj.bias.is_cuda"
+    if not (mlp_c_proj_bias.dtype == torch.bfloat16):
+        return "self.mlp.c_proj.bias.dtype == torch.bfloat16"
+    if not (mlp_c_proj_bias.shape == (64,)):
+        return "self.mlp.c_proj.bias.shape == (64,)"
+    if not (mlp_c_proj_bias.stride() == (1,)):
+        return "self.mlp.c_proj.bias.stride() == (1,)"
+    if not (
+        not torch.is_grad_enabled()
+        or not (
+            x.requires_grad
+            or ln_1_weight.requires_grad
+            or ln_1_bias.requires_grad
+            or self.attn.c_attn.weight.requires_grad
+            or self.attn.c_attn.bias.requires_grad
+            or self.attn.c_proj.weight.requires_grad
+            or attn_c_proj_bias.requires_grad
+            or ln_2_weight.requires_grad
+            or ln_2_bias.requires_grad
+            or self.mlp.c_fc.weight.requires_grad
+            or mlp_c_fc_bias.requires_grad
+            or self.mlp.c_proj.weight.requires_grad
+            or mlp_c_proj_bias.requires_grad
+        )
+    ):
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
+    return None
+
+
+def _cuda_1(self, x):
+    device = x.device
+    ln_1_weight = self.ln_1.weight
+    ln_1_bias = self.ln_1.bias
+    attn_c_attn_weight = self.attn.c_attn.weight
+    attn_c_attn_bias = self.attn.c_attn.bias
+    attn_c_proj_weight = self.attn.c_proj.weight
+    attn_c_proj_bias = self.attn.c_proj.bias
+    ln_2_weight = self.ln_2.weight
+    ln_2_bias = self.ln_2.bias
+    mlp_c_fc_weight = self.mlp.c_fc.weight
+    mlp_c_fc_bias = self.mlp.c_fc.bias
+    mlp_c_proj_weight = self.mlp.c_proj.weight
+    mlp_c_proj_bias = self.mlp.c_proj.bias
+    # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
+    native_layer_norm_0 = torch.empty_strided(
+        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
+    )
+    _triton.triton_fused_native_layer_norm_1[(2,)](
+        x,
+        ln_1_weight,
+        ln_1_bias,
+        native_layer_norm_0,
+        XBLOCK=16,
+        RBLOCK=64,
+        num_warps=4,
+    )
+    # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+    view = torch.ops.aten.view.default(native_layer_norm_0, [32, 64])
+    t = torch.ops.aten.t.default(attn_c_attn_weight)
+    addmm = torch.ops.aten.addmm.default(attn_c_attn_bias, view, t)
+    view_1 = torch.ops.aten.view.default(addmm, [2, 16, 192])
+    split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
+    split_0 = split_with_sizes[0]
+    split_1 = split_with_sizes[1]
+    split_2 = split_with_sizes[2]
+    # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+    view_2 = torch.ops.aten.view.default(split_0, [2, 16, 4, 16])
+    transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
+    # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+    view_3 = torch.ops.aten.view.default(split_1, [2, 16, 4, 16])
+    transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
+    # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+    view_4 = torch.ops.aten.view.default(split_2, [2, 16, 4, 16])
+    transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
+    # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    scaled_dot_product_attention = runtime_shim.as_layout(
+        torch.ops.aten.scaled_dot_product_attention.default(
+            transpose, transpose_1, transpose_2, is_causal=True
+        ),
+        (1024, 16, 64, 1),
+    )
+    # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
+    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
+    view_5 = torch.ops.aten.view.default(transpose_3, [2, 16, 64])
+    # examples/gpt_block.py:33: return self.c_proj(y)
+    view_6 = torch.ops.aten.view.default(view_5, [32, 64])
+    t_1 = torch.ops.aten.t.default(attn_c_proj_weight)
+    mm = torch.ops.aten.mm.default(view_6, t_1)
+    # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
+    # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
+    add = torch.empty_strided(
+        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
+    )
+    native_layer_norm_3_0 = torch.empty_strided(
+        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
+    )
+    _triton.triton_fused_addmm_add_native_layer_norm_1[(2,)](
+        mm,
+        attn_c_proj_bias,
+        x,
+        ln_2_weight,
+        ln_2_bias,
+        add,
+        native_layer_norm_3_0,
+        XBLOCK=16,
+        RBLOCK=64,
+        num_warps=4,
+    )
+    # examples/gpt_block.py:43: x = self.c_fc(x)
+    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [32, 64])
+    t_2 = torch.ops.aten.t.default(mlp_c_fc_weight)
+    mm_1 = torch.ops.aten.mm.default(view_8, t_2)
+    # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
+    gelu = torch.empty_strided(
+        (2, 16, 256), (4096, 256, 1), dtype=torch.bfloat16, device=device
+    )
+    _triton.triton_fused_addmm_gelu_1[(8,)](
+        mm_1, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
+    )
+    # examples/gpt_block.py:45: x = self.c_proj(x)
+    view_10 = torch.ops.aten.view.default(gelu, [32, 256])
+    t_3 = torch.ops.aten.t.default(mlp_c_proj_weight)
+    mm_2 = torch.ops.aten.mm.default(view_10, t_3)
+    # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
+    add_1 = torch.empty_strided(
+        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
+    )
+    _triton.triton_fused_addmm_add_1[(2,)](
+        mm_2, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
+    )
+    return add_1
+
+
+class BlockBF16(_source.BlockBF16):
+    """BlockBF16 compiled ahead of time by transpile; see the module docstring."""
+
+    def forward(self, x):
+        if _guards_cpu_1(self, x) is None:
+            return _cpu_1(self, x)
+        if _guards_cuda_1(self, x) is None:
+            return _cuda_1(self, x)
+        runtime_shim.warn_fallback(
+            "BlockBF16",
+            [("cpu_1", _guards_cpu_1(self, x)), ("cuda_1", _guards_cuda_1(self, x))],
         )
         return super().forward(x)

@@ -33,8 +33,8 @@ def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[4,32]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (4, 32)):
@@ -47,7 +47,7 @@ def _guards_cpu_0(self, x):
         not torch.is_grad_enabled()
         or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -96,8 +96,8 @@ def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[4,32]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (4, 32)):
@@ -110,7 +110,7 @@ def _guards_cuda_0(self, x):
         not torch.is_grad_enabled()
         or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 

@@ -30,19 +30,28 @@ runtime_shim.check_sources(
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
 
-def _triton():
-    """Triton kernels, imported on first use: CPU-only machines need no Triton."""
-    from . import layernorm_gelu_triton
+class _Triton:
+    """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    return layernorm_gelu_triton
+    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
+    """
+
+    def __getattr__(self, name):
+        global _triton
+        from . import layernorm_gelu_triton as _triton
+
+        return getattr(_triton, name)
+
+
+_triton = _Triton()
 
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[16,256]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (16, 256)):
@@ -51,27 +60,29 @@ def _guards_cpu_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.norm.weight.device.type == "cpu"):
-        return 'self.norm.weight.device.type == "cpu"'
-    if not (self.norm.weight.dtype == torch.float32):
+    norm_weight = self.norm.weight
+    if not (norm_weight.is_cpu):
+        return "self.norm.weight.is_cpu"
+    if not (norm_weight.dtype == torch.float32):
         return "self.norm.weight.dtype == torch.float32"
-    if not (self.norm.weight.shape == (256,)):
+    if not (norm_weight.shape == (256,)):
         return "self.norm.weight.shape == (256,)"
-    if not (self.norm.weight.stride() == (1,)):
+    if not (norm_weight.stride() == (1,)):
         return "self.norm.weight.stride() == (1,)"
-    if not (self.norm.bias.device.type == "cpu"):
-        return 'self.norm.bias.device.type == "cpu"'
-    if not (self.norm.bias.dtype == torch.float32):
+    norm_bias = self.norm.bias
+    if not (norm_bias.is_cpu):
+        return "self.norm.bias.is_cpu"
+    if not (norm_bias.dtype == torch.float32):
         return "self.norm.bias.dtype == torch.float32"
-    if not (self.norm.bias.shape == (256,)):
+    if not (norm_bias.shape == (256,)):
         return "self.norm.bias.shape == (256,)"
-    if not (self.norm.bias.stride() == (1,)):
+    if not (norm_bias.stride() == (1,)):
         return "self.norm.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (x.requires_grad or norm_weight.requires_grad or norm_bias.requires_grad)
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -91,8 +102,8 @@ def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[16,256]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (16, 256)):
@@ -101,27 +112,29 @@ def _guards_cuda_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.norm.weight.device.type == "cuda"):
-        return 'self.norm.weight.device.type == "cuda"'
-    if not (self.norm.weight.dtype == torch.float32):
+    norm_weight = self.norm.weight
+    if not (norm_weight.is_cuda):
+        return "self.norm.weight.is_cuda"
+    if not (norm_weight.dtype == torch.float32):
         return "self.norm.weight.dtype == torch.float32"
-    if not (self.norm.weight.shape == (256,)):
+    if not (norm_weight.shape == (256,)):
         return "self.norm.weight.shape == (256,)"
-    if not (self.norm.weight.stride() == (1,)):
+    if not (norm_weight.stride() == (1,)):
         return "self.norm.weight.stride() == (1,)"
-    if not (self.norm.bias.device.type == "cuda"):
-        return 'self.norm.bias.device.type == "cuda"'
-    if not (self.norm.bias.dtype == torch.float32):
+    norm_bias = self.norm.bias
+    if not (norm_bias.is_cuda):
+        return "self.norm.bias.is_cuda"
+    if not (norm_bias.dtype == torch.float32):
         return "self.norm.bias.dtype == torch.float32"
-    if not (self.norm.bias.shape == (256,)):
+    if not (norm_bias.shape == (256,)):
         return "self.norm.bias.shape == (256,)"
-    if not (self.norm.bias.stride() == (1,)):
+    if not (norm_bias.stride() == (1,)):
         return "self.norm.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (x.requires_grad or norm_weight.requires_grad or norm_bias.requires_grad)
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -131,7 +144,7 @@ def _cuda_0(self, x):
     norm_bias = self.norm.bias
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
     gelu = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_native_layer_norm_gelu_0[(4,)](
+    _triton.triton_fused_native_layer_norm_gelu_0[(4,)](
         x, norm_weight, norm_bias, gelu, XBLOCK=4, RBLOCK=256, num_warps=4
     )
     return gelu
@@ -141,8 +154,8 @@ def _guards_cpu_1(self, x):
     """Variant cpu_1 (cpu: x=bf16[16,256]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.bfloat16):
         return "x.dtype == torch.bfloat16"
     if not (x.shape == (16, 256)):
@@ -151,27 +164,29 @@ def _guards_cpu_1(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.norm.weight.device.type == "cpu"):
-        return 'self.norm.weight.device.type == "cpu"'
-    if not (self.norm.weight.dtype == torch.float32):
+    norm_weight = self.norm.weight
+    if not (norm_weight.is_cpu):
+        return "self.norm.weight.is_cpu"
+    if not (norm_weight.dtype == torch.float32):
         return "self.norm.weight.dtype == torch.float32"
-    if not (self.norm.weight.shape == (256,)):
+    if not (norm_weight.shape == (256,)):
         return "self.norm.weight.shape == (256,)"
-    if not (self.norm.weight.stride() == (1,)):
+    if not (norm_weight.stride() == (1,)):
         return "self.norm.weight.stride() == (1,)"
-    if not (self.norm.bias.device.type == "cpu"):
-        return 'self.norm.bias.device.type == "cpu"'
-    if not (self.norm.bias.dtype == torch.float32):
+    norm_bias = self.norm.bias
+    if not (norm_bias.is_cpu):
+        return "self.norm.bias.is_cpu"
+    if not (norm_bias.dtype == torch.float32):
         return "self.norm.bias.dtype == torch.float32"
-    if not (self.norm.bias.shape == (256,)):
+    if not (norm_bias.shape == (256,)):
         return "self.norm.bias.shape == (256,)"
-    if not (self.norm.bias.stride() == (1,)):
+    if not (norm_bias.stride() == (1,)):
         return "self.norm.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (x.requires_grad or norm_weight.requires_grad or norm_bias.requires_grad)
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -180,11 +195,10 @@ def _cpu_1(self, x):
     norm_weight = self.norm.weight
     norm_bias = self.norm.bias
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
-    mul_4 = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
+    gelu = torch.empty_strided((16, 256), (256, 1), dtype=torch.bfloat16, device=device)
     _cpp.function("cpp_fused_native_layer_norm_gelu_1", "pppp")(
-        x.data_ptr(), norm_weight.data_ptr(), norm_bias.data_ptr(), mul_4.data_ptr()
+        x.data_ptr(), norm_weight.data_ptr(), norm_bias.data_ptr(), gelu.data_ptr()
     )
-    gelu = torch.ops.aten.to.dtype(mul_4, torch.bfloat16)
     return gelu
 
 
@@ -192,8 +206,8 @@ def _guards_cuda_1(self, x):
     """Variant cuda_1 (cuda: x=bf16[16,256]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.bfloat16):
         return "x.dtype == torch.bfloat16"
     if not (x.shape == (16, 256)):
@@ -202,27 +216,29 @@ def _guards_cuda_1(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.norm.weight.device.type == "cuda"):
-        return 'self.norm.weight.device.type == "cuda"'
-    if not (self.norm.weight.dtype == torch.float32):
+    norm_weight = self.norm.weight
+    if not (norm_weight.is_cuda):
+        return "self.norm.weight.is_cuda"
+    if not (norm_weight.dtype == torch.float32):
         return "self.norm.weight.dtype == torch.float32"
-    if not (self.norm.weight.shape == (256,)):
+    if not (norm_weight.shape == (256,)):
         return "self.norm.weight.shape == (256,)"
-    if not (self.norm.weight.stride() == (1,)):
+    if not (norm_weight.stride() == (1,)):
         return "self.norm.weight.stride() == (1,)"
-    if not (self.norm.bias.device.type == "cuda"):
-        return 'self.norm.bias.device.type == "cuda"'
-    if not (self.norm.bias.dtype == torch.float32):
+    norm_bias = self.norm.bias
+    if not (norm_bias.is_cuda):
+        return "self.norm.bias.is_cuda"
+    if not (norm_bias.dtype == torch.float32):
         return "self.norm.bias.dtype == torch.float32"
-    if not (self.norm.bias.shape == (256,)):
+    if not (norm_bias.shape == (256,)):
         return "self.norm.bias.shape == (256,)"
-    if not (self.norm.bias.stride() == (1,)):
+    if not (norm_bias.stride() == (1,)):
         return "self.norm.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (x.requires_grad or norm_weight.requires_grad or norm_bias.requires_grad)
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -231,11 +247,10 @@ def _cuda_1(self, x):
     norm_weight = self.norm.weight
     norm_bias = self.norm.bias
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
-    mul_4 = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_native_layer_norm_gelu_1[(4,)](
-        x, norm_weight, norm_bias, mul_4, XBLOCK=4, RBLOCK=256, num_warps=4
+    gelu = torch.empty_strided((16, 256), (256, 1), dtype=torch.bfloat16, device=device)
+    _triton.triton_fused_native_layer_norm_gelu_1[(4,)](
+        x, norm_weight, norm_bias, gelu, XBLOCK=4, RBLOCK=256, num_warps=4
     )
-    gelu = torch.ops.aten.to.dtype(mul_4, torch.bfloat16)
     return gelu
 
 

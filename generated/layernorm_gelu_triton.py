@@ -79,4 +79,4 @@ def triton_fused_native_layer_norm_gelu_1(
     tmp16 = tl.erf(tmp15)
     tmp17 = tmp16 + 1.0
     tmp18 = tmp14 * tmp17
-    tl.store(out_ptr0 + (256 * xindex + rindex), tmp18, xmask & rmask)
+    tl.store(out_ptr0 + (256 * xindex + rindex), tmp18.to(tl.bfloat16), xmask & rmask)

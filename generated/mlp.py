@@ -27,19 +27,28 @@ runtime_shim.check_sources(
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
 
-def _triton():
-    """Triton kernels, imported on first use: CPU-only machines need no Triton."""
-    from . import mlp_triton
+class _Triton:
+    """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    return mlp_triton
+    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
+    """
+
+    def __getattr__(self, name):
+        global _triton
+        from . import mlp_triton as _triton
+
+        return getattr(_triton, name)
+
+
+_triton = _Triton()
 
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[8,64]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (8, 64)):
@@ -48,19 +57,26 @@ def _guards_cpu_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.fc1.bias.device.type == "cpu"):
-        return 'self.fc1.bias.device.type == "cpu"'
-    if not (self.fc1.bias.dtype == torch.float32):
+    fc1_bias = self.fc1.bias
+    if not (fc1_bias.is_cpu):
+        return "self.fc1.bias.is_cpu"
+    if not (fc1_bias.dtype == torch.float32):
         return "self.fc1.bias.dtype == torch.float32"
-    if not (self.fc1.bias.shape == (256,)):
+    if not (fc1_bias.shape == (256,)):
         return "self.fc1.bias.shape == (256,)"
-    if not (self.fc1.bias.stride() == (1,)):
+    if not (fc1_bias.stride() == (1,)):
         return "self.fc1.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad
+            or self.fc1.weight.requires_grad
+            or fc1_bias.requires_grad
+            or self.fc2.weight.requires_grad
+            or self.fc2.bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -86,8 +102,8 @@ def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[8,64]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (8, 64)):
@@ -96,19 +112,26 @@ def _guards_cuda_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.fc1.bias.device.type == "cuda"):
-        return 'self.fc1.bias.device.type == "cuda"'
-    if not (self.fc1.bias.dtype == torch.float32):
+    fc1_bias = self.fc1.bias
+    if not (fc1_bias.is_cuda):
+        return "self.fc1.bias.is_cuda"
+    if not (fc1_bias.dtype == torch.float32):
         return "self.fc1.bias.dtype == torch.float32"
-    if not (self.fc1.bias.shape == (256,)):
+    if not (fc1_bias.shape == (256,)):
         return "self.fc1.bias.shape == (256,)"
-    if not (self.fc1.bias.stride() == (1,)):
+    if not (fc1_bias.stride() == (1,)):
         return "self.fc1.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad
+            or self.fc1.weight.requires_grad
+            or fc1_bias.requires_grad
+            or self.fc2.weight.requires_grad
+            or self.fc2.bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -122,7 +145,7 @@ def _cuda_0(self, x):
     t = torch.ops.aten.t.default(fc1_weight)
     mm = torch.ops.aten.mm.default(x, t)
     gelu = torch.empty_strided((8, 256), (256, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_addmm_gelu_0[(2,)](
+    _triton.triton_fused_addmm_gelu_0[(2,)](
         mm, fc1_bias, gelu, XBLOCK=1024, num_warps=4
     )
     t_1 = torch.ops.aten.t.default(fc2_weight)

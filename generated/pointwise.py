@@ -27,19 +27,28 @@ runtime_shim.check_sources(
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
 
-def _triton():
-    """Triton kernels, imported on first use: CPU-only machines need no Triton."""
-    from . import pointwise_triton
+class _Triton:
+    """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    return pointwise_triton
+    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
+    """
+
+    def __getattr__(self, name):
+        global _triton
+        from . import pointwise_triton as _triton
+
+        return getattr(_triton, name)
+
+
+_triton = _Triton()
 
 
 def _guards_cpu_0(x, bias, scale):
     """Variant cpu_0 (cpu: x=f32[64,128], bias=f32[128], scale=f32[128]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (64, 128)):
@@ -48,8 +57,8 @@ def _guards_cpu_0(x, bias, scale):
         return "x.is_contiguous()"
     if not (isinstance(bias, torch.Tensor)):
         return "isinstance(bias, torch.Tensor)"
-    if not (bias.device.type == "cpu"):
-        return 'bias.device.type == "cpu"'
+    if not (bias.is_cpu):
+        return "bias.is_cpu"
     if not (bias.dtype == torch.float32):
         return "bias.dtype == torch.float32"
     if not (bias.shape == (128,)):
@@ -58,8 +67,8 @@ def _guards_cpu_0(x, bias, scale):
         return "bias.is_contiguous()"
     if not (isinstance(scale, torch.Tensor)):
         return "isinstance(scale, torch.Tensor)"
-    if not (scale.device.type == "cpu"):
-        return 'scale.device.type == "cpu"'
+    if not (scale.is_cpu):
+        return "scale.is_cpu"
     if not (scale.dtype == torch.float32):
         return "scale.dtype == torch.float32"
     if not (scale.shape == (128,)):
@@ -91,8 +100,8 @@ def _guards_cuda_0(x, bias, scale):
     """Variant cuda_0 (cuda: x=f32[64,128], bias=f32[128], scale=f32[128]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (64, 128)):
@@ -101,8 +110,8 @@ def _guards_cuda_0(x, bias, scale):
         return "x.is_contiguous()"
     if not (isinstance(bias, torch.Tensor)):
         return "isinstance(bias, torch.Tensor)"
-    if not (bias.device.type == "cuda"):
-        return 'bias.device.type == "cuda"'
+    if not (bias.is_cuda):
+        return "bias.is_cuda"
     if not (bias.dtype == torch.float32):
         return "bias.dtype == torch.float32"
     if not (bias.shape == (128,)):
@@ -111,8 +120,8 @@ def _guards_cuda_0(x, bias, scale):
         return "bias.is_contiguous()"
     if not (isinstance(scale, torch.Tensor)):
         return "isinstance(scale, torch.Tensor)"
-    if not (scale.device.type == "cuda"):
-        return 'scale.device.type == "cuda"'
+    if not (scale.is_cuda):
+        return "scale.is_cuda"
     if not (scale.dtype == torch.float32):
         return "scale.dtype == torch.float32"
     if not (scale.shape == (128,)):
@@ -134,7 +143,7 @@ def _cuda_0(x, bias, scale):
     # examples/pointwise.py:14: y = torch.relu(y)
     # examples/pointwise.py:15: y = y * scale
     mul_1 = torch.empty_strided((64, 128), (128, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_mul_add_relu_0[(8,)](
+    _triton.triton_fused_mul_add_relu_0[(8,)](
         x, bias, scale, mul_1, XBLOCK=1024, num_warps=4
     )
     return mul_1

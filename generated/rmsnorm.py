@@ -27,19 +27,28 @@ runtime_shim.check_sources(
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
 
-def _triton():
-    """Triton kernels, imported on first use: CPU-only machines need no Triton."""
-    from . import rmsnorm_triton
+class _Triton:
+    """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    return rmsnorm_triton
+    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
+    """
+
+    def __getattr__(self, name):
+        global _triton
+        from . import rmsnorm_triton as _triton
+
+        return getattr(_triton, name)
+
+
+_triton = _Triton()
 
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[16,256]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (16, 256)):
@@ -50,19 +59,19 @@ def _guards_cpu_0(self, x):
         return "self.eps == 1e-06"
     if not (not self.training):
         return "not self.training"
-    if not (self.weight.device.type == "cpu"):
-        return 'self.weight.device.type == "cpu"'
-    if not (self.weight.dtype == torch.float32):
+    weight = self.weight
+    if not (weight.is_cpu):
+        return "self.weight.is_cpu"
+    if not (weight.dtype == torch.float32):
         return "self.weight.dtype == torch.float32"
-    if not (self.weight.shape == (256,)):
+    if not (weight.shape == (256,)):
         return "self.weight.shape == (256,)"
-    if not (self.weight.stride() == (1,)):
+    if not (weight.stride() == (1,)):
         return "self.weight.stride() == (1,)"
     if not (
-        not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad)
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -81,8 +90,8 @@ def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[16,256]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (16, 256)):
@@ -93,19 +102,19 @@ def _guards_cuda_0(self, x):
         return "self.eps == 1e-06"
     if not (not self.training):
         return "not self.training"
-    if not (self.weight.device.type == "cuda"):
-        return 'self.weight.device.type == "cuda"'
-    if not (self.weight.dtype == torch.float32):
+    weight = self.weight
+    if not (weight.is_cuda):
+        return "self.weight.is_cuda"
+    if not (weight.dtype == torch.float32):
         return "self.weight.dtype == torch.float32"
-    if not (self.weight.shape == (256,)):
+    if not (weight.shape == (256,)):
         return "self.weight.shape == (256,)"
-    if not (self.weight.stride() == (1,)):
+    if not (weight.stride() == (1,)):
         return "self.weight.stride() == (1,)"
     if not (
-        not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad)
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -114,7 +123,7 @@ def _cuda_0(self, x):
     weight = self.weight
     # examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
     mul_1 = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_mul_mean_add_rsqrt_0[(4,)](
+    _triton.triton_fused_mul_mean_add_rsqrt_0[(4,)](
         x, weight, mul_1, XBLOCK=4, RBLOCK=256, num_warps=4
     )
     return mul_1

@@ -31,19 +31,28 @@ runtime_shim.check_sources(
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
 
-def _triton():
-    """Triton kernels, imported on first use: CPU-only machines need no Triton."""
-    from . import script_vs_trace_triton
+class _Triton:
+    """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    return script_vs_trace_triton
+    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
+    """
+
+    def __getattr__(self, name):
+        global _triton
+        from . import script_vs_trace_triton as _triton
+
+        return getattr(_triton, name)
+
+
+_triton = _Triton()
 
 
 def _guards_cpu_0(x):
     """Variant cpu_0 (cpu: x=f32[3,4]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (3, 4)):
@@ -67,8 +76,8 @@ def _guards_cuda_0(x):
     """Variant cuda_0 (cuda: x=f32[3,4]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (3, 4)):
@@ -84,7 +93,7 @@ def _cuda_0(x):
     device = x.device
     # examples/script_vs_trace.py:11: x = x * x
     mul_1 = torch.empty_strided((3, 4), (4, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_mul_0[(1,)](x, mul_1, XBLOCK=16, num_warps=2)
+    _triton.triton_fused_mul_0[(1,)](x, mul_1, XBLOCK=16, num_warps=2)
     return mul_1
 
 
@@ -104,8 +113,8 @@ def _guards_cpu_1(x):
     """Variant cpu_1 (cpu: x=f32[2]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (2,)):
@@ -139,8 +148,8 @@ def _guards_cuda_1(x):
     """Variant cuda_1 (cuda: x=f32[2]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (2,)):
@@ -156,17 +165,17 @@ def _cuda_1(x):
     device = x.device
     # examples/script_vs_trace.py:16: if x.sum() > 0:
     gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
-    _triton().triton_fused_sum_gt_0[(1,)](x, gt, XBLOCK=1, RBLOCK=2, num_warps=1)
+    _triton.triton_fused_sum_gt_0[(1,)](x, gt, XBLOCK=1, RBLOCK=2, num_warps=1)
     # sync: the branch reads tensor data (examples/script_vs_trace.py:16: if x.sum() > 0:)
     if gt:
         # examples/script_vs_trace.py:17: return x * 2
         mul = torch.empty_strided((2,), (1,), dtype=torch.float32, device=device)
-        _triton().triton_fused_mul_1[(1,)](x, mul, XBLOCK=16, num_warps=2)
+        _triton.triton_fused_mul_1[(1,)](x, mul, XBLOCK=16, num_warps=2)
         return mul
     else:
         # examples/script_vs_trace.py:19: return x * -1
         mul = torch.empty_strided((2,), (1,), dtype=torch.float32, device=device)
-        _triton().triton_fused_mul_2[(1,)](x, mul, XBLOCK=16, num_warps=2)
+        _triton.triton_fused_mul_2[(1,)](x, mul, XBLOCK=16, num_warps=2)
         return mul
 
 

@@ -27,19 +27,28 @@ runtime_shim.check_sources(
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
 
-def _triton():
-    """Triton kernels, imported on first use: CPU-only machines need no Triton."""
-    from . import softmax_triton
+class _Triton:
+    """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    return softmax_triton
+    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
+    """
+
+    def __getattr__(self, name):
+        global _triton
+        from . import softmax_triton as _triton
+
+        return getattr(_triton, name)
+
+
+_triton = _Triton()
 
 
 def _guards_cpu_0(x):
     """Variant cpu_0 (cpu: x=f32[32,128]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (32, 128)):
@@ -56,16 +65,15 @@ def _cpu_0(x):
     # examples/softmax.py:11: return torch.softmax(x, dim=-1)
     div = torch.empty_strided((32, 128), (128, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_softmax_0", "pp")(x.data_ptr(), div.data_ptr())
-    _softmax = torch.ops.aten.to.dtype(div, torch.float32)
-    return _softmax
+    return div
 
 
 def _guards_cuda_0(x):
     """Variant cuda_0 (cuda: x=f32[32,128]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (32, 128)):
@@ -81,9 +89,8 @@ def _cuda_0(x):
     device = x.device
     # examples/softmax.py:11: return torch.softmax(x, dim=-1)
     div = torch.empty_strided((32, 128), (128, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_softmax_0[(4,)](x, div, XBLOCK=8, RBLOCK=128, num_warps=4)
-    _softmax = torch.ops.aten.to.dtype(div, torch.float32)
-    return _softmax
+    _triton.triton_fused_softmax_0[(4,)](x, div, XBLOCK=8, RBLOCK=128, num_warps=4)
+    return div
 
 
 def softmax(x):

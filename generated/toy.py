@@ -30,19 +30,28 @@ runtime_shim.check_sources(
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
 
-def _triton():
-    """Triton kernels, imported on first use: CPU-only machines need no Triton."""
-    from . import toy_triton
+class _Triton:
+    """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    return toy_triton
+    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
+    """
+
+    def __getattr__(self, name):
+        global _triton
+        from . import toy_triton as _triton
+
+        return getattr(_triton, name)
+
+
+_triton = _Triton()
 
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[2,4]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (2, 4)):
@@ -51,19 +60,24 @@ def _guards_cpu_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.linear.bias.device.type == "cpu"):
-        return 'self.linear.bias.device.type == "cpu"'
-    if not (self.linear.bias.dtype == torch.float32):
+    linear_bias = self.linear.bias
+    if not (linear_bias.is_cpu):
+        return "self.linear.bias.is_cpu"
+    if not (linear_bias.dtype == torch.float32):
         return "self.linear.bias.dtype == torch.float32"
-    if not (self.linear.bias.shape == (4,)):
+    if not (linear_bias.shape == (4,)):
         return "self.linear.bias.shape == (4,)"
-    if not (self.linear.bias.stride() == (1,)):
+    if not (linear_bias.stride() == (1,)):
         return "self.linear.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad
+            or self.linear.weight.requires_grad
+            or linear_bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -85,8 +99,8 @@ def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[2,4]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (2, 4)):
@@ -95,19 +109,24 @@ def _guards_cuda_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.linear.bias.device.type == "cuda"):
-        return 'self.linear.bias.device.type == "cuda"'
-    if not (self.linear.bias.dtype == torch.float32):
+    linear_bias = self.linear.bias
+    if not (linear_bias.is_cuda):
+        return "self.linear.bias.is_cuda"
+    if not (linear_bias.dtype == torch.float32):
         return "self.linear.bias.dtype == torch.float32"
-    if not (self.linear.bias.shape == (4,)):
+    if not (linear_bias.shape == (4,)):
         return "self.linear.bias.shape == (4,)"
-    if not (self.linear.bias.stride() == (1,)):
+    if not (linear_bias.stride() == (1,)):
         return "self.linear.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad
+            or self.linear.weight.requires_grad
+            or linear_bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -119,7 +138,7 @@ def _cuda_0(self, x):
     t = torch.ops.aten.t.default(linear_weight)
     mm = torch.ops.aten.mm.default(x, t)
     relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-    _triton().triton_fused_addmm_relu_0[(1,)](
+    _triton.triton_fused_addmm_relu_0[(1,)](
         mm, linear_bias, relu, XBLOCK=16, num_warps=2
     )
     return relu
@@ -144,8 +163,8 @@ def _guards_cpu_1(self, x):
     """Variant cpu_1 (cpu: x=f32[2,4]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (2, 4)):
@@ -156,9 +175,13 @@ def _guards_cpu_1(self, x):
         return "not self.training"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad
+            or self.linear.weight.requires_grad
+            or self.linear.bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -189,8 +212,8 @@ def _guards_cuda_1(self, x):
     """Variant cuda_1 (cuda: x=f32[2,4]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (2, 4)):
@@ -201,9 +224,13 @@ def _guards_cuda_1(self, x):
         return "not self.training"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (
+            x.requires_grad
+            or self.linear.weight.requires_grad
+            or self.linear.bias.requires_grad
+        )
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -216,17 +243,17 @@ def _cuda_1(self, x):
     addmm = torch.ops.aten.addmm.default(linear_bias, x, t)
     # examples/toy.py:28: if y.sum() > 0:
     gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
-    _triton().triton_fused_sum_gt_0[(1,)](addmm, gt, XBLOCK=1, RBLOCK=8, num_warps=1)
+    _triton.triton_fused_sum_gt_0[(1,)](addmm, gt, XBLOCK=1, RBLOCK=8, num_warps=1)
     # sync: the branch reads tensor data (examples/toy.py:28: if y.sum() > 0:)
     if gt:
         # examples/toy.py:29: return y.relu()
         relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-        _triton().triton_fused_relu_0[(1,)](addmm, relu, XBLOCK=16, num_warps=2)
+        _triton.triton_fused_relu_0[(1,)](addmm, relu, XBLOCK=16, num_warps=2)
         return relu
     else:
         # examples/toy.py:30: return y.tanh()
         tanh = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-        _triton().triton_fused_tanh_0[(1,)](addmm, tanh, XBLOCK=16, num_warps=2)
+        _triton.triton_fused_tanh_0[(1,)](addmm, tanh, XBLOCK=16, num_warps=2)
         return tanh
 
 

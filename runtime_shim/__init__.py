@@ -4,6 +4,7 @@ Depends on torch and the standard library only; see README.md.
 """
 
 from runtime_shim.cpp import CppLibrary, RuntimeShimError, load_cpp
+from runtime_shim.cuda_graphs import cuda_graph
 from runtime_shim.layout import as_layout
 from runtime_shim.provenance import check_sources
 from runtime_shim.warn import warn_fallback, warn_once
@@ -16,6 +17,7 @@ __all__ = [
     "__version__",
     "as_layout",
     "check_sources",
+    "cuda_graph",
     "load_cpp",
     "warn_fallback",
     "warn_once",

@@ -48,8 +48,9 @@ CXX_FLAGS = (
     "-fno-math-errno",
     "-fno-trapping-math",
     "-march=native",
+    "-mprefer-vector-width=512",  # where AVX-512 exists, use all of it
 )
-PORTABLE_CXX_FLAGS = tuple(f for f in CXX_FLAGS if f != "-march=native")
+PORTABLE_CXX_FLAGS = CXX_FLAGS[: CXX_FLAGS.index("-march=native")]
 COMPILERS = ("g++", "c++", "clang++")
 PREBUILT_DIR = "__prebuilt__"
 _ERROR_LINES = 40

@@ -40,6 +40,7 @@ def test_wheel_holds_runtime_shim_alone(tmp_path: Path) -> None:
         "runtime_shim/__init__.py",
         "runtime_shim/__main__.py",
         "runtime_shim/cpp.py",
+        "runtime_shim/cuda_graphs.py",
         "runtime_shim/layout.py",
         "runtime_shim/provenance.py",
         "runtime_shim/warn.py",

@@ -34,6 +34,7 @@ from transpiler.options import (
     parse_example,
     parse_init,
     parse_variant,
+    with_cuda_graphs,
 )
 
 DEFAULT_OUT = Path("generated")
@@ -78,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="device to compile for (repeatable; default: cpu and cuda)",
     )
     add("-o", "--out", metavar="DIR", help="output directory (default: generated/)")
+    add(
+        "--cuda-graphs",
+        action="store_true",
+        help="replay each cuda variant that can be (static shapes, no graph breaks, "
+        "no branch on tensor data) from a CUDA graph captured on its first call; "
+        "its outputs are overwritten by the next call",
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--check",
@@ -88,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--explain",
         action="store_true",
         help="write nothing; print variants, guards, breaks and kernels",
+    )
+    mode.add_argument(
+        "--autotune",
+        action="store_true",
+        help="time candidate launch configs of each Triton kernel on this machine's "
+        "CUDA GPU and write the fastest, with a comment",
     )
     add(
         "--config",
@@ -120,13 +134,19 @@ def _config_options(args: argparse.Namespace, root: Path, out: Path | None) -> O
         )
     config = args.config or "pyproject.toml"
     config_out, targets = load_config(root / config, root)
+    if args.cuda_graphs:
+        targets = tuple(with_cuda_graphs(target) for target in targets)
     return Options(
         targets=targets,
         root=root,
         out=out or config_out,
         check=args.check,
         explain=args.explain,
-        command="transpile" + (f" --config {args.config}" if args.config else ""),
+        autotune=args.autotune,
+        command="transpile"
+        + (f" --config {args.config}" if args.config else "")
+        + (" --cuda-graphs" if args.cuda_graphs else "")
+        + (" --autotune" if args.autotune else ""),
     )
 
 
@@ -152,6 +172,8 @@ def _one_off_options(args: argparse.Namespace, root: Path, out: Path) -> Options
     devices = tuple(dict.fromkeys(args.device)) or DEVICES
     variants = collect_variants(((inputs, None) for inputs in input_sets), devices)
     target = Target(source, variants, init, factory)
+    if args.cuda_graphs:
+        target = with_cuda_graphs(target)
     command = _one_off_command(target, input_sets, bool(args.example), args.device, out)
     return Options(
         targets=(target,),
@@ -159,7 +181,8 @@ def _one_off_options(args: argparse.Namespace, root: Path, out: Path) -> Options
         out=out,
         check=args.check,
         explain=args.explain,
-        command=command,
+        autotune=args.autotune,
+        command=command + (" --autotune" if args.autotune else ""),
     )
 
 
@@ -184,6 +207,8 @@ def _one_off_command(
         words += ["--factory", target.factory]
     for device in dict.fromkeys(devices):
         words += ["--device", device]
+    if any(v.cuda_graphs for v in target.variants):
+        words.append("--cuda-graphs")
     if out != DEFAULT_OUT:
         words += ["-o", out.as_posix()]
     return shlex.join(words)

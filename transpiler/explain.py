@@ -7,9 +7,10 @@ line, the branches on tensor data, and how much of the work runs in generated ke
 
 from __future__ import annotations
 
+from transpiler.codegen import cuda_graphs
 from transpiler.codegen.module import count
 from transpiler.codegen.wrapper import TargetCode, VariantCode, variant_guards
-from transpiler.ir.graph import FALLBACK
+from transpiler.ir.graph import FALLBACK, LOOP
 from transpiler.ir.program import ExternCall, KernelCall
 
 
@@ -32,10 +33,11 @@ def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
             *lines,
             f"  runs the source: {vc.fallback_reason} "
             f"({vc.fallback_span}: {vc.fallback_span.text})",
+            *(f"  {line}" for line in cuda_graphs.explain(vc)),
         ]
     guards = variant_guards(t, vc)
     lines.append("  guards:")
-    lines += [f"    {g}" for g in guards]
+    lines += [f"    {g.text}" for g in guards]
     steps = [s for p in vc.programs for s in p.steps]
     kernels = [s for s in steps if isinstance(s, KernelCall)]
     calls = [
@@ -43,7 +45,7 @@ def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
         for s in steps
         if isinstance(s, ExternCall) and not s.is_view and s.target != "getitem"
     ]
-    externs = [s.target for s in calls if not s.target.startswith(FALLBACK)]
+    externs = [s.target for s in calls if not s.target.startswith((FALLBACK, LOOP))]
     breaks = [s for s in calls if s.target.startswith(FALLBACK)]
     in_kernels = sum(p.kernel_ops for p in vc.programs)
     total = in_kernels + len(externs)
@@ -60,10 +62,13 @@ def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
     conds = [r for r in vc.region.walk() if r.cond is not None]
     for r in conds:
         lines.append(f"  branch on tensor data: {r.span}: {r.span.text}")
+    for _, loop in (loop for r in vc.region.walk() for loop in r.loops):
+        where = f"{loop.span}: {loop.span.text}" if loop.span else "a loop"
+        lines.append(f"  loop on tensor data: {where}")
     if not breaks:
         lines.append("  graph breaks: none")
     for name in dict.fromkeys(s.target for s in breaks):
         stub = stubs[name]
         lines.append(f"  graph break: {stub.span}: {stub.reason}")
         lines.append(f"    {stub.span.text}")
-    return lines
+    return lines + [f"  {line}" for line in cuda_graphs.explain(vc)]

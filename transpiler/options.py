@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -82,10 +82,14 @@ Spec = TensorSpec | ScalarSpec
 
 @dataclass(frozen=True)
 class Variant:
-    """One specialization: the inputs by parameter name, and the device it runs on."""
+    """One specialization: the inputs by parameter name, and the device it runs on.
+
+    `cuda_graphs` (cuda only) asks for the variant to be captured into a CUDA graph
+    and replayed; it is not part of what makes two variants the same."""
 
     inputs: tuple[tuple[str, Spec], ...]
     device: str
+    cuda_graphs: bool = field(default=False, compare=False)
 
     @property
     def dynamic(self) -> tuple[str, ...]:
@@ -101,7 +105,7 @@ class Variant:
             (n, s.sized(sizes) if isinstance(s, TensorSpec) else s)
             for n, s in self.inputs
         )
-        return Variant(inputs, self.device)
+        return Variant(inputs, self.device, self.cuda_graphs)
 
     def describe(self) -> str:
         args = ", ".join(f"{name}={spec}" for name, spec in self.inputs)
@@ -127,6 +131,7 @@ class Options:
     out: Path = Path("generated")
     check: bool = False
     explain: bool = False
+    autotune: bool = False  # time kernels' launch configs on this machine's GPU
     command: str = "transpile"  # the command recorded in headers to regenerate
 
 
@@ -324,7 +329,8 @@ def collect_variants(
 
 NO_CONFIG = "no target given and no [tool.transpile] in pyproject.toml"
 _CONFIG_KEYS = ("out", "target")
-_TARGET_KEYS = ("devices", "factory", "init", "source", "variants")
+_TARGET_KEYS = ("cuda_graphs", "devices", "factory", "init", "source", "variants")
+_VARIANT_KEYS = ("cuda_graphs", "device")  # in a variant table, beside its inputs
 
 
 def load_config(pyproject: Path, root: Path) -> tuple[Path, tuple[Target, ...]]:
@@ -391,6 +397,7 @@ def _target_from_toml(value: object, index: int) -> Target:
     tables = entry.get("variants")
     if not isinstance(tables, list) or not tables:
         raise UserError(f'{label} has no variants = [{{ x = "f32[2,4]" }}, ...]')
+    graphs = _cuda_graphs_from_toml(entry, label, False)
     input_sets = [
         _variant_from_toml(t, f"{label} variant {j}") for j, t in enumerate(tables, 1)
     ]
@@ -398,7 +405,47 @@ def _target_from_toml(value: object, index: int) -> Target:
         variants = collect_variants(input_sets, devices)
     except UserError as err:
         raise UserError(f"{label}: {err.message}") from None
+    if graphs and all(v.device != "cuda" for v in variants):
+        raise UserError(f"{label}: cuda_graphs = true, but it has no cuda variant")
+    graphed: list[Variant] = []
+    for j, (table, (inputs, device)) in enumerate(zip(tables, input_sets), 1):
+        where = f"{label} variant {j}"
+        if _cuda_graphs_from_toml(table, where, graphs):
+            graphed += _cuda_variants(inputs, device, devices, where, table)
+    variants = tuple(replace(v, cuda_graphs=v in graphed) for v in variants)
     return Target(source.strip(), variants, tuple(init.items()), factory)
+
+
+def _cuda_graphs_from_toml(table: dict, label: str, default: bool) -> bool:
+    value = table.get("cuda_graphs", default)
+    if not isinstance(value, bool):
+        raise UserError(f"{label}: cuda_graphs must be true or false, not {value!r}")
+    return value
+
+
+def _cuda_variants(
+    inputs: Inputs,
+    device: str | None,
+    devices: tuple[str, ...],
+    label: str,
+    table: dict,
+) -> list[Variant]:
+    """The cuda variants of a variant table; one that asks for CUDA graphs itself
+    must have one."""
+    cuda = [v for v in expand_variants(inputs, devices, device) if v.device == "cuda"]
+    if not cuda and "cuda_graphs" in table:
+        raise UserError(
+            f"{label}: cuda_graphs = true needs a cuda variant; this one runs on cpu"
+        )
+    return cuda
+
+
+def with_cuda_graphs(target: Target) -> Target:
+    """`target` with CUDA graphs asked for on every cuda variant (`--cuda-graphs`)."""
+    variants = tuple(
+        replace(v, cuda_graphs=v.device == "cuda") for v in target.variants
+    )
+    return replace(target, variants=variants)
 
 
 def _variant_from_toml(table: object, label: str) -> tuple[Inputs, str | None]:
@@ -409,7 +456,7 @@ def _variant_from_toml(table: object, label: str) -> tuple[Inputs, str | None]:
     device = table.get("device")
     inputs = []
     for name, text in table.items():
-        if name == "device":
+        if name in _VARIANT_KEYS:
             continue
         if not isinstance(text, str) or not name.isidentifier():
             raise UserError(

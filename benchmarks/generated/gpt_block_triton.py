@@ -139,3 +139,127 @@ def triton_fused_addmm_add_0(in_ptr0, in_ptr1, in_ptr2, out_ptr0, XBLOCK: tl.con
     tmp3 = tl.load(in_ptr2 + xindex, xmask, other=0)
     tmp4 = tmp3 + tmp2
     tl.store(out_ptr0 + xindex, tmp4, xmask)
+
+
+@triton.jit
+def triton_fused_native_layer_norm_1(
+    in_ptr0, in_ptr1, in_ptr2, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+):
+    # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
+    xnumel = 8192
+    rnumel = 768
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    rbase = tl.arange(0, RBLOCK)[None, :]
+    rindex = rbase
+    rmask = rindex < rnumel
+    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    tmp0 = tl.load(in_ptr0 + (768 * xindex + rindex), xmask & rmask, other=0).to(
+        tl.float32
+    )
+    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp0, 0)
+    tmp1 = tl.sum(acc0_0, 1)[:, None]
+    tmp2 = tmp1 / 768.0
+    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    tmp3 = tmp0 - tmp2
+    tmp4 = tmp3 * tmp3
+    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp4, 0)
+    tmp5 = tl.sum(acc1_0, 1)[:, None]
+    tmp6 = tmp5 / 768.0
+    tmp7 = tmp6 + 1e-05
+    tmp8 = tl.rsqrt(tmp7)
+    tmp9 = tmp3 * tmp8
+    tmp10 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp11 = tmp9 * tmp10
+    tmp12 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp13 = tmp11 + tmp12
+    tl.store(out_ptr0 + (768 * xindex + rindex), tmp13.to(tl.bfloat16), xmask & rmask)
+
+
+@triton.jit
+def triton_fused_addmm_add_native_layer_norm_1(
+    in_ptr0,
+    in_ptr1,
+    in_ptr2,
+    in_ptr3,
+    in_ptr4,
+    out_ptr0,
+    out_ptr1,
+    XBLOCK: tl.constexpr,
+    RBLOCK: tl.constexpr,
+):
+    # examples/gpt_block.py:33: return self.c_proj(y)
+    # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
+    # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
+    xnumel = 8192
+    rnumel = 768
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    rbase = tl.arange(0, RBLOCK)[None, :]
+    rindex = rbase
+    rmask = rindex < rnumel
+    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    tmp0 = tl.load(in_ptr0 + (768 * xindex + rindex), xmask & rmask, other=0).to(
+        tl.float32
+    )
+    tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp2 = tmp0 + tmp1
+    tmp3 = tl.load(in_ptr2 + (768 * xindex + rindex), xmask & rmask, other=0).to(
+        tl.float32
+    )
+    tmp4 = tmp3 + tmp2
+    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp4, 0)
+    tmp5 = tl.sum(acc0_0, 1)[:, None]
+    tmp6 = tmp5 / 768.0
+    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    tmp7 = tmp4 - tmp6
+    tmp8 = tmp7 * tmp7
+    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp8, 0)
+    tmp9 = tl.sum(acc1_0, 1)[:, None]
+    tmp10 = tmp9 / 768.0
+    tmp11 = tmp10 + 1e-05
+    tmp12 = tl.rsqrt(tmp11)
+    tmp13 = tmp7 * tmp12
+    tmp14 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp15 = tmp13 * tmp14
+    tmp16 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp17 = tmp15 + tmp16
+    tl.store(out_ptr0 + (768 * xindex + rindex), tmp4.to(tl.bfloat16), xmask & rmask)
+    tl.store(out_ptr1 + (768 * xindex + rindex), tmp17.to(tl.bfloat16), xmask & rmask)
+
+
+@triton.jit
+def triton_fused_addmm_gelu_1(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
+    # examples/gpt_block.py:43: x = self.c_fc(x)
+    # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
+    xnumel = 25165824
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    xmask = xindex < xnumel
+    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0).to(tl.float32)
+    tmp1 = tl.load(in_ptr1 + xindex % 3072, xmask, other=0).to(tl.float32)
+    tmp2 = tmp0 + tmp1
+    tmp3 = tmp2 * tmp2
+    tmp4 = tmp3 * tmp2
+    tmp5 = tmp4 * 0.044715
+    tmp6 = tmp2 + tmp5
+    tmp7 = tmp6 * 0.7978845608028654
+    tmp8 = tmp2 * 0.5
+    tmp9 = _tanh(tmp7)
+    tmp10 = tmp9 + 1.0
+    tmp11 = tmp8 * tmp10
+    tl.store(out_ptr0 + xindex, tmp11.to(tl.bfloat16), xmask)
+
+
+@triton.jit
+def triton_fused_addmm_add_1(in_ptr0, in_ptr1, in_ptr2, out_ptr0, XBLOCK: tl.constexpr):
+    # examples/gpt_block.py:45: x = self.c_proj(x)
+    # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
+    xnumel = 6291456
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    xmask = xindex < xnumel
+    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0).to(tl.float32)
+    tmp1 = tl.load(in_ptr1 + xindex % 768, xmask, other=0).to(tl.float32)
+    tmp2 = tmp0 + tmp1
+    tmp3 = tl.load(in_ptr2 + xindex, xmask, other=0).to(tl.float32)
+    tmp4 = tmp3 + tmp2
+    tl.store(out_ptr0 + xindex, tmp4.to(tl.bfloat16), xmask)

@@ -28,19 +28,28 @@ runtime_shim.check_sources(
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
 
-def _triton():
-    """Triton kernels, imported on first use: CPU-only machines need no Triton."""
-    from . import layernorm_gelu_triton
+class _Triton:
+    """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    return layernorm_gelu_triton
+    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
+    """
+
+    def __getattr__(self, name):
+        global _triton
+        from . import layernorm_gelu_triton as _triton
+
+        return getattr(_triton, name)
+
+
+_triton = _Triton()
 
 
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[16384,4096]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (16384, 4096)):
@@ -49,27 +58,29 @@ def _guards_cuda_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.norm.weight.device.type == "cuda"):
-        return 'self.norm.weight.device.type == "cuda"'
-    if not (self.norm.weight.dtype == torch.float32):
+    norm_weight = self.norm.weight
+    if not (norm_weight.is_cuda):
+        return "self.norm.weight.is_cuda"
+    if not (norm_weight.dtype == torch.float32):
         return "self.norm.weight.dtype == torch.float32"
-    if not (self.norm.weight.shape == (4096,)):
+    if not (norm_weight.shape == (4096,)):
         return "self.norm.weight.shape == (4096,)"
-    if not (self.norm.weight.stride() == (1,)):
+    if not (norm_weight.stride() == (1,)):
         return "self.norm.weight.stride() == (1,)"
-    if not (self.norm.bias.device.type == "cuda"):
-        return 'self.norm.bias.device.type == "cuda"'
-    if not (self.norm.bias.dtype == torch.float32):
+    norm_bias = self.norm.bias
+    if not (norm_bias.is_cuda):
+        return "self.norm.bias.is_cuda"
+    if not (norm_bias.dtype == torch.float32):
         return "self.norm.bias.dtype == torch.float32"
-    if not (self.norm.bias.shape == (4096,)):
+    if not (norm_bias.shape == (4096,)):
         return "self.norm.bias.shape == (4096,)"
-    if not (self.norm.bias.stride() == (1,)):
+    if not (norm_bias.stride() == (1,)):
         return "self.norm.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (x.requires_grad or norm_weight.requires_grad or norm_bias.requires_grad)
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 
@@ -81,7 +92,7 @@ def _cuda_0(self, x):
     gelu = torch.empty_strided(
         (16384, 4096), (4096, 1), dtype=torch.float32, device=device
     )
-    _triton().triton_fused_native_layer_norm_gelu_0[(16384,)](
+    _triton.triton_fused_native_layer_norm_gelu_0[(16384,)](
         x, norm_weight, norm_bias, gelu, XBLOCK=1, RBLOCK=4096, num_warps=16
     )
     return gelu
@@ -91,8 +102,8 @@ def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[512,4096]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (512, 4096)):
@@ -101,27 +112,29 @@ def _guards_cpu_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    if not (self.norm.weight.device.type == "cpu"):
-        return 'self.norm.weight.device.type == "cpu"'
-    if not (self.norm.weight.dtype == torch.float32):
+    norm_weight = self.norm.weight
+    if not (norm_weight.is_cpu):
+        return "self.norm.weight.is_cpu"
+    if not (norm_weight.dtype == torch.float32):
         return "self.norm.weight.dtype == torch.float32"
-    if not (self.norm.weight.shape == (4096,)):
+    if not (norm_weight.shape == (4096,)):
         return "self.norm.weight.shape == (4096,)"
-    if not (self.norm.weight.stride() == (1,)):
+    if not (norm_weight.stride() == (1,)):
         return "self.norm.weight.stride() == (1,)"
-    if not (self.norm.bias.device.type == "cpu"):
-        return 'self.norm.bias.device.type == "cpu"'
-    if not (self.norm.bias.dtype == torch.float32):
+    norm_bias = self.norm.bias
+    if not (norm_bias.is_cpu):
+        return "self.norm.bias.is_cpu"
+    if not (norm_bias.dtype == torch.float32):
         return "self.norm.bias.dtype == torch.float32"
-    if not (self.norm.bias.shape == (4096,)):
+    if not (norm_bias.shape == (4096,)):
         return "self.norm.bias.shape == (4096,)"
-    if not (self.norm.bias.stride() == (1,)):
+    if not (norm_bias.stride() == (1,)):
         return "self.norm.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
-        or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        or not (x.requires_grad or norm_weight.requires_grad or norm_bias.requires_grad)
     ):
-        return "not torch.is_grad_enabled() or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))"
+        return "not torch.is_grad_enabled() or nothing it reads requires grad"
     return None
 
 

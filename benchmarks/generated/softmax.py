@@ -27,19 +27,28 @@ runtime_shim.check_sources(
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
 
-def _triton():
-    """Triton kernels, imported on first use: CPU-only machines need no Triton."""
-    from . import softmax_triton
+class _Triton:
+    """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    return softmax_triton
+    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
+    """
+
+    def __getattr__(self, name):
+        global _triton
+        from . import softmax_triton as _triton
+
+        return getattr(_triton, name)
+
+
+_triton = _Triton()
 
 
 def _guards_cuda_0(x):
     """Variant cuda_0 (cuda: x=f32[16384,4096]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cuda"):
-        return 'x.device.type == "cuda"'
+    if not (x.is_cuda):
+        return "x.is_cuda"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (16384, 4096)):
@@ -57,19 +66,18 @@ def _cuda_0(x):
     div = torch.empty_strided(
         (16384, 4096), (4096, 1), dtype=torch.float32, device=device
     )
-    _triton().triton_fused_softmax_0[(16384,)](
+    _triton.triton_fused_softmax_0[(16384,)](
         x, div, XBLOCK=1, RBLOCK=4096, num_warps=16
     )
-    _softmax = torch.ops.aten.to.dtype(div, torch.float32)
-    return _softmax
+    return div
 
 
 def _guards_cpu_0(x):
     """Variant cpu_0 (cpu: x=f32[2048,1024]): the first guard that fails, or None."""
     if not (isinstance(x, torch.Tensor)):
         return "isinstance(x, torch.Tensor)"
-    if not (x.device.type == "cpu"):
-        return 'x.device.type == "cpu"'
+    if not (x.is_cpu):
+        return "x.is_cpu"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (2048, 1024)):
@@ -88,8 +96,7 @@ def _cpu_0(x):
         (2048, 1024), (1024, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_softmax_0", "pp")(x.data_ptr(), div.data_ptr())
-    _softmax = torch.ops.aten.to.dtype(div, torch.float32)
-    return _softmax
+    return div
 
 
 def softmax(x):

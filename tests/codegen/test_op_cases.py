@@ -511,7 +511,7 @@ def test_op_case(case: Case, compiled: dict[str, Compiled]) -> None:
     # lowered into a kernel, not left to an extern ATen call
     for backend, text, launch in (
         ("cpu", c.cpu_source, "_cpp.function("),
-        ("cuda", c.cuda_source, "_triton().triton_"),
+        ("cuda", c.cuda_source, "_triton.triton_"),
     ):
         assert f"torch.ops.aten.{case.packet}." not in text, f"{backend}:\n{text}"
         assert launch in text, f"{backend}: no kernel launched:\n{text}"

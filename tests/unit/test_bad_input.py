@@ -62,6 +62,16 @@ OLD_OUTPUT = {  # already in the output dir: must stay byte-identical
 DTYPES = "bf16, bool, f16, f32, f64, i16, i32, i64, i8, u8"
 X = ["--example", "x=f32[2,4]"]
 
+
+def config(target_line: str = "", device: str = '"cuda"') -> str:
+    """A pyproject.toml asking for CUDA graphs on a variant of Net."""
+    return (
+        '[tool.transpile]\n[[tool.transpile.target]]\nsource = "model.py::Net"\n'
+        f"{target_line}\n"
+        f'variants = [{{ x = "f32[2,4]", device = {device}, cuda_graphs = true }}]\n'
+    )
+
+
 # id, files (besides OLD_OUTPUT), argv, the message after `transpile: error: `
 BAD_INPUT = [
     ("missing_file", {}, ["missing.py::f", *X], "no such file: missing.py"),
@@ -191,6 +201,20 @@ BAD_INPUT = [
         ["model.py::double", *X, "-o", "notes.txt/generated"],
         "cannot write to notes.txt/generated: notes.txt is not a directory; "
         "choose another with -o",
+    ),
+    (
+        "cuda_graphs_not_a_boolean",
+        {"model.py": MODEL, "pyproject.toml": config('cuda_graphs = "yes"')},
+        [],
+        "pyproject.toml: target 'model.py::Net': cuda_graphs must be true or false, "
+        "not 'yes'",
+    ),
+    (
+        "cuda_graphs_on_a_cpu_variant",
+        {"model.py": MODEL, "pyproject.toml": config(device='"cpu"')},
+        [],
+        "pyproject.toml: target 'model.py::Net' variant 1: cuda_graphs = true needs "
+        "a cuda variant; this one runs on cpu",
     ),
     (
         "libcst_cannot_handle",

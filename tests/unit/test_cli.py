@@ -158,6 +158,27 @@ def test_config_mode_out_override_keeps_command(api: FakeApi, tmp_path: Path) ->
     assert api.options.command == "transpile"
 
 
+def test_cuda_graphs_flag_one_off(api: FakeApi, tmp_path: Path) -> None:
+    run_cli(tmp_path, "a.py::A", "--example", "x=f32[2,4]", "--cuda-graphs")
+    (target,) = api.options.targets
+    assert [(v.device, v.cuda_graphs) for v in target.variants] == [
+        ("cpu", False),
+        ("cuda", True),
+    ]
+    command = api.options.command
+    assert command == "transpile a.py::A --example 'x=f32[2,4]' --cuda-graphs"
+    run_cli(tmp_path, *shlex.split(command.removeprefix("transpile ")))
+    assert api.calls[1].targets[0].variants[1].cuda_graphs
+
+
+def test_cuda_graphs_flag_config_mode(api: FakeApi, tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(CONFIG, encoding="utf-8")
+    assert run_cli(tmp_path, "--cuda-graphs") == 0
+    assert api.options.command == "transpile --cuda-graphs"
+    variants = api.options.targets[0].variants
+    assert [v.cuda_graphs for v in variants] == [False, True, True]
+
+
 @pytest.mark.parametrize("code", [0, 1, None])
 def test_exit_code_comes_from_api(
     api: FakeApi, tmp_path: Path, code: int | None

@@ -22,6 +22,7 @@ from transpiler.options import (
     parse_init_value,
     parse_spec,
     parse_variant,
+    with_cuda_graphs,
 )
 
 F32 = torch.float32
@@ -362,7 +363,7 @@ CONFIG_ERRORS = [
         TARGET + 'varients = [{ x = "f32[2]" }]\n',
         (
             "pyproject.toml: unknown key 'varients' in [[tool.transpile.target]] #1 "
-            "(known: devices, factory, init, source, variants)"
+            "(known: cuda_graphs, devices, factory, init, source, variants)"
         ),
     ),
     (
@@ -430,7 +431,74 @@ CONFIG_ERRORS = [
             "e.g. { n = 4 }"
         ),
     ),
+    (
+        TARGET + 'cuda_graphs = "yes"\nvariants = [{ x = "f32[2]" }]\n',
+        (
+            "pyproject.toml: target 'a.py::A': cuda_graphs must be true or false, "
+            "not 'yes'"
+        ),
+    ),
+    (
+        TARGET + 'variants = [{ x = "f32[2]" }, { x = "f32[4]", cuda_graphs = 1 }]\n',
+        (
+            "pyproject.toml: target 'a.py::A' variant 2: cuda_graphs must be true or "
+            "false, not 1"
+        ),
+    ),
+    (
+        TARGET + 'variants = [{ x = "f32[2]", device = "cpu", cuda_graphs = true }]\n',
+        (
+            "pyproject.toml: target 'a.py::A' variant 1: cuda_graphs = true needs a "
+            "cuda variant; this one runs on cpu"
+        ),
+    ),
+    (
+        TARGET
+        + 'cuda_graphs = true\ndevices = ["cpu"]\nvariants = [{ x = "f32[2]" }]\n',
+        (
+            "pyproject.toml: target 'a.py::A': cuda_graphs = true, but it has no "
+            "cuda variant"
+        ),
+    ),
 ]
+
+
+def test_load_config_cuda_graphs(tmp_path: Path) -> None:
+    """On for a target's cuda variants; a variant table may turn it off or on."""
+    pyproject = _write(
+        tmp_path,
+        """
+[tool.transpile]
+[[tool.transpile.target]]
+source = "a.py::A"
+cuda_graphs = true
+variants = [
+  { x = "f32[2]" },
+  { x = "f32[4]", cuda_graphs = false },
+  { x = "f32[8]", device = "cpu" },
+]
+
+[[tool.transpile.target]]
+source = "b.py::B"
+variants = [{ x = "f32[2]" }, { x = "f32[4]", device = "cuda", cuda_graphs = true }]
+""",
+    )
+    _, (a, b) = load_config(pyproject, tmp_path)
+    assert [(v.describe(), v.cuda_graphs) for v in a.variants] == [
+        ("cpu: x=f32[2]", False),
+        ("cuda: x=f32[2]", True),
+        ("cpu: x=f32[4]", False),
+        ("cuda: x=f32[4]", False),
+        ("cpu: x=f32[8]", False),
+    ]
+    assert [v.cuda_graphs for v in b.variants] == [False, False, True]
+
+
+def test_cuda_graphs_do_not_make_a_variant_different() -> None:
+    assert Variant(X, "cuda", cuda_graphs=True) == Variant(X, "cuda")
+    assert Variant(X, "cuda", cuda_graphs=True).sized({}).cuda_graphs
+    target = with_cuda_graphs(Target("a.py::A", expand_variants(X)))
+    assert [v.cuda_graphs for v in target.variants] == [False, True]
 
 
 @pytest.mark.parametrize(("text", "message"), CONFIG_ERRORS)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from transpiler.ir.dynamic import Dim
-from transpiler.ir.program import Index
+from transpiler.ir.program import Index, Term
 
 
 def _n(value) -> str:
@@ -37,3 +37,67 @@ def format_index(
     if index.offset != 0 or not parts:
         parts.append(_n(index.offset))
     return " + ".join(parts)
+
+
+def split_index(index: Index, inner: int, numel: int) -> Index | None:
+    """`index` over a flat `x < numel` rewritten over `x0 < numel // inner` and
+    `x1 < inner`, with `x = x0 * inner + x1`; None when a term mixes the two.
+
+    A term `(x // d) % m` depends on `x0` alone when `inner` divides `d`, on `x1`
+    alone when `d * m` divides `inner`, and splits into a sum when it never wraps
+    (`d * m >= numel`) and `d` divides `inner`."""
+    terms: list[Term] = []
+    for t in index.terms:
+        if t.var != "x":
+            terms.append(t)
+        elif t.div % inner == 0:
+            terms.append(Term("x0", t.div // inner, t.mod, t.stride))
+        elif inner % (t.div * t.mod) == 0:
+            terms.append(Term("x1", t.div, t.mod, t.stride))
+        elif t.div * t.mod >= numel and inner % t.div == 0:
+            outer = numel // inner
+            terms.append(Term("x0", 1, outer, t.stride * (inner // t.div)))
+            terms.append(Term("x1", t.div, inner // t.div, t.stride))
+        else:
+            return None
+    return Index(index.offset, tuple(terms))
+
+
+def _wraps(t: Term, numel: int) -> bool:
+    """Whether printing `t` over `var < numel` needs a `//` or a `%`."""
+    return t.div != 1 or t.div * t.mod < numel
+
+
+def inner_split(indices: list[Index], numel: int) -> int | None:
+    """The length of an inner loop that lets every index of a flat loop be printed
+    without `//` or `%` in it (which would stop it vectorizing), or None when the
+    flat loop needs none or no such split exists. The shortest inner loop of at least
+    `INNER_MIN` is preferred: it leaves the most outer iterations to share out."""
+    terms = [t for index in indices for t in index.terms]
+    if not all(isinstance(v, int) for t in terms for v in (t.div, t.mod, t.stride)):
+        return None
+    if not isinstance(numel, int) or not any(_wraps(t, numel) for t in terms):
+        return None
+    valid = []
+    for inner in _divisors(numel):
+        if inner in (1, numel):
+            continue
+        split = [split_index(index, inner, numel) for index in indices]
+        if all(
+            s is not None
+            and not any(t.var == "x1" and _wraps(t, inner) for t in s.terms)
+            for s in split
+        ):
+            valid.append(inner)
+    if not valid:
+        return None
+    wide = [inner for inner in valid if inner >= INNER_MIN]
+    return wide[0] if wide else valid[-1]
+
+
+INNER_MIN = 64  # elements: enough for a few full vectors per inner loop
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from transpiler import __version__
-from transpiler.codegen import cpp, triton
+from transpiler.codegen import cpp, cuda_graphs, triton
 from transpiler.codegen.wrapper import (
     TargetCode,
     dispatch,
     guard_function,
+    reads_function,
     stub_function,
     variant_function,
 )
@@ -48,6 +49,8 @@ def _summary(vc) -> str:
         parts.append(
             count(branches, "branch on tensor data", "branches on tensor data")
         )
+    if cuda_graphs.uses_cuda_graph(vc):
+        parts.append("CUDA graph")
     return ", ".join(parts)
 
 
@@ -78,7 +81,16 @@ def header(
     for stub, name in stubs.items():
         breaks.append(f"    {stub.span}: {stub.reason} [{name}]")
     lines += ["", "Graph breaks (code run eagerly):"] + (breaks or ["    none"])
+    if any(cuda_graphs.uses_cuda_graph(vc) for t in targets for vc in t.variants):
+        lines += ["", *CUDA_GRAPHS_NOTE]
     return "\n".join(lines)
+
+
+CUDA_GRAPHS_NOTE = (
+    "CUDA graph: the variant is captured on its first call (per instance) and then",
+    'replayed, like torch.compile(mode="reduce-overhead"). Its outputs are the',
+    "graph's own buffers, overwritten by the next call: clone an output to keep it.",
+)
 
 
 def render_module(
@@ -117,12 +129,21 @@ def render_module(
     if triton_kernels:
         lines += [
             "",
-            "def _triton():",
-            '    """Triton kernels, imported on first use: CPU-only machines need'
-            ' no Triton."""',
-            f"    from . import {stem}_triton",
+            "class _Triton:",
+            '    """Triton kernels, imported on first launch: CPU-only machines need'
+            " no Triton.",
             "",
-            f"    return {stem}_triton",
+            "    The import rebinds `_triton` to the kernels' module, so a launch costs"
+            ' one lookup."""',
+            "",
+            "    def __getattr__(self, name):",
+            "        global _triton",
+            f"        from . import {stem}_triton as _triton",
+            "",
+            "        return getattr(_triton, name)",
+            "",
+            "",
+            "_triton = _Triton()",
             "",
         ]
     for stub, name in stubs.items():
@@ -137,6 +158,9 @@ def render_module(
                 *guard_function(t, vc),
                 "",
                 *variant_function(t, vc, kernels),
+                "",
+                "",
+                *reads_function(vc),
                 "",
             ]
         lines += ["", *dispatch(t, "_source"), ""]

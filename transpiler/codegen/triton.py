@@ -5,12 +5,10 @@ program `XBLOCK` rows of `rnumel` elements; when a row fits in one block (`RBLOC
 rnumel`) the reduction is *persistent*, straight-line code over registers, otherwise
 each `Loop` walks the row in `RBLOCK` chunks. f16/bf16 are loaded into f32 and stored
 back, so all arithmetic is f32. Block sizes and warps are chosen here, at transpile
-time.
+time (by `heuristic_config`, or by timing candidates: see transpiler/autotune.py).
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import torch
 
@@ -23,20 +21,10 @@ from transpiler.codegen.optable import (
 )
 from transpiler.codegen.segments import Loop, segments
 from transpiler.ir.dynamic import dims_in, size
-from transpiler.ir.program import Index, Kernel, Stmt, Store
+from transpiler.ir.program import Index, Kernel, LaunchConfig, Stmt, Store
 from transpiler.passes.schedule import Const
 
 PERSISTENT_MAX = 8192  # widest row reduced in registers
-
-
-@dataclass(frozen=True)
-class LaunchConfig:
-    xblock: int
-    rblock: int  # 1 for pointwise kernels
-    num_warps: int
-
-    def grid(self, xnumel: int) -> int:
-        return -(-xnumel // self.xblock)
 
 
 def next_pow2(n: int) -> int:
@@ -44,6 +32,12 @@ def next_pow2(n: int) -> int:
 
 
 def launch_config(k: Kernel) -> LaunchConfig:
+    """The config the kernel is launched with: the tuned one if any, else the
+    heuristic."""
+    return k.tuned.config if k.tuned is not None else heuristic_config(k)
+
+
+def heuristic_config(k: Kernel) -> LaunchConfig:
     """Block sizes and warps; a dynamic size counts as a typical one (ir.dynamic)."""
     xnumel, rnumel = size(k.xnumel), size(k.rnumel)
     if not k.is_reduction:
@@ -56,9 +50,9 @@ def launch_config(k: Kernel) -> LaunchConfig:
     return LaunchConfig(xblock, rblock, next_pow2(warps))
 
 
-def helpers_used(kernels) -> list[str]:
-    text = "\n".join(render_kernel(k) for k in kernels)
-    return [h for h in TRITON_HELPERS if f"{h}(" in text]
+def is_persistent(k: Kernel, config: LaunchConfig) -> bool:
+    """A reduction whose whole row fits in one block: no loop over `rindex`."""
+    return k.is_reduction and isinstance(k.rnumel, int) and config.rblock >= k.rnumel
 
 
 class _Renderer:
@@ -66,9 +60,7 @@ class _Renderer:
         self.k = k
         self.config = config
         self.red = k.is_reduction
-        self.persistent = (
-            self.red and isinstance(k.rnumel, int) and config.rblock >= k.rnumel
-        )
+        self.persistent = is_persistent(k, config)
         self.lines: list[str] = []
         self.done: set[str] = set()  # statements already computed (persistent)
 
@@ -209,8 +201,12 @@ def _group(expr: str) -> str:
     return f"({expr})" if " + " in expr else expr
 
 
-def render_kernel(k: Kernel) -> str:
-    return _Renderer(k, launch_config(k)).render()
+def render_kernel(k: Kernel, config: LaunchConfig | None = None) -> str:
+    """The kernel's source for `config` (default: `launch_config`); a tuned kernel
+    starts with its autotune note."""
+    text = _Renderer(k, config or launch_config(k)).render()
+    note = k.tuned.note if k.tuned is not None else ()
+    return "".join(f"# {line}\n" for line in note) + text
 
 
 HELPER_SOURCE = {
@@ -244,10 +240,18 @@ def _minimum(a, b):
 
 def render_module(kernels, header: str) -> str:
     """A `*_triton.py` module holding every Triton kernel of one generated module."""
+    return _module(header, [render_kernel(k) for k in kernels])
+
+
+def kernel_module(k: Kernel, config: LaunchConfig, header: str) -> str:
+    """A module holding one kernel rendered for `config`: a candidate to time."""
+    return _module(header, [render_kernel(k, config)])
+
+
+def _module(header: str, kernel_texts: list[str]) -> str:
+    text = "\n".join(kernel_texts)
     parts = [header, "import triton", "import triton.language as tl", ""]
-    for h in helpers_used(kernels):
-        parts.append(HELPER_SOURCE[h])
-    for k in kernels:
-        parts.append("")
-        parts.append(render_kernel(k))
+    parts += [HELPER_SOURCE[h] for h in TRITON_HELPERS if f"{h}(" in text]
+    for kernel_text in kernel_texts:
+        parts += ["", kernel_text]
     return "\n".join(parts)

@@ -9,10 +9,11 @@ guards that failed, and runs the source (eager) code.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from transpiler.codegen import cuda_graphs
 from transpiler.codegen import triton as triton_codegen
 from transpiler.frontend.fallback import Stub
 from transpiler.ir.dynamic import Dim, dims_in
@@ -95,7 +96,25 @@ def literal(value) -> str:
     return repr(value)
 
 
-def input_guards(v: Variant) -> list[str]:
+@dataclass(frozen=True)
+class Guard:
+    """One check of a variant's guard function.
+
+    `test` is the Python it evaluates; `text` is what `--explain` and the fallback
+    warning show: the test itself, unless it names a parameter by the local that
+    `binds` assigns first (`ln_1_weight = self.ln_1.weight`), where text has the path.
+    """
+
+    test: str
+    text: str
+    binds: tuple[tuple[str, str], ...] = ()  # (local name, "self.<path>")
+
+
+def _plain(tests: list[str]) -> list[Guard]:
+    return [Guard(test, test) for test in tests]
+
+
+def input_guards(v: Variant) -> list[Guard]:
     guards = []
     sizes: dict[str, str] = {}  # named dimension -> where it is first read
     for name, spec in v.inputs:
@@ -104,7 +123,7 @@ def input_guards(v: Variant) -> list[str]:
             # size-1 and empty dims have any stride, which indexing never uses
             guards += [
                 f"isinstance({name}, torch.Tensor)",
-                f'{name}.device.type == "{v.device}"',
+                f"{name}.is_{v.device}",
                 f"{name}.dtype == {DTYPE_NAMES[spec.dtype]}",
                 *_shape_guards(name, spec.shape, sizes),
                 f"{name}.is_contiguous()",
@@ -115,7 +134,7 @@ def input_guards(v: Variant) -> list[str]:
             assert isinstance(spec, ScalarSpec)
             kind = type(spec.value).__name__
             guards.append(f"type({name}) is {kind} and {name} == {spec.value!r}")
-    return guards
+    return _plain(guards)
 
 
 def _shape_guards(name: str, shape: tuple, sizes: dict[str, str]) -> list[str]:
@@ -136,55 +155,110 @@ def _shape_guards(name: str, shape: tuple, sizes: dict[str, str]) -> list[str]:
     return guards
 
 
-def param_guards(p: Program, device: str) -> list[str]:
-    """Layout guards for the parameters that kernels read (extern calls adapt)."""
-    read = {a for s in p.steps if isinstance(s, KernelCall) for a in s.args}
+def read_params(vc: VariantCode) -> dict[str, tuple[str, object]]:
+    """Every parameter and buffer the variant reads: path -> (local name, meta)."""
+    params: dict[str, tuple[str, object]] = {}
+    for program in vc.programs:
+        for name, path, meta in program.params:
+            params.setdefault(path, (name, meta))
+    names = [name for name, _ in params.values()]
+    assert len(set(names)) == len(names), names
+    return params
+
+
+def kernel_params(vc: VariantCode) -> list[str]:
+    """Paths of the parameters that kernels read (extern calls adapt to any layout)."""
+    paths: dict[str, None] = {}
+    for p in vc.programs:
+        read = {a for s in p.steps if isinstance(s, KernelCall) for a in s.args}
+        paths.update((path, None) for name, path, _ in p.params if name in read)
+    return list(paths)
+
+
+def param_guards(vc: VariantCode) -> list[Guard]:
+    """Layout guards for the parameters that kernels read. The parameter is read once,
+    into a local: `self.ln_1.weight` costs a Python call per attribute. Its layout is
+    checked on every call, since `module.to(...)` may swap it or reassign `.data`."""
+    params = read_params(vc)
     guards = []
-    for name, path, m in p.params:
-        if name in read:
-            guards += [
-                f'{path}.device.type == "{device}"',
-                f"{path}.dtype == {DTYPE_NAMES[m.dtype]}",
-                f"{path}.shape == {literal(m.shape)}",
-                f"{path}.stride() == {literal(m.stride)}",
-            ]
+    for path in kernel_params(vc):
+        name, m = params[path]
+        checks = [
+            f"is_{vc.variant.device}",
+            f"dtype == {DTYPE_NAMES[m.dtype]}",
+            f"shape == {literal(m.shape)}",
+            f"stride() == {literal(m.stride)}",
+        ]
+        first, *rest = (Guard(f"{name}.{c}", f"{path}.{c}") for c in checks)
+        guards += [replace(first, binds=((name, path),)), *rest]
     return guards
 
 
-def grad_guard(t: TargetCode, v: Variant) -> list[str]:
-    """Kernels do not record autograd: with grad on, anything needing it runs eager."""
+def grad_guard(t: TargetCode, vc: VariantCode) -> list[Guard]:
+    """Kernels do not record autograd: with grad on, anything needing it runs eager.
+
+    Only what the variant reads matters; fallback code may read any parameter."""
+    v = vc.variant
     needs = [f"{n}.requires_grad" for n, s in v.inputs if isinstance(s, TensorSpec)]
-    if t.is_module:
+    if not t.is_module:
+        return _plain([f"not torch.is_grad_enabled() or not ({' or '.join(needs)})"])
+    if _calls_fallback(vc):
         needs.append("any(p.requires_grad for p in self.parameters())")
+    else:  # the layout guards read the kernels' parameters into locals already
+        params, bound = read_params(vc), set(kernel_params(vc))
+        needs += [
+            f"{params[path][0] if path in bound else path}.requires_grad"
+            for path in params
+        ]
     if not needs:
         return []
-    return [f"not torch.is_grad_enabled() or not ({' or '.join(needs)})"]
+    test = f"not torch.is_grad_enabled() or not ({' or '.join(needs)})"
+    return [
+        Guard(test, "not torch.is_grad_enabled() or nothing it reads requires grad")
+    ]
 
 
-def variant_guards(t: TargetCode, vc: VariantCode) -> list[str]:
+def _calls_fallback(vc: VariantCode) -> bool:
+    return any(
+        isinstance(s, ExternCall) and s.target.startswith(FALLBACK)
+        for p in vc.programs
+        for s in p.steps
+    )
+
+
+def variant_guards(t: TargetCode, vc: VariantCode) -> list[Guard]:
     """Every guard of a variant, in the order they are checked."""
-    guards = input_guards(vc.variant) + list(vc.guards)
+    guards = input_guards(vc.variant) + _plain(list(vc.guards))
     if t.is_module:
-        guards.append("not self.training")
-    for program in vc.programs:
-        guards += [
-            g for g in param_guards(program, vc.variant.device) if g not in guards
-        ]
-    return list(dict.fromkeys(guards + grad_guard(t, vc.variant)))
+        guards += _plain(["not self.training"])
+    guards += param_guards(vc) + grad_guard(t, vc)
+    return list(dict.fromkeys(guards))
 
 
 def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
-    guards = variant_guards(t, vc)
     self_ = "self, " if t.is_module else ""
     lines = [
         f"def _guards_{vc.name}({self_}{t.params_text}):",
         f'    """Variant {vc.name} ({vc.describe()}): the first guard that '
         'fails, or None."""',
     ]
-    for g in guards:
-        lines += [f"    if not ({g}):", f"        return {g!r}"]
+    for g in variant_guards(t, vc):
+        lines += [f"    {name} = {path}" for name, path in g.binds]
+        lines += [f"    if not ({g.test}):", f"        return {g.text!r}"]
     lines.append("    return None")
     return lines
+
+
+def reads_function(vc: VariantCode) -> list[str]:
+    """For a CUDA graph: the parameters and buffers it reads in place, by address."""
+    if not (cuda_graphs.uses_cuda_graph(vc) and read_params(vc)):
+        return []
+    return [
+        f"def _reads_{vc.name}(self):",
+        f'    """What the CUDA graph of {vc.name} reads in place: moving one'
+        ' re-captures it."""',
+        f"    return ({''.join(f'{path}, ' for path in read_params(vc))})",
+    ]
 
 
 def _step_lines(step) -> list[str]:
@@ -310,7 +384,7 @@ def _kernel_call(step: KernelCall, kernels: dict, device: str) -> str:
     else:
         grid = str(c.grid(k.xnumel))
     return (
-        f"_triton().triton_{step.kernel}[({grid},)]"
+        f"_triton.triton_{step.kernel}[({grid},)]"
         f"({', '.join([*step.args, *dims])}, {blocks}, num_warps={c.num_warps})"
     )
 
@@ -338,10 +412,17 @@ def dispatch(t: TargetCode, module_alias: str) -> list[str]:
         ind = "    "
         fallback = f"{module_alias}.{t.name}({t.call_text})"
     for vc in compiled:
-        lines += [
-            f"{ind}if _guards_{vc.name}({self_}{t.call_text}) is None:",
-            f"{ind}    return _{vc.name}({self_}{t.call_text})",
-        ]
+        lines.append(f"{ind}if _guards_{vc.name}({self_}{t.call_text}) is None:")
+        if cuda_graphs.uses_cuda_graph(vc):
+            owner = "self" if t.is_module else t.name  # where its graph is kept
+            reads = f", _reads_{vc.name}" if read_params(vc) else ""
+            lines += [
+                f"{ind}    # CUDA graph: {cuda_graphs.OVERWRITTEN} (clone to keep)",
+                f"{ind}    return runtime_shim.cuda_graph({owner}, _{vc.name}{reads})"
+                f"({self_}{t.call_text})",
+            ]
+        else:
+            lines.append(f"{ind}    return _{vc.name}({self_}{t.call_text})")
     misses = ", ".join(
         f'("{vc.name}", _guards_{vc.name}({self_}{t.call_text}))' for vc in compiled
     )

@@ -98,18 +98,22 @@ def trace(
     path through its conditions on tensor data (see Note [Regions])."""
     params: dict[int, str] = {}
     module_paths: dict[int, str] = {}
+    guards: dict[str, None] = {}
     if module is not None:
-        for name, t in module.named_parameters(remove_duplicate=False):
-            params.setdefault(id(t), name)
-        for name, t in module.named_buffers(remove_duplicate=False):
-            params.setdefault(id(t), name)
+        tensors = [
+            *module.named_parameters(remove_duplicate=False),
+            *module.named_buffers(remove_duplicate=False),
+        ]
+        for name, t in tensors:
+            first = params.setdefault(id(t), name)
+            if first != name:  # tied weights: read through the first name
+                guards[f"{self_path(name)} is {self_path(first)}"] = None
         for name, m in module.named_modules(remove_duplicate=False):
             module_paths.setdefault(id(m), self_path(name))
     fn = type(module).forward if module is not None else obj
     stubs: dict[Stub, int] = {}
     loops: dict[str, tuple[int, LoopBody]] = {}
     comparisons: list[tuple] = []
-    guards: dict[str, None] = {}
     paths = [0]
 
     def run(decisions: tuple[bool, ...]) -> _Path:

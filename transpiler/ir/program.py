@@ -67,6 +67,27 @@ class KernelArg:
 
 
 @dataclass(frozen=True)
+class LaunchConfig:
+    """How a Triton kernel is launched: `xblock` rows (or elements) per program,
+    `rblock` elements of a row at a time (1 for pointwise kernels), `num_warps`."""
+
+    xblock: int
+    rblock: int
+    num_warps: int
+
+    def grid(self, xnumel: int) -> int:
+        return -(-xnumel // self.xblock)
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """A launch config chosen by timing candidates (`transpile --autotune`)."""
+
+    config: LaunchConfig
+    note: tuple[str, ...]  # comment lines above the kernel: where, what, how fast
+
+
+@dataclass(frozen=True)
 class Kernel:
     name: str
     xnumel: int
@@ -75,6 +96,7 @@ class Kernel:
     outputs: tuple[KernelArg, ...]
     body: tuple[Stmt | Store, ...]
     spans: tuple[Span, ...]
+    tuned: Tuned | None = None  # None: codegen's heuristic launch config
 
     @property
     def is_reduction(self) -> bool:

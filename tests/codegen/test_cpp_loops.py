@@ -1,0 +1,159 @@
+"""C++ pointwise kernels loop over two indices where one flat index would need `%` or
+`/` to read a broadcast or transposed input: integer division in the inner loop stops
+it vectorizing. Loops over a row multiply by the reciprocal of a per-row divisor.
+Each case is checked against eager, and its loops for being free of divisions.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.compile_helpers import compile_source
+from transpiler.codegen.indexing import inner_split, split_index
+from transpiler.ir.program import Index, Term
+
+SOURCE = """
+import torch
+
+
+def bias_gelu(x, b):
+    return torch.nn.functional.gelu(x + b, approximate="tanh")
+
+
+def transpose_add(x, y):
+    return x.t() + y
+
+
+def row_scale(x, s):
+    return x * s
+
+
+def flat(x):
+    return x.exp()
+
+
+def scaled_twice(x):
+    y = x / x.abs().sum(-1, keepdim=True)
+    return y - y.amax(-1, keepdim=True)
+"""
+
+g = torch.Generator().manual_seed(0)
+
+
+def randn(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=g)
+
+
+CASES = {
+    "bias_gelu": {"x": randn(96, 80), "b": randn(80)},
+    "transpose_add": {"x": randn(64, 48), "y": randn(48, 64)},
+    "row_scale": {"x": randn(40, 96), "s": randn(40, 1)},
+    "flat": {"x": randn(128, 64)},
+    "scaled_twice": {"x": randn(4, 20000)},  # rows too long to keep: recomputed
+}
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory):
+    return compile_source(SOURCE, CASES, tmp_path_factory.mktemp("loops"))
+
+
+def kernel_text(c) -> str:
+    """The C++ of the one kernel `c`'s CPU variant calls."""
+    (name,) = re.findall(r'_cpp\.function\("(\w+)"', c.cpu_source)
+    start = c.cpp_text.index(f"void {name}(")
+    end = c.cpp_text.find('extern "C"', start)
+    return c.cpp_text[start : end if end != -1 else None]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_matches_eager(compiled, name: str) -> None:
+    c = compiled[name]
+    torch.testing.assert_close(c.cpu(**CASES[name]), c.eager(**CASES[name]))
+
+
+@pytest.mark.parametrize(
+    ("name", "inner"),
+    [("bias_gelu", 80), ("transpose_add", 64), ("row_scale", 96)],
+)
+def test_inner_loop_has_no_division(compiled, name: str, inner: int) -> None:
+    cpp = kernel_text(compiled[name])
+    start = cpp.index(f"for (int64_t x1 = 0; x1 < {inner}; ++x1)")
+    body = cpp[start : cpp.index("}", start)]
+    assert not re.search(r"[%/]", body.split("\n", 1)[1]), body
+
+
+def test_flat_loop_stays_flat(compiled) -> None:
+    assert "x1" not in kernel_text(compiled["flat"])
+
+
+def test_split_index_rewrites_each_kind_of_term() -> None:
+    numel = 12 * 8
+    index = Index(
+        5,
+        (
+            Term("x", 1, 8, 3),  # x % 8: inner only
+            Term("x", 8, 12, 100),  # x // 8: outer only
+            Term("x", 1, numel, 1),  # x itself: both
+        ),
+    )
+    split = split_index(index, 8, numel)
+    assert split == Index(
+        5,
+        (
+            Term("x1", 1, 8, 3),
+            Term("x0", 1, 12, 100),
+            Term("x0", 1, 12, 8),
+            Term("x1", 1, 8, 1),
+        ),
+    )
+    for x in range(numel):  # the same address for every x = x0 * 8 + x1
+        x0, x1 = divmod(x, 8)
+        flat = index.offset + sum(
+            t.stride * ((x // t.div) % t.mod) for t in index.terms
+        )
+        env = {"x0": x0, "x1": x1}
+        assert flat == split.offset + sum(
+            t.stride * ((env[t.var] // t.div) % t.mod) for t in split.terms
+        )
+
+
+def test_no_split_when_a_term_straddles() -> None:
+    # (x // 3) % 4 over x < 24 neither divides nor is divided by any inner length
+    # that also keeps x % 8 whole
+    index = Index(0, (Term("x", 3, 4, 1), Term("x", 1, 8, 10)))
+    assert inner_split([index], 24) is None
+    assert inner_split([Index(0, (Term("x", 1, 24, 1),))], 24) is None  # flat
+
+
+def test_generated_module_runs(tmp_path: Path) -> None:
+    """A split kernel in a module with parameters: bias broadcast over rows."""
+    src = (
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.lin = torch.nn.Linear(32, 48)\n"
+        "    def forward(self, x):\n"
+        "        return torch.relu(self.lin(x)) * 2\n"
+    )
+    x = randn(4, 16, 32)
+    c = compile_source(src, {"M": {"x": x}}, tmp_path)["M"]
+    torch.manual_seed(0)
+    model = c.module.M().eval()
+    with torch.no_grad():
+        want = type(model).__mro__[1].forward(model, x)
+        torch.testing.assert_close(c.cpu(model, x), want)
+    assert "x1 < 48" in kernel_text(c)
+
+
+def test_division_by_a_row_value_is_one_reciprocal(compiled) -> None:
+    """`y = x / s` is needed in two loops over the row; `1 / s` is computed once."""
+    cpp = kernel_text(compiled["scaled_twice"])
+    (inverse,) = re.findall(r"float (\w+)_inv = float\(1\) / \1;", cpp)
+    assert cpp.count(f"* {inverse}_inv;") == 2
+    assert not re.search(r" / tmp", cpp.replace(f"float(1) / {inverse}", ""))

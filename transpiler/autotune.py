@@ -1,0 +1,398 @@
+"""`transpile --autotune`: time candidate launch configs of each Triton kernel on this
+machine's GPU and write the fastest into the generated source, with a comment.
+
+Runs after lowering, before rendering, on the cuda kernels of every module:
+
+    for each kernel: buffers from its index arithmetic (seeded random inputs)
+        → each candidate config (Note [Autotune candidates]): render, import, launch,
+          compare its outputs with the heuristic config's, time it
+        → the winner (Note [Autotune margin]) becomes `Kernel.tuned`
+
+`launch_config` then returns the tuned config, so the wrapper launches it and the
+Triton module renders it (a persistent or a looped reduction), under the note.
+
+Without --autotune none of this runs and the output is what it always was. The timer
+is a seam (`Bench.timer`): tests run the whole path in Triton's interpreter on CPU
+tensors with a fake timer.
+
+Note [Autotune candidates]
+~~~~~~~~~~~~~~~~~~~~~~~~~~
+A small, explicit list per kernel, the heuristic config first; every other candidate
+keeps each thread's share of a block (`block / (32 * num_warps)` elements) within
+`PER_THREAD`, and no block is wider than the work (the next power of two of xnumel):
+- pointwise: XBLOCK in `POINTWISE_XBLOCK` x num_warps in `WARPS`;
+- persistent reduction (a static row of at most PERSISTENT_MAX): RBLOCK is the row
+  (next power of two), XBLOCK rows per program such that XBLOCK * RBLOCK is one of
+  `PERSISTENT_ELEMENTS`, x num_warps;
+- looped reduction: XBLOCK = 1, RBLOCK in `LOOPED_RBLOCK` (narrower than the row) x
+  num_warps. A row that may be persistent gets both kinds of candidate.
+That is at most about 20 candidates per kernel.
+
+Note [Autotune margin]
+~~~~~~~~~~~~~~~~~~~~~~
+Timings are noisy, so the heuristic config is kept unless the fastest candidate beats
+it by more than `Bench.margin`: 3%, and at least 2 microseconds, as kernels of ~15 us
+vary by ~1 us between runs. A candidate that seems to win is timed again with the
+heuristic, each keeping its lower time. So rerunning on the same machine chooses the
+same configs; the times the note records differ from run to run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from transpiler.codegen import triton as triton_codegen
+from transpiler.codegen.triton import PERSISTENT_MAX, heuristic_config, next_pow2
+from transpiler.errors import UserError
+from transpiler.ir.dynamic import dims_in, size
+from transpiler.ir.program import (
+    Index,
+    Kernel,
+    LaunchConfig,
+    Stmt,
+    Store,
+    Term,
+    Tuned,
+)
+from transpiler.options import Options
+
+POINTWISE_XBLOCK = (128, 256, 512, 1024, 2048, 4096)
+PERSISTENT_ELEMENTS = (512, 1024, 2048, 4096, 8192)  # XBLOCK * RBLOCK per program
+LOOPED_RBLOCK = (512, 1024, 2048, 4096)
+WARPS = (1, 2, 4, 8, 16)
+PER_THREAD = (4, 64)  # fewest and most elements of a block per thread
+MARGIN = (0.03, 0.002)  # faster by this fraction and by these milliseconds
+TUNED_AT = 1024  # the size a dynamic dimension is tuned at: the heuristic's typical
+WARMUP_MS, REP_MS = 5, 25  # do_bench budget per candidate
+
+
+@dataclass(frozen=True)
+class Candidate:
+    kernel: str  # "triton_fused_softmax_0"
+    config: LaunchConfig
+
+
+# runs `launch` repeatedly, returns its median time in milliseconds
+Timer = Callable[[Candidate, Callable[[], object]], float]
+
+
+def do_bench_timer(candidate: Candidate, launch: Callable[[], object]) -> float:
+    """`triton.testing.do_bench` median, with a small budget per candidate."""
+    from triton.testing import do_bench
+
+    return float(do_bench(launch, warmup=WARMUP_MS, rep=REP_MS, return_mode="median"))
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Bench:
+    """Where and how candidates run: `device` holds the buffers ("cuda"; "cpu" under
+    TRITON_INTERPRET=1 in tests), `machine` names it in the notes."""
+
+    device: str
+    machine: str
+    timer: Timer = do_bench_timer
+    margin: tuple[float, float] = MARGIN
+    log: Callable[[str], None] = _stderr
+
+
+def cuda_bench() -> Bench:
+    """The Bench of this machine's CUDA GPU; a UserError where there is none."""
+    try:
+        import triton
+    except ImportError:
+        raise UserError(
+            "--autotune needs Triton to time kernels, and it is not installed "
+            "(pip install triton); run without --autotune"
+        ) from None
+    if not torch.cuda.is_available():
+        raise UserError(
+            "--autotune times kernels on a CUDA GPU, and torch sees none on this "
+            "machine; run it on a machine with a GPU, or without --autotune"
+        )
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise UserError(
+            "--autotune times compiled kernels, and TRITON_INTERPRET is set: unset it"
+        )
+    name = torch.cuda.get_device_name()
+    return Bench("cuda", f"{name} (triton {triton.__version__})")
+
+
+def bench_for(options: Options, bench: Bench | None = None) -> Bench | None:
+    """None without --autotune; else `bench`, or this machine's GPU (or an error)."""
+    if not options.autotune:
+        return None
+    return bench if bench is not None else cuda_bench()
+
+
+# ---------------------------------------------------------------------- candidates
+
+
+def candidates(k: Kernel) -> list[LaunchConfig]:
+    """The configs to time for `k`, the heuristic first (Note [Autotune candidates])."""
+    xmax = next_pow2(size(k.xnumel, TUNED_AT))
+    if not k.is_reduction:
+        blocks = [(x, 1) for x in POINTWISE_XBLOCK if x <= max(16, xmax)]
+    else:
+        blocks = []
+        if isinstance(k.rnumel, int) and k.rnumel <= PERSISTENT_MAX:
+            rblock = next_pow2(k.rnumel)
+            rows = dict.fromkeys(max(1, e // rblock) for e in PERSISTENT_ELEMENTS)
+            blocks += [(x, rblock) for x in rows if x <= xmax]
+        rnumel = size(k.rnumel, TUNED_AT)
+        blocks += [(1, r) for r in LOOPED_RBLOCK if r < rnumel]
+    configs = [heuristic_config(k)]
+    for xblock, rblock in blocks:
+        for warps in WARPS:
+            per_thread = xblock * rblock / (32 * warps)
+            config = LaunchConfig(xblock, rblock, warps)
+            if PER_THREAD[0] <= per_thread <= PER_THREAD[1] and config not in configs:
+                configs.append(config)
+    return configs
+
+
+def describe(k: Kernel, c: LaunchConfig) -> str:
+    """`XBLOCK=1024, num_warps=8`, or for a reduction
+    `XBLOCK=1, RBLOCK=2048 (looped), num_warps=8`."""
+    if not k.is_reduction:
+        return f"XBLOCK={c.xblock}, num_warps={c.num_warps}"
+    kind = "persistent" if triton_codegen.is_persistent(k, c) else "looped"
+    return f"XBLOCK={c.xblock}, RBLOCK={c.rblock} ({kind}), num_warps={c.num_warps}"
+
+
+# ------------------------------------------------------------------------- buffers
+
+
+def _sizes(k: Kernel) -> dict[str, int]:
+    return {d: TUNED_AT for d in sorted(dims_in(k))}
+
+
+def _last(index: Index, ranges: dict[str, int]) -> int:
+    """The largest address `index` reaches (strides are non-negative)."""
+    last = size(index.offset, TUNED_AT)
+    for t in index.terms:
+        div, mod = size(t.div, TUNED_AT), size(t.mod, TUNED_AT)
+        last += size(t.stride, TUNED_AT) * min(mod - 1, (ranges[t.var] - 1) // div)
+    return last
+
+
+def extents(k: Kernel) -> dict[str, int]:
+    """Elements each buffer parameter needs: one past the last address touched."""
+    ranges = {"x": size(k.xnumel, TUNED_AT), "r": size(k.rnumel, TUNED_AT)}
+    ends = {a.param: 1 for a in k.inputs + k.outputs}
+    for s in k.body:
+        if isinstance(s, Stmt) and s.op == "load":
+            param, index = s.args
+        elif isinstance(s, Store):
+            param, index = s.buffer, s.index
+            if not index.terms:  # codegen stores at `offset + xindex` (xmask)
+                index = Index(index.offset, (Term("x", 1, ranges["x"], 1),))
+        else:
+            continue
+        ends[param] = max(ends[param], _last(index, ranges) + 1)
+    return ends
+
+
+def random_inputs(k: Kernel, device: str, seed: int = 0) -> list[torch.Tensor]:
+    """One flat, seeded random buffer per input parameter."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    ends = extents(k)
+    out = []
+    for a in k.inputs:
+        n = ends[a.param]
+        if a.dtype.is_floating_point:
+            t = torch.randn(n, generator=gen, device=device).to(a.dtype)
+        elif a.dtype == torch.bool:
+            t = torch.randint(0, 2, (n,), generator=gen, device=device).bool()
+        else:  # no zeros: integer division stays defined
+            t = torch.randint(1, 16, (n,), generator=gen, device=device).to(a.dtype)
+        out.append(t)
+    return out
+
+
+def poisoned_outputs(k: Kernel, device: str) -> list[torch.Tensor]:
+    """Output buffers filled with NaN (123 for integers, True for bool): an element
+    left unwritten shows."""
+    ends = extents(k)
+    return [
+        torch.full((ends[a.param],), _poison(a.dtype), dtype=a.dtype, device=device)
+        for a in k.outputs
+    ]
+
+
+def _poison(dtype: torch.dtype) -> float | int | bool:
+    if dtype.is_floating_point:
+        return float("nan")
+    return True if dtype == torch.bool else 123
+
+
+def same_outputs(got: list[torch.Tensor], want: list[torch.Tensor]) -> bool:
+    """Equal up to rounding: reductions in another order round differently."""
+    for g, w in zip(got, want):
+        if not w.dtype.is_floating_point:
+            if not torch.equal(g, w):
+                return False
+            continue
+        low = w.dtype in (torch.float16, torch.bfloat16)
+        tol = 1e-2 if low else 1e-4
+        finite = w.float().nan_to_num(0.0, posinf=0.0, neginf=0.0)
+        scale = max(1.0, float(finite.abs().max())) if w.numel() else 1.0
+        if not torch.allclose(
+            g.float(), w.float(), rtol=tol, atol=tol * scale, equal_nan=True
+        ):
+            return False
+    return True
+
+
+# -------------------------------------------------------------------------- tuning
+
+
+@dataclass(frozen=True)
+class Trial:
+    config: LaunchConfig
+    ms: float
+
+
+class _Launcher:
+    """Launches of one kernel on seeded random inputs, for any candidate config.
+
+    Candidate modules are written to `folder` and imported; each distinct source
+    (persistent or looped) once."""
+
+    def __init__(self, k: Kernel, device: str, folder: Path):
+        self.k, self.device, self.folder = k, device, folder
+        self.inputs = random_inputs(k, device)
+        self.sizes = list(_sizes(k).values())  # dynamic dimensions, by value
+        self.functions: dict[str, object] = {}
+
+    def function(self, config: LaunchConfig):
+        text = triton_codegen.kernel_module(self.k, config, '"""A candidate."""\n')
+        if text not in self.functions:  # a file name never used before in `folder`
+            name = f"_autotune_{len(list(self.folder.iterdir()))}_{self.k.name}"
+            path = self.folder / f"{name}.py"
+            path.write_text(text)
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self.functions[text] = getattr(module, f"triton_{self.k.name}")
+        return self.functions[text]
+
+    def run(self, config: LaunchConfig) -> tuple[Callable[[], None], list]:
+        """Run `config` once (compiling it); the launch to time, and the outputs."""
+        fn = self.function(config)
+        outputs = poisoned_outputs(self.k, self.device)
+        args = [*self.inputs, *outputs, *self.sizes]
+        blocks = {"XBLOCK": config.xblock}
+        if self.k.is_reduction:
+            blocks["RBLOCK"] = config.rblock
+        grid = (config.grid(size(self.k.xnumel, TUNED_AT)),)
+
+        def launch() -> None:
+            fn[grid](*args, **blocks, num_warps=config.num_warps)
+
+        launch()
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        return launch, outputs
+
+
+def tune_modules(modules: dict, bench: Bench) -> None:
+    """Replace the cuda kernels of each module (an `api.ModuleBuild`) by their tuned
+    selves."""
+    with tempfile.TemporaryDirectory(prefix="transpile-autotune-") as folder:
+        for mb in modules.values():
+            mb.kernels["cuda"] = [
+                tune_kernel(k, bench, Path(folder)) for k in mb.kernels["cuda"]
+            ]
+
+
+def tune_kernel(k: Kernel, bench: Bench, folder: Path) -> Kernel:
+    """`k` with the winning config and its note (Note [Autotune margin])."""
+    configs = candidates(k)
+    heuristic = configs[0]
+    if len(configs) == 1:
+        note = (f"autotune: {describe(k, heuristic)}: the only candidate",)
+        return dataclasses.replace(k, tuned=Tuned(heuristic, note))
+    launcher = _Launcher(k, bench.device, folder)
+    trials: list[Trial] = []
+    reference: list[torch.Tensor] | None = None
+    dropped = {"failed": 0, "wrong": 0}
+    for config in configs:
+        try:
+            launch, outputs = launcher.run(config)
+            if reference is not None and not same_outputs(outputs, reference):
+                dropped["wrong"] += 1
+                continue
+            ms = bench.timer(Candidate(f"triton_{k.name}", config), launch)
+        except Exception as err:  # out of resources, a compile error, ...
+            if config == heuristic:
+                why = f"{type(err).__name__}: {err}".splitlines()[0]
+                bench.log(f"autotune: triton_{k.name}: heuristic config failed: {why}")
+                return k
+            dropped["failed"] += 1
+            continue
+        reference = outputs if reference is None else reference
+        trials.append(Trial(config, ms))
+    trials = _confirm(k, trials, bench, launcher)
+    tuned = Tuned(*_choose(k, trials, bench, dropped))
+    bench.log(f"autotune: triton_{k.name}: " + " ".join(s.strip() for s in tuned.note))
+    return dataclasses.replace(k, tuned=tuned)
+
+
+def _beats(best: Trial, heuristic: Trial, margin: tuple[float, float]) -> bool:
+    fraction, ms = margin
+    return best.ms < min(heuristic.ms * (1 - fraction), heuristic.ms - ms)
+
+
+def _confirm(
+    k: Kernel, trials: list[Trial], bench: Bench, launcher: _Launcher
+) -> list[Trial]:
+    """Time the heuristic and the fastest other again when the other seems to win;
+    each keeps the lower of its two times."""
+    best = min(trials[1:], key=lambda t: t.ms, default=None)
+    if best is None or not _beats(best, trials[0], bench.margin):
+        return trials
+    again = {}
+    for t in (trials[0], best):
+        launch, _ = launcher.run(t.config)
+        ms = bench.timer(Candidate(f"triton_{k.name}", t.config), launch)
+        again[t.config] = min(t.ms, ms)
+    return [Trial(t.config, again.get(t.config, t.ms)) for t in trials]
+
+
+def _choose(
+    k: Kernel, trials: list[Trial], bench: Bench, dropped: dict[str, int]
+) -> tuple[LaunchConfig, tuple[str, ...]]:
+    """The winner and the note: the heuristic (`trials[0]`) unless the fastest other
+    beats it by more than the margin."""
+    heuristic, best = trials[0], min(trials[1:], key=lambda t: t.ms, default=None)
+    at = ", ".join(f"{d}={n}" for d, n in _sizes(k).items())
+    where = f"autotuned on {bench.machine}" + (f" at {at}" if at else "")
+    lost = ", ".join(f"{n} {why}" for why, n in dropped.items() if n)
+    count = f"{len(trials)} candidates timed" + (f" ({lost} dropped)" if lost else "")
+    head = f"{where}, {count}:"
+    timed = f"heuristic {describe(k, heuristic.config)}: {heuristic.ms:.3f} ms"
+    if best is None:
+        return heuristic.config, (head, f"  {timed} (kept)")
+    other = f"{describe(k, best.config)}: {best.ms:.3f} ms"
+    if _beats(best, heuristic, bench.margin):
+        return best.config, (head, f"  {other} (chosen)", f"  {timed}")
+    why = "slower" if best.ms >= heuristic.ms else "within the margin"
+    return heuristic.config, (
+        head,
+        f"  {timed} (kept)",
+        f"  best other {other} ({why})",
+    )

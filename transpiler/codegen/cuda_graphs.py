@@ -1,0 +1,61 @@
+"""Which cuda variants replay a CUDA graph (`cuda_graphs = true`, `--cuda-graphs`).
+
+A CUDA graph replays the exact kernel launches it captured, with the same addresses,
+sizes and control flow. So a variant that asks for one gets one only if:
+
+- its shapes are static: a named dynamic dimension changes sizes and grids per call;
+- it has no graph breaks: fallback code runs arbitrary Python on every call;
+- it has no branch or `while` loop on tensor data: each reads a value on the host.
+
+Anything else compiles normally, and `transpile --explain` says why. The mechanism
+is `runtime_shim.cuda_graph` (runtime_shim/cuda_graphs.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from transpiler.ir.graph import FALLBACK
+from transpiler.ir.program import ExternCall
+
+if TYPE_CHECKING:
+    from transpiler.codegen.wrapper import VariantCode
+
+OVERWRITTEN = "outputs are overwritten by the next call"
+
+
+def blocker(vc: VariantCode) -> str | None:
+    """Why `vc` cannot replay a CUDA graph, or None when it can."""
+    if vc.variant.device != "cuda":
+        return "not a cuda variant"
+    if vc.region is None:
+        return "it runs the source"
+    if vc.dynamic or vc.specializes:
+        dims = ", ".join(d for d, _ in vc.dynamic) or vc.specializes
+        return f"its shapes are dynamic ({dims})"
+    steps = [s for p in vc.programs for s in p.steps]
+    if any(isinstance(s, ExternCall) and s.target.startswith(FALLBACK) for s in steps):
+        return "it has graph breaks (fallback code runs in Python on every call)"
+    regions = list(vc.region.walk())
+    if any(r.cond is not None for r in regions):
+        return "it branches on tensor data (a host sync on every call)"
+    if any(r.loops for r in regions):
+        return "it loops on tensor data (a host sync on every step)"
+    return None
+
+
+def uses_cuda_graph(vc: VariantCode) -> bool:
+    """True when `vc` asked for a CUDA graph and can have one."""
+    return vc.variant.cuda_graphs and blocker(vc) is None
+
+
+def explain(vc: VariantCode) -> list[str]:
+    """The `--explain` line of a variant that asked for a CUDA graph."""
+    if not vc.variant.cuda_graphs:
+        return []
+    why = blocker(vc)
+    if why is None:
+        return [
+            f"cuda graph: captured on the first call, then replayed ({OVERWRITTEN})"
+        ]
+    return [f"cuda graph: off, {why}; compiled without one"]
