@@ -173,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         f"- timing: {timing}",
         f"- transpile: {seconds['heuristic']:.0f} s; with --autotune:"
         f" {seconds['autotuned']:.0f} s",
-        "- speedup: heuristic ms / autotuned ms (> 1: autotuned is faster)",
+        "- speedup: heuristic ms / autotuned ms (> 1: autotuned is faster); a row"
+        " with 0 kernels retuned runs the same kernels twice, so its speedup is the"
+        " timing noise",
         "",
         *table,
         *([""] + wrong if wrong else []),

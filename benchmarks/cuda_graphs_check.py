@@ -3,14 +3,19 @@
     python benchmarks/cuda_graphs_check.py [--quick]
 
 Builds, with the transpiler's API into a temporary directory, two packages from
-examples/toy.py::ToyLinear and examples/gpt_block.py::Block (GPT-2 small's width, at a
-launch-bound and a larger shape): one with `cuda_graphs = true` on every variant, one
-without. Then, for each case, on seeded random inputs, under `torch.no_grad()`:
+examples/toy.py::ToyLinear, examples/toy.py::ToyModule (a branch on tensor data:
+a CUDA graph per segment) and examples/gpt_block.py::Block (GPT-2 small's width, at
+a launch-bound and a larger shape): one with `cuda_graphs = true` on every variant,
+one without. Then, for each case, on seeded random inputs, under `torch.no_grad()`:
 
-1. the graph variant's call site is `runtime_shim.cuda_graph(...)`;
+1. the graph variant's call site is `runtime_shim.cuda_graph(...)`, or for ToyModule
+   `runtime_shim.cuda_graph_tree(...)`;
 2. six calls with different inputs match eager (f32: rtol 1e-4, atol 1e-5), each
    output is the same tensor (the graph's buffer), a clone taken after the first
-   call still holds the first result, and the graph was captured once;
+   call still holds the first result, and the graph was captured once. ToyModule's
+   inputs alternate between its branches (twelve calls): each branch returns its
+   own graph's buffer, and its three segments (`y = linear(x)` and `y.sum() > 0`,
+   then relu or tanh) were captured once each;
 3. an input passed as the graph's own input buffer needs no copy and is right;
 4. a weight changed in place is seen without a re-capture; a replaced weight and a
    `load_state_dict(..., assign=True)` each re-capture once; all are right, and so
@@ -20,7 +25,8 @@ without. Then, for each case, on seeded random inputs, under `torch.no_grad()`:
 
 and prints per-call latency in microseconds (back-to-back calls, synchronized once
 per batch; median of batches) of eager, `torch.compile(mode="reduce-overhead")`,
-the generated variant and the generated CUDA-graph variant.
+the generated variant and the generated CUDA-graph variant. ToyModule's timed calls
+alternate between an input of each branch, as its checked calls do.
 
 Exit status: 0 when every check passed, 1 on any mismatch or failed check (each is
 printed), 2 without a CUDA device. A `torch.compile` that fails or disagrees is
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import statistics
 import sys
 import tempfile
@@ -47,7 +54,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script
 
 from examples.compare import compare_outputs  # noqa: E402
-from runtime_shim.cuda_graphs import ATTRIBUTE, CudaGraphRunner  # noqa: E402
+from runtime_shim.cuda_graphs import (  # noqa: E402
+    ATTRIBUTE,
+    CudaGraphRunner,
+    CudaGraphTree,
+)
 
 CALLS = 6
 F32 = torch.float32
@@ -59,6 +70,7 @@ class Case:
     source: str  # FILE.py::Name
     init: tuple[tuple[str, object], ...]
     shape: tuple[int, ...]  # of the one input, x
+    branch: Callable[[nn.Module, torch.Tensor], bool] | None = None  # on tensor data
 
     @property
     def module(self) -> str:
@@ -72,6 +84,13 @@ class Case:
 GPT2 = (("n_embd", 768), ("n_head", 12))
 CASES = (
     Case("ToyLinear x=f32[2,4]", "examples/toy.py::ToyLinear", (), (2, 4)),
+    Case(
+        "ToyModule x=f32[2,4], branches alternate",
+        "examples/toy.py::ToyModule",
+        (),
+        (2, 4),
+        lambda m, x: bool(m.linear(x).sum() > 0),  # its `if y.sum() > 0:`
+    ),
     Case(
         "Block 768 x=f32[1,16,768]", "examples/gpt_block.py::Block", GPT2, (1, 16, 768)
     ),
@@ -140,6 +159,20 @@ def runners(module: nn.Module) -> list[CudaGraphRunner]:
     return list(module.__dict__.get(ATTRIBUTE, {}).values())
 
 
+def inputs(case: Case, eager: nn.Module, seed: int, n: int) -> list[torch.Tensor]:
+    """`n` seeded inputs; for a case with a branch, alternating between its sides
+    (true first), each the first seed on from the last that takes the side."""
+    if case.branch is None:
+        return [randn(case.shape, seed=seed + i) for i in range(n)]
+    out: list[torch.Tensor] = []
+    while len(out) < n:
+        x = randn(case.shape, seed=seed)
+        if case.branch(eager, x) == (len(out) % 2 == 0):
+            out.append(x)
+        seed += 1
+    return out
+
+
 # ---------------------------------------------------------------------- checking
 
 
@@ -148,7 +181,8 @@ def check_case(case: Case, graphs: str, plain: str, timer: Timer) -> Report:
     source = getattr(importlib.import_module(f"examples.{case.module}"), case.name)
     generated = importlib.import_module(f"{graphs}.{case.module}")
     text = Path(generated.__file__).read_text()
-    report.check("return runtime_shim.cuda_graph(self, " in text, "no CUDA graph")
+    call = "cuda_graph_tree" if case.branch else "cuda_graph"
+    report.check(f"return runtime_shim.{call}(self, " in text, "no CUDA graph")
     eager = instance(source, case, 0)
     model = getattr(generated, case.name)(**dict(case.init)).cuda().eval()
     model.load_state_dict(eager.state_dict())
@@ -167,24 +201,34 @@ def check_case(case: Case, graphs: str, plain: str, timer: Timer) -> Report:
 
 
 def check_calls(report: Report, case: Case, eager: nn.Module, model: nn.Module) -> None:
+    sides = 2 if case.branch else 1  # a buffer per side of the branch
+    xs = inputs(case, eager, 100, CALLS * sides)
     outputs, first_kept = [], None
-    for i in range(CALLS):
-        x = randn(case.shape, seed=100 + i)
+    for i, x in enumerate(xs):
         out = model(x)
         report.close(out, eager(x), f"call {i + 1}")
         outputs.append(out)
         if i == 0:
             first_kept = out.clone()
-    report.check(all(o is outputs[0] for o in outputs), "outputs are not one buffer")
-    report.close(first_kept, eager(randn(case.shape, seed=100)), "clone of call 1")
-    report.close(outputs[0], eager(randn(case.shape, seed=100 + CALLS - 1)), "buffer")
+    for side in range(sides):
+        same = all(o is outputs[side] for o in outputs[side::sides])
+        report.check(same, f"outputs of side {side + 1} are not one buffer")
+    if sides == 2:
+        report.check(outputs[0] is not outputs[1], "the sides share a buffer")
+    report.close(first_kept, eager(xs[0]), "clone of call 1")
+    # the buffer returned last holds the last result (only that: the graphs of a
+    # tree share a memory pool, so a call may overwrite the other side's buffer)
+    report.close(outputs[-1], eager(xs[-1]), "buffer")
     rs = runners(model)
     report.check(len(rs) == 1, f"{len(rs)} runners, not 1")
     if len(rs) != 1:
         return
     (runner,) = rs
     report.check(runner.disabled is None, f"runs without a graph: {runner.disabled}")
-    report.check(runner.captures == 1, f"{runner.captures} captures, not 1")
+    want = 3 if case.branch else 1  # ToyModule: before the branch, relu, tanh
+    report.check(runner.captures == want, f"{runner.captures} captures, not {want}")
+    is_tree = isinstance(runner, CudaGraphTree)
+    report.check(is_tree == bool(case.branch), f"runner is a {type(runner).__name__}")
     (static,) = runner.static_inputs
     static.copy_(randn(case.shape, seed=200))
     report.close(model(static), eager(randn(case.shape, seed=200)), "static input")
@@ -201,32 +245,39 @@ def check_moves(report: Report, case: Case, eager: nn.Module, model: nn.Module) 
     if len(runners(model)) != 1:
         return  # check_calls said so
     (runner,) = runners(model)
+    # a re-capture captures every graph a call runs: for ToyModule, two of three
+    first, again = (3, 2) if case.branch else (1, 1)
 
     def same(what: str) -> None:
         out = model(x)
         report.close(out, eager(x), what)
-        c = compare_outputs(out, runner.fn(model, x), low_precision=False)
+        c = compare_outputs(
+            out, runner.run_without_graph(model, x), low_precision=False
+        )
         report.check(c.ok, f"{what}: {c.max_abs:.3g} off the variant without graph")
 
     name, _ = next(iter(eager.named_parameters()))
     eager.get_parameter(name).mul_(0.5)
     model.get_parameter(name).mul_(0.5)
     same("weight changed in place")
-    report.check(runner.captures == 1, "re-captured after an in-place change")
+    report.check(runner.captures == first, "re-captured after an in-place change")
     owner, _, attr = name.rpartition(".")
     weight = perturbed(eager.get_parameter(name))
     setattr(eager.get_submodule(owner), attr, nn.Parameter(weight))
     setattr(model.get_submodule(owner), attr, nn.Parameter(weight.clone()))
     same("weight replaced")
-    report.check(runner.captures == 2, f"{runner.captures} captures after a new weight")
+    n = runner.captures
+    report.check(n == first + again, f"{n} captures after a new weight")
     state = {k: perturbed(v) for k, v in eager.state_dict().items()}
     eager.load_state_dict(state)
     model.load_state_dict({k: v.clone() for k, v in state.items()}, assign=True)
     same("load_state_dict(assign=True)")
-    report.check(runner.captures == 3, f"{runner.captures} captures after assign")
+    n = runner.captures
+    report.check(n == first + 2 * again, f"{n} captures after assign")
     model.cpu().cuda()  # new memory, which may be at the old addresses again
     same(".cpu().cuda()")
-    report.check(runner.captures in (3, 4), f"{runner.captures} captures, not 3-4")
+    n, ok = runner.captures, (first + 2 * again, first + 3 * again)
+    report.check(n in ok, f"{n} captures, not {' or '.join(map(str, ok))}")
 
 
 def perturbed(t: torch.Tensor) -> torch.Tensor:
@@ -238,8 +289,7 @@ def check_two_instances(report: Report, case: Case, source: type, cls: type) -> 
     models = [cls(**dict(case.init)).cuda().eval() for _ in eagers]
     for e, m in zip(eagers, models):
         m.load_state_dict(e.state_dict())
-    for i in range(3):
-        x = randn(case.shape, seed=400 + i)
+    for i, x in enumerate(inputs(case, eagers[0], 400, 4 if case.branch else 3)):
         outs = [m(x) for m in models]  # both before either is compared
         for j, (e, out) in enumerate(zip(eagers, outs)):
             report.close(out, e(x), f"instance {j + 1}, call {i + 1}")
@@ -284,20 +334,28 @@ def latency_timer(quick: bool) -> Timer:
 def time_all(
     case: Case, eager: nn.Module, model: nn.Module, plain_cls: type, timer: Timer
 ) -> dict[str, str]:
-    x = randn(case.shape, seed=500)
+    xs = inputs(case, eager, 500, 2 if case.branch else 1)  # a call takes the next
     plain = plain_cls(**dict(case.init)).cuda().eval()
     plain.load_state_dict(eager.state_dict())
+
+    def alternating(fn: Callable[[torch.Tensor], object]) -> Callable[[], object]:
+        """`fn` on the next of `xs` at each call (the same one when there is one)."""
+        xs_ = itertools.cycle(xs)
+        return lambda: fn(next(xs_))
+
     times = {
-        "eager": f"{timer(lambda: eager(x)):.1f}",
-        "generated": f"{timer(lambda: plain(x)):.1f}",
-        "generated + CUDA graph": f"{timer(lambda: model(x)):.1f}",
+        "eager": f"{timer(alternating(eager)):.1f}",
+        "generated": f"{timer(alternating(plain)):.1f}",
+        "generated + CUDA graph": f"{timer(alternating(model)):.1f}",
     }
     try:
         compiled = torch.compile(eager, mode="reduce-overhead")
         for _ in range(3):
-            compiled(x)
-        c = compare_outputs(compiled(x).clone(), eager(x), low_precision=False)
-        ms = f"{timer(lambda: compiled(x)):.1f}"
+            for x in xs:
+                compiled(x)
+        got = [compiled(x).clone() for x in xs]
+        c = compare_outputs(got, [eager(x) for x in xs], low_precision=False)
+        ms = f"{timer(alternating(compiled)):.1f}"
         times["compile(reduce-overhead)"] = ms if c.ok else f"{ms} (wrong)"
     except Exception as err:  # the reference failing is reported, not fatal
         times["compile(reduce-overhead)"] = f"failed: {type(err).__name__}"

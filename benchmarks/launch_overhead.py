@@ -5,10 +5,11 @@
 
 Each figure is wall-clock time over many back-to-back calls with one synchronize at
 the end, so it measures the host side (Python, the launch API) while the GPU keeps up.
-A cProfile of the Triton launches follows, for where the time goes.
+A cProfile of the generated module's calls follows, for where the time goes.
 """
 
 import cProfile
+import importlib
 import io
 import pstats
 import sys
@@ -16,6 +17,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from runtime_shim.triton_launch import TritonKernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -42,23 +45,25 @@ def main() -> int:
 
     x = torch.randn(2, 4, device="cuda")
     y = torch.empty_like(x)
-    relu = toy._triton.triton_fused_relu_0  # imports the Triton module
+    jit = importlib.import_module(f"{toy.__package__}.toy_triton").triton_fused_relu_0
+    relu = TritonKernel(jit)
 
     def empty():
         return torch.empty_strided((2, 4), (4, 1), device="cuda")
 
-    def launch():
+    def launch_jit():
+        return jit[(1,)](x, y, XBLOCK=16, num_warps=2)
+
+    def launch_shim():
         return relu[(1,)](x, y, XBLOCK=16, num_warps=2)
 
     rows = [
         ("torch.relu(x)", lambda: torch.relu(x)),
         ("torch.empty_strided", empty),
-        ("triton relu[(1,)](x, y, XBLOCK=16, num_warps=2)", launch),
+        ("Triton JIT: relu[(1,)](x, y, XBLOCK=16, num_warps=2)", launch_jit),
+        ("runtime_shim.TritonKernel: the same", launch_shim),
     ]
-    compiled = relu[(1,)](x, y, XBLOCK=16, num_warps=2)
-    if compiled is not None and hasattr(compiled, "__getitem__"):
-        runner = compiled[(1, 1, 1)]
-        rows.append(("compiled[(1,1,1)](x, y, 16)", lambda: runner(x, y, 16)))
+    guards, variant = (getattr(toy, name) for name in ("_guards_cuda_0", "_cuda_0"))
     gen = toy.ToyModule().cuda().eval()
     eager = ToyModule().cuda().eval()
     eager.load_state_dict(gen.state_dict())
@@ -66,16 +71,21 @@ def main() -> int:
         rows += [
             ("eager ToyModule", lambda: eager(x)),
             ("generated ToyModule", lambda: gen(x)),
-            ("generated guards", lambda: toy._guards_cuda_1(gen, x)),
-            ("generated variant", lambda: toy._cuda_1(gen, x)),
+            ("generated guards", lambda: guards(gen, x)),
+            ("generated variant", lambda: variant(gen, x)),
         ]
+        launch_shim()  # compiles, through the JIT
+        y.zero_()
+        launch_shim()  # the direct launch
+        torch.testing.assert_close(y, torch.relu(x))
+        print(f"direct launches: {relu.fast}, {len(relu.compiled)} compiled")
         print(f"triton {triton.__version__}, torch {torch.__version__}")
         for name, fn in rows:
             print(f"{name:55s} {per_call_us(fn):8.1f} us")
         profile = cProfile.Profile()
         profile.enable()
         for _ in range(2000):
-            relu[(1,)](x, y, XBLOCK=16, num_warps=2)
+            gen(x)
         profile.disable()
         torch.cuda.synchronize()
         out = io.StringIO()

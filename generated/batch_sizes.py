@@ -36,13 +36,14 @@ _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 class _Triton:
     """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
-    """
+    The import rebinds `_triton` to the kernels, each launched through `runtime_shim`,
+    which skips Triton's per-launch bookkeeping once a kernel is compiled."""
 
     def __getattr__(self, name):
         global _triton
-        from . import batch_sizes_triton as _triton
+        from . import batch_sizes_triton
 
+        _triton = runtime_shim.TritonKernels(batch_sizes_triton)
         return getattr(_triton, name)
 
 
@@ -87,8 +88,8 @@ def _cpu_0(self, x):
     fc_weight = self.fc.weight
     fc_bias = self.fc.bias
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = torch.ops.aten.t.default(fc_weight)
-    mm = torch.ops.aten.mm.default(x, t)
+    t = fc_weight.t()
+    mm = torch.mm(x, t)
     sub_1 = torch.empty_strided((16, 10), (10, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_addmm_log_softmax_0", "ppp")(
         mm.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
@@ -134,8 +135,8 @@ def _cuda_0(self, x):
     fc_weight = self.fc.weight
     fc_bias = self.fc.bias
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = torch.ops.aten.t.default(fc_weight)
-    mm = torch.ops.aten.mm.default(x, t)
+    t = fc_weight.t()
+    mm = torch.mm(x, t)
     sub_1 = torch.empty_strided((16, 10), (10, 1), dtype=torch.float32, device=device)
     _triton.triton_fused_addmm_log_softmax_0[(1,)](
         mm, fc_bias, sub_1, XBLOCK=16, RBLOCK=16, num_warps=1
@@ -181,8 +182,8 @@ def _cpu_1(self, x):
     fc_weight = self.fc.weight
     fc_bias = self.fc.bias
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = torch.ops.aten.t.default(fc_weight)
-    mm = torch.ops.aten.mm.default(x, t)
+    t = fc_weight.t()
+    mm = torch.mm(x, t)
     sub_1 = torch.empty_strided((32, 10), (10, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_addmm_log_softmax_1", "ppp")(
         mm.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
@@ -228,8 +229,8 @@ def _cuda_1(self, x):
     fc_weight = self.fc.weight
     fc_bias = self.fc.bias
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = torch.ops.aten.t.default(fc_weight)
-    mm = torch.ops.aten.mm.default(x, t)
+    t = fc_weight.t()
+    mm = torch.mm(x, t)
     sub_1 = torch.empty_strided((32, 10), (10, 1), dtype=torch.float32, device=device)
     _triton.triton_fused_addmm_log_softmax_1[(1,)](
         mm, fc_bias, sub_1, XBLOCK=32, RBLOCK=16, num_warps=2
@@ -275,8 +276,8 @@ def _cpu_2(self, x):
     fc_weight = self.fc.weight
     fc_bias = self.fc.bias
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = torch.ops.aten.t.default(fc_weight)
-    mm = torch.ops.aten.mm.default(x, t)
+    t = fc_weight.t()
+    mm = torch.mm(x, t)
     sub_1 = torch.empty_strided((1, 10), (10, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_addmm_log_softmax_2", "ppp")(
         mm.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
@@ -327,8 +328,8 @@ def _cpu_3(self, x):
     fc_weight = self.fc.weight
     fc_bias = self.fc.bias
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = torch.ops.aten.t.default(fc_weight)
-    mm = torch.ops.aten.mm.default(x, t)
+    t = fc_weight.t()
+    mm = torch.mm(x, t)
     sub_1 = torch.empty_strided((B, 10), (10, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_addmm_log_softmax_3", "pppl")(
         mm.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr(), B
@@ -374,8 +375,8 @@ def _cuda_2(self, x):
     fc_weight = self.fc.weight
     fc_bias = self.fc.bias
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = torch.ops.aten.t.default(fc_weight)
-    mm = torch.ops.aten.mm.default(x, t)
+    t = fc_weight.t()
+    mm = torch.mm(x, t)
     sub_1 = torch.empty_strided((1, 10), (10, 1), dtype=torch.float32, device=device)
     _triton.triton_fused_addmm_log_softmax_2[(1,)](
         mm, fc_bias, sub_1, XBLOCK=1, RBLOCK=16, num_warps=1
@@ -426,8 +427,8 @@ def _cuda_3(self, x):
     fc_weight = self.fc.weight
     fc_bias = self.fc.bias
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = torch.ops.aten.t.default(fc_weight)
-    mm = torch.ops.aten.mm.default(x, t)
+    t = fc_weight.t()
+    mm = torch.mm(x, t)
     sub_1 = torch.empty_strided((B, 10), (10, 1), dtype=torch.float32, device=device)
     _triton.triton_fused_addmm_log_softmax_3[((B + 63) // 64,)](
         mm, fc_bias, sub_1, B, XBLOCK=64, RBLOCK=16, num_warps=4

@@ -34,13 +34,14 @@ _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 class _Triton:
     """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
-    """
+    The import rebinds `_triton` to the kernels, each launched through `runtime_shim`,
+    which skips Triton's per-launch bookkeeping once a kernel is compiled."""
 
     def __getattr__(self, name):
         global _triton
-        from . import gpt_triton as _triton
+        from . import gpt_triton
 
+        _triton = runtime_shim.TritonKernels(gpt_triton)
         return getattr(_triton, name)
 
 
@@ -308,23 +309,23 @@ def _cpu_0(self, idx):
         native_layer_norm_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(native_layer_norm_0, [32, 64])
-    t = torch.ops.aten.t.default(h_0_attn_c_attn_weight)
-    addmm = torch.ops.aten.addmm.default(h_0_attn_c_attn_bias, view, t)
-    view_1 = torch.ops.aten.view.default(addmm, [2, 16, 192])
+    view = native_layer_norm_0.view([32, 64])
+    t = h_0_attn_c_attn_weight.t()
+    addmm = torch.addmm(h_0_attn_c_attn_bias, view, t)
+    view_1 = addmm.view([2, 16, 192])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
     split_0 = split_with_sizes[0]
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_0, [2, 16, 4, 16])
-    transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
+    view_2 = split_0.view([2, 16, 4, 16])
+    transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_1, [2, 16, 4, 16])
-    transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
+    view_3 = split_1.view([2, 16, 4, 16])
+    transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_2, [2, 16, 4, 16])
-    transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
+    view_4 = split_2.view([2, 16, 4, 16])
+    transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -333,12 +334,12 @@ def _cpu_0(self, idx):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
-    view_5 = torch.ops.aten.view.default(transpose_3, [2, 16, 64])
+    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
+    view_5 = transpose_3.view([2, 16, 64])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = torch.ops.aten.view.default(view_5, [32, 64])
-    t_1 = torch.ops.aten.t.default(h_0_attn_c_proj_weight)
-    mm_1 = torch.ops.aten.mm.default(view_6, t_1)
+    view_6 = view_5.view([32, 64])
+    t_1 = h_0_attn_c_proj_weight.t()
+    mm_1 = torch.mm(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
@@ -357,9 +358,9 @@ def _cpu_0(self, idx):
         native_layer_norm_3_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [32, 64])
-    t_2 = torch.ops.aten.t.default(h_0_mlp_c_fc_weight)
-    mm_2 = torch.ops.aten.mm.default(view_8, t_2)
+    view_8 = native_layer_norm_3_0.view([32, 64])
+    t_2 = h_0_mlp_c_fc_weight.t()
+    mm_2 = torch.mm(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
@@ -368,9 +369,9 @@ def _cpu_0(self, idx):
         mm_2.data_ptr(), h_0_mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(gelu, [32, 256])
-    t_3 = torch.ops.aten.t.default(h_0_mlp_c_proj_weight)
-    mm_3 = torch.ops.aten.mm.default(view_10, t_3)
+    view_10 = gelu.view([32, 256])
+    t_3 = h_0_mlp_c_proj_weight.t()
+    mm_3 = torch.mm(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_2 = torch.empty_strided(
@@ -389,10 +390,10 @@ def _cpu_0(self, idx):
         native_layer_norm_4_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_12 = torch.ops.aten.view.default(native_layer_norm_4_0, [32, 64])
-    t_4 = torch.ops.aten.t.default(h_1_attn_c_attn_weight)
-    addmm_4 = torch.ops.aten.addmm.default(h_1_attn_c_attn_bias, view_12, t_4)
-    view_13 = torch.ops.aten.view.default(addmm_4, [2, 16, 192])
+    view_12 = native_layer_norm_4_0.view([32, 64])
+    t_4 = h_1_attn_c_attn_weight.t()
+    addmm_4 = torch.addmm(h_1_attn_c_attn_bias, view_12, t_4)
+    view_13 = addmm_4.view([2, 16, 192])
     split_with_sizes_3 = torch.ops.aten.split_with_sizes.default(
         view_13, [64, 64, 64], 2
     )
@@ -400,14 +401,14 @@ def _cpu_0(self, idx):
     split_3_1 = split_with_sizes_3[1]
     split_3_2 = split_with_sizes_3[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_14 = torch.ops.aten.view.default(split_3_0, [2, 16, 4, 16])
-    transpose_4 = torch.ops.aten.transpose.int(view_14, 1, 2)
+    view_14 = split_3_0.view([2, 16, 4, 16])
+    transpose_4 = view_14.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_15 = torch.ops.aten.view.default(split_3_1, [2, 16, 4, 16])
-    transpose_5 = torch.ops.aten.transpose.int(view_15, 1, 2)
+    view_15 = split_3_1.view([2, 16, 4, 16])
+    transpose_5 = view_15.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_16 = torch.ops.aten.view.default(split_3_2, [2, 16, 4, 16])
-    transpose_6 = torch.ops.aten.transpose.int(view_16, 1, 2)
+    view_16 = split_3_2.view([2, 16, 4, 16])
+    transpose_6 = view_16.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_1 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -416,12 +417,12 @@ def _cpu_0(self, idx):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_7 = torch.ops.aten.transpose.int(scaled_dot_product_attention_1, 1, 2)
-    view_17 = torch.ops.aten.view.default(transpose_7, [2, 16, 64])
+    transpose_7 = scaled_dot_product_attention_1.transpose(1, 2)
+    view_17 = transpose_7.view([2, 16, 64])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_18 = torch.ops.aten.view.default(view_17, [32, 64])
-    t_5 = torch.ops.aten.t.default(h_1_attn_c_proj_weight)
-    mm_4 = torch.ops.aten.mm.default(view_18, t_5)
+    view_18 = view_17.view([32, 64])
+    t_5 = h_1_attn_c_proj_weight.t()
+    mm_4 = torch.mm(view_18, t_5)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_3 = torch.empty_strided(
@@ -440,9 +441,9 @@ def _cpu_0(self, idx):
         native_layer_norm_5_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_20 = torch.ops.aten.view.default(native_layer_norm_5_0, [32, 64])
-    t_6 = torch.ops.aten.t.default(h_1_mlp_c_fc_weight)
-    mm_5 = torch.ops.aten.mm.default(view_20, t_6)
+    view_20 = native_layer_norm_5_0.view([32, 64])
+    t_6 = h_1_mlp_c_fc_weight.t()
+    mm_5 = torch.mm(view_20, t_6)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_1 = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
@@ -451,9 +452,9 @@ def _cpu_0(self, idx):
         mm_5.data_ptr(), h_1_mlp_c_fc_bias.data_ptr(), gelu_1.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_22 = torch.ops.aten.view.default(gelu_1, [32, 256])
-    t_7 = torch.ops.aten.t.default(h_1_mlp_c_proj_weight)
-    mm_6 = torch.ops.aten.mm.default(view_22, t_7)
+    view_22 = gelu_1.view([32, 256])
+    t_7 = h_1_mlp_c_proj_weight.t()
+    mm_6 = torch.mm(view_22, t_7)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt.py:51: x = self.ln_f(x)
     native_layer_norm_6_0 = torch.empty_strided(
@@ -468,9 +469,9 @@ def _cpu_0(self, idx):
         native_layer_norm_6_0.data_ptr(),
     )
     # examples/gpt.py:52: return self.lm_head(x)  # (B, T, vocab_size)
-    t_8 = torch.ops.aten.t.default(wte_weight)
-    view_24 = torch.ops.aten.view.default(native_layer_norm_6_0, [32, 64])
-    mm = torch.ops.aten.mm.default(view_24, t_8)
+    t_8 = wte_weight.t()
+    view_24 = native_layer_norm_6_0.view([32, 64])
+    mm = torch.mm(view_24, t_8)
     _unsafe_view = torch.ops.aten._unsafe_view.default(mm, [2, 16, 256])
     return _unsafe_view
 
@@ -739,23 +740,23 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(native_layer_norm_0, [32, 64])
-    t = torch.ops.aten.t.default(h_0_attn_c_attn_weight)
-    addmm = torch.ops.aten.addmm.default(h_0_attn_c_attn_bias, view, t)
-    view_1 = torch.ops.aten.view.default(addmm, [2, 16, 192])
+    view = native_layer_norm_0.view([32, 64])
+    t = h_0_attn_c_attn_weight.t()
+    addmm = torch.addmm(h_0_attn_c_attn_bias, view, t)
+    view_1 = addmm.view([2, 16, 192])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
     split_0 = split_with_sizes[0]
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_0, [2, 16, 4, 16])
-    transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
+    view_2 = split_0.view([2, 16, 4, 16])
+    transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_1, [2, 16, 4, 16])
-    transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
+    view_3 = split_1.view([2, 16, 4, 16])
+    transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_2, [2, 16, 4, 16])
-    transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
+    view_4 = split_2.view([2, 16, 4, 16])
+    transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -764,12 +765,12 @@ def _cuda_0(self, idx):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
-    view_5 = torch.ops.aten.view.default(transpose_3, [2, 16, 64])
+    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
+    view_5 = transpose_3.view([2, 16, 64])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = torch.ops.aten.view.default(view_5, [32, 64])
-    t_1 = torch.ops.aten.t.default(h_0_attn_c_proj_weight)
-    mm_1 = torch.ops.aten.mm.default(view_6, t_1)
+    view_6 = view_5.view([32, 64])
+    t_1 = h_0_attn_c_proj_weight.t()
+    mm_1 = torch.mm(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
@@ -791,9 +792,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [32, 64])
-    t_2 = torch.ops.aten.t.default(h_0_mlp_c_fc_weight)
-    mm_2 = torch.ops.aten.mm.default(view_8, t_2)
+    view_8 = native_layer_norm_3_0.view([32, 64])
+    t_2 = h_0_mlp_c_fc_weight.t()
+    mm_2 = torch.mm(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
@@ -802,9 +803,9 @@ def _cuda_0(self, idx):
         mm_2, h_0_mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(gelu, [32, 256])
-    t_3 = torch.ops.aten.t.default(h_0_mlp_c_proj_weight)
-    mm_3 = torch.ops.aten.mm.default(view_10, t_3)
+    view_10 = gelu.view([32, 256])
+    t_3 = h_0_mlp_c_proj_weight.t()
+    mm_3 = torch.mm(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_2 = torch.empty_strided(
@@ -826,10 +827,10 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_12 = torch.ops.aten.view.default(native_layer_norm_4_0, [32, 64])
-    t_4 = torch.ops.aten.t.default(h_1_attn_c_attn_weight)
-    addmm_4 = torch.ops.aten.addmm.default(h_1_attn_c_attn_bias, view_12, t_4)
-    view_13 = torch.ops.aten.view.default(addmm_4, [2, 16, 192])
+    view_12 = native_layer_norm_4_0.view([32, 64])
+    t_4 = h_1_attn_c_attn_weight.t()
+    addmm_4 = torch.addmm(h_1_attn_c_attn_bias, view_12, t_4)
+    view_13 = addmm_4.view([2, 16, 192])
     split_with_sizes_3 = torch.ops.aten.split_with_sizes.default(
         view_13, [64, 64, 64], 2
     )
@@ -837,14 +838,14 @@ def _cuda_0(self, idx):
     split_3_1 = split_with_sizes_3[1]
     split_3_2 = split_with_sizes_3[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_14 = torch.ops.aten.view.default(split_3_0, [2, 16, 4, 16])
-    transpose_4 = torch.ops.aten.transpose.int(view_14, 1, 2)
+    view_14 = split_3_0.view([2, 16, 4, 16])
+    transpose_4 = view_14.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_15 = torch.ops.aten.view.default(split_3_1, [2, 16, 4, 16])
-    transpose_5 = torch.ops.aten.transpose.int(view_15, 1, 2)
+    view_15 = split_3_1.view([2, 16, 4, 16])
+    transpose_5 = view_15.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_16 = torch.ops.aten.view.default(split_3_2, [2, 16, 4, 16])
-    transpose_6 = torch.ops.aten.transpose.int(view_16, 1, 2)
+    view_16 = split_3_2.view([2, 16, 4, 16])
+    transpose_6 = view_16.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_1 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -853,12 +854,12 @@ def _cuda_0(self, idx):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_7 = torch.ops.aten.transpose.int(scaled_dot_product_attention_1, 1, 2)
-    view_17 = torch.ops.aten.view.default(transpose_7, [2, 16, 64])
+    transpose_7 = scaled_dot_product_attention_1.transpose(1, 2)
+    view_17 = transpose_7.view([2, 16, 64])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_18 = torch.ops.aten.view.default(view_17, [32, 64])
-    t_5 = torch.ops.aten.t.default(h_1_attn_c_proj_weight)
-    mm_4 = torch.ops.aten.mm.default(view_18, t_5)
+    view_18 = view_17.view([32, 64])
+    t_5 = h_1_attn_c_proj_weight.t()
+    mm_4 = torch.mm(view_18, t_5)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_3 = torch.empty_strided(
@@ -880,9 +881,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_20 = torch.ops.aten.view.default(native_layer_norm_5_0, [32, 64])
-    t_6 = torch.ops.aten.t.default(h_1_mlp_c_fc_weight)
-    mm_5 = torch.ops.aten.mm.default(view_20, t_6)
+    view_20 = native_layer_norm_5_0.view([32, 64])
+    t_6 = h_1_mlp_c_fc_weight.t()
+    mm_5 = torch.mm(view_20, t_6)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_1 = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
@@ -891,9 +892,9 @@ def _cuda_0(self, idx):
         mm_5, h_1_mlp_c_fc_bias, gelu_1, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_22 = torch.ops.aten.view.default(gelu_1, [32, 256])
-    t_7 = torch.ops.aten.t.default(h_1_mlp_c_proj_weight)
-    mm_6 = torch.ops.aten.mm.default(view_22, t_7)
+    view_22 = gelu_1.view([32, 256])
+    t_7 = h_1_mlp_c_proj_weight.t()
+    mm_6 = torch.mm(view_22, t_7)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt.py:51: x = self.ln_f(x)
     native_layer_norm_6_0 = torch.empty_strided(
@@ -911,9 +912,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt.py:52: return self.lm_head(x)  # (B, T, vocab_size)
-    t_8 = torch.ops.aten.t.default(wte_weight)
-    view_24 = torch.ops.aten.view.default(native_layer_norm_6_0, [32, 64])
-    mm = torch.ops.aten.mm.default(view_24, t_8)
+    t_8 = wte_weight.t()
+    view_24 = native_layer_norm_6_0.view([32, 64])
+    mm = torch.mm(view_24, t_8)
     _unsafe_view = torch.ops.aten._unsafe_view.default(mm, [2, 16, 256])
     return _unsafe_view
 

@@ -33,13 +33,14 @@ _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 class _Triton:
     """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
-    """
+    The import rebinds `_triton` to the kernels, each launched through `runtime_shim`,
+    which skips Triton's per-launch bookkeeping once a kernel is compiled."""
 
     def __getattr__(self, name):
         global _triton
-        from . import gpt_block_triton as _triton
+        from . import gpt_block_triton
 
+        _triton = runtime_shim.TritonKernels(gpt_block_triton)
         return getattr(_triton, name)
 
 
@@ -174,23 +175,23 @@ def _cpu_0(self, x):
         native_layer_norm_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(native_layer_norm_0, [32, 64])
-    t = torch.ops.aten.t.default(attn_c_attn_weight)
-    addmm = torch.ops.aten.addmm.default(attn_c_attn_bias, view, t)
-    view_1 = torch.ops.aten.view.default(addmm, [2, 16, 192])
+    view = native_layer_norm_0.view([32, 64])
+    t = attn_c_attn_weight.t()
+    addmm = torch.addmm(attn_c_attn_bias, view, t)
+    view_1 = addmm.view([2, 16, 192])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
     split_0 = split_with_sizes[0]
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_0, [2, 16, 4, 16])
-    transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
+    view_2 = split_0.view([2, 16, 4, 16])
+    transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_1, [2, 16, 4, 16])
-    transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
+    view_3 = split_1.view([2, 16, 4, 16])
+    transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_2, [2, 16, 4, 16])
-    transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
+    view_4 = split_2.view([2, 16, 4, 16])
+    transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -199,12 +200,12 @@ def _cpu_0(self, x):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
-    view_5 = torch.ops.aten.view.default(transpose_3, [2, 16, 64])
+    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
+    view_5 = transpose_3.view([2, 16, 64])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = torch.ops.aten.view.default(view_5, [32, 64])
-    t_1 = torch.ops.aten.t.default(attn_c_proj_weight)
-    mm = torch.ops.aten.mm.default(view_6, t_1)
+    view_6 = view_5.view([32, 64])
+    t_1 = attn_c_proj_weight.t()
+    mm = torch.mm(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = torch.empty_strided(
@@ -223,9 +224,9 @@ def _cpu_0(self, x):
         native_layer_norm_3_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [32, 64])
-    t_2 = torch.ops.aten.t.default(mlp_c_fc_weight)
-    mm_1 = torch.ops.aten.mm.default(view_8, t_2)
+    view_8 = native_layer_norm_3_0.view([32, 64])
+    t_2 = mlp_c_fc_weight.t()
+    mm_1 = torch.mm(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
@@ -234,9 +235,9 @@ def _cpu_0(self, x):
         mm_1.data_ptr(), mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(gelu, [32, 256])
-    t_3 = torch.ops.aten.t.default(mlp_c_proj_weight)
-    mm_2 = torch.ops.aten.mm.default(view_10, t_3)
+    view_10 = gelu.view([32, 256])
+    t_3 = mlp_c_proj_weight.t()
+    mm_2 = torch.mm(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
@@ -378,23 +379,23 @@ def _cuda_0(self, x):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(native_layer_norm_0, [32, 64])
-    t = torch.ops.aten.t.default(attn_c_attn_weight)
-    addmm = torch.ops.aten.addmm.default(attn_c_attn_bias, view, t)
-    view_1 = torch.ops.aten.view.default(addmm, [2, 16, 192])
+    view = native_layer_norm_0.view([32, 64])
+    t = attn_c_attn_weight.t()
+    addmm = torch.addmm(attn_c_attn_bias, view, t)
+    view_1 = addmm.view([2, 16, 192])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
     split_0 = split_with_sizes[0]
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_0, [2, 16, 4, 16])
-    transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
+    view_2 = split_0.view([2, 16, 4, 16])
+    transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_1, [2, 16, 4, 16])
-    transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
+    view_3 = split_1.view([2, 16, 4, 16])
+    transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_2, [2, 16, 4, 16])
-    transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
+    view_4 = split_2.view([2, 16, 4, 16])
+    transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -403,12 +404,12 @@ def _cuda_0(self, x):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
-    view_5 = torch.ops.aten.view.default(transpose_3, [2, 16, 64])
+    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
+    view_5 = transpose_3.view([2, 16, 64])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = torch.ops.aten.view.default(view_5, [32, 64])
-    t_1 = torch.ops.aten.t.default(attn_c_proj_weight)
-    mm = torch.ops.aten.mm.default(view_6, t_1)
+    view_6 = view_5.view([32, 64])
+    t_1 = attn_c_proj_weight.t()
+    mm = torch.mm(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = torch.empty_strided(
@@ -430,9 +431,9 @@ def _cuda_0(self, x):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [32, 64])
-    t_2 = torch.ops.aten.t.default(mlp_c_fc_weight)
-    mm_1 = torch.ops.aten.mm.default(view_8, t_2)
+    view_8 = native_layer_norm_3_0.view([32, 64])
+    t_2 = mlp_c_fc_weight.t()
+    mm_1 = torch.mm(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
@@ -441,9 +442,9 @@ def _cuda_0(self, x):
         mm_1, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(gelu, [32, 256])
-    t_3 = torch.ops.aten.t.default(mlp_c_proj_weight)
-    mm_2 = torch.ops.aten.mm.default(view_10, t_3)
+    view_10 = gelu.view([32, 256])
+    t_3 = mlp_c_proj_weight.t()
+    mm_2 = torch.mm(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
@@ -597,23 +598,23 @@ def _cpu_1(self, x):
         native_layer_norm_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(native_layer_norm_0, [32, 64])
-    t = torch.ops.aten.t.default(attn_c_attn_weight)
-    addmm = torch.ops.aten.addmm.default(attn_c_attn_bias, view, t)
-    view_1 = torch.ops.aten.view.default(addmm, [2, 16, 192])
+    view = native_layer_norm_0.view([32, 64])
+    t = attn_c_attn_weight.t()
+    addmm = torch.addmm(attn_c_attn_bias, view, t)
+    view_1 = addmm.view([2, 16, 192])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
     split_0 = split_with_sizes[0]
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_0, [2, 16, 4, 16])
-    transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
+    view_2 = split_0.view([2, 16, 4, 16])
+    transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_1, [2, 16, 4, 16])
-    transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
+    view_3 = split_1.view([2, 16, 4, 16])
+    transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_2, [2, 16, 4, 16])
-    transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
+    view_4 = split_2.view([2, 16, 4, 16])
+    transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -622,12 +623,12 @@ def _cpu_1(self, x):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
-    view_5 = torch.ops.aten.view.default(transpose_3, [2, 16, 64])
+    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
+    view_5 = transpose_3.view([2, 16, 64])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = torch.ops.aten.view.default(view_5, [32, 64])
-    t_1 = torch.ops.aten.t.default(attn_c_proj_weight)
-    mm = torch.ops.aten.mm.default(view_6, t_1)
+    view_6 = view_5.view([32, 64])
+    t_1 = attn_c_proj_weight.t()
+    mm = torch.mm(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = torch.empty_strided(
@@ -646,9 +647,9 @@ def _cpu_1(self, x):
         native_layer_norm_3_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [32, 64])
-    t_2 = torch.ops.aten.t.default(mlp_c_fc_weight)
-    mm_1 = torch.ops.aten.mm.default(view_8, t_2)
+    view_8 = native_layer_norm_3_0.view([32, 64])
+    t_2 = mlp_c_fc_weight.t()
+    mm_1 = torch.mm(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.bfloat16, device=device
@@ -657,9 +658,9 @@ def _cpu_1(self, x):
         mm_1.data_ptr(), mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(gelu, [32, 256])
-    t_3 = torch.ops.aten.t.default(mlp_c_proj_weight)
-    mm_2 = torch.ops.aten.mm.default(view_10, t_3)
+    view_10 = gelu.view([32, 256])
+    t_3 = mlp_c_proj_weight.t()
+    mm_2 = torch.mm(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
@@ -801,23 +802,23 @@ def _cuda_1(self, x):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(native_layer_norm_0, [32, 64])
-    t = torch.ops.aten.t.default(attn_c_attn_weight)
-    addmm = torch.ops.aten.addmm.default(attn_c_attn_bias, view, t)
-    view_1 = torch.ops.aten.view.default(addmm, [2, 16, 192])
+    view = native_layer_norm_0.view([32, 64])
+    t = attn_c_attn_weight.t()
+    addmm = torch.addmm(attn_c_attn_bias, view, t)
+    view_1 = addmm.view([2, 16, 192])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
     split_0 = split_with_sizes[0]
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_0, [2, 16, 4, 16])
-    transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
+    view_2 = split_0.view([2, 16, 4, 16])
+    transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_1, [2, 16, 4, 16])
-    transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
+    view_3 = split_1.view([2, 16, 4, 16])
+    transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_2, [2, 16, 4, 16])
-    transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
+    view_4 = split_2.view([2, 16, 4, 16])
+    transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -826,12 +827,12 @@ def _cuda_1(self, x):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
-    view_5 = torch.ops.aten.view.default(transpose_3, [2, 16, 64])
+    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
+    view_5 = transpose_3.view([2, 16, 64])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = torch.ops.aten.view.default(view_5, [32, 64])
-    t_1 = torch.ops.aten.t.default(attn_c_proj_weight)
-    mm = torch.ops.aten.mm.default(view_6, t_1)
+    view_6 = view_5.view([32, 64])
+    t_1 = attn_c_proj_weight.t()
+    mm = torch.mm(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = torch.empty_strided(
@@ -853,9 +854,9 @@ def _cuda_1(self, x):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [32, 64])
-    t_2 = torch.ops.aten.t.default(mlp_c_fc_weight)
-    mm_1 = torch.ops.aten.mm.default(view_8, t_2)
+    view_8 = native_layer_norm_3_0.view([32, 64])
+    t_2 = mlp_c_fc_weight.t()
+    mm_1 = torch.mm(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.bfloat16, device=device
@@ -864,9 +865,9 @@ def _cuda_1(self, x):
         mm_1, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(gelu, [32, 256])
-    t_3 = torch.ops.aten.t.default(mlp_c_proj_weight)
-    mm_2 = torch.ops.aten.mm.default(view_10, t_3)
+    view_10 = gelu.view([32, 256])
+    t_3 = mlp_c_proj_weight.t()
+    mm_2 = torch.mm(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device

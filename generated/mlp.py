@@ -30,13 +30,14 @@ _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 class _Triton:
     """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
-    """
+    The import rebinds `_triton` to the kernels, each launched through `runtime_shim`,
+    which skips Triton's per-launch bookkeeping once a kernel is compiled."""
 
     def __getattr__(self, name):
         global _triton
-        from . import mlp_triton as _triton
+        from . import mlp_triton
 
+        _triton = runtime_shim.TritonKernels(mlp_triton)
         return getattr(_triton, name)
 
 
@@ -87,14 +88,14 @@ def _cpu_0(self, x):
     fc2_weight = self.fc2.weight
     fc2_bias = self.fc2.bias
     # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
-    t = torch.ops.aten.t.default(fc1_weight)
-    mm = torch.ops.aten.mm.default(x, t)
+    t = fc1_weight.t()
+    mm = torch.mm(x, t)
     gelu = torch.empty_strided((8, 256), (256, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         mm.data_ptr(), fc1_bias.data_ptr(), gelu.data_ptr()
     )
-    t_1 = torch.ops.aten.t.default(fc2_weight)
-    addmm_1 = torch.ops.aten.addmm.default(fc2_bias, gelu, t_1)
+    t_1 = fc2_weight.t()
+    addmm_1 = torch.addmm(fc2_bias, gelu, t_1)
     return addmm_1
 
 
@@ -142,14 +143,14 @@ def _cuda_0(self, x):
     fc2_weight = self.fc2.weight
     fc2_bias = self.fc2.bias
     # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
-    t = torch.ops.aten.t.default(fc1_weight)
-    mm = torch.ops.aten.mm.default(x, t)
+    t = fc1_weight.t()
+    mm = torch.mm(x, t)
     gelu = torch.empty_strided((8, 256), (256, 1), dtype=torch.float32, device=device)
     _triton.triton_fused_addmm_gelu_0[(2,)](
         mm, fc1_bias, gelu, XBLOCK=1024, num_warps=4
     )
-    t_1 = torch.ops.aten.t.default(fc2_weight)
-    addmm_1 = torch.ops.aten.addmm.default(fc2_bias, gelu, t_1)
+    t_1 = fc2_weight.t()
+    addmm_1 = torch.addmm(fc2_bias, gelu, t_1)
     return addmm_1
 
 

@@ -4,9 +4,10 @@ Depends on torch and the standard library only; see README.md.
 """
 
 from runtime_shim.cpp import CppLibrary, RuntimeShimError, load_cpp
-from runtime_shim.cuda_graphs import cuda_graph
+from runtime_shim.cuda_graphs import cuda_graph, cuda_graph_tree
 from runtime_shim.layout import as_layout
 from runtime_shim.provenance import check_sources
+from runtime_shim.triton_launch import TritonKernels
 from runtime_shim.warn import warn_fallback, warn_once
 
 __version__ = "0.1.0"
@@ -14,10 +15,12 @@ __version__ = "0.1.0"
 __all__ = [
     "CppLibrary",
     "RuntimeShimError",
+    "TritonKernels",
     "__version__",
     "as_layout",
     "check_sources",
     "cuda_graph",
+    "cuda_graph_tree",
     "load_cpp",
     "warn_fallback",
     "warn_once",

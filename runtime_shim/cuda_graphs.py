@@ -21,11 +21,17 @@ and the runner for (this instance, this variant), kept on the instance, does:
 Guards decide *whether* the variant runs; the runner only decides whether its graph
 is still valid. A variant the runner cannot capture (capture raises, or an output is
 an argument's memory) runs without a graph, with a one-time warning.
+
+A variant that branches on tensor data cannot be one graph: the branch reads its
+condition on the host. `runtime_shim.cuda_graph_tree` runs it as a tree of graphs,
+one per straight-line segment between the branches, like torch.compile's cudagraph
+trees around a graph break; see Note [CUDA graph trees] at `CudaGraphTree`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,8 +42,10 @@ __all__ = [
     "CaptureFailed",
     "CudaGraphError",
     "CudaGraphRunner",
+    "CudaGraphTree",
     "CudaGraphs",
     "cuda_graph",
+    "cuda_graph_tree",
 ]
 
 ATTRIBUTE = "_transpile_cuda_graphs"  # where an instance keeps its runners
@@ -62,12 +70,24 @@ class CudaGraphs(dict):
 def cuda_graph(owner: Any, fn: Callable, reads: Reads | None = None) -> CudaGraphRunner:
     """The runner of `fn` for `owner` (the module instance, or for a function target
     the exported function), made on first use and kept in `owner.__dict__`."""
+    return _runner(CudaGraphRunner, owner, fn, reads)
+
+
+def cuda_graph_tree(
+    owner: Any, fn: Callable, reads: Reads | None = None
+) -> CudaGraphTree:
+    """`cuda_graph` for a variant that branches on tensor data: `fn(graphs, *args)`
+    runs each of its segments through `graphs.run` (see `CudaGraphTree`)."""
+    return _runner(CudaGraphTree, owner, fn, reads)
+
+
+def _runner(cls: type, owner: Any, fn: Callable, reads: Reads | None) -> Any:
     graphs = owner.__dict__.get(ATTRIBUTE)
     if graphs is None:
         graphs = owner.__dict__[ATTRIBUTE] = CudaGraphs()
     runner = graphs.get(fn)
     if runner is None:
-        runner = graphs[fn] = CudaGraphRunner(fn, owner, reads)
+        runner = graphs[fn] = cls(fn, owner, reads)
     return runner
 
 
@@ -90,6 +110,8 @@ class CudaGraphRunner:
     step: tests replace it to check the rest on CPU.
     """
 
+    SHARES_POOL = False  # each graph has a private memory pool of its own
+
     def __init__(self, fn: Callable, owner: Any, reads: Reads | None = None) -> None:
         self.fn = fn
         self.name = getattr(fn, "__qualname__", repr(fn))
@@ -102,10 +124,11 @@ class CudaGraphRunner:
         self._positions: list[int] = []  # where they are in args + kwargs values
         self._outputs: Any = None
         self._replay: Callable[[], None] | None = None
+        self._pool: Any = None  # the memory pool graphs share (CudaGraphTree)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.disabled is not None:
-            return self.fn(*args, **kwargs)
+            return self.run_without_graph(*args, **kwargs)
         values = (*args, *kwargs.values())
         key = self._key_of(values)
         if key != self._key:
@@ -158,6 +181,10 @@ class CudaGraphRunner:
             f"cuda_graphs:{self.owner_type}:{self.name}",
             f"{self.owner_type}: {self.name} runs without a CUDA graph: {why}",
         )
+        return self.run_without_graph(*args, **kwargs)
+
+    def run_without_graph(self, *args: Any, **kwargs: Any) -> Any:
+        """The variant on the caller's arguments, captured or replayed nothing."""
         return self.fn(*args, **kwargs)
 
     def _record(self, run: Callable[[], Any]) -> tuple[Any, Callable[[], None]]:
@@ -179,11 +206,13 @@ class CudaGraphRunner:
                 run()  # compiles Triton kernels, initializes cuBLAS: not capturable
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(graph):  # a private memory pool of its own
+            try:  # pool None: a private memory pool of its own
+                with torch.cuda.graph(graph, pool=self._pool):
                     outputs = run()
             except RuntimeError as err:  # a host sync, say: not capturable
                 raise CaptureFailed(str(err).splitlines()[0]) from err
+        if self.SHARES_POOL and self._pool is None:
+            self._pool = graph.pool()  # later graphs allocate from this one's pool
         return outputs, graph.replay
 
     @property
@@ -191,6 +220,150 @@ class CudaGraphRunner:
         """The graph's input buffers, in argument order: a caller may fill one and pass
         it, which saves its copy."""
         return list(self._static)
+
+
+class CudaGraphTree(CudaGraphRunner):
+    """A variant that branches on tensor data, as one CUDA graph per segment.
+
+    Note [CUDA graph trees]
+    ~~~~~~~~~~~~~~~~~~~~~~~
+    The generated code splits such a variant at each branch into straight-line
+    segment functions, and `fn(graphs, *args)` (the variant) calls them through
+    `graphs.run(segment, *args)` with the Python `if` between them:
+
+        addmm, gt = graphs.run(_cuda_1_seg0, self, x)
+        if gt:  # a host sync: reads the condition that graph 0 wrote
+            return graphs.run(_cuda_1_seg1, self, x, addmm)
+        else:
+            return graphs.run(_cuda_1_seg2, self, x, addmm)
+
+    - A call copies its tensor arguments into static buffers (as CudaGraphRunner),
+      then runs `fn` on them. Each segment is captured on its first use, so a path
+      no input takes is never captured, and replayed after.
+    - A segment's arguments are static buffers or earlier segments' outputs: the
+      same tensors on every call, at the addresses its graph captured, so nothing
+      is copied between segments. Every graph of the tree allocates from one memory
+      pool; what a later segment reads stays alive, held by the segment that made
+      it. The graphs run one after another on one stream, so a later capture may
+      reuse what an earlier one freed.
+    - The caller gets the outputs of the last segment (or of an earlier one it
+      returns): graph buffers, overwritten by the next call, as for one graph.
+    - Re-capture: when what the graphs read in place moved (see CudaGraphRunner),
+      every graph goes, with its pool: later segments read earlier ones' outputs.
+    - A segment that cannot be captured, or an output that is an argument's memory,
+      turns the graphs off for good: the call runs again on the caller's arguments,
+      every segment run as it is (`run_without_graph`), with a one-time warning.
+    """
+
+    SHARES_POOL = True
+
+    def __init__(self, fn: Callable, owner: Any, reads: Reads | None = None) -> None:
+        super().__init__(fn, owner, reads)
+        self._segments: dict[Callable, _Segment] = {}  # captured, by function
+        self._new = False  # a segment was captured in this call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.disabled is not None:
+            return self.run_without_graph(*args, **kwargs)
+        values = (*args, *kwargs.values())
+        key = self._key_of(values)
+        if key != self._key:
+            self._reset(values, key)
+        else:
+            for static, i in zip(self._static, self._positions):
+                if values[i] is not static:
+                    static.copy_(values[i])
+        static_values = list(values)
+        for i, static in zip(self._positions, self._static):
+            static_values[i] = static
+        self._new = False
+        try:
+            outputs = self.fn(
+                self,
+                *static_values[: len(args)],
+                **dict(zip(kwargs, static_values[len(args) :])),
+            )
+        except _TurnOff as off:
+            return self._disable(str(off), args, kwargs)
+        if self._new and self._aliases_input(outputs):
+            return self._disable("an output is an argument's memory", args, kwargs)
+        return outputs
+
+    def run(self, segment: Callable, *args: Any) -> Any:
+        """`segment(*args)` as its graph: captured on first use, then replayed."""
+        seg = self._segments.get(segment)
+        if seg is None:
+            return self._capture_segment(segment, args)
+        for static, i in zip(seg.tensors, seg.positions):
+            if args[i] is not static:  # not from generated code: kept right anyway
+                static.copy_(args[i])
+        seg.replay()
+        return seg.outputs
+
+    def _reset(self, values: tuple, key: tuple) -> None:
+        """Drop every graph and the pool; new static buffers for the arguments."""
+        self._segments, self._pool = {}, None
+        self._positions = [
+            i for i, v in enumerate(values) if isinstance(v, torch.Tensor)
+        ]
+        self._static = [values[i].clone() for i in self._positions]
+        self._key = key
+
+    def _capture_segment(self, segment: Callable, args: tuple) -> Any:
+        try:
+            outputs, replay = self._record(lambda: segment(*args))
+        except CaptureFailed as err:
+            name = getattr(segment, "__name__", repr(segment))
+            raise _TurnOff(f"capture of {name} failed: {err}") from err
+        self.captures += 1
+        self._new = True
+        positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+        tensors = [args[i] for i in positions]
+        self._segments[segment] = _Segment(outputs, replay, tensors, positions)
+        replay()  # capture records the work; this runs it for this call
+        return outputs
+
+    def _aliases_input(self, outputs: Any) -> bool:
+        mine = {t.untyped_storage().data_ptr() for t in self._static}
+        return any(t.untyped_storage().data_ptr() in mine for t in _tensors(outputs))
+
+    def _disable(self, why: str, args: tuple, kwargs: dict) -> Any:
+        self._segments, self._pool, self._key = {}, None, None
+        return super()._disable(why, args, kwargs)
+
+    def run_without_graph(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(DIRECT, *args, **kwargs)
+
+    @property
+    def segments(self) -> list[str]:
+        """The names of the segments captured, in the order they were."""
+        return [getattr(s, "__name__", repr(s)) for s in self._segments]
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """A captured segment: its graph's outputs, how to replay it, and the tensors it
+    was captured reading (at `positions` of its arguments)."""
+
+    outputs: Any
+    replay: Callable[[], None]
+    tensors: list[torch.Tensor]
+    positions: list[int]
+
+
+class _Direct:
+    """Stands for a CudaGraphTree that is off: runs each segment as it is."""
+
+    @staticmethod
+    def run(segment: Callable, *args: Any) -> Any:
+        return segment(*args)
+
+
+DIRECT = _Direct()
+
+
+class _TurnOff(Exception):
+    """Raised through the generated variant when a segment cannot be captured."""
 
 
 class CudaGraphError(ValueError):

@@ -31,10 +31,11 @@ That is at most about 20 candidates per kernel.
 Note [Autotune margin]
 ~~~~~~~~~~~~~~~~~~~~~~
 Timings are noisy, so the heuristic config is kept unless the fastest candidate beats
-it by more than `Bench.margin`: 3%, and at least 2 microseconds, as kernels of ~15 us
-vary by ~1 us between runs. A candidate that seems to win is timed again with the
-heuristic, each keeping its lower time. So rerunning on the same machine chooses the
-same configs; the times the note records differ from run to run.
+it by more than `Bench.margin`: 10% and 2 microseconds. On an H100, kernels of 15 to
+40 us measured up to ~7% and ~1 us apart from one run to the next, so a 3% margin
+flipped configs between reruns. A candidate that seems to win is timed again with the
+heuristic, each keeping its lower time. So a rerun on the same machine chooses the
+same configs but for a gain right at the margin; the times in the note always vary.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ PERSISTENT_ELEMENTS = (512, 1024, 2048, 4096, 8192)  # XBLOCK * RBLOCK per progr
 LOOPED_RBLOCK = (512, 1024, 2048, 4096)
 WARPS = (1, 2, 4, 8, 16)
 PER_THREAD = (4, 64)  # fewest and most elements of a block per thread
-MARGIN = (0.03, 0.002)  # faster by this fraction and by these milliseconds
+MARGIN = (0.10, 0.002)  # faster by this fraction and by these milliseconds
 TUNED_AT = 1024  # the size a dynamic dimension is tuned at: the heuristic's typical
 WARMUP_MS, REP_MS = 5, 25  # do_bench budget per candidate
 

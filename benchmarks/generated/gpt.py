@@ -34,13 +34,14 @@ _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 class _Triton:
     """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
-    """
+    The import rebinds `_triton` to the kernels, each launched through `runtime_shim`,
+    which skips Triton's per-launch bookkeeping once a kernel is compiled."""
 
     def __getattr__(self, name):
         global _triton
-        from . import gpt_triton as _triton
+        from . import gpt_triton
 
+        _triton = runtime_shim.TritonKernels(gpt_triton)
         return getattr(_triton, name)
 
 
@@ -1221,10 +1222,10 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(native_layer_norm_0, [8192, 768])
-    t = torch.ops.aten.t.default(h_0_attn_c_attn_weight)
-    addmm = torch.ops.aten.addmm.default(h_0_attn_c_attn_bias, view, t)
-    view_1 = torch.ops.aten.view.default(addmm, [8, 1024, 2304])
+    view = native_layer_norm_0.view([8192, 768])
+    t = h_0_attn_c_attn_weight.t()
+    addmm = torch.addmm(h_0_attn_c_attn_bias, view, t)
+    view_1 = addmm.view([8, 1024, 2304])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(
         view_1, [768, 768, 768], 2
     )
@@ -1232,14 +1233,14 @@ def _cuda_0(self, idx):
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_0, [8, 1024, 12, 64])
-    transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
+    view_2 = split_0.view([8, 1024, 12, 64])
+    transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_1, [8, 1024, 12, 64])
-    transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
+    view_3 = split_1.view([8, 1024, 12, 64])
+    transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_2, [8, 1024, 12, 64])
-    transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
+    view_4 = split_2.view([8, 1024, 12, 64])
+    transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -1248,12 +1249,12 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
-    view_5 = torch.ops.aten.view.default(transpose_3, [8, 1024, 768])
+    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
+    view_5 = transpose_3.view([8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = torch.ops.aten.view.default(view_5, [8192, 768])
-    t_1 = torch.ops.aten.t.default(h_0_attn_c_proj_weight)
-    mm_1 = torch.ops.aten.mm.default(view_6, t_1)
+    view_6 = view_5.view([8192, 768])
+    t_1 = h_0_attn_c_proj_weight.t()
+    mm_1 = torch.mm(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
@@ -1275,9 +1276,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [8192, 768])
-    t_2 = torch.ops.aten.t.default(h_0_mlp_c_fc_weight)
-    mm_2 = torch.ops.aten.mm.default(view_8, t_2)
+    view_8 = native_layer_norm_3_0.view([8192, 768])
+    t_2 = h_0_mlp_c_fc_weight.t()
+    mm_2 = torch.mm(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
@@ -1286,9 +1287,9 @@ def _cuda_0(self, idx):
         mm_2, h_0_mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(gelu, [8192, 3072])
-    t_3 = torch.ops.aten.t.default(h_0_mlp_c_proj_weight)
-    mm_3 = torch.ops.aten.mm.default(view_10, t_3)
+    view_10 = gelu.view([8192, 3072])
+    t_3 = h_0_mlp_c_proj_weight.t()
+    mm_3 = torch.mm(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_2 = torch.empty_strided(
@@ -1310,10 +1311,10 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_12 = torch.ops.aten.view.default(native_layer_norm_4_0, [8192, 768])
-    t_4 = torch.ops.aten.t.default(h_1_attn_c_attn_weight)
-    addmm_4 = torch.ops.aten.addmm.default(h_1_attn_c_attn_bias, view_12, t_4)
-    view_13 = torch.ops.aten.view.default(addmm_4, [8, 1024, 2304])
+    view_12 = native_layer_norm_4_0.view([8192, 768])
+    t_4 = h_1_attn_c_attn_weight.t()
+    addmm_4 = torch.addmm(h_1_attn_c_attn_bias, view_12, t_4)
+    view_13 = addmm_4.view([8, 1024, 2304])
     split_with_sizes_3 = torch.ops.aten.split_with_sizes.default(
         view_13, [768, 768, 768], 2
     )
@@ -1321,14 +1322,14 @@ def _cuda_0(self, idx):
     split_3_1 = split_with_sizes_3[1]
     split_3_2 = split_with_sizes_3[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_14 = torch.ops.aten.view.default(split_3_0, [8, 1024, 12, 64])
-    transpose_4 = torch.ops.aten.transpose.int(view_14, 1, 2)
+    view_14 = split_3_0.view([8, 1024, 12, 64])
+    transpose_4 = view_14.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_15 = torch.ops.aten.view.default(split_3_1, [8, 1024, 12, 64])
-    transpose_5 = torch.ops.aten.transpose.int(view_15, 1, 2)
+    view_15 = split_3_1.view([8, 1024, 12, 64])
+    transpose_5 = view_15.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_16 = torch.ops.aten.view.default(split_3_2, [8, 1024, 12, 64])
-    transpose_6 = torch.ops.aten.transpose.int(view_16, 1, 2)
+    view_16 = split_3_2.view([8, 1024, 12, 64])
+    transpose_6 = view_16.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_1 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -1337,12 +1338,12 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_7 = torch.ops.aten.transpose.int(scaled_dot_product_attention_1, 1, 2)
-    view_17 = torch.ops.aten.view.default(transpose_7, [8, 1024, 768])
+    transpose_7 = scaled_dot_product_attention_1.transpose(1, 2)
+    view_17 = transpose_7.view([8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_18 = torch.ops.aten.view.default(view_17, [8192, 768])
-    t_5 = torch.ops.aten.t.default(h_1_attn_c_proj_weight)
-    mm_4 = torch.ops.aten.mm.default(view_18, t_5)
+    view_18 = view_17.view([8192, 768])
+    t_5 = h_1_attn_c_proj_weight.t()
+    mm_4 = torch.mm(view_18, t_5)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_3 = torch.empty_strided(
@@ -1364,9 +1365,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_20 = torch.ops.aten.view.default(native_layer_norm_5_0, [8192, 768])
-    t_6 = torch.ops.aten.t.default(h_1_mlp_c_fc_weight)
-    mm_5 = torch.ops.aten.mm.default(view_20, t_6)
+    view_20 = native_layer_norm_5_0.view([8192, 768])
+    t_6 = h_1_mlp_c_fc_weight.t()
+    mm_5 = torch.mm(view_20, t_6)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_1 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
@@ -1375,9 +1376,9 @@ def _cuda_0(self, idx):
         mm_5, h_1_mlp_c_fc_bias, gelu_1, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_22 = torch.ops.aten.view.default(gelu_1, [8192, 3072])
-    t_7 = torch.ops.aten.t.default(h_1_mlp_c_proj_weight)
-    mm_6 = torch.ops.aten.mm.default(view_22, t_7)
+    view_22 = gelu_1.view([8192, 3072])
+    t_7 = h_1_mlp_c_proj_weight.t()
+    mm_6 = torch.mm(view_22, t_7)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_4 = torch.empty_strided(
@@ -1399,10 +1400,10 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_24 = torch.ops.aten.view.default(native_layer_norm_6_0, [8192, 768])
-    t_8 = torch.ops.aten.t.default(h_2_attn_c_attn_weight)
-    addmm_8 = torch.ops.aten.addmm.default(h_2_attn_c_attn_bias, view_24, t_8)
-    view_25 = torch.ops.aten.view.default(addmm_8, [8, 1024, 2304])
+    view_24 = native_layer_norm_6_0.view([8192, 768])
+    t_8 = h_2_attn_c_attn_weight.t()
+    addmm_8 = torch.addmm(h_2_attn_c_attn_bias, view_24, t_8)
+    view_25 = addmm_8.view([8, 1024, 2304])
     split_with_sizes_4 = torch.ops.aten.split_with_sizes.default(
         view_25, [768, 768, 768], 2
     )
@@ -1410,14 +1411,14 @@ def _cuda_0(self, idx):
     split_4_1 = split_with_sizes_4[1]
     split_4_2 = split_with_sizes_4[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_26 = torch.ops.aten.view.default(split_4_0, [8, 1024, 12, 64])
-    transpose_8 = torch.ops.aten.transpose.int(view_26, 1, 2)
+    view_26 = split_4_0.view([8, 1024, 12, 64])
+    transpose_8 = view_26.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_27 = torch.ops.aten.view.default(split_4_1, [8, 1024, 12, 64])
-    transpose_9 = torch.ops.aten.transpose.int(view_27, 1, 2)
+    view_27 = split_4_1.view([8, 1024, 12, 64])
+    transpose_9 = view_27.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_28 = torch.ops.aten.view.default(split_4_2, [8, 1024, 12, 64])
-    transpose_10 = torch.ops.aten.transpose.int(view_28, 1, 2)
+    view_28 = split_4_2.view([8, 1024, 12, 64])
+    transpose_10 = view_28.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_2 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -1426,12 +1427,12 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_11 = torch.ops.aten.transpose.int(scaled_dot_product_attention_2, 1, 2)
-    view_29 = torch.ops.aten.view.default(transpose_11, [8, 1024, 768])
+    transpose_11 = scaled_dot_product_attention_2.transpose(1, 2)
+    view_29 = transpose_11.view([8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_30 = torch.ops.aten.view.default(view_29, [8192, 768])
-    t_9 = torch.ops.aten.t.default(h_2_attn_c_proj_weight)
-    mm_7 = torch.ops.aten.mm.default(view_30, t_9)
+    view_30 = view_29.view([8192, 768])
+    t_9 = h_2_attn_c_proj_weight.t()
+    mm_7 = torch.mm(view_30, t_9)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_5 = torch.empty_strided(
@@ -1453,9 +1454,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_32 = torch.ops.aten.view.default(native_layer_norm_7_0, [8192, 768])
-    t_10 = torch.ops.aten.t.default(h_2_mlp_c_fc_weight)
-    mm_8 = torch.ops.aten.mm.default(view_32, t_10)
+    view_32 = native_layer_norm_7_0.view([8192, 768])
+    t_10 = h_2_mlp_c_fc_weight.t()
+    mm_8 = torch.mm(view_32, t_10)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_2 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
@@ -1464,9 +1465,9 @@ def _cuda_0(self, idx):
         mm_8, h_2_mlp_c_fc_bias, gelu_2, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_34 = torch.ops.aten.view.default(gelu_2, [8192, 3072])
-    t_11 = torch.ops.aten.t.default(h_2_mlp_c_proj_weight)
-    mm_9 = torch.ops.aten.mm.default(view_34, t_11)
+    view_34 = gelu_2.view([8192, 3072])
+    t_11 = h_2_mlp_c_proj_weight.t()
+    mm_9 = torch.mm(view_34, t_11)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_6 = torch.empty_strided(
@@ -1488,10 +1489,10 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_36 = torch.ops.aten.view.default(native_layer_norm_8_0, [8192, 768])
-    t_12 = torch.ops.aten.t.default(h_3_attn_c_attn_weight)
-    addmm_12 = torch.ops.aten.addmm.default(h_3_attn_c_attn_bias, view_36, t_12)
-    view_37 = torch.ops.aten.view.default(addmm_12, [8, 1024, 2304])
+    view_36 = native_layer_norm_8_0.view([8192, 768])
+    t_12 = h_3_attn_c_attn_weight.t()
+    addmm_12 = torch.addmm(h_3_attn_c_attn_bias, view_36, t_12)
+    view_37 = addmm_12.view([8, 1024, 2304])
     split_with_sizes_5 = torch.ops.aten.split_with_sizes.default(
         view_37, [768, 768, 768], 2
     )
@@ -1499,14 +1500,14 @@ def _cuda_0(self, idx):
     split_5_1 = split_with_sizes_5[1]
     split_5_2 = split_with_sizes_5[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_38 = torch.ops.aten.view.default(split_5_0, [8, 1024, 12, 64])
-    transpose_12 = torch.ops.aten.transpose.int(view_38, 1, 2)
+    view_38 = split_5_0.view([8, 1024, 12, 64])
+    transpose_12 = view_38.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_39 = torch.ops.aten.view.default(split_5_1, [8, 1024, 12, 64])
-    transpose_13 = torch.ops.aten.transpose.int(view_39, 1, 2)
+    view_39 = split_5_1.view([8, 1024, 12, 64])
+    transpose_13 = view_39.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_40 = torch.ops.aten.view.default(split_5_2, [8, 1024, 12, 64])
-    transpose_14 = torch.ops.aten.transpose.int(view_40, 1, 2)
+    view_40 = split_5_2.view([8, 1024, 12, 64])
+    transpose_14 = view_40.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_3 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -1515,12 +1516,12 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_15 = torch.ops.aten.transpose.int(scaled_dot_product_attention_3, 1, 2)
-    view_41 = torch.ops.aten.view.default(transpose_15, [8, 1024, 768])
+    transpose_15 = scaled_dot_product_attention_3.transpose(1, 2)
+    view_41 = transpose_15.view([8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_42 = torch.ops.aten.view.default(view_41, [8192, 768])
-    t_13 = torch.ops.aten.t.default(h_3_attn_c_proj_weight)
-    mm_10 = torch.ops.aten.mm.default(view_42, t_13)
+    view_42 = view_41.view([8192, 768])
+    t_13 = h_3_attn_c_proj_weight.t()
+    mm_10 = torch.mm(view_42, t_13)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_7 = torch.empty_strided(
@@ -1542,9 +1543,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_44 = torch.ops.aten.view.default(native_layer_norm_9_0, [8192, 768])
-    t_14 = torch.ops.aten.t.default(h_3_mlp_c_fc_weight)
-    mm_11 = torch.ops.aten.mm.default(view_44, t_14)
+    view_44 = native_layer_norm_9_0.view([8192, 768])
+    t_14 = h_3_mlp_c_fc_weight.t()
+    mm_11 = torch.mm(view_44, t_14)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_3 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
@@ -1553,9 +1554,9 @@ def _cuda_0(self, idx):
         mm_11, h_3_mlp_c_fc_bias, gelu_3, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_46 = torch.ops.aten.view.default(gelu_3, [8192, 3072])
-    t_15 = torch.ops.aten.t.default(h_3_mlp_c_proj_weight)
-    mm_12 = torch.ops.aten.mm.default(view_46, t_15)
+    view_46 = gelu_3.view([8192, 3072])
+    t_15 = h_3_mlp_c_proj_weight.t()
+    mm_12 = torch.mm(view_46, t_15)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_8 = torch.empty_strided(
@@ -1577,10 +1578,10 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_48 = torch.ops.aten.view.default(native_layer_norm_10_0, [8192, 768])
-    t_16 = torch.ops.aten.t.default(h_4_attn_c_attn_weight)
-    addmm_16 = torch.ops.aten.addmm.default(h_4_attn_c_attn_bias, view_48, t_16)
-    view_49 = torch.ops.aten.view.default(addmm_16, [8, 1024, 2304])
+    view_48 = native_layer_norm_10_0.view([8192, 768])
+    t_16 = h_4_attn_c_attn_weight.t()
+    addmm_16 = torch.addmm(h_4_attn_c_attn_bias, view_48, t_16)
+    view_49 = addmm_16.view([8, 1024, 2304])
     split_with_sizes_6 = torch.ops.aten.split_with_sizes.default(
         view_49, [768, 768, 768], 2
     )
@@ -1588,14 +1589,14 @@ def _cuda_0(self, idx):
     split_6_1 = split_with_sizes_6[1]
     split_6_2 = split_with_sizes_6[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_50 = torch.ops.aten.view.default(split_6_0, [8, 1024, 12, 64])
-    transpose_16 = torch.ops.aten.transpose.int(view_50, 1, 2)
+    view_50 = split_6_0.view([8, 1024, 12, 64])
+    transpose_16 = view_50.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_51 = torch.ops.aten.view.default(split_6_1, [8, 1024, 12, 64])
-    transpose_17 = torch.ops.aten.transpose.int(view_51, 1, 2)
+    view_51 = split_6_1.view([8, 1024, 12, 64])
+    transpose_17 = view_51.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_52 = torch.ops.aten.view.default(split_6_2, [8, 1024, 12, 64])
-    transpose_18 = torch.ops.aten.transpose.int(view_52, 1, 2)
+    view_52 = split_6_2.view([8, 1024, 12, 64])
+    transpose_18 = view_52.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_4 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -1604,12 +1605,12 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_19 = torch.ops.aten.transpose.int(scaled_dot_product_attention_4, 1, 2)
-    view_53 = torch.ops.aten.view.default(transpose_19, [8, 1024, 768])
+    transpose_19 = scaled_dot_product_attention_4.transpose(1, 2)
+    view_53 = transpose_19.view([8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_54 = torch.ops.aten.view.default(view_53, [8192, 768])
-    t_17 = torch.ops.aten.t.default(h_4_attn_c_proj_weight)
-    mm_13 = torch.ops.aten.mm.default(view_54, t_17)
+    view_54 = view_53.view([8192, 768])
+    t_17 = h_4_attn_c_proj_weight.t()
+    mm_13 = torch.mm(view_54, t_17)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_9 = torch.empty_strided(
@@ -1631,9 +1632,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_56 = torch.ops.aten.view.default(native_layer_norm_11_0, [8192, 768])
-    t_18 = torch.ops.aten.t.default(h_4_mlp_c_fc_weight)
-    mm_14 = torch.ops.aten.mm.default(view_56, t_18)
+    view_56 = native_layer_norm_11_0.view([8192, 768])
+    t_18 = h_4_mlp_c_fc_weight.t()
+    mm_14 = torch.mm(view_56, t_18)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_4 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
@@ -1642,9 +1643,9 @@ def _cuda_0(self, idx):
         mm_14, h_4_mlp_c_fc_bias, gelu_4, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_58 = torch.ops.aten.view.default(gelu_4, [8192, 3072])
-    t_19 = torch.ops.aten.t.default(h_4_mlp_c_proj_weight)
-    mm_15 = torch.ops.aten.mm.default(view_58, t_19)
+    view_58 = gelu_4.view([8192, 3072])
+    t_19 = h_4_mlp_c_proj_weight.t()
+    mm_15 = torch.mm(view_58, t_19)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_10 = torch.empty_strided(
@@ -1666,10 +1667,10 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_60 = torch.ops.aten.view.default(native_layer_norm_12_0, [8192, 768])
-    t_20 = torch.ops.aten.t.default(h_5_attn_c_attn_weight)
-    addmm_20 = torch.ops.aten.addmm.default(h_5_attn_c_attn_bias, view_60, t_20)
-    view_61 = torch.ops.aten.view.default(addmm_20, [8, 1024, 2304])
+    view_60 = native_layer_norm_12_0.view([8192, 768])
+    t_20 = h_5_attn_c_attn_weight.t()
+    addmm_20 = torch.addmm(h_5_attn_c_attn_bias, view_60, t_20)
+    view_61 = addmm_20.view([8, 1024, 2304])
     split_with_sizes_7 = torch.ops.aten.split_with_sizes.default(
         view_61, [768, 768, 768], 2
     )
@@ -1677,14 +1678,14 @@ def _cuda_0(self, idx):
     split_7_1 = split_with_sizes_7[1]
     split_7_2 = split_with_sizes_7[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_62 = torch.ops.aten.view.default(split_7_0, [8, 1024, 12, 64])
-    transpose_20 = torch.ops.aten.transpose.int(view_62, 1, 2)
+    view_62 = split_7_0.view([8, 1024, 12, 64])
+    transpose_20 = view_62.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_63 = torch.ops.aten.view.default(split_7_1, [8, 1024, 12, 64])
-    transpose_21 = torch.ops.aten.transpose.int(view_63, 1, 2)
+    view_63 = split_7_1.view([8, 1024, 12, 64])
+    transpose_21 = view_63.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_64 = torch.ops.aten.view.default(split_7_2, [8, 1024, 12, 64])
-    transpose_22 = torch.ops.aten.transpose.int(view_64, 1, 2)
+    view_64 = split_7_2.view([8, 1024, 12, 64])
+    transpose_22 = view_64.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_5 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -1693,12 +1694,12 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_23 = torch.ops.aten.transpose.int(scaled_dot_product_attention_5, 1, 2)
-    view_65 = torch.ops.aten.view.default(transpose_23, [8, 1024, 768])
+    transpose_23 = scaled_dot_product_attention_5.transpose(1, 2)
+    view_65 = transpose_23.view([8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_66 = torch.ops.aten.view.default(view_65, [8192, 768])
-    t_21 = torch.ops.aten.t.default(h_5_attn_c_proj_weight)
-    mm_16 = torch.ops.aten.mm.default(view_66, t_21)
+    view_66 = view_65.view([8192, 768])
+    t_21 = h_5_attn_c_proj_weight.t()
+    mm_16 = torch.mm(view_66, t_21)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_11 = torch.empty_strided(
@@ -1720,9 +1721,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_68 = torch.ops.aten.view.default(native_layer_norm_13_0, [8192, 768])
-    t_22 = torch.ops.aten.t.default(h_5_mlp_c_fc_weight)
-    mm_17 = torch.ops.aten.mm.default(view_68, t_22)
+    view_68 = native_layer_norm_13_0.view([8192, 768])
+    t_22 = h_5_mlp_c_fc_weight.t()
+    mm_17 = torch.mm(view_68, t_22)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_5 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
@@ -1731,9 +1732,9 @@ def _cuda_0(self, idx):
         mm_17, h_5_mlp_c_fc_bias, gelu_5, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_70 = torch.ops.aten.view.default(gelu_5, [8192, 3072])
-    t_23 = torch.ops.aten.t.default(h_5_mlp_c_proj_weight)
-    mm_18 = torch.ops.aten.mm.default(view_70, t_23)
+    view_70 = gelu_5.view([8192, 3072])
+    t_23 = h_5_mlp_c_proj_weight.t()
+    mm_18 = torch.mm(view_70, t_23)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_12 = torch.empty_strided(
@@ -1755,10 +1756,10 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_72 = torch.ops.aten.view.default(native_layer_norm_14_0, [8192, 768])
-    t_24 = torch.ops.aten.t.default(h_6_attn_c_attn_weight)
-    addmm_24 = torch.ops.aten.addmm.default(h_6_attn_c_attn_bias, view_72, t_24)
-    view_73 = torch.ops.aten.view.default(addmm_24, [8, 1024, 2304])
+    view_72 = native_layer_norm_14_0.view([8192, 768])
+    t_24 = h_6_attn_c_attn_weight.t()
+    addmm_24 = torch.addmm(h_6_attn_c_attn_bias, view_72, t_24)
+    view_73 = addmm_24.view([8, 1024, 2304])
     split_with_sizes_8 = torch.ops.aten.split_with_sizes.default(
         view_73, [768, 768, 768], 2
     )
@@ -1766,14 +1767,14 @@ def _cuda_0(self, idx):
     split_8_1 = split_with_sizes_8[1]
     split_8_2 = split_with_sizes_8[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_74 = torch.ops.aten.view.default(split_8_0, [8, 1024, 12, 64])
-    transpose_24 = torch.ops.aten.transpose.int(view_74, 1, 2)
+    view_74 = split_8_0.view([8, 1024, 12, 64])
+    transpose_24 = view_74.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_75 = torch.ops.aten.view.default(split_8_1, [8, 1024, 12, 64])
-    transpose_25 = torch.ops.aten.transpose.int(view_75, 1, 2)
+    view_75 = split_8_1.view([8, 1024, 12, 64])
+    transpose_25 = view_75.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_76 = torch.ops.aten.view.default(split_8_2, [8, 1024, 12, 64])
-    transpose_26 = torch.ops.aten.transpose.int(view_76, 1, 2)
+    view_76 = split_8_2.view([8, 1024, 12, 64])
+    transpose_26 = view_76.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_6 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -1782,12 +1783,12 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_27 = torch.ops.aten.transpose.int(scaled_dot_product_attention_6, 1, 2)
-    view_77 = torch.ops.aten.view.default(transpose_27, [8, 1024, 768])
+    transpose_27 = scaled_dot_product_attention_6.transpose(1, 2)
+    view_77 = transpose_27.view([8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_78 = torch.ops.aten.view.default(view_77, [8192, 768])
-    t_25 = torch.ops.aten.t.default(h_6_attn_c_proj_weight)
-    mm_19 = torch.ops.aten.mm.default(view_78, t_25)
+    view_78 = view_77.view([8192, 768])
+    t_25 = h_6_attn_c_proj_weight.t()
+    mm_19 = torch.mm(view_78, t_25)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_13 = torch.empty_strided(
@@ -1809,9 +1810,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_80 = torch.ops.aten.view.default(native_layer_norm_15_0, [8192, 768])
-    t_26 = torch.ops.aten.t.default(h_6_mlp_c_fc_weight)
-    mm_20 = torch.ops.aten.mm.default(view_80, t_26)
+    view_80 = native_layer_norm_15_0.view([8192, 768])
+    t_26 = h_6_mlp_c_fc_weight.t()
+    mm_20 = torch.mm(view_80, t_26)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_6 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
@@ -1820,9 +1821,9 @@ def _cuda_0(self, idx):
         mm_20, h_6_mlp_c_fc_bias, gelu_6, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_82 = torch.ops.aten.view.default(gelu_6, [8192, 3072])
-    t_27 = torch.ops.aten.t.default(h_6_mlp_c_proj_weight)
-    mm_21 = torch.ops.aten.mm.default(view_82, t_27)
+    view_82 = gelu_6.view([8192, 3072])
+    t_27 = h_6_mlp_c_proj_weight.t()
+    mm_21 = torch.mm(view_82, t_27)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_14 = torch.empty_strided(
@@ -1844,10 +1845,10 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_84 = torch.ops.aten.view.default(native_layer_norm_16_0, [8192, 768])
-    t_28 = torch.ops.aten.t.default(h_7_attn_c_attn_weight)
-    addmm_28 = torch.ops.aten.addmm.default(h_7_attn_c_attn_bias, view_84, t_28)
-    view_85 = torch.ops.aten.view.default(addmm_28, [8, 1024, 2304])
+    view_84 = native_layer_norm_16_0.view([8192, 768])
+    t_28 = h_7_attn_c_attn_weight.t()
+    addmm_28 = torch.addmm(h_7_attn_c_attn_bias, view_84, t_28)
+    view_85 = addmm_28.view([8, 1024, 2304])
     split_with_sizes_9 = torch.ops.aten.split_with_sizes.default(
         view_85, [768, 768, 768], 2
     )
@@ -1855,14 +1856,14 @@ def _cuda_0(self, idx):
     split_9_1 = split_with_sizes_9[1]
     split_9_2 = split_with_sizes_9[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_86 = torch.ops.aten.view.default(split_9_0, [8, 1024, 12, 64])
-    transpose_28 = torch.ops.aten.transpose.int(view_86, 1, 2)
+    view_86 = split_9_0.view([8, 1024, 12, 64])
+    transpose_28 = view_86.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_87 = torch.ops.aten.view.default(split_9_1, [8, 1024, 12, 64])
-    transpose_29 = torch.ops.aten.transpose.int(view_87, 1, 2)
+    view_87 = split_9_1.view([8, 1024, 12, 64])
+    transpose_29 = view_87.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_88 = torch.ops.aten.view.default(split_9_2, [8, 1024, 12, 64])
-    transpose_30 = torch.ops.aten.transpose.int(view_88, 1, 2)
+    view_88 = split_9_2.view([8, 1024, 12, 64])
+    transpose_30 = view_88.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_7 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -1871,12 +1872,12 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_31 = torch.ops.aten.transpose.int(scaled_dot_product_attention_7, 1, 2)
-    view_89 = torch.ops.aten.view.default(transpose_31, [8, 1024, 768])
+    transpose_31 = scaled_dot_product_attention_7.transpose(1, 2)
+    view_89 = transpose_31.view([8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_90 = torch.ops.aten.view.default(view_89, [8192, 768])
-    t_29 = torch.ops.aten.t.default(h_7_attn_c_proj_weight)
-    mm_22 = torch.ops.aten.mm.default(view_90, t_29)
+    view_90 = view_89.view([8192, 768])
+    t_29 = h_7_attn_c_proj_weight.t()
+    mm_22 = torch.mm(view_90, t_29)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_15 = torch.empty_strided(
@@ -1898,9 +1899,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_92 = torch.ops.aten.view.default(native_layer_norm_17_0, [8192, 768])
-    t_30 = torch.ops.aten.t.default(h_7_mlp_c_fc_weight)
-    mm_23 = torch.ops.aten.mm.default(view_92, t_30)
+    view_92 = native_layer_norm_17_0.view([8192, 768])
+    t_30 = h_7_mlp_c_fc_weight.t()
+    mm_23 = torch.mm(view_92, t_30)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_7 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
@@ -1909,9 +1910,9 @@ def _cuda_0(self, idx):
         mm_23, h_7_mlp_c_fc_bias, gelu_7, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_94 = torch.ops.aten.view.default(gelu_7, [8192, 3072])
-    t_31 = torch.ops.aten.t.default(h_7_mlp_c_proj_weight)
-    mm_24 = torch.ops.aten.mm.default(view_94, t_31)
+    view_94 = gelu_7.view([8192, 3072])
+    t_31 = h_7_mlp_c_proj_weight.t()
+    mm_24 = torch.mm(view_94, t_31)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_16 = torch.empty_strided(
@@ -1933,10 +1934,10 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_96 = torch.ops.aten.view.default(native_layer_norm_18_0, [8192, 768])
-    t_32 = torch.ops.aten.t.default(h_8_attn_c_attn_weight)
-    addmm_32 = torch.ops.aten.addmm.default(h_8_attn_c_attn_bias, view_96, t_32)
-    view_97 = torch.ops.aten.view.default(addmm_32, [8, 1024, 2304])
+    view_96 = native_layer_norm_18_0.view([8192, 768])
+    t_32 = h_8_attn_c_attn_weight.t()
+    addmm_32 = torch.addmm(h_8_attn_c_attn_bias, view_96, t_32)
+    view_97 = addmm_32.view([8, 1024, 2304])
     split_with_sizes_10 = torch.ops.aten.split_with_sizes.default(
         view_97, [768, 768, 768], 2
     )
@@ -1944,14 +1945,14 @@ def _cuda_0(self, idx):
     split_10_1 = split_with_sizes_10[1]
     split_10_2 = split_with_sizes_10[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_98 = torch.ops.aten.view.default(split_10_0, [8, 1024, 12, 64])
-    transpose_32 = torch.ops.aten.transpose.int(view_98, 1, 2)
+    view_98 = split_10_0.view([8, 1024, 12, 64])
+    transpose_32 = view_98.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_99 = torch.ops.aten.view.default(split_10_1, [8, 1024, 12, 64])
-    transpose_33 = torch.ops.aten.transpose.int(view_99, 1, 2)
+    view_99 = split_10_1.view([8, 1024, 12, 64])
+    transpose_33 = view_99.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_100 = torch.ops.aten.view.default(split_10_2, [8, 1024, 12, 64])
-    transpose_34 = torch.ops.aten.transpose.int(view_100, 1, 2)
+    view_100 = split_10_2.view([8, 1024, 12, 64])
+    transpose_34 = view_100.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_8 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -1960,12 +1961,12 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_35 = torch.ops.aten.transpose.int(scaled_dot_product_attention_8, 1, 2)
-    view_101 = torch.ops.aten.view.default(transpose_35, [8, 1024, 768])
+    transpose_35 = scaled_dot_product_attention_8.transpose(1, 2)
+    view_101 = transpose_35.view([8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_102 = torch.ops.aten.view.default(view_101, [8192, 768])
-    t_33 = torch.ops.aten.t.default(h_8_attn_c_proj_weight)
-    mm_25 = torch.ops.aten.mm.default(view_102, t_33)
+    view_102 = view_101.view([8192, 768])
+    t_33 = h_8_attn_c_proj_weight.t()
+    mm_25 = torch.mm(view_102, t_33)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_17 = torch.empty_strided(
@@ -1987,9 +1988,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_104 = torch.ops.aten.view.default(native_layer_norm_19_0, [8192, 768])
-    t_34 = torch.ops.aten.t.default(h_8_mlp_c_fc_weight)
-    mm_26 = torch.ops.aten.mm.default(view_104, t_34)
+    view_104 = native_layer_norm_19_0.view([8192, 768])
+    t_34 = h_8_mlp_c_fc_weight.t()
+    mm_26 = torch.mm(view_104, t_34)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_8 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
@@ -1998,9 +1999,9 @@ def _cuda_0(self, idx):
         mm_26, h_8_mlp_c_fc_bias, gelu_8, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_106 = torch.ops.aten.view.default(gelu_8, [8192, 3072])
-    t_35 = torch.ops.aten.t.default(h_8_mlp_c_proj_weight)
-    mm_27 = torch.ops.aten.mm.default(view_106, t_35)
+    view_106 = gelu_8.view([8192, 3072])
+    t_35 = h_8_mlp_c_proj_weight.t()
+    mm_27 = torch.mm(view_106, t_35)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_18 = torch.empty_strided(
@@ -2022,10 +2023,10 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_108 = torch.ops.aten.view.default(native_layer_norm_20_0, [8192, 768])
-    t_36 = torch.ops.aten.t.default(h_9_attn_c_attn_weight)
-    addmm_36 = torch.ops.aten.addmm.default(h_9_attn_c_attn_bias, view_108, t_36)
-    view_109 = torch.ops.aten.view.default(addmm_36, [8, 1024, 2304])
+    view_108 = native_layer_norm_20_0.view([8192, 768])
+    t_36 = h_9_attn_c_attn_weight.t()
+    addmm_36 = torch.addmm(h_9_attn_c_attn_bias, view_108, t_36)
+    view_109 = addmm_36.view([8, 1024, 2304])
     split_with_sizes_11 = torch.ops.aten.split_with_sizes.default(
         view_109, [768, 768, 768], 2
     )
@@ -2033,14 +2034,14 @@ def _cuda_0(self, idx):
     split_11_1 = split_with_sizes_11[1]
     split_11_2 = split_with_sizes_11[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_110 = torch.ops.aten.view.default(split_11_0, [8, 1024, 12, 64])
-    transpose_36 = torch.ops.aten.transpose.int(view_110, 1, 2)
+    view_110 = split_11_0.view([8, 1024, 12, 64])
+    transpose_36 = view_110.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_111 = torch.ops.aten.view.default(split_11_1, [8, 1024, 12, 64])
-    transpose_37 = torch.ops.aten.transpose.int(view_111, 1, 2)
+    view_111 = split_11_1.view([8, 1024, 12, 64])
+    transpose_37 = view_111.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_112 = torch.ops.aten.view.default(split_11_2, [8, 1024, 12, 64])
-    transpose_38 = torch.ops.aten.transpose.int(view_112, 1, 2)
+    view_112 = split_11_2.view([8, 1024, 12, 64])
+    transpose_38 = view_112.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_9 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -2049,12 +2050,12 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_39 = torch.ops.aten.transpose.int(scaled_dot_product_attention_9, 1, 2)
-    view_113 = torch.ops.aten.view.default(transpose_39, [8, 1024, 768])
+    transpose_39 = scaled_dot_product_attention_9.transpose(1, 2)
+    view_113 = transpose_39.view([8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_114 = torch.ops.aten.view.default(view_113, [8192, 768])
-    t_37 = torch.ops.aten.t.default(h_9_attn_c_proj_weight)
-    mm_28 = torch.ops.aten.mm.default(view_114, t_37)
+    view_114 = view_113.view([8192, 768])
+    t_37 = h_9_attn_c_proj_weight.t()
+    mm_28 = torch.mm(view_114, t_37)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_19 = torch.empty_strided(
@@ -2076,9 +2077,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_116 = torch.ops.aten.view.default(native_layer_norm_21_0, [8192, 768])
-    t_38 = torch.ops.aten.t.default(h_9_mlp_c_fc_weight)
-    mm_29 = torch.ops.aten.mm.default(view_116, t_38)
+    view_116 = native_layer_norm_21_0.view([8192, 768])
+    t_38 = h_9_mlp_c_fc_weight.t()
+    mm_29 = torch.mm(view_116, t_38)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_9 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
@@ -2087,9 +2088,9 @@ def _cuda_0(self, idx):
         mm_29, h_9_mlp_c_fc_bias, gelu_9, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_118 = torch.ops.aten.view.default(gelu_9, [8192, 3072])
-    t_39 = torch.ops.aten.t.default(h_9_mlp_c_proj_weight)
-    mm_30 = torch.ops.aten.mm.default(view_118, t_39)
+    view_118 = gelu_9.view([8192, 3072])
+    t_39 = h_9_mlp_c_proj_weight.t()
+    mm_30 = torch.mm(view_118, t_39)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_20 = torch.empty_strided(
@@ -2111,10 +2112,10 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_120 = torch.ops.aten.view.default(native_layer_norm_22_0, [8192, 768])
-    t_40 = torch.ops.aten.t.default(h_10_attn_c_attn_weight)
-    addmm_40 = torch.ops.aten.addmm.default(h_10_attn_c_attn_bias, view_120, t_40)
-    view_121 = torch.ops.aten.view.default(addmm_40, [8, 1024, 2304])
+    view_120 = native_layer_norm_22_0.view([8192, 768])
+    t_40 = h_10_attn_c_attn_weight.t()
+    addmm_40 = torch.addmm(h_10_attn_c_attn_bias, view_120, t_40)
+    view_121 = addmm_40.view([8, 1024, 2304])
     split_with_sizes_12 = torch.ops.aten.split_with_sizes.default(
         view_121, [768, 768, 768], 2
     )
@@ -2122,14 +2123,14 @@ def _cuda_0(self, idx):
     split_12_1 = split_with_sizes_12[1]
     split_12_2 = split_with_sizes_12[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_122 = torch.ops.aten.view.default(split_12_0, [8, 1024, 12, 64])
-    transpose_40 = torch.ops.aten.transpose.int(view_122, 1, 2)
+    view_122 = split_12_0.view([8, 1024, 12, 64])
+    transpose_40 = view_122.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_123 = torch.ops.aten.view.default(split_12_1, [8, 1024, 12, 64])
-    transpose_41 = torch.ops.aten.transpose.int(view_123, 1, 2)
+    view_123 = split_12_1.view([8, 1024, 12, 64])
+    transpose_41 = view_123.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_124 = torch.ops.aten.view.default(split_12_2, [8, 1024, 12, 64])
-    transpose_42 = torch.ops.aten.transpose.int(view_124, 1, 2)
+    view_124 = split_12_2.view([8, 1024, 12, 64])
+    transpose_42 = view_124.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_10 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -2138,12 +2139,12 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_43 = torch.ops.aten.transpose.int(scaled_dot_product_attention_10, 1, 2)
-    view_125 = torch.ops.aten.view.default(transpose_43, [8, 1024, 768])
+    transpose_43 = scaled_dot_product_attention_10.transpose(1, 2)
+    view_125 = transpose_43.view([8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_126 = torch.ops.aten.view.default(view_125, [8192, 768])
-    t_41 = torch.ops.aten.t.default(h_10_attn_c_proj_weight)
-    mm_31 = torch.ops.aten.mm.default(view_126, t_41)
+    view_126 = view_125.view([8192, 768])
+    t_41 = h_10_attn_c_proj_weight.t()
+    mm_31 = torch.mm(view_126, t_41)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_21 = torch.empty_strided(
@@ -2165,9 +2166,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_128 = torch.ops.aten.view.default(native_layer_norm_23_0, [8192, 768])
-    t_42 = torch.ops.aten.t.default(h_10_mlp_c_fc_weight)
-    mm_32 = torch.ops.aten.mm.default(view_128, t_42)
+    view_128 = native_layer_norm_23_0.view([8192, 768])
+    t_42 = h_10_mlp_c_fc_weight.t()
+    mm_32 = torch.mm(view_128, t_42)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_10 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
@@ -2176,9 +2177,9 @@ def _cuda_0(self, idx):
         mm_32, h_10_mlp_c_fc_bias, gelu_10, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_130 = torch.ops.aten.view.default(gelu_10, [8192, 3072])
-    t_43 = torch.ops.aten.t.default(h_10_mlp_c_proj_weight)
-    mm_33 = torch.ops.aten.mm.default(view_130, t_43)
+    view_130 = gelu_10.view([8192, 3072])
+    t_43 = h_10_mlp_c_proj_weight.t()
+    mm_33 = torch.mm(view_130, t_43)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_22 = torch.empty_strided(
@@ -2200,10 +2201,10 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_132 = torch.ops.aten.view.default(native_layer_norm_24_0, [8192, 768])
-    t_44 = torch.ops.aten.t.default(h_11_attn_c_attn_weight)
-    addmm_44 = torch.ops.aten.addmm.default(h_11_attn_c_attn_bias, view_132, t_44)
-    view_133 = torch.ops.aten.view.default(addmm_44, [8, 1024, 2304])
+    view_132 = native_layer_norm_24_0.view([8192, 768])
+    t_44 = h_11_attn_c_attn_weight.t()
+    addmm_44 = torch.addmm(h_11_attn_c_attn_bias, view_132, t_44)
+    view_133 = addmm_44.view([8, 1024, 2304])
     split_with_sizes_13 = torch.ops.aten.split_with_sizes.default(
         view_133, [768, 768, 768], 2
     )
@@ -2211,14 +2212,14 @@ def _cuda_0(self, idx):
     split_13_1 = split_with_sizes_13[1]
     split_13_2 = split_with_sizes_13[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_134 = torch.ops.aten.view.default(split_13_0, [8, 1024, 12, 64])
-    transpose_44 = torch.ops.aten.transpose.int(view_134, 1, 2)
+    view_134 = split_13_0.view([8, 1024, 12, 64])
+    transpose_44 = view_134.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_135 = torch.ops.aten.view.default(split_13_1, [8, 1024, 12, 64])
-    transpose_45 = torch.ops.aten.transpose.int(view_135, 1, 2)
+    view_135 = split_13_1.view([8, 1024, 12, 64])
+    transpose_45 = view_135.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_136 = torch.ops.aten.view.default(split_13_2, [8, 1024, 12, 64])
-    transpose_46 = torch.ops.aten.transpose.int(view_136, 1, 2)
+    view_136 = split_13_2.view([8, 1024, 12, 64])
+    transpose_46 = view_136.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_11 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -2227,12 +2228,12 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_47 = torch.ops.aten.transpose.int(scaled_dot_product_attention_11, 1, 2)
-    view_137 = torch.ops.aten.view.default(transpose_47, [8, 1024, 768])
+    transpose_47 = scaled_dot_product_attention_11.transpose(1, 2)
+    view_137 = transpose_47.view([8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_138 = torch.ops.aten.view.default(view_137, [8192, 768])
-    t_45 = torch.ops.aten.t.default(h_11_attn_c_proj_weight)
-    mm_34 = torch.ops.aten.mm.default(view_138, t_45)
+    view_138 = view_137.view([8192, 768])
+    t_45 = h_11_attn_c_proj_weight.t()
+    mm_34 = torch.mm(view_138, t_45)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_23 = torch.empty_strided(
@@ -2254,9 +2255,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_140 = torch.ops.aten.view.default(native_layer_norm_25_0, [8192, 768])
-    t_46 = torch.ops.aten.t.default(h_11_mlp_c_fc_weight)
-    mm_35 = torch.ops.aten.mm.default(view_140, t_46)
+    view_140 = native_layer_norm_25_0.view([8192, 768])
+    t_46 = h_11_mlp_c_fc_weight.t()
+    mm_35 = torch.mm(view_140, t_46)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_11 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
@@ -2265,9 +2266,9 @@ def _cuda_0(self, idx):
         mm_35, h_11_mlp_c_fc_bias, gelu_11, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_142 = torch.ops.aten.view.default(gelu_11, [8192, 3072])
-    t_47 = torch.ops.aten.t.default(h_11_mlp_c_proj_weight)
-    mm_36 = torch.ops.aten.mm.default(view_142, t_47)
+    view_142 = gelu_11.view([8192, 3072])
+    t_47 = h_11_mlp_c_proj_weight.t()
+    mm_36 = torch.mm(view_142, t_47)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt.py:51: x = self.ln_f(x)
     native_layer_norm_26_0 = torch.empty_strided(
@@ -2285,9 +2286,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt.py:52: return self.lm_head(x)  # (B, T, vocab_size)
-    t_48 = torch.ops.aten.t.default(wte_weight)
-    view_144 = torch.ops.aten.view.default(native_layer_norm_26_0, [8192, 768])
-    mm = torch.ops.aten.mm.default(view_144, t_48)
+    t_48 = wte_weight.t()
+    view_144 = native_layer_norm_26_0.view([8192, 768])
+    mm = torch.mm(view_144, t_48)
     _unsafe_view = torch.ops.aten._unsafe_view.default(mm, [8, 1024, 50257])
     return _unsafe_view
 
@@ -3463,10 +3464,10 @@ def _cpu_0(self, idx):
         native_layer_norm_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(native_layer_norm_0, [64, 768])
-    t = torch.ops.aten.t.default(h_0_attn_c_attn_weight)
-    addmm = torch.ops.aten.addmm.default(h_0_attn_c_attn_bias, view, t)
-    view_1 = torch.ops.aten.view.default(addmm, [1, 64, 2304])
+    view = native_layer_norm_0.view([64, 768])
+    t = h_0_attn_c_attn_weight.t()
+    addmm = torch.addmm(h_0_attn_c_attn_bias, view, t)
+    view_1 = addmm.view([1, 64, 2304])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(
         view_1, [768, 768, 768], 2
     )
@@ -3474,14 +3475,14 @@ def _cpu_0(self, idx):
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_0, [1, 64, 12, 64])
-    transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
+    view_2 = split_0.view([1, 64, 12, 64])
+    transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_1, [1, 64, 12, 64])
-    transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
+    view_3 = split_1.view([1, 64, 12, 64])
+    transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_2, [1, 64, 12, 64])
-    transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
+    view_4 = split_2.view([1, 64, 12, 64])
+    transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -3490,12 +3491,12 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
-    view_5 = torch.ops.aten.view.default(transpose_3, [1, 64, 768])
+    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
+    view_5 = transpose_3.view([1, 64, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = torch.ops.aten.view.default(view_5, [64, 768])
-    t_1 = torch.ops.aten.t.default(h_0_attn_c_proj_weight)
-    mm_1 = torch.ops.aten.mm.default(view_6, t_1)
+    view_6 = view_5.view([64, 768])
+    t_1 = h_0_attn_c_proj_weight.t()
+    mm_1 = torch.mm(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
@@ -3514,9 +3515,9 @@ def _cpu_0(self, idx):
         native_layer_norm_3_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [64, 768])
-    t_2 = torch.ops.aten.t.default(h_0_mlp_c_fc_weight)
-    mm_2 = torch.ops.aten.mm.default(view_8, t_2)
+    view_8 = native_layer_norm_3_0.view([64, 768])
+    t_2 = h_0_mlp_c_fc_weight.t()
+    mm_2 = torch.mm(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
@@ -3525,9 +3526,9 @@ def _cpu_0(self, idx):
         mm_2.data_ptr(), h_0_mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(gelu, [64, 3072])
-    t_3 = torch.ops.aten.t.default(h_0_mlp_c_proj_weight)
-    mm_3 = torch.ops.aten.mm.default(view_10, t_3)
+    view_10 = gelu.view([64, 3072])
+    t_3 = h_0_mlp_c_proj_weight.t()
+    mm_3 = torch.mm(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_2 = torch.empty_strided(
@@ -3546,10 +3547,10 @@ def _cpu_0(self, idx):
         native_layer_norm_4_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_12 = torch.ops.aten.view.default(native_layer_norm_4_0, [64, 768])
-    t_4 = torch.ops.aten.t.default(h_1_attn_c_attn_weight)
-    addmm_4 = torch.ops.aten.addmm.default(h_1_attn_c_attn_bias, view_12, t_4)
-    view_13 = torch.ops.aten.view.default(addmm_4, [1, 64, 2304])
+    view_12 = native_layer_norm_4_0.view([64, 768])
+    t_4 = h_1_attn_c_attn_weight.t()
+    addmm_4 = torch.addmm(h_1_attn_c_attn_bias, view_12, t_4)
+    view_13 = addmm_4.view([1, 64, 2304])
     split_with_sizes_3 = torch.ops.aten.split_with_sizes.default(
         view_13, [768, 768, 768], 2
     )
@@ -3557,14 +3558,14 @@ def _cpu_0(self, idx):
     split_3_1 = split_with_sizes_3[1]
     split_3_2 = split_with_sizes_3[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_14 = torch.ops.aten.view.default(split_3_0, [1, 64, 12, 64])
-    transpose_4 = torch.ops.aten.transpose.int(view_14, 1, 2)
+    view_14 = split_3_0.view([1, 64, 12, 64])
+    transpose_4 = view_14.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_15 = torch.ops.aten.view.default(split_3_1, [1, 64, 12, 64])
-    transpose_5 = torch.ops.aten.transpose.int(view_15, 1, 2)
+    view_15 = split_3_1.view([1, 64, 12, 64])
+    transpose_5 = view_15.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_16 = torch.ops.aten.view.default(split_3_2, [1, 64, 12, 64])
-    transpose_6 = torch.ops.aten.transpose.int(view_16, 1, 2)
+    view_16 = split_3_2.view([1, 64, 12, 64])
+    transpose_6 = view_16.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_1 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -3573,12 +3574,12 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_7 = torch.ops.aten.transpose.int(scaled_dot_product_attention_1, 1, 2)
-    view_17 = torch.ops.aten.view.default(transpose_7, [1, 64, 768])
+    transpose_7 = scaled_dot_product_attention_1.transpose(1, 2)
+    view_17 = transpose_7.view([1, 64, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_18 = torch.ops.aten.view.default(view_17, [64, 768])
-    t_5 = torch.ops.aten.t.default(h_1_attn_c_proj_weight)
-    mm_4 = torch.ops.aten.mm.default(view_18, t_5)
+    view_18 = view_17.view([64, 768])
+    t_5 = h_1_attn_c_proj_weight.t()
+    mm_4 = torch.mm(view_18, t_5)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_3 = torch.empty_strided(
@@ -3597,9 +3598,9 @@ def _cpu_0(self, idx):
         native_layer_norm_5_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_20 = torch.ops.aten.view.default(native_layer_norm_5_0, [64, 768])
-    t_6 = torch.ops.aten.t.default(h_1_mlp_c_fc_weight)
-    mm_5 = torch.ops.aten.mm.default(view_20, t_6)
+    view_20 = native_layer_norm_5_0.view([64, 768])
+    t_6 = h_1_mlp_c_fc_weight.t()
+    mm_5 = torch.mm(view_20, t_6)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_1 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
@@ -3608,9 +3609,9 @@ def _cpu_0(self, idx):
         mm_5.data_ptr(), h_1_mlp_c_fc_bias.data_ptr(), gelu_1.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_22 = torch.ops.aten.view.default(gelu_1, [64, 3072])
-    t_7 = torch.ops.aten.t.default(h_1_mlp_c_proj_weight)
-    mm_6 = torch.ops.aten.mm.default(view_22, t_7)
+    view_22 = gelu_1.view([64, 3072])
+    t_7 = h_1_mlp_c_proj_weight.t()
+    mm_6 = torch.mm(view_22, t_7)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_4 = torch.empty_strided(
@@ -3629,10 +3630,10 @@ def _cpu_0(self, idx):
         native_layer_norm_6_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_24 = torch.ops.aten.view.default(native_layer_norm_6_0, [64, 768])
-    t_8 = torch.ops.aten.t.default(h_2_attn_c_attn_weight)
-    addmm_8 = torch.ops.aten.addmm.default(h_2_attn_c_attn_bias, view_24, t_8)
-    view_25 = torch.ops.aten.view.default(addmm_8, [1, 64, 2304])
+    view_24 = native_layer_norm_6_0.view([64, 768])
+    t_8 = h_2_attn_c_attn_weight.t()
+    addmm_8 = torch.addmm(h_2_attn_c_attn_bias, view_24, t_8)
+    view_25 = addmm_8.view([1, 64, 2304])
     split_with_sizes_4 = torch.ops.aten.split_with_sizes.default(
         view_25, [768, 768, 768], 2
     )
@@ -3640,14 +3641,14 @@ def _cpu_0(self, idx):
     split_4_1 = split_with_sizes_4[1]
     split_4_2 = split_with_sizes_4[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_26 = torch.ops.aten.view.default(split_4_0, [1, 64, 12, 64])
-    transpose_8 = torch.ops.aten.transpose.int(view_26, 1, 2)
+    view_26 = split_4_0.view([1, 64, 12, 64])
+    transpose_8 = view_26.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_27 = torch.ops.aten.view.default(split_4_1, [1, 64, 12, 64])
-    transpose_9 = torch.ops.aten.transpose.int(view_27, 1, 2)
+    view_27 = split_4_1.view([1, 64, 12, 64])
+    transpose_9 = view_27.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_28 = torch.ops.aten.view.default(split_4_2, [1, 64, 12, 64])
-    transpose_10 = torch.ops.aten.transpose.int(view_28, 1, 2)
+    view_28 = split_4_2.view([1, 64, 12, 64])
+    transpose_10 = view_28.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_2 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -3656,12 +3657,12 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_11 = torch.ops.aten.transpose.int(scaled_dot_product_attention_2, 1, 2)
-    view_29 = torch.ops.aten.view.default(transpose_11, [1, 64, 768])
+    transpose_11 = scaled_dot_product_attention_2.transpose(1, 2)
+    view_29 = transpose_11.view([1, 64, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_30 = torch.ops.aten.view.default(view_29, [64, 768])
-    t_9 = torch.ops.aten.t.default(h_2_attn_c_proj_weight)
-    mm_7 = torch.ops.aten.mm.default(view_30, t_9)
+    view_30 = view_29.view([64, 768])
+    t_9 = h_2_attn_c_proj_weight.t()
+    mm_7 = torch.mm(view_30, t_9)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_5 = torch.empty_strided(
@@ -3680,9 +3681,9 @@ def _cpu_0(self, idx):
         native_layer_norm_7_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_32 = torch.ops.aten.view.default(native_layer_norm_7_0, [64, 768])
-    t_10 = torch.ops.aten.t.default(h_2_mlp_c_fc_weight)
-    mm_8 = torch.ops.aten.mm.default(view_32, t_10)
+    view_32 = native_layer_norm_7_0.view([64, 768])
+    t_10 = h_2_mlp_c_fc_weight.t()
+    mm_8 = torch.mm(view_32, t_10)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_2 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
@@ -3691,9 +3692,9 @@ def _cpu_0(self, idx):
         mm_8.data_ptr(), h_2_mlp_c_fc_bias.data_ptr(), gelu_2.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_34 = torch.ops.aten.view.default(gelu_2, [64, 3072])
-    t_11 = torch.ops.aten.t.default(h_2_mlp_c_proj_weight)
-    mm_9 = torch.ops.aten.mm.default(view_34, t_11)
+    view_34 = gelu_2.view([64, 3072])
+    t_11 = h_2_mlp_c_proj_weight.t()
+    mm_9 = torch.mm(view_34, t_11)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_6 = torch.empty_strided(
@@ -3712,10 +3713,10 @@ def _cpu_0(self, idx):
         native_layer_norm_8_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_36 = torch.ops.aten.view.default(native_layer_norm_8_0, [64, 768])
-    t_12 = torch.ops.aten.t.default(h_3_attn_c_attn_weight)
-    addmm_12 = torch.ops.aten.addmm.default(h_3_attn_c_attn_bias, view_36, t_12)
-    view_37 = torch.ops.aten.view.default(addmm_12, [1, 64, 2304])
+    view_36 = native_layer_norm_8_0.view([64, 768])
+    t_12 = h_3_attn_c_attn_weight.t()
+    addmm_12 = torch.addmm(h_3_attn_c_attn_bias, view_36, t_12)
+    view_37 = addmm_12.view([1, 64, 2304])
     split_with_sizes_5 = torch.ops.aten.split_with_sizes.default(
         view_37, [768, 768, 768], 2
     )
@@ -3723,14 +3724,14 @@ def _cpu_0(self, idx):
     split_5_1 = split_with_sizes_5[1]
     split_5_2 = split_with_sizes_5[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_38 = torch.ops.aten.view.default(split_5_0, [1, 64, 12, 64])
-    transpose_12 = torch.ops.aten.transpose.int(view_38, 1, 2)
+    view_38 = split_5_0.view([1, 64, 12, 64])
+    transpose_12 = view_38.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_39 = torch.ops.aten.view.default(split_5_1, [1, 64, 12, 64])
-    transpose_13 = torch.ops.aten.transpose.int(view_39, 1, 2)
+    view_39 = split_5_1.view([1, 64, 12, 64])
+    transpose_13 = view_39.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_40 = torch.ops.aten.view.default(split_5_2, [1, 64, 12, 64])
-    transpose_14 = torch.ops.aten.transpose.int(view_40, 1, 2)
+    view_40 = split_5_2.view([1, 64, 12, 64])
+    transpose_14 = view_40.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_3 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -3739,12 +3740,12 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_15 = torch.ops.aten.transpose.int(scaled_dot_product_attention_3, 1, 2)
-    view_41 = torch.ops.aten.view.default(transpose_15, [1, 64, 768])
+    transpose_15 = scaled_dot_product_attention_3.transpose(1, 2)
+    view_41 = transpose_15.view([1, 64, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_42 = torch.ops.aten.view.default(view_41, [64, 768])
-    t_13 = torch.ops.aten.t.default(h_3_attn_c_proj_weight)
-    mm_10 = torch.ops.aten.mm.default(view_42, t_13)
+    view_42 = view_41.view([64, 768])
+    t_13 = h_3_attn_c_proj_weight.t()
+    mm_10 = torch.mm(view_42, t_13)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_7 = torch.empty_strided(
@@ -3763,9 +3764,9 @@ def _cpu_0(self, idx):
         native_layer_norm_9_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_44 = torch.ops.aten.view.default(native_layer_norm_9_0, [64, 768])
-    t_14 = torch.ops.aten.t.default(h_3_mlp_c_fc_weight)
-    mm_11 = torch.ops.aten.mm.default(view_44, t_14)
+    view_44 = native_layer_norm_9_0.view([64, 768])
+    t_14 = h_3_mlp_c_fc_weight.t()
+    mm_11 = torch.mm(view_44, t_14)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_3 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
@@ -3774,9 +3775,9 @@ def _cpu_0(self, idx):
         mm_11.data_ptr(), h_3_mlp_c_fc_bias.data_ptr(), gelu_3.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_46 = torch.ops.aten.view.default(gelu_3, [64, 3072])
-    t_15 = torch.ops.aten.t.default(h_3_mlp_c_proj_weight)
-    mm_12 = torch.ops.aten.mm.default(view_46, t_15)
+    view_46 = gelu_3.view([64, 3072])
+    t_15 = h_3_mlp_c_proj_weight.t()
+    mm_12 = torch.mm(view_46, t_15)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_8 = torch.empty_strided(
@@ -3795,10 +3796,10 @@ def _cpu_0(self, idx):
         native_layer_norm_10_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_48 = torch.ops.aten.view.default(native_layer_norm_10_0, [64, 768])
-    t_16 = torch.ops.aten.t.default(h_4_attn_c_attn_weight)
-    addmm_16 = torch.ops.aten.addmm.default(h_4_attn_c_attn_bias, view_48, t_16)
-    view_49 = torch.ops.aten.view.default(addmm_16, [1, 64, 2304])
+    view_48 = native_layer_norm_10_0.view([64, 768])
+    t_16 = h_4_attn_c_attn_weight.t()
+    addmm_16 = torch.addmm(h_4_attn_c_attn_bias, view_48, t_16)
+    view_49 = addmm_16.view([1, 64, 2304])
     split_with_sizes_6 = torch.ops.aten.split_with_sizes.default(
         view_49, [768, 768, 768], 2
     )
@@ -3806,14 +3807,14 @@ def _cpu_0(self, idx):
     split_6_1 = split_with_sizes_6[1]
     split_6_2 = split_with_sizes_6[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_50 = torch.ops.aten.view.default(split_6_0, [1, 64, 12, 64])
-    transpose_16 = torch.ops.aten.transpose.int(view_50, 1, 2)
+    view_50 = split_6_0.view([1, 64, 12, 64])
+    transpose_16 = view_50.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_51 = torch.ops.aten.view.default(split_6_1, [1, 64, 12, 64])
-    transpose_17 = torch.ops.aten.transpose.int(view_51, 1, 2)
+    view_51 = split_6_1.view([1, 64, 12, 64])
+    transpose_17 = view_51.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_52 = torch.ops.aten.view.default(split_6_2, [1, 64, 12, 64])
-    transpose_18 = torch.ops.aten.transpose.int(view_52, 1, 2)
+    view_52 = split_6_2.view([1, 64, 12, 64])
+    transpose_18 = view_52.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_4 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -3822,12 +3823,12 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_19 = torch.ops.aten.transpose.int(scaled_dot_product_attention_4, 1, 2)
-    view_53 = torch.ops.aten.view.default(transpose_19, [1, 64, 768])
+    transpose_19 = scaled_dot_product_attention_4.transpose(1, 2)
+    view_53 = transpose_19.view([1, 64, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_54 = torch.ops.aten.view.default(view_53, [64, 768])
-    t_17 = torch.ops.aten.t.default(h_4_attn_c_proj_weight)
-    mm_13 = torch.ops.aten.mm.default(view_54, t_17)
+    view_54 = view_53.view([64, 768])
+    t_17 = h_4_attn_c_proj_weight.t()
+    mm_13 = torch.mm(view_54, t_17)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_9 = torch.empty_strided(
@@ -3846,9 +3847,9 @@ def _cpu_0(self, idx):
         native_layer_norm_11_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_56 = torch.ops.aten.view.default(native_layer_norm_11_0, [64, 768])
-    t_18 = torch.ops.aten.t.default(h_4_mlp_c_fc_weight)
-    mm_14 = torch.ops.aten.mm.default(view_56, t_18)
+    view_56 = native_layer_norm_11_0.view([64, 768])
+    t_18 = h_4_mlp_c_fc_weight.t()
+    mm_14 = torch.mm(view_56, t_18)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_4 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
@@ -3857,9 +3858,9 @@ def _cpu_0(self, idx):
         mm_14.data_ptr(), h_4_mlp_c_fc_bias.data_ptr(), gelu_4.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_58 = torch.ops.aten.view.default(gelu_4, [64, 3072])
-    t_19 = torch.ops.aten.t.default(h_4_mlp_c_proj_weight)
-    mm_15 = torch.ops.aten.mm.default(view_58, t_19)
+    view_58 = gelu_4.view([64, 3072])
+    t_19 = h_4_mlp_c_proj_weight.t()
+    mm_15 = torch.mm(view_58, t_19)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_10 = torch.empty_strided(
@@ -3878,10 +3879,10 @@ def _cpu_0(self, idx):
         native_layer_norm_12_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_60 = torch.ops.aten.view.default(native_layer_norm_12_0, [64, 768])
-    t_20 = torch.ops.aten.t.default(h_5_attn_c_attn_weight)
-    addmm_20 = torch.ops.aten.addmm.default(h_5_attn_c_attn_bias, view_60, t_20)
-    view_61 = torch.ops.aten.view.default(addmm_20, [1, 64, 2304])
+    view_60 = native_layer_norm_12_0.view([64, 768])
+    t_20 = h_5_attn_c_attn_weight.t()
+    addmm_20 = torch.addmm(h_5_attn_c_attn_bias, view_60, t_20)
+    view_61 = addmm_20.view([1, 64, 2304])
     split_with_sizes_7 = torch.ops.aten.split_with_sizes.default(
         view_61, [768, 768, 768], 2
     )
@@ -3889,14 +3890,14 @@ def _cpu_0(self, idx):
     split_7_1 = split_with_sizes_7[1]
     split_7_2 = split_with_sizes_7[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_62 = torch.ops.aten.view.default(split_7_0, [1, 64, 12, 64])
-    transpose_20 = torch.ops.aten.transpose.int(view_62, 1, 2)
+    view_62 = split_7_0.view([1, 64, 12, 64])
+    transpose_20 = view_62.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_63 = torch.ops.aten.view.default(split_7_1, [1, 64, 12, 64])
-    transpose_21 = torch.ops.aten.transpose.int(view_63, 1, 2)
+    view_63 = split_7_1.view([1, 64, 12, 64])
+    transpose_21 = view_63.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_64 = torch.ops.aten.view.default(split_7_2, [1, 64, 12, 64])
-    transpose_22 = torch.ops.aten.transpose.int(view_64, 1, 2)
+    view_64 = split_7_2.view([1, 64, 12, 64])
+    transpose_22 = view_64.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_5 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -3905,12 +3906,12 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_23 = torch.ops.aten.transpose.int(scaled_dot_product_attention_5, 1, 2)
-    view_65 = torch.ops.aten.view.default(transpose_23, [1, 64, 768])
+    transpose_23 = scaled_dot_product_attention_5.transpose(1, 2)
+    view_65 = transpose_23.view([1, 64, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_66 = torch.ops.aten.view.default(view_65, [64, 768])
-    t_21 = torch.ops.aten.t.default(h_5_attn_c_proj_weight)
-    mm_16 = torch.ops.aten.mm.default(view_66, t_21)
+    view_66 = view_65.view([64, 768])
+    t_21 = h_5_attn_c_proj_weight.t()
+    mm_16 = torch.mm(view_66, t_21)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_11 = torch.empty_strided(
@@ -3929,9 +3930,9 @@ def _cpu_0(self, idx):
         native_layer_norm_13_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_68 = torch.ops.aten.view.default(native_layer_norm_13_0, [64, 768])
-    t_22 = torch.ops.aten.t.default(h_5_mlp_c_fc_weight)
-    mm_17 = torch.ops.aten.mm.default(view_68, t_22)
+    view_68 = native_layer_norm_13_0.view([64, 768])
+    t_22 = h_5_mlp_c_fc_weight.t()
+    mm_17 = torch.mm(view_68, t_22)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_5 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
@@ -3940,9 +3941,9 @@ def _cpu_0(self, idx):
         mm_17.data_ptr(), h_5_mlp_c_fc_bias.data_ptr(), gelu_5.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_70 = torch.ops.aten.view.default(gelu_5, [64, 3072])
-    t_23 = torch.ops.aten.t.default(h_5_mlp_c_proj_weight)
-    mm_18 = torch.ops.aten.mm.default(view_70, t_23)
+    view_70 = gelu_5.view([64, 3072])
+    t_23 = h_5_mlp_c_proj_weight.t()
+    mm_18 = torch.mm(view_70, t_23)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_12 = torch.empty_strided(
@@ -3961,10 +3962,10 @@ def _cpu_0(self, idx):
         native_layer_norm_14_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_72 = torch.ops.aten.view.default(native_layer_norm_14_0, [64, 768])
-    t_24 = torch.ops.aten.t.default(h_6_attn_c_attn_weight)
-    addmm_24 = torch.ops.aten.addmm.default(h_6_attn_c_attn_bias, view_72, t_24)
-    view_73 = torch.ops.aten.view.default(addmm_24, [1, 64, 2304])
+    view_72 = native_layer_norm_14_0.view([64, 768])
+    t_24 = h_6_attn_c_attn_weight.t()
+    addmm_24 = torch.addmm(h_6_attn_c_attn_bias, view_72, t_24)
+    view_73 = addmm_24.view([1, 64, 2304])
     split_with_sizes_8 = torch.ops.aten.split_with_sizes.default(
         view_73, [768, 768, 768], 2
     )
@@ -3972,14 +3973,14 @@ def _cpu_0(self, idx):
     split_8_1 = split_with_sizes_8[1]
     split_8_2 = split_with_sizes_8[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_74 = torch.ops.aten.view.default(split_8_0, [1, 64, 12, 64])
-    transpose_24 = torch.ops.aten.transpose.int(view_74, 1, 2)
+    view_74 = split_8_0.view([1, 64, 12, 64])
+    transpose_24 = view_74.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_75 = torch.ops.aten.view.default(split_8_1, [1, 64, 12, 64])
-    transpose_25 = torch.ops.aten.transpose.int(view_75, 1, 2)
+    view_75 = split_8_1.view([1, 64, 12, 64])
+    transpose_25 = view_75.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_76 = torch.ops.aten.view.default(split_8_2, [1, 64, 12, 64])
-    transpose_26 = torch.ops.aten.transpose.int(view_76, 1, 2)
+    view_76 = split_8_2.view([1, 64, 12, 64])
+    transpose_26 = view_76.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_6 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -3988,12 +3989,12 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_27 = torch.ops.aten.transpose.int(scaled_dot_product_attention_6, 1, 2)
-    view_77 = torch.ops.aten.view.default(transpose_27, [1, 64, 768])
+    transpose_27 = scaled_dot_product_attention_6.transpose(1, 2)
+    view_77 = transpose_27.view([1, 64, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_78 = torch.ops.aten.view.default(view_77, [64, 768])
-    t_25 = torch.ops.aten.t.default(h_6_attn_c_proj_weight)
-    mm_19 = torch.ops.aten.mm.default(view_78, t_25)
+    view_78 = view_77.view([64, 768])
+    t_25 = h_6_attn_c_proj_weight.t()
+    mm_19 = torch.mm(view_78, t_25)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_13 = torch.empty_strided(
@@ -4012,9 +4013,9 @@ def _cpu_0(self, idx):
         native_layer_norm_15_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_80 = torch.ops.aten.view.default(native_layer_norm_15_0, [64, 768])
-    t_26 = torch.ops.aten.t.default(h_6_mlp_c_fc_weight)
-    mm_20 = torch.ops.aten.mm.default(view_80, t_26)
+    view_80 = native_layer_norm_15_0.view([64, 768])
+    t_26 = h_6_mlp_c_fc_weight.t()
+    mm_20 = torch.mm(view_80, t_26)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_6 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
@@ -4023,9 +4024,9 @@ def _cpu_0(self, idx):
         mm_20.data_ptr(), h_6_mlp_c_fc_bias.data_ptr(), gelu_6.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_82 = torch.ops.aten.view.default(gelu_6, [64, 3072])
-    t_27 = torch.ops.aten.t.default(h_6_mlp_c_proj_weight)
-    mm_21 = torch.ops.aten.mm.default(view_82, t_27)
+    view_82 = gelu_6.view([64, 3072])
+    t_27 = h_6_mlp_c_proj_weight.t()
+    mm_21 = torch.mm(view_82, t_27)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_14 = torch.empty_strided(
@@ -4044,10 +4045,10 @@ def _cpu_0(self, idx):
         native_layer_norm_16_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_84 = torch.ops.aten.view.default(native_layer_norm_16_0, [64, 768])
-    t_28 = torch.ops.aten.t.default(h_7_attn_c_attn_weight)
-    addmm_28 = torch.ops.aten.addmm.default(h_7_attn_c_attn_bias, view_84, t_28)
-    view_85 = torch.ops.aten.view.default(addmm_28, [1, 64, 2304])
+    view_84 = native_layer_norm_16_0.view([64, 768])
+    t_28 = h_7_attn_c_attn_weight.t()
+    addmm_28 = torch.addmm(h_7_attn_c_attn_bias, view_84, t_28)
+    view_85 = addmm_28.view([1, 64, 2304])
     split_with_sizes_9 = torch.ops.aten.split_with_sizes.default(
         view_85, [768, 768, 768], 2
     )
@@ -4055,14 +4056,14 @@ def _cpu_0(self, idx):
     split_9_1 = split_with_sizes_9[1]
     split_9_2 = split_with_sizes_9[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_86 = torch.ops.aten.view.default(split_9_0, [1, 64, 12, 64])
-    transpose_28 = torch.ops.aten.transpose.int(view_86, 1, 2)
+    view_86 = split_9_0.view([1, 64, 12, 64])
+    transpose_28 = view_86.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_87 = torch.ops.aten.view.default(split_9_1, [1, 64, 12, 64])
-    transpose_29 = torch.ops.aten.transpose.int(view_87, 1, 2)
+    view_87 = split_9_1.view([1, 64, 12, 64])
+    transpose_29 = view_87.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_88 = torch.ops.aten.view.default(split_9_2, [1, 64, 12, 64])
-    transpose_30 = torch.ops.aten.transpose.int(view_88, 1, 2)
+    view_88 = split_9_2.view([1, 64, 12, 64])
+    transpose_30 = view_88.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_7 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -4071,12 +4072,12 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_31 = torch.ops.aten.transpose.int(scaled_dot_product_attention_7, 1, 2)
-    view_89 = torch.ops.aten.view.default(transpose_31, [1, 64, 768])
+    transpose_31 = scaled_dot_product_attention_7.transpose(1, 2)
+    view_89 = transpose_31.view([1, 64, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_90 = torch.ops.aten.view.default(view_89, [64, 768])
-    t_29 = torch.ops.aten.t.default(h_7_attn_c_proj_weight)
-    mm_22 = torch.ops.aten.mm.default(view_90, t_29)
+    view_90 = view_89.view([64, 768])
+    t_29 = h_7_attn_c_proj_weight.t()
+    mm_22 = torch.mm(view_90, t_29)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_15 = torch.empty_strided(
@@ -4095,9 +4096,9 @@ def _cpu_0(self, idx):
         native_layer_norm_17_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_92 = torch.ops.aten.view.default(native_layer_norm_17_0, [64, 768])
-    t_30 = torch.ops.aten.t.default(h_7_mlp_c_fc_weight)
-    mm_23 = torch.ops.aten.mm.default(view_92, t_30)
+    view_92 = native_layer_norm_17_0.view([64, 768])
+    t_30 = h_7_mlp_c_fc_weight.t()
+    mm_23 = torch.mm(view_92, t_30)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_7 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
@@ -4106,9 +4107,9 @@ def _cpu_0(self, idx):
         mm_23.data_ptr(), h_7_mlp_c_fc_bias.data_ptr(), gelu_7.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_94 = torch.ops.aten.view.default(gelu_7, [64, 3072])
-    t_31 = torch.ops.aten.t.default(h_7_mlp_c_proj_weight)
-    mm_24 = torch.ops.aten.mm.default(view_94, t_31)
+    view_94 = gelu_7.view([64, 3072])
+    t_31 = h_7_mlp_c_proj_weight.t()
+    mm_24 = torch.mm(view_94, t_31)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_16 = torch.empty_strided(
@@ -4127,10 +4128,10 @@ def _cpu_0(self, idx):
         native_layer_norm_18_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_96 = torch.ops.aten.view.default(native_layer_norm_18_0, [64, 768])
-    t_32 = torch.ops.aten.t.default(h_8_attn_c_attn_weight)
-    addmm_32 = torch.ops.aten.addmm.default(h_8_attn_c_attn_bias, view_96, t_32)
-    view_97 = torch.ops.aten.view.default(addmm_32, [1, 64, 2304])
+    view_96 = native_layer_norm_18_0.view([64, 768])
+    t_32 = h_8_attn_c_attn_weight.t()
+    addmm_32 = torch.addmm(h_8_attn_c_attn_bias, view_96, t_32)
+    view_97 = addmm_32.view([1, 64, 2304])
     split_with_sizes_10 = torch.ops.aten.split_with_sizes.default(
         view_97, [768, 768, 768], 2
     )
@@ -4138,14 +4139,14 @@ def _cpu_0(self, idx):
     split_10_1 = split_with_sizes_10[1]
     split_10_2 = split_with_sizes_10[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_98 = torch.ops.aten.view.default(split_10_0, [1, 64, 12, 64])
-    transpose_32 = torch.ops.aten.transpose.int(view_98, 1, 2)
+    view_98 = split_10_0.view([1, 64, 12, 64])
+    transpose_32 = view_98.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_99 = torch.ops.aten.view.default(split_10_1, [1, 64, 12, 64])
-    transpose_33 = torch.ops.aten.transpose.int(view_99, 1, 2)
+    view_99 = split_10_1.view([1, 64, 12, 64])
+    transpose_33 = view_99.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_100 = torch.ops.aten.view.default(split_10_2, [1, 64, 12, 64])
-    transpose_34 = torch.ops.aten.transpose.int(view_100, 1, 2)
+    view_100 = split_10_2.view([1, 64, 12, 64])
+    transpose_34 = view_100.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_8 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -4154,12 +4155,12 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_35 = torch.ops.aten.transpose.int(scaled_dot_product_attention_8, 1, 2)
-    view_101 = torch.ops.aten.view.default(transpose_35, [1, 64, 768])
+    transpose_35 = scaled_dot_product_attention_8.transpose(1, 2)
+    view_101 = transpose_35.view([1, 64, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_102 = torch.ops.aten.view.default(view_101, [64, 768])
-    t_33 = torch.ops.aten.t.default(h_8_attn_c_proj_weight)
-    mm_25 = torch.ops.aten.mm.default(view_102, t_33)
+    view_102 = view_101.view([64, 768])
+    t_33 = h_8_attn_c_proj_weight.t()
+    mm_25 = torch.mm(view_102, t_33)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_17 = torch.empty_strided(
@@ -4178,9 +4179,9 @@ def _cpu_0(self, idx):
         native_layer_norm_19_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_104 = torch.ops.aten.view.default(native_layer_norm_19_0, [64, 768])
-    t_34 = torch.ops.aten.t.default(h_8_mlp_c_fc_weight)
-    mm_26 = torch.ops.aten.mm.default(view_104, t_34)
+    view_104 = native_layer_norm_19_0.view([64, 768])
+    t_34 = h_8_mlp_c_fc_weight.t()
+    mm_26 = torch.mm(view_104, t_34)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_8 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
@@ -4189,9 +4190,9 @@ def _cpu_0(self, idx):
         mm_26.data_ptr(), h_8_mlp_c_fc_bias.data_ptr(), gelu_8.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_106 = torch.ops.aten.view.default(gelu_8, [64, 3072])
-    t_35 = torch.ops.aten.t.default(h_8_mlp_c_proj_weight)
-    mm_27 = torch.ops.aten.mm.default(view_106, t_35)
+    view_106 = gelu_8.view([64, 3072])
+    t_35 = h_8_mlp_c_proj_weight.t()
+    mm_27 = torch.mm(view_106, t_35)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_18 = torch.empty_strided(
@@ -4210,10 +4211,10 @@ def _cpu_0(self, idx):
         native_layer_norm_20_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_108 = torch.ops.aten.view.default(native_layer_norm_20_0, [64, 768])
-    t_36 = torch.ops.aten.t.default(h_9_attn_c_attn_weight)
-    addmm_36 = torch.ops.aten.addmm.default(h_9_attn_c_attn_bias, view_108, t_36)
-    view_109 = torch.ops.aten.view.default(addmm_36, [1, 64, 2304])
+    view_108 = native_layer_norm_20_0.view([64, 768])
+    t_36 = h_9_attn_c_attn_weight.t()
+    addmm_36 = torch.addmm(h_9_attn_c_attn_bias, view_108, t_36)
+    view_109 = addmm_36.view([1, 64, 2304])
     split_with_sizes_11 = torch.ops.aten.split_with_sizes.default(
         view_109, [768, 768, 768], 2
     )
@@ -4221,14 +4222,14 @@ def _cpu_0(self, idx):
     split_11_1 = split_with_sizes_11[1]
     split_11_2 = split_with_sizes_11[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_110 = torch.ops.aten.view.default(split_11_0, [1, 64, 12, 64])
-    transpose_36 = torch.ops.aten.transpose.int(view_110, 1, 2)
+    view_110 = split_11_0.view([1, 64, 12, 64])
+    transpose_36 = view_110.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_111 = torch.ops.aten.view.default(split_11_1, [1, 64, 12, 64])
-    transpose_37 = torch.ops.aten.transpose.int(view_111, 1, 2)
+    view_111 = split_11_1.view([1, 64, 12, 64])
+    transpose_37 = view_111.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_112 = torch.ops.aten.view.default(split_11_2, [1, 64, 12, 64])
-    transpose_38 = torch.ops.aten.transpose.int(view_112, 1, 2)
+    view_112 = split_11_2.view([1, 64, 12, 64])
+    transpose_38 = view_112.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_9 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -4237,12 +4238,12 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_39 = torch.ops.aten.transpose.int(scaled_dot_product_attention_9, 1, 2)
-    view_113 = torch.ops.aten.view.default(transpose_39, [1, 64, 768])
+    transpose_39 = scaled_dot_product_attention_9.transpose(1, 2)
+    view_113 = transpose_39.view([1, 64, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_114 = torch.ops.aten.view.default(view_113, [64, 768])
-    t_37 = torch.ops.aten.t.default(h_9_attn_c_proj_weight)
-    mm_28 = torch.ops.aten.mm.default(view_114, t_37)
+    view_114 = view_113.view([64, 768])
+    t_37 = h_9_attn_c_proj_weight.t()
+    mm_28 = torch.mm(view_114, t_37)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_19 = torch.empty_strided(
@@ -4261,9 +4262,9 @@ def _cpu_0(self, idx):
         native_layer_norm_21_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_116 = torch.ops.aten.view.default(native_layer_norm_21_0, [64, 768])
-    t_38 = torch.ops.aten.t.default(h_9_mlp_c_fc_weight)
-    mm_29 = torch.ops.aten.mm.default(view_116, t_38)
+    view_116 = native_layer_norm_21_0.view([64, 768])
+    t_38 = h_9_mlp_c_fc_weight.t()
+    mm_29 = torch.mm(view_116, t_38)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_9 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
@@ -4272,9 +4273,9 @@ def _cpu_0(self, idx):
         mm_29.data_ptr(), h_9_mlp_c_fc_bias.data_ptr(), gelu_9.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_118 = torch.ops.aten.view.default(gelu_9, [64, 3072])
-    t_39 = torch.ops.aten.t.default(h_9_mlp_c_proj_weight)
-    mm_30 = torch.ops.aten.mm.default(view_118, t_39)
+    view_118 = gelu_9.view([64, 3072])
+    t_39 = h_9_mlp_c_proj_weight.t()
+    mm_30 = torch.mm(view_118, t_39)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_20 = torch.empty_strided(
@@ -4293,10 +4294,10 @@ def _cpu_0(self, idx):
         native_layer_norm_22_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_120 = torch.ops.aten.view.default(native_layer_norm_22_0, [64, 768])
-    t_40 = torch.ops.aten.t.default(h_10_attn_c_attn_weight)
-    addmm_40 = torch.ops.aten.addmm.default(h_10_attn_c_attn_bias, view_120, t_40)
-    view_121 = torch.ops.aten.view.default(addmm_40, [1, 64, 2304])
+    view_120 = native_layer_norm_22_0.view([64, 768])
+    t_40 = h_10_attn_c_attn_weight.t()
+    addmm_40 = torch.addmm(h_10_attn_c_attn_bias, view_120, t_40)
+    view_121 = addmm_40.view([1, 64, 2304])
     split_with_sizes_12 = torch.ops.aten.split_with_sizes.default(
         view_121, [768, 768, 768], 2
     )
@@ -4304,14 +4305,14 @@ def _cpu_0(self, idx):
     split_12_1 = split_with_sizes_12[1]
     split_12_2 = split_with_sizes_12[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_122 = torch.ops.aten.view.default(split_12_0, [1, 64, 12, 64])
-    transpose_40 = torch.ops.aten.transpose.int(view_122, 1, 2)
+    view_122 = split_12_0.view([1, 64, 12, 64])
+    transpose_40 = view_122.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_123 = torch.ops.aten.view.default(split_12_1, [1, 64, 12, 64])
-    transpose_41 = torch.ops.aten.transpose.int(view_123, 1, 2)
+    view_123 = split_12_1.view([1, 64, 12, 64])
+    transpose_41 = view_123.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_124 = torch.ops.aten.view.default(split_12_2, [1, 64, 12, 64])
-    transpose_42 = torch.ops.aten.transpose.int(view_124, 1, 2)
+    view_124 = split_12_2.view([1, 64, 12, 64])
+    transpose_42 = view_124.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_10 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -4320,12 +4321,12 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_43 = torch.ops.aten.transpose.int(scaled_dot_product_attention_10, 1, 2)
-    view_125 = torch.ops.aten.view.default(transpose_43, [1, 64, 768])
+    transpose_43 = scaled_dot_product_attention_10.transpose(1, 2)
+    view_125 = transpose_43.view([1, 64, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_126 = torch.ops.aten.view.default(view_125, [64, 768])
-    t_41 = torch.ops.aten.t.default(h_10_attn_c_proj_weight)
-    mm_31 = torch.ops.aten.mm.default(view_126, t_41)
+    view_126 = view_125.view([64, 768])
+    t_41 = h_10_attn_c_proj_weight.t()
+    mm_31 = torch.mm(view_126, t_41)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_21 = torch.empty_strided(
@@ -4344,9 +4345,9 @@ def _cpu_0(self, idx):
         native_layer_norm_23_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_128 = torch.ops.aten.view.default(native_layer_norm_23_0, [64, 768])
-    t_42 = torch.ops.aten.t.default(h_10_mlp_c_fc_weight)
-    mm_32 = torch.ops.aten.mm.default(view_128, t_42)
+    view_128 = native_layer_norm_23_0.view([64, 768])
+    t_42 = h_10_mlp_c_fc_weight.t()
+    mm_32 = torch.mm(view_128, t_42)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_10 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
@@ -4355,9 +4356,9 @@ def _cpu_0(self, idx):
         mm_32.data_ptr(), h_10_mlp_c_fc_bias.data_ptr(), gelu_10.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_130 = torch.ops.aten.view.default(gelu_10, [64, 3072])
-    t_43 = torch.ops.aten.t.default(h_10_mlp_c_proj_weight)
-    mm_33 = torch.ops.aten.mm.default(view_130, t_43)
+    view_130 = gelu_10.view([64, 3072])
+    t_43 = h_10_mlp_c_proj_weight.t()
+    mm_33 = torch.mm(view_130, t_43)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_22 = torch.empty_strided(
@@ -4376,10 +4377,10 @@ def _cpu_0(self, idx):
         native_layer_norm_24_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_132 = torch.ops.aten.view.default(native_layer_norm_24_0, [64, 768])
-    t_44 = torch.ops.aten.t.default(h_11_attn_c_attn_weight)
-    addmm_44 = torch.ops.aten.addmm.default(h_11_attn_c_attn_bias, view_132, t_44)
-    view_133 = torch.ops.aten.view.default(addmm_44, [1, 64, 2304])
+    view_132 = native_layer_norm_24_0.view([64, 768])
+    t_44 = h_11_attn_c_attn_weight.t()
+    addmm_44 = torch.addmm(h_11_attn_c_attn_bias, view_132, t_44)
+    view_133 = addmm_44.view([1, 64, 2304])
     split_with_sizes_13 = torch.ops.aten.split_with_sizes.default(
         view_133, [768, 768, 768], 2
     )
@@ -4387,14 +4388,14 @@ def _cpu_0(self, idx):
     split_13_1 = split_with_sizes_13[1]
     split_13_2 = split_with_sizes_13[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_134 = torch.ops.aten.view.default(split_13_0, [1, 64, 12, 64])
-    transpose_44 = torch.ops.aten.transpose.int(view_134, 1, 2)
+    view_134 = split_13_0.view([1, 64, 12, 64])
+    transpose_44 = view_134.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_135 = torch.ops.aten.view.default(split_13_1, [1, 64, 12, 64])
-    transpose_45 = torch.ops.aten.transpose.int(view_135, 1, 2)
+    view_135 = split_13_1.view([1, 64, 12, 64])
+    transpose_45 = view_135.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_136 = torch.ops.aten.view.default(split_13_2, [1, 64, 12, 64])
-    transpose_46 = torch.ops.aten.transpose.int(view_136, 1, 2)
+    view_136 = split_13_2.view([1, 64, 12, 64])
+    transpose_46 = view_136.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_11 = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -4403,12 +4404,12 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_47 = torch.ops.aten.transpose.int(scaled_dot_product_attention_11, 1, 2)
-    view_137 = torch.ops.aten.view.default(transpose_47, [1, 64, 768])
+    transpose_47 = scaled_dot_product_attention_11.transpose(1, 2)
+    view_137 = transpose_47.view([1, 64, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_138 = torch.ops.aten.view.default(view_137, [64, 768])
-    t_45 = torch.ops.aten.t.default(h_11_attn_c_proj_weight)
-    mm_34 = torch.ops.aten.mm.default(view_138, t_45)
+    view_138 = view_137.view([64, 768])
+    t_45 = h_11_attn_c_proj_weight.t()
+    mm_34 = torch.mm(view_138, t_45)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_23 = torch.empty_strided(
@@ -4427,9 +4428,9 @@ def _cpu_0(self, idx):
         native_layer_norm_25_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_140 = torch.ops.aten.view.default(native_layer_norm_25_0, [64, 768])
-    t_46 = torch.ops.aten.t.default(h_11_mlp_c_fc_weight)
-    mm_35 = torch.ops.aten.mm.default(view_140, t_46)
+    view_140 = native_layer_norm_25_0.view([64, 768])
+    t_46 = h_11_mlp_c_fc_weight.t()
+    mm_35 = torch.mm(view_140, t_46)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_11 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
@@ -4438,9 +4439,9 @@ def _cpu_0(self, idx):
         mm_35.data_ptr(), h_11_mlp_c_fc_bias.data_ptr(), gelu_11.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_142 = torch.ops.aten.view.default(gelu_11, [64, 3072])
-    t_47 = torch.ops.aten.t.default(h_11_mlp_c_proj_weight)
-    mm_36 = torch.ops.aten.mm.default(view_142, t_47)
+    view_142 = gelu_11.view([64, 3072])
+    t_47 = h_11_mlp_c_proj_weight.t()
+    mm_36 = torch.mm(view_142, t_47)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt.py:51: x = self.ln_f(x)
     native_layer_norm_26_0 = torch.empty_strided(
@@ -4455,9 +4456,9 @@ def _cpu_0(self, idx):
         native_layer_norm_26_0.data_ptr(),
     )
     # examples/gpt.py:52: return self.lm_head(x)  # (B, T, vocab_size)
-    t_48 = torch.ops.aten.t.default(wte_weight)
-    view_144 = torch.ops.aten.view.default(native_layer_norm_26_0, [64, 768])
-    mm = torch.ops.aten.mm.default(view_144, t_48)
+    t_48 = wte_weight.t()
+    view_144 = native_layer_norm_26_0.view([64, 768])
+    mm = torch.mm(view_144, t_48)
     _unsafe_view = torch.ops.aten._unsafe_view.default(mm, [1, 64, 50257])
     return _unsafe_view
 

@@ -32,13 +32,14 @@ _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 class _Triton:
     """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
-    """
+    The import rebinds `_triton` to the kernels, each launched through `runtime_shim`,
+    which skips Triton's per-launch bookkeeping once a kernel is compiled."""
 
     def __getattr__(self, name):
         global _triton
-        from . import gpt_block_triton as _triton
+        from . import gpt_block_triton
 
+        _triton = runtime_shim.TritonKernels(gpt_block_triton)
         return getattr(_triton, name)
 
 
@@ -176,10 +177,10 @@ def _cuda_0(self, x):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(native_layer_norm_0, [8192, 768])
-    t = torch.ops.aten.t.default(attn_c_attn_weight)
-    addmm = torch.ops.aten.addmm.default(attn_c_attn_bias, view, t)
-    view_1 = torch.ops.aten.view.default(addmm, [8, 1024, 2304])
+    view = native_layer_norm_0.view([8192, 768])
+    t = attn_c_attn_weight.t()
+    addmm = torch.addmm(attn_c_attn_bias, view, t)
+    view_1 = addmm.view([8, 1024, 2304])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(
         view_1, [768, 768, 768], 2
     )
@@ -187,14 +188,14 @@ def _cuda_0(self, x):
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_0, [8, 1024, 12, 64])
-    transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
+    view_2 = split_0.view([8, 1024, 12, 64])
+    transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_1, [8, 1024, 12, 64])
-    transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
+    view_3 = split_1.view([8, 1024, 12, 64])
+    transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_2, [8, 1024, 12, 64])
-    transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
+    view_4 = split_2.view([8, 1024, 12, 64])
+    transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -203,12 +204,12 @@ def _cuda_0(self, x):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
-    view_5 = torch.ops.aten.view.default(transpose_3, [8, 1024, 768])
+    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
+    view_5 = transpose_3.view([8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = torch.ops.aten.view.default(view_5, [8192, 768])
-    t_1 = torch.ops.aten.t.default(attn_c_proj_weight)
-    mm = torch.ops.aten.mm.default(view_6, t_1)
+    view_6 = view_5.view([8192, 768])
+    t_1 = attn_c_proj_weight.t()
+    mm = torch.mm(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = torch.empty_strided(
@@ -230,9 +231,9 @@ def _cuda_0(self, x):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [8192, 768])
-    t_2 = torch.ops.aten.t.default(mlp_c_fc_weight)
-    mm_1 = torch.ops.aten.mm.default(view_8, t_2)
+    view_8 = native_layer_norm_3_0.view([8192, 768])
+    t_2 = mlp_c_fc_weight.t()
+    mm_1 = torch.mm(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
@@ -241,9 +242,9 @@ def _cuda_0(self, x):
         mm_1, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(gelu, [8192, 3072])
-    t_3 = torch.ops.aten.t.default(mlp_c_proj_weight)
-    mm_2 = torch.ops.aten.mm.default(view_10, t_3)
+    view_10 = gelu.view([8192, 3072])
+    t_3 = mlp_c_proj_weight.t()
+    mm_2 = torch.mm(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
@@ -382,10 +383,10 @@ def _cpu_0(self, x):
         native_layer_norm_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(native_layer_norm_0, [256, 768])
-    t = torch.ops.aten.t.default(attn_c_attn_weight)
-    addmm = torch.ops.aten.addmm.default(attn_c_attn_bias, view, t)
-    view_1 = torch.ops.aten.view.default(addmm, [2, 128, 2304])
+    view = native_layer_norm_0.view([256, 768])
+    t = attn_c_attn_weight.t()
+    addmm = torch.addmm(attn_c_attn_bias, view, t)
+    view_1 = addmm.view([2, 128, 2304])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(
         view_1, [768, 768, 768], 2
     )
@@ -393,14 +394,14 @@ def _cpu_0(self, x):
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_0, [2, 128, 12, 64])
-    transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
+    view_2 = split_0.view([2, 128, 12, 64])
+    transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_1, [2, 128, 12, 64])
-    transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
+    view_3 = split_1.view([2, 128, 12, 64])
+    transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_2, [2, 128, 12, 64])
-    transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
+    view_4 = split_2.view([2, 128, 12, 64])
+    transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -409,12 +410,12 @@ def _cpu_0(self, x):
         (98304, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
-    view_5 = torch.ops.aten.view.default(transpose_3, [2, 128, 768])
+    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
+    view_5 = transpose_3.view([2, 128, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = torch.ops.aten.view.default(view_5, [256, 768])
-    t_1 = torch.ops.aten.t.default(attn_c_proj_weight)
-    mm = torch.ops.aten.mm.default(view_6, t_1)
+    view_6 = view_5.view([256, 768])
+    t_1 = attn_c_proj_weight.t()
+    mm = torch.mm(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = torch.empty_strided(
@@ -433,9 +434,9 @@ def _cpu_0(self, x):
         native_layer_norm_3_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [256, 768])
-    t_2 = torch.ops.aten.t.default(mlp_c_fc_weight)
-    mm_1 = torch.ops.aten.mm.default(view_8, t_2)
+    view_8 = native_layer_norm_3_0.view([256, 768])
+    t_2 = mlp_c_fc_weight.t()
+    mm_1 = torch.mm(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (2, 128, 3072), (393216, 3072, 1), dtype=torch.float32, device=device
@@ -444,9 +445,9 @@ def _cpu_0(self, x):
         mm_1.data_ptr(), mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(gelu, [256, 3072])
-    t_3 = torch.ops.aten.t.default(mlp_c_proj_weight)
-    mm_2 = torch.ops.aten.mm.default(view_10, t_3)
+    view_10 = gelu.view([256, 3072])
+    t_3 = mlp_c_proj_weight.t()
+    mm_2 = torch.mm(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
         (2, 128, 768), (98304, 768, 1), dtype=torch.float32, device=device
@@ -603,10 +604,10 @@ def _cuda_1(self, x):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = torch.ops.aten.view.default(native_layer_norm_0, [8192, 768])
-    t = torch.ops.aten.t.default(attn_c_attn_weight)
-    addmm = torch.ops.aten.addmm.default(attn_c_attn_bias, view, t)
-    view_1 = torch.ops.aten.view.default(addmm, [8, 1024, 2304])
+    view = native_layer_norm_0.view([8192, 768])
+    t = attn_c_attn_weight.t()
+    addmm = torch.addmm(attn_c_attn_bias, view, t)
+    view_1 = addmm.view([8, 1024, 2304])
     split_with_sizes = torch.ops.aten.split_with_sizes.default(
         view_1, [768, 768, 768], 2
     )
@@ -614,14 +615,14 @@ def _cuda_1(self, x):
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = torch.ops.aten.view.default(split_0, [8, 1024, 12, 64])
-    transpose = torch.ops.aten.transpose.int(view_2, 1, 2)
+    view_2 = split_0.view([8, 1024, 12, 64])
+    transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = torch.ops.aten.view.default(split_1, [8, 1024, 12, 64])
-    transpose_1 = torch.ops.aten.transpose.int(view_3, 1, 2)
+    view_3 = split_1.view([8, 1024, 12, 64])
+    transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = torch.ops.aten.view.default(split_2, [8, 1024, 12, 64])
-    transpose_2 = torch.ops.aten.transpose.int(view_4, 1, 2)
+    view_4 = split_2.view([8, 1024, 12, 64])
+    transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.ops.aten.scaled_dot_product_attention.default(
@@ -630,12 +631,12 @@ def _cuda_1(self, x):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = torch.ops.aten.transpose.int(scaled_dot_product_attention, 1, 2)
-    view_5 = torch.ops.aten.view.default(transpose_3, [8, 1024, 768])
+    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
+    view_5 = transpose_3.view([8, 1024, 768])
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = torch.ops.aten.view.default(view_5, [8192, 768])
-    t_1 = torch.ops.aten.t.default(attn_c_proj_weight)
-    mm = torch.ops.aten.mm.default(view_6, t_1)
+    view_6 = view_5.view([8192, 768])
+    t_1 = attn_c_proj_weight.t()
+    mm = torch.mm(view_6, t_1)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = torch.empty_strided(
@@ -657,9 +658,9 @@ def _cuda_1(self, x):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = torch.ops.aten.view.default(native_layer_norm_3_0, [8192, 768])
-    t_2 = torch.ops.aten.t.default(mlp_c_fc_weight)
-    mm_1 = torch.ops.aten.mm.default(view_8, t_2)
+    view_8 = native_layer_norm_3_0.view([8192, 768])
+    t_2 = mlp_c_fc_weight.t()
+    mm_1 = torch.mm(view_8, t_2)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.bfloat16, device=device
@@ -668,9 +669,9 @@ def _cuda_1(self, x):
         mm_1, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = torch.ops.aten.view.default(gelu, [8192, 3072])
-    t_3 = torch.ops.aten.t.default(mlp_c_proj_weight)
-    mm_2 = torch.ops.aten.mm.default(view_10, t_3)
+    view_10 = gelu.view([8192, 3072])
+    t_3 = mlp_c_proj_weight.t()
+    mm_2 = torch.mm(view_10, t_3)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
         (8, 1024, 768), (786432, 768, 1), dtype=torch.bfloat16, device=device

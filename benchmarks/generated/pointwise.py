@@ -30,13 +30,14 @@ _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 class _Triton:
     """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
-    """
+    The import rebinds `_triton` to the kernels, each launched through `runtime_shim`,
+    which skips Triton's per-launch bookkeeping once a kernel is compiled."""
 
     def __getattr__(self, name):
         global _triton
-        from . import pointwise_triton as _triton
+        from . import pointwise_triton
 
+        _triton = runtime_shim.TritonKernels(pointwise_triton)
         return getattr(_triton, name)
 
 

@@ -30,13 +30,14 @@ _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 class _Triton:
     """Triton kernels, imported on first launch: CPU-only machines need no Triton.
 
-    The import rebinds `_triton` to the kernels' module, so a launch costs one lookup.
-    """
+    The import rebinds `_triton` to the kernels, each launched through `runtime_shim`,
+    which skips Triton's per-launch bookkeeping once a kernel is compiled."""
 
     def __getattr__(self, name):
         global _triton
-        from . import toy_triton as _triton
+        from . import toy_triton
 
+        _triton = runtime_shim.TritonKernels(toy_triton)
         return getattr(_triton, name)
 
 
@@ -74,8 +75,8 @@ def _cuda_0(self, x):
     linear_weight = self.linear.weight
     linear_bias = self.linear.bias
     # examples/toy.py:27: y = self.linear(x)
-    t = torch.ops.aten.t.default(linear_weight)
-    addmm = torch.ops.aten.addmm.default(linear_bias, x, t)
+    t = linear_weight.t()
+    addmm = torch.addmm(linear_bias, x, t)
     # examples/toy.py:28: if y.sum() > 0:
     gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
     _triton.triton_fused_sum_gt_0[(1,)](addmm, gt, XBLOCK=1, RBLOCK=8, num_warps=1)
@@ -123,8 +124,8 @@ def _cpu_0(self, x):
     linear_weight = self.linear.weight
     linear_bias = self.linear.bias
     # examples/toy.py:27: y = self.linear(x)
-    t = torch.ops.aten.t.default(linear_weight)
-    addmm = torch.ops.aten.addmm.default(linear_bias, x, t)
+    t = linear_weight.t()
+    addmm = torch.addmm(linear_bias, x, t)
     # examples/toy.py:28: if y.sum() > 0:
     gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
     _cpp.function("cpp_fused_sum_gt_0", "pp")(addmm.data_ptr(), gt.data_ptr())

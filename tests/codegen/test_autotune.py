@@ -9,6 +9,7 @@ seam): it prefers the configs a test names, so the choice is known.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import re
 import sys
@@ -67,6 +68,34 @@ def interpreter() -> None:
     pytest.importorskip("triton")
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("TRITON_INTERPRET is not 1 (set by tests/conftest.py without GPU)")
+
+
+LOOP_PROBE = """\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def probe(out_ptr0, RBLOCK: tl.constexpr):
+    rnumel = 4
+    for roffset in range(0, rnumel, RBLOCK):
+        tl.store(out_ptr0 + roffset + tl.arange(0, RBLOCK), 1.0)
+"""
+
+
+@pytest.fixture(scope="module")
+def loops(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Skip where Triton's interpreter cannot run a looped reduction's
+    `for roffset in range(0, rnumel, RBLOCK)` (Triton 3.6's cannot)."""
+    path = tmp_path_factory.mktemp("probe") / "loop_probe.py"
+    path.write_text(LOOP_PROBE)
+    spec = importlib.util.spec_from_file_location("loop_probe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        module.probe[(1,)](torch.zeros(4), RBLOCK=2)
+    except Exception as err:
+        pytest.skip(f"this Triton's interpreter cannot run loops: {err}")
 
 
 class FakeTimer:
@@ -188,7 +217,9 @@ def test_without_autotune(tmp_path: Path) -> None:
     assert built.note(SOFTMAX_KERNEL) == []
 
 
-def test_a_faster_config_wins_and_still_matches_eager(tmp_path: Path) -> None:
+def test_a_faster_config_wins_and_still_matches_eager(
+    tmp_path: Path, loops: None
+) -> None:
     looped, narrow = LaunchConfig(1, 512, 4), LaunchConfig(256, 1, 2)
     timer, log = FakeTimer(looped, narrow), []
     built = transpile(tmp_path, {**SOFTMAX, **POINTWISE}, fake_bench(timer, log))
@@ -227,7 +258,7 @@ def test_a_faster_config_wins_and_still_matches_eager(tmp_path: Path) -> None:
     )
 
 
-def test_bf16_int_and_bool_buffers(tmp_path: Path) -> None:
+def test_bf16_int_and_bool_buffers(tmp_path: Path, loops: None) -> None:
     looped, narrow = LaunchConfig(1, 512, 4), LaunchConfig(256, 1, 2)
     built = transpile(tmp_path, OTHER_DTYPES, fake_bench(FakeTimer(looped, narrow)))
     assert "XBLOCK=1, RBLOCK=512, num_warps=4" in built.launch(SOFTMAX_KERNEL)
@@ -242,47 +273,44 @@ def test_bf16_int_and_bool_buffers(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("fast", "heuristic"),
-    [(0.98, 1.0), (0.009, 0.010)],  # 2% faster; 10% but only 1 microsecond
+    [(0.92, 1.0), (0.0088, 0.010)],  # 8% faster; 12% but only 1.2 microseconds
     ids=["relative", "absolute"],
 )
 def test_heuristic_kept_within_the_margin(
     tmp_path: Path, fast: float, heuristic: float
 ) -> None:
-    looped = LaunchConfig(1, 512, 4)
-    timer = FakeTimer(looped, fast=fast, heuristic=heuristic)
-    built = transpile(tmp_path, SOFTMAX, fake_bench(timer))
-    assert "XBLOCK=1, RBLOCK=1024, num_warps=4" in built.launch(SOFTMAX_KERNEL)
-    assert built.note(SOFTMAX_KERNEL) == [
-        heading(len(candidates(kernel(4, 1024)))),
-        "#   heuristic XBLOCK=1, RBLOCK=1024 (persistent), num_warps=4: "
-        f"{heuristic:.3f} ms (kept)",
-        f"#   best other XBLOCK=1, RBLOCK=512 (looped), num_warps=4: {fast:.3f} ms "
-        "(within the margin)",
+    narrow = LaunchConfig(256, 1, 2)
+    timer = FakeTimer(narrow, fast=fast, heuristic=heuristic)
+    built = transpile(tmp_path, POINTWISE, fake_bench(timer))
+    assert "XBLOCK=1024, num_warps=4" in built.launch(POINTWISE_KERNEL)
+    assert built.note(POINTWISE_KERNEL) == [
+        heading(len(candidates(kernel(4096, 1)))),
+        f"#   heuristic XBLOCK=1024, num_warps=4: {heuristic:.3f} ms (kept)",
+        f"#   best other XBLOCK=256, num_warps=2: {fast:.3f} ms (within the margin)",
     ]
-    assert "for roffset" not in built.files[f"{built.stem}_triton.py"]
 
 
 def test_a_failing_candidate_is_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    broken = LaunchConfig(3, 1024, 4)  # tl.arange needs a power of two
+    broken = LaunchConfig(3, 1, 1)  # tl.arange needs a power of two
     listed = autotune.candidates
     monkeypatch.setattr(autotune, "candidates", lambda k: [*listed(k), broken])
     timer = FakeTimer(broken)
-    built = transpile(tmp_path, SOFTMAX, fake_bench(timer))
-    assert "XBLOCK=1, RBLOCK=1024, num_warps=4" in built.launch(SOFTMAX_KERNEL)
-    timed = len(listed(kernel(4, 1024)))  # all but the broken one
-    assert built.note(SOFTMAX_KERNEL)[0] == heading(timed, " (1 failed dropped)")
+    built = transpile(tmp_path, POINTWISE, fake_bench(timer))
+    assert "XBLOCK=1024, num_warps=4" in built.launch(POINTWISE_KERNEL)
+    timed = len(listed(kernel(4096, 1)))  # all but the broken one
+    assert built.note(POINTWISE_KERNEL)[0] == heading(timed, " (1 failed dropped)")
     assert broken not in [c.config for c in timer.timed]
 
 
 def test_a_candidate_with_other_outputs_is_dropped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    wrong = LaunchConfig(2, 1024, 4)
+    wrong = LaunchConfig(256, 1, 2)
     render = triton_codegen.kernel_module
 
-    def sabotaged(k, config, header):  # the last row is never written
+    def sabotaged(k, config, header):  # elements past the third are never written
         text = render(k, config, header)
         if config == wrong:
             text = text.replace("xmask = xindex < xnumel", "xmask = xindex < 3")
@@ -290,10 +318,10 @@ def test_a_candidate_with_other_outputs_is_dropped(
 
     monkeypatch.setattr(triton_codegen, "kernel_module", sabotaged)
     timer = FakeTimer(wrong)
-    built = transpile(tmp_path, SOFTMAX, fake_bench(timer))
-    assert "XBLOCK=1, RBLOCK=1024, num_warps=4" in built.launch(SOFTMAX_KERNEL)
-    timed = len(candidates(kernel(4, 1024))) - 1
-    assert built.note(SOFTMAX_KERNEL)[0] == heading(timed, " (1 wrong dropped)")
+    built = transpile(tmp_path, POINTWISE, fake_bench(timer))
+    assert "XBLOCK=1024, num_warps=4" in built.launch(POINTWISE_KERNEL)
+    timed = len(candidates(kernel(4096, 1))) - 1
+    assert built.note(POINTWISE_KERNEL)[0] == heading(timed, " (1 wrong dropped)")
     assert wrong not in [c.config for c in timer.timed]
 
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 from torch import nn
 
+import runtime_shim
 from runtime_shim import cuda_graph
 from runtime_shim.cuda_graphs import (
     ATTRIBUTE,
@@ -221,3 +222,172 @@ def test_cpu_tensors_are_refused_clearly() -> None:
         "Net: variant: a CUDA graph needs its tensor arguments on one CUDA device, "
         "not cpu"
     )
+
+
+# ---------------------------------------------------------------- graph trees
+# A variant that branches on tensor data, as codegen/graph_segments.py writes it:
+# segment functions, and the variant calling them through `graphs.run`.
+
+
+def seg0(self: Net, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = x @ self.lin.weight.t() + self.lin.bias
+    return (y, y.sum() > 0)
+
+
+def seg1(self: Net, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return y.relu()
+
+
+def seg2(self: Net, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return y.tanh() + x.sum()
+
+
+def branchy(graphs, self: Net, x: torch.Tensor) -> torch.Tensor:
+    """Stands for a generated `_cuda_1` of a variant with a branch."""
+    y, gt = graphs.run(seg0, self, x)
+    if gt:
+        return graphs.run(seg1, self, x, y)
+    else:
+        return graphs.run(seg2, self, x, y)
+
+
+def eager_branchy(m: Net, x: torch.Tensor) -> torch.Tensor:
+    y = x @ m.lin.weight.t() + m.lin.bias
+    return y.relu() if y.sum() > 0 else y.tanh() + x.sum()
+
+
+def signed(sign: float, seed: int) -> torch.Tensor:
+    """An input taking the first branch (sign 1) or the second (-1) for `net()`:
+    the first seed from `seed` on whose input does."""
+    m = net()
+    while True:
+        x = randn(2, 4, seed=seed)
+        if ((x @ m.lin.weight.t() + m.lin.bias).sum() > 0) == (sign > 0):
+            return x
+        seed += 1000
+
+
+def tree(m: Net):
+    return runtime_shim.cuda_graph_tree(m, branchy, reads)
+
+
+def test_tree_captures_each_segment_on_first_use(recorder: Recorder) -> None:
+    m = net()
+    outputs = {1.0: [], -1.0: []}
+    with torch.no_grad():
+        for i, sign in enumerate([1.0, 1.0, -1.0, 1.0, -1.0, -1.0]):
+            x = signed(sign, seed=10 + i)
+            out = tree(m)(m, x)
+            torch.testing.assert_close(out, eager_branchy(m, x))
+            outputs[sign].append(out)
+            if i == 1:  # one path so far: the other branch is not captured
+                assert tree(m).segments == ["seg0", "seg1"]
+    assert tree(m).segments == ["seg0", "seg1", "seg2"]
+    assert (recorder.captures, tree(m).captures) == (3, 3)
+    assert recorder.replays == 6 + 3 + 3  # seg0 every call, one branch each
+    for outs in outputs.values():  # each branch returns its graph's buffer
+        assert all(o is outs[0] for o in outs)
+    assert tree(m).disabled is None
+
+
+def test_tree_passes_segment_outputs_on_without_copies(
+    recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = net()
+    seen = []
+
+    def spy(graphs, self, x):
+        y, gt = graphs.run(seg0, self, x)
+        seen.append((x, y))
+        return graphs.run(seg1 if gt else seg2, self, x, y)
+
+    with torch.no_grad():
+        runtime_shim.cuda_graph_tree(m, spy, reads)(m, signed(1.0, seed=1))
+        copies = []
+        copy_ = torch.Tensor.copy_
+        monkeypatch.setattr(
+            torch.Tensor, "copy_", lambda t, src: copies.append(src) or copy_(t, src)
+        )
+        x = signed(-1.0, seed=2)
+        out = runtime_shim.cuda_graph_tree(m, spy, reads)(m, x)
+        torch.testing.assert_close(out, eager_branchy(m, x))
+    (static,) = runtime_shim.cuda_graph_tree(m, spy, reads).static_inputs
+    assert seen[0][0] is seen[1][0] is static  # the variant sees the static input
+    assert seen[0][1] is seen[1][1]  # and segment 0's one output buffer
+    assert sum(src is x for src in copies) == 1  # x copied in, once
+
+
+def test_tree_recaptures_every_segment_when_a_parameter_moves(
+    recorder: Recorder,
+) -> None:
+    m = net()
+    with torch.no_grad():
+        tree(m)(m, signed(1.0, seed=1))
+        tree(m)(m, signed(-1.0, seed=2))
+        assert recorder.captures == 3
+        m.lin.bias.add_(0.5)  # in place: nothing to re-capture
+        x = signed(-1.0, seed=3)
+        torch.testing.assert_close(tree(m)(m, x), eager_branchy(m, x))
+        assert recorder.captures == 3
+        m.lin.weight = nn.Parameter(randn(3, 4, seed=5))
+        x = randn(2, 4, seed=4)
+        torch.testing.assert_close(tree(m)(m, x), eager_branchy(m, x))
+        assert recorder.captures == 5  # segment 0 and the branch taken, afresh
+        assert len(tree(m).segments) == 2
+
+
+def test_tree_that_cannot_capture_a_segment_runs_without_graphs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rec = Recorder()
+
+    def record(runner, run):
+        if rec.captures == 1:  # the second segment captured: seg1 or seg2
+            raise CaptureFailed("operation not permitted when stream is capturing")
+        return rec(runner, run)
+
+    monkeypatch.setattr(CudaGraphRunner, "_record", record)
+    m = net()
+    with torch.no_grad(), pytest.warns(RuntimeWarning, match="capture of seg1 failed"):
+        x = signed(1.0, seed=1)
+        torch.testing.assert_close(tree(m)(m, x), eager_branchy(m, x))
+    assert tree(m).disabled.startswith("capture of seg1 failed: operation not")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for sign in (1.0, -1.0):
+            x = signed(sign, seed=2)
+            torch.testing.assert_close(tree(m)(m, x), eager_branchy(m, x))
+    assert rec.captures == 1 and tree(m).segments == []
+
+
+def test_tree_with_an_output_that_is_an_argument_runs_without_graphs(
+    recorder: Recorder,
+) -> None:
+    def first(x):
+        return (x.sum() > 0,)
+
+    def same(x):
+        return x
+
+    def double(x):
+        return x * 2
+
+    def passes_on(graphs, x):
+        (gt,) = graphs.run(first, x)
+        return graphs.run(same if gt else double, x)
+
+    x = torch.ones(3)
+    with pytest.warns(RuntimeWarning, match="an output is an argument's memory"):
+        out = runtime_shim.cuda_graph_tree(passes_on, passes_on)(x)
+    assert out is x  # the caller's tensor, as eager
+    torch.testing.assert_close(
+        runtime_shim.cuda_graph_tree(passes_on, passes_on)(-x), -x * 2
+    )
+
+
+def test_tree_runs_without_graphs_as_the_variant_does() -> None:
+    m = net()
+    x = signed(-1.0, seed=1)
+    with torch.no_grad():
+        torch.testing.assert_close(tree(m).run_without_graph(m, x), eager_branchy(m, x))
+    assert tree(m).captures == 0

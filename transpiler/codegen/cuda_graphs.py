@@ -5,10 +5,17 @@ sizes and control flow. So a variant that asks for one gets one only if:
 
 - its shapes are static: a named dynamic dimension changes sizes and grids per call;
 - it has no graph breaks: fallback code runs arbitrary Python on every call;
-- it has no branch or `while` loop on tensor data: each reads a value on the host.
+- it has no `while` loop on tensor data: each step reads its condition on the host,
+  and the steps between would be graphs of a few kernels each, replayed in a loop.
 
 Anything else compiles normally, and `transpile --explain` says why. The mechanism
 is `runtime_shim.cuda_graph` (runtime_shim/cuda_graphs.py).
+
+A variant that branches on tensor data (`if y.sum() > 0:`) is a *tree* of graphs,
+as torch.compile's cudagraph trees are around a graph break: its code is split at
+each branch into straight-line segments, each captured as a graph of its own on
+first use, and the `if` between them stays in Python, reading the condition that
+the graph before it wrote (codegen/graph_segments.py, `runtime_shim.cuda_graph_tree`).
 """
 
 from __future__ import annotations
@@ -36,10 +43,7 @@ def blocker(vc: VariantCode) -> str | None:
     steps = [s for p in vc.programs for s in p.steps]
     if any(isinstance(s, ExternCall) and s.target.startswith(FALLBACK) for s in steps):
         return "it has graph breaks (fallback code runs in Python on every call)"
-    regions = list(vc.region.walk())
-    if any(r.cond is not None for r in regions):
-        return "it branches on tensor data (a host sync on every call)"
-    if any(r.loops for r in regions):
+    if any(r.loops for r in vc.region.walk()):
         return "it loops on tensor data (a host sync on every step)"
     return None
 
@@ -49,11 +53,26 @@ def uses_cuda_graph(vc: VariantCode) -> bool:
     return vc.variant.cuda_graphs and blocker(vc) is None
 
 
+def is_tree(vc: VariantCode) -> bool:
+    """True when `vc` replays CUDA graphs, one per segment between its branches."""
+    return uses_cuda_graph(vc) and vc.region.cond is not None
+
+
+def segment_count(vc: VariantCode) -> int:
+    return len(list(vc.region.walk()))
+
+
 def explain(vc: VariantCode) -> list[str]:
     """The `--explain` line of a variant that asked for a CUDA graph."""
     if not vc.variant.cuda_graphs:
         return []
     why = blocker(vc)
+    if why is None and is_tree(vc):
+        return [
+            f"cuda graph: one per segment between branches on tensor data"
+            f" ({segment_count(vc)} segments), each captured on first use, then"
+            f" replayed; the branches run in Python ({OVERWRITTEN})"
+        ]
     if why is None:
         return [
             f"cuda graph: captured on the first call, then replayed ({OVERWRITTEN})"

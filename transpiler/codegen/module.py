@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from transpiler import __version__
 from transpiler.codegen import cpp, cuda_graphs, triton
+from transpiler.codegen.graph_segments import segment_functions
 from transpiler.codegen.wrapper import (
     TargetCode,
     dispatch,
@@ -49,7 +50,9 @@ def _summary(vc) -> str:
         parts.append(
             count(branches, "branch on tensor data", "branches on tensor data")
         )
-    if cuda_graphs.uses_cuda_graph(vc):
+    if cuda_graphs.is_tree(vc):
+        parts.append(f"CUDA graphs ({cuda_graphs.segment_count(vc)} segments)")
+    elif cuda_graphs.uses_cuda_graph(vc):
         parts.append("CUDA graph")
     return ", ".join(parts)
 
@@ -83,6 +86,9 @@ def header(
     lines += ["", "Graph breaks (code run eagerly):"] + (breaks or ["    none"])
     if any(cuda_graphs.uses_cuda_graph(vc) for t in targets for vc in t.variants):
         lines += ["", *CUDA_GRAPHS_NOTE]
+    trees = [vc.name for t in targets for vc in t.variants if cuda_graphs.is_tree(vc)]
+    if trees:
+        lines += cuda_graph_trees_note(trees[0])
     return "\n".join(lines)
 
 
@@ -91,6 +97,16 @@ CUDA_GRAPHS_NOTE = (
     'replayed, like torch.compile(mode="reduce-overhead"). Its outputs are the',
     "graph's own buffers, overwritten by the next call: clone an output to keep it.",
 )
+
+
+def cuda_graph_trees_note(name: str) -> list[str]:
+    """For variants that branch on tensor data: see codegen/graph_segments.py."""
+    return [
+        "A variant that branches on tensor data is split at each branch into segments",
+        f"(`_{name}_seg0`, ...), each a graph of its own, captured on first use; the",
+        "`if` between them stays in Python and reads the condition that the graph",
+        "before it wrote.",
+    ]
 
 
 def render_module(
@@ -133,13 +149,16 @@ def render_module(
             '    """Triton kernels, imported on first launch: CPU-only machines need'
             " no Triton.",
             "",
-            "    The import rebinds `_triton` to the kernels' module, so a launch costs"
-            ' one lookup."""',
+            "    The import rebinds `_triton` to the kernels, each launched through"
+            " `runtime_shim`,",
+            "    which skips Triton's per-launch bookkeeping once a kernel is"
+            ' compiled."""',
             "",
             "    def __getattr__(self, name):",
             "        global _triton",
-            f"        from . import {stem}_triton as _triton",
+            f"        from . import {stem}_triton",
             "",
+            f"        _triton = runtime_shim.TritonKernels({stem}_triton)",
             "        return getattr(_triton, name)",
             "",
             "",
@@ -153,11 +172,14 @@ def render_module(
         for vc in t.variants:
             if vc.region is None:
                 continue
+            write_variant = (
+                segment_functions if cuda_graphs.is_tree(vc) else variant_function
+            )
             lines += [
                 "",
                 *guard_function(t, vc),
                 "",
-                *variant_function(t, vc, kernels),
+                *write_variant(t, vc, kernels),
                 "",
                 "",
                 *reads_function(vc),

@@ -253,12 +253,43 @@ def reads_function(vc: VariantCode) -> list[str]:
     """For a CUDA graph: the parameters and buffers it reads in place, by address."""
     if not (cuda_graphs.uses_cuda_graph(vc) and read_params(vc)):
         return []
+    doc = (
+        f"What the CUDA graphs of {vc.name} read in place: moving one re-captures them."
+        if cuda_graphs.is_tree(vc)
+        else f"What the CUDA graph of {vc.name} reads in place: moving one re-captures"
+        " it."
+    )
     return [
         f"def _reads_{vc.name}(self):",
-        f'    """What the CUDA graph of {vc.name} reads in place: moving one'
-        ' re-captures it."""',
+        f'    """{doc}"""',
         f"    return ({''.join(f'{path}, ' for path in read_params(vc))})",
     ]
+
+
+# Ops with a public spelling that is the same ATen overload: cheaper to call than an
+# `OpOverload` (one Python frame less), and plainer to read.
+FUNCTIONS = {
+    "aten.mm.default": "torch.mm",
+    "aten.addmm.default": "torch.addmm",
+    "aten.bmm.default": "torch.bmm",
+    "aten.baddbmm.default": "torch.baddbmm",
+}
+METHODS = {
+    "aten.view.default": "view",
+    "aten.t.default": "t",
+    "aten.transpose.int": "transpose",
+    "aten.permute.default": "permute",
+    "aten.unsqueeze.default": "unsqueeze",
+    "aten.squeeze.dim": "squeeze",
+}
+
+
+def _extern_call(target: str, args: list[str]) -> str:
+    if target in FUNCTIONS:
+        return f"{FUNCTIONS[target]}({', '.join(args)})"
+    if target in METHODS and args and "=" not in args[0]:
+        return f"{args[0]}.{METHODS[target]}({', '.join(args[1:])})"
+    return f"torch.ops.{target}({', '.join(args)})"
 
 
 def _step_lines(step) -> list[str]:
@@ -276,7 +307,7 @@ def _step_lines(step) -> list[str]:
         if step.target.startswith(FALLBACK):  # the user's code, run eagerly
             call = f"{step.target}({', '.join(args)})"
             return [f"{step.out} = {call}" if step.meta else call]
-        call = f"torch.ops.{step.target}({', '.join(args)})"
+        call = _extern_call(step.target, args)
         if step.target in EXTERN_LAYOUT:  # a copy only if the backend differs
             call = f"runtime_shim.as_layout({call}, {literal(step.meta.stride)})"
         return [f"{step.out} = {call}"]
@@ -287,9 +318,7 @@ def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]
     assert vc.region is not None
     self_ = "self, " if t.is_module else ""
     lines = [f"def _{vc.name}({self_}{t.params_text}):"]
-    tensors = [n for n, s in vc.variant.inputs if isinstance(s, TensorSpec)]
-    params = [p for program in vc.programs for p in program.params]
-    device_src = tensors[0] if tensors else (params[0][1] if params else None)
+    device_src = device_source(vc)
     if device_src is not None:
         lines.append(f"    device = {device_src}.device")
     for dim, size_expr in vc.dynamic:
@@ -297,8 +326,39 @@ def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]
     return lines + _region_lines(vc.region, kernels, vc.variant.device, "    ")
 
 
+def device_source(vc: VariantCode) -> str | None:
+    """What a variant's `device` local is read from: its first tensor input, else
+    its first parameter."""
+    tensors = [n for n, s in vc.variant.inputs if isinstance(s, TensorSpec)]
+    params = [p for program in vc.programs for p in program.params]
+    return tensors[0] if tensors else (params[0][1] if params else None)
+
+
 def _region_lines(r: CompiledRegion, kernels: dict, device: str, ind: str) -> list[str]:
     """One region's steps; a branch on tensor data becomes a Python `if`."""
+    lines = straight_lines(r, kernels, device, ind)
+    if r.cond is None:
+        return [*lines, f"{ind}return {literal(r.program.outputs)}"]
+    lines += [
+        f"{ind}# sync: {sync_comment(r)}",
+        f"{ind}if {r.cond}:",
+        *_region_lines(r.if_true, kernels, device, ind + "    "),
+        f"{ind}else:",
+        *_region_lines(r.if_false, kernels, device, ind + "    "),
+    ]
+    return lines
+
+
+def sync_comment(r: CompiledRegion) -> str:
+    where = f"{r.span}: {r.span.text}" if r.span else "a condition"
+    return f"the branch reads tensor data ({where})"
+
+
+def straight_lines(
+    r: CompiledRegion, kernels: dict, device: str, ind: str
+) -> list[str]:
+    """A region's parameters and steps, up to its branch or return: straight-line
+    code (a `while` on tensor data aside), a segment of a CUDA graph tree."""
     p = r.program
     lines = [f"{ind}{name} = {path}" for name, path, _ in p.params]
     last_span = None
@@ -321,16 +381,6 @@ def _region_lines(r: CompiledRegion, kernels: dict, device: str, ind: str) -> li
             lines += _loop_lines(step, loop, kernels, device, ind)
         else:
             lines += [ind + s for s in _step_lines(step)]
-    if r.cond is None:
-        return [*lines, f"{ind}return {literal(p.outputs)}"]
-    where = f"{r.span}: {r.span.text}" if r.span else "a condition"
-    lines += [
-        f"{ind}# sync: the branch reads tensor data ({where})",
-        f"{ind}if {r.cond}:",
-        *_region_lines(r.if_true, kernels, device, ind + "    "),
-        f"{ind}else:",
-        *_region_lines(r.if_false, kernels, device, ind + "    "),
-    ]
     return lines
 
 
@@ -416,10 +466,12 @@ def dispatch(t: TargetCode, module_alias: str) -> list[str]:
         if cuda_graphs.uses_cuda_graph(vc):
             owner = "self" if t.is_module else t.name  # where its graph is kept
             reads = f", _reads_{vc.name}" if read_params(vc) else ""
+            tree = cuda_graphs.is_tree(vc)  # a graph per segment between branches
             lines += [
-                f"{ind}    # CUDA graph: {cuda_graphs.OVERWRITTEN} (clone to keep)",
-                f"{ind}    return runtime_shim.cuda_graph({owner}, _{vc.name}{reads})"
-                f"({self_}{t.call_text})",
+                f"{ind}    # CUDA graph{'s' if tree else ''}: {cuda_graphs.OVERWRITTEN}"
+                " (clone to keep)",
+                f"{ind}    return runtime_shim.cuda_graph{'_tree' if tree else ''}"
+                f"({owner}, _{vc.name}{reads})({self_}{t.call_text})",
             ]
         else:
             lines.append(f"{ind}    return _{vc.name}({self_}{t.call_text})")

@@ -1,0 +1,132 @@
+"""Launch Triton kernels for less host time than `kernel[grid](...)` costs.
+
+`JITFunction.run` redoes its bookkeeping on every launch: it binds the arguments,
+computes the specialization key (dtype and 16-byte alignment of each pointer, whether
+each int is 1 or a multiple of 16), looks the compiled kernel up, checks globals, and
+only then calls the compiled kernel's launcher. For small tensors that is most of the
+cost of a call.
+
+`TritonKernel` takes the first launch of each specialization through that path, keeps
+the compiled kernel it returns, and launches later calls with the same
+specialization straight through the compiled kernel's launcher, with the same
+arguments `JITFunction.run` passes it. Anything it does not recognise (an older Triton,
+the interpreter, launch hooks set by a profiler) takes `JITFunction.run` every time.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from types import ModuleType
+
+import torch
+
+__all__ = ["TritonKernel", "TritonKernels"]
+
+_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg"})
+
+try:  # what Triton's own driver calls for the current device and stream
+    _current_device = torch._C._cuda_getDevice
+    _current_stream = torch._C._cuda_getCurrentRawStream
+except AttributeError:  # pragma: no cover - torch without CUDA bindings
+    _current_device = None
+    _current_stream = None
+
+
+def _runtime_knobs():
+    """`triton.knobs.runtime` (Triton >= 3.4), whose launch hooks profilers set;
+    None where launches must go through `JITFunction.run`."""
+    try:
+        from triton import knobs
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return None, None
+    return getattr(knobs, "runtime", None), JITFunction
+
+
+class TritonKernel:
+    """`kernel[grid](*args, **constexprs_and_options)`, launched cheaply after the
+    first call of each specialization."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.knobs, jit = _runtime_knobs()
+        self.fast = (
+            self.knobs is not None
+            and _current_stream is not None
+            and isinstance(fn, jit)
+            and hasattr(fn, "arg_names")
+        )
+        self.compiled: dict[tuple, tuple] = {}
+
+    def __getitem__(self, grid):
+        return partial(self.launch, grid)
+
+    def launch(self, grid, *args, **kwargs):
+        knobs = self.knobs
+        if (
+            not self.fast
+            or _installed(knobs.launch_enter_hook)
+            or _installed(knobs.launch_exit_hook)
+        ):
+            return self.fn[grid](*args, **kwargs)
+        device = _current_device()
+        key = (device, *map(_specialization, args), *kwargs.items())
+        hit = self.compiled.get(key)
+        if hit is None:
+            kernel = self.fn[grid](*args, **kwargs)
+            self._remember(key, kernel, len(args), kwargs)
+            return kernel
+        run, function, metadata, names = hit
+        values = (*args, *[kwargs[n] for n in names])
+        g1 = grid[1] if len(grid) > 1 else 1
+        g2 = grid[2] if len(grid) > 2 else 1
+        stream = _current_stream(device)
+        run(grid[0], g1, g2, stream, function, metadata, None, None, None, *values)
+        return None
+
+    def _remember(self, key, kernel, positional: int, kwargs) -> None:
+        """Keep what `JITFunction.run` passed to the launcher of `kernel`: its
+        arguments in signature order, constexprs included (Triton >= 3.4)."""
+        if hasattr(kernel, "result"):  # a compile future
+            kernel = kernel.result()
+        names = tuple(self.fn.arg_names[positional:])
+        try:
+            run, function = kernel.run, kernel.function
+            metadata = kernel.packed_metadata
+        except AttributeError:
+            self.fast = False
+            return
+        if set(names) - set(kwargs) or set(kwargs) - set(names) - _OPTIONS:
+            self.fast = False  # defaults or unknown keywords: leave it to Triton
+            return
+        self.compiled[key] = (run, function, metadata, names)
+
+
+def _installed(hook) -> bool:
+    """Whether a launch hook is set: None, or an empty `HookChain` (Triton >= 3.5
+    keeps one, empty, where earlier versions had None), is not."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return calls is None or len(calls) > 0
+
+
+def _specialization(value):
+    """What Triton specializes a kernel argument on."""
+    if isinstance(value, torch.Tensor):
+        return value.dtype, value.data_ptr() % 16 == 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        return type(value)
+    return int, value == 1, value % 16 == 0, -(2**31) <= value < 2**31
+
+
+class TritonKernels:
+    """A module's Triton kernels, each wrapped in a `TritonKernel` on first use."""
+
+    def __init__(self, module: ModuleType):
+        self._module = module
+
+    def __getattr__(self, name: str) -> TritonKernel:
+        kernel = TritonKernel(getattr(self._module, name))
+        setattr(self, name, kernel)
+        return kernel

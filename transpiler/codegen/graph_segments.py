@@ -1,0 +1,158 @@
+"""A cuda variant that branches on tensor data, written as CUDA-graph segments.
+
+With CUDA graphs on, such a variant cannot be one graph: each `if` reads its
+condition on the host. So its code is split where the regions split (Note [Regions]):
+each region's straight-line code becomes a segment function, and the variant
+function keeps its shape, with each straight-line block replaced by a call of its
+segment through `graphs.run` (Note [CUDA graph trees] in runtime_shim/cuda_graphs.py):
+
+    def _cuda_1(graphs, self, x):
+        addmm, gt = graphs.run(_cuda_1_seg0, self, x)
+        # sync: the branch reads tensor data (examples/toy.py:28: if y.sum() > 0:)
+        if gt:
+            return graphs.run(_cuda_1_seg1, self, x, addmm)
+        else:
+            return graphs.run(_cuda_1_seg2, self, x, addmm)
+
+    def _cuda_1_seg0(self, x):
+        ...  # the code before the branch, as the variant without graphs has it
+        return (addmm, gt)
+
+Segments are numbered in the order the regions nest (depth first, the true branch
+first). Each takes the variant's inputs, then the values of earlier segments it
+reads; one before a branch returns the values later segments read, then the
+condition. Variants without a branch keep one function and one graph.
+"""
+
+from __future__ import annotations
+
+from transpiler.codegen.wrapper import (
+    TargetCode,
+    VariantCode,
+    device_source,
+    literal,
+    straight_lines,
+    sync_comment,
+)
+from transpiler.ir.graph import DEVICE, Ref
+from transpiler.ir.program import Alloc, ExternCall
+from transpiler.ir.region import CompiledRegion
+
+
+def segment_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]:
+    """The variant function (calling its segments through `graphs`), then the
+    segment functions."""
+    assert vc.region is not None and vc.region.cond is not None
+    inputs = [name for name, _ in vc.variant.inputs]
+    taken = {*inputs, *(n for p in vc.programs for n in _names(p))}
+    graphs = next(g for g in ("graphs", "graphs_", "graphs__") if g not in taken)
+    self_ = ["self"] if t.is_module else []
+    body: list[str] = []  # the variant function's
+    segments: list[list[str]] = []  # each segment function's lines, by number
+
+    def visit(r: CompiledRegion, earlier: list[str], ind: str, after: str) -> None:
+        """Segment for region `r`, which runs `after` (the branch taken); `earlier`
+        are the values of the segments before it."""
+        index, name = len(segments), f"_{vc.name}_seg{len(segments)}"
+        reads = [n for n in r.program.inputs if n in earlier and n not in inputs]
+        assert set(r.program.inputs) <= {*inputs, *reads}, r.program.inputs
+        params = ", ".join([*self_, *inputs, *reads])
+        segments.append([])  # numbered before the segments after it
+        call = f"{graphs}.run({name}, {params})"
+        if r.cond is None:
+            body.append(f"{ind}return {call}")
+            doc = [f"Segment {index} of {vc.name}: {after}."]
+        else:
+            outs, where = _outputs(r, inputs), _where(r)
+            body.append(f"{ind}{literal(outs)} = {call}")
+            body.append(f"{ind}# sync: {sync_comment(r)}")
+            later = [*earlier, *(o.name for o in outs)]
+            body.append(f"{ind}if {r.cond}:")
+            visit(r.if_true, later, ind + "    ", f"where {where} is true")
+            body.append(f"{ind}else:")
+            visit(r.if_false, later, ind + "    ", f"where {where} is false")
+            doc = [
+                f"Segment {index} of {vc.name}: {after}, up to {where}.",
+                "",
+                "Returns what later segments read, then the condition.",
+            ]
+        segments[index] = _segment(vc, name, params, doc, r, kernels)
+
+    visit(vc.region, [], "    ", "from the start")
+    params = ", ".join(p for p in (graphs, *self_, t.params_text) if p)
+    driver = [
+        f"def _{vc.name}({params}):",
+        f'    """Variant {vc.name} as CUDA graphs, one per segment between branches:',
+        f"    `{graphs}` (runtime_shim.CudaGraphTree) captures each on first use and",
+        '    then replays it; the branches run here, in Python."""',
+        *body,
+    ]
+    return driver + [line for seg in segments for line in ["", "", *seg]]
+
+
+def _segment(
+    vc: VariantCode,
+    name: str,
+    params: str,
+    doc: list[str],
+    r: CompiledRegion,
+    kernels: dict,
+) -> list[str]:
+    """One segment: the region's straight-line code, returning what it outputs."""
+    quoted = [f'"""{doc[0]}', *doc[1:]]
+    quoted[-1] += '"""'
+    lines = [f"def {name}({params}):", *(f"    {d}" if d else "" for d in quoted)]
+    device_src = device_source(vc)
+    if device_src is not None and _needs_device(r):
+        lines.append(f"    device = {device_src}.device")
+    lines += straight_lines(r, kernels, vc.variant.device, "    ")
+    inputs = [name for name, _ in vc.variant.inputs]
+    outs = r.program.outputs if r.cond is None else _outputs(r, inputs)
+    return lines + [f"    return {literal(outs)}"]
+
+
+def _outputs(r: CompiledRegion, inputs: list[str]) -> tuple[Ref, ...]:
+    """What a segment before a branch returns: the values later segments read, but
+    the variant's inputs, which every segment takes anyway; then the condition."""
+    *live, cond = r.program.outputs
+    assert all(isinstance(o, Ref) for o in r.program.outputs), r.program.outputs
+    return (*(o for o in live if o.name not in inputs), cond)
+
+
+def _where(r: CompiledRegion) -> str:
+    return f"{r.span} ({r.span.text})" if r.span else "a branch on tensor data"
+
+
+def _needs_device(r: CompiledRegion) -> bool:
+    """Whether the region's code names the `device` local (to allocate, say)."""
+    for step in r.program.steps:
+        if isinstance(step, Alloc):
+            return True
+        if isinstance(step, ExternCall):
+            values = [*step.args, *(v for _, v in step.kwargs)]
+            if any(v is DEVICE for v in _flat(values)):
+                return True
+    return False
+
+
+def _flat(values) -> list:
+    out = []
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            out += _flat(v)
+        elif isinstance(v, dict):
+            out += _flat(list(v.values()))
+        else:
+            out.append(v)
+    return out
+
+
+def _names(program) -> list[str]:
+    """The names a program binds: its parameters' locals, buffers and results."""
+    names = [name for name, _, _ in program.params]
+    for step in program.steps:
+        if isinstance(step, Alloc):
+            names.append(step.buffer)
+        elif isinstance(step, ExternCall):
+            names.append(step.out)
+    return names
