@@ -381,12 +381,31 @@ def table(reports: list[Report]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer timing batches")
+    parser.add_argument(
+        "--build",
+        type=Path,
+        metavar="DIR",
+        help="only write the two generated packages into DIR (needs the transpiler)",
+    )
+    parser.add_argument(
+        "--prebuilt",
+        type=Path,
+        metavar="DIR",
+        help="check the packages --build wrote there (a GPU machine without it)",
+    )
     args = parser.parse_args(argv)
+    if args.build:
+        print(" ".join(build_packages(args.build)))
+        return 0
     if not torch.cuda.is_available():
         print("error: no CUDA device", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="cuda-graphs-") as tmp:
-        graphs, plain = build_packages(Path(tmp))
+        if args.prebuilt:
+            sys.path.insert(0, str(args.prebuilt.resolve()))
+            graphs, plain = "cg_graphs", "cg_plain"
+        else:
+            graphs, plain = build_packages(Path(tmp))
         timer = latency_timer(args.quick)
         reports = [check_case(case, graphs, plain, timer) for case in CASES]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}\n")
