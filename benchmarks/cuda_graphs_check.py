@@ -38,10 +38,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import itertools
-import statistics
 import sys
 import tempfile
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +51,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script
 
+from benchmarks import common  # noqa: E402
 from examples.compare import compare_outputs  # noqa: E402
 from runtime_shim.cuda_graphs import (  # noqa: E402
     ATTRIBUTE,
@@ -304,31 +303,9 @@ Timer = Callable[[Callable[[], object]], float]
 
 
 def latency_timer(quick: bool) -> Timer:
-    batches, batch_s = (5, 0.02) if quick else (15, 0.1)
-
-    def time_us(fn: Callable[[], object]) -> float:
-        for _ in range(5):
-            fn()
-        torch.cuda.synchronize()
-        calls = 1
-        while True:
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            torch.cuda.synchronize()
-            if time.perf_counter() - start >= batch_s or calls >= 2**14:
-                break
-            calls *= 2
-        per_call = []
-        for _ in range(batches):
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            torch.cuda.synchronize()
-            per_call.append((time.perf_counter() - start) / calls)
-        return statistics.median(per_call) * 1e6
-
-    return time_us
+    """Microseconds per call: benchmarks/common.py's wall-clock latency timer."""
+    time_ms, _ = common.latency_timer(quick, torch.cuda.synchronize)
+    return lambda fn: time_ms(fn) * 1e3
 
 
 def time_all(

@@ -3,9 +3,10 @@
 
     python benchmarks/launch_overhead.py
 
-Each figure is wall-clock time over many back-to-back calls with one synchronize at
-the end, so it measures the host side (Python, the launch API) while the GPU keeps up.
-A cProfile of the generated module's calls follows, for where the time goes.
+Each figure is wall-clock time over batches of back-to-back calls, synchronized once
+per batch (`common.latency_timer`), so it measures the host side (Python, the launch
+API) while the GPU keeps up. A cProfile of the generated module's calls follows, for
+where the time goes.
 """
 
 import cProfile
@@ -13,28 +14,20 @@ import importlib
 import io
 import pstats
 import sys
-import time
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
+
+from benchmarks import common
 from runtime_shim.triton_launch import TritonKernel
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def per_call_us(fn, n: int = 2000) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(n):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - start) / n * 1e6)
-    return best
+def per_call_us(fn) -> float:
+    """Microseconds per call: benchmarks/common.py's wall-clock latency timer."""
+    time_ms, _ = common.latency_timer(False, torch.cuda.synchronize)
+    return time_ms(fn) * 1e3
 
 
 def main() -> int:

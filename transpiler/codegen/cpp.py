@@ -35,6 +35,9 @@ class _Renderer:
         self.kept: set[str] = set()  # per-element values kept in a row buffer
         self.filled: set[str] = set()  # ... already written there for this row
         self.inner = None if k.is_reduction else inner_split(_indices(k), k.xnumel)
+        self.per_row = {
+            s.name for s in k.body if isinstance(s, Stmt) and s.level == "x"
+        }
         self.scaled: set[str] = set()  # divisions by a per-row value, in a loop
         self.inverted: set[str] = set()  # ... those values, with `_inv` declared
 
@@ -104,16 +107,13 @@ class _Renderer:
     def _reciprocals(self, loop: Loop, ind: str) -> None:
         """`a / d` with `d` fixed for the row becomes `a * d_inv`, `d_inv` computed
         once before the loop (a vector division costs ~20 multiplies)."""
-        per_row = {
-            s.name for s in self.k.body if isinstance(s, Stmt) and s.level == "x"
-        }
         for s in loop.body:
             if not (
                 isinstance(s, Stmt) and s.op == "truediv" and s.dtype.is_floating_point
             ):
                 continue
             d = s.args[1]
-            if not (isinstance(d, str) and d in per_row):
+            if not (isinstance(d, str) and d in self.per_row):
                 continue
             if d not in self.inverted:
                 t = compute_type(s.dtype)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from transpiler.ir.dynamic import Dim
 from transpiler.ir.program import Index, Term
 
+INNER_MIN = 64  # elements: enough for a few full vectors per inner loop of a split
+
 
 def _n(value) -> str:
     """A size in an expression: a dynamic one in parentheses."""
@@ -93,9 +95,6 @@ def inner_split(indices: list[Index], numel: int) -> int | None:
         return None
     wide = [inner for inner in valid if inner >= INNER_MIN]
     return wide[0] if wide else valid[-1]
-
-
-INNER_MIN = 64  # elements: enough for a few full vectors per inner loop
 
 
 def _divisors(n: int) -> list[int]:

@@ -284,12 +284,11 @@ METHODS = {
 }
 
 
-def _extern_call(target: str, args: list[str]) -> str:
-    if target in FUNCTIONS:
-        return f"{FUNCTIONS[target]}({', '.join(args)})"
-    if target in METHODS and args and "=" not in args[0]:
-        return f"{args[0]}.{METHODS[target]}({', '.join(args[1:])})"
-    return f"torch.ops.{target}({', '.join(args)})"
+def _extern_call(target: str, args: list[str], kwargs: list[str]) -> str:
+    if target in METHODS and args:
+        return f"{args[0]}.{METHODS[target]}({', '.join(args[1:] + kwargs)})"
+    function = FUNCTIONS.get(target, f"torch.ops.{target}")
+    return f"{function}({', '.join(args + kwargs)})"
 
 
 def _step_lines(step) -> list[str]:
@@ -303,11 +302,11 @@ def _step_lines(step) -> list[str]:
         if step.target == "getitem":
             return [f"{step.out} = {step.args[0].name}[{step.args[1]}]"]
         args = [literal(a) for a in step.args]
-        args += [f"{k}={literal(v)}" for k, v in step.kwargs if not k.startswith("_")]
+        kwargs = [f"{k}={literal(v)}" for k, v in step.kwargs if not k.startswith("_")]
         if step.target.startswith(FALLBACK):  # the user's code, run eagerly
-            call = f"{step.target}({', '.join(args)})"
+            call = f"{step.target}({', '.join(args + kwargs)})"
             return [f"{step.out} = {call}" if step.meta else call]
-        call = _extern_call(step.target, args)
+        call = _extern_call(step.target, args, kwargs)
         if step.target in EXTERN_LAYOUT:  # a copy only if the backend differs
             call = f"runtime_shim.as_layout({call}, {literal(step.meta.stride)})"
         return [f"{step.out} = {call}"]
