@@ -64,7 +64,7 @@ def _guards_cpu_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    fc_bias = self.fc.bias
+    fc_bias = self._modules["fc"]._parameters["bias"]
     if not (fc_bias.is_cpu):
         return "self.fc.bias.is_cpu"
     if not (fc_bias.dtype == torch.float32):
@@ -85,14 +85,13 @@ def _guards_cpu_0(self, x):
 
 def _cpu_0(self, x):
     device = x.device
-    fc_weight = self.fc.weight
-    fc_bias = self.fc.bias
+    fc_weight = self._modules["fc"]._parameters["weight"]
+    fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = fc_weight.t()
-    mm = torch.mm(x, t)
+    linear = torch.nn.functional.linear(x, fc_weight)
     sub_1 = torch.empty_strided((16, 10), (10, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_addmm_log_softmax_0", "ppp")(
-        mm.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
+        linear.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
     )
     return sub_1
 
@@ -111,7 +110,7 @@ def _guards_cuda_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    fc_bias = self.fc.bias
+    fc_bias = self._modules["fc"]._parameters["bias"]
     if not (fc_bias.is_cuda):
         return "self.fc.bias.is_cuda"
     if not (fc_bias.dtype == torch.float32):
@@ -132,14 +131,13 @@ def _guards_cuda_0(self, x):
 
 def _cuda_0(self, x):
     device = x.device
-    fc_weight = self.fc.weight
-    fc_bias = self.fc.bias
+    fc_weight = self._modules["fc"]._parameters["weight"]
+    fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = fc_weight.t()
-    mm = torch.mm(x, t)
+    linear = torch.nn.functional.linear(x, fc_weight)
     sub_1 = torch.empty_strided((16, 10), (10, 1), dtype=torch.float32, device=device)
     _triton.triton_fused_addmm_log_softmax_0[(1,)](
-        mm, fc_bias, sub_1, XBLOCK=16, RBLOCK=16, num_warps=1
+        linear, fc_bias, sub_1, XBLOCK=16, RBLOCK=16, num_warps=1
     )
     return sub_1
 
@@ -158,7 +156,7 @@ def _guards_cpu_1(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    fc_bias = self.fc.bias
+    fc_bias = self._modules["fc"]._parameters["bias"]
     if not (fc_bias.is_cpu):
         return "self.fc.bias.is_cpu"
     if not (fc_bias.dtype == torch.float32):
@@ -179,14 +177,13 @@ def _guards_cpu_1(self, x):
 
 def _cpu_1(self, x):
     device = x.device
-    fc_weight = self.fc.weight
-    fc_bias = self.fc.bias
+    fc_weight = self._modules["fc"]._parameters["weight"]
+    fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = fc_weight.t()
-    mm = torch.mm(x, t)
+    linear = torch.nn.functional.linear(x, fc_weight)
     sub_1 = torch.empty_strided((32, 10), (10, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_addmm_log_softmax_1", "ppp")(
-        mm.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
+        linear.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
     )
     return sub_1
 
@@ -205,7 +202,7 @@ def _guards_cuda_1(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    fc_bias = self.fc.bias
+    fc_bias = self._modules["fc"]._parameters["bias"]
     if not (fc_bias.is_cuda):
         return "self.fc.bias.is_cuda"
     if not (fc_bias.dtype == torch.float32):
@@ -226,14 +223,13 @@ def _guards_cuda_1(self, x):
 
 def _cuda_1(self, x):
     device = x.device
-    fc_weight = self.fc.weight
-    fc_bias = self.fc.bias
+    fc_weight = self._modules["fc"]._parameters["weight"]
+    fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = fc_weight.t()
-    mm = torch.mm(x, t)
+    linear = torch.nn.functional.linear(x, fc_weight)
     sub_1 = torch.empty_strided((32, 10), (10, 1), dtype=torch.float32, device=device)
     _triton.triton_fused_addmm_log_softmax_1[(1,)](
-        mm, fc_bias, sub_1, XBLOCK=32, RBLOCK=16, num_warps=2
+        linear, fc_bias, sub_1, XBLOCK=32, RBLOCK=16, num_warps=2
     )
     return sub_1
 
@@ -252,7 +248,7 @@ def _guards_cpu_2(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    fc_bias = self.fc.bias
+    fc_bias = self._modules["fc"]._parameters["bias"]
     if not (fc_bias.is_cpu):
         return "self.fc.bias.is_cpu"
     if not (fc_bias.dtype == torch.float32):
@@ -273,14 +269,13 @@ def _guards_cpu_2(self, x):
 
 def _cpu_2(self, x):
     device = x.device
-    fc_weight = self.fc.weight
-    fc_bias = self.fc.bias
+    fc_weight = self._modules["fc"]._parameters["weight"]
+    fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = fc_weight.t()
-    mm = torch.mm(x, t)
+    linear = torch.nn.functional.linear(x, fc_weight)
     sub_1 = torch.empty_strided((1, 10), (10, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_addmm_log_softmax_2", "ppp")(
-        mm.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
+        linear.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
     )
     return sub_1
 
@@ -303,7 +298,7 @@ def _guards_cpu_3(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    fc_bias = self.fc.bias
+    fc_bias = self._modules["fc"]._parameters["bias"]
     if not (fc_bias.is_cpu):
         return "self.fc.bias.is_cpu"
     if not (fc_bias.dtype == torch.float32):
@@ -325,14 +320,13 @@ def _guards_cpu_3(self, x):
 def _cpu_3(self, x):
     device = x.device
     B = x.shape[0]  # dynamic: one variant for every size
-    fc_weight = self.fc.weight
-    fc_bias = self.fc.bias
+    fc_weight = self._modules["fc"]._parameters["weight"]
+    fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = fc_weight.t()
-    mm = torch.mm(x, t)
+    linear = torch.nn.functional.linear(x, fc_weight)
     sub_1 = torch.empty_strided((B, 10), (10, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_addmm_log_softmax_3", "pppl")(
-        mm.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr(), B
+        linear.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr(), B
     )
     return sub_1
 
@@ -351,7 +345,7 @@ def _guards_cuda_2(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    fc_bias = self.fc.bias
+    fc_bias = self._modules["fc"]._parameters["bias"]
     if not (fc_bias.is_cuda):
         return "self.fc.bias.is_cuda"
     if not (fc_bias.dtype == torch.float32):
@@ -372,14 +366,13 @@ def _guards_cuda_2(self, x):
 
 def _cuda_2(self, x):
     device = x.device
-    fc_weight = self.fc.weight
-    fc_bias = self.fc.bias
+    fc_weight = self._modules["fc"]._parameters["weight"]
+    fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = fc_weight.t()
-    mm = torch.mm(x, t)
+    linear = torch.nn.functional.linear(x, fc_weight)
     sub_1 = torch.empty_strided((1, 10), (10, 1), dtype=torch.float32, device=device)
     _triton.triton_fused_addmm_log_softmax_2[(1,)](
-        mm, fc_bias, sub_1, XBLOCK=1, RBLOCK=16, num_warps=1
+        linear, fc_bias, sub_1, XBLOCK=1, RBLOCK=16, num_warps=1
     )
     return sub_1
 
@@ -402,7 +395,7 @@ def _guards_cuda_3(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    fc_bias = self.fc.bias
+    fc_bias = self._modules["fc"]._parameters["bias"]
     if not (fc_bias.is_cuda):
         return "self.fc.bias.is_cuda"
     if not (fc_bias.dtype == torch.float32):
@@ -424,14 +417,13 @@ def _guards_cuda_3(self, x):
 def _cuda_3(self, x):
     device = x.device
     B = x.shape[0]  # dynamic: one variant for every size
-    fc_weight = self.fc.weight
-    fc_bias = self.fc.bias
+    fc_weight = self._modules["fc"]._parameters["weight"]
+    fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
-    t = fc_weight.t()
-    mm = torch.mm(x, t)
+    linear = torch.nn.functional.linear(x, fc_weight)
     sub_1 = torch.empty_strided((B, 10), (10, 1), dtype=torch.float32, device=device)
     _triton.triton_fused_addmm_log_softmax_3[((B + 63) // 64,)](
-        mm, fc_bias, sub_1, B, XBLOCK=64, RBLOCK=16, num_warps=4
+        linear, fc_bias, sub_1, B, XBLOCK=64, RBLOCK=16, num_warps=4
     )
     return sub_1
 

@@ -74,7 +74,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].attn.n_head == 4"
     if not (not self.training):
         return "not self.training"
-    h_0_ln_1_weight = self.h[0].ln_1.weight
+    h_0_ln_1_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_0_ln_1_weight.is_cpu):
         return "self.h[0].ln_1.weight.is_cpu"
     if not (h_0_ln_1_weight.dtype == torch.float32):
@@ -83,7 +85,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[0].ln_1.weight.shape == (64,)"
     if not (h_0_ln_1_weight.stride() == (1,)):
         return "self.h[0].ln_1.weight.stride() == (1,)"
-    h_0_ln_1_bias = self.h[0].ln_1.bias
+    h_0_ln_1_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_0_ln_1_bias.is_cpu):
         return "self.h[0].ln_1.bias.is_cpu"
     if not (h_0_ln_1_bias.dtype == torch.float32):
@@ -92,7 +96,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[0].ln_1.bias.shape == (64,)"
     if not (h_0_ln_1_bias.stride() == (1,)):
         return "self.h[0].ln_1.bias.stride() == (1,)"
-    h_0_attn_c_proj_bias = self.h[0].attn.c_proj.bias
+    h_0_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_0_attn_c_proj_bias.is_cpu):
         return "self.h[0].attn.c_proj.bias.is_cpu"
     if not (h_0_attn_c_proj_bias.dtype == torch.float32):
@@ -101,7 +111,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[0].attn.c_proj.bias.shape == (64,)"
     if not (h_0_attn_c_proj_bias.stride() == (1,)):
         return "self.h[0].attn.c_proj.bias.stride() == (1,)"
-    h_0_ln_2_weight = self.h[0].ln_2.weight
+    h_0_ln_2_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_0_ln_2_weight.is_cpu):
         return "self.h[0].ln_2.weight.is_cpu"
     if not (h_0_ln_2_weight.dtype == torch.float32):
@@ -110,7 +122,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[0].ln_2.weight.shape == (64,)"
     if not (h_0_ln_2_weight.stride() == (1,)):
         return "self.h[0].ln_2.weight.stride() == (1,)"
-    h_0_ln_2_bias = self.h[0].ln_2.bias
+    h_0_ln_2_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_0_ln_2_bias.is_cpu):
         return "self.h[0].ln_2.bias.is_cpu"
     if not (h_0_ln_2_bias.dtype == torch.float32):
@@ -119,7 +133,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[0].ln_2.bias.shape == (64,)"
     if not (h_0_ln_2_bias.stride() == (1,)):
         return "self.h[0].ln_2.bias.stride() == (1,)"
-    h_0_mlp_c_fc_bias = self.h[0].mlp.c_fc.bias
+    h_0_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_0_mlp_c_fc_bias.is_cpu):
         return "self.h[0].mlp.c_fc.bias.is_cpu"
     if not (h_0_mlp_c_fc_bias.dtype == torch.float32):
@@ -128,7 +148,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[0].mlp.c_fc.bias.shape == (256,)"
     if not (h_0_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[0].mlp.c_fc.bias.stride() == (1,)"
-    h_0_mlp_c_proj_bias = self.h[0].mlp.c_proj.bias
+    h_0_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_0_mlp_c_proj_bias.is_cpu):
         return "self.h[0].mlp.c_proj.bias.is_cpu"
     if not (h_0_mlp_c_proj_bias.dtype == torch.float32):
@@ -137,7 +163,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[0].mlp.c_proj.bias.shape == (64,)"
     if not (h_0_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[0].mlp.c_proj.bias.stride() == (1,)"
-    h_1_ln_1_weight = self.h[1].ln_1.weight
+    h_1_ln_1_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_1_ln_1_weight.is_cpu):
         return "self.h[1].ln_1.weight.is_cpu"
     if not (h_1_ln_1_weight.dtype == torch.float32):
@@ -146,7 +174,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].ln_1.weight.shape == (64,)"
     if not (h_1_ln_1_weight.stride() == (1,)):
         return "self.h[1].ln_1.weight.stride() == (1,)"
-    h_1_ln_1_bias = self.h[1].ln_1.bias
+    h_1_ln_1_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_1_ln_1_bias.is_cpu):
         return "self.h[1].ln_1.bias.is_cpu"
     if not (h_1_ln_1_bias.dtype == torch.float32):
@@ -155,7 +185,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].ln_1.bias.shape == (64,)"
     if not (h_1_ln_1_bias.stride() == (1,)):
         return "self.h[1].ln_1.bias.stride() == (1,)"
-    h_1_attn_c_proj_bias = self.h[1].attn.c_proj.bias
+    h_1_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_1_attn_c_proj_bias.is_cpu):
         return "self.h[1].attn.c_proj.bias.is_cpu"
     if not (h_1_attn_c_proj_bias.dtype == torch.float32):
@@ -164,7 +200,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].attn.c_proj.bias.shape == (64,)"
     if not (h_1_attn_c_proj_bias.stride() == (1,)):
         return "self.h[1].attn.c_proj.bias.stride() == (1,)"
-    h_1_ln_2_weight = self.h[1].ln_2.weight
+    h_1_ln_2_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_1_ln_2_weight.is_cpu):
         return "self.h[1].ln_2.weight.is_cpu"
     if not (h_1_ln_2_weight.dtype == torch.float32):
@@ -173,7 +211,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].ln_2.weight.shape == (64,)"
     if not (h_1_ln_2_weight.stride() == (1,)):
         return "self.h[1].ln_2.weight.stride() == (1,)"
-    h_1_ln_2_bias = self.h[1].ln_2.bias
+    h_1_ln_2_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_1_ln_2_bias.is_cpu):
         return "self.h[1].ln_2.bias.is_cpu"
     if not (h_1_ln_2_bias.dtype == torch.float32):
@@ -182,7 +222,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].ln_2.bias.shape == (64,)"
     if not (h_1_ln_2_bias.stride() == (1,)):
         return "self.h[1].ln_2.bias.stride() == (1,)"
-    h_1_mlp_c_fc_bias = self.h[1].mlp.c_fc.bias
+    h_1_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_1_mlp_c_fc_bias.is_cpu):
         return "self.h[1].mlp.c_fc.bias.is_cpu"
     if not (h_1_mlp_c_fc_bias.dtype == torch.float32):
@@ -191,7 +237,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].mlp.c_fc.bias.shape == (256,)"
     if not (h_1_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[1].mlp.c_fc.bias.stride() == (1,)"
-    h_1_mlp_c_proj_bias = self.h[1].mlp.c_proj.bias
+    h_1_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_1_mlp_c_proj_bias.is_cpu):
         return "self.h[1].mlp.c_proj.bias.is_cpu"
     if not (h_1_mlp_c_proj_bias.dtype == torch.float32):
@@ -200,7 +252,7 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].mlp.c_proj.bias.shape == (64,)"
     if not (h_1_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[1].mlp.c_proj.bias.stride() == (1,)"
-    ln_f_weight = self.ln_f.weight
+    ln_f_weight = self._modules["ln_f"]._parameters["weight"]
     if not (ln_f_weight.is_cpu):
         return "self.ln_f.weight.is_cpu"
     if not (ln_f_weight.dtype == torch.float32):
@@ -209,7 +261,7 @@ def _guards_cpu_0(self, idx):
         return "self.ln_f.weight.shape == (64,)"
     if not (ln_f_weight.stride() == (1,)):
         return "self.ln_f.weight.stride() == (1,)"
-    ln_f_bias = self.ln_f.bias
+    ln_f_bias = self._modules["ln_f"]._parameters["bias"]
     if not (ln_f_bias.is_cpu):
         return "self.ln_f.bias.is_cpu"
     if not (ln_f_bias.dtype == torch.float32):
@@ -258,41 +310,151 @@ def _guards_cpu_0(self, idx):
 
 def _cpu_0(self, idx):
     device = idx.device
-    wte_weight = self.wte.weight
-    wpe_weight = self.wpe.weight
-    h_0_ln_1_weight = self.h[0].ln_1.weight
-    h_0_ln_1_bias = self.h[0].ln_1.bias
-    h_0_attn_c_attn_weight = self.h[0].attn.c_attn.weight
-    h_0_attn_c_attn_bias = self.h[0].attn.c_attn.bias
-    h_0_attn_c_proj_weight = self.h[0].attn.c_proj.weight
-    h_0_attn_c_proj_bias = self.h[0].attn.c_proj.bias
-    h_0_ln_2_weight = self.h[0].ln_2.weight
-    h_0_ln_2_bias = self.h[0].ln_2.bias
-    h_0_mlp_c_fc_weight = self.h[0].mlp.c_fc.weight
-    h_0_mlp_c_fc_bias = self.h[0].mlp.c_fc.bias
-    h_0_mlp_c_proj_weight = self.h[0].mlp.c_proj.weight
-    h_0_mlp_c_proj_bias = self.h[0].mlp.c_proj.bias
-    h_1_ln_1_weight = self.h[1].ln_1.weight
-    h_1_ln_1_bias = self.h[1].ln_1.bias
-    h_1_attn_c_attn_weight = self.h[1].attn.c_attn.weight
-    h_1_attn_c_attn_bias = self.h[1].attn.c_attn.bias
-    h_1_attn_c_proj_weight = self.h[1].attn.c_proj.weight
-    h_1_attn_c_proj_bias = self.h[1].attn.c_proj.bias
-    h_1_ln_2_weight = self.h[1].ln_2.weight
-    h_1_ln_2_bias = self.h[1].ln_2.bias
-    h_1_mlp_c_fc_weight = self.h[1].mlp.c_fc.weight
-    h_1_mlp_c_fc_bias = self.h[1].mlp.c_fc.bias
-    h_1_mlp_c_proj_weight = self.h[1].mlp.c_proj.weight
-    h_1_mlp_c_proj_bias = self.h[1].mlp.c_proj.bias
-    ln_f_weight = self.ln_f.weight
-    ln_f_bias = self.ln_f.bias
-    # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
-    arange = torch.ops.aten.arange.start(
-        0, 16, dtype=torch.int64, device=device, pin_memory=False
+    wte_weight = self._modules["wte"]._parameters["weight"]
+    wpe_weight = self._modules["wpe"]._parameters["weight"]
+    h_0_ln_1_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["weight"]
     )
+    h_0_ln_1_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_0_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_0_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_0_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_0_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_0_ln_2_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_0_ln_2_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_0_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_0_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_0_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_0_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_1_ln_1_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_1_ln_1_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_1_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_1_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_1_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_1_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_1_ln_2_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_1_ln_2_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_1_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_1_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_1_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_1_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    ln_f_weight = self._modules["ln_f"]._parameters["weight"]
+    ln_f_bias = self._modules["ln_f"]._parameters["bias"]
+    # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+    arange = torch.arange(0, 16, dtype=torch.int64, device=device, pin_memory=False)
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-    embedding = torch.ops.aten.embedding.default(wte_weight, idx)
-    embedding_1 = torch.ops.aten.embedding.default(wpe_weight, arange)
+    embedding = torch.embedding(wte_weight, idx)
+    embedding_1 = torch.embedding(wpe_weight, arange)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
@@ -309,37 +471,34 @@ def _cpu_0(self, idx):
         native_layer_norm_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = native_layer_norm_0.view([32, 64])
-    t = h_0_attn_c_attn_weight.t()
-    addmm = torch.addmm(h_0_attn_c_attn_bias, view, t)
-    view_1 = addmm.view([2, 16, 192])
-    split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
+    linear = torch.nn.functional.linear(
+        native_layer_norm_0, h_0_attn_c_attn_weight, h_0_attn_c_attn_bias
+    )
+    split_with_sizes = linear.split_with_sizes([64, 64, 64], 2)
     split_0 = split_with_sizes[0]
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view([2, 16, 4, 16])
+    view_2 = split_0.view(2, 16, 4, 16)
     transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view([2, 16, 4, 16])
+    view_3 = split_1.view(2, 16, 4, 16)
     transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view([2, 16, 4, 16])
+    view_4 = split_2.view(2, 16, 4, 16)
     transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose, transpose_1, transpose_2, is_causal=True
         ),
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view([2, 16, 64])
+    view_5 = transpose_3.view(2, 16, 64)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = view_5.view([32, 64])
-    t_1 = h_0_attn_c_proj_weight.t()
-    mm_1 = torch.mm(view_6, t_1)
+    linear_1 = torch.nn.functional.linear(view_5, h_0_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
@@ -349,7 +508,7 @@ def _cpu_0(self, idx):
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_1.data_ptr(),
+        linear_1.data_ptr(),
         h_0_attn_c_proj_bias.data_ptr(),
         add.data_ptr(),
         h_0_ln_2_weight.data_ptr(),
@@ -358,20 +517,16 @@ def _cpu_0(self, idx):
         native_layer_norm_3_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = native_layer_norm_3_0.view([32, 64])
-    t_2 = h_0_mlp_c_fc_weight.t()
-    mm_2 = torch.mm(view_8, t_2)
+    linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, h_0_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_2.data_ptr(), h_0_mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
+        linear_2.data_ptr(), h_0_mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = gelu.view([32, 256])
-    t_3 = h_0_mlp_c_proj_weight.t()
-    mm_3 = torch.mm(view_10, t_3)
+    linear_3 = torch.nn.functional.linear(gelu, h_0_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_2 = torch.empty_strided(
@@ -381,7 +536,7 @@ def _cpu_0(self, idx):
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_3.data_ptr(),
+        linear_3.data_ptr(),
         h_0_mlp_c_proj_bias.data_ptr(),
         add_1.data_ptr(),
         h_1_ln_1_weight.data_ptr(),
@@ -390,39 +545,34 @@ def _cpu_0(self, idx):
         native_layer_norm_4_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_12 = native_layer_norm_4_0.view([32, 64])
-    t_4 = h_1_attn_c_attn_weight.t()
-    addmm_4 = torch.addmm(h_1_attn_c_attn_bias, view_12, t_4)
-    view_13 = addmm_4.view([2, 16, 192])
-    split_with_sizes_3 = torch.ops.aten.split_with_sizes.default(
-        view_13, [64, 64, 64], 2
+    linear_4 = torch.nn.functional.linear(
+        native_layer_norm_4_0, h_1_attn_c_attn_weight, h_1_attn_c_attn_bias
     )
+    split_with_sizes_3 = linear_4.split_with_sizes([64, 64, 64], 2)
     split_3_0 = split_with_sizes_3[0]
     split_3_1 = split_with_sizes_3[1]
     split_3_2 = split_with_sizes_3[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_14 = split_3_0.view([2, 16, 4, 16])
+    view_14 = split_3_0.view(2, 16, 4, 16)
     transpose_4 = view_14.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_15 = split_3_1.view([2, 16, 4, 16])
+    view_15 = split_3_1.view(2, 16, 4, 16)
     transpose_5 = view_15.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_16 = split_3_2.view([2, 16, 4, 16])
+    view_16 = split_3_2.view(2, 16, 4, 16)
     transpose_6 = view_16.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_1 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_4, transpose_5, transpose_6, is_causal=True
         ),
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_7 = scaled_dot_product_attention_1.transpose(1, 2)
-    view_17 = transpose_7.view([2, 16, 64])
+    view_17 = transpose_7.view(2, 16, 64)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_18 = view_17.view([32, 64])
-    t_5 = h_1_attn_c_proj_weight.t()
-    mm_4 = torch.mm(view_18, t_5)
+    linear_5 = torch.nn.functional.linear(view_17, h_1_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_3 = torch.empty_strided(
@@ -432,7 +582,7 @@ def _cpu_0(self, idx):
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_4.data_ptr(),
+        linear_5.data_ptr(),
         h_1_attn_c_proj_bias.data_ptr(),
         add_2.data_ptr(),
         h_1_ln_2_weight.data_ptr(),
@@ -441,27 +591,23 @@ def _cpu_0(self, idx):
         native_layer_norm_5_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_20 = native_layer_norm_5_0.view([32, 64])
-    t_6 = h_1_mlp_c_fc_weight.t()
-    mm_5 = torch.mm(view_20, t_6)
+    linear_6 = torch.nn.functional.linear(native_layer_norm_5_0, h_1_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_1 = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_5.data_ptr(), h_1_mlp_c_fc_bias.data_ptr(), gelu_1.data_ptr()
+        linear_6.data_ptr(), h_1_mlp_c_fc_bias.data_ptr(), gelu_1.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_22 = gelu_1.view([32, 256])
-    t_7 = h_1_mlp_c_proj_weight.t()
-    mm_6 = torch.mm(view_22, t_7)
+    linear_7 = torch.nn.functional.linear(gelu_1, h_1_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt.py:51: x = self.ln_f(x)
     native_layer_norm_6_0 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_1", "pppppp")(
-        mm_6.data_ptr(),
+        linear_7.data_ptr(),
         h_1_mlp_c_proj_bias.data_ptr(),
         add_3.data_ptr(),
         ln_f_weight.data_ptr(),
@@ -469,10 +615,9 @@ def _cpu_0(self, idx):
         native_layer_norm_6_0.data_ptr(),
     )
     # examples/gpt.py:52: return self.lm_head(x)  # (B, T, vocab_size)
-    t_8 = wte_weight.t()
-    view_24 = native_layer_norm_6_0.view([32, 64])
-    mm = torch.mm(view_24, t_8)
-    _unsafe_view = torch.ops.aten._unsafe_view.default(mm, [2, 16, 256])
+    linear_8 = torch.nn.functional.linear(native_layer_norm_6_0, wte_weight)
+    mm = linear_8.view(32, 256)
+    _unsafe_view = mm.view(2, 16, 256)
     return _unsafe_view
 
 
@@ -502,7 +647,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].attn.n_head == 4"
     if not (not self.training):
         return "not self.training"
-    h_0_ln_1_weight = self.h[0].ln_1.weight
+    h_0_ln_1_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_0_ln_1_weight.is_cuda):
         return "self.h[0].ln_1.weight.is_cuda"
     if not (h_0_ln_1_weight.dtype == torch.float32):
@@ -511,7 +658,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[0].ln_1.weight.shape == (64,)"
     if not (h_0_ln_1_weight.stride() == (1,)):
         return "self.h[0].ln_1.weight.stride() == (1,)"
-    h_0_ln_1_bias = self.h[0].ln_1.bias
+    h_0_ln_1_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_0_ln_1_bias.is_cuda):
         return "self.h[0].ln_1.bias.is_cuda"
     if not (h_0_ln_1_bias.dtype == torch.float32):
@@ -520,7 +669,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[0].ln_1.bias.shape == (64,)"
     if not (h_0_ln_1_bias.stride() == (1,)):
         return "self.h[0].ln_1.bias.stride() == (1,)"
-    h_0_attn_c_proj_bias = self.h[0].attn.c_proj.bias
+    h_0_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_0_attn_c_proj_bias.is_cuda):
         return "self.h[0].attn.c_proj.bias.is_cuda"
     if not (h_0_attn_c_proj_bias.dtype == torch.float32):
@@ -529,7 +684,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[0].attn.c_proj.bias.shape == (64,)"
     if not (h_0_attn_c_proj_bias.stride() == (1,)):
         return "self.h[0].attn.c_proj.bias.stride() == (1,)"
-    h_0_ln_2_weight = self.h[0].ln_2.weight
+    h_0_ln_2_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_0_ln_2_weight.is_cuda):
         return "self.h[0].ln_2.weight.is_cuda"
     if not (h_0_ln_2_weight.dtype == torch.float32):
@@ -538,7 +695,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[0].ln_2.weight.shape == (64,)"
     if not (h_0_ln_2_weight.stride() == (1,)):
         return "self.h[0].ln_2.weight.stride() == (1,)"
-    h_0_ln_2_bias = self.h[0].ln_2.bias
+    h_0_ln_2_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_0_ln_2_bias.is_cuda):
         return "self.h[0].ln_2.bias.is_cuda"
     if not (h_0_ln_2_bias.dtype == torch.float32):
@@ -547,7 +706,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[0].ln_2.bias.shape == (64,)"
     if not (h_0_ln_2_bias.stride() == (1,)):
         return "self.h[0].ln_2.bias.stride() == (1,)"
-    h_0_mlp_c_fc_bias = self.h[0].mlp.c_fc.bias
+    h_0_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_0_mlp_c_fc_bias.is_cuda):
         return "self.h[0].mlp.c_fc.bias.is_cuda"
     if not (h_0_mlp_c_fc_bias.dtype == torch.float32):
@@ -556,7 +721,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[0].mlp.c_fc.bias.shape == (256,)"
     if not (h_0_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[0].mlp.c_fc.bias.stride() == (1,)"
-    h_0_mlp_c_proj_bias = self.h[0].mlp.c_proj.bias
+    h_0_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_0_mlp_c_proj_bias.is_cuda):
         return "self.h[0].mlp.c_proj.bias.is_cuda"
     if not (h_0_mlp_c_proj_bias.dtype == torch.float32):
@@ -565,7 +736,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[0].mlp.c_proj.bias.shape == (64,)"
     if not (h_0_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[0].mlp.c_proj.bias.stride() == (1,)"
-    h_1_ln_1_weight = self.h[1].ln_1.weight
+    h_1_ln_1_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_1_ln_1_weight.is_cuda):
         return "self.h[1].ln_1.weight.is_cuda"
     if not (h_1_ln_1_weight.dtype == torch.float32):
@@ -574,7 +747,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].ln_1.weight.shape == (64,)"
     if not (h_1_ln_1_weight.stride() == (1,)):
         return "self.h[1].ln_1.weight.stride() == (1,)"
-    h_1_ln_1_bias = self.h[1].ln_1.bias
+    h_1_ln_1_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_1_ln_1_bias.is_cuda):
         return "self.h[1].ln_1.bias.is_cuda"
     if not (h_1_ln_1_bias.dtype == torch.float32):
@@ -583,7 +758,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].ln_1.bias.shape == (64,)"
     if not (h_1_ln_1_bias.stride() == (1,)):
         return "self.h[1].ln_1.bias.stride() == (1,)"
-    h_1_attn_c_proj_bias = self.h[1].attn.c_proj.bias
+    h_1_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_1_attn_c_proj_bias.is_cuda):
         return "self.h[1].attn.c_proj.bias.is_cuda"
     if not (h_1_attn_c_proj_bias.dtype == torch.float32):
@@ -592,7 +773,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].attn.c_proj.bias.shape == (64,)"
     if not (h_1_attn_c_proj_bias.stride() == (1,)):
         return "self.h[1].attn.c_proj.bias.stride() == (1,)"
-    h_1_ln_2_weight = self.h[1].ln_2.weight
+    h_1_ln_2_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_1_ln_2_weight.is_cuda):
         return "self.h[1].ln_2.weight.is_cuda"
     if not (h_1_ln_2_weight.dtype == torch.float32):
@@ -601,7 +784,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].ln_2.weight.shape == (64,)"
     if not (h_1_ln_2_weight.stride() == (1,)):
         return "self.h[1].ln_2.weight.stride() == (1,)"
-    h_1_ln_2_bias = self.h[1].ln_2.bias
+    h_1_ln_2_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_1_ln_2_bias.is_cuda):
         return "self.h[1].ln_2.bias.is_cuda"
     if not (h_1_ln_2_bias.dtype == torch.float32):
@@ -610,7 +795,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].ln_2.bias.shape == (64,)"
     if not (h_1_ln_2_bias.stride() == (1,)):
         return "self.h[1].ln_2.bias.stride() == (1,)"
-    h_1_mlp_c_fc_bias = self.h[1].mlp.c_fc.bias
+    h_1_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_1_mlp_c_fc_bias.is_cuda):
         return "self.h[1].mlp.c_fc.bias.is_cuda"
     if not (h_1_mlp_c_fc_bias.dtype == torch.float32):
@@ -619,7 +810,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].mlp.c_fc.bias.shape == (256,)"
     if not (h_1_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[1].mlp.c_fc.bias.stride() == (1,)"
-    h_1_mlp_c_proj_bias = self.h[1].mlp.c_proj.bias
+    h_1_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_1_mlp_c_proj_bias.is_cuda):
         return "self.h[1].mlp.c_proj.bias.is_cuda"
     if not (h_1_mlp_c_proj_bias.dtype == torch.float32):
@@ -628,7 +825,7 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].mlp.c_proj.bias.shape == (64,)"
     if not (h_1_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[1].mlp.c_proj.bias.stride() == (1,)"
-    ln_f_weight = self.ln_f.weight
+    ln_f_weight = self._modules["ln_f"]._parameters["weight"]
     if not (ln_f_weight.is_cuda):
         return "self.ln_f.weight.is_cuda"
     if not (ln_f_weight.dtype == torch.float32):
@@ -637,7 +834,7 @@ def _guards_cuda_0(self, idx):
         return "self.ln_f.weight.shape == (64,)"
     if not (ln_f_weight.stride() == (1,)):
         return "self.ln_f.weight.stride() == (1,)"
-    ln_f_bias = self.ln_f.bias
+    ln_f_bias = self._modules["ln_f"]._parameters["bias"]
     if not (ln_f_bias.is_cuda):
         return "self.ln_f.bias.is_cuda"
     if not (ln_f_bias.dtype == torch.float32):
@@ -686,41 +883,151 @@ def _guards_cuda_0(self, idx):
 
 def _cuda_0(self, idx):
     device = idx.device
-    wte_weight = self.wte.weight
-    wpe_weight = self.wpe.weight
-    h_0_ln_1_weight = self.h[0].ln_1.weight
-    h_0_ln_1_bias = self.h[0].ln_1.bias
-    h_0_attn_c_attn_weight = self.h[0].attn.c_attn.weight
-    h_0_attn_c_attn_bias = self.h[0].attn.c_attn.bias
-    h_0_attn_c_proj_weight = self.h[0].attn.c_proj.weight
-    h_0_attn_c_proj_bias = self.h[0].attn.c_proj.bias
-    h_0_ln_2_weight = self.h[0].ln_2.weight
-    h_0_ln_2_bias = self.h[0].ln_2.bias
-    h_0_mlp_c_fc_weight = self.h[0].mlp.c_fc.weight
-    h_0_mlp_c_fc_bias = self.h[0].mlp.c_fc.bias
-    h_0_mlp_c_proj_weight = self.h[0].mlp.c_proj.weight
-    h_0_mlp_c_proj_bias = self.h[0].mlp.c_proj.bias
-    h_1_ln_1_weight = self.h[1].ln_1.weight
-    h_1_ln_1_bias = self.h[1].ln_1.bias
-    h_1_attn_c_attn_weight = self.h[1].attn.c_attn.weight
-    h_1_attn_c_attn_bias = self.h[1].attn.c_attn.bias
-    h_1_attn_c_proj_weight = self.h[1].attn.c_proj.weight
-    h_1_attn_c_proj_bias = self.h[1].attn.c_proj.bias
-    h_1_ln_2_weight = self.h[1].ln_2.weight
-    h_1_ln_2_bias = self.h[1].ln_2.bias
-    h_1_mlp_c_fc_weight = self.h[1].mlp.c_fc.weight
-    h_1_mlp_c_fc_bias = self.h[1].mlp.c_fc.bias
-    h_1_mlp_c_proj_weight = self.h[1].mlp.c_proj.weight
-    h_1_mlp_c_proj_bias = self.h[1].mlp.c_proj.bias
-    ln_f_weight = self.ln_f.weight
-    ln_f_bias = self.ln_f.bias
-    # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
-    arange = torch.ops.aten.arange.start(
-        0, 16, dtype=torch.int64, device=device, pin_memory=False
+    wte_weight = self._modules["wte"]._parameters["weight"]
+    wpe_weight = self._modules["wpe"]._parameters["weight"]
+    h_0_ln_1_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["weight"]
     )
+    h_0_ln_1_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_0_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_0_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_0_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_0_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_0_ln_2_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_0_ln_2_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_0_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_0_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_0_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_0_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_1_ln_1_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_1_ln_1_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_1_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_1_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_1_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_1_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_1_ln_2_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_1_ln_2_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_1_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_1_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_1_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_1_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    ln_f_weight = self._modules["ln_f"]._parameters["weight"]
+    ln_f_bias = self._modules["ln_f"]._parameters["bias"]
+    # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+    arange = torch.arange(0, 16, dtype=torch.int64, device=device, pin_memory=False)
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-    embedding = torch.ops.aten.embedding.default(wte_weight, idx)
-    embedding_1 = torch.ops.aten.embedding.default(wpe_weight, arange)
+    embedding = torch.embedding(wte_weight, idx)
+    embedding_1 = torch.embedding(wpe_weight, arange)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
@@ -740,37 +1047,34 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = native_layer_norm_0.view([32, 64])
-    t = h_0_attn_c_attn_weight.t()
-    addmm = torch.addmm(h_0_attn_c_attn_bias, view, t)
-    view_1 = addmm.view([2, 16, 192])
-    split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
+    linear = torch.nn.functional.linear(
+        native_layer_norm_0, h_0_attn_c_attn_weight, h_0_attn_c_attn_bias
+    )
+    split_with_sizes = linear.split_with_sizes([64, 64, 64], 2)
     split_0 = split_with_sizes[0]
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view([2, 16, 4, 16])
+    view_2 = split_0.view(2, 16, 4, 16)
     transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view([2, 16, 4, 16])
+    view_3 = split_1.view(2, 16, 4, 16)
     transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view([2, 16, 4, 16])
+    view_4 = split_2.view(2, 16, 4, 16)
     transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose, transpose_1, transpose_2, is_causal=True
         ),
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view([2, 16, 64])
+    view_5 = transpose_3.view(2, 16, 64)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = view_5.view([32, 64])
-    t_1 = h_0_attn_c_proj_weight.t()
-    mm_1 = torch.mm(view_6, t_1)
+    linear_1 = torch.nn.functional.linear(view_5, h_0_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
@@ -780,7 +1084,7 @@ def _cuda_0(self, idx):
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(2,)](
-        mm_1,
+        linear_1,
         h_0_attn_c_proj_bias,
         add,
         h_0_ln_2_weight,
@@ -792,20 +1096,16 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = native_layer_norm_3_0.view([32, 64])
-    t_2 = h_0_mlp_c_fc_weight.t()
-    mm_2 = torch.mm(view_8, t_2)
+    linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, h_0_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(8,)](
-        mm_2, h_0_mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
+        linear_2, h_0_mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = gelu.view([32, 256])
-    t_3 = h_0_mlp_c_proj_weight.t()
-    mm_3 = torch.mm(view_10, t_3)
+    linear_3 = torch.nn.functional.linear(gelu, h_0_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_2 = torch.empty_strided(
@@ -815,7 +1115,7 @@ def _cuda_0(self, idx):
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(2,)](
-        mm_3,
+        linear_3,
         h_0_mlp_c_proj_bias,
         add_1,
         h_1_ln_1_weight,
@@ -827,39 +1127,34 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_12 = native_layer_norm_4_0.view([32, 64])
-    t_4 = h_1_attn_c_attn_weight.t()
-    addmm_4 = torch.addmm(h_1_attn_c_attn_bias, view_12, t_4)
-    view_13 = addmm_4.view([2, 16, 192])
-    split_with_sizes_3 = torch.ops.aten.split_with_sizes.default(
-        view_13, [64, 64, 64], 2
+    linear_4 = torch.nn.functional.linear(
+        native_layer_norm_4_0, h_1_attn_c_attn_weight, h_1_attn_c_attn_bias
     )
+    split_with_sizes_3 = linear_4.split_with_sizes([64, 64, 64], 2)
     split_3_0 = split_with_sizes_3[0]
     split_3_1 = split_with_sizes_3[1]
     split_3_2 = split_with_sizes_3[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_14 = split_3_0.view([2, 16, 4, 16])
+    view_14 = split_3_0.view(2, 16, 4, 16)
     transpose_4 = view_14.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_15 = split_3_1.view([2, 16, 4, 16])
+    view_15 = split_3_1.view(2, 16, 4, 16)
     transpose_5 = view_15.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_16 = split_3_2.view([2, 16, 4, 16])
+    view_16 = split_3_2.view(2, 16, 4, 16)
     transpose_6 = view_16.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_1 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_4, transpose_5, transpose_6, is_causal=True
         ),
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_7 = scaled_dot_product_attention_1.transpose(1, 2)
-    view_17 = transpose_7.view([2, 16, 64])
+    view_17 = transpose_7.view(2, 16, 64)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_18 = view_17.view([32, 64])
-    t_5 = h_1_attn_c_proj_weight.t()
-    mm_4 = torch.mm(view_18, t_5)
+    linear_5 = torch.nn.functional.linear(view_17, h_1_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_3 = torch.empty_strided(
@@ -869,7 +1164,7 @@ def _cuda_0(self, idx):
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(2,)](
-        mm_4,
+        linear_5,
         h_1_attn_c_proj_bias,
         add_2,
         h_1_ln_2_weight,
@@ -881,27 +1176,23 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_20 = native_layer_norm_5_0.view([32, 64])
-    t_6 = h_1_mlp_c_fc_weight.t()
-    mm_5 = torch.mm(view_20, t_6)
+    linear_6 = torch.nn.functional.linear(native_layer_norm_5_0, h_1_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_1 = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(8,)](
-        mm_5, h_1_mlp_c_fc_bias, gelu_1, XBLOCK=1024, num_warps=4
+        linear_6, h_1_mlp_c_fc_bias, gelu_1, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_22 = gelu_1.view([32, 256])
-    t_7 = h_1_mlp_c_proj_weight.t()
-    mm_6 = torch.mm(view_22, t_7)
+    linear_7 = torch.nn.functional.linear(gelu_1, h_1_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt.py:51: x = self.ln_f(x)
     native_layer_norm_6_0 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_1[(2,)](
-        mm_6,
+        linear_7,
         h_1_mlp_c_proj_bias,
         add_3,
         ln_f_weight,
@@ -912,10 +1203,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt.py:52: return self.lm_head(x)  # (B, T, vocab_size)
-    t_8 = wte_weight.t()
-    view_24 = native_layer_norm_6_0.view([32, 64])
-    mm = torch.mm(view_24, t_8)
-    _unsafe_view = torch.ops.aten._unsafe_view.default(mm, [2, 16, 256])
+    linear_8 = torch.nn.functional.linear(native_layer_norm_6_0, wte_weight)
+    mm = linear_8.view(32, 256)
+    _unsafe_view = mm.view(2, 16, 256)
     return _unsafe_view
 
 

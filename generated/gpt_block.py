@@ -65,7 +65,7 @@ def _guards_cpu_0(self, x):
         return "self.attn.n_head == 4"
     if not (not self.training):
         return "not self.training"
-    ln_1_weight = self.ln_1.weight
+    ln_1_weight = self._modules["ln_1"]._parameters["weight"]
     if not (ln_1_weight.is_cpu):
         return "self.ln_1.weight.is_cpu"
     if not (ln_1_weight.dtype == torch.float32):
@@ -74,7 +74,7 @@ def _guards_cpu_0(self, x):
         return "self.ln_1.weight.shape == (64,)"
     if not (ln_1_weight.stride() == (1,)):
         return "self.ln_1.weight.stride() == (1,)"
-    ln_1_bias = self.ln_1.bias
+    ln_1_bias = self._modules["ln_1"]._parameters["bias"]
     if not (ln_1_bias.is_cpu):
         return "self.ln_1.bias.is_cpu"
     if not (ln_1_bias.dtype == torch.float32):
@@ -83,7 +83,7 @@ def _guards_cpu_0(self, x):
         return "self.ln_1.bias.shape == (64,)"
     if not (ln_1_bias.stride() == (1,)):
         return "self.ln_1.bias.stride() == (1,)"
-    attn_c_proj_bias = self.attn.c_proj.bias
+    attn_c_proj_bias = self._modules["attn"]._modules["c_proj"]._parameters["bias"]
     if not (attn_c_proj_bias.is_cpu):
         return "self.attn.c_proj.bias.is_cpu"
     if not (attn_c_proj_bias.dtype == torch.float32):
@@ -92,7 +92,7 @@ def _guards_cpu_0(self, x):
         return "self.attn.c_proj.bias.shape == (64,)"
     if not (attn_c_proj_bias.stride() == (1,)):
         return "self.attn.c_proj.bias.stride() == (1,)"
-    ln_2_weight = self.ln_2.weight
+    ln_2_weight = self._modules["ln_2"]._parameters["weight"]
     if not (ln_2_weight.is_cpu):
         return "self.ln_2.weight.is_cpu"
     if not (ln_2_weight.dtype == torch.float32):
@@ -101,7 +101,7 @@ def _guards_cpu_0(self, x):
         return "self.ln_2.weight.shape == (64,)"
     if not (ln_2_weight.stride() == (1,)):
         return "self.ln_2.weight.stride() == (1,)"
-    ln_2_bias = self.ln_2.bias
+    ln_2_bias = self._modules["ln_2"]._parameters["bias"]
     if not (ln_2_bias.is_cpu):
         return "self.ln_2.bias.is_cpu"
     if not (ln_2_bias.dtype == torch.float32):
@@ -110,7 +110,7 @@ def _guards_cpu_0(self, x):
         return "self.ln_2.bias.shape == (64,)"
     if not (ln_2_bias.stride() == (1,)):
         return "self.ln_2.bias.stride() == (1,)"
-    mlp_c_fc_bias = self.mlp.c_fc.bias
+    mlp_c_fc_bias = self._modules["mlp"]._modules["c_fc"]._parameters["bias"]
     if not (mlp_c_fc_bias.is_cpu):
         return "self.mlp.c_fc.bias.is_cpu"
     if not (mlp_c_fc_bias.dtype == torch.float32):
@@ -119,7 +119,7 @@ def _guards_cpu_0(self, x):
         return "self.mlp.c_fc.bias.shape == (256,)"
     if not (mlp_c_fc_bias.stride() == (1,)):
         return "self.mlp.c_fc.bias.stride() == (1,)"
-    mlp_c_proj_bias = self.mlp.c_proj.bias
+    mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     if not (mlp_c_proj_bias.is_cpu):
         return "self.mlp.c_proj.bias.is_cpu"
     if not (mlp_c_proj_bias.dtype == torch.float32):
@@ -152,18 +152,18 @@ def _guards_cpu_0(self, x):
 
 def _cpu_0(self, x):
     device = x.device
-    ln_1_weight = self.ln_1.weight
-    ln_1_bias = self.ln_1.bias
-    attn_c_attn_weight = self.attn.c_attn.weight
-    attn_c_attn_bias = self.attn.c_attn.bias
-    attn_c_proj_weight = self.attn.c_proj.weight
-    attn_c_proj_bias = self.attn.c_proj.bias
-    ln_2_weight = self.ln_2.weight
-    ln_2_bias = self.ln_2.bias
-    mlp_c_fc_weight = self.mlp.c_fc.weight
-    mlp_c_fc_bias = self.mlp.c_fc.bias
-    mlp_c_proj_weight = self.mlp.c_proj.weight
-    mlp_c_proj_bias = self.mlp.c_proj.bias
+    ln_1_weight = self._modules["ln_1"]._parameters["weight"]
+    ln_1_bias = self._modules["ln_1"]._parameters["bias"]
+    attn_c_attn_weight = self._modules["attn"]._modules["c_attn"]._parameters["weight"]
+    attn_c_attn_bias = self._modules["attn"]._modules["c_attn"]._parameters["bias"]
+    attn_c_proj_weight = self._modules["attn"]._modules["c_proj"]._parameters["weight"]
+    attn_c_proj_bias = self._modules["attn"]._modules["c_proj"]._parameters["bias"]
+    ln_2_weight = self._modules["ln_2"]._parameters["weight"]
+    ln_2_bias = self._modules["ln_2"]._parameters["bias"]
+    mlp_c_fc_weight = self._modules["mlp"]._modules["c_fc"]._parameters["weight"]
+    mlp_c_fc_bias = self._modules["mlp"]._modules["c_fc"]._parameters["bias"]
+    mlp_c_proj_weight = self._modules["mlp"]._modules["c_proj"]._parameters["weight"]
+    mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     native_layer_norm_0 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
@@ -175,37 +175,34 @@ def _cpu_0(self, x):
         native_layer_norm_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = native_layer_norm_0.view([32, 64])
-    t = attn_c_attn_weight.t()
-    addmm = torch.addmm(attn_c_attn_bias, view, t)
-    view_1 = addmm.view([2, 16, 192])
-    split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
+    linear = torch.nn.functional.linear(
+        native_layer_norm_0, attn_c_attn_weight, attn_c_attn_bias
+    )
+    split_with_sizes = linear.split_with_sizes([64, 64, 64], 2)
     split_0 = split_with_sizes[0]
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view([2, 16, 4, 16])
+    view_2 = split_0.view(2, 16, 4, 16)
     transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view([2, 16, 4, 16])
+    view_3 = split_1.view(2, 16, 4, 16)
     transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view([2, 16, 4, 16])
+    view_4 = split_2.view(2, 16, 4, 16)
     transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose, transpose_1, transpose_2, is_causal=True
         ),
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view([2, 16, 64])
+    view_5 = transpose_3.view(2, 16, 64)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = view_5.view([32, 64])
-    t_1 = attn_c_proj_weight.t()
-    mm = torch.mm(view_6, t_1)
+    linear_1 = torch.nn.functional.linear(view_5, attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = torch.empty_strided(
@@ -215,7 +212,7 @@ def _cpu_0(self, x):
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm.data_ptr(),
+        linear_1.data_ptr(),
         attn_c_proj_bias.data_ptr(),
         x.data_ptr(),
         ln_2_weight.data_ptr(),
@@ -224,26 +221,25 @@ def _cpu_0(self, x):
         native_layer_norm_3_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = native_layer_norm_3_0.view([32, 64])
-    t_2 = mlp_c_fc_weight.t()
-    mm_1 = torch.mm(view_8, t_2)
+    linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_1.data_ptr(), mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
+        linear_2.data_ptr(), mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = gelu.view([32, 256])
-    t_3 = mlp_c_proj_weight.t()
-    mm_2 = torch.mm(view_10, t_3)
+    linear_3 = torch.nn.functional.linear(gelu, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_0", "pppp")(
-        mm_2.data_ptr(), mlp_c_proj_bias.data_ptr(), add.data_ptr(), add_1.data_ptr()
+        linear_3.data_ptr(),
+        mlp_c_proj_bias.data_ptr(),
+        add.data_ptr(),
+        add_1.data_ptr(),
     )
     return add_1
 
@@ -266,7 +262,7 @@ def _guards_cuda_0(self, x):
         return "self.attn.n_head == 4"
     if not (not self.training):
         return "not self.training"
-    ln_1_weight = self.ln_1.weight
+    ln_1_weight = self._modules["ln_1"]._parameters["weight"]
     if not (ln_1_weight.is_cuda):
         return "self.ln_1.weight.is_cuda"
     if not (ln_1_weight.dtype == torch.float32):
@@ -275,7 +271,7 @@ def _guards_cuda_0(self, x):
         return "self.ln_1.weight.shape == (64,)"
     if not (ln_1_weight.stride() == (1,)):
         return "self.ln_1.weight.stride() == (1,)"
-    ln_1_bias = self.ln_1.bias
+    ln_1_bias = self._modules["ln_1"]._parameters["bias"]
     if not (ln_1_bias.is_cuda):
         return "self.ln_1.bias.is_cuda"
     if not (ln_1_bias.dtype == torch.float32):
@@ -284,7 +280,7 @@ def _guards_cuda_0(self, x):
         return "self.ln_1.bias.shape == (64,)"
     if not (ln_1_bias.stride() == (1,)):
         return "self.ln_1.bias.stride() == (1,)"
-    attn_c_proj_bias = self.attn.c_proj.bias
+    attn_c_proj_bias = self._modules["attn"]._modules["c_proj"]._parameters["bias"]
     if not (attn_c_proj_bias.is_cuda):
         return "self.attn.c_proj.bias.is_cuda"
     if not (attn_c_proj_bias.dtype == torch.float32):
@@ -293,7 +289,7 @@ def _guards_cuda_0(self, x):
         return "self.attn.c_proj.bias.shape == (64,)"
     if not (attn_c_proj_bias.stride() == (1,)):
         return "self.attn.c_proj.bias.stride() == (1,)"
-    ln_2_weight = self.ln_2.weight
+    ln_2_weight = self._modules["ln_2"]._parameters["weight"]
     if not (ln_2_weight.is_cuda):
         return "self.ln_2.weight.is_cuda"
     if not (ln_2_weight.dtype == torch.float32):
@@ -302,7 +298,7 @@ def _guards_cuda_0(self, x):
         return "self.ln_2.weight.shape == (64,)"
     if not (ln_2_weight.stride() == (1,)):
         return "self.ln_2.weight.stride() == (1,)"
-    ln_2_bias = self.ln_2.bias
+    ln_2_bias = self._modules["ln_2"]._parameters["bias"]
     if not (ln_2_bias.is_cuda):
         return "self.ln_2.bias.is_cuda"
     if not (ln_2_bias.dtype == torch.float32):
@@ -311,7 +307,7 @@ def _guards_cuda_0(self, x):
         return "self.ln_2.bias.shape == (64,)"
     if not (ln_2_bias.stride() == (1,)):
         return "self.ln_2.bias.stride() == (1,)"
-    mlp_c_fc_bias = self.mlp.c_fc.bias
+    mlp_c_fc_bias = self._modules["mlp"]._modules["c_fc"]._parameters["bias"]
     if not (mlp_c_fc_bias.is_cuda):
         return "self.mlp.c_fc.bias.is_cuda"
     if not (mlp_c_fc_bias.dtype == torch.float32):
@@ -320,7 +316,7 @@ def _guards_cuda_0(self, x):
         return "self.mlp.c_fc.bias.shape == (256,)"
     if not (mlp_c_fc_bias.stride() == (1,)):
         return "self.mlp.c_fc.bias.stride() == (1,)"
-    mlp_c_proj_bias = self.mlp.c_proj.bias
+    mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     if not (mlp_c_proj_bias.is_cuda):
         return "self.mlp.c_proj.bias.is_cuda"
     if not (mlp_c_proj_bias.dtype == torch.float32):
@@ -353,18 +349,18 @@ def _guards_cuda_0(self, x):
 
 def _cuda_0(self, x):
     device = x.device
-    ln_1_weight = self.ln_1.weight
-    ln_1_bias = self.ln_1.bias
-    attn_c_attn_weight = self.attn.c_attn.weight
-    attn_c_attn_bias = self.attn.c_attn.bias
-    attn_c_proj_weight = self.attn.c_proj.weight
-    attn_c_proj_bias = self.attn.c_proj.bias
-    ln_2_weight = self.ln_2.weight
-    ln_2_bias = self.ln_2.bias
-    mlp_c_fc_weight = self.mlp.c_fc.weight
-    mlp_c_fc_bias = self.mlp.c_fc.bias
-    mlp_c_proj_weight = self.mlp.c_proj.weight
-    mlp_c_proj_bias = self.mlp.c_proj.bias
+    ln_1_weight = self._modules["ln_1"]._parameters["weight"]
+    ln_1_bias = self._modules["ln_1"]._parameters["bias"]
+    attn_c_attn_weight = self._modules["attn"]._modules["c_attn"]._parameters["weight"]
+    attn_c_attn_bias = self._modules["attn"]._modules["c_attn"]._parameters["bias"]
+    attn_c_proj_weight = self._modules["attn"]._modules["c_proj"]._parameters["weight"]
+    attn_c_proj_bias = self._modules["attn"]._modules["c_proj"]._parameters["bias"]
+    ln_2_weight = self._modules["ln_2"]._parameters["weight"]
+    ln_2_bias = self._modules["ln_2"]._parameters["bias"]
+    mlp_c_fc_weight = self._modules["mlp"]._modules["c_fc"]._parameters["weight"]
+    mlp_c_fc_bias = self._modules["mlp"]._modules["c_fc"]._parameters["bias"]
+    mlp_c_proj_weight = self._modules["mlp"]._modules["c_proj"]._parameters["weight"]
+    mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     native_layer_norm_0 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
@@ -379,37 +375,34 @@ def _cuda_0(self, x):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = native_layer_norm_0.view([32, 64])
-    t = attn_c_attn_weight.t()
-    addmm = torch.addmm(attn_c_attn_bias, view, t)
-    view_1 = addmm.view([2, 16, 192])
-    split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
+    linear = torch.nn.functional.linear(
+        native_layer_norm_0, attn_c_attn_weight, attn_c_attn_bias
+    )
+    split_with_sizes = linear.split_with_sizes([64, 64, 64], 2)
     split_0 = split_with_sizes[0]
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view([2, 16, 4, 16])
+    view_2 = split_0.view(2, 16, 4, 16)
     transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view([2, 16, 4, 16])
+    view_3 = split_1.view(2, 16, 4, 16)
     transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view([2, 16, 4, 16])
+    view_4 = split_2.view(2, 16, 4, 16)
     transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose, transpose_1, transpose_2, is_causal=True
         ),
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view([2, 16, 64])
+    view_5 = transpose_3.view(2, 16, 64)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = view_5.view([32, 64])
-    t_1 = attn_c_proj_weight.t()
-    mm = torch.mm(view_6, t_1)
+    linear_1 = torch.nn.functional.linear(view_5, attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = torch.empty_strided(
@@ -419,7 +412,7 @@ def _cuda_0(self, x):
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(2,)](
-        mm,
+        linear_1,
         attn_c_proj_bias,
         x,
         ln_2_weight,
@@ -431,26 +424,22 @@ def _cuda_0(self, x):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = native_layer_norm_3_0.view([32, 64])
-    t_2 = mlp_c_fc_weight.t()
-    mm_1 = torch.mm(view_8, t_2)
+    linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(8,)](
-        mm_1, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
+        linear_2, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = gelu.view([32, 256])
-    t_3 = mlp_c_proj_weight.t()
-    mm_2 = torch.mm(view_10, t_3)
+    linear_3 = torch.nn.functional.linear(gelu, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_0[(2,)](
-        mm_2, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
+        linear_3, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )
     return add_1
 
@@ -488,7 +477,7 @@ def _guards_cpu_1(self, x):
         return "self.attn.n_head == 4"
     if not (not self.training):
         return "not self.training"
-    ln_1_weight = self.ln_1.weight
+    ln_1_weight = self._modules["ln_1"]._parameters["weight"]
     if not (ln_1_weight.is_cpu):
         return "self.ln_1.weight.is_cpu"
     if not (ln_1_weight.dtype == torch.bfloat16):
@@ -497,7 +486,7 @@ def _guards_cpu_1(self, x):
         return "self.ln_1.weight.shape == (64,)"
     if not (ln_1_weight.stride() == (1,)):
         return "self.ln_1.weight.stride() == (1,)"
-    ln_1_bias = self.ln_1.bias
+    ln_1_bias = self._modules["ln_1"]._parameters["bias"]
     if not (ln_1_bias.is_cpu):
         return "self.ln_1.bias.is_cpu"
     if not (ln_1_bias.dtype == torch.bfloat16):
@@ -506,7 +495,7 @@ def _guards_cpu_1(self, x):
         return "self.ln_1.bias.shape == (64,)"
     if not (ln_1_bias.stride() == (1,)):
         return "self.ln_1.bias.stride() == (1,)"
-    attn_c_proj_bias = self.attn.c_proj.bias
+    attn_c_proj_bias = self._modules["attn"]._modules["c_proj"]._parameters["bias"]
     if not (attn_c_proj_bias.is_cpu):
         return "self.attn.c_proj.bias.is_cpu"
     if not (attn_c_proj_bias.dtype == torch.bfloat16):
@@ -515,7 +504,7 @@ def _guards_cpu_1(self, x):
         return "self.attn.c_proj.bias.shape == (64,)"
     if not (attn_c_proj_bias.stride() == (1,)):
         return "self.attn.c_proj.bias.stride() == (1,)"
-    ln_2_weight = self.ln_2.weight
+    ln_2_weight = self._modules["ln_2"]._parameters["weight"]
     if not (ln_2_weight.is_cpu):
         return "self.ln_2.weight.is_cpu"
     if not (ln_2_weight.dtype == torch.bfloat16):
@@ -524,7 +513,7 @@ def _guards_cpu_1(self, x):
         return "self.ln_2.weight.shape == (64,)"
     if not (ln_2_weight.stride() == (1,)):
         return "self.ln_2.weight.stride() == (1,)"
-    ln_2_bias = self.ln_2.bias
+    ln_2_bias = self._modules["ln_2"]._parameters["bias"]
     if not (ln_2_bias.is_cpu):
         return "self.ln_2.bias.is_cpu"
     if not (ln_2_bias.dtype == torch.bfloat16):
@@ -533,7 +522,7 @@ def _guards_cpu_1(self, x):
         return "self.ln_2.bias.shape == (64,)"
     if not (ln_2_bias.stride() == (1,)):
         return "self.ln_2.bias.stride() == (1,)"
-    mlp_c_fc_bias = self.mlp.c_fc.bias
+    mlp_c_fc_bias = self._modules["mlp"]._modules["c_fc"]._parameters["bias"]
     if not (mlp_c_fc_bias.is_cpu):
         return "self.mlp.c_fc.bias.is_cpu"
     if not (mlp_c_fc_bias.dtype == torch.bfloat16):
@@ -542,7 +531,7 @@ def _guards_cpu_1(self, x):
         return "self.mlp.c_fc.bias.shape == (256,)"
     if not (mlp_c_fc_bias.stride() == (1,)):
         return "self.mlp.c_fc.bias.stride() == (1,)"
-    mlp_c_proj_bias = self.mlp.c_proj.bias
+    mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     if not (mlp_c_proj_bias.is_cpu):
         return "self.mlp.c_proj.bias.is_cpu"
     if not (mlp_c_proj_bias.dtype == torch.bfloat16):
@@ -575,18 +564,18 @@ def _guards_cpu_1(self, x):
 
 def _cpu_1(self, x):
     device = x.device
-    ln_1_weight = self.ln_1.weight
-    ln_1_bias = self.ln_1.bias
-    attn_c_attn_weight = self.attn.c_attn.weight
-    attn_c_attn_bias = self.attn.c_attn.bias
-    attn_c_proj_weight = self.attn.c_proj.weight
-    attn_c_proj_bias = self.attn.c_proj.bias
-    ln_2_weight = self.ln_2.weight
-    ln_2_bias = self.ln_2.bias
-    mlp_c_fc_weight = self.mlp.c_fc.weight
-    mlp_c_fc_bias = self.mlp.c_fc.bias
-    mlp_c_proj_weight = self.mlp.c_proj.weight
-    mlp_c_proj_bias = self.mlp.c_proj.bias
+    ln_1_weight = self._modules["ln_1"]._parameters["weight"]
+    ln_1_bias = self._modules["ln_1"]._parameters["bias"]
+    attn_c_attn_weight = self._modules["attn"]._modules["c_attn"]._parameters["weight"]
+    attn_c_attn_bias = self._modules["attn"]._modules["c_attn"]._parameters["bias"]
+    attn_c_proj_weight = self._modules["attn"]._modules["c_proj"]._parameters["weight"]
+    attn_c_proj_bias = self._modules["attn"]._modules["c_proj"]._parameters["bias"]
+    ln_2_weight = self._modules["ln_2"]._parameters["weight"]
+    ln_2_bias = self._modules["ln_2"]._parameters["bias"]
+    mlp_c_fc_weight = self._modules["mlp"]._modules["c_fc"]._parameters["weight"]
+    mlp_c_fc_bias = self._modules["mlp"]._modules["c_fc"]._parameters["bias"]
+    mlp_c_proj_weight = self._modules["mlp"]._modules["c_proj"]._parameters["weight"]
+    mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     native_layer_norm_0 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
@@ -598,37 +587,34 @@ def _cpu_1(self, x):
         native_layer_norm_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = native_layer_norm_0.view([32, 64])
-    t = attn_c_attn_weight.t()
-    addmm = torch.addmm(attn_c_attn_bias, view, t)
-    view_1 = addmm.view([2, 16, 192])
-    split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
+    linear = torch.nn.functional.linear(
+        native_layer_norm_0, attn_c_attn_weight, attn_c_attn_bias
+    )
+    split_with_sizes = linear.split_with_sizes([64, 64, 64], 2)
     split_0 = split_with_sizes[0]
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view([2, 16, 4, 16])
+    view_2 = split_0.view(2, 16, 4, 16)
     transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view([2, 16, 4, 16])
+    view_3 = split_1.view(2, 16, 4, 16)
     transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view([2, 16, 4, 16])
+    view_4 = split_2.view(2, 16, 4, 16)
     transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose, transpose_1, transpose_2, is_causal=True
         ),
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view([2, 16, 64])
+    view_5 = transpose_3.view(2, 16, 64)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = view_5.view([32, 64])
-    t_1 = attn_c_proj_weight.t()
-    mm = torch.mm(view_6, t_1)
+    linear_1 = torch.nn.functional.linear(view_5, attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = torch.empty_strided(
@@ -638,7 +624,7 @@ def _cpu_1(self, x):
         (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_1", "ppppppp")(
-        mm.data_ptr(),
+        linear_1.data_ptr(),
         attn_c_proj_bias.data_ptr(),
         x.data_ptr(),
         ln_2_weight.data_ptr(),
@@ -647,26 +633,25 @@ def _cpu_1(self, x):
         native_layer_norm_3_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = native_layer_norm_3_0.view([32, 64])
-    t_2 = mlp_c_fc_weight.t()
-    mm_1 = torch.mm(view_8, t_2)
+    linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.bfloat16, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_1", "ppp")(
-        mm_1.data_ptr(), mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
+        linear_2.data_ptr(), mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = gelu.view([32, 256])
-    t_3 = mlp_c_proj_weight.t()
-    mm_2 = torch.mm(view_10, t_3)
+    linear_3 = torch.nn.functional.linear(gelu, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
     )
     _cpp.function("cpp_fused_addmm_add_1", "pppp")(
-        mm_2.data_ptr(), mlp_c_proj_bias.data_ptr(), add.data_ptr(), add_1.data_ptr()
+        linear_3.data_ptr(),
+        mlp_c_proj_bias.data_ptr(),
+        add.data_ptr(),
+        add_1.data_ptr(),
     )
     return add_1
 
@@ -689,7 +674,7 @@ def _guards_cuda_1(self, x):
         return "self.attn.n_head == 4"
     if not (not self.training):
         return "not self.training"
-    ln_1_weight = self.ln_1.weight
+    ln_1_weight = self._modules["ln_1"]._parameters["weight"]
     if not (ln_1_weight.is_cuda):
         return "self.ln_1.weight.is_cuda"
     if not (ln_1_weight.dtype == torch.bfloat16):
@@ -698,7 +683,7 @@ def _guards_cuda_1(self, x):
         return "self.ln_1.weight.shape == (64,)"
     if not (ln_1_weight.stride() == (1,)):
         return "self.ln_1.weight.stride() == (1,)"
-    ln_1_bias = self.ln_1.bias
+    ln_1_bias = self._modules["ln_1"]._parameters["bias"]
     if not (ln_1_bias.is_cuda):
         return "self.ln_1.bias.is_cuda"
     if not (ln_1_bias.dtype == torch.bfloat16):
@@ -707,7 +692,7 @@ def _guards_cuda_1(self, x):
         return "self.ln_1.bias.shape == (64,)"
     if not (ln_1_bias.stride() == (1,)):
         return "self.ln_1.bias.stride() == (1,)"
-    attn_c_proj_bias = self.attn.c_proj.bias
+    attn_c_proj_bias = self._modules["attn"]._modules["c_proj"]._parameters["bias"]
     if not (attn_c_proj_bias.is_cuda):
         return "self.attn.c_proj.bias.is_cuda"
     if not (attn_c_proj_bias.dtype == torch.bfloat16):
@@ -716,7 +701,7 @@ def _guards_cuda_1(self, x):
         return "self.attn.c_proj.bias.shape == (64,)"
     if not (attn_c_proj_bias.stride() == (1,)):
         return "self.attn.c_proj.bias.stride() == (1,)"
-    ln_2_weight = self.ln_2.weight
+    ln_2_weight = self._modules["ln_2"]._parameters["weight"]
     if not (ln_2_weight.is_cuda):
         return "self.ln_2.weight.is_cuda"
     if not (ln_2_weight.dtype == torch.bfloat16):
@@ -725,7 +710,7 @@ def _guards_cuda_1(self, x):
         return "self.ln_2.weight.shape == (64,)"
     if not (ln_2_weight.stride() == (1,)):
         return "self.ln_2.weight.stride() == (1,)"
-    ln_2_bias = self.ln_2.bias
+    ln_2_bias = self._modules["ln_2"]._parameters["bias"]
     if not (ln_2_bias.is_cuda):
         return "self.ln_2.bias.is_cuda"
     if not (ln_2_bias.dtype == torch.bfloat16):
@@ -734,7 +719,7 @@ def _guards_cuda_1(self, x):
         return "self.ln_2.bias.shape == (64,)"
     if not (ln_2_bias.stride() == (1,)):
         return "self.ln_2.bias.stride() == (1,)"
-    mlp_c_fc_bias = self.mlp.c_fc.bias
+    mlp_c_fc_bias = self._modules["mlp"]._modules["c_fc"]._parameters["bias"]
     if not (mlp_c_fc_bias.is_cuda):
         return "self.mlp.c_fc.bias.is_cuda"
     if not (mlp_c_fc_bias.dtype == torch.bfloat16):
@@ -743,7 +728,7 @@ def _guards_cuda_1(self, x):
         return "self.mlp.c_fc.bias.shape == (256,)"
     if not (mlp_c_fc_bias.stride() == (1,)):
         return "self.mlp.c_fc.bias.stride() == (1,)"
-    mlp_c_proj_bias = self.mlp.c_proj.bias
+    mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     if not (mlp_c_proj_bias.is_cuda):
         return "self.mlp.c_proj.bias.is_cuda"
     if not (mlp_c_proj_bias.dtype == torch.bfloat16):
@@ -776,18 +761,18 @@ def _guards_cuda_1(self, x):
 
 def _cuda_1(self, x):
     device = x.device
-    ln_1_weight = self.ln_1.weight
-    ln_1_bias = self.ln_1.bias
-    attn_c_attn_weight = self.attn.c_attn.weight
-    attn_c_attn_bias = self.attn.c_attn.bias
-    attn_c_proj_weight = self.attn.c_proj.weight
-    attn_c_proj_bias = self.attn.c_proj.bias
-    ln_2_weight = self.ln_2.weight
-    ln_2_bias = self.ln_2.bias
-    mlp_c_fc_weight = self.mlp.c_fc.weight
-    mlp_c_fc_bias = self.mlp.c_fc.bias
-    mlp_c_proj_weight = self.mlp.c_proj.weight
-    mlp_c_proj_bias = self.mlp.c_proj.bias
+    ln_1_weight = self._modules["ln_1"]._parameters["weight"]
+    ln_1_bias = self._modules["ln_1"]._parameters["bias"]
+    attn_c_attn_weight = self._modules["attn"]._modules["c_attn"]._parameters["weight"]
+    attn_c_attn_bias = self._modules["attn"]._modules["c_attn"]._parameters["bias"]
+    attn_c_proj_weight = self._modules["attn"]._modules["c_proj"]._parameters["weight"]
+    attn_c_proj_bias = self._modules["attn"]._modules["c_proj"]._parameters["bias"]
+    ln_2_weight = self._modules["ln_2"]._parameters["weight"]
+    ln_2_bias = self._modules["ln_2"]._parameters["bias"]
+    mlp_c_fc_weight = self._modules["mlp"]._modules["c_fc"]._parameters["weight"]
+    mlp_c_fc_bias = self._modules["mlp"]._modules["c_fc"]._parameters["bias"]
+    mlp_c_proj_weight = self._modules["mlp"]._modules["c_proj"]._parameters["weight"]
+    mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     native_layer_norm_0 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
@@ -802,37 +787,34 @@ def _cuda_1(self, x):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = native_layer_norm_0.view([32, 64])
-    t = attn_c_attn_weight.t()
-    addmm = torch.addmm(attn_c_attn_bias, view, t)
-    view_1 = addmm.view([2, 16, 192])
-    split_with_sizes = torch.ops.aten.split_with_sizes.default(view_1, [64, 64, 64], 2)
+    linear = torch.nn.functional.linear(
+        native_layer_norm_0, attn_c_attn_weight, attn_c_attn_bias
+    )
+    split_with_sizes = linear.split_with_sizes([64, 64, 64], 2)
     split_0 = split_with_sizes[0]
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view([2, 16, 4, 16])
+    view_2 = split_0.view(2, 16, 4, 16)
     transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view([2, 16, 4, 16])
+    view_3 = split_1.view(2, 16, 4, 16)
     transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view([2, 16, 4, 16])
+    view_4 = split_2.view(2, 16, 4, 16)
     transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose, transpose_1, transpose_2, is_causal=True
         ),
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view([2, 16, 64])
+    view_5 = transpose_3.view(2, 16, 64)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = view_5.view([32, 64])
-    t_1 = attn_c_proj_weight.t()
-    mm = torch.mm(view_6, t_1)
+    linear_1 = torch.nn.functional.linear(view_5, attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = torch.empty_strided(
@@ -842,7 +824,7 @@ def _cuda_1(self, x):
         (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_1[(2,)](
-        mm,
+        linear_1,
         attn_c_proj_bias,
         x,
         ln_2_weight,
@@ -854,26 +836,22 @@ def _cuda_1(self, x):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = native_layer_norm_3_0.view([32, 64])
-    t_2 = mlp_c_fc_weight.t()
-    mm_1 = torch.mm(view_8, t_2)
+    linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (2, 16, 256), (4096, 256, 1), dtype=torch.bfloat16, device=device
     )
     _triton.triton_fused_addmm_gelu_1[(8,)](
-        mm_1, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
+        linear_2, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = gelu.view([32, 256])
-    t_3 = mlp_c_proj_weight.t()
-    mm_2 = torch.mm(view_10, t_3)
+    linear_3 = torch.nn.functional.linear(gelu, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
         (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
     )
     _triton.triton_fused_addmm_add_1[(2,)](
-        mm_2, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
+        linear_3, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )
     return add_1
 

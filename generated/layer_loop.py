@@ -53,43 +53,35 @@ def _guards_cpu_0(self, x):
 
 def _cpu_0(self, x):
     device = x.device
-    layers_0_weight = self.layers[0].weight
-    layers_0_bias = self.layers[0].bias
-    layers_1_weight = self.layers[1].weight
-    layers_1_bias = self.layers[1].bias
-    layers_2_weight = self.layers[2].weight
-    layers_2_bias = self.layers[2].bias
-    layers_3_weight = self.layers[3].weight
-    layers_3_bias = self.layers[3].bias
-    layers_4_weight = self.layers[4].weight
-    layers_4_bias = self.layers[4].bias
-    layers_5_weight = self.layers[5].weight
-    layers_5_bias = self.layers[5].bias
-    layers_6_weight = self.layers[6].weight
-    layers_6_bias = self.layers[6].bias
-    layers_7_weight = self.layers[7].weight
-    layers_7_bias = self.layers[7].bias
+    layers_0_weight = self._modules["layers"]._modules["0"]._parameters["weight"]
+    layers_0_bias = self._modules["layers"]._modules["0"]._parameters["bias"]
+    layers_1_weight = self._modules["layers"]._modules["1"]._parameters["weight"]
+    layers_1_bias = self._modules["layers"]._modules["1"]._parameters["bias"]
+    layers_2_weight = self._modules["layers"]._modules["2"]._parameters["weight"]
+    layers_2_bias = self._modules["layers"]._modules["2"]._parameters["bias"]
+    layers_3_weight = self._modules["layers"]._modules["3"]._parameters["weight"]
+    layers_3_bias = self._modules["layers"]._modules["3"]._parameters["bias"]
+    layers_4_weight = self._modules["layers"]._modules["4"]._parameters["weight"]
+    layers_4_bias = self._modules["layers"]._modules["4"]._parameters["bias"]
+    layers_5_weight = self._modules["layers"]._modules["5"]._parameters["weight"]
+    layers_5_bias = self._modules["layers"]._modules["5"]._parameters["bias"]
+    layers_6_weight = self._modules["layers"]._modules["6"]._parameters["weight"]
+    layers_6_bias = self._modules["layers"]._modules["6"]._parameters["bias"]
+    layers_7_weight = self._modules["layers"]._modules["7"]._parameters["weight"]
+    layers_7_bias = self._modules["layers"]._modules["7"]._parameters["bias"]
     # examples/layer_loop.py:16: x = layer(x)
-    t = layers_0_weight.t()
-    addmm = torch.addmm(layers_0_bias, x, t)
-    t_1 = layers_1_weight.t()
-    addmm_1 = torch.addmm(layers_1_bias, addmm, t_1)
-    t_2 = layers_2_weight.t()
-    addmm_2 = torch.addmm(layers_2_bias, addmm_1, t_2)
-    t_3 = layers_3_weight.t()
-    addmm_3 = torch.addmm(layers_3_bias, addmm_2, t_3)
-    t_4 = layers_4_weight.t()
-    addmm_4 = torch.addmm(layers_4_bias, addmm_3, t_4)
-    t_5 = layers_5_weight.t()
-    addmm_5 = torch.addmm(layers_5_bias, addmm_4, t_5)
+    linear = torch.nn.functional.linear(x, layers_0_weight, layers_0_bias)
+    linear_1 = torch.nn.functional.linear(linear, layers_1_weight, layers_1_bias)
+    linear_2 = torch.nn.functional.linear(linear_1, layers_2_weight, layers_2_bias)
+    linear_3 = torch.nn.functional.linear(linear_2, layers_3_weight, layers_3_bias)
+    linear_4 = torch.nn.functional.linear(linear_3, layers_4_weight, layers_4_bias)
+    linear_5 = torch.nn.functional.linear(linear_4, layers_5_weight, layers_5_bias)
     # examples/layer_loop.py:18: print(x.mean())  # Graph break
-    _fallback_0(addmm_5)
+    _fallback_0(linear_5)
     # examples/layer_loop.py:16: x = layer(x)
-    t_6 = layers_6_weight.t()
-    addmm_6 = torch.addmm(layers_6_bias, addmm_5, t_6)
-    t_7 = layers_7_weight.t()
-    addmm_7 = torch.addmm(layers_7_bias, addmm_6, t_7)
-    return addmm_7
+    linear_6 = torch.nn.functional.linear(linear_5, layers_6_weight, layers_6_bias)
+    linear_7 = torch.nn.functional.linear(linear_6, layers_7_weight, layers_7_bias)
+    return linear_7
 
 
 def _guards_cuda_0(self, x):
@@ -116,43 +108,35 @@ def _guards_cuda_0(self, x):
 
 def _cuda_0(self, x):
     device = x.device
-    layers_0_weight = self.layers[0].weight
-    layers_0_bias = self.layers[0].bias
-    layers_1_weight = self.layers[1].weight
-    layers_1_bias = self.layers[1].bias
-    layers_2_weight = self.layers[2].weight
-    layers_2_bias = self.layers[2].bias
-    layers_3_weight = self.layers[3].weight
-    layers_3_bias = self.layers[3].bias
-    layers_4_weight = self.layers[4].weight
-    layers_4_bias = self.layers[4].bias
-    layers_5_weight = self.layers[5].weight
-    layers_5_bias = self.layers[5].bias
-    layers_6_weight = self.layers[6].weight
-    layers_6_bias = self.layers[6].bias
-    layers_7_weight = self.layers[7].weight
-    layers_7_bias = self.layers[7].bias
+    layers_0_weight = self._modules["layers"]._modules["0"]._parameters["weight"]
+    layers_0_bias = self._modules["layers"]._modules["0"]._parameters["bias"]
+    layers_1_weight = self._modules["layers"]._modules["1"]._parameters["weight"]
+    layers_1_bias = self._modules["layers"]._modules["1"]._parameters["bias"]
+    layers_2_weight = self._modules["layers"]._modules["2"]._parameters["weight"]
+    layers_2_bias = self._modules["layers"]._modules["2"]._parameters["bias"]
+    layers_3_weight = self._modules["layers"]._modules["3"]._parameters["weight"]
+    layers_3_bias = self._modules["layers"]._modules["3"]._parameters["bias"]
+    layers_4_weight = self._modules["layers"]._modules["4"]._parameters["weight"]
+    layers_4_bias = self._modules["layers"]._modules["4"]._parameters["bias"]
+    layers_5_weight = self._modules["layers"]._modules["5"]._parameters["weight"]
+    layers_5_bias = self._modules["layers"]._modules["5"]._parameters["bias"]
+    layers_6_weight = self._modules["layers"]._modules["6"]._parameters["weight"]
+    layers_6_bias = self._modules["layers"]._modules["6"]._parameters["bias"]
+    layers_7_weight = self._modules["layers"]._modules["7"]._parameters["weight"]
+    layers_7_bias = self._modules["layers"]._modules["7"]._parameters["bias"]
     # examples/layer_loop.py:16: x = layer(x)
-    t = layers_0_weight.t()
-    addmm = torch.addmm(layers_0_bias, x, t)
-    t_1 = layers_1_weight.t()
-    addmm_1 = torch.addmm(layers_1_bias, addmm, t_1)
-    t_2 = layers_2_weight.t()
-    addmm_2 = torch.addmm(layers_2_bias, addmm_1, t_2)
-    t_3 = layers_3_weight.t()
-    addmm_3 = torch.addmm(layers_3_bias, addmm_2, t_3)
-    t_4 = layers_4_weight.t()
-    addmm_4 = torch.addmm(layers_4_bias, addmm_3, t_4)
-    t_5 = layers_5_weight.t()
-    addmm_5 = torch.addmm(layers_5_bias, addmm_4, t_5)
+    linear = torch.nn.functional.linear(x, layers_0_weight, layers_0_bias)
+    linear_1 = torch.nn.functional.linear(linear, layers_1_weight, layers_1_bias)
+    linear_2 = torch.nn.functional.linear(linear_1, layers_2_weight, layers_2_bias)
+    linear_3 = torch.nn.functional.linear(linear_2, layers_3_weight, layers_3_bias)
+    linear_4 = torch.nn.functional.linear(linear_3, layers_4_weight, layers_4_bias)
+    linear_5 = torch.nn.functional.linear(linear_4, layers_5_weight, layers_5_bias)
     # examples/layer_loop.py:18: print(x.mean())  # Graph break
-    _fallback_0(addmm_5)
+    _fallback_0(linear_5)
     # examples/layer_loop.py:16: x = layer(x)
-    t_6 = layers_6_weight.t()
-    addmm_6 = torch.addmm(layers_6_bias, addmm_5, t_6)
-    t_7 = layers_7_weight.t()
-    addmm_7 = torch.addmm(layers_7_bias, addmm_6, t_7)
-    return addmm_7
+    linear_6 = torch.nn.functional.linear(linear_5, layers_6_weight, layers_6_bias)
+    linear_7 = torch.nn.functional.linear(linear_6, layers_7_weight, layers_7_bias)
+    return linear_7
 
 
 class LayerLoop(_source.LayerLoop):

@@ -34,12 +34,8 @@ def triton_fused_native_layer_norm_gelu_0(
     tmp11 = tmp9 * tmp10
     tmp12 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
     tmp13 = tmp11 + tmp12
-    tmp14 = tmp13 * 0.5
-    tmp15 = tmp13 * 0.7071067811865476
-    tmp16 = tl.erf(tmp15)
-    tmp17 = tmp16 + 1.0
-    tmp18 = tmp14 * tmp17
-    tl.store(out_ptr0 + (256 * xindex + rindex), tmp18, xmask & rmask)
+    tmp14 = tmp13 * 0.5 * (1.0 + tl.erf(tmp13 * 0.7071067811865476))
+    tl.store(out_ptr0 + (256 * xindex + rindex), tmp14, xmask & rmask)
 
 
 @triton.jit
@@ -74,9 +70,5 @@ def triton_fused_native_layer_norm_gelu_1(
     tmp11 = tmp9 * tmp10
     tmp12 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
     tmp13 = tmp11 + tmp12
-    tmp14 = tmp13 * 0.5
-    tmp15 = tmp13 * 0.7071067811865476
-    tmp16 = tl.erf(tmp15)
-    tmp17 = tmp16 + 1.0
-    tmp18 = tmp14 * tmp17
-    tl.store(out_ptr0 + (256 * xindex + rindex), tmp18.to(tl.bfloat16), xmask & rmask)
+    tmp14 = tmp13 * 0.5 * (1.0 + tl.erf(tmp13 * 0.7071067811865476))
+    tl.store(out_ptr0 + (256 * xindex + rindex), tmp14.to(tl.bfloat16), xmask & rmask)

@@ -58,7 +58,7 @@ def _guards_cpu_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    fc1_bias = self.fc1.bias
+    fc1_bias = self._modules["fc1"]._parameters["bias"]
     if not (fc1_bias.is_cpu):
         return "self.fc1.bias.is_cpu"
     if not (fc1_bias.dtype == torch.float32):
@@ -83,20 +83,18 @@ def _guards_cpu_0(self, x):
 
 def _cpu_0(self, x):
     device = x.device
-    fc1_weight = self.fc1.weight
-    fc1_bias = self.fc1.bias
-    fc2_weight = self.fc2.weight
-    fc2_bias = self.fc2.bias
+    fc1_weight = self._modules["fc1"]._parameters["weight"]
+    fc1_bias = self._modules["fc1"]._parameters["bias"]
+    fc2_weight = self._modules["fc2"]._parameters["weight"]
+    fc2_bias = self._modules["fc2"]._parameters["bias"]
     # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
-    t = fc1_weight.t()
-    mm = torch.mm(x, t)
+    linear = torch.nn.functional.linear(x, fc1_weight)
     gelu = torch.empty_strided((8, 256), (256, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm.data_ptr(), fc1_bias.data_ptr(), gelu.data_ptr()
+        linear.data_ptr(), fc1_bias.data_ptr(), gelu.data_ptr()
     )
-    t_1 = fc2_weight.t()
-    addmm_1 = torch.addmm(fc2_bias, gelu, t_1)
-    return addmm_1
+    linear_1 = torch.nn.functional.linear(gelu, fc2_weight, fc2_bias)
+    return linear_1
 
 
 def _guards_cuda_0(self, x):
@@ -113,7 +111,7 @@ def _guards_cuda_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    fc1_bias = self.fc1.bias
+    fc1_bias = self._modules["fc1"]._parameters["bias"]
     if not (fc1_bias.is_cuda):
         return "self.fc1.bias.is_cuda"
     if not (fc1_bias.dtype == torch.float32):
@@ -138,20 +136,18 @@ def _guards_cuda_0(self, x):
 
 def _cuda_0(self, x):
     device = x.device
-    fc1_weight = self.fc1.weight
-    fc1_bias = self.fc1.bias
-    fc2_weight = self.fc2.weight
-    fc2_bias = self.fc2.bias
+    fc1_weight = self._modules["fc1"]._parameters["weight"]
+    fc1_bias = self._modules["fc1"]._parameters["bias"]
+    fc2_weight = self._modules["fc2"]._parameters["weight"]
+    fc2_bias = self._modules["fc2"]._parameters["bias"]
     # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
-    t = fc1_weight.t()
-    mm = torch.mm(x, t)
+    linear = torch.nn.functional.linear(x, fc1_weight)
     gelu = torch.empty_strided((8, 256), (256, 1), dtype=torch.float32, device=device)
     _triton.triton_fused_addmm_gelu_0[(2,)](
-        mm, fc1_bias, gelu, XBLOCK=1024, num_warps=4
+        linear, fc1_bias, gelu, XBLOCK=1024, num_warps=4
     )
-    t_1 = fc2_weight.t()
-    addmm_1 = torch.addmm(fc2_bias, gelu, t_1)
-    return addmm_1
+    linear_1 = torch.nn.functional.linear(gelu, fc2_weight, fc2_bias)
+    return linear_1
 
 
 class MLP(_source.MLP):

@@ -13,9 +13,5 @@ def triton_fused_addmm_gelu_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
     tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
     tmp1 = tl.load(in_ptr1 + xindex % 256, xmask, other=0)
     tmp2 = tmp0 + tmp1
-    tmp3 = tmp2 * 0.5
-    tmp4 = tmp2 * 0.7071067811865476
-    tmp5 = tl.erf(tmp4)
-    tmp6 = tmp5 + 1.0
-    tmp7 = tmp3 * tmp6
-    tl.store(out_ptr0 + xindex, tmp7, xmask)
+    tmp3 = tmp2 * 0.5 * (1.0 + tl.erf(tmp2 * 0.7071067811865476))
+    tl.store(out_ptr0 + xindex, tmp3, xmask)

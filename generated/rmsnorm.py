@@ -60,7 +60,7 @@ def _guards_cpu_0(self, x):
         return "self.eps == 1e-06"
     if not (not self.training):
         return "not self.training"
-    weight = self.weight
+    weight = self._parameters["weight"]
     if not (weight.is_cpu):
         return "self.weight.is_cpu"
     if not (weight.dtype == torch.float32):
@@ -78,7 +78,7 @@ def _guards_cpu_0(self, x):
 
 def _cpu_0(self, x):
     device = x.device
-    weight = self.weight
+    weight = self._parameters["weight"]
     # examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
     mul_1 = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_mul_mean_add_rsqrt_0", "ppp")(
@@ -103,7 +103,7 @@ def _guards_cuda_0(self, x):
         return "self.eps == 1e-06"
     if not (not self.training):
         return "not self.training"
-    weight = self.weight
+    weight = self._parameters["weight"]
     if not (weight.is_cuda):
         return "self.weight.is_cuda"
     if not (weight.dtype == torch.float32):
@@ -121,7 +121,7 @@ def _guards_cuda_0(self, x):
 
 def _cuda_0(self, x):
     device = x.device
-    weight = self.weight
+    weight = self._parameters["weight"]
     # examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
     mul_1 = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
     _triton.triton_fused_mul_mean_add_rsqrt_0[(4,)](

@@ -61,7 +61,7 @@ def _guards_cpu_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    linear_bias = self.linear.bias
+    linear_bias = self._modules["linear"]._parameters["bias"]
     if not (linear_bias.is_cpu):
         return "self.linear.bias.is_cpu"
     if not (linear_bias.dtype == torch.float32):
@@ -84,14 +84,13 @@ def _guards_cpu_0(self, x):
 
 def _cpu_0(self, x):
     device = x.device
-    linear_weight = self.linear.weight
-    linear_bias = self.linear.bias
+    linear_weight = self._modules["linear"]._parameters["weight"]
+    linear_bias = self._modules["linear"]._parameters["bias"]
     # examples/toy.py:15: return self.linear(x).relu()
-    t = linear_weight.t()
-    mm = torch.mm(x, t)
+    linear = torch.nn.functional.linear(x, linear_weight)
     relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
     _cpp.function("cpp_fused_addmm_relu_0", "ppp")(
-        mm.data_ptr(), linear_bias.data_ptr(), relu.data_ptr()
+        linear.data_ptr(), linear_bias.data_ptr(), relu.data_ptr()
     )
     return relu
 
@@ -110,7 +109,7 @@ def _guards_cuda_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    linear_bias = self.linear.bias
+    linear_bias = self._modules["linear"]._parameters["bias"]
     if not (linear_bias.is_cuda):
         return "self.linear.bias.is_cuda"
     if not (linear_bias.dtype == torch.float32):
@@ -133,14 +132,13 @@ def _guards_cuda_0(self, x):
 
 def _cuda_0(self, x):
     device = x.device
-    linear_weight = self.linear.weight
-    linear_bias = self.linear.bias
+    linear_weight = self._modules["linear"]._parameters["weight"]
+    linear_bias = self._modules["linear"]._parameters["bias"]
     # examples/toy.py:15: return self.linear(x).relu()
-    t = linear_weight.t()
-    mm = torch.mm(x, t)
+    linear = torch.nn.functional.linear(x, linear_weight)
     relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
     _triton.triton_fused_addmm_relu_0[(1,)](
-        mm, linear_bias, relu, XBLOCK=16, num_warps=2
+        linear, linear_bias, relu, XBLOCK=16, num_warps=2
     )
     return relu
 
@@ -188,24 +186,23 @@ def _guards_cpu_1(self, x):
 
 def _cpu_1(self, x):
     device = x.device
-    linear_weight = self.linear.weight
-    linear_bias = self.linear.bias
+    linear_weight = self._modules["linear"]._parameters["weight"]
+    linear_bias = self._modules["linear"]._parameters["bias"]
     # examples/toy.py:27: y = self.linear(x)
-    t = linear_weight.t()
-    addmm = torch.addmm(linear_bias, x, t)
+    linear = torch.nn.functional.linear(x, linear_weight, linear_bias)
     # examples/toy.py:28: if y.sum() > 0:
     gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
-    _cpp.function("cpp_fused_sum_gt_0", "pp")(addmm.data_ptr(), gt.data_ptr())
+    _cpp.function("cpp_fused_sum_gt_0", "pp")(linear.data_ptr(), gt.data_ptr())
     # sync: the branch reads tensor data (examples/toy.py:28: if y.sum() > 0:)
     if gt:
         # examples/toy.py:29: return y.relu()
         relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-        _cpp.function("cpp_fused_relu_0", "pp")(addmm.data_ptr(), relu.data_ptr())
+        _cpp.function("cpp_fused_relu_0", "pp")(linear.data_ptr(), relu.data_ptr())
         return relu
     else:
         # examples/toy.py:30: return y.tanh()
         tanh = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-        _cpp.function("cpp_fused_tanh_0", "pp")(addmm.data_ptr(), tanh.data_ptr())
+        _cpp.function("cpp_fused_tanh_0", "pp")(linear.data_ptr(), tanh.data_ptr())
         return tanh
 
 
@@ -237,24 +234,23 @@ def _guards_cuda_1(self, x):
 
 def _cuda_1(self, x):
     device = x.device
-    linear_weight = self.linear.weight
-    linear_bias = self.linear.bias
+    linear_weight = self._modules["linear"]._parameters["weight"]
+    linear_bias = self._modules["linear"]._parameters["bias"]
     # examples/toy.py:27: y = self.linear(x)
-    t = linear_weight.t()
-    addmm = torch.addmm(linear_bias, x, t)
+    linear = torch.nn.functional.linear(x, linear_weight, linear_bias)
     # examples/toy.py:28: if y.sum() > 0:
     gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
-    _triton.triton_fused_sum_gt_0[(1,)](addmm, gt, XBLOCK=1, RBLOCK=8, num_warps=1)
+    _triton.triton_fused_sum_gt_0[(1,)](linear, gt, XBLOCK=1, RBLOCK=8, num_warps=1)
     # sync: the branch reads tensor data (examples/toy.py:28: if y.sum() > 0:)
     if gt:
         # examples/toy.py:29: return y.relu()
         relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-        _triton.triton_fused_relu_0[(1,)](addmm, relu, XBLOCK=16, num_warps=2)
+        _triton.triton_fused_relu_0[(1,)](linear, relu, XBLOCK=16, num_warps=2)
         return relu
     else:
         # examples/toy.py:30: return y.tanh()
         tanh = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-        _triton.triton_fused_tanh_0[(1,)](addmm, tanh, XBLOCK=16, num_warps=2)
+        _triton.triton_fused_tanh_0[(1,)](linear, tanh, XBLOCK=16, num_warps=2)
         return tanh
 
 

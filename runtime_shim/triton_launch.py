@@ -11,6 +11,16 @@ the compiled kernel it returns, and launches later calls with the same
 specialization straight through the compiled kernel's launcher, with the same
 arguments `JITFunction.run` passes it. Anything it does not recognise (an older Triton,
 the interpreter, launch hooks set by a profiler) takes `JITFunction.run` every time.
+
+Note [Pointers as integers]
+---------------------------
+The launcher accepts a pointer argument as a tensor or as an integer address. For a
+tensor it calls `data_ptr()` and asks the CUDA driver whether the address is device
+memory (`cuPointerGetAttribute`), a driver call per tensor per launch; an integer it
+takes as is. `TritonKernel` reads each tensor's address anyway (Triton specializes on
+its 16-byte alignment), so it passes the integer, and keeps the device check in its
+cache key instead: a CPU tensor is a specialization of its own, which takes the
+`JITFunction.run` path and gets Triton's own error.
 """
 
 from __future__ import annotations
@@ -70,14 +80,24 @@ class TritonKernel:
         ):
             return self.fn[grid](*args, **kwargs)
         device = _current_device()
-        key = (device, *map(_specialization, args), *kwargs.items())
+        key = [device]
+        values = []  # tensors as their addresses: see Note [Pointers as integers]
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                address = a.data_ptr()
+                key.append((a.dtype, a.is_cuda, address % 16 == 0))
+                values.append(address)
+            else:
+                key.append(_specialization(a))
+                values.append(a)
+        key = (*key, *kwargs.items())
         hit = self.compiled.get(key)
         if hit is None:
             kernel = self.fn[grid](*args, **kwargs)
             self._remember(key, kernel, len(args), kwargs)
             return kernel
         run, function, metadata, names = hit
-        values = (*args, *[kwargs[n] for n in names])
+        values += [kwargs[n] for n in names]
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
         stream = _current_stream(device)
@@ -112,9 +132,7 @@ def _installed(hook) -> bool:
 
 
 def _specialization(value):
-    """What Triton specializes a kernel argument on."""
-    if isinstance(value, torch.Tensor):
-        return value.dtype, value.data_ptr() % 16 == 0
+    """What Triton specializes a non-tensor kernel argument on."""
     if isinstance(value, bool) or not isinstance(value, int):
         return type(value)
     return int, value == 1, value % 16 == 0, -(2**31) <= value < 2**31

@@ -1,5 +1,5 @@
 // Helpers for generated kernels: bf16 storage, NaN-propagating min/max, and exp,
-// tanh and sigmoid for float written so that `omp simd` loops vectorize them.
+// tanh, sigmoid, erf and GELU for float written so that `omp simd` loops vectorize them.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -96,3 +96,42 @@ static inline float erf_f32(float x) {
     return a < 1.0f ? x * p : large;
 }
 static inline double erf_f32(double x) { return std::erf(x); }
+
+// Exact GELU, x * Phi(x), for float from one exp-like evaluation and no division:
+// h = Phi(-|x|) = 2^g, g a degree-7 polynomial in t = |x| fitted to log2 Phi(-t) on
+// [0, 5.5] (minimax, the error weighted by h), and 2^g = 2^n * 2^f with n = round(g)
+// and 2^f a degree-5 minimax fit on [-1/2, 1/2]. Then gelu = x * h below 0 and
+// x - x * h above (no cancellation); from |x| = 5.5 on, h = 0 (Phi(-5.5) = 1.9e-8)
+// and t stays 5.5, so that gelu(inf) = inf and gelu(-inf) = -0. |error| < 1.5e-7 *
+// max(1, |x|), and < 1.8e-7 * |x| (relative accuracy near 0).
+static inline float gelu_f32(float x) {
+    float a = std::fabs(x);
+    float t = a < 5.5f ? a : 5.5f;
+    float g = 8.470160537e-06f;
+    g = g * t - 5.390371371e-05f;
+    g = g * t - 4.212359781e-04f;
+    g = g * t + 7.389272563e-03f;
+    g = g * t - 5.269111320e-02f;
+    g = g * t - 4.591531456e-01f;
+    g = g * t - 1.151110888e+00f;
+    g = g * t - 9.999998808e-01f;
+    float n = std::nearbyint(g);
+    float f = g - n;
+    float p = 1.325174584e-03f;
+    p = p * f + 9.678361937e-03f;
+    p = p * f + 5.550805479e-02f;
+    p = p * f + 2.402203083e-01f;
+    p = p * f + 6.931468844e-01f;
+    p = p * f + 1.000000119e+00f;
+    int32_t bits;
+    std::memcpy(&bits, &p, sizeof bits);
+    bits -= static_cast<int32_t>(-n) << 23;  // h = p * 2^n, n in [-26, -1]
+    float h;
+    std::memcpy(&h, &bits, sizeof h);
+    h = a < 5.5f ? h : 0.0f;
+    float xh = std::copysign(t, x) * h;
+    return x <= 0.0f ? xh : x - xh;  // NaN takes the second branch
+}
+static inline double gelu_f32(double x) {
+    return x == -INFINITY ? -0.0 : 0.5 * x * std::erfc(-x * 0.7071067811865476);
+}

@@ -29,7 +29,7 @@ from transpiler.errors import UserError
 from transpiler.frontend.fallback import Stub
 from transpiler.frontend.loader import resolve
 from transpiler.frontend.source import SourceCache
-from transpiler.frontend.trace import instantiate, trace
+from transpiler.frontend.trace import direct_reads, instantiate, trace
 from transpiler.options import Options, ScalarSpec, Target, Variant
 from transpiler.passes.schedule import KernelNames
 from transpiler.variants import compile_dynamic, compile_variant
@@ -173,7 +173,13 @@ def _build_target(
     qual = resolved.qualname.split(".")[-1]
     mb.targets.append(
         TargetCode(
-            qual, target.source, is_module, params[0], params[1], tuple(variants)
+            qual,
+            target.source,
+            is_module,
+            params[0],
+            params[1],
+            tuple(variants),
+            reads=direct_reads(module) if module is not None else {},
         )
     )
 

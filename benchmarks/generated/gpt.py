@@ -114,7 +114,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[11].attn.n_head == 12"
     if not (not self.training):
         return "not self.training"
-    h_0_ln_1_weight = self.h[0].ln_1.weight
+    h_0_ln_1_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_0_ln_1_weight.is_cuda):
         return "self.h[0].ln_1.weight.is_cuda"
     if not (h_0_ln_1_weight.dtype == torch.float32):
@@ -123,7 +125,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[0].ln_1.weight.shape == (768,)"
     if not (h_0_ln_1_weight.stride() == (1,)):
         return "self.h[0].ln_1.weight.stride() == (1,)"
-    h_0_ln_1_bias = self.h[0].ln_1.bias
+    h_0_ln_1_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_0_ln_1_bias.is_cuda):
         return "self.h[0].ln_1.bias.is_cuda"
     if not (h_0_ln_1_bias.dtype == torch.float32):
@@ -132,7 +136,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[0].ln_1.bias.shape == (768,)"
     if not (h_0_ln_1_bias.stride() == (1,)):
         return "self.h[0].ln_1.bias.stride() == (1,)"
-    h_0_attn_c_proj_bias = self.h[0].attn.c_proj.bias
+    h_0_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_0_attn_c_proj_bias.is_cuda):
         return "self.h[0].attn.c_proj.bias.is_cuda"
     if not (h_0_attn_c_proj_bias.dtype == torch.float32):
@@ -141,7 +151,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[0].attn.c_proj.bias.shape == (768,)"
     if not (h_0_attn_c_proj_bias.stride() == (1,)):
         return "self.h[0].attn.c_proj.bias.stride() == (1,)"
-    h_0_ln_2_weight = self.h[0].ln_2.weight
+    h_0_ln_2_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_0_ln_2_weight.is_cuda):
         return "self.h[0].ln_2.weight.is_cuda"
     if not (h_0_ln_2_weight.dtype == torch.float32):
@@ -150,7 +162,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[0].ln_2.weight.shape == (768,)"
     if not (h_0_ln_2_weight.stride() == (1,)):
         return "self.h[0].ln_2.weight.stride() == (1,)"
-    h_0_ln_2_bias = self.h[0].ln_2.bias
+    h_0_ln_2_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_0_ln_2_bias.is_cuda):
         return "self.h[0].ln_2.bias.is_cuda"
     if not (h_0_ln_2_bias.dtype == torch.float32):
@@ -159,7 +173,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[0].ln_2.bias.shape == (768,)"
     if not (h_0_ln_2_bias.stride() == (1,)):
         return "self.h[0].ln_2.bias.stride() == (1,)"
-    h_0_mlp_c_fc_bias = self.h[0].mlp.c_fc.bias
+    h_0_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_0_mlp_c_fc_bias.is_cuda):
         return "self.h[0].mlp.c_fc.bias.is_cuda"
     if not (h_0_mlp_c_fc_bias.dtype == torch.float32):
@@ -168,7 +188,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[0].mlp.c_fc.bias.shape == (3072,)"
     if not (h_0_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[0].mlp.c_fc.bias.stride() == (1,)"
-    h_0_mlp_c_proj_bias = self.h[0].mlp.c_proj.bias
+    h_0_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_0_mlp_c_proj_bias.is_cuda):
         return "self.h[0].mlp.c_proj.bias.is_cuda"
     if not (h_0_mlp_c_proj_bias.dtype == torch.float32):
@@ -177,7 +203,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[0].mlp.c_proj.bias.shape == (768,)"
     if not (h_0_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[0].mlp.c_proj.bias.stride() == (1,)"
-    h_1_ln_1_weight = self.h[1].ln_1.weight
+    h_1_ln_1_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_1_ln_1_weight.is_cuda):
         return "self.h[1].ln_1.weight.is_cuda"
     if not (h_1_ln_1_weight.dtype == torch.float32):
@@ -186,7 +214,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].ln_1.weight.shape == (768,)"
     if not (h_1_ln_1_weight.stride() == (1,)):
         return "self.h[1].ln_1.weight.stride() == (1,)"
-    h_1_ln_1_bias = self.h[1].ln_1.bias
+    h_1_ln_1_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_1_ln_1_bias.is_cuda):
         return "self.h[1].ln_1.bias.is_cuda"
     if not (h_1_ln_1_bias.dtype == torch.float32):
@@ -195,7 +225,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].ln_1.bias.shape == (768,)"
     if not (h_1_ln_1_bias.stride() == (1,)):
         return "self.h[1].ln_1.bias.stride() == (1,)"
-    h_1_attn_c_proj_bias = self.h[1].attn.c_proj.bias
+    h_1_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_1_attn_c_proj_bias.is_cuda):
         return "self.h[1].attn.c_proj.bias.is_cuda"
     if not (h_1_attn_c_proj_bias.dtype == torch.float32):
@@ -204,7 +240,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].attn.c_proj.bias.shape == (768,)"
     if not (h_1_attn_c_proj_bias.stride() == (1,)):
         return "self.h[1].attn.c_proj.bias.stride() == (1,)"
-    h_1_ln_2_weight = self.h[1].ln_2.weight
+    h_1_ln_2_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_1_ln_2_weight.is_cuda):
         return "self.h[1].ln_2.weight.is_cuda"
     if not (h_1_ln_2_weight.dtype == torch.float32):
@@ -213,7 +251,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].ln_2.weight.shape == (768,)"
     if not (h_1_ln_2_weight.stride() == (1,)):
         return "self.h[1].ln_2.weight.stride() == (1,)"
-    h_1_ln_2_bias = self.h[1].ln_2.bias
+    h_1_ln_2_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_1_ln_2_bias.is_cuda):
         return "self.h[1].ln_2.bias.is_cuda"
     if not (h_1_ln_2_bias.dtype == torch.float32):
@@ -222,7 +262,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].ln_2.bias.shape == (768,)"
     if not (h_1_ln_2_bias.stride() == (1,)):
         return "self.h[1].ln_2.bias.stride() == (1,)"
-    h_1_mlp_c_fc_bias = self.h[1].mlp.c_fc.bias
+    h_1_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_1_mlp_c_fc_bias.is_cuda):
         return "self.h[1].mlp.c_fc.bias.is_cuda"
     if not (h_1_mlp_c_fc_bias.dtype == torch.float32):
@@ -231,7 +277,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].mlp.c_fc.bias.shape == (3072,)"
     if not (h_1_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[1].mlp.c_fc.bias.stride() == (1,)"
-    h_1_mlp_c_proj_bias = self.h[1].mlp.c_proj.bias
+    h_1_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_1_mlp_c_proj_bias.is_cuda):
         return "self.h[1].mlp.c_proj.bias.is_cuda"
     if not (h_1_mlp_c_proj_bias.dtype == torch.float32):
@@ -240,7 +292,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[1].mlp.c_proj.bias.shape == (768,)"
     if not (h_1_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[1].mlp.c_proj.bias.stride() == (1,)"
-    h_2_ln_1_weight = self.h[2].ln_1.weight
+    h_2_ln_1_weight = (
+        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_2_ln_1_weight.is_cuda):
         return "self.h[2].ln_1.weight.is_cuda"
     if not (h_2_ln_1_weight.dtype == torch.float32):
@@ -249,7 +303,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[2].ln_1.weight.shape == (768,)"
     if not (h_2_ln_1_weight.stride() == (1,)):
         return "self.h[2].ln_1.weight.stride() == (1,)"
-    h_2_ln_1_bias = self.h[2].ln_1.bias
+    h_2_ln_1_bias = (
+        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_2_ln_1_bias.is_cuda):
         return "self.h[2].ln_1.bias.is_cuda"
     if not (h_2_ln_1_bias.dtype == torch.float32):
@@ -258,7 +314,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[2].ln_1.bias.shape == (768,)"
     if not (h_2_ln_1_bias.stride() == (1,)):
         return "self.h[2].ln_1.bias.stride() == (1,)"
-    h_2_attn_c_proj_bias = self.h[2].attn.c_proj.bias
+    h_2_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_2_attn_c_proj_bias.is_cuda):
         return "self.h[2].attn.c_proj.bias.is_cuda"
     if not (h_2_attn_c_proj_bias.dtype == torch.float32):
@@ -267,7 +329,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[2].attn.c_proj.bias.shape == (768,)"
     if not (h_2_attn_c_proj_bias.stride() == (1,)):
         return "self.h[2].attn.c_proj.bias.stride() == (1,)"
-    h_2_ln_2_weight = self.h[2].ln_2.weight
+    h_2_ln_2_weight = (
+        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_2_ln_2_weight.is_cuda):
         return "self.h[2].ln_2.weight.is_cuda"
     if not (h_2_ln_2_weight.dtype == torch.float32):
@@ -276,7 +340,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[2].ln_2.weight.shape == (768,)"
     if not (h_2_ln_2_weight.stride() == (1,)):
         return "self.h[2].ln_2.weight.stride() == (1,)"
-    h_2_ln_2_bias = self.h[2].ln_2.bias
+    h_2_ln_2_bias = (
+        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_2_ln_2_bias.is_cuda):
         return "self.h[2].ln_2.bias.is_cuda"
     if not (h_2_ln_2_bias.dtype == torch.float32):
@@ -285,7 +351,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[2].ln_2.bias.shape == (768,)"
     if not (h_2_ln_2_bias.stride() == (1,)):
         return "self.h[2].ln_2.bias.stride() == (1,)"
-    h_2_mlp_c_fc_bias = self.h[2].mlp.c_fc.bias
+    h_2_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_2_mlp_c_fc_bias.is_cuda):
         return "self.h[2].mlp.c_fc.bias.is_cuda"
     if not (h_2_mlp_c_fc_bias.dtype == torch.float32):
@@ -294,7 +366,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[2].mlp.c_fc.bias.shape == (3072,)"
     if not (h_2_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[2].mlp.c_fc.bias.stride() == (1,)"
-    h_2_mlp_c_proj_bias = self.h[2].mlp.c_proj.bias
+    h_2_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_2_mlp_c_proj_bias.is_cuda):
         return "self.h[2].mlp.c_proj.bias.is_cuda"
     if not (h_2_mlp_c_proj_bias.dtype == torch.float32):
@@ -303,7 +381,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[2].mlp.c_proj.bias.shape == (768,)"
     if not (h_2_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[2].mlp.c_proj.bias.stride() == (1,)"
-    h_3_ln_1_weight = self.h[3].ln_1.weight
+    h_3_ln_1_weight = (
+        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_3_ln_1_weight.is_cuda):
         return "self.h[3].ln_1.weight.is_cuda"
     if not (h_3_ln_1_weight.dtype == torch.float32):
@@ -312,7 +392,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[3].ln_1.weight.shape == (768,)"
     if not (h_3_ln_1_weight.stride() == (1,)):
         return "self.h[3].ln_1.weight.stride() == (1,)"
-    h_3_ln_1_bias = self.h[3].ln_1.bias
+    h_3_ln_1_bias = (
+        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_3_ln_1_bias.is_cuda):
         return "self.h[3].ln_1.bias.is_cuda"
     if not (h_3_ln_1_bias.dtype == torch.float32):
@@ -321,7 +403,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[3].ln_1.bias.shape == (768,)"
     if not (h_3_ln_1_bias.stride() == (1,)):
         return "self.h[3].ln_1.bias.stride() == (1,)"
-    h_3_attn_c_proj_bias = self.h[3].attn.c_proj.bias
+    h_3_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_3_attn_c_proj_bias.is_cuda):
         return "self.h[3].attn.c_proj.bias.is_cuda"
     if not (h_3_attn_c_proj_bias.dtype == torch.float32):
@@ -330,7 +418,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[3].attn.c_proj.bias.shape == (768,)"
     if not (h_3_attn_c_proj_bias.stride() == (1,)):
         return "self.h[3].attn.c_proj.bias.stride() == (1,)"
-    h_3_ln_2_weight = self.h[3].ln_2.weight
+    h_3_ln_2_weight = (
+        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_3_ln_2_weight.is_cuda):
         return "self.h[3].ln_2.weight.is_cuda"
     if not (h_3_ln_2_weight.dtype == torch.float32):
@@ -339,7 +429,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[3].ln_2.weight.shape == (768,)"
     if not (h_3_ln_2_weight.stride() == (1,)):
         return "self.h[3].ln_2.weight.stride() == (1,)"
-    h_3_ln_2_bias = self.h[3].ln_2.bias
+    h_3_ln_2_bias = (
+        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_3_ln_2_bias.is_cuda):
         return "self.h[3].ln_2.bias.is_cuda"
     if not (h_3_ln_2_bias.dtype == torch.float32):
@@ -348,7 +440,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[3].ln_2.bias.shape == (768,)"
     if not (h_3_ln_2_bias.stride() == (1,)):
         return "self.h[3].ln_2.bias.stride() == (1,)"
-    h_3_mlp_c_fc_bias = self.h[3].mlp.c_fc.bias
+    h_3_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_3_mlp_c_fc_bias.is_cuda):
         return "self.h[3].mlp.c_fc.bias.is_cuda"
     if not (h_3_mlp_c_fc_bias.dtype == torch.float32):
@@ -357,7 +455,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[3].mlp.c_fc.bias.shape == (3072,)"
     if not (h_3_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[3].mlp.c_fc.bias.stride() == (1,)"
-    h_3_mlp_c_proj_bias = self.h[3].mlp.c_proj.bias
+    h_3_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_3_mlp_c_proj_bias.is_cuda):
         return "self.h[3].mlp.c_proj.bias.is_cuda"
     if not (h_3_mlp_c_proj_bias.dtype == torch.float32):
@@ -366,7 +470,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[3].mlp.c_proj.bias.shape == (768,)"
     if not (h_3_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[3].mlp.c_proj.bias.stride() == (1,)"
-    h_4_ln_1_weight = self.h[4].ln_1.weight
+    h_4_ln_1_weight = (
+        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_4_ln_1_weight.is_cuda):
         return "self.h[4].ln_1.weight.is_cuda"
     if not (h_4_ln_1_weight.dtype == torch.float32):
@@ -375,7 +481,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[4].ln_1.weight.shape == (768,)"
     if not (h_4_ln_1_weight.stride() == (1,)):
         return "self.h[4].ln_1.weight.stride() == (1,)"
-    h_4_ln_1_bias = self.h[4].ln_1.bias
+    h_4_ln_1_bias = (
+        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_4_ln_1_bias.is_cuda):
         return "self.h[4].ln_1.bias.is_cuda"
     if not (h_4_ln_1_bias.dtype == torch.float32):
@@ -384,7 +492,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[4].ln_1.bias.shape == (768,)"
     if not (h_4_ln_1_bias.stride() == (1,)):
         return "self.h[4].ln_1.bias.stride() == (1,)"
-    h_4_attn_c_proj_bias = self.h[4].attn.c_proj.bias
+    h_4_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_4_attn_c_proj_bias.is_cuda):
         return "self.h[4].attn.c_proj.bias.is_cuda"
     if not (h_4_attn_c_proj_bias.dtype == torch.float32):
@@ -393,7 +507,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[4].attn.c_proj.bias.shape == (768,)"
     if not (h_4_attn_c_proj_bias.stride() == (1,)):
         return "self.h[4].attn.c_proj.bias.stride() == (1,)"
-    h_4_ln_2_weight = self.h[4].ln_2.weight
+    h_4_ln_2_weight = (
+        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_4_ln_2_weight.is_cuda):
         return "self.h[4].ln_2.weight.is_cuda"
     if not (h_4_ln_2_weight.dtype == torch.float32):
@@ -402,7 +518,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[4].ln_2.weight.shape == (768,)"
     if not (h_4_ln_2_weight.stride() == (1,)):
         return "self.h[4].ln_2.weight.stride() == (1,)"
-    h_4_ln_2_bias = self.h[4].ln_2.bias
+    h_4_ln_2_bias = (
+        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_4_ln_2_bias.is_cuda):
         return "self.h[4].ln_2.bias.is_cuda"
     if not (h_4_ln_2_bias.dtype == torch.float32):
@@ -411,7 +529,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[4].ln_2.bias.shape == (768,)"
     if not (h_4_ln_2_bias.stride() == (1,)):
         return "self.h[4].ln_2.bias.stride() == (1,)"
-    h_4_mlp_c_fc_bias = self.h[4].mlp.c_fc.bias
+    h_4_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_4_mlp_c_fc_bias.is_cuda):
         return "self.h[4].mlp.c_fc.bias.is_cuda"
     if not (h_4_mlp_c_fc_bias.dtype == torch.float32):
@@ -420,7 +544,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[4].mlp.c_fc.bias.shape == (3072,)"
     if not (h_4_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[4].mlp.c_fc.bias.stride() == (1,)"
-    h_4_mlp_c_proj_bias = self.h[4].mlp.c_proj.bias
+    h_4_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_4_mlp_c_proj_bias.is_cuda):
         return "self.h[4].mlp.c_proj.bias.is_cuda"
     if not (h_4_mlp_c_proj_bias.dtype == torch.float32):
@@ -429,7 +559,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[4].mlp.c_proj.bias.shape == (768,)"
     if not (h_4_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[4].mlp.c_proj.bias.stride() == (1,)"
-    h_5_ln_1_weight = self.h[5].ln_1.weight
+    h_5_ln_1_weight = (
+        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_5_ln_1_weight.is_cuda):
         return "self.h[5].ln_1.weight.is_cuda"
     if not (h_5_ln_1_weight.dtype == torch.float32):
@@ -438,7 +570,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[5].ln_1.weight.shape == (768,)"
     if not (h_5_ln_1_weight.stride() == (1,)):
         return "self.h[5].ln_1.weight.stride() == (1,)"
-    h_5_ln_1_bias = self.h[5].ln_1.bias
+    h_5_ln_1_bias = (
+        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_5_ln_1_bias.is_cuda):
         return "self.h[5].ln_1.bias.is_cuda"
     if not (h_5_ln_1_bias.dtype == torch.float32):
@@ -447,7 +581,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[5].ln_1.bias.shape == (768,)"
     if not (h_5_ln_1_bias.stride() == (1,)):
         return "self.h[5].ln_1.bias.stride() == (1,)"
-    h_5_attn_c_proj_bias = self.h[5].attn.c_proj.bias
+    h_5_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_5_attn_c_proj_bias.is_cuda):
         return "self.h[5].attn.c_proj.bias.is_cuda"
     if not (h_5_attn_c_proj_bias.dtype == torch.float32):
@@ -456,7 +596,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[5].attn.c_proj.bias.shape == (768,)"
     if not (h_5_attn_c_proj_bias.stride() == (1,)):
         return "self.h[5].attn.c_proj.bias.stride() == (1,)"
-    h_5_ln_2_weight = self.h[5].ln_2.weight
+    h_5_ln_2_weight = (
+        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_5_ln_2_weight.is_cuda):
         return "self.h[5].ln_2.weight.is_cuda"
     if not (h_5_ln_2_weight.dtype == torch.float32):
@@ -465,7 +607,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[5].ln_2.weight.shape == (768,)"
     if not (h_5_ln_2_weight.stride() == (1,)):
         return "self.h[5].ln_2.weight.stride() == (1,)"
-    h_5_ln_2_bias = self.h[5].ln_2.bias
+    h_5_ln_2_bias = (
+        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_5_ln_2_bias.is_cuda):
         return "self.h[5].ln_2.bias.is_cuda"
     if not (h_5_ln_2_bias.dtype == torch.float32):
@@ -474,7 +618,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[5].ln_2.bias.shape == (768,)"
     if not (h_5_ln_2_bias.stride() == (1,)):
         return "self.h[5].ln_2.bias.stride() == (1,)"
-    h_5_mlp_c_fc_bias = self.h[5].mlp.c_fc.bias
+    h_5_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_5_mlp_c_fc_bias.is_cuda):
         return "self.h[5].mlp.c_fc.bias.is_cuda"
     if not (h_5_mlp_c_fc_bias.dtype == torch.float32):
@@ -483,7 +633,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[5].mlp.c_fc.bias.shape == (3072,)"
     if not (h_5_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[5].mlp.c_fc.bias.stride() == (1,)"
-    h_5_mlp_c_proj_bias = self.h[5].mlp.c_proj.bias
+    h_5_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_5_mlp_c_proj_bias.is_cuda):
         return "self.h[5].mlp.c_proj.bias.is_cuda"
     if not (h_5_mlp_c_proj_bias.dtype == torch.float32):
@@ -492,7 +648,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[5].mlp.c_proj.bias.shape == (768,)"
     if not (h_5_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[5].mlp.c_proj.bias.stride() == (1,)"
-    h_6_ln_1_weight = self.h[6].ln_1.weight
+    h_6_ln_1_weight = (
+        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_6_ln_1_weight.is_cuda):
         return "self.h[6].ln_1.weight.is_cuda"
     if not (h_6_ln_1_weight.dtype == torch.float32):
@@ -501,7 +659,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[6].ln_1.weight.shape == (768,)"
     if not (h_6_ln_1_weight.stride() == (1,)):
         return "self.h[6].ln_1.weight.stride() == (1,)"
-    h_6_ln_1_bias = self.h[6].ln_1.bias
+    h_6_ln_1_bias = (
+        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_6_ln_1_bias.is_cuda):
         return "self.h[6].ln_1.bias.is_cuda"
     if not (h_6_ln_1_bias.dtype == torch.float32):
@@ -510,7 +670,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[6].ln_1.bias.shape == (768,)"
     if not (h_6_ln_1_bias.stride() == (1,)):
         return "self.h[6].ln_1.bias.stride() == (1,)"
-    h_6_attn_c_proj_bias = self.h[6].attn.c_proj.bias
+    h_6_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_6_attn_c_proj_bias.is_cuda):
         return "self.h[6].attn.c_proj.bias.is_cuda"
     if not (h_6_attn_c_proj_bias.dtype == torch.float32):
@@ -519,7 +685,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[6].attn.c_proj.bias.shape == (768,)"
     if not (h_6_attn_c_proj_bias.stride() == (1,)):
         return "self.h[6].attn.c_proj.bias.stride() == (1,)"
-    h_6_ln_2_weight = self.h[6].ln_2.weight
+    h_6_ln_2_weight = (
+        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_6_ln_2_weight.is_cuda):
         return "self.h[6].ln_2.weight.is_cuda"
     if not (h_6_ln_2_weight.dtype == torch.float32):
@@ -528,7 +696,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[6].ln_2.weight.shape == (768,)"
     if not (h_6_ln_2_weight.stride() == (1,)):
         return "self.h[6].ln_2.weight.stride() == (1,)"
-    h_6_ln_2_bias = self.h[6].ln_2.bias
+    h_6_ln_2_bias = (
+        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_6_ln_2_bias.is_cuda):
         return "self.h[6].ln_2.bias.is_cuda"
     if not (h_6_ln_2_bias.dtype == torch.float32):
@@ -537,7 +707,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[6].ln_2.bias.shape == (768,)"
     if not (h_6_ln_2_bias.stride() == (1,)):
         return "self.h[6].ln_2.bias.stride() == (1,)"
-    h_6_mlp_c_fc_bias = self.h[6].mlp.c_fc.bias
+    h_6_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_6_mlp_c_fc_bias.is_cuda):
         return "self.h[6].mlp.c_fc.bias.is_cuda"
     if not (h_6_mlp_c_fc_bias.dtype == torch.float32):
@@ -546,7 +722,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[6].mlp.c_fc.bias.shape == (3072,)"
     if not (h_6_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[6].mlp.c_fc.bias.stride() == (1,)"
-    h_6_mlp_c_proj_bias = self.h[6].mlp.c_proj.bias
+    h_6_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_6_mlp_c_proj_bias.is_cuda):
         return "self.h[6].mlp.c_proj.bias.is_cuda"
     if not (h_6_mlp_c_proj_bias.dtype == torch.float32):
@@ -555,7 +737,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[6].mlp.c_proj.bias.shape == (768,)"
     if not (h_6_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[6].mlp.c_proj.bias.stride() == (1,)"
-    h_7_ln_1_weight = self.h[7].ln_1.weight
+    h_7_ln_1_weight = (
+        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_7_ln_1_weight.is_cuda):
         return "self.h[7].ln_1.weight.is_cuda"
     if not (h_7_ln_1_weight.dtype == torch.float32):
@@ -564,7 +748,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[7].ln_1.weight.shape == (768,)"
     if not (h_7_ln_1_weight.stride() == (1,)):
         return "self.h[7].ln_1.weight.stride() == (1,)"
-    h_7_ln_1_bias = self.h[7].ln_1.bias
+    h_7_ln_1_bias = (
+        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_7_ln_1_bias.is_cuda):
         return "self.h[7].ln_1.bias.is_cuda"
     if not (h_7_ln_1_bias.dtype == torch.float32):
@@ -573,7 +759,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[7].ln_1.bias.shape == (768,)"
     if not (h_7_ln_1_bias.stride() == (1,)):
         return "self.h[7].ln_1.bias.stride() == (1,)"
-    h_7_attn_c_proj_bias = self.h[7].attn.c_proj.bias
+    h_7_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_7_attn_c_proj_bias.is_cuda):
         return "self.h[7].attn.c_proj.bias.is_cuda"
     if not (h_7_attn_c_proj_bias.dtype == torch.float32):
@@ -582,7 +774,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[7].attn.c_proj.bias.shape == (768,)"
     if not (h_7_attn_c_proj_bias.stride() == (1,)):
         return "self.h[7].attn.c_proj.bias.stride() == (1,)"
-    h_7_ln_2_weight = self.h[7].ln_2.weight
+    h_7_ln_2_weight = (
+        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_7_ln_2_weight.is_cuda):
         return "self.h[7].ln_2.weight.is_cuda"
     if not (h_7_ln_2_weight.dtype == torch.float32):
@@ -591,7 +785,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[7].ln_2.weight.shape == (768,)"
     if not (h_7_ln_2_weight.stride() == (1,)):
         return "self.h[7].ln_2.weight.stride() == (1,)"
-    h_7_ln_2_bias = self.h[7].ln_2.bias
+    h_7_ln_2_bias = (
+        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_7_ln_2_bias.is_cuda):
         return "self.h[7].ln_2.bias.is_cuda"
     if not (h_7_ln_2_bias.dtype == torch.float32):
@@ -600,7 +796,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[7].ln_2.bias.shape == (768,)"
     if not (h_7_ln_2_bias.stride() == (1,)):
         return "self.h[7].ln_2.bias.stride() == (1,)"
-    h_7_mlp_c_fc_bias = self.h[7].mlp.c_fc.bias
+    h_7_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_7_mlp_c_fc_bias.is_cuda):
         return "self.h[7].mlp.c_fc.bias.is_cuda"
     if not (h_7_mlp_c_fc_bias.dtype == torch.float32):
@@ -609,7 +811,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[7].mlp.c_fc.bias.shape == (3072,)"
     if not (h_7_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[7].mlp.c_fc.bias.stride() == (1,)"
-    h_7_mlp_c_proj_bias = self.h[7].mlp.c_proj.bias
+    h_7_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_7_mlp_c_proj_bias.is_cuda):
         return "self.h[7].mlp.c_proj.bias.is_cuda"
     if not (h_7_mlp_c_proj_bias.dtype == torch.float32):
@@ -618,7 +826,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[7].mlp.c_proj.bias.shape == (768,)"
     if not (h_7_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[7].mlp.c_proj.bias.stride() == (1,)"
-    h_8_ln_1_weight = self.h[8].ln_1.weight
+    h_8_ln_1_weight = (
+        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_8_ln_1_weight.is_cuda):
         return "self.h[8].ln_1.weight.is_cuda"
     if not (h_8_ln_1_weight.dtype == torch.float32):
@@ -627,7 +837,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[8].ln_1.weight.shape == (768,)"
     if not (h_8_ln_1_weight.stride() == (1,)):
         return "self.h[8].ln_1.weight.stride() == (1,)"
-    h_8_ln_1_bias = self.h[8].ln_1.bias
+    h_8_ln_1_bias = (
+        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_8_ln_1_bias.is_cuda):
         return "self.h[8].ln_1.bias.is_cuda"
     if not (h_8_ln_1_bias.dtype == torch.float32):
@@ -636,7 +848,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[8].ln_1.bias.shape == (768,)"
     if not (h_8_ln_1_bias.stride() == (1,)):
         return "self.h[8].ln_1.bias.stride() == (1,)"
-    h_8_attn_c_proj_bias = self.h[8].attn.c_proj.bias
+    h_8_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_8_attn_c_proj_bias.is_cuda):
         return "self.h[8].attn.c_proj.bias.is_cuda"
     if not (h_8_attn_c_proj_bias.dtype == torch.float32):
@@ -645,7 +863,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[8].attn.c_proj.bias.shape == (768,)"
     if not (h_8_attn_c_proj_bias.stride() == (1,)):
         return "self.h[8].attn.c_proj.bias.stride() == (1,)"
-    h_8_ln_2_weight = self.h[8].ln_2.weight
+    h_8_ln_2_weight = (
+        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_8_ln_2_weight.is_cuda):
         return "self.h[8].ln_2.weight.is_cuda"
     if not (h_8_ln_2_weight.dtype == torch.float32):
@@ -654,7 +874,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[8].ln_2.weight.shape == (768,)"
     if not (h_8_ln_2_weight.stride() == (1,)):
         return "self.h[8].ln_2.weight.stride() == (1,)"
-    h_8_ln_2_bias = self.h[8].ln_2.bias
+    h_8_ln_2_bias = (
+        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_8_ln_2_bias.is_cuda):
         return "self.h[8].ln_2.bias.is_cuda"
     if not (h_8_ln_2_bias.dtype == torch.float32):
@@ -663,7 +885,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[8].ln_2.bias.shape == (768,)"
     if not (h_8_ln_2_bias.stride() == (1,)):
         return "self.h[8].ln_2.bias.stride() == (1,)"
-    h_8_mlp_c_fc_bias = self.h[8].mlp.c_fc.bias
+    h_8_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_8_mlp_c_fc_bias.is_cuda):
         return "self.h[8].mlp.c_fc.bias.is_cuda"
     if not (h_8_mlp_c_fc_bias.dtype == torch.float32):
@@ -672,7 +900,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[8].mlp.c_fc.bias.shape == (3072,)"
     if not (h_8_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[8].mlp.c_fc.bias.stride() == (1,)"
-    h_8_mlp_c_proj_bias = self.h[8].mlp.c_proj.bias
+    h_8_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_8_mlp_c_proj_bias.is_cuda):
         return "self.h[8].mlp.c_proj.bias.is_cuda"
     if not (h_8_mlp_c_proj_bias.dtype == torch.float32):
@@ -681,7 +915,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[8].mlp.c_proj.bias.shape == (768,)"
     if not (h_8_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[8].mlp.c_proj.bias.stride() == (1,)"
-    h_9_ln_1_weight = self.h[9].ln_1.weight
+    h_9_ln_1_weight = (
+        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_9_ln_1_weight.is_cuda):
         return "self.h[9].ln_1.weight.is_cuda"
     if not (h_9_ln_1_weight.dtype == torch.float32):
@@ -690,7 +926,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[9].ln_1.weight.shape == (768,)"
     if not (h_9_ln_1_weight.stride() == (1,)):
         return "self.h[9].ln_1.weight.stride() == (1,)"
-    h_9_ln_1_bias = self.h[9].ln_1.bias
+    h_9_ln_1_bias = (
+        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_9_ln_1_bias.is_cuda):
         return "self.h[9].ln_1.bias.is_cuda"
     if not (h_9_ln_1_bias.dtype == torch.float32):
@@ -699,7 +937,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[9].ln_1.bias.shape == (768,)"
     if not (h_9_ln_1_bias.stride() == (1,)):
         return "self.h[9].ln_1.bias.stride() == (1,)"
-    h_9_attn_c_proj_bias = self.h[9].attn.c_proj.bias
+    h_9_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_9_attn_c_proj_bias.is_cuda):
         return "self.h[9].attn.c_proj.bias.is_cuda"
     if not (h_9_attn_c_proj_bias.dtype == torch.float32):
@@ -708,7 +952,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[9].attn.c_proj.bias.shape == (768,)"
     if not (h_9_attn_c_proj_bias.stride() == (1,)):
         return "self.h[9].attn.c_proj.bias.stride() == (1,)"
-    h_9_ln_2_weight = self.h[9].ln_2.weight
+    h_9_ln_2_weight = (
+        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_9_ln_2_weight.is_cuda):
         return "self.h[9].ln_2.weight.is_cuda"
     if not (h_9_ln_2_weight.dtype == torch.float32):
@@ -717,7 +963,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[9].ln_2.weight.shape == (768,)"
     if not (h_9_ln_2_weight.stride() == (1,)):
         return "self.h[9].ln_2.weight.stride() == (1,)"
-    h_9_ln_2_bias = self.h[9].ln_2.bias
+    h_9_ln_2_bias = (
+        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_9_ln_2_bias.is_cuda):
         return "self.h[9].ln_2.bias.is_cuda"
     if not (h_9_ln_2_bias.dtype == torch.float32):
@@ -726,7 +974,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[9].ln_2.bias.shape == (768,)"
     if not (h_9_ln_2_bias.stride() == (1,)):
         return "self.h[9].ln_2.bias.stride() == (1,)"
-    h_9_mlp_c_fc_bias = self.h[9].mlp.c_fc.bias
+    h_9_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_9_mlp_c_fc_bias.is_cuda):
         return "self.h[9].mlp.c_fc.bias.is_cuda"
     if not (h_9_mlp_c_fc_bias.dtype == torch.float32):
@@ -735,7 +989,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[9].mlp.c_fc.bias.shape == (3072,)"
     if not (h_9_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[9].mlp.c_fc.bias.stride() == (1,)"
-    h_9_mlp_c_proj_bias = self.h[9].mlp.c_proj.bias
+    h_9_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_9_mlp_c_proj_bias.is_cuda):
         return "self.h[9].mlp.c_proj.bias.is_cuda"
     if not (h_9_mlp_c_proj_bias.dtype == torch.float32):
@@ -744,7 +1004,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[9].mlp.c_proj.bias.shape == (768,)"
     if not (h_9_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[9].mlp.c_proj.bias.stride() == (1,)"
-    h_10_ln_1_weight = self.h[10].ln_1.weight
+    h_10_ln_1_weight = (
+        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_10_ln_1_weight.is_cuda):
         return "self.h[10].ln_1.weight.is_cuda"
     if not (h_10_ln_1_weight.dtype == torch.float32):
@@ -753,7 +1015,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[10].ln_1.weight.shape == (768,)"
     if not (h_10_ln_1_weight.stride() == (1,)):
         return "self.h[10].ln_1.weight.stride() == (1,)"
-    h_10_ln_1_bias = self.h[10].ln_1.bias
+    h_10_ln_1_bias = (
+        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_10_ln_1_bias.is_cuda):
         return "self.h[10].ln_1.bias.is_cuda"
     if not (h_10_ln_1_bias.dtype == torch.float32):
@@ -762,7 +1026,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[10].ln_1.bias.shape == (768,)"
     if not (h_10_ln_1_bias.stride() == (1,)):
         return "self.h[10].ln_1.bias.stride() == (1,)"
-    h_10_attn_c_proj_bias = self.h[10].attn.c_proj.bias
+    h_10_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_10_attn_c_proj_bias.is_cuda):
         return "self.h[10].attn.c_proj.bias.is_cuda"
     if not (h_10_attn_c_proj_bias.dtype == torch.float32):
@@ -771,7 +1041,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[10].attn.c_proj.bias.shape == (768,)"
     if not (h_10_attn_c_proj_bias.stride() == (1,)):
         return "self.h[10].attn.c_proj.bias.stride() == (1,)"
-    h_10_ln_2_weight = self.h[10].ln_2.weight
+    h_10_ln_2_weight = (
+        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_10_ln_2_weight.is_cuda):
         return "self.h[10].ln_2.weight.is_cuda"
     if not (h_10_ln_2_weight.dtype == torch.float32):
@@ -780,7 +1052,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[10].ln_2.weight.shape == (768,)"
     if not (h_10_ln_2_weight.stride() == (1,)):
         return "self.h[10].ln_2.weight.stride() == (1,)"
-    h_10_ln_2_bias = self.h[10].ln_2.bias
+    h_10_ln_2_bias = (
+        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_10_ln_2_bias.is_cuda):
         return "self.h[10].ln_2.bias.is_cuda"
     if not (h_10_ln_2_bias.dtype == torch.float32):
@@ -789,7 +1063,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[10].ln_2.bias.shape == (768,)"
     if not (h_10_ln_2_bias.stride() == (1,)):
         return "self.h[10].ln_2.bias.stride() == (1,)"
-    h_10_mlp_c_fc_bias = self.h[10].mlp.c_fc.bias
+    h_10_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_10_mlp_c_fc_bias.is_cuda):
         return "self.h[10].mlp.c_fc.bias.is_cuda"
     if not (h_10_mlp_c_fc_bias.dtype == torch.float32):
@@ -798,7 +1078,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[10].mlp.c_fc.bias.shape == (3072,)"
     if not (h_10_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[10].mlp.c_fc.bias.stride() == (1,)"
-    h_10_mlp_c_proj_bias = self.h[10].mlp.c_proj.bias
+    h_10_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_10_mlp_c_proj_bias.is_cuda):
         return "self.h[10].mlp.c_proj.bias.is_cuda"
     if not (h_10_mlp_c_proj_bias.dtype == torch.float32):
@@ -807,7 +1093,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[10].mlp.c_proj.bias.shape == (768,)"
     if not (h_10_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[10].mlp.c_proj.bias.stride() == (1,)"
-    h_11_ln_1_weight = self.h[11].ln_1.weight
+    h_11_ln_1_weight = (
+        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_11_ln_1_weight.is_cuda):
         return "self.h[11].ln_1.weight.is_cuda"
     if not (h_11_ln_1_weight.dtype == torch.float32):
@@ -816,7 +1104,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[11].ln_1.weight.shape == (768,)"
     if not (h_11_ln_1_weight.stride() == (1,)):
         return "self.h[11].ln_1.weight.stride() == (1,)"
-    h_11_ln_1_bias = self.h[11].ln_1.bias
+    h_11_ln_1_bias = (
+        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_11_ln_1_bias.is_cuda):
         return "self.h[11].ln_1.bias.is_cuda"
     if not (h_11_ln_1_bias.dtype == torch.float32):
@@ -825,7 +1115,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[11].ln_1.bias.shape == (768,)"
     if not (h_11_ln_1_bias.stride() == (1,)):
         return "self.h[11].ln_1.bias.stride() == (1,)"
-    h_11_attn_c_proj_bias = self.h[11].attn.c_proj.bias
+    h_11_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_11_attn_c_proj_bias.is_cuda):
         return "self.h[11].attn.c_proj.bias.is_cuda"
     if not (h_11_attn_c_proj_bias.dtype == torch.float32):
@@ -834,7 +1130,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[11].attn.c_proj.bias.shape == (768,)"
     if not (h_11_attn_c_proj_bias.stride() == (1,)):
         return "self.h[11].attn.c_proj.bias.stride() == (1,)"
-    h_11_ln_2_weight = self.h[11].ln_2.weight
+    h_11_ln_2_weight = (
+        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_11_ln_2_weight.is_cuda):
         return "self.h[11].ln_2.weight.is_cuda"
     if not (h_11_ln_2_weight.dtype == torch.float32):
@@ -843,7 +1141,9 @@ def _guards_cuda_0(self, idx):
         return "self.h[11].ln_2.weight.shape == (768,)"
     if not (h_11_ln_2_weight.stride() == (1,)):
         return "self.h[11].ln_2.weight.stride() == (1,)"
-    h_11_ln_2_bias = self.h[11].ln_2.bias
+    h_11_ln_2_bias = (
+        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_11_ln_2_bias.is_cuda):
         return "self.h[11].ln_2.bias.is_cuda"
     if not (h_11_ln_2_bias.dtype == torch.float32):
@@ -852,7 +1152,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[11].ln_2.bias.shape == (768,)"
     if not (h_11_ln_2_bias.stride() == (1,)):
         return "self.h[11].ln_2.bias.stride() == (1,)"
-    h_11_mlp_c_fc_bias = self.h[11].mlp.c_fc.bias
+    h_11_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_11_mlp_c_fc_bias.is_cuda):
         return "self.h[11].mlp.c_fc.bias.is_cuda"
     if not (h_11_mlp_c_fc_bias.dtype == torch.float32):
@@ -861,7 +1167,13 @@ def _guards_cuda_0(self, idx):
         return "self.h[11].mlp.c_fc.bias.shape == (3072,)"
     if not (h_11_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[11].mlp.c_fc.bias.stride() == (1,)"
-    h_11_mlp_c_proj_bias = self.h[11].mlp.c_proj.bias
+    h_11_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_11_mlp_c_proj_bias.is_cuda):
         return "self.h[11].mlp.c_proj.bias.is_cuda"
     if not (h_11_mlp_c_proj_bias.dtype == torch.float32):
@@ -870,7 +1182,7 @@ def _guards_cuda_0(self, idx):
         return "self.h[11].mlp.c_proj.bias.shape == (768,)"
     if not (h_11_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[11].mlp.c_proj.bias.stride() == (1,)"
-    ln_f_weight = self.ln_f.weight
+    ln_f_weight = self._modules["ln_f"]._parameters["weight"]
     if not (ln_f_weight.is_cuda):
         return "self.ln_f.weight.is_cuda"
     if not (ln_f_weight.dtype == torch.float32):
@@ -879,7 +1191,7 @@ def _guards_cuda_0(self, idx):
         return "self.ln_f.weight.shape == (768,)"
     if not (ln_f_weight.stride() == (1,)):
         return "self.ln_f.weight.stride() == (1,)"
-    ln_f_bias = self.ln_f.bias
+    ln_f_bias = self._modules["ln_f"]._parameters["bias"]
     if not (ln_f_bias.is_cuda):
         return "self.ln_f.bias.is_cuda"
     if not (ln_f_bias.dtype == torch.float32):
@@ -1048,161 +1360,831 @@ def _guards_cuda_0(self, idx):
 
 def _cuda_0(self, idx):
     device = idx.device
-    wte_weight = self.wte.weight
-    wpe_weight = self.wpe.weight
-    h_0_ln_1_weight = self.h[0].ln_1.weight
-    h_0_ln_1_bias = self.h[0].ln_1.bias
-    h_0_attn_c_attn_weight = self.h[0].attn.c_attn.weight
-    h_0_attn_c_attn_bias = self.h[0].attn.c_attn.bias
-    h_0_attn_c_proj_weight = self.h[0].attn.c_proj.weight
-    h_0_attn_c_proj_bias = self.h[0].attn.c_proj.bias
-    h_0_ln_2_weight = self.h[0].ln_2.weight
-    h_0_ln_2_bias = self.h[0].ln_2.bias
-    h_0_mlp_c_fc_weight = self.h[0].mlp.c_fc.weight
-    h_0_mlp_c_fc_bias = self.h[0].mlp.c_fc.bias
-    h_0_mlp_c_proj_weight = self.h[0].mlp.c_proj.weight
-    h_0_mlp_c_proj_bias = self.h[0].mlp.c_proj.bias
-    h_1_ln_1_weight = self.h[1].ln_1.weight
-    h_1_ln_1_bias = self.h[1].ln_1.bias
-    h_1_attn_c_attn_weight = self.h[1].attn.c_attn.weight
-    h_1_attn_c_attn_bias = self.h[1].attn.c_attn.bias
-    h_1_attn_c_proj_weight = self.h[1].attn.c_proj.weight
-    h_1_attn_c_proj_bias = self.h[1].attn.c_proj.bias
-    h_1_ln_2_weight = self.h[1].ln_2.weight
-    h_1_ln_2_bias = self.h[1].ln_2.bias
-    h_1_mlp_c_fc_weight = self.h[1].mlp.c_fc.weight
-    h_1_mlp_c_fc_bias = self.h[1].mlp.c_fc.bias
-    h_1_mlp_c_proj_weight = self.h[1].mlp.c_proj.weight
-    h_1_mlp_c_proj_bias = self.h[1].mlp.c_proj.bias
-    h_2_ln_1_weight = self.h[2].ln_1.weight
-    h_2_ln_1_bias = self.h[2].ln_1.bias
-    h_2_attn_c_attn_weight = self.h[2].attn.c_attn.weight
-    h_2_attn_c_attn_bias = self.h[2].attn.c_attn.bias
-    h_2_attn_c_proj_weight = self.h[2].attn.c_proj.weight
-    h_2_attn_c_proj_bias = self.h[2].attn.c_proj.bias
-    h_2_ln_2_weight = self.h[2].ln_2.weight
-    h_2_ln_2_bias = self.h[2].ln_2.bias
-    h_2_mlp_c_fc_weight = self.h[2].mlp.c_fc.weight
-    h_2_mlp_c_fc_bias = self.h[2].mlp.c_fc.bias
-    h_2_mlp_c_proj_weight = self.h[2].mlp.c_proj.weight
-    h_2_mlp_c_proj_bias = self.h[2].mlp.c_proj.bias
-    h_3_ln_1_weight = self.h[3].ln_1.weight
-    h_3_ln_1_bias = self.h[3].ln_1.bias
-    h_3_attn_c_attn_weight = self.h[3].attn.c_attn.weight
-    h_3_attn_c_attn_bias = self.h[3].attn.c_attn.bias
-    h_3_attn_c_proj_weight = self.h[3].attn.c_proj.weight
-    h_3_attn_c_proj_bias = self.h[3].attn.c_proj.bias
-    h_3_ln_2_weight = self.h[3].ln_2.weight
-    h_3_ln_2_bias = self.h[3].ln_2.bias
-    h_3_mlp_c_fc_weight = self.h[3].mlp.c_fc.weight
-    h_3_mlp_c_fc_bias = self.h[3].mlp.c_fc.bias
-    h_3_mlp_c_proj_weight = self.h[3].mlp.c_proj.weight
-    h_3_mlp_c_proj_bias = self.h[3].mlp.c_proj.bias
-    h_4_ln_1_weight = self.h[4].ln_1.weight
-    h_4_ln_1_bias = self.h[4].ln_1.bias
-    h_4_attn_c_attn_weight = self.h[4].attn.c_attn.weight
-    h_4_attn_c_attn_bias = self.h[4].attn.c_attn.bias
-    h_4_attn_c_proj_weight = self.h[4].attn.c_proj.weight
-    h_4_attn_c_proj_bias = self.h[4].attn.c_proj.bias
-    h_4_ln_2_weight = self.h[4].ln_2.weight
-    h_4_ln_2_bias = self.h[4].ln_2.bias
-    h_4_mlp_c_fc_weight = self.h[4].mlp.c_fc.weight
-    h_4_mlp_c_fc_bias = self.h[4].mlp.c_fc.bias
-    h_4_mlp_c_proj_weight = self.h[4].mlp.c_proj.weight
-    h_4_mlp_c_proj_bias = self.h[4].mlp.c_proj.bias
-    h_5_ln_1_weight = self.h[5].ln_1.weight
-    h_5_ln_1_bias = self.h[5].ln_1.bias
-    h_5_attn_c_attn_weight = self.h[5].attn.c_attn.weight
-    h_5_attn_c_attn_bias = self.h[5].attn.c_attn.bias
-    h_5_attn_c_proj_weight = self.h[5].attn.c_proj.weight
-    h_5_attn_c_proj_bias = self.h[5].attn.c_proj.bias
-    h_5_ln_2_weight = self.h[5].ln_2.weight
-    h_5_ln_2_bias = self.h[5].ln_2.bias
-    h_5_mlp_c_fc_weight = self.h[5].mlp.c_fc.weight
-    h_5_mlp_c_fc_bias = self.h[5].mlp.c_fc.bias
-    h_5_mlp_c_proj_weight = self.h[5].mlp.c_proj.weight
-    h_5_mlp_c_proj_bias = self.h[5].mlp.c_proj.bias
-    h_6_ln_1_weight = self.h[6].ln_1.weight
-    h_6_ln_1_bias = self.h[6].ln_1.bias
-    h_6_attn_c_attn_weight = self.h[6].attn.c_attn.weight
-    h_6_attn_c_attn_bias = self.h[6].attn.c_attn.bias
-    h_6_attn_c_proj_weight = self.h[6].attn.c_proj.weight
-    h_6_attn_c_proj_bias = self.h[6].attn.c_proj.bias
-    h_6_ln_2_weight = self.h[6].ln_2.weight
-    h_6_ln_2_bias = self.h[6].ln_2.bias
-    h_6_mlp_c_fc_weight = self.h[6].mlp.c_fc.weight
-    h_6_mlp_c_fc_bias = self.h[6].mlp.c_fc.bias
-    h_6_mlp_c_proj_weight = self.h[6].mlp.c_proj.weight
-    h_6_mlp_c_proj_bias = self.h[6].mlp.c_proj.bias
-    h_7_ln_1_weight = self.h[7].ln_1.weight
-    h_7_ln_1_bias = self.h[7].ln_1.bias
-    h_7_attn_c_attn_weight = self.h[7].attn.c_attn.weight
-    h_7_attn_c_attn_bias = self.h[7].attn.c_attn.bias
-    h_7_attn_c_proj_weight = self.h[7].attn.c_proj.weight
-    h_7_attn_c_proj_bias = self.h[7].attn.c_proj.bias
-    h_7_ln_2_weight = self.h[7].ln_2.weight
-    h_7_ln_2_bias = self.h[7].ln_2.bias
-    h_7_mlp_c_fc_weight = self.h[7].mlp.c_fc.weight
-    h_7_mlp_c_fc_bias = self.h[7].mlp.c_fc.bias
-    h_7_mlp_c_proj_weight = self.h[7].mlp.c_proj.weight
-    h_7_mlp_c_proj_bias = self.h[7].mlp.c_proj.bias
-    h_8_ln_1_weight = self.h[8].ln_1.weight
-    h_8_ln_1_bias = self.h[8].ln_1.bias
-    h_8_attn_c_attn_weight = self.h[8].attn.c_attn.weight
-    h_8_attn_c_attn_bias = self.h[8].attn.c_attn.bias
-    h_8_attn_c_proj_weight = self.h[8].attn.c_proj.weight
-    h_8_attn_c_proj_bias = self.h[8].attn.c_proj.bias
-    h_8_ln_2_weight = self.h[8].ln_2.weight
-    h_8_ln_2_bias = self.h[8].ln_2.bias
-    h_8_mlp_c_fc_weight = self.h[8].mlp.c_fc.weight
-    h_8_mlp_c_fc_bias = self.h[8].mlp.c_fc.bias
-    h_8_mlp_c_proj_weight = self.h[8].mlp.c_proj.weight
-    h_8_mlp_c_proj_bias = self.h[8].mlp.c_proj.bias
-    h_9_ln_1_weight = self.h[9].ln_1.weight
-    h_9_ln_1_bias = self.h[9].ln_1.bias
-    h_9_attn_c_attn_weight = self.h[9].attn.c_attn.weight
-    h_9_attn_c_attn_bias = self.h[9].attn.c_attn.bias
-    h_9_attn_c_proj_weight = self.h[9].attn.c_proj.weight
-    h_9_attn_c_proj_bias = self.h[9].attn.c_proj.bias
-    h_9_ln_2_weight = self.h[9].ln_2.weight
-    h_9_ln_2_bias = self.h[9].ln_2.bias
-    h_9_mlp_c_fc_weight = self.h[9].mlp.c_fc.weight
-    h_9_mlp_c_fc_bias = self.h[9].mlp.c_fc.bias
-    h_9_mlp_c_proj_weight = self.h[9].mlp.c_proj.weight
-    h_9_mlp_c_proj_bias = self.h[9].mlp.c_proj.bias
-    h_10_ln_1_weight = self.h[10].ln_1.weight
-    h_10_ln_1_bias = self.h[10].ln_1.bias
-    h_10_attn_c_attn_weight = self.h[10].attn.c_attn.weight
-    h_10_attn_c_attn_bias = self.h[10].attn.c_attn.bias
-    h_10_attn_c_proj_weight = self.h[10].attn.c_proj.weight
-    h_10_attn_c_proj_bias = self.h[10].attn.c_proj.bias
-    h_10_ln_2_weight = self.h[10].ln_2.weight
-    h_10_ln_2_bias = self.h[10].ln_2.bias
-    h_10_mlp_c_fc_weight = self.h[10].mlp.c_fc.weight
-    h_10_mlp_c_fc_bias = self.h[10].mlp.c_fc.bias
-    h_10_mlp_c_proj_weight = self.h[10].mlp.c_proj.weight
-    h_10_mlp_c_proj_bias = self.h[10].mlp.c_proj.bias
-    h_11_ln_1_weight = self.h[11].ln_1.weight
-    h_11_ln_1_bias = self.h[11].ln_1.bias
-    h_11_attn_c_attn_weight = self.h[11].attn.c_attn.weight
-    h_11_attn_c_attn_bias = self.h[11].attn.c_attn.bias
-    h_11_attn_c_proj_weight = self.h[11].attn.c_proj.weight
-    h_11_attn_c_proj_bias = self.h[11].attn.c_proj.bias
-    h_11_ln_2_weight = self.h[11].ln_2.weight
-    h_11_ln_2_bias = self.h[11].ln_2.bias
-    h_11_mlp_c_fc_weight = self.h[11].mlp.c_fc.weight
-    h_11_mlp_c_fc_bias = self.h[11].mlp.c_fc.bias
-    h_11_mlp_c_proj_weight = self.h[11].mlp.c_proj.weight
-    h_11_mlp_c_proj_bias = self.h[11].mlp.c_proj.bias
-    ln_f_weight = self.ln_f.weight
-    ln_f_bias = self.ln_f.bias
-    # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
-    arange = torch.ops.aten.arange.start(
-        0, 1024, dtype=torch.int64, device=device, pin_memory=False
+    wte_weight = self._modules["wte"]._parameters["weight"]
+    wpe_weight = self._modules["wpe"]._parameters["weight"]
+    h_0_ln_1_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["weight"]
     )
+    h_0_ln_1_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_0_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_0_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_0_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_0_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_0_ln_2_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_0_ln_2_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_0_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_0_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_0_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_0_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_1_ln_1_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_1_ln_1_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_1_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_1_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_1_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_1_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_1_ln_2_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_1_ln_2_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_1_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_1_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_1_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_1_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_2_ln_1_weight = (
+        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_2_ln_1_bias = (
+        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_2_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_2_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_2_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_2_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_2_ln_2_weight = (
+        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_2_ln_2_bias = (
+        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_2_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_2_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_2_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_2_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_3_ln_1_weight = (
+        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_3_ln_1_bias = (
+        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_3_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_3_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_3_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_3_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_3_ln_2_weight = (
+        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_3_ln_2_bias = (
+        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_3_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_3_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_3_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_3_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_4_ln_1_weight = (
+        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_4_ln_1_bias = (
+        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_4_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_4_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_4_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_4_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_4_ln_2_weight = (
+        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_4_ln_2_bias = (
+        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_4_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_4_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_4_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_4_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_5_ln_1_weight = (
+        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_5_ln_1_bias = (
+        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_5_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_5_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_5_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_5_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_5_ln_2_weight = (
+        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_5_ln_2_bias = (
+        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_5_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_5_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_5_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_5_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_6_ln_1_weight = (
+        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_6_ln_1_bias = (
+        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_6_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_6_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_6_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_6_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_6_ln_2_weight = (
+        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_6_ln_2_bias = (
+        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_6_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_6_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_6_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_6_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_7_ln_1_weight = (
+        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_7_ln_1_bias = (
+        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_7_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_7_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_7_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_7_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_7_ln_2_weight = (
+        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_7_ln_2_bias = (
+        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_7_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_7_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_7_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_7_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_8_ln_1_weight = (
+        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_8_ln_1_bias = (
+        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_8_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_8_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_8_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_8_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_8_ln_2_weight = (
+        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_8_ln_2_bias = (
+        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_8_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_8_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_8_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_8_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_9_ln_1_weight = (
+        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_9_ln_1_bias = (
+        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_9_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_9_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_9_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_9_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_9_ln_2_weight = (
+        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_9_ln_2_bias = (
+        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_9_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_9_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_9_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_9_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_10_ln_1_weight = (
+        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_10_ln_1_bias = (
+        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_10_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_10_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_10_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_10_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_10_ln_2_weight = (
+        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_10_ln_2_bias = (
+        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_10_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_10_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_10_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_10_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_11_ln_1_weight = (
+        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_11_ln_1_bias = (
+        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_11_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_11_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_11_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_11_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_11_ln_2_weight = (
+        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_11_ln_2_bias = (
+        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_11_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_11_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_11_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_11_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    ln_f_weight = self._modules["ln_f"]._parameters["weight"]
+    ln_f_bias = self._modules["ln_f"]._parameters["bias"]
+    # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+    arange = torch.arange(0, 1024, dtype=torch.int64, device=device, pin_memory=False)
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-    embedding = torch.ops.aten.embedding.default(wte_weight, idx)
-    embedding_1 = torch.ops.aten.embedding.default(wpe_weight, arange)
+    embedding = torch.embedding(wte_weight, idx)
+    embedding_1 = torch.embedding(wpe_weight, arange)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = torch.empty_strided(
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
@@ -1222,39 +2204,34 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = native_layer_norm_0.view([8192, 768])
-    t = h_0_attn_c_attn_weight.t()
-    addmm = torch.addmm(h_0_attn_c_attn_bias, view, t)
-    view_1 = addmm.view([8, 1024, 2304])
-    split_with_sizes = torch.ops.aten.split_with_sizes.default(
-        view_1, [768, 768, 768], 2
+    linear = torch.nn.functional.linear(
+        native_layer_norm_0, h_0_attn_c_attn_weight, h_0_attn_c_attn_bias
     )
+    split_with_sizes = linear.split_with_sizes([768, 768, 768], 2)
     split_0 = split_with_sizes[0]
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view([8, 1024, 12, 64])
+    view_2 = split_0.view(8, 1024, 12, 64)
     transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view([8, 1024, 12, 64])
+    view_3 = split_1.view(8, 1024, 12, 64)
     transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view([8, 1024, 12, 64])
+    view_4 = split_2.view(8, 1024, 12, 64)
     transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose, transpose_1, transpose_2, is_causal=True
         ),
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view([8, 1024, 768])
+    view_5 = transpose_3.view(8, 1024, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = view_5.view([8192, 768])
-    t_1 = h_0_attn_c_proj_weight.t()
-    mm_1 = torch.mm(view_6, t_1)
+    linear_1 = torch.nn.functional.linear(view_5, h_0_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
@@ -1264,7 +2241,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_1,
+        linear_1,
         h_0_attn_c_proj_bias,
         add,
         h_0_ln_2_weight,
@@ -1276,20 +2253,16 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = native_layer_norm_3_0.view([8192, 768])
-    t_2 = h_0_mlp_c_fc_weight.t()
-    mm_2 = torch.mm(view_8, t_2)
+    linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, h_0_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(24576,)](
-        mm_2, h_0_mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
+        linear_2, h_0_mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = gelu.view([8192, 3072])
-    t_3 = h_0_mlp_c_proj_weight.t()
-    mm_3 = torch.mm(view_10, t_3)
+    linear_3 = torch.nn.functional.linear(gelu, h_0_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_2 = torch.empty_strided(
@@ -1299,7 +2272,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_3,
+        linear_3,
         h_0_mlp_c_proj_bias,
         add_1,
         h_1_ln_1_weight,
@@ -1311,39 +2284,34 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_12 = native_layer_norm_4_0.view([8192, 768])
-    t_4 = h_1_attn_c_attn_weight.t()
-    addmm_4 = torch.addmm(h_1_attn_c_attn_bias, view_12, t_4)
-    view_13 = addmm_4.view([8, 1024, 2304])
-    split_with_sizes_3 = torch.ops.aten.split_with_sizes.default(
-        view_13, [768, 768, 768], 2
+    linear_4 = torch.nn.functional.linear(
+        native_layer_norm_4_0, h_1_attn_c_attn_weight, h_1_attn_c_attn_bias
     )
+    split_with_sizes_3 = linear_4.split_with_sizes([768, 768, 768], 2)
     split_3_0 = split_with_sizes_3[0]
     split_3_1 = split_with_sizes_3[1]
     split_3_2 = split_with_sizes_3[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_14 = split_3_0.view([8, 1024, 12, 64])
+    view_14 = split_3_0.view(8, 1024, 12, 64)
     transpose_4 = view_14.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_15 = split_3_1.view([8, 1024, 12, 64])
+    view_15 = split_3_1.view(8, 1024, 12, 64)
     transpose_5 = view_15.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_16 = split_3_2.view([8, 1024, 12, 64])
+    view_16 = split_3_2.view(8, 1024, 12, 64)
     transpose_6 = view_16.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_1 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_4, transpose_5, transpose_6, is_causal=True
         ),
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_7 = scaled_dot_product_attention_1.transpose(1, 2)
-    view_17 = transpose_7.view([8, 1024, 768])
+    view_17 = transpose_7.view(8, 1024, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_18 = view_17.view([8192, 768])
-    t_5 = h_1_attn_c_proj_weight.t()
-    mm_4 = torch.mm(view_18, t_5)
+    linear_5 = torch.nn.functional.linear(view_17, h_1_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_3 = torch.empty_strided(
@@ -1353,7 +2321,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_4,
+        linear_5,
         h_1_attn_c_proj_bias,
         add_2,
         h_1_ln_2_weight,
@@ -1365,20 +2333,16 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_20 = native_layer_norm_5_0.view([8192, 768])
-    t_6 = h_1_mlp_c_fc_weight.t()
-    mm_5 = torch.mm(view_20, t_6)
+    linear_6 = torch.nn.functional.linear(native_layer_norm_5_0, h_1_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_1 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(24576,)](
-        mm_5, h_1_mlp_c_fc_bias, gelu_1, XBLOCK=1024, num_warps=4
+        linear_6, h_1_mlp_c_fc_bias, gelu_1, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_22 = gelu_1.view([8192, 3072])
-    t_7 = h_1_mlp_c_proj_weight.t()
-    mm_6 = torch.mm(view_22, t_7)
+    linear_7 = torch.nn.functional.linear(gelu_1, h_1_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_4 = torch.empty_strided(
@@ -1388,7 +2352,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_6,
+        linear_7,
         h_1_mlp_c_proj_bias,
         add_3,
         h_2_ln_1_weight,
@@ -1400,39 +2364,34 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_24 = native_layer_norm_6_0.view([8192, 768])
-    t_8 = h_2_attn_c_attn_weight.t()
-    addmm_8 = torch.addmm(h_2_attn_c_attn_bias, view_24, t_8)
-    view_25 = addmm_8.view([8, 1024, 2304])
-    split_with_sizes_4 = torch.ops.aten.split_with_sizes.default(
-        view_25, [768, 768, 768], 2
+    linear_8 = torch.nn.functional.linear(
+        native_layer_norm_6_0, h_2_attn_c_attn_weight, h_2_attn_c_attn_bias
     )
+    split_with_sizes_4 = linear_8.split_with_sizes([768, 768, 768], 2)
     split_4_0 = split_with_sizes_4[0]
     split_4_1 = split_with_sizes_4[1]
     split_4_2 = split_with_sizes_4[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_26 = split_4_0.view([8, 1024, 12, 64])
+    view_26 = split_4_0.view(8, 1024, 12, 64)
     transpose_8 = view_26.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_27 = split_4_1.view([8, 1024, 12, 64])
+    view_27 = split_4_1.view(8, 1024, 12, 64)
     transpose_9 = view_27.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_28 = split_4_2.view([8, 1024, 12, 64])
+    view_28 = split_4_2.view(8, 1024, 12, 64)
     transpose_10 = view_28.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_2 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_8, transpose_9, transpose_10, is_causal=True
         ),
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_11 = scaled_dot_product_attention_2.transpose(1, 2)
-    view_29 = transpose_11.view([8, 1024, 768])
+    view_29 = transpose_11.view(8, 1024, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_30 = view_29.view([8192, 768])
-    t_9 = h_2_attn_c_proj_weight.t()
-    mm_7 = torch.mm(view_30, t_9)
+    linear_9 = torch.nn.functional.linear(view_29, h_2_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_5 = torch.empty_strided(
@@ -1442,7 +2401,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_7,
+        linear_9,
         h_2_attn_c_proj_bias,
         add_4,
         h_2_ln_2_weight,
@@ -1454,20 +2413,16 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_32 = native_layer_norm_7_0.view([8192, 768])
-    t_10 = h_2_mlp_c_fc_weight.t()
-    mm_8 = torch.mm(view_32, t_10)
+    linear_10 = torch.nn.functional.linear(native_layer_norm_7_0, h_2_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_2 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(24576,)](
-        mm_8, h_2_mlp_c_fc_bias, gelu_2, XBLOCK=1024, num_warps=4
+        linear_10, h_2_mlp_c_fc_bias, gelu_2, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_34 = gelu_2.view([8192, 3072])
-    t_11 = h_2_mlp_c_proj_weight.t()
-    mm_9 = torch.mm(view_34, t_11)
+    linear_11 = torch.nn.functional.linear(gelu_2, h_2_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_6 = torch.empty_strided(
@@ -1477,7 +2432,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_9,
+        linear_11,
         h_2_mlp_c_proj_bias,
         add_5,
         h_3_ln_1_weight,
@@ -1489,39 +2444,34 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_36 = native_layer_norm_8_0.view([8192, 768])
-    t_12 = h_3_attn_c_attn_weight.t()
-    addmm_12 = torch.addmm(h_3_attn_c_attn_bias, view_36, t_12)
-    view_37 = addmm_12.view([8, 1024, 2304])
-    split_with_sizes_5 = torch.ops.aten.split_with_sizes.default(
-        view_37, [768, 768, 768], 2
+    linear_12 = torch.nn.functional.linear(
+        native_layer_norm_8_0, h_3_attn_c_attn_weight, h_3_attn_c_attn_bias
     )
+    split_with_sizes_5 = linear_12.split_with_sizes([768, 768, 768], 2)
     split_5_0 = split_with_sizes_5[0]
     split_5_1 = split_with_sizes_5[1]
     split_5_2 = split_with_sizes_5[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_38 = split_5_0.view([8, 1024, 12, 64])
+    view_38 = split_5_0.view(8, 1024, 12, 64)
     transpose_12 = view_38.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_39 = split_5_1.view([8, 1024, 12, 64])
+    view_39 = split_5_1.view(8, 1024, 12, 64)
     transpose_13 = view_39.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_40 = split_5_2.view([8, 1024, 12, 64])
+    view_40 = split_5_2.view(8, 1024, 12, 64)
     transpose_14 = view_40.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_3 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_12, transpose_13, transpose_14, is_causal=True
         ),
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_15 = scaled_dot_product_attention_3.transpose(1, 2)
-    view_41 = transpose_15.view([8, 1024, 768])
+    view_41 = transpose_15.view(8, 1024, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_42 = view_41.view([8192, 768])
-    t_13 = h_3_attn_c_proj_weight.t()
-    mm_10 = torch.mm(view_42, t_13)
+    linear_13 = torch.nn.functional.linear(view_41, h_3_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_7 = torch.empty_strided(
@@ -1531,7 +2481,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_10,
+        linear_13,
         h_3_attn_c_proj_bias,
         add_6,
         h_3_ln_2_weight,
@@ -1543,20 +2493,16 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_44 = native_layer_norm_9_0.view([8192, 768])
-    t_14 = h_3_mlp_c_fc_weight.t()
-    mm_11 = torch.mm(view_44, t_14)
+    linear_14 = torch.nn.functional.linear(native_layer_norm_9_0, h_3_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_3 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(24576,)](
-        mm_11, h_3_mlp_c_fc_bias, gelu_3, XBLOCK=1024, num_warps=4
+        linear_14, h_3_mlp_c_fc_bias, gelu_3, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_46 = gelu_3.view([8192, 3072])
-    t_15 = h_3_mlp_c_proj_weight.t()
-    mm_12 = torch.mm(view_46, t_15)
+    linear_15 = torch.nn.functional.linear(gelu_3, h_3_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_8 = torch.empty_strided(
@@ -1566,7 +2512,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_12,
+        linear_15,
         h_3_mlp_c_proj_bias,
         add_7,
         h_4_ln_1_weight,
@@ -1578,39 +2524,34 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_48 = native_layer_norm_10_0.view([8192, 768])
-    t_16 = h_4_attn_c_attn_weight.t()
-    addmm_16 = torch.addmm(h_4_attn_c_attn_bias, view_48, t_16)
-    view_49 = addmm_16.view([8, 1024, 2304])
-    split_with_sizes_6 = torch.ops.aten.split_with_sizes.default(
-        view_49, [768, 768, 768], 2
+    linear_16 = torch.nn.functional.linear(
+        native_layer_norm_10_0, h_4_attn_c_attn_weight, h_4_attn_c_attn_bias
     )
+    split_with_sizes_6 = linear_16.split_with_sizes([768, 768, 768], 2)
     split_6_0 = split_with_sizes_6[0]
     split_6_1 = split_with_sizes_6[1]
     split_6_2 = split_with_sizes_6[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_50 = split_6_0.view([8, 1024, 12, 64])
+    view_50 = split_6_0.view(8, 1024, 12, 64)
     transpose_16 = view_50.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_51 = split_6_1.view([8, 1024, 12, 64])
+    view_51 = split_6_1.view(8, 1024, 12, 64)
     transpose_17 = view_51.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_52 = split_6_2.view([8, 1024, 12, 64])
+    view_52 = split_6_2.view(8, 1024, 12, 64)
     transpose_18 = view_52.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_4 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_16, transpose_17, transpose_18, is_causal=True
         ),
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_19 = scaled_dot_product_attention_4.transpose(1, 2)
-    view_53 = transpose_19.view([8, 1024, 768])
+    view_53 = transpose_19.view(8, 1024, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_54 = view_53.view([8192, 768])
-    t_17 = h_4_attn_c_proj_weight.t()
-    mm_13 = torch.mm(view_54, t_17)
+    linear_17 = torch.nn.functional.linear(view_53, h_4_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_9 = torch.empty_strided(
@@ -1620,7 +2561,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_13,
+        linear_17,
         h_4_attn_c_proj_bias,
         add_8,
         h_4_ln_2_weight,
@@ -1632,20 +2573,16 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_56 = native_layer_norm_11_0.view([8192, 768])
-    t_18 = h_4_mlp_c_fc_weight.t()
-    mm_14 = torch.mm(view_56, t_18)
+    linear_18 = torch.nn.functional.linear(native_layer_norm_11_0, h_4_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_4 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(24576,)](
-        mm_14, h_4_mlp_c_fc_bias, gelu_4, XBLOCK=1024, num_warps=4
+        linear_18, h_4_mlp_c_fc_bias, gelu_4, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_58 = gelu_4.view([8192, 3072])
-    t_19 = h_4_mlp_c_proj_weight.t()
-    mm_15 = torch.mm(view_58, t_19)
+    linear_19 = torch.nn.functional.linear(gelu_4, h_4_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_10 = torch.empty_strided(
@@ -1655,7 +2592,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_15,
+        linear_19,
         h_4_mlp_c_proj_bias,
         add_9,
         h_5_ln_1_weight,
@@ -1667,39 +2604,34 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_60 = native_layer_norm_12_0.view([8192, 768])
-    t_20 = h_5_attn_c_attn_weight.t()
-    addmm_20 = torch.addmm(h_5_attn_c_attn_bias, view_60, t_20)
-    view_61 = addmm_20.view([8, 1024, 2304])
-    split_with_sizes_7 = torch.ops.aten.split_with_sizes.default(
-        view_61, [768, 768, 768], 2
+    linear_20 = torch.nn.functional.linear(
+        native_layer_norm_12_0, h_5_attn_c_attn_weight, h_5_attn_c_attn_bias
     )
+    split_with_sizes_7 = linear_20.split_with_sizes([768, 768, 768], 2)
     split_7_0 = split_with_sizes_7[0]
     split_7_1 = split_with_sizes_7[1]
     split_7_2 = split_with_sizes_7[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_62 = split_7_0.view([8, 1024, 12, 64])
+    view_62 = split_7_0.view(8, 1024, 12, 64)
     transpose_20 = view_62.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_63 = split_7_1.view([8, 1024, 12, 64])
+    view_63 = split_7_1.view(8, 1024, 12, 64)
     transpose_21 = view_63.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_64 = split_7_2.view([8, 1024, 12, 64])
+    view_64 = split_7_2.view(8, 1024, 12, 64)
     transpose_22 = view_64.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_5 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_20, transpose_21, transpose_22, is_causal=True
         ),
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_23 = scaled_dot_product_attention_5.transpose(1, 2)
-    view_65 = transpose_23.view([8, 1024, 768])
+    view_65 = transpose_23.view(8, 1024, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_66 = view_65.view([8192, 768])
-    t_21 = h_5_attn_c_proj_weight.t()
-    mm_16 = torch.mm(view_66, t_21)
+    linear_21 = torch.nn.functional.linear(view_65, h_5_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_11 = torch.empty_strided(
@@ -1709,7 +2641,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_16,
+        linear_21,
         h_5_attn_c_proj_bias,
         add_10,
         h_5_ln_2_weight,
@@ -1721,20 +2653,16 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_68 = native_layer_norm_13_0.view([8192, 768])
-    t_22 = h_5_mlp_c_fc_weight.t()
-    mm_17 = torch.mm(view_68, t_22)
+    linear_22 = torch.nn.functional.linear(native_layer_norm_13_0, h_5_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_5 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(24576,)](
-        mm_17, h_5_mlp_c_fc_bias, gelu_5, XBLOCK=1024, num_warps=4
+        linear_22, h_5_mlp_c_fc_bias, gelu_5, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_70 = gelu_5.view([8192, 3072])
-    t_23 = h_5_mlp_c_proj_weight.t()
-    mm_18 = torch.mm(view_70, t_23)
+    linear_23 = torch.nn.functional.linear(gelu_5, h_5_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_12 = torch.empty_strided(
@@ -1744,7 +2672,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_18,
+        linear_23,
         h_5_mlp_c_proj_bias,
         add_11,
         h_6_ln_1_weight,
@@ -1756,39 +2684,34 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_72 = native_layer_norm_14_0.view([8192, 768])
-    t_24 = h_6_attn_c_attn_weight.t()
-    addmm_24 = torch.addmm(h_6_attn_c_attn_bias, view_72, t_24)
-    view_73 = addmm_24.view([8, 1024, 2304])
-    split_with_sizes_8 = torch.ops.aten.split_with_sizes.default(
-        view_73, [768, 768, 768], 2
+    linear_24 = torch.nn.functional.linear(
+        native_layer_norm_14_0, h_6_attn_c_attn_weight, h_6_attn_c_attn_bias
     )
+    split_with_sizes_8 = linear_24.split_with_sizes([768, 768, 768], 2)
     split_8_0 = split_with_sizes_8[0]
     split_8_1 = split_with_sizes_8[1]
     split_8_2 = split_with_sizes_8[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_74 = split_8_0.view([8, 1024, 12, 64])
+    view_74 = split_8_0.view(8, 1024, 12, 64)
     transpose_24 = view_74.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_75 = split_8_1.view([8, 1024, 12, 64])
+    view_75 = split_8_1.view(8, 1024, 12, 64)
     transpose_25 = view_75.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_76 = split_8_2.view([8, 1024, 12, 64])
+    view_76 = split_8_2.view(8, 1024, 12, 64)
     transpose_26 = view_76.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_6 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_24, transpose_25, transpose_26, is_causal=True
         ),
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_27 = scaled_dot_product_attention_6.transpose(1, 2)
-    view_77 = transpose_27.view([8, 1024, 768])
+    view_77 = transpose_27.view(8, 1024, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_78 = view_77.view([8192, 768])
-    t_25 = h_6_attn_c_proj_weight.t()
-    mm_19 = torch.mm(view_78, t_25)
+    linear_25 = torch.nn.functional.linear(view_77, h_6_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_13 = torch.empty_strided(
@@ -1798,7 +2721,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_19,
+        linear_25,
         h_6_attn_c_proj_bias,
         add_12,
         h_6_ln_2_weight,
@@ -1810,20 +2733,16 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_80 = native_layer_norm_15_0.view([8192, 768])
-    t_26 = h_6_mlp_c_fc_weight.t()
-    mm_20 = torch.mm(view_80, t_26)
+    linear_26 = torch.nn.functional.linear(native_layer_norm_15_0, h_6_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_6 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(24576,)](
-        mm_20, h_6_mlp_c_fc_bias, gelu_6, XBLOCK=1024, num_warps=4
+        linear_26, h_6_mlp_c_fc_bias, gelu_6, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_82 = gelu_6.view([8192, 3072])
-    t_27 = h_6_mlp_c_proj_weight.t()
-    mm_21 = torch.mm(view_82, t_27)
+    linear_27 = torch.nn.functional.linear(gelu_6, h_6_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_14 = torch.empty_strided(
@@ -1833,7 +2752,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_21,
+        linear_27,
         h_6_mlp_c_proj_bias,
         add_13,
         h_7_ln_1_weight,
@@ -1845,39 +2764,34 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_84 = native_layer_norm_16_0.view([8192, 768])
-    t_28 = h_7_attn_c_attn_weight.t()
-    addmm_28 = torch.addmm(h_7_attn_c_attn_bias, view_84, t_28)
-    view_85 = addmm_28.view([8, 1024, 2304])
-    split_with_sizes_9 = torch.ops.aten.split_with_sizes.default(
-        view_85, [768, 768, 768], 2
+    linear_28 = torch.nn.functional.linear(
+        native_layer_norm_16_0, h_7_attn_c_attn_weight, h_7_attn_c_attn_bias
     )
+    split_with_sizes_9 = linear_28.split_with_sizes([768, 768, 768], 2)
     split_9_0 = split_with_sizes_9[0]
     split_9_1 = split_with_sizes_9[1]
     split_9_2 = split_with_sizes_9[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_86 = split_9_0.view([8, 1024, 12, 64])
+    view_86 = split_9_0.view(8, 1024, 12, 64)
     transpose_28 = view_86.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_87 = split_9_1.view([8, 1024, 12, 64])
+    view_87 = split_9_1.view(8, 1024, 12, 64)
     transpose_29 = view_87.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_88 = split_9_2.view([8, 1024, 12, 64])
+    view_88 = split_9_2.view(8, 1024, 12, 64)
     transpose_30 = view_88.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_7 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_28, transpose_29, transpose_30, is_causal=True
         ),
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_31 = scaled_dot_product_attention_7.transpose(1, 2)
-    view_89 = transpose_31.view([8, 1024, 768])
+    view_89 = transpose_31.view(8, 1024, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_90 = view_89.view([8192, 768])
-    t_29 = h_7_attn_c_proj_weight.t()
-    mm_22 = torch.mm(view_90, t_29)
+    linear_29 = torch.nn.functional.linear(view_89, h_7_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_15 = torch.empty_strided(
@@ -1887,7 +2801,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_22,
+        linear_29,
         h_7_attn_c_proj_bias,
         add_14,
         h_7_ln_2_weight,
@@ -1899,20 +2813,16 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_92 = native_layer_norm_17_0.view([8192, 768])
-    t_30 = h_7_mlp_c_fc_weight.t()
-    mm_23 = torch.mm(view_92, t_30)
+    linear_30 = torch.nn.functional.linear(native_layer_norm_17_0, h_7_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_7 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(24576,)](
-        mm_23, h_7_mlp_c_fc_bias, gelu_7, XBLOCK=1024, num_warps=4
+        linear_30, h_7_mlp_c_fc_bias, gelu_7, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_94 = gelu_7.view([8192, 3072])
-    t_31 = h_7_mlp_c_proj_weight.t()
-    mm_24 = torch.mm(view_94, t_31)
+    linear_31 = torch.nn.functional.linear(gelu_7, h_7_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_16 = torch.empty_strided(
@@ -1922,7 +2832,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_24,
+        linear_31,
         h_7_mlp_c_proj_bias,
         add_15,
         h_8_ln_1_weight,
@@ -1934,39 +2844,34 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_96 = native_layer_norm_18_0.view([8192, 768])
-    t_32 = h_8_attn_c_attn_weight.t()
-    addmm_32 = torch.addmm(h_8_attn_c_attn_bias, view_96, t_32)
-    view_97 = addmm_32.view([8, 1024, 2304])
-    split_with_sizes_10 = torch.ops.aten.split_with_sizes.default(
-        view_97, [768, 768, 768], 2
+    linear_32 = torch.nn.functional.linear(
+        native_layer_norm_18_0, h_8_attn_c_attn_weight, h_8_attn_c_attn_bias
     )
+    split_with_sizes_10 = linear_32.split_with_sizes([768, 768, 768], 2)
     split_10_0 = split_with_sizes_10[0]
     split_10_1 = split_with_sizes_10[1]
     split_10_2 = split_with_sizes_10[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_98 = split_10_0.view([8, 1024, 12, 64])
+    view_98 = split_10_0.view(8, 1024, 12, 64)
     transpose_32 = view_98.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_99 = split_10_1.view([8, 1024, 12, 64])
+    view_99 = split_10_1.view(8, 1024, 12, 64)
     transpose_33 = view_99.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_100 = split_10_2.view([8, 1024, 12, 64])
+    view_100 = split_10_2.view(8, 1024, 12, 64)
     transpose_34 = view_100.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_8 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_32, transpose_33, transpose_34, is_causal=True
         ),
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_35 = scaled_dot_product_attention_8.transpose(1, 2)
-    view_101 = transpose_35.view([8, 1024, 768])
+    view_101 = transpose_35.view(8, 1024, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_102 = view_101.view([8192, 768])
-    t_33 = h_8_attn_c_proj_weight.t()
-    mm_25 = torch.mm(view_102, t_33)
+    linear_33 = torch.nn.functional.linear(view_101, h_8_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_17 = torch.empty_strided(
@@ -1976,7 +2881,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_25,
+        linear_33,
         h_8_attn_c_proj_bias,
         add_16,
         h_8_ln_2_weight,
@@ -1988,20 +2893,16 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_104 = native_layer_norm_19_0.view([8192, 768])
-    t_34 = h_8_mlp_c_fc_weight.t()
-    mm_26 = torch.mm(view_104, t_34)
+    linear_34 = torch.nn.functional.linear(native_layer_norm_19_0, h_8_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_8 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(24576,)](
-        mm_26, h_8_mlp_c_fc_bias, gelu_8, XBLOCK=1024, num_warps=4
+        linear_34, h_8_mlp_c_fc_bias, gelu_8, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_106 = gelu_8.view([8192, 3072])
-    t_35 = h_8_mlp_c_proj_weight.t()
-    mm_27 = torch.mm(view_106, t_35)
+    linear_35 = torch.nn.functional.linear(gelu_8, h_8_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_18 = torch.empty_strided(
@@ -2011,7 +2912,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_27,
+        linear_35,
         h_8_mlp_c_proj_bias,
         add_17,
         h_9_ln_1_weight,
@@ -2023,39 +2924,34 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_108 = native_layer_norm_20_0.view([8192, 768])
-    t_36 = h_9_attn_c_attn_weight.t()
-    addmm_36 = torch.addmm(h_9_attn_c_attn_bias, view_108, t_36)
-    view_109 = addmm_36.view([8, 1024, 2304])
-    split_with_sizes_11 = torch.ops.aten.split_with_sizes.default(
-        view_109, [768, 768, 768], 2
+    linear_36 = torch.nn.functional.linear(
+        native_layer_norm_20_0, h_9_attn_c_attn_weight, h_9_attn_c_attn_bias
     )
+    split_with_sizes_11 = linear_36.split_with_sizes([768, 768, 768], 2)
     split_11_0 = split_with_sizes_11[0]
     split_11_1 = split_with_sizes_11[1]
     split_11_2 = split_with_sizes_11[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_110 = split_11_0.view([8, 1024, 12, 64])
+    view_110 = split_11_0.view(8, 1024, 12, 64)
     transpose_36 = view_110.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_111 = split_11_1.view([8, 1024, 12, 64])
+    view_111 = split_11_1.view(8, 1024, 12, 64)
     transpose_37 = view_111.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_112 = split_11_2.view([8, 1024, 12, 64])
+    view_112 = split_11_2.view(8, 1024, 12, 64)
     transpose_38 = view_112.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_9 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_36, transpose_37, transpose_38, is_causal=True
         ),
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_39 = scaled_dot_product_attention_9.transpose(1, 2)
-    view_113 = transpose_39.view([8, 1024, 768])
+    view_113 = transpose_39.view(8, 1024, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_114 = view_113.view([8192, 768])
-    t_37 = h_9_attn_c_proj_weight.t()
-    mm_28 = torch.mm(view_114, t_37)
+    linear_37 = torch.nn.functional.linear(view_113, h_9_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_19 = torch.empty_strided(
@@ -2065,7 +2961,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_28,
+        linear_37,
         h_9_attn_c_proj_bias,
         add_18,
         h_9_ln_2_weight,
@@ -2077,20 +2973,16 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_116 = native_layer_norm_21_0.view([8192, 768])
-    t_38 = h_9_mlp_c_fc_weight.t()
-    mm_29 = torch.mm(view_116, t_38)
+    linear_38 = torch.nn.functional.linear(native_layer_norm_21_0, h_9_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_9 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(24576,)](
-        mm_29, h_9_mlp_c_fc_bias, gelu_9, XBLOCK=1024, num_warps=4
+        linear_38, h_9_mlp_c_fc_bias, gelu_9, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_118 = gelu_9.view([8192, 3072])
-    t_39 = h_9_mlp_c_proj_weight.t()
-    mm_30 = torch.mm(view_118, t_39)
+    linear_39 = torch.nn.functional.linear(gelu_9, h_9_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_20 = torch.empty_strided(
@@ -2100,7 +2992,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_30,
+        linear_39,
         h_9_mlp_c_proj_bias,
         add_19,
         h_10_ln_1_weight,
@@ -2112,39 +3004,34 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_120 = native_layer_norm_22_0.view([8192, 768])
-    t_40 = h_10_attn_c_attn_weight.t()
-    addmm_40 = torch.addmm(h_10_attn_c_attn_bias, view_120, t_40)
-    view_121 = addmm_40.view([8, 1024, 2304])
-    split_with_sizes_12 = torch.ops.aten.split_with_sizes.default(
-        view_121, [768, 768, 768], 2
+    linear_40 = torch.nn.functional.linear(
+        native_layer_norm_22_0, h_10_attn_c_attn_weight, h_10_attn_c_attn_bias
     )
+    split_with_sizes_12 = linear_40.split_with_sizes([768, 768, 768], 2)
     split_12_0 = split_with_sizes_12[0]
     split_12_1 = split_with_sizes_12[1]
     split_12_2 = split_with_sizes_12[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_122 = split_12_0.view([8, 1024, 12, 64])
+    view_122 = split_12_0.view(8, 1024, 12, 64)
     transpose_40 = view_122.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_123 = split_12_1.view([8, 1024, 12, 64])
+    view_123 = split_12_1.view(8, 1024, 12, 64)
     transpose_41 = view_123.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_124 = split_12_2.view([8, 1024, 12, 64])
+    view_124 = split_12_2.view(8, 1024, 12, 64)
     transpose_42 = view_124.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_10 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_40, transpose_41, transpose_42, is_causal=True
         ),
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_43 = scaled_dot_product_attention_10.transpose(1, 2)
-    view_125 = transpose_43.view([8, 1024, 768])
+    view_125 = transpose_43.view(8, 1024, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_126 = view_125.view([8192, 768])
-    t_41 = h_10_attn_c_proj_weight.t()
-    mm_31 = torch.mm(view_126, t_41)
+    linear_41 = torch.nn.functional.linear(view_125, h_10_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_21 = torch.empty_strided(
@@ -2154,7 +3041,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_31,
+        linear_41,
         h_10_attn_c_proj_bias,
         add_20,
         h_10_ln_2_weight,
@@ -2166,20 +3053,16 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_128 = native_layer_norm_23_0.view([8192, 768])
-    t_42 = h_10_mlp_c_fc_weight.t()
-    mm_32 = torch.mm(view_128, t_42)
+    linear_42 = torch.nn.functional.linear(native_layer_norm_23_0, h_10_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_10 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(24576,)](
-        mm_32, h_10_mlp_c_fc_bias, gelu_10, XBLOCK=1024, num_warps=4
+        linear_42, h_10_mlp_c_fc_bias, gelu_10, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_130 = gelu_10.view([8192, 3072])
-    t_43 = h_10_mlp_c_proj_weight.t()
-    mm_33 = torch.mm(view_130, t_43)
+    linear_43 = torch.nn.functional.linear(gelu_10, h_10_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_22 = torch.empty_strided(
@@ -2189,7 +3072,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_33,
+        linear_43,
         h_10_mlp_c_proj_bias,
         add_21,
         h_11_ln_1_weight,
@@ -2201,39 +3084,34 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_132 = native_layer_norm_24_0.view([8192, 768])
-    t_44 = h_11_attn_c_attn_weight.t()
-    addmm_44 = torch.addmm(h_11_attn_c_attn_bias, view_132, t_44)
-    view_133 = addmm_44.view([8, 1024, 2304])
-    split_with_sizes_13 = torch.ops.aten.split_with_sizes.default(
-        view_133, [768, 768, 768], 2
+    linear_44 = torch.nn.functional.linear(
+        native_layer_norm_24_0, h_11_attn_c_attn_weight, h_11_attn_c_attn_bias
     )
+    split_with_sizes_13 = linear_44.split_with_sizes([768, 768, 768], 2)
     split_13_0 = split_with_sizes_13[0]
     split_13_1 = split_with_sizes_13[1]
     split_13_2 = split_with_sizes_13[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_134 = split_13_0.view([8, 1024, 12, 64])
+    view_134 = split_13_0.view(8, 1024, 12, 64)
     transpose_44 = view_134.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_135 = split_13_1.view([8, 1024, 12, 64])
+    view_135 = split_13_1.view(8, 1024, 12, 64)
     transpose_45 = view_135.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_136 = split_13_2.view([8, 1024, 12, 64])
+    view_136 = split_13_2.view(8, 1024, 12, 64)
     transpose_46 = view_136.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_11 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_44, transpose_45, transpose_46, is_causal=True
         ),
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_47 = scaled_dot_product_attention_11.transpose(1, 2)
-    view_137 = transpose_47.view([8, 1024, 768])
+    view_137 = transpose_47.view(8, 1024, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_138 = view_137.view([8192, 768])
-    t_45 = h_11_attn_c_proj_weight.t()
-    mm_34 = torch.mm(view_138, t_45)
+    linear_45 = torch.nn.functional.linear(view_137, h_11_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_23 = torch.empty_strided(
@@ -2243,7 +3121,7 @@ def _cuda_0(self, idx):
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
-        mm_34,
+        linear_45,
         h_11_attn_c_proj_bias,
         add_22,
         h_11_ln_2_weight,
@@ -2255,27 +3133,23 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_140 = native_layer_norm_25_0.view([8192, 768])
-    t_46 = h_11_mlp_c_fc_weight.t()
-    mm_35 = torch.mm(view_140, t_46)
+    linear_46 = torch.nn.functional.linear(native_layer_norm_25_0, h_11_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_11 = torch.empty_strided(
         (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_gelu_0[(24576,)](
-        mm_35, h_11_mlp_c_fc_bias, gelu_11, XBLOCK=1024, num_warps=4
+        linear_46, h_11_mlp_c_fc_bias, gelu_11, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_142 = gelu_11.view([8192, 3072])
-    t_47 = h_11_mlp_c_proj_weight.t()
-    mm_36 = torch.mm(view_142, t_47)
+    linear_47 = torch.nn.functional.linear(gelu_11, h_11_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt.py:51: x = self.ln_f(x)
     native_layer_norm_26_0 = torch.empty_strided(
         (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
     )
     _triton.triton_fused_addmm_add_native_layer_norm_1[(8192,)](
-        mm_36,
+        linear_47,
         h_11_mlp_c_proj_bias,
         add_23,
         ln_f_weight,
@@ -2286,10 +3160,9 @@ def _cuda_0(self, idx):
         num_warps=4,
     )
     # examples/gpt.py:52: return self.lm_head(x)  # (B, T, vocab_size)
-    t_48 = wte_weight.t()
-    view_144 = native_layer_norm_26_0.view([8192, 768])
-    mm = torch.mm(view_144, t_48)
-    _unsafe_view = torch.ops.aten._unsafe_view.default(mm, [8, 1024, 50257])
+    linear_48 = torch.nn.functional.linear(native_layer_norm_26_0, wte_weight)
+    mm = linear_48.view(8192, 50257)
+    _unsafe_view = mm.view(8, 1024, 50257)
     return _unsafe_view
 
 
@@ -2359,7 +3232,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[11].attn.n_head == 12"
     if not (not self.training):
         return "not self.training"
-    h_0_ln_1_weight = self.h[0].ln_1.weight
+    h_0_ln_1_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_0_ln_1_weight.is_cpu):
         return "self.h[0].ln_1.weight.is_cpu"
     if not (h_0_ln_1_weight.dtype == torch.float32):
@@ -2368,7 +3243,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[0].ln_1.weight.shape == (768,)"
     if not (h_0_ln_1_weight.stride() == (1,)):
         return "self.h[0].ln_1.weight.stride() == (1,)"
-    h_0_ln_1_bias = self.h[0].ln_1.bias
+    h_0_ln_1_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_0_ln_1_bias.is_cpu):
         return "self.h[0].ln_1.bias.is_cpu"
     if not (h_0_ln_1_bias.dtype == torch.float32):
@@ -2377,7 +3254,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[0].ln_1.bias.shape == (768,)"
     if not (h_0_ln_1_bias.stride() == (1,)):
         return "self.h[0].ln_1.bias.stride() == (1,)"
-    h_0_attn_c_proj_bias = self.h[0].attn.c_proj.bias
+    h_0_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_0_attn_c_proj_bias.is_cpu):
         return "self.h[0].attn.c_proj.bias.is_cpu"
     if not (h_0_attn_c_proj_bias.dtype == torch.float32):
@@ -2386,7 +3269,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[0].attn.c_proj.bias.shape == (768,)"
     if not (h_0_attn_c_proj_bias.stride() == (1,)):
         return "self.h[0].attn.c_proj.bias.stride() == (1,)"
-    h_0_ln_2_weight = self.h[0].ln_2.weight
+    h_0_ln_2_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_0_ln_2_weight.is_cpu):
         return "self.h[0].ln_2.weight.is_cpu"
     if not (h_0_ln_2_weight.dtype == torch.float32):
@@ -2395,7 +3280,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[0].ln_2.weight.shape == (768,)"
     if not (h_0_ln_2_weight.stride() == (1,)):
         return "self.h[0].ln_2.weight.stride() == (1,)"
-    h_0_ln_2_bias = self.h[0].ln_2.bias
+    h_0_ln_2_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_0_ln_2_bias.is_cpu):
         return "self.h[0].ln_2.bias.is_cpu"
     if not (h_0_ln_2_bias.dtype == torch.float32):
@@ -2404,7 +3291,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[0].ln_2.bias.shape == (768,)"
     if not (h_0_ln_2_bias.stride() == (1,)):
         return "self.h[0].ln_2.bias.stride() == (1,)"
-    h_0_mlp_c_fc_bias = self.h[0].mlp.c_fc.bias
+    h_0_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_0_mlp_c_fc_bias.is_cpu):
         return "self.h[0].mlp.c_fc.bias.is_cpu"
     if not (h_0_mlp_c_fc_bias.dtype == torch.float32):
@@ -2413,7 +3306,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[0].mlp.c_fc.bias.shape == (3072,)"
     if not (h_0_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[0].mlp.c_fc.bias.stride() == (1,)"
-    h_0_mlp_c_proj_bias = self.h[0].mlp.c_proj.bias
+    h_0_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_0_mlp_c_proj_bias.is_cpu):
         return "self.h[0].mlp.c_proj.bias.is_cpu"
     if not (h_0_mlp_c_proj_bias.dtype == torch.float32):
@@ -2422,7 +3321,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[0].mlp.c_proj.bias.shape == (768,)"
     if not (h_0_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[0].mlp.c_proj.bias.stride() == (1,)"
-    h_1_ln_1_weight = self.h[1].ln_1.weight
+    h_1_ln_1_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_1_ln_1_weight.is_cpu):
         return "self.h[1].ln_1.weight.is_cpu"
     if not (h_1_ln_1_weight.dtype == torch.float32):
@@ -2431,7 +3332,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].ln_1.weight.shape == (768,)"
     if not (h_1_ln_1_weight.stride() == (1,)):
         return "self.h[1].ln_1.weight.stride() == (1,)"
-    h_1_ln_1_bias = self.h[1].ln_1.bias
+    h_1_ln_1_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_1_ln_1_bias.is_cpu):
         return "self.h[1].ln_1.bias.is_cpu"
     if not (h_1_ln_1_bias.dtype == torch.float32):
@@ -2440,7 +3343,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].ln_1.bias.shape == (768,)"
     if not (h_1_ln_1_bias.stride() == (1,)):
         return "self.h[1].ln_1.bias.stride() == (1,)"
-    h_1_attn_c_proj_bias = self.h[1].attn.c_proj.bias
+    h_1_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_1_attn_c_proj_bias.is_cpu):
         return "self.h[1].attn.c_proj.bias.is_cpu"
     if not (h_1_attn_c_proj_bias.dtype == torch.float32):
@@ -2449,7 +3358,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].attn.c_proj.bias.shape == (768,)"
     if not (h_1_attn_c_proj_bias.stride() == (1,)):
         return "self.h[1].attn.c_proj.bias.stride() == (1,)"
-    h_1_ln_2_weight = self.h[1].ln_2.weight
+    h_1_ln_2_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_1_ln_2_weight.is_cpu):
         return "self.h[1].ln_2.weight.is_cpu"
     if not (h_1_ln_2_weight.dtype == torch.float32):
@@ -2458,7 +3369,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].ln_2.weight.shape == (768,)"
     if not (h_1_ln_2_weight.stride() == (1,)):
         return "self.h[1].ln_2.weight.stride() == (1,)"
-    h_1_ln_2_bias = self.h[1].ln_2.bias
+    h_1_ln_2_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_1_ln_2_bias.is_cpu):
         return "self.h[1].ln_2.bias.is_cpu"
     if not (h_1_ln_2_bias.dtype == torch.float32):
@@ -2467,7 +3380,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].ln_2.bias.shape == (768,)"
     if not (h_1_ln_2_bias.stride() == (1,)):
         return "self.h[1].ln_2.bias.stride() == (1,)"
-    h_1_mlp_c_fc_bias = self.h[1].mlp.c_fc.bias
+    h_1_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_1_mlp_c_fc_bias.is_cpu):
         return "self.h[1].mlp.c_fc.bias.is_cpu"
     if not (h_1_mlp_c_fc_bias.dtype == torch.float32):
@@ -2476,7 +3395,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].mlp.c_fc.bias.shape == (3072,)"
     if not (h_1_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[1].mlp.c_fc.bias.stride() == (1,)"
-    h_1_mlp_c_proj_bias = self.h[1].mlp.c_proj.bias
+    h_1_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_1_mlp_c_proj_bias.is_cpu):
         return "self.h[1].mlp.c_proj.bias.is_cpu"
     if not (h_1_mlp_c_proj_bias.dtype == torch.float32):
@@ -2485,7 +3410,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[1].mlp.c_proj.bias.shape == (768,)"
     if not (h_1_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[1].mlp.c_proj.bias.stride() == (1,)"
-    h_2_ln_1_weight = self.h[2].ln_1.weight
+    h_2_ln_1_weight = (
+        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_2_ln_1_weight.is_cpu):
         return "self.h[2].ln_1.weight.is_cpu"
     if not (h_2_ln_1_weight.dtype == torch.float32):
@@ -2494,7 +3421,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[2].ln_1.weight.shape == (768,)"
     if not (h_2_ln_1_weight.stride() == (1,)):
         return "self.h[2].ln_1.weight.stride() == (1,)"
-    h_2_ln_1_bias = self.h[2].ln_1.bias
+    h_2_ln_1_bias = (
+        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_2_ln_1_bias.is_cpu):
         return "self.h[2].ln_1.bias.is_cpu"
     if not (h_2_ln_1_bias.dtype == torch.float32):
@@ -2503,7 +3432,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[2].ln_1.bias.shape == (768,)"
     if not (h_2_ln_1_bias.stride() == (1,)):
         return "self.h[2].ln_1.bias.stride() == (1,)"
-    h_2_attn_c_proj_bias = self.h[2].attn.c_proj.bias
+    h_2_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_2_attn_c_proj_bias.is_cpu):
         return "self.h[2].attn.c_proj.bias.is_cpu"
     if not (h_2_attn_c_proj_bias.dtype == torch.float32):
@@ -2512,7 +3447,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[2].attn.c_proj.bias.shape == (768,)"
     if not (h_2_attn_c_proj_bias.stride() == (1,)):
         return "self.h[2].attn.c_proj.bias.stride() == (1,)"
-    h_2_ln_2_weight = self.h[2].ln_2.weight
+    h_2_ln_2_weight = (
+        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_2_ln_2_weight.is_cpu):
         return "self.h[2].ln_2.weight.is_cpu"
     if not (h_2_ln_2_weight.dtype == torch.float32):
@@ -2521,7 +3458,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[2].ln_2.weight.shape == (768,)"
     if not (h_2_ln_2_weight.stride() == (1,)):
         return "self.h[2].ln_2.weight.stride() == (1,)"
-    h_2_ln_2_bias = self.h[2].ln_2.bias
+    h_2_ln_2_bias = (
+        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_2_ln_2_bias.is_cpu):
         return "self.h[2].ln_2.bias.is_cpu"
     if not (h_2_ln_2_bias.dtype == torch.float32):
@@ -2530,7 +3469,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[2].ln_2.bias.shape == (768,)"
     if not (h_2_ln_2_bias.stride() == (1,)):
         return "self.h[2].ln_2.bias.stride() == (1,)"
-    h_2_mlp_c_fc_bias = self.h[2].mlp.c_fc.bias
+    h_2_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_2_mlp_c_fc_bias.is_cpu):
         return "self.h[2].mlp.c_fc.bias.is_cpu"
     if not (h_2_mlp_c_fc_bias.dtype == torch.float32):
@@ -2539,7 +3484,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[2].mlp.c_fc.bias.shape == (3072,)"
     if not (h_2_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[2].mlp.c_fc.bias.stride() == (1,)"
-    h_2_mlp_c_proj_bias = self.h[2].mlp.c_proj.bias
+    h_2_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_2_mlp_c_proj_bias.is_cpu):
         return "self.h[2].mlp.c_proj.bias.is_cpu"
     if not (h_2_mlp_c_proj_bias.dtype == torch.float32):
@@ -2548,7 +3499,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[2].mlp.c_proj.bias.shape == (768,)"
     if not (h_2_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[2].mlp.c_proj.bias.stride() == (1,)"
-    h_3_ln_1_weight = self.h[3].ln_1.weight
+    h_3_ln_1_weight = (
+        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_3_ln_1_weight.is_cpu):
         return "self.h[3].ln_1.weight.is_cpu"
     if not (h_3_ln_1_weight.dtype == torch.float32):
@@ -2557,7 +3510,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[3].ln_1.weight.shape == (768,)"
     if not (h_3_ln_1_weight.stride() == (1,)):
         return "self.h[3].ln_1.weight.stride() == (1,)"
-    h_3_ln_1_bias = self.h[3].ln_1.bias
+    h_3_ln_1_bias = (
+        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_3_ln_1_bias.is_cpu):
         return "self.h[3].ln_1.bias.is_cpu"
     if not (h_3_ln_1_bias.dtype == torch.float32):
@@ -2566,7 +3521,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[3].ln_1.bias.shape == (768,)"
     if not (h_3_ln_1_bias.stride() == (1,)):
         return "self.h[3].ln_1.bias.stride() == (1,)"
-    h_3_attn_c_proj_bias = self.h[3].attn.c_proj.bias
+    h_3_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_3_attn_c_proj_bias.is_cpu):
         return "self.h[3].attn.c_proj.bias.is_cpu"
     if not (h_3_attn_c_proj_bias.dtype == torch.float32):
@@ -2575,7 +3536,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[3].attn.c_proj.bias.shape == (768,)"
     if not (h_3_attn_c_proj_bias.stride() == (1,)):
         return "self.h[3].attn.c_proj.bias.stride() == (1,)"
-    h_3_ln_2_weight = self.h[3].ln_2.weight
+    h_3_ln_2_weight = (
+        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_3_ln_2_weight.is_cpu):
         return "self.h[3].ln_2.weight.is_cpu"
     if not (h_3_ln_2_weight.dtype == torch.float32):
@@ -2584,7 +3547,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[3].ln_2.weight.shape == (768,)"
     if not (h_3_ln_2_weight.stride() == (1,)):
         return "self.h[3].ln_2.weight.stride() == (1,)"
-    h_3_ln_2_bias = self.h[3].ln_2.bias
+    h_3_ln_2_bias = (
+        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_3_ln_2_bias.is_cpu):
         return "self.h[3].ln_2.bias.is_cpu"
     if not (h_3_ln_2_bias.dtype == torch.float32):
@@ -2593,7 +3558,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[3].ln_2.bias.shape == (768,)"
     if not (h_3_ln_2_bias.stride() == (1,)):
         return "self.h[3].ln_2.bias.stride() == (1,)"
-    h_3_mlp_c_fc_bias = self.h[3].mlp.c_fc.bias
+    h_3_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_3_mlp_c_fc_bias.is_cpu):
         return "self.h[3].mlp.c_fc.bias.is_cpu"
     if not (h_3_mlp_c_fc_bias.dtype == torch.float32):
@@ -2602,7 +3573,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[3].mlp.c_fc.bias.shape == (3072,)"
     if not (h_3_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[3].mlp.c_fc.bias.stride() == (1,)"
-    h_3_mlp_c_proj_bias = self.h[3].mlp.c_proj.bias
+    h_3_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_3_mlp_c_proj_bias.is_cpu):
         return "self.h[3].mlp.c_proj.bias.is_cpu"
     if not (h_3_mlp_c_proj_bias.dtype == torch.float32):
@@ -2611,7 +3588,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[3].mlp.c_proj.bias.shape == (768,)"
     if not (h_3_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[3].mlp.c_proj.bias.stride() == (1,)"
-    h_4_ln_1_weight = self.h[4].ln_1.weight
+    h_4_ln_1_weight = (
+        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_4_ln_1_weight.is_cpu):
         return "self.h[4].ln_1.weight.is_cpu"
     if not (h_4_ln_1_weight.dtype == torch.float32):
@@ -2620,7 +3599,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[4].ln_1.weight.shape == (768,)"
     if not (h_4_ln_1_weight.stride() == (1,)):
         return "self.h[4].ln_1.weight.stride() == (1,)"
-    h_4_ln_1_bias = self.h[4].ln_1.bias
+    h_4_ln_1_bias = (
+        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_4_ln_1_bias.is_cpu):
         return "self.h[4].ln_1.bias.is_cpu"
     if not (h_4_ln_1_bias.dtype == torch.float32):
@@ -2629,7 +3610,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[4].ln_1.bias.shape == (768,)"
     if not (h_4_ln_1_bias.stride() == (1,)):
         return "self.h[4].ln_1.bias.stride() == (1,)"
-    h_4_attn_c_proj_bias = self.h[4].attn.c_proj.bias
+    h_4_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_4_attn_c_proj_bias.is_cpu):
         return "self.h[4].attn.c_proj.bias.is_cpu"
     if not (h_4_attn_c_proj_bias.dtype == torch.float32):
@@ -2638,7 +3625,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[4].attn.c_proj.bias.shape == (768,)"
     if not (h_4_attn_c_proj_bias.stride() == (1,)):
         return "self.h[4].attn.c_proj.bias.stride() == (1,)"
-    h_4_ln_2_weight = self.h[4].ln_2.weight
+    h_4_ln_2_weight = (
+        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_4_ln_2_weight.is_cpu):
         return "self.h[4].ln_2.weight.is_cpu"
     if not (h_4_ln_2_weight.dtype == torch.float32):
@@ -2647,7 +3636,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[4].ln_2.weight.shape == (768,)"
     if not (h_4_ln_2_weight.stride() == (1,)):
         return "self.h[4].ln_2.weight.stride() == (1,)"
-    h_4_ln_2_bias = self.h[4].ln_2.bias
+    h_4_ln_2_bias = (
+        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_4_ln_2_bias.is_cpu):
         return "self.h[4].ln_2.bias.is_cpu"
     if not (h_4_ln_2_bias.dtype == torch.float32):
@@ -2656,7 +3647,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[4].ln_2.bias.shape == (768,)"
     if not (h_4_ln_2_bias.stride() == (1,)):
         return "self.h[4].ln_2.bias.stride() == (1,)"
-    h_4_mlp_c_fc_bias = self.h[4].mlp.c_fc.bias
+    h_4_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_4_mlp_c_fc_bias.is_cpu):
         return "self.h[4].mlp.c_fc.bias.is_cpu"
     if not (h_4_mlp_c_fc_bias.dtype == torch.float32):
@@ -2665,7 +3662,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[4].mlp.c_fc.bias.shape == (3072,)"
     if not (h_4_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[4].mlp.c_fc.bias.stride() == (1,)"
-    h_4_mlp_c_proj_bias = self.h[4].mlp.c_proj.bias
+    h_4_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_4_mlp_c_proj_bias.is_cpu):
         return "self.h[4].mlp.c_proj.bias.is_cpu"
     if not (h_4_mlp_c_proj_bias.dtype == torch.float32):
@@ -2674,7 +3677,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[4].mlp.c_proj.bias.shape == (768,)"
     if not (h_4_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[4].mlp.c_proj.bias.stride() == (1,)"
-    h_5_ln_1_weight = self.h[5].ln_1.weight
+    h_5_ln_1_weight = (
+        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_5_ln_1_weight.is_cpu):
         return "self.h[5].ln_1.weight.is_cpu"
     if not (h_5_ln_1_weight.dtype == torch.float32):
@@ -2683,7 +3688,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[5].ln_1.weight.shape == (768,)"
     if not (h_5_ln_1_weight.stride() == (1,)):
         return "self.h[5].ln_1.weight.stride() == (1,)"
-    h_5_ln_1_bias = self.h[5].ln_1.bias
+    h_5_ln_1_bias = (
+        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_5_ln_1_bias.is_cpu):
         return "self.h[5].ln_1.bias.is_cpu"
     if not (h_5_ln_1_bias.dtype == torch.float32):
@@ -2692,7 +3699,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[5].ln_1.bias.shape == (768,)"
     if not (h_5_ln_1_bias.stride() == (1,)):
         return "self.h[5].ln_1.bias.stride() == (1,)"
-    h_5_attn_c_proj_bias = self.h[5].attn.c_proj.bias
+    h_5_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_5_attn_c_proj_bias.is_cpu):
         return "self.h[5].attn.c_proj.bias.is_cpu"
     if not (h_5_attn_c_proj_bias.dtype == torch.float32):
@@ -2701,7 +3714,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[5].attn.c_proj.bias.shape == (768,)"
     if not (h_5_attn_c_proj_bias.stride() == (1,)):
         return "self.h[5].attn.c_proj.bias.stride() == (1,)"
-    h_5_ln_2_weight = self.h[5].ln_2.weight
+    h_5_ln_2_weight = (
+        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_5_ln_2_weight.is_cpu):
         return "self.h[5].ln_2.weight.is_cpu"
     if not (h_5_ln_2_weight.dtype == torch.float32):
@@ -2710,7 +3725,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[5].ln_2.weight.shape == (768,)"
     if not (h_5_ln_2_weight.stride() == (1,)):
         return "self.h[5].ln_2.weight.stride() == (1,)"
-    h_5_ln_2_bias = self.h[5].ln_2.bias
+    h_5_ln_2_bias = (
+        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_5_ln_2_bias.is_cpu):
         return "self.h[5].ln_2.bias.is_cpu"
     if not (h_5_ln_2_bias.dtype == torch.float32):
@@ -2719,7 +3736,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[5].ln_2.bias.shape == (768,)"
     if not (h_5_ln_2_bias.stride() == (1,)):
         return "self.h[5].ln_2.bias.stride() == (1,)"
-    h_5_mlp_c_fc_bias = self.h[5].mlp.c_fc.bias
+    h_5_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_5_mlp_c_fc_bias.is_cpu):
         return "self.h[5].mlp.c_fc.bias.is_cpu"
     if not (h_5_mlp_c_fc_bias.dtype == torch.float32):
@@ -2728,7 +3751,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[5].mlp.c_fc.bias.shape == (3072,)"
     if not (h_5_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[5].mlp.c_fc.bias.stride() == (1,)"
-    h_5_mlp_c_proj_bias = self.h[5].mlp.c_proj.bias
+    h_5_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_5_mlp_c_proj_bias.is_cpu):
         return "self.h[5].mlp.c_proj.bias.is_cpu"
     if not (h_5_mlp_c_proj_bias.dtype == torch.float32):
@@ -2737,7 +3766,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[5].mlp.c_proj.bias.shape == (768,)"
     if not (h_5_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[5].mlp.c_proj.bias.stride() == (1,)"
-    h_6_ln_1_weight = self.h[6].ln_1.weight
+    h_6_ln_1_weight = (
+        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_6_ln_1_weight.is_cpu):
         return "self.h[6].ln_1.weight.is_cpu"
     if not (h_6_ln_1_weight.dtype == torch.float32):
@@ -2746,7 +3777,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[6].ln_1.weight.shape == (768,)"
     if not (h_6_ln_1_weight.stride() == (1,)):
         return "self.h[6].ln_1.weight.stride() == (1,)"
-    h_6_ln_1_bias = self.h[6].ln_1.bias
+    h_6_ln_1_bias = (
+        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_6_ln_1_bias.is_cpu):
         return "self.h[6].ln_1.bias.is_cpu"
     if not (h_6_ln_1_bias.dtype == torch.float32):
@@ -2755,7 +3788,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[6].ln_1.bias.shape == (768,)"
     if not (h_6_ln_1_bias.stride() == (1,)):
         return "self.h[6].ln_1.bias.stride() == (1,)"
-    h_6_attn_c_proj_bias = self.h[6].attn.c_proj.bias
+    h_6_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_6_attn_c_proj_bias.is_cpu):
         return "self.h[6].attn.c_proj.bias.is_cpu"
     if not (h_6_attn_c_proj_bias.dtype == torch.float32):
@@ -2764,7 +3803,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[6].attn.c_proj.bias.shape == (768,)"
     if not (h_6_attn_c_proj_bias.stride() == (1,)):
         return "self.h[6].attn.c_proj.bias.stride() == (1,)"
-    h_6_ln_2_weight = self.h[6].ln_2.weight
+    h_6_ln_2_weight = (
+        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_6_ln_2_weight.is_cpu):
         return "self.h[6].ln_2.weight.is_cpu"
     if not (h_6_ln_2_weight.dtype == torch.float32):
@@ -2773,7 +3814,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[6].ln_2.weight.shape == (768,)"
     if not (h_6_ln_2_weight.stride() == (1,)):
         return "self.h[6].ln_2.weight.stride() == (1,)"
-    h_6_ln_2_bias = self.h[6].ln_2.bias
+    h_6_ln_2_bias = (
+        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_6_ln_2_bias.is_cpu):
         return "self.h[6].ln_2.bias.is_cpu"
     if not (h_6_ln_2_bias.dtype == torch.float32):
@@ -2782,7 +3825,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[6].ln_2.bias.shape == (768,)"
     if not (h_6_ln_2_bias.stride() == (1,)):
         return "self.h[6].ln_2.bias.stride() == (1,)"
-    h_6_mlp_c_fc_bias = self.h[6].mlp.c_fc.bias
+    h_6_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_6_mlp_c_fc_bias.is_cpu):
         return "self.h[6].mlp.c_fc.bias.is_cpu"
     if not (h_6_mlp_c_fc_bias.dtype == torch.float32):
@@ -2791,7 +3840,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[6].mlp.c_fc.bias.shape == (3072,)"
     if not (h_6_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[6].mlp.c_fc.bias.stride() == (1,)"
-    h_6_mlp_c_proj_bias = self.h[6].mlp.c_proj.bias
+    h_6_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_6_mlp_c_proj_bias.is_cpu):
         return "self.h[6].mlp.c_proj.bias.is_cpu"
     if not (h_6_mlp_c_proj_bias.dtype == torch.float32):
@@ -2800,7 +3855,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[6].mlp.c_proj.bias.shape == (768,)"
     if not (h_6_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[6].mlp.c_proj.bias.stride() == (1,)"
-    h_7_ln_1_weight = self.h[7].ln_1.weight
+    h_7_ln_1_weight = (
+        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_7_ln_1_weight.is_cpu):
         return "self.h[7].ln_1.weight.is_cpu"
     if not (h_7_ln_1_weight.dtype == torch.float32):
@@ -2809,7 +3866,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[7].ln_1.weight.shape == (768,)"
     if not (h_7_ln_1_weight.stride() == (1,)):
         return "self.h[7].ln_1.weight.stride() == (1,)"
-    h_7_ln_1_bias = self.h[7].ln_1.bias
+    h_7_ln_1_bias = (
+        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_7_ln_1_bias.is_cpu):
         return "self.h[7].ln_1.bias.is_cpu"
     if not (h_7_ln_1_bias.dtype == torch.float32):
@@ -2818,7 +3877,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[7].ln_1.bias.shape == (768,)"
     if not (h_7_ln_1_bias.stride() == (1,)):
         return "self.h[7].ln_1.bias.stride() == (1,)"
-    h_7_attn_c_proj_bias = self.h[7].attn.c_proj.bias
+    h_7_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_7_attn_c_proj_bias.is_cpu):
         return "self.h[7].attn.c_proj.bias.is_cpu"
     if not (h_7_attn_c_proj_bias.dtype == torch.float32):
@@ -2827,7 +3892,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[7].attn.c_proj.bias.shape == (768,)"
     if not (h_7_attn_c_proj_bias.stride() == (1,)):
         return "self.h[7].attn.c_proj.bias.stride() == (1,)"
-    h_7_ln_2_weight = self.h[7].ln_2.weight
+    h_7_ln_2_weight = (
+        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_7_ln_2_weight.is_cpu):
         return "self.h[7].ln_2.weight.is_cpu"
     if not (h_7_ln_2_weight.dtype == torch.float32):
@@ -2836,7 +3903,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[7].ln_2.weight.shape == (768,)"
     if not (h_7_ln_2_weight.stride() == (1,)):
         return "self.h[7].ln_2.weight.stride() == (1,)"
-    h_7_ln_2_bias = self.h[7].ln_2.bias
+    h_7_ln_2_bias = (
+        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_7_ln_2_bias.is_cpu):
         return "self.h[7].ln_2.bias.is_cpu"
     if not (h_7_ln_2_bias.dtype == torch.float32):
@@ -2845,7 +3914,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[7].ln_2.bias.shape == (768,)"
     if not (h_7_ln_2_bias.stride() == (1,)):
         return "self.h[7].ln_2.bias.stride() == (1,)"
-    h_7_mlp_c_fc_bias = self.h[7].mlp.c_fc.bias
+    h_7_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_7_mlp_c_fc_bias.is_cpu):
         return "self.h[7].mlp.c_fc.bias.is_cpu"
     if not (h_7_mlp_c_fc_bias.dtype == torch.float32):
@@ -2854,7 +3929,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[7].mlp.c_fc.bias.shape == (3072,)"
     if not (h_7_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[7].mlp.c_fc.bias.stride() == (1,)"
-    h_7_mlp_c_proj_bias = self.h[7].mlp.c_proj.bias
+    h_7_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_7_mlp_c_proj_bias.is_cpu):
         return "self.h[7].mlp.c_proj.bias.is_cpu"
     if not (h_7_mlp_c_proj_bias.dtype == torch.float32):
@@ -2863,7 +3944,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[7].mlp.c_proj.bias.shape == (768,)"
     if not (h_7_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[7].mlp.c_proj.bias.stride() == (1,)"
-    h_8_ln_1_weight = self.h[8].ln_1.weight
+    h_8_ln_1_weight = (
+        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_8_ln_1_weight.is_cpu):
         return "self.h[8].ln_1.weight.is_cpu"
     if not (h_8_ln_1_weight.dtype == torch.float32):
@@ -2872,7 +3955,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[8].ln_1.weight.shape == (768,)"
     if not (h_8_ln_1_weight.stride() == (1,)):
         return "self.h[8].ln_1.weight.stride() == (1,)"
-    h_8_ln_1_bias = self.h[8].ln_1.bias
+    h_8_ln_1_bias = (
+        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_8_ln_1_bias.is_cpu):
         return "self.h[8].ln_1.bias.is_cpu"
     if not (h_8_ln_1_bias.dtype == torch.float32):
@@ -2881,7 +3966,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[8].ln_1.bias.shape == (768,)"
     if not (h_8_ln_1_bias.stride() == (1,)):
         return "self.h[8].ln_1.bias.stride() == (1,)"
-    h_8_attn_c_proj_bias = self.h[8].attn.c_proj.bias
+    h_8_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_8_attn_c_proj_bias.is_cpu):
         return "self.h[8].attn.c_proj.bias.is_cpu"
     if not (h_8_attn_c_proj_bias.dtype == torch.float32):
@@ -2890,7 +3981,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[8].attn.c_proj.bias.shape == (768,)"
     if not (h_8_attn_c_proj_bias.stride() == (1,)):
         return "self.h[8].attn.c_proj.bias.stride() == (1,)"
-    h_8_ln_2_weight = self.h[8].ln_2.weight
+    h_8_ln_2_weight = (
+        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_8_ln_2_weight.is_cpu):
         return "self.h[8].ln_2.weight.is_cpu"
     if not (h_8_ln_2_weight.dtype == torch.float32):
@@ -2899,7 +3992,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[8].ln_2.weight.shape == (768,)"
     if not (h_8_ln_2_weight.stride() == (1,)):
         return "self.h[8].ln_2.weight.stride() == (1,)"
-    h_8_ln_2_bias = self.h[8].ln_2.bias
+    h_8_ln_2_bias = (
+        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_8_ln_2_bias.is_cpu):
         return "self.h[8].ln_2.bias.is_cpu"
     if not (h_8_ln_2_bias.dtype == torch.float32):
@@ -2908,7 +4003,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[8].ln_2.bias.shape == (768,)"
     if not (h_8_ln_2_bias.stride() == (1,)):
         return "self.h[8].ln_2.bias.stride() == (1,)"
-    h_8_mlp_c_fc_bias = self.h[8].mlp.c_fc.bias
+    h_8_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_8_mlp_c_fc_bias.is_cpu):
         return "self.h[8].mlp.c_fc.bias.is_cpu"
     if not (h_8_mlp_c_fc_bias.dtype == torch.float32):
@@ -2917,7 +4018,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[8].mlp.c_fc.bias.shape == (3072,)"
     if not (h_8_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[8].mlp.c_fc.bias.stride() == (1,)"
-    h_8_mlp_c_proj_bias = self.h[8].mlp.c_proj.bias
+    h_8_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_8_mlp_c_proj_bias.is_cpu):
         return "self.h[8].mlp.c_proj.bias.is_cpu"
     if not (h_8_mlp_c_proj_bias.dtype == torch.float32):
@@ -2926,7 +4033,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[8].mlp.c_proj.bias.shape == (768,)"
     if not (h_8_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[8].mlp.c_proj.bias.stride() == (1,)"
-    h_9_ln_1_weight = self.h[9].ln_1.weight
+    h_9_ln_1_weight = (
+        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_9_ln_1_weight.is_cpu):
         return "self.h[9].ln_1.weight.is_cpu"
     if not (h_9_ln_1_weight.dtype == torch.float32):
@@ -2935,7 +4044,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[9].ln_1.weight.shape == (768,)"
     if not (h_9_ln_1_weight.stride() == (1,)):
         return "self.h[9].ln_1.weight.stride() == (1,)"
-    h_9_ln_1_bias = self.h[9].ln_1.bias
+    h_9_ln_1_bias = (
+        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_9_ln_1_bias.is_cpu):
         return "self.h[9].ln_1.bias.is_cpu"
     if not (h_9_ln_1_bias.dtype == torch.float32):
@@ -2944,7 +4055,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[9].ln_1.bias.shape == (768,)"
     if not (h_9_ln_1_bias.stride() == (1,)):
         return "self.h[9].ln_1.bias.stride() == (1,)"
-    h_9_attn_c_proj_bias = self.h[9].attn.c_proj.bias
+    h_9_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_9_attn_c_proj_bias.is_cpu):
         return "self.h[9].attn.c_proj.bias.is_cpu"
     if not (h_9_attn_c_proj_bias.dtype == torch.float32):
@@ -2953,7 +4070,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[9].attn.c_proj.bias.shape == (768,)"
     if not (h_9_attn_c_proj_bias.stride() == (1,)):
         return "self.h[9].attn.c_proj.bias.stride() == (1,)"
-    h_9_ln_2_weight = self.h[9].ln_2.weight
+    h_9_ln_2_weight = (
+        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_9_ln_2_weight.is_cpu):
         return "self.h[9].ln_2.weight.is_cpu"
     if not (h_9_ln_2_weight.dtype == torch.float32):
@@ -2962,7 +4081,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[9].ln_2.weight.shape == (768,)"
     if not (h_9_ln_2_weight.stride() == (1,)):
         return "self.h[9].ln_2.weight.stride() == (1,)"
-    h_9_ln_2_bias = self.h[9].ln_2.bias
+    h_9_ln_2_bias = (
+        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_9_ln_2_bias.is_cpu):
         return "self.h[9].ln_2.bias.is_cpu"
     if not (h_9_ln_2_bias.dtype == torch.float32):
@@ -2971,7 +4092,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[9].ln_2.bias.shape == (768,)"
     if not (h_9_ln_2_bias.stride() == (1,)):
         return "self.h[9].ln_2.bias.stride() == (1,)"
-    h_9_mlp_c_fc_bias = self.h[9].mlp.c_fc.bias
+    h_9_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_9_mlp_c_fc_bias.is_cpu):
         return "self.h[9].mlp.c_fc.bias.is_cpu"
     if not (h_9_mlp_c_fc_bias.dtype == torch.float32):
@@ -2980,7 +4107,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[9].mlp.c_fc.bias.shape == (3072,)"
     if not (h_9_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[9].mlp.c_fc.bias.stride() == (1,)"
-    h_9_mlp_c_proj_bias = self.h[9].mlp.c_proj.bias
+    h_9_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_9_mlp_c_proj_bias.is_cpu):
         return "self.h[9].mlp.c_proj.bias.is_cpu"
     if not (h_9_mlp_c_proj_bias.dtype == torch.float32):
@@ -2989,7 +4122,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[9].mlp.c_proj.bias.shape == (768,)"
     if not (h_9_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[9].mlp.c_proj.bias.stride() == (1,)"
-    h_10_ln_1_weight = self.h[10].ln_1.weight
+    h_10_ln_1_weight = (
+        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_10_ln_1_weight.is_cpu):
         return "self.h[10].ln_1.weight.is_cpu"
     if not (h_10_ln_1_weight.dtype == torch.float32):
@@ -2998,7 +4133,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[10].ln_1.weight.shape == (768,)"
     if not (h_10_ln_1_weight.stride() == (1,)):
         return "self.h[10].ln_1.weight.stride() == (1,)"
-    h_10_ln_1_bias = self.h[10].ln_1.bias
+    h_10_ln_1_bias = (
+        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_10_ln_1_bias.is_cpu):
         return "self.h[10].ln_1.bias.is_cpu"
     if not (h_10_ln_1_bias.dtype == torch.float32):
@@ -3007,7 +4144,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[10].ln_1.bias.shape == (768,)"
     if not (h_10_ln_1_bias.stride() == (1,)):
         return "self.h[10].ln_1.bias.stride() == (1,)"
-    h_10_attn_c_proj_bias = self.h[10].attn.c_proj.bias
+    h_10_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_10_attn_c_proj_bias.is_cpu):
         return "self.h[10].attn.c_proj.bias.is_cpu"
     if not (h_10_attn_c_proj_bias.dtype == torch.float32):
@@ -3016,7 +4159,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[10].attn.c_proj.bias.shape == (768,)"
     if not (h_10_attn_c_proj_bias.stride() == (1,)):
         return "self.h[10].attn.c_proj.bias.stride() == (1,)"
-    h_10_ln_2_weight = self.h[10].ln_2.weight
+    h_10_ln_2_weight = (
+        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_10_ln_2_weight.is_cpu):
         return "self.h[10].ln_2.weight.is_cpu"
     if not (h_10_ln_2_weight.dtype == torch.float32):
@@ -3025,7 +4170,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[10].ln_2.weight.shape == (768,)"
     if not (h_10_ln_2_weight.stride() == (1,)):
         return "self.h[10].ln_2.weight.stride() == (1,)"
-    h_10_ln_2_bias = self.h[10].ln_2.bias
+    h_10_ln_2_bias = (
+        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_10_ln_2_bias.is_cpu):
         return "self.h[10].ln_2.bias.is_cpu"
     if not (h_10_ln_2_bias.dtype == torch.float32):
@@ -3034,7 +4181,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[10].ln_2.bias.shape == (768,)"
     if not (h_10_ln_2_bias.stride() == (1,)):
         return "self.h[10].ln_2.bias.stride() == (1,)"
-    h_10_mlp_c_fc_bias = self.h[10].mlp.c_fc.bias
+    h_10_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_10_mlp_c_fc_bias.is_cpu):
         return "self.h[10].mlp.c_fc.bias.is_cpu"
     if not (h_10_mlp_c_fc_bias.dtype == torch.float32):
@@ -3043,7 +4196,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[10].mlp.c_fc.bias.shape == (3072,)"
     if not (h_10_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[10].mlp.c_fc.bias.stride() == (1,)"
-    h_10_mlp_c_proj_bias = self.h[10].mlp.c_proj.bias
+    h_10_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_10_mlp_c_proj_bias.is_cpu):
         return "self.h[10].mlp.c_proj.bias.is_cpu"
     if not (h_10_mlp_c_proj_bias.dtype == torch.float32):
@@ -3052,7 +4211,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[10].mlp.c_proj.bias.shape == (768,)"
     if not (h_10_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[10].mlp.c_proj.bias.stride() == (1,)"
-    h_11_ln_1_weight = self.h[11].ln_1.weight
+    h_11_ln_1_weight = (
+        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["weight"]
+    )
     if not (h_11_ln_1_weight.is_cpu):
         return "self.h[11].ln_1.weight.is_cpu"
     if not (h_11_ln_1_weight.dtype == torch.float32):
@@ -3061,7 +4222,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[11].ln_1.weight.shape == (768,)"
     if not (h_11_ln_1_weight.stride() == (1,)):
         return "self.h[11].ln_1.weight.stride() == (1,)"
-    h_11_ln_1_bias = self.h[11].ln_1.bias
+    h_11_ln_1_bias = (
+        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["bias"]
+    )
     if not (h_11_ln_1_bias.is_cpu):
         return "self.h[11].ln_1.bias.is_cpu"
     if not (h_11_ln_1_bias.dtype == torch.float32):
@@ -3070,7 +4233,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[11].ln_1.bias.shape == (768,)"
     if not (h_11_ln_1_bias.stride() == (1,)):
         return "self.h[11].ln_1.bias.stride() == (1,)"
-    h_11_attn_c_proj_bias = self.h[11].attn.c_proj.bias
+    h_11_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_11_attn_c_proj_bias.is_cpu):
         return "self.h[11].attn.c_proj.bias.is_cpu"
     if not (h_11_attn_c_proj_bias.dtype == torch.float32):
@@ -3079,7 +4248,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[11].attn.c_proj.bias.shape == (768,)"
     if not (h_11_attn_c_proj_bias.stride() == (1,)):
         return "self.h[11].attn.c_proj.bias.stride() == (1,)"
-    h_11_ln_2_weight = self.h[11].ln_2.weight
+    h_11_ln_2_weight = (
+        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["weight"]
+    )
     if not (h_11_ln_2_weight.is_cpu):
         return "self.h[11].ln_2.weight.is_cpu"
     if not (h_11_ln_2_weight.dtype == torch.float32):
@@ -3088,7 +4259,9 @@ def _guards_cpu_0(self, idx):
         return "self.h[11].ln_2.weight.shape == (768,)"
     if not (h_11_ln_2_weight.stride() == (1,)):
         return "self.h[11].ln_2.weight.stride() == (1,)"
-    h_11_ln_2_bias = self.h[11].ln_2.bias
+    h_11_ln_2_bias = (
+        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["bias"]
+    )
     if not (h_11_ln_2_bias.is_cpu):
         return "self.h[11].ln_2.bias.is_cpu"
     if not (h_11_ln_2_bias.dtype == torch.float32):
@@ -3097,7 +4270,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[11].ln_2.bias.shape == (768,)"
     if not (h_11_ln_2_bias.stride() == (1,)):
         return "self.h[11].ln_2.bias.stride() == (1,)"
-    h_11_mlp_c_fc_bias = self.h[11].mlp.c_fc.bias
+    h_11_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
     if not (h_11_mlp_c_fc_bias.is_cpu):
         return "self.h[11].mlp.c_fc.bias.is_cpu"
     if not (h_11_mlp_c_fc_bias.dtype == torch.float32):
@@ -3106,7 +4285,13 @@ def _guards_cpu_0(self, idx):
         return "self.h[11].mlp.c_fc.bias.shape == (3072,)"
     if not (h_11_mlp_c_fc_bias.stride() == (1,)):
         return "self.h[11].mlp.c_fc.bias.stride() == (1,)"
-    h_11_mlp_c_proj_bias = self.h[11].mlp.c_proj.bias
+    h_11_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
     if not (h_11_mlp_c_proj_bias.is_cpu):
         return "self.h[11].mlp.c_proj.bias.is_cpu"
     if not (h_11_mlp_c_proj_bias.dtype == torch.float32):
@@ -3115,7 +4300,7 @@ def _guards_cpu_0(self, idx):
         return "self.h[11].mlp.c_proj.bias.shape == (768,)"
     if not (h_11_mlp_c_proj_bias.stride() == (1,)):
         return "self.h[11].mlp.c_proj.bias.stride() == (1,)"
-    ln_f_weight = self.ln_f.weight
+    ln_f_weight = self._modules["ln_f"]._parameters["weight"]
     if not (ln_f_weight.is_cpu):
         return "self.ln_f.weight.is_cpu"
     if not (ln_f_weight.dtype == torch.float32):
@@ -3124,7 +4309,7 @@ def _guards_cpu_0(self, idx):
         return "self.ln_f.weight.shape == (768,)"
     if not (ln_f_weight.stride() == (1,)):
         return "self.ln_f.weight.stride() == (1,)"
-    ln_f_bias = self.ln_f.bias
+    ln_f_bias = self._modules["ln_f"]._parameters["bias"]
     if not (ln_f_bias.is_cpu):
         return "self.ln_f.bias.is_cpu"
     if not (ln_f_bias.dtype == torch.float32):
@@ -3293,161 +4478,831 @@ def _guards_cpu_0(self, idx):
 
 def _cpu_0(self, idx):
     device = idx.device
-    wte_weight = self.wte.weight
-    wpe_weight = self.wpe.weight
-    h_0_ln_1_weight = self.h[0].ln_1.weight
-    h_0_ln_1_bias = self.h[0].ln_1.bias
-    h_0_attn_c_attn_weight = self.h[0].attn.c_attn.weight
-    h_0_attn_c_attn_bias = self.h[0].attn.c_attn.bias
-    h_0_attn_c_proj_weight = self.h[0].attn.c_proj.weight
-    h_0_attn_c_proj_bias = self.h[0].attn.c_proj.bias
-    h_0_ln_2_weight = self.h[0].ln_2.weight
-    h_0_ln_2_bias = self.h[0].ln_2.bias
-    h_0_mlp_c_fc_weight = self.h[0].mlp.c_fc.weight
-    h_0_mlp_c_fc_bias = self.h[0].mlp.c_fc.bias
-    h_0_mlp_c_proj_weight = self.h[0].mlp.c_proj.weight
-    h_0_mlp_c_proj_bias = self.h[0].mlp.c_proj.bias
-    h_1_ln_1_weight = self.h[1].ln_1.weight
-    h_1_ln_1_bias = self.h[1].ln_1.bias
-    h_1_attn_c_attn_weight = self.h[1].attn.c_attn.weight
-    h_1_attn_c_attn_bias = self.h[1].attn.c_attn.bias
-    h_1_attn_c_proj_weight = self.h[1].attn.c_proj.weight
-    h_1_attn_c_proj_bias = self.h[1].attn.c_proj.bias
-    h_1_ln_2_weight = self.h[1].ln_2.weight
-    h_1_ln_2_bias = self.h[1].ln_2.bias
-    h_1_mlp_c_fc_weight = self.h[1].mlp.c_fc.weight
-    h_1_mlp_c_fc_bias = self.h[1].mlp.c_fc.bias
-    h_1_mlp_c_proj_weight = self.h[1].mlp.c_proj.weight
-    h_1_mlp_c_proj_bias = self.h[1].mlp.c_proj.bias
-    h_2_ln_1_weight = self.h[2].ln_1.weight
-    h_2_ln_1_bias = self.h[2].ln_1.bias
-    h_2_attn_c_attn_weight = self.h[2].attn.c_attn.weight
-    h_2_attn_c_attn_bias = self.h[2].attn.c_attn.bias
-    h_2_attn_c_proj_weight = self.h[2].attn.c_proj.weight
-    h_2_attn_c_proj_bias = self.h[2].attn.c_proj.bias
-    h_2_ln_2_weight = self.h[2].ln_2.weight
-    h_2_ln_2_bias = self.h[2].ln_2.bias
-    h_2_mlp_c_fc_weight = self.h[2].mlp.c_fc.weight
-    h_2_mlp_c_fc_bias = self.h[2].mlp.c_fc.bias
-    h_2_mlp_c_proj_weight = self.h[2].mlp.c_proj.weight
-    h_2_mlp_c_proj_bias = self.h[2].mlp.c_proj.bias
-    h_3_ln_1_weight = self.h[3].ln_1.weight
-    h_3_ln_1_bias = self.h[3].ln_1.bias
-    h_3_attn_c_attn_weight = self.h[3].attn.c_attn.weight
-    h_3_attn_c_attn_bias = self.h[3].attn.c_attn.bias
-    h_3_attn_c_proj_weight = self.h[3].attn.c_proj.weight
-    h_3_attn_c_proj_bias = self.h[3].attn.c_proj.bias
-    h_3_ln_2_weight = self.h[3].ln_2.weight
-    h_3_ln_2_bias = self.h[3].ln_2.bias
-    h_3_mlp_c_fc_weight = self.h[3].mlp.c_fc.weight
-    h_3_mlp_c_fc_bias = self.h[3].mlp.c_fc.bias
-    h_3_mlp_c_proj_weight = self.h[3].mlp.c_proj.weight
-    h_3_mlp_c_proj_bias = self.h[3].mlp.c_proj.bias
-    h_4_ln_1_weight = self.h[4].ln_1.weight
-    h_4_ln_1_bias = self.h[4].ln_1.bias
-    h_4_attn_c_attn_weight = self.h[4].attn.c_attn.weight
-    h_4_attn_c_attn_bias = self.h[4].attn.c_attn.bias
-    h_4_attn_c_proj_weight = self.h[4].attn.c_proj.weight
-    h_4_attn_c_proj_bias = self.h[4].attn.c_proj.bias
-    h_4_ln_2_weight = self.h[4].ln_2.weight
-    h_4_ln_2_bias = self.h[4].ln_2.bias
-    h_4_mlp_c_fc_weight = self.h[4].mlp.c_fc.weight
-    h_4_mlp_c_fc_bias = self.h[4].mlp.c_fc.bias
-    h_4_mlp_c_proj_weight = self.h[4].mlp.c_proj.weight
-    h_4_mlp_c_proj_bias = self.h[4].mlp.c_proj.bias
-    h_5_ln_1_weight = self.h[5].ln_1.weight
-    h_5_ln_1_bias = self.h[5].ln_1.bias
-    h_5_attn_c_attn_weight = self.h[5].attn.c_attn.weight
-    h_5_attn_c_attn_bias = self.h[5].attn.c_attn.bias
-    h_5_attn_c_proj_weight = self.h[5].attn.c_proj.weight
-    h_5_attn_c_proj_bias = self.h[5].attn.c_proj.bias
-    h_5_ln_2_weight = self.h[5].ln_2.weight
-    h_5_ln_2_bias = self.h[5].ln_2.bias
-    h_5_mlp_c_fc_weight = self.h[5].mlp.c_fc.weight
-    h_5_mlp_c_fc_bias = self.h[5].mlp.c_fc.bias
-    h_5_mlp_c_proj_weight = self.h[5].mlp.c_proj.weight
-    h_5_mlp_c_proj_bias = self.h[5].mlp.c_proj.bias
-    h_6_ln_1_weight = self.h[6].ln_1.weight
-    h_6_ln_1_bias = self.h[6].ln_1.bias
-    h_6_attn_c_attn_weight = self.h[6].attn.c_attn.weight
-    h_6_attn_c_attn_bias = self.h[6].attn.c_attn.bias
-    h_6_attn_c_proj_weight = self.h[6].attn.c_proj.weight
-    h_6_attn_c_proj_bias = self.h[6].attn.c_proj.bias
-    h_6_ln_2_weight = self.h[6].ln_2.weight
-    h_6_ln_2_bias = self.h[6].ln_2.bias
-    h_6_mlp_c_fc_weight = self.h[6].mlp.c_fc.weight
-    h_6_mlp_c_fc_bias = self.h[6].mlp.c_fc.bias
-    h_6_mlp_c_proj_weight = self.h[6].mlp.c_proj.weight
-    h_6_mlp_c_proj_bias = self.h[6].mlp.c_proj.bias
-    h_7_ln_1_weight = self.h[7].ln_1.weight
-    h_7_ln_1_bias = self.h[7].ln_1.bias
-    h_7_attn_c_attn_weight = self.h[7].attn.c_attn.weight
-    h_7_attn_c_attn_bias = self.h[7].attn.c_attn.bias
-    h_7_attn_c_proj_weight = self.h[7].attn.c_proj.weight
-    h_7_attn_c_proj_bias = self.h[7].attn.c_proj.bias
-    h_7_ln_2_weight = self.h[7].ln_2.weight
-    h_7_ln_2_bias = self.h[7].ln_2.bias
-    h_7_mlp_c_fc_weight = self.h[7].mlp.c_fc.weight
-    h_7_mlp_c_fc_bias = self.h[7].mlp.c_fc.bias
-    h_7_mlp_c_proj_weight = self.h[7].mlp.c_proj.weight
-    h_7_mlp_c_proj_bias = self.h[7].mlp.c_proj.bias
-    h_8_ln_1_weight = self.h[8].ln_1.weight
-    h_8_ln_1_bias = self.h[8].ln_1.bias
-    h_8_attn_c_attn_weight = self.h[8].attn.c_attn.weight
-    h_8_attn_c_attn_bias = self.h[8].attn.c_attn.bias
-    h_8_attn_c_proj_weight = self.h[8].attn.c_proj.weight
-    h_8_attn_c_proj_bias = self.h[8].attn.c_proj.bias
-    h_8_ln_2_weight = self.h[8].ln_2.weight
-    h_8_ln_2_bias = self.h[8].ln_2.bias
-    h_8_mlp_c_fc_weight = self.h[8].mlp.c_fc.weight
-    h_8_mlp_c_fc_bias = self.h[8].mlp.c_fc.bias
-    h_8_mlp_c_proj_weight = self.h[8].mlp.c_proj.weight
-    h_8_mlp_c_proj_bias = self.h[8].mlp.c_proj.bias
-    h_9_ln_1_weight = self.h[9].ln_1.weight
-    h_9_ln_1_bias = self.h[9].ln_1.bias
-    h_9_attn_c_attn_weight = self.h[9].attn.c_attn.weight
-    h_9_attn_c_attn_bias = self.h[9].attn.c_attn.bias
-    h_9_attn_c_proj_weight = self.h[9].attn.c_proj.weight
-    h_9_attn_c_proj_bias = self.h[9].attn.c_proj.bias
-    h_9_ln_2_weight = self.h[9].ln_2.weight
-    h_9_ln_2_bias = self.h[9].ln_2.bias
-    h_9_mlp_c_fc_weight = self.h[9].mlp.c_fc.weight
-    h_9_mlp_c_fc_bias = self.h[9].mlp.c_fc.bias
-    h_9_mlp_c_proj_weight = self.h[9].mlp.c_proj.weight
-    h_9_mlp_c_proj_bias = self.h[9].mlp.c_proj.bias
-    h_10_ln_1_weight = self.h[10].ln_1.weight
-    h_10_ln_1_bias = self.h[10].ln_1.bias
-    h_10_attn_c_attn_weight = self.h[10].attn.c_attn.weight
-    h_10_attn_c_attn_bias = self.h[10].attn.c_attn.bias
-    h_10_attn_c_proj_weight = self.h[10].attn.c_proj.weight
-    h_10_attn_c_proj_bias = self.h[10].attn.c_proj.bias
-    h_10_ln_2_weight = self.h[10].ln_2.weight
-    h_10_ln_2_bias = self.h[10].ln_2.bias
-    h_10_mlp_c_fc_weight = self.h[10].mlp.c_fc.weight
-    h_10_mlp_c_fc_bias = self.h[10].mlp.c_fc.bias
-    h_10_mlp_c_proj_weight = self.h[10].mlp.c_proj.weight
-    h_10_mlp_c_proj_bias = self.h[10].mlp.c_proj.bias
-    h_11_ln_1_weight = self.h[11].ln_1.weight
-    h_11_ln_1_bias = self.h[11].ln_1.bias
-    h_11_attn_c_attn_weight = self.h[11].attn.c_attn.weight
-    h_11_attn_c_attn_bias = self.h[11].attn.c_attn.bias
-    h_11_attn_c_proj_weight = self.h[11].attn.c_proj.weight
-    h_11_attn_c_proj_bias = self.h[11].attn.c_proj.bias
-    h_11_ln_2_weight = self.h[11].ln_2.weight
-    h_11_ln_2_bias = self.h[11].ln_2.bias
-    h_11_mlp_c_fc_weight = self.h[11].mlp.c_fc.weight
-    h_11_mlp_c_fc_bias = self.h[11].mlp.c_fc.bias
-    h_11_mlp_c_proj_weight = self.h[11].mlp.c_proj.weight
-    h_11_mlp_c_proj_bias = self.h[11].mlp.c_proj.bias
-    ln_f_weight = self.ln_f.weight
-    ln_f_bias = self.ln_f.bias
-    # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
-    arange = torch.ops.aten.arange.start(
-        0, 64, dtype=torch.int64, device=device, pin_memory=False
+    wte_weight = self._modules["wte"]._parameters["weight"]
+    wpe_weight = self._modules["wpe"]._parameters["weight"]
+    h_0_ln_1_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["weight"]
     )
+    h_0_ln_1_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_0_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_0_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_0_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_0_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_0_ln_2_weight = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_0_ln_2_bias = (
+        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_0_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_0_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_0_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_0_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["0"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_1_ln_1_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_1_ln_1_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_1_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_1_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_1_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_1_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_1_ln_2_weight = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_1_ln_2_bias = (
+        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_1_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_1_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_1_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_1_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["1"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_2_ln_1_weight = (
+        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_2_ln_1_bias = (
+        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_2_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_2_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_2_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_2_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_2_ln_2_weight = (
+        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_2_ln_2_bias = (
+        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_2_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_2_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_2_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_2_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["2"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_3_ln_1_weight = (
+        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_3_ln_1_bias = (
+        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_3_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_3_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_3_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_3_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_3_ln_2_weight = (
+        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_3_ln_2_bias = (
+        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_3_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_3_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_3_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_3_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["3"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_4_ln_1_weight = (
+        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_4_ln_1_bias = (
+        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_4_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_4_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_4_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_4_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_4_ln_2_weight = (
+        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_4_ln_2_bias = (
+        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_4_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_4_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_4_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_4_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["4"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_5_ln_1_weight = (
+        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_5_ln_1_bias = (
+        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_5_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_5_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_5_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_5_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_5_ln_2_weight = (
+        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_5_ln_2_bias = (
+        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_5_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_5_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_5_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_5_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["5"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_6_ln_1_weight = (
+        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_6_ln_1_bias = (
+        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_6_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_6_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_6_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_6_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_6_ln_2_weight = (
+        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_6_ln_2_bias = (
+        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_6_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_6_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_6_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_6_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["6"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_7_ln_1_weight = (
+        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_7_ln_1_bias = (
+        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_7_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_7_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_7_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_7_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_7_ln_2_weight = (
+        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_7_ln_2_bias = (
+        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_7_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_7_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_7_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_7_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["7"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_8_ln_1_weight = (
+        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_8_ln_1_bias = (
+        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_8_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_8_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_8_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_8_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_8_ln_2_weight = (
+        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_8_ln_2_bias = (
+        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_8_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_8_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_8_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_8_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["8"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_9_ln_1_weight = (
+        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_9_ln_1_bias = (
+        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_9_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_9_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_9_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_9_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_9_ln_2_weight = (
+        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_9_ln_2_bias = (
+        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_9_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_9_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_9_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_9_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["9"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_10_ln_1_weight = (
+        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_10_ln_1_bias = (
+        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_10_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_10_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_10_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_10_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_10_ln_2_weight = (
+        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_10_ln_2_bias = (
+        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_10_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_10_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_10_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_10_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["10"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_11_ln_1_weight = (
+        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["weight"]
+    )
+    h_11_ln_1_bias = (
+        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["bias"]
+    )
+    h_11_attn_c_attn_weight = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["weight"]
+    )
+    h_11_attn_c_attn_bias = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["attn"]
+        ._modules["c_attn"]
+        ._parameters["bias"]
+    )
+    h_11_attn_c_proj_weight = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_11_attn_c_proj_bias = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["attn"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    h_11_ln_2_weight = (
+        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["weight"]
+    )
+    h_11_ln_2_bias = (
+        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["bias"]
+    )
+    h_11_mlp_c_fc_weight = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["weight"]
+    )
+    h_11_mlp_c_fc_bias = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["mlp"]
+        ._modules["c_fc"]
+        ._parameters["bias"]
+    )
+    h_11_mlp_c_proj_weight = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["weight"]
+    )
+    h_11_mlp_c_proj_bias = (
+        self._modules["h"]
+        ._modules["11"]
+        ._modules["mlp"]
+        ._modules["c_proj"]
+        ._parameters["bias"]
+    )
+    ln_f_weight = self._modules["ln_f"]._parameters["weight"]
+    ln_f_bias = self._modules["ln_f"]._parameters["bias"]
+    # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+    arange = torch.arange(0, 64, dtype=torch.int64, device=device, pin_memory=False)
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-    embedding = torch.ops.aten.embedding.default(wte_weight, idx)
-    embedding_1 = torch.ops.aten.embedding.default(wpe_weight, arange)
+    embedding = torch.embedding(wte_weight, idx)
+    embedding_1 = torch.embedding(wpe_weight, arange)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = torch.empty_strided(
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
@@ -3464,39 +5319,34 @@ def _cpu_0(self, idx):
         native_layer_norm_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view = native_layer_norm_0.view([64, 768])
-    t = h_0_attn_c_attn_weight.t()
-    addmm = torch.addmm(h_0_attn_c_attn_bias, view, t)
-    view_1 = addmm.view([1, 64, 2304])
-    split_with_sizes = torch.ops.aten.split_with_sizes.default(
-        view_1, [768, 768, 768], 2
+    linear = torch.nn.functional.linear(
+        native_layer_norm_0, h_0_attn_c_attn_weight, h_0_attn_c_attn_bias
     )
+    split_with_sizes = linear.split_with_sizes([768, 768, 768], 2)
     split_0 = split_with_sizes[0]
     split_1 = split_with_sizes[1]
     split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view([1, 64, 12, 64])
+    view_2 = split_0.view(1, 64, 12, 64)
     transpose = view_2.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view([1, 64, 12, 64])
+    view_3 = split_1.view(1, 64, 12, 64)
     transpose_1 = view_3.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view([1, 64, 12, 64])
+    view_4 = split_2.view(1, 64, 12, 64)
     transpose_2 = view_4.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose, transpose_1, transpose_2, is_causal=True
         ),
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view([1, 64, 768])
+    view_5 = transpose_3.view(1, 64, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_6 = view_5.view([64, 768])
-    t_1 = h_0_attn_c_proj_weight.t()
-    mm_1 = torch.mm(view_6, t_1)
+    linear_1 = torch.nn.functional.linear(view_5, h_0_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
@@ -3506,7 +5356,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_1.data_ptr(),
+        linear_1.data_ptr(),
         h_0_attn_c_proj_bias.data_ptr(),
         add.data_ptr(),
         h_0_ln_2_weight.data_ptr(),
@@ -3515,20 +5365,16 @@ def _cpu_0(self, idx):
         native_layer_norm_3_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_8 = native_layer_norm_3_0.view([64, 768])
-    t_2 = h_0_mlp_c_fc_weight.t()
-    mm_2 = torch.mm(view_8, t_2)
+    linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, h_0_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_2.data_ptr(), h_0_mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
+        linear_2.data_ptr(), h_0_mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_10 = gelu.view([64, 3072])
-    t_3 = h_0_mlp_c_proj_weight.t()
-    mm_3 = torch.mm(view_10, t_3)
+    linear_3 = torch.nn.functional.linear(gelu, h_0_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_2 = torch.empty_strided(
@@ -3538,7 +5384,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_3.data_ptr(),
+        linear_3.data_ptr(),
         h_0_mlp_c_proj_bias.data_ptr(),
         add_1.data_ptr(),
         h_1_ln_1_weight.data_ptr(),
@@ -3547,39 +5393,34 @@ def _cpu_0(self, idx):
         native_layer_norm_4_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_12 = native_layer_norm_4_0.view([64, 768])
-    t_4 = h_1_attn_c_attn_weight.t()
-    addmm_4 = torch.addmm(h_1_attn_c_attn_bias, view_12, t_4)
-    view_13 = addmm_4.view([1, 64, 2304])
-    split_with_sizes_3 = torch.ops.aten.split_with_sizes.default(
-        view_13, [768, 768, 768], 2
+    linear_4 = torch.nn.functional.linear(
+        native_layer_norm_4_0, h_1_attn_c_attn_weight, h_1_attn_c_attn_bias
     )
+    split_with_sizes_3 = linear_4.split_with_sizes([768, 768, 768], 2)
     split_3_0 = split_with_sizes_3[0]
     split_3_1 = split_with_sizes_3[1]
     split_3_2 = split_with_sizes_3[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_14 = split_3_0.view([1, 64, 12, 64])
+    view_14 = split_3_0.view(1, 64, 12, 64)
     transpose_4 = view_14.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_15 = split_3_1.view([1, 64, 12, 64])
+    view_15 = split_3_1.view(1, 64, 12, 64)
     transpose_5 = view_15.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_16 = split_3_2.view([1, 64, 12, 64])
+    view_16 = split_3_2.view(1, 64, 12, 64)
     transpose_6 = view_16.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_1 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_4, transpose_5, transpose_6, is_causal=True
         ),
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_7 = scaled_dot_product_attention_1.transpose(1, 2)
-    view_17 = transpose_7.view([1, 64, 768])
+    view_17 = transpose_7.view(1, 64, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_18 = view_17.view([64, 768])
-    t_5 = h_1_attn_c_proj_weight.t()
-    mm_4 = torch.mm(view_18, t_5)
+    linear_5 = torch.nn.functional.linear(view_17, h_1_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_3 = torch.empty_strided(
@@ -3589,7 +5430,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_4.data_ptr(),
+        linear_5.data_ptr(),
         h_1_attn_c_proj_bias.data_ptr(),
         add_2.data_ptr(),
         h_1_ln_2_weight.data_ptr(),
@@ -3598,20 +5439,16 @@ def _cpu_0(self, idx):
         native_layer_norm_5_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_20 = native_layer_norm_5_0.view([64, 768])
-    t_6 = h_1_mlp_c_fc_weight.t()
-    mm_5 = torch.mm(view_20, t_6)
+    linear_6 = torch.nn.functional.linear(native_layer_norm_5_0, h_1_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_1 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_5.data_ptr(), h_1_mlp_c_fc_bias.data_ptr(), gelu_1.data_ptr()
+        linear_6.data_ptr(), h_1_mlp_c_fc_bias.data_ptr(), gelu_1.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_22 = gelu_1.view([64, 3072])
-    t_7 = h_1_mlp_c_proj_weight.t()
-    mm_6 = torch.mm(view_22, t_7)
+    linear_7 = torch.nn.functional.linear(gelu_1, h_1_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_4 = torch.empty_strided(
@@ -3621,7 +5458,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_6.data_ptr(),
+        linear_7.data_ptr(),
         h_1_mlp_c_proj_bias.data_ptr(),
         add_3.data_ptr(),
         h_2_ln_1_weight.data_ptr(),
@@ -3630,39 +5467,34 @@ def _cpu_0(self, idx):
         native_layer_norm_6_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_24 = native_layer_norm_6_0.view([64, 768])
-    t_8 = h_2_attn_c_attn_weight.t()
-    addmm_8 = torch.addmm(h_2_attn_c_attn_bias, view_24, t_8)
-    view_25 = addmm_8.view([1, 64, 2304])
-    split_with_sizes_4 = torch.ops.aten.split_with_sizes.default(
-        view_25, [768, 768, 768], 2
+    linear_8 = torch.nn.functional.linear(
+        native_layer_norm_6_0, h_2_attn_c_attn_weight, h_2_attn_c_attn_bias
     )
+    split_with_sizes_4 = linear_8.split_with_sizes([768, 768, 768], 2)
     split_4_0 = split_with_sizes_4[0]
     split_4_1 = split_with_sizes_4[1]
     split_4_2 = split_with_sizes_4[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_26 = split_4_0.view([1, 64, 12, 64])
+    view_26 = split_4_0.view(1, 64, 12, 64)
     transpose_8 = view_26.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_27 = split_4_1.view([1, 64, 12, 64])
+    view_27 = split_4_1.view(1, 64, 12, 64)
     transpose_9 = view_27.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_28 = split_4_2.view([1, 64, 12, 64])
+    view_28 = split_4_2.view(1, 64, 12, 64)
     transpose_10 = view_28.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_2 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_8, transpose_9, transpose_10, is_causal=True
         ),
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_11 = scaled_dot_product_attention_2.transpose(1, 2)
-    view_29 = transpose_11.view([1, 64, 768])
+    view_29 = transpose_11.view(1, 64, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_30 = view_29.view([64, 768])
-    t_9 = h_2_attn_c_proj_weight.t()
-    mm_7 = torch.mm(view_30, t_9)
+    linear_9 = torch.nn.functional.linear(view_29, h_2_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_5 = torch.empty_strided(
@@ -3672,7 +5504,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_7.data_ptr(),
+        linear_9.data_ptr(),
         h_2_attn_c_proj_bias.data_ptr(),
         add_4.data_ptr(),
         h_2_ln_2_weight.data_ptr(),
@@ -3681,20 +5513,16 @@ def _cpu_0(self, idx):
         native_layer_norm_7_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_32 = native_layer_norm_7_0.view([64, 768])
-    t_10 = h_2_mlp_c_fc_weight.t()
-    mm_8 = torch.mm(view_32, t_10)
+    linear_10 = torch.nn.functional.linear(native_layer_norm_7_0, h_2_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_2 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_8.data_ptr(), h_2_mlp_c_fc_bias.data_ptr(), gelu_2.data_ptr()
+        linear_10.data_ptr(), h_2_mlp_c_fc_bias.data_ptr(), gelu_2.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_34 = gelu_2.view([64, 3072])
-    t_11 = h_2_mlp_c_proj_weight.t()
-    mm_9 = torch.mm(view_34, t_11)
+    linear_11 = torch.nn.functional.linear(gelu_2, h_2_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_6 = torch.empty_strided(
@@ -3704,7 +5532,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_9.data_ptr(),
+        linear_11.data_ptr(),
         h_2_mlp_c_proj_bias.data_ptr(),
         add_5.data_ptr(),
         h_3_ln_1_weight.data_ptr(),
@@ -3713,39 +5541,34 @@ def _cpu_0(self, idx):
         native_layer_norm_8_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_36 = native_layer_norm_8_0.view([64, 768])
-    t_12 = h_3_attn_c_attn_weight.t()
-    addmm_12 = torch.addmm(h_3_attn_c_attn_bias, view_36, t_12)
-    view_37 = addmm_12.view([1, 64, 2304])
-    split_with_sizes_5 = torch.ops.aten.split_with_sizes.default(
-        view_37, [768, 768, 768], 2
+    linear_12 = torch.nn.functional.linear(
+        native_layer_norm_8_0, h_3_attn_c_attn_weight, h_3_attn_c_attn_bias
     )
+    split_with_sizes_5 = linear_12.split_with_sizes([768, 768, 768], 2)
     split_5_0 = split_with_sizes_5[0]
     split_5_1 = split_with_sizes_5[1]
     split_5_2 = split_with_sizes_5[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_38 = split_5_0.view([1, 64, 12, 64])
+    view_38 = split_5_0.view(1, 64, 12, 64)
     transpose_12 = view_38.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_39 = split_5_1.view([1, 64, 12, 64])
+    view_39 = split_5_1.view(1, 64, 12, 64)
     transpose_13 = view_39.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_40 = split_5_2.view([1, 64, 12, 64])
+    view_40 = split_5_2.view(1, 64, 12, 64)
     transpose_14 = view_40.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_3 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_12, transpose_13, transpose_14, is_causal=True
         ),
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_15 = scaled_dot_product_attention_3.transpose(1, 2)
-    view_41 = transpose_15.view([1, 64, 768])
+    view_41 = transpose_15.view(1, 64, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_42 = view_41.view([64, 768])
-    t_13 = h_3_attn_c_proj_weight.t()
-    mm_10 = torch.mm(view_42, t_13)
+    linear_13 = torch.nn.functional.linear(view_41, h_3_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_7 = torch.empty_strided(
@@ -3755,7 +5578,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_10.data_ptr(),
+        linear_13.data_ptr(),
         h_3_attn_c_proj_bias.data_ptr(),
         add_6.data_ptr(),
         h_3_ln_2_weight.data_ptr(),
@@ -3764,20 +5587,16 @@ def _cpu_0(self, idx):
         native_layer_norm_9_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_44 = native_layer_norm_9_0.view([64, 768])
-    t_14 = h_3_mlp_c_fc_weight.t()
-    mm_11 = torch.mm(view_44, t_14)
+    linear_14 = torch.nn.functional.linear(native_layer_norm_9_0, h_3_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_3 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_11.data_ptr(), h_3_mlp_c_fc_bias.data_ptr(), gelu_3.data_ptr()
+        linear_14.data_ptr(), h_3_mlp_c_fc_bias.data_ptr(), gelu_3.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_46 = gelu_3.view([64, 3072])
-    t_15 = h_3_mlp_c_proj_weight.t()
-    mm_12 = torch.mm(view_46, t_15)
+    linear_15 = torch.nn.functional.linear(gelu_3, h_3_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_8 = torch.empty_strided(
@@ -3787,7 +5606,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_12.data_ptr(),
+        linear_15.data_ptr(),
         h_3_mlp_c_proj_bias.data_ptr(),
         add_7.data_ptr(),
         h_4_ln_1_weight.data_ptr(),
@@ -3796,39 +5615,34 @@ def _cpu_0(self, idx):
         native_layer_norm_10_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_48 = native_layer_norm_10_0.view([64, 768])
-    t_16 = h_4_attn_c_attn_weight.t()
-    addmm_16 = torch.addmm(h_4_attn_c_attn_bias, view_48, t_16)
-    view_49 = addmm_16.view([1, 64, 2304])
-    split_with_sizes_6 = torch.ops.aten.split_with_sizes.default(
-        view_49, [768, 768, 768], 2
+    linear_16 = torch.nn.functional.linear(
+        native_layer_norm_10_0, h_4_attn_c_attn_weight, h_4_attn_c_attn_bias
     )
+    split_with_sizes_6 = linear_16.split_with_sizes([768, 768, 768], 2)
     split_6_0 = split_with_sizes_6[0]
     split_6_1 = split_with_sizes_6[1]
     split_6_2 = split_with_sizes_6[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_50 = split_6_0.view([1, 64, 12, 64])
+    view_50 = split_6_0.view(1, 64, 12, 64)
     transpose_16 = view_50.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_51 = split_6_1.view([1, 64, 12, 64])
+    view_51 = split_6_1.view(1, 64, 12, 64)
     transpose_17 = view_51.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_52 = split_6_2.view([1, 64, 12, 64])
+    view_52 = split_6_2.view(1, 64, 12, 64)
     transpose_18 = view_52.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_4 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_16, transpose_17, transpose_18, is_causal=True
         ),
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_19 = scaled_dot_product_attention_4.transpose(1, 2)
-    view_53 = transpose_19.view([1, 64, 768])
+    view_53 = transpose_19.view(1, 64, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_54 = view_53.view([64, 768])
-    t_17 = h_4_attn_c_proj_weight.t()
-    mm_13 = torch.mm(view_54, t_17)
+    linear_17 = torch.nn.functional.linear(view_53, h_4_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_9 = torch.empty_strided(
@@ -3838,7 +5652,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_13.data_ptr(),
+        linear_17.data_ptr(),
         h_4_attn_c_proj_bias.data_ptr(),
         add_8.data_ptr(),
         h_4_ln_2_weight.data_ptr(),
@@ -3847,20 +5661,16 @@ def _cpu_0(self, idx):
         native_layer_norm_11_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_56 = native_layer_norm_11_0.view([64, 768])
-    t_18 = h_4_mlp_c_fc_weight.t()
-    mm_14 = torch.mm(view_56, t_18)
+    linear_18 = torch.nn.functional.linear(native_layer_norm_11_0, h_4_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_4 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_14.data_ptr(), h_4_mlp_c_fc_bias.data_ptr(), gelu_4.data_ptr()
+        linear_18.data_ptr(), h_4_mlp_c_fc_bias.data_ptr(), gelu_4.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_58 = gelu_4.view([64, 3072])
-    t_19 = h_4_mlp_c_proj_weight.t()
-    mm_15 = torch.mm(view_58, t_19)
+    linear_19 = torch.nn.functional.linear(gelu_4, h_4_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_10 = torch.empty_strided(
@@ -3870,7 +5680,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_15.data_ptr(),
+        linear_19.data_ptr(),
         h_4_mlp_c_proj_bias.data_ptr(),
         add_9.data_ptr(),
         h_5_ln_1_weight.data_ptr(),
@@ -3879,39 +5689,34 @@ def _cpu_0(self, idx):
         native_layer_norm_12_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_60 = native_layer_norm_12_0.view([64, 768])
-    t_20 = h_5_attn_c_attn_weight.t()
-    addmm_20 = torch.addmm(h_5_attn_c_attn_bias, view_60, t_20)
-    view_61 = addmm_20.view([1, 64, 2304])
-    split_with_sizes_7 = torch.ops.aten.split_with_sizes.default(
-        view_61, [768, 768, 768], 2
+    linear_20 = torch.nn.functional.linear(
+        native_layer_norm_12_0, h_5_attn_c_attn_weight, h_5_attn_c_attn_bias
     )
+    split_with_sizes_7 = linear_20.split_with_sizes([768, 768, 768], 2)
     split_7_0 = split_with_sizes_7[0]
     split_7_1 = split_with_sizes_7[1]
     split_7_2 = split_with_sizes_7[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_62 = split_7_0.view([1, 64, 12, 64])
+    view_62 = split_7_0.view(1, 64, 12, 64)
     transpose_20 = view_62.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_63 = split_7_1.view([1, 64, 12, 64])
+    view_63 = split_7_1.view(1, 64, 12, 64)
     transpose_21 = view_63.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_64 = split_7_2.view([1, 64, 12, 64])
+    view_64 = split_7_2.view(1, 64, 12, 64)
     transpose_22 = view_64.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_5 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_20, transpose_21, transpose_22, is_causal=True
         ),
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_23 = scaled_dot_product_attention_5.transpose(1, 2)
-    view_65 = transpose_23.view([1, 64, 768])
+    view_65 = transpose_23.view(1, 64, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_66 = view_65.view([64, 768])
-    t_21 = h_5_attn_c_proj_weight.t()
-    mm_16 = torch.mm(view_66, t_21)
+    linear_21 = torch.nn.functional.linear(view_65, h_5_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_11 = torch.empty_strided(
@@ -3921,7 +5726,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_16.data_ptr(),
+        linear_21.data_ptr(),
         h_5_attn_c_proj_bias.data_ptr(),
         add_10.data_ptr(),
         h_5_ln_2_weight.data_ptr(),
@@ -3930,20 +5735,16 @@ def _cpu_0(self, idx):
         native_layer_norm_13_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_68 = native_layer_norm_13_0.view([64, 768])
-    t_22 = h_5_mlp_c_fc_weight.t()
-    mm_17 = torch.mm(view_68, t_22)
+    linear_22 = torch.nn.functional.linear(native_layer_norm_13_0, h_5_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_5 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_17.data_ptr(), h_5_mlp_c_fc_bias.data_ptr(), gelu_5.data_ptr()
+        linear_22.data_ptr(), h_5_mlp_c_fc_bias.data_ptr(), gelu_5.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_70 = gelu_5.view([64, 3072])
-    t_23 = h_5_mlp_c_proj_weight.t()
-    mm_18 = torch.mm(view_70, t_23)
+    linear_23 = torch.nn.functional.linear(gelu_5, h_5_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_12 = torch.empty_strided(
@@ -3953,7 +5754,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_18.data_ptr(),
+        linear_23.data_ptr(),
         h_5_mlp_c_proj_bias.data_ptr(),
         add_11.data_ptr(),
         h_6_ln_1_weight.data_ptr(),
@@ -3962,39 +5763,34 @@ def _cpu_0(self, idx):
         native_layer_norm_14_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_72 = native_layer_norm_14_0.view([64, 768])
-    t_24 = h_6_attn_c_attn_weight.t()
-    addmm_24 = torch.addmm(h_6_attn_c_attn_bias, view_72, t_24)
-    view_73 = addmm_24.view([1, 64, 2304])
-    split_with_sizes_8 = torch.ops.aten.split_with_sizes.default(
-        view_73, [768, 768, 768], 2
+    linear_24 = torch.nn.functional.linear(
+        native_layer_norm_14_0, h_6_attn_c_attn_weight, h_6_attn_c_attn_bias
     )
+    split_with_sizes_8 = linear_24.split_with_sizes([768, 768, 768], 2)
     split_8_0 = split_with_sizes_8[0]
     split_8_1 = split_with_sizes_8[1]
     split_8_2 = split_with_sizes_8[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_74 = split_8_0.view([1, 64, 12, 64])
+    view_74 = split_8_0.view(1, 64, 12, 64)
     transpose_24 = view_74.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_75 = split_8_1.view([1, 64, 12, 64])
+    view_75 = split_8_1.view(1, 64, 12, 64)
     transpose_25 = view_75.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_76 = split_8_2.view([1, 64, 12, 64])
+    view_76 = split_8_2.view(1, 64, 12, 64)
     transpose_26 = view_76.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_6 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_24, transpose_25, transpose_26, is_causal=True
         ),
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_27 = scaled_dot_product_attention_6.transpose(1, 2)
-    view_77 = transpose_27.view([1, 64, 768])
+    view_77 = transpose_27.view(1, 64, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_78 = view_77.view([64, 768])
-    t_25 = h_6_attn_c_proj_weight.t()
-    mm_19 = torch.mm(view_78, t_25)
+    linear_25 = torch.nn.functional.linear(view_77, h_6_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_13 = torch.empty_strided(
@@ -4004,7 +5800,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_19.data_ptr(),
+        linear_25.data_ptr(),
         h_6_attn_c_proj_bias.data_ptr(),
         add_12.data_ptr(),
         h_6_ln_2_weight.data_ptr(),
@@ -4013,20 +5809,16 @@ def _cpu_0(self, idx):
         native_layer_norm_15_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_80 = native_layer_norm_15_0.view([64, 768])
-    t_26 = h_6_mlp_c_fc_weight.t()
-    mm_20 = torch.mm(view_80, t_26)
+    linear_26 = torch.nn.functional.linear(native_layer_norm_15_0, h_6_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_6 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_20.data_ptr(), h_6_mlp_c_fc_bias.data_ptr(), gelu_6.data_ptr()
+        linear_26.data_ptr(), h_6_mlp_c_fc_bias.data_ptr(), gelu_6.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_82 = gelu_6.view([64, 3072])
-    t_27 = h_6_mlp_c_proj_weight.t()
-    mm_21 = torch.mm(view_82, t_27)
+    linear_27 = torch.nn.functional.linear(gelu_6, h_6_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_14 = torch.empty_strided(
@@ -4036,7 +5828,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_21.data_ptr(),
+        linear_27.data_ptr(),
         h_6_mlp_c_proj_bias.data_ptr(),
         add_13.data_ptr(),
         h_7_ln_1_weight.data_ptr(),
@@ -4045,39 +5837,34 @@ def _cpu_0(self, idx):
         native_layer_norm_16_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_84 = native_layer_norm_16_0.view([64, 768])
-    t_28 = h_7_attn_c_attn_weight.t()
-    addmm_28 = torch.addmm(h_7_attn_c_attn_bias, view_84, t_28)
-    view_85 = addmm_28.view([1, 64, 2304])
-    split_with_sizes_9 = torch.ops.aten.split_with_sizes.default(
-        view_85, [768, 768, 768], 2
+    linear_28 = torch.nn.functional.linear(
+        native_layer_norm_16_0, h_7_attn_c_attn_weight, h_7_attn_c_attn_bias
     )
+    split_with_sizes_9 = linear_28.split_with_sizes([768, 768, 768], 2)
     split_9_0 = split_with_sizes_9[0]
     split_9_1 = split_with_sizes_9[1]
     split_9_2 = split_with_sizes_9[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_86 = split_9_0.view([1, 64, 12, 64])
+    view_86 = split_9_0.view(1, 64, 12, 64)
     transpose_28 = view_86.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_87 = split_9_1.view([1, 64, 12, 64])
+    view_87 = split_9_1.view(1, 64, 12, 64)
     transpose_29 = view_87.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_88 = split_9_2.view([1, 64, 12, 64])
+    view_88 = split_9_2.view(1, 64, 12, 64)
     transpose_30 = view_88.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_7 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_28, transpose_29, transpose_30, is_causal=True
         ),
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_31 = scaled_dot_product_attention_7.transpose(1, 2)
-    view_89 = transpose_31.view([1, 64, 768])
+    view_89 = transpose_31.view(1, 64, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_90 = view_89.view([64, 768])
-    t_29 = h_7_attn_c_proj_weight.t()
-    mm_22 = torch.mm(view_90, t_29)
+    linear_29 = torch.nn.functional.linear(view_89, h_7_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_15 = torch.empty_strided(
@@ -4087,7 +5874,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_22.data_ptr(),
+        linear_29.data_ptr(),
         h_7_attn_c_proj_bias.data_ptr(),
         add_14.data_ptr(),
         h_7_ln_2_weight.data_ptr(),
@@ -4096,20 +5883,16 @@ def _cpu_0(self, idx):
         native_layer_norm_17_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_92 = native_layer_norm_17_0.view([64, 768])
-    t_30 = h_7_mlp_c_fc_weight.t()
-    mm_23 = torch.mm(view_92, t_30)
+    linear_30 = torch.nn.functional.linear(native_layer_norm_17_0, h_7_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_7 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_23.data_ptr(), h_7_mlp_c_fc_bias.data_ptr(), gelu_7.data_ptr()
+        linear_30.data_ptr(), h_7_mlp_c_fc_bias.data_ptr(), gelu_7.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_94 = gelu_7.view([64, 3072])
-    t_31 = h_7_mlp_c_proj_weight.t()
-    mm_24 = torch.mm(view_94, t_31)
+    linear_31 = torch.nn.functional.linear(gelu_7, h_7_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_16 = torch.empty_strided(
@@ -4119,7 +5902,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_24.data_ptr(),
+        linear_31.data_ptr(),
         h_7_mlp_c_proj_bias.data_ptr(),
         add_15.data_ptr(),
         h_8_ln_1_weight.data_ptr(),
@@ -4128,39 +5911,34 @@ def _cpu_0(self, idx):
         native_layer_norm_18_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_96 = native_layer_norm_18_0.view([64, 768])
-    t_32 = h_8_attn_c_attn_weight.t()
-    addmm_32 = torch.addmm(h_8_attn_c_attn_bias, view_96, t_32)
-    view_97 = addmm_32.view([1, 64, 2304])
-    split_with_sizes_10 = torch.ops.aten.split_with_sizes.default(
-        view_97, [768, 768, 768], 2
+    linear_32 = torch.nn.functional.linear(
+        native_layer_norm_18_0, h_8_attn_c_attn_weight, h_8_attn_c_attn_bias
     )
+    split_with_sizes_10 = linear_32.split_with_sizes([768, 768, 768], 2)
     split_10_0 = split_with_sizes_10[0]
     split_10_1 = split_with_sizes_10[1]
     split_10_2 = split_with_sizes_10[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_98 = split_10_0.view([1, 64, 12, 64])
+    view_98 = split_10_0.view(1, 64, 12, 64)
     transpose_32 = view_98.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_99 = split_10_1.view([1, 64, 12, 64])
+    view_99 = split_10_1.view(1, 64, 12, 64)
     transpose_33 = view_99.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_100 = split_10_2.view([1, 64, 12, 64])
+    view_100 = split_10_2.view(1, 64, 12, 64)
     transpose_34 = view_100.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_8 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_32, transpose_33, transpose_34, is_causal=True
         ),
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_35 = scaled_dot_product_attention_8.transpose(1, 2)
-    view_101 = transpose_35.view([1, 64, 768])
+    view_101 = transpose_35.view(1, 64, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_102 = view_101.view([64, 768])
-    t_33 = h_8_attn_c_proj_weight.t()
-    mm_25 = torch.mm(view_102, t_33)
+    linear_33 = torch.nn.functional.linear(view_101, h_8_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_17 = torch.empty_strided(
@@ -4170,7 +5948,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_25.data_ptr(),
+        linear_33.data_ptr(),
         h_8_attn_c_proj_bias.data_ptr(),
         add_16.data_ptr(),
         h_8_ln_2_weight.data_ptr(),
@@ -4179,20 +5957,16 @@ def _cpu_0(self, idx):
         native_layer_norm_19_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_104 = native_layer_norm_19_0.view([64, 768])
-    t_34 = h_8_mlp_c_fc_weight.t()
-    mm_26 = torch.mm(view_104, t_34)
+    linear_34 = torch.nn.functional.linear(native_layer_norm_19_0, h_8_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_8 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_26.data_ptr(), h_8_mlp_c_fc_bias.data_ptr(), gelu_8.data_ptr()
+        linear_34.data_ptr(), h_8_mlp_c_fc_bias.data_ptr(), gelu_8.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_106 = gelu_8.view([64, 3072])
-    t_35 = h_8_mlp_c_proj_weight.t()
-    mm_27 = torch.mm(view_106, t_35)
+    linear_35 = torch.nn.functional.linear(gelu_8, h_8_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_18 = torch.empty_strided(
@@ -4202,7 +5976,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_27.data_ptr(),
+        linear_35.data_ptr(),
         h_8_mlp_c_proj_bias.data_ptr(),
         add_17.data_ptr(),
         h_9_ln_1_weight.data_ptr(),
@@ -4211,39 +5985,34 @@ def _cpu_0(self, idx):
         native_layer_norm_20_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_108 = native_layer_norm_20_0.view([64, 768])
-    t_36 = h_9_attn_c_attn_weight.t()
-    addmm_36 = torch.addmm(h_9_attn_c_attn_bias, view_108, t_36)
-    view_109 = addmm_36.view([1, 64, 2304])
-    split_with_sizes_11 = torch.ops.aten.split_with_sizes.default(
-        view_109, [768, 768, 768], 2
+    linear_36 = torch.nn.functional.linear(
+        native_layer_norm_20_0, h_9_attn_c_attn_weight, h_9_attn_c_attn_bias
     )
+    split_with_sizes_11 = linear_36.split_with_sizes([768, 768, 768], 2)
     split_11_0 = split_with_sizes_11[0]
     split_11_1 = split_with_sizes_11[1]
     split_11_2 = split_with_sizes_11[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_110 = split_11_0.view([1, 64, 12, 64])
+    view_110 = split_11_0.view(1, 64, 12, 64)
     transpose_36 = view_110.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_111 = split_11_1.view([1, 64, 12, 64])
+    view_111 = split_11_1.view(1, 64, 12, 64)
     transpose_37 = view_111.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_112 = split_11_2.view([1, 64, 12, 64])
+    view_112 = split_11_2.view(1, 64, 12, 64)
     transpose_38 = view_112.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_9 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_36, transpose_37, transpose_38, is_causal=True
         ),
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_39 = scaled_dot_product_attention_9.transpose(1, 2)
-    view_113 = transpose_39.view([1, 64, 768])
+    view_113 = transpose_39.view(1, 64, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_114 = view_113.view([64, 768])
-    t_37 = h_9_attn_c_proj_weight.t()
-    mm_28 = torch.mm(view_114, t_37)
+    linear_37 = torch.nn.functional.linear(view_113, h_9_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_19 = torch.empty_strided(
@@ -4253,7 +6022,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_28.data_ptr(),
+        linear_37.data_ptr(),
         h_9_attn_c_proj_bias.data_ptr(),
         add_18.data_ptr(),
         h_9_ln_2_weight.data_ptr(),
@@ -4262,20 +6031,16 @@ def _cpu_0(self, idx):
         native_layer_norm_21_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_116 = native_layer_norm_21_0.view([64, 768])
-    t_38 = h_9_mlp_c_fc_weight.t()
-    mm_29 = torch.mm(view_116, t_38)
+    linear_38 = torch.nn.functional.linear(native_layer_norm_21_0, h_9_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_9 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_29.data_ptr(), h_9_mlp_c_fc_bias.data_ptr(), gelu_9.data_ptr()
+        linear_38.data_ptr(), h_9_mlp_c_fc_bias.data_ptr(), gelu_9.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_118 = gelu_9.view([64, 3072])
-    t_39 = h_9_mlp_c_proj_weight.t()
-    mm_30 = torch.mm(view_118, t_39)
+    linear_39 = torch.nn.functional.linear(gelu_9, h_9_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_20 = torch.empty_strided(
@@ -4285,7 +6050,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_30.data_ptr(),
+        linear_39.data_ptr(),
         h_9_mlp_c_proj_bias.data_ptr(),
         add_19.data_ptr(),
         h_10_ln_1_weight.data_ptr(),
@@ -4294,39 +6059,34 @@ def _cpu_0(self, idx):
         native_layer_norm_22_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_120 = native_layer_norm_22_0.view([64, 768])
-    t_40 = h_10_attn_c_attn_weight.t()
-    addmm_40 = torch.addmm(h_10_attn_c_attn_bias, view_120, t_40)
-    view_121 = addmm_40.view([1, 64, 2304])
-    split_with_sizes_12 = torch.ops.aten.split_with_sizes.default(
-        view_121, [768, 768, 768], 2
+    linear_40 = torch.nn.functional.linear(
+        native_layer_norm_22_0, h_10_attn_c_attn_weight, h_10_attn_c_attn_bias
     )
+    split_with_sizes_12 = linear_40.split_with_sizes([768, 768, 768], 2)
     split_12_0 = split_with_sizes_12[0]
     split_12_1 = split_with_sizes_12[1]
     split_12_2 = split_with_sizes_12[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_122 = split_12_0.view([1, 64, 12, 64])
+    view_122 = split_12_0.view(1, 64, 12, 64)
     transpose_40 = view_122.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_123 = split_12_1.view([1, 64, 12, 64])
+    view_123 = split_12_1.view(1, 64, 12, 64)
     transpose_41 = view_123.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_124 = split_12_2.view([1, 64, 12, 64])
+    view_124 = split_12_2.view(1, 64, 12, 64)
     transpose_42 = view_124.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_10 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_40, transpose_41, transpose_42, is_causal=True
         ),
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_43 = scaled_dot_product_attention_10.transpose(1, 2)
-    view_125 = transpose_43.view([1, 64, 768])
+    view_125 = transpose_43.view(1, 64, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_126 = view_125.view([64, 768])
-    t_41 = h_10_attn_c_proj_weight.t()
-    mm_31 = torch.mm(view_126, t_41)
+    linear_41 = torch.nn.functional.linear(view_125, h_10_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_21 = torch.empty_strided(
@@ -4336,7 +6096,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_31.data_ptr(),
+        linear_41.data_ptr(),
         h_10_attn_c_proj_bias.data_ptr(),
         add_20.data_ptr(),
         h_10_ln_2_weight.data_ptr(),
@@ -4345,20 +6105,16 @@ def _cpu_0(self, idx):
         native_layer_norm_23_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_128 = native_layer_norm_23_0.view([64, 768])
-    t_42 = h_10_mlp_c_fc_weight.t()
-    mm_32 = torch.mm(view_128, t_42)
+    linear_42 = torch.nn.functional.linear(native_layer_norm_23_0, h_10_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_10 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_32.data_ptr(), h_10_mlp_c_fc_bias.data_ptr(), gelu_10.data_ptr()
+        linear_42.data_ptr(), h_10_mlp_c_fc_bias.data_ptr(), gelu_10.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_130 = gelu_10.view([64, 3072])
-    t_43 = h_10_mlp_c_proj_weight.t()
-    mm_33 = torch.mm(view_130, t_43)
+    linear_43 = torch.nn.functional.linear(gelu_10, h_10_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_22 = torch.empty_strided(
@@ -4368,7 +6124,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_33.data_ptr(),
+        linear_43.data_ptr(),
         h_10_mlp_c_proj_bias.data_ptr(),
         add_21.data_ptr(),
         h_11_ln_1_weight.data_ptr(),
@@ -4377,39 +6133,34 @@ def _cpu_0(self, idx):
         native_layer_norm_24_0.data_ptr(),
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-    view_132 = native_layer_norm_24_0.view([64, 768])
-    t_44 = h_11_attn_c_attn_weight.t()
-    addmm_44 = torch.addmm(h_11_attn_c_attn_bias, view_132, t_44)
-    view_133 = addmm_44.view([1, 64, 2304])
-    split_with_sizes_13 = torch.ops.aten.split_with_sizes.default(
-        view_133, [768, 768, 768], 2
+    linear_44 = torch.nn.functional.linear(
+        native_layer_norm_24_0, h_11_attn_c_attn_weight, h_11_attn_c_attn_bias
     )
+    split_with_sizes_13 = linear_44.split_with_sizes([768, 768, 768], 2)
     split_13_0 = split_with_sizes_13[0]
     split_13_1 = split_with_sizes_13[1]
     split_13_2 = split_with_sizes_13[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_134 = split_13_0.view([1, 64, 12, 64])
+    view_134 = split_13_0.view(1, 64, 12, 64)
     transpose_44 = view_134.transpose(1, 2)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_135 = split_13_1.view([1, 64, 12, 64])
+    view_135 = split_13_1.view(1, 64, 12, 64)
     transpose_45 = view_135.transpose(1, 2)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_136 = split_13_2.view([1, 64, 12, 64])
+    view_136 = split_13_2.view(1, 64, 12, 64)
     transpose_46 = view_136.transpose(1, 2)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_11 = runtime_shim.as_layout(
-        torch.ops.aten.scaled_dot_product_attention.default(
+        torch.nn.functional.scaled_dot_product_attention(
             transpose_44, transpose_45, transpose_46, is_causal=True
         ),
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
     transpose_47 = scaled_dot_product_attention_11.transpose(1, 2)
-    view_137 = transpose_47.view([1, 64, 768])
+    view_137 = transpose_47.view(1, 64, 768)
     # examples/gpt_block.py:33: return self.c_proj(y)
-    view_138 = view_137.view([64, 768])
-    t_45 = h_11_attn_c_proj_weight.t()
-    mm_34 = torch.mm(view_138, t_45)
+    linear_45 = torch.nn.functional.linear(view_137, h_11_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_23 = torch.empty_strided(
@@ -4419,7 +6170,7 @@ def _cpu_0(self, idx):
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
-        mm_34.data_ptr(),
+        linear_45.data_ptr(),
         h_11_attn_c_proj_bias.data_ptr(),
         add_22.data_ptr(),
         h_11_ln_2_weight.data_ptr(),
@@ -4428,27 +6179,23 @@ def _cpu_0(self, idx):
         native_layer_norm_25_0.data_ptr(),
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    view_140 = native_layer_norm_25_0.view([64, 768])
-    t_46 = h_11_mlp_c_fc_weight.t()
-    mm_35 = torch.mm(view_140, t_46)
+    linear_46 = torch.nn.functional.linear(native_layer_norm_25_0, h_11_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_11 = torch.empty_strided(
         (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
-        mm_35.data_ptr(), h_11_mlp_c_fc_bias.data_ptr(), gelu_11.data_ptr()
+        linear_46.data_ptr(), h_11_mlp_c_fc_bias.data_ptr(), gelu_11.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    view_142 = gelu_11.view([64, 3072])
-    t_47 = h_11_mlp_c_proj_weight.t()
-    mm_36 = torch.mm(view_142, t_47)
+    linear_47 = torch.nn.functional.linear(gelu_11, h_11_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt.py:51: x = self.ln_f(x)
     native_layer_norm_26_0 = torch.empty_strided(
         (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
     )
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_1", "pppppp")(
-        mm_36.data_ptr(),
+        linear_47.data_ptr(),
         h_11_mlp_c_proj_bias.data_ptr(),
         add_23.data_ptr(),
         ln_f_weight.data_ptr(),
@@ -4456,10 +6203,9 @@ def _cpu_0(self, idx):
         native_layer_norm_26_0.data_ptr(),
     )
     # examples/gpt.py:52: return self.lm_head(x)  # (B, T, vocab_size)
-    t_48 = wte_weight.t()
-    view_144 = native_layer_norm_26_0.view([64, 768])
-    mm = torch.mm(view_144, t_48)
-    _unsafe_view = torch.ops.aten._unsafe_view.default(mm, [1, 64, 50257])
+    linear_48 = torch.nn.functional.linear(native_layer_norm_26_0, wte_weight)
+    mm = linear_48.view(64, 50257)
+    _unsafe_view = mm.view(1, 64, 50257)
     return _unsafe_view
 
 

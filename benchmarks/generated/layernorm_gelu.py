@@ -59,7 +59,7 @@ def _guards_cuda_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    norm_weight = self.norm.weight
+    norm_weight = self._modules["norm"]._parameters["weight"]
     if not (norm_weight.is_cuda):
         return "self.norm.weight.is_cuda"
     if not (norm_weight.dtype == torch.float32):
@@ -68,7 +68,7 @@ def _guards_cuda_0(self, x):
         return "self.norm.weight.shape == (4096,)"
     if not (norm_weight.stride() == (1,)):
         return "self.norm.weight.stride() == (1,)"
-    norm_bias = self.norm.bias
+    norm_bias = self._modules["norm"]._parameters["bias"]
     if not (norm_bias.is_cuda):
         return "self.norm.bias.is_cuda"
     if not (norm_bias.dtype == torch.float32):
@@ -87,8 +87,8 @@ def _guards_cuda_0(self, x):
 
 def _cuda_0(self, x):
     device = x.device
-    norm_weight = self.norm.weight
-    norm_bias = self.norm.bias
+    norm_weight = self._modules["norm"]._parameters["weight"]
+    norm_bias = self._modules["norm"]._parameters["bias"]
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
     gelu = torch.empty_strided(
         (16384, 4096), (4096, 1), dtype=torch.float32, device=device
@@ -113,7 +113,7 @@ def _guards_cpu_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
-    norm_weight = self.norm.weight
+    norm_weight = self._modules["norm"]._parameters["weight"]
     if not (norm_weight.is_cpu):
         return "self.norm.weight.is_cpu"
     if not (norm_weight.dtype == torch.float32):
@@ -122,7 +122,7 @@ def _guards_cpu_0(self, x):
         return "self.norm.weight.shape == (4096,)"
     if not (norm_weight.stride() == (1,)):
         return "self.norm.weight.stride() == (1,)"
-    norm_bias = self.norm.bias
+    norm_bias = self._modules["norm"]._parameters["bias"]
     if not (norm_bias.is_cpu):
         return "self.norm.bias.is_cpu"
     if not (norm_bias.dtype == torch.float32):
@@ -141,8 +141,8 @@ def _guards_cpu_0(self, x):
 
 def _cpu_0(self, x):
     device = x.device
-    norm_weight = self.norm.weight
-    norm_bias = self.norm.bias
+    norm_weight = self._modules["norm"]._parameters["weight"]
+    norm_bias = self._modules["norm"]._parameters["bias"]
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
     gelu = torch.empty_strided(
         (512, 4096), (4096, 1), dtype=torch.float32, device=device

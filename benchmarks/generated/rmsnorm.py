@@ -60,7 +60,7 @@ def _guards_cuda_0(self, x):
         return "self.eps == 1e-06"
     if not (not self.training):
         return "not self.training"
-    weight = self.weight
+    weight = self._parameters["weight"]
     if not (weight.is_cuda):
         return "self.weight.is_cuda"
     if not (weight.dtype == torch.float32):
@@ -78,7 +78,7 @@ def _guards_cuda_0(self, x):
 
 def _cuda_0(self, x):
     device = x.device
-    weight = self.weight
+    weight = self._parameters["weight"]
     # examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
     mul_1 = torch.empty_strided(
         (16384, 4096), (4096, 1), dtype=torch.float32, device=device
@@ -105,7 +105,7 @@ def _guards_cpu_0(self, x):
         return "self.eps == 1e-06"
     if not (not self.training):
         return "not self.training"
-    weight = self.weight
+    weight = self._parameters["weight"]
     if not (weight.is_cpu):
         return "self.weight.is_cpu"
     if not (weight.dtype == torch.float32):
@@ -123,7 +123,7 @@ def _guards_cpu_0(self, x):
 
 def _cpu_0(self, x):
     device = x.device
-    weight = self.weight
+    weight = self._parameters["weight"]
     # examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
     mul_1 = torch.empty_strided(
         (512, 4096), (4096, 1), dtype=torch.float32, device=device

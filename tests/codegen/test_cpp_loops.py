@@ -1,7 +1,8 @@
 """C++ pointwise kernels loop over two indices where one flat index would need `%` or
 `/` to read a broadcast or transposed input: integer division in the inner loop stops
-it vectorizing. Loops over a row multiply by the reciprocal of a per-row divisor.
-Each case is checked against eager, and its loops for being free of divisions.
+it vectorizing. Loops over a row multiply by the reciprocal of a per-row divisor, and
+reduce a long row a chunk at a time. Each case is checked against eager, and its loops
+for being free of divisions.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from tests.compile_helpers import compile_source
 from transpiler.codegen.indexing import inner_split, split_index
 from transpiler.ir.program import Index, Term
+from transpiler.options import parse_spec
 
 SOURCE = """
 import torch
@@ -39,6 +41,30 @@ def flat(x):
 def scaled_twice(x):
     y = x / x.abs().sum(-1, keepdim=True)
     return y - y.amax(-1, keepdim=True)
+
+
+def row_sum(x):
+    return x.sum(-1)
+
+
+def row_sum_whole_chunks(x):
+    return x.sum(-1)
+
+
+def row_sum_short(x):
+    return x.sum(-1)
+
+
+def row_amax(x):
+    return x.amax(-1)
+
+
+def row_amin(x):
+    return x.amin(-1)
+
+
+def row_norm(x):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],))
 """
 
 g = torch.Generator().manual_seed(0)
@@ -48,12 +74,27 @@ def randn(*shape: int) -> torch.Tensor:
     return torch.randn(*shape, generator=g)
 
 
+def with_specials(x: torch.Tensor) -> torch.Tensor:
+    """NaN in the first chunk of row 1, the middle one of row 2, the last (partial)
+    one of row 3; row 4 all -inf, row 5 all inf."""
+    x = x.clone()
+    x[1, 3] = x[2, 600] = x[3, -1] = float("nan")
+    x[4], x[5] = float("-inf"), float("inf")
+    return x
+
+
 CASES = {
     "bias_gelu": {"x": randn(96, 80), "b": randn(80)},
     "transpose_add": {"x": randn(64, 48), "y": randn(48, 64)},
     "row_scale": {"x": randn(40, 96), "s": randn(40, 1)},
     "flat": {"x": randn(128, 64)},
     "scaled_twice": {"x": randn(4, 20000)},  # rows too long to keep: recomputed
+    "row_sum": {"x": randn(6, 1000)},  # a chunk of 512 and one of 488
+    "row_sum_whole_chunks": {"x": randn(6, 1024)},
+    "row_sum_short": {"x": randn(6, 512)},  # one chunk: one loop
+    "row_amax": {"x": with_specials(randn(7, 1500))},
+    "row_amin": {"x": with_specials(randn(7, 1500))},
+    "row_norm": {"x": 3 + randn(6, 1000)},
 }
 
 
@@ -73,7 +114,9 @@ def kernel_text(c) -> str:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_matches_eager(compiled, name: str) -> None:
     c = compiled[name]
-    torch.testing.assert_close(c.cpu(**CASES[name]), c.eager(**CASES[name]))
+    torch.testing.assert_close(
+        c.cpu(**CASES[name]), c.eager(**CASES[name]), equal_nan=True
+    )
 
 
 @pytest.mark.parametrize(
@@ -157,3 +200,49 @@ def test_division_by_a_row_value_is_one_reciprocal(compiled) -> None:
     (inverse,) = re.findall(r"float (\w+)_inv = float\(1\) / \1;", cpp)
     assert cpp.count(f"* {inverse}_inv;") == 2
     assert not re.search(r" / tmp", cpp.replace(f"float(1) / {inverse}", ""))
+
+
+@pytest.mark.parametrize(
+    ("name", "rnumel", "last"),
+    [
+        ("row_sum", 1000, "std::min<int64_t>(r0 + 512, 1000)"),
+        ("row_sum_whole_chunks", 1024, "r0 + 512"),
+        ("row_amax", 1500, "std::min<int64_t>(r0 + 512, 1500)"),
+        ("row_norm", 1000, "std::min<int64_t>(r0 + 512, 1000)"),
+    ],
+)
+def test_long_rows_are_reduced_in_chunks(
+    compiled, name: str, rnumel: int, last: str
+) -> None:
+    cpp = kernel_text(compiled[name])
+    chunks = f"for (int64_t r0 = 0; r0 < {rnumel}; r0 += 512) {{"
+    assert cpp.count(chunks) == cpp.count("#pragma omp simd reduction("), cpp
+    assert cpp.count(f"for (int64_t r = r0; r < {last}; ++r) {{") == cpp.count(
+        chunks
+    ), cpp
+    assert "_part" in cpp, cpp
+
+
+def test_a_row_of_one_chunk_is_one_loop(compiled) -> None:
+    cpp = kernel_text(compiled["row_sum_short"])
+    assert "int64_t r0" not in cpp, cpp
+    assert "for (int64_t r = 0; r < 512; ++r) {" in cpp, cpp
+
+
+def test_rows_of_any_dynamic_length(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import runtime_shim
+
+    def no_fallback(target, misses):
+        raise AssertionError(f"{target} fell back to eager: {misses}")
+
+    monkeypatch.setattr(runtime_shim, "warn_fallback", no_fallback)
+    spec = {"x": parse_spec("f32[7,D]")}
+    c = compile_source(SOURCE, {"row_amax": spec}, tmp_path)["row_amax"]
+    assert "std::min<int64_t>(r0 + 512, D)" in c.cpp_text
+    for length in (1, 2, 511, 512, 513, 1500):
+        x = randn(7, length)
+        if length > 600:
+            x = with_specials(x)
+        torch.testing.assert_close(c(x), x.amax(-1), equal_nan=True)

@@ -53,6 +53,10 @@ def bools(*shape: int) -> torch.Tensor:
 SPECIAL = [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1.5, -2.0]
 EDGE_A = torch.tensor([a for a in SPECIAL for _ in SPECIAL]).reshape(7, 7)
 EDGE_B = torch.tensor([b for _ in SPECIAL for b in SPECIAL]).reshape(7, 7)
+# Where GELU's fit ends (5.5) and beyond; not ±inf, which eager's float GELU makes NaN.
+GELU_EDGES = torch.tensor(
+    [float("nan"), 0.0, -0.0, 5.49, 5.5, 5.51, -5.49, -5.5, -5.51, 40.0, -40.0, 1e30]
+)
 ZEROS_DIV = torch.tensor([[1.0, -1.0, 0.0, 0.0, 3.0], [2.0, 0.0, -0.0, 5.0, 0.0]])
 ZEROS_DEN = torch.tensor([[0.0, 0.0, 0.0, -0.0, 2.0], [-0.0, 4.0, 0.0, 0.0, -3.0]])
 
@@ -140,6 +144,20 @@ CASES: list[Case] = [
             "reciprocal",
         )
     ),
+    # exact GELU, one op: a call may name its default, approximate="none"
+    Case("aten.gelu.default", "aten.gelu.default(a)", {"a": 3 * randn(*X)}),
+    Case(
+        "aten.gelu.default",
+        'aten.gelu.default(a, approximate="none")',
+        {"a": GELU_EDGES},
+    ),
+    Case(
+        "aten.gelu.default",
+        "aten.gelu.default(a)",
+        {"a": randn(*X, dtype=torch.bfloat16)},
+        BF16_TOL,
+    ),
+    Case("aten.gelu.default", "aten.gelu.default(a)", {"a": 3 * randn(*X).double()}),
     Case("aten.abs.default", "aten.abs.default(a)", {"a": ints(*X)}),
     Case("aten.neg.default", "aten.neg.default(a)", {"a": ints(*X)}),
     Case("aten.relu.default", "aten.relu.default(a)", {"a": EDGE_A}),

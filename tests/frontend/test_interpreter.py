@@ -305,11 +305,13 @@ def test_optional_tensor_argument(tmp_path: Path) -> None:
 
 
 def test_module_compiles_end_to_end(tmp_path: Path) -> None:
-    """Guards and parameter reads through a ModuleList are emitted as Python."""
+    """Guards and parameter reads through a ModuleList are emitted as Python (the
+    reads through the registration dicts, as `nn.Module.__getattr__` finds them)."""
     compiled = compile_source(SOURCE, {"Model": {"x": X}}, tmp_path)["Model"]
     guards = inspect.getsource(compiled.module._guards_cpu_0)
     assert "if not (self.blocks[1].scale == 0.5):" in guards
-    assert "= self.blocks[0].fc.weight" in compiled.cpu_source
+    read = 'self._modules["blocks"]._modules["0"]._modules["fc"]._parameters["weight"]'
+    assert f"blocks_0_fc_weight=({read})" in "".join(compiled.cpu_source.split())
     torch.manual_seed(0)
     model = compiled.module.Model().eval()
     want = type(model).__mro__[1].forward(model, X)  # the source class's forward

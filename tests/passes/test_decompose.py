@@ -1,4 +1,5 @@
-"""decompose: composite ops become the ops kernels fuse, tagged with their origin."""
+"""decompose: composite ops become the ops kernels fuse, tagged with their origin;
+exact GELU, a kernel op of its own, stays whole."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 from tests.compile_helpers import assert_same, trace_source
 from transpiler.passes import fuse, optimize
 from transpiler.passes.decompose import decompose
+from transpiler.passes.fuse import classify
 
 SOURCE = """
 import torch
@@ -30,6 +32,10 @@ def log_softmax(x):
 
 def gelu(x):
     return F.gelu(x)
+
+
+def gelu_none(x):
+    return F.gelu(x, approximate="none")
 
 
 def gelu_tanh(x):
@@ -85,7 +91,6 @@ CASES = [  # function, inputs, the composite op the trace records
     ("layer_norm", {"x": X, "w": W, "b": B}, "aten.native_layer_norm.default"),
     ("softmax", {"x": X}, "aten._softmax.default"),
     ("log_softmax", {"x": X}, "aten._log_softmax.default"),
-    ("gelu", {"x": X}, "aten.gelu.default"),
     ("gelu_tanh", {"x": X}, "aten.gelu.default"),
     ("silu", {"x": X}, "aten.silu.default"),
     ("hardtanh", {"x": X}, "aten.hardtanh.default"),
@@ -133,6 +138,24 @@ def test_decomposition_lowers_to_kernels(
     kinds = fuse(graph).kinds
     externs = [n.target for n in graph.nodes if kinds[n.name].startswith("extern")]
     assert not externs, str(graph)
+
+
+@pytest.mark.parametrize("name", ["gelu", "gelu_none"])
+def test_exact_gelu_stays_one_kernel_op(name: str, tmp_path: Path) -> None:
+    graph = trace_source(SOURCE, name, {"x": X}, tmp_path).graph
+    assert decompose(graph) is graph
+    graph = optimize(graph)
+    (gelu,) = [n for n in graph.nodes if n.target == "aten.gelu.default"]
+    assert fuse(graph).kinds[gelu.name] == "pointwise"
+
+
+def test_tanh_gelu_is_never_the_exact_op(tmp_path: Path) -> None:
+    """Left whole, `approximate="tanh"` is an extern call: the `gelu` kernel op
+    computes the exact function only."""
+    graph = trace_source(SOURCE, "gelu_tanh", {"x": X}, tmp_path).graph
+    (gelu,) = [n for n in graph.nodes if n.target == "aten.gelu.default"]
+    assert dict(gelu.kwargs) == {"approximate": "tanh"}
+    assert classify(gelu, graph.by_name()) == "extern"
 
 
 def test_layer_norm_becomes_var_mean_and_pointwise(tmp_path: Path) -> None:

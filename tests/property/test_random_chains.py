@@ -31,6 +31,7 @@ UNARY = {  # all defined and finite-ish on any finite input
     "sin": "torch.sin({0})",
     "cos": "{0}.cos()",
     "erf": "torch.erf({0})",
+    "gelu": "torch.nn.functional.gelu({0})",
     "exp_tanh": "torch.exp({0}.tanh())",
     "log1p_abs": "torch.log({0}.abs() + 1)",
     "sqrt_abs": "({0}.abs() + 0.5).sqrt()",

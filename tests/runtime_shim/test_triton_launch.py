@@ -63,9 +63,11 @@ def test_later_launches_skip_the_jit(fake_triton) -> None:
         kernel[(4,)](x, y, XBLOCK=16, num_warps=2)
     assert kinds(fn.log) == ["jit", "launcher", "launcher"]
     # grid padded to 3D, the stream, handles, no metadata or hooks, then every
-    # argument in signature order: constexprs included, options not
+    # argument in signature order: tensors as their addresses, constexprs included,
+    # options not
     assert fn.log[1][1] == (
-        4, 1, 1, 1234, "cu_function", "metadata", None, None, None, x, y, 16,
+        4, 1, 1, 1234, "cu_function", "metadata", None, None, None,
+        x.data_ptr(), y.data_ptr(), 16,
     )  # fmt: skip
 
 

@@ -3,8 +3,8 @@
 Each kernel is an `extern "C"` function taking one pointer per buffer (shapes are
 static, so sizes are constants). Rows are split across threads with `omp parallel for`
 when the kernel has enough work; inner loops carry `omp simd` so they vectorize. A
-reduction kernel's `Loop`s become loops over `r` inside the row loop. f16/bf16 are
-computed in float.
+reduction kernel's `Loop`s become loops over `r` inside the row loop, long rows
+reduced a chunk at a time. f16/bf16 are computed in float.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from transpiler.passes.schedule import Const
 
 PARALLEL_MIN = 1 << 15  # elements below which threads cost more than they save
 ROW_BUFFER_MAX = 1 << 14  # widest row whose shared values are kept on the stack
+REDUCTION_CHUNK = 512  # elements of a row reduced into one partial result
 
 
 def compute_type(dtype: torch.dtype) -> str:
@@ -123,26 +124,50 @@ class _Renderer:
 
     def loop(self, loop: Loop, ind: str) -> None:
         """A loop over `r`, vectorized: max/min reduce with `std::max`/`std::min`
-        and remember separately whether a NaN went by, which then wins."""
+        and remember separately whether a NaN went by, which then wins.
+
+        A row longer than `REDUCTION_CHUNK` is reduced a chunk at a time, each chunk
+        into its own `_part` accumulator that then joins the row's: one accumulator
+        would make every add wait for the previous one, while the chunks' chains
+        are independent and overlap."""
+        rnumel = self.k.rnumel
         ident = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}
         for s in loop.body:
             if isinstance(s, Stmt) and s.name in self.kept - self.filled:
                 t = compute_type(s.dtype)
-                self.lines.append(f"{ind}{t} {s.name}_row[{self.k.rnumel}];")
+                self.lines.append(f"{ind}{t} {s.name}_row[{rnumel}];")
         self._reciprocals(loop, ind)
-        clauses = []
         for r in loop.reductions:
-            self.lines.append(
-                f"{ind}{compute_type(r.dtype)} {r.name} = {ident[r.reduce]};"
-            )
-            clauses.append(
-                f" reduction({'+' if r.reduce == 'sum' else r.reduce}:{r.name})"
-            )
+            t = compute_type(r.dtype)
+            self.lines.append(f"{ind}{t} {r.name} = {ident[r.reduce]};")
             if r.reduce != "sum":
                 self.lines.append(f"{ind}int {r.name}_nan = 0;")
+        chunked = bool(loop.reductions) and not (
+            isinstance(rnumel, int) and rnumel <= REDUCTION_CHUNK
+        )
+        outer, first, end = ind, "0", rnumel
+        acc = {r.name: r.name for r in loop.reductions}
+        if chunked:
+            first, end = "r0", f"r0 + {REDUCTION_CHUNK}"
+            if not isinstance(rnumel, int) or rnumel % REDUCTION_CHUNK:
+                end = f"std::min<int64_t>({end}, {rnumel})"
+            self.lines.append(
+                f"{ind}for (int64_t r0 = 0; r0 < {rnumel}; r0 += {REDUCTION_CHUNK}) {{"
+            )
+            ind += "    "
+            for r in loop.reductions:
+                acc[r.name] = f"{r.name}_part"
+                t = compute_type(r.dtype)
+                self.lines.append(f"{ind}{t} {acc[r.name]} = {ident[r.reduce]};")
+        clauses = []
+        for r in loop.reductions:
+            clauses.append(
+                f" reduction({'+' if r.reduce == 'sum' else r.reduce}:{acc[r.name]})"
+            )
+            if r.reduce != "sum":
                 clauses.append(f" reduction(|:{r.name}_nan)")
         self.lines.append(f"{ind}#pragma omp simd{''.join(clauses)}")
-        self.lines.append(f"{ind}for (int64_t r = 0; r < {self.k.rnumel}; ++r) {{")
+        self.lines.append(f"{ind}for (int64_t r = {first}; r < {end}; ++r) {{")
         for s in loop.body:
             if isinstance(s, Stmt) and s.name in self.kept & self.filled:
                 t = compute_type(s.dtype)
@@ -153,16 +178,24 @@ class _Renderer:
                 self.lines.append(f"{ind}    {s.name}_row[r] = {s.name};")
         self.filled |= {s.name for s in loop.body if isinstance(s, Stmt)} & self.kept
         for r in loop.reductions:
-            x, acc = r.args[0], r.name
-            if r.reduce == "sum":
-                self.lines.append(f"{ind}    {acc} += {x};")
-                continue
-            self.lines.append(f"{ind}    {acc} = std::{r.reduce}({acc}, {x});")
-            self.lines.append(f"{ind}    {acc}_nan |= {x} != {x};")
+            self._accumulate(r, acc[r.name], r.args[0], ind + "    ")
+            if r.reduce != "sum":
+                x = r.args[0]
+                self.lines.append(f"{ind}    {r.name}_nan |= {x} != {x};")
         self.lines.append(f"{ind}}}")
+        if chunked:
+            for r in loop.reductions:
+                self._accumulate(r, r.name, acc[r.name], ind)
+            self.lines.append(f"{outer}}}")
         for r in loop.reductions:
             if r.reduce != "sum":
-                self.lines.append(f"{ind}if ({r.name}_nan) {r.name} = NAN;")
+                self.lines.append(f"{outer}if ({r.name}_nan) {r.name} = NAN;")
+
+    def _accumulate(self, r: Stmt, acc: str, x: str, ind: str) -> None:
+        if r.reduce == "sum":
+            self.lines.append(f"{ind}{acc} += {x};")
+        else:
+            self.lines.append(f"{ind}{acc} = std::{r.reduce}({acc}, {x});")
 
     def render(self) -> str:
         k = self.k

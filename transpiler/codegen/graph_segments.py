@@ -76,7 +76,7 @@ def segment_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str
                 "",
                 "Returns what later segments read, then the condition.",
             ]
-        segments[index] = _segment(vc, name, params, doc, r, kernels)
+        segments[index] = _segment(t, vc, name, params, doc, r, kernels)
 
     visit(vc.region, [], "    ", "from the start")
     params = ", ".join(p for p in (graphs, *self_, t.params_text) if p)
@@ -91,6 +91,7 @@ def segment_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str
 
 
 def _segment(
+    t: TargetCode,
     vc: VariantCode,
     name: str,
     params: str,
@@ -102,10 +103,10 @@ def _segment(
     quoted = [f'"""{doc[0]}', *doc[1:]]
     quoted[-1] += '"""'
     lines = [f"def {name}({params}):", *(f"    {d}" if d else "" for d in quoted)]
-    device_src = device_source(vc)
+    device_src = device_source(t, vc)
     if device_src is not None and _needs_device(r):
         lines.append(f"    device = {device_src}.device")
-    lines += straight_lines(r, kernels, vc.variant.device, "    ")
+    lines += straight_lines(r, kernels, vc.variant.device, t.reads, "    ")
     inputs = [name for name, _ in vc.variant.inputs]
     outs = r.program.outputs if r.cond is None else _outputs(r, inputs)
     return lines + [f"    return {literal(outs)}"]

@@ -182,7 +182,7 @@ def render_module(
                 *write_variant(t, vc, kernels),
                 "",
                 "",
-                *reads_function(vc),
+                *reads_function(t, vc),
                 "",
             ]
         lines += ["", *dispatch(t, "_source"), ""]

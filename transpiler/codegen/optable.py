@@ -2,7 +2,8 @@
 
 Adding a pointwise op is one row in `ir/ops.py` plus one row here per backend (and a
 row in tests/codegen/test_op_cases.py); a test checks every op has a row in each table.
-`{0}`, `{1}`, `{2}` are the operands, already converted to the op's dtype.
+`{0}`, `{1}`, `{2}` are the operands, already converted to the op's dtype: names or
+literals, so a row may use one twice.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ TRITON: dict[str, str] = {
     "tanh": "_tanh({0})",
     "sigmoid": "tl.sigmoid({0})",
     "erf": "tl.erf({0})",
+    "gelu": "{0} * 0.5 * (1.0 + tl.erf({0} * 0.7071067811865476))",
     "floor": "tl.floor({0})",
     "ceil": "tl.ceil({0})",
     "reciprocal": "1.0 / {0}",
@@ -68,6 +70,7 @@ CPP: dict[str, str] = {
     "tanh": "tanh_f32({0})",
     "sigmoid": "sigmoid_f32({0})",
     "erf": "erf_f32({0})",
+    "gelu": "gelu_f32({0})",
     "floor": "std::floor({0})",
     "ceil": "std::ceil({0})",
     "reciprocal": "1 / {0}",

@@ -9,7 +9,8 @@ guards that failed, and runs the source (eager) code.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -70,6 +71,11 @@ class TargetCode:
     params_text: str  # the forward's (or function's) parameter list, from the source
     call_text: str  # the arguments that pass those parameters on
     variants: tuple[VariantCode, ...]
+    # how each parameter and buffer is read: path -> Python (see `direct_reads`)
+    reads: Mapping[str, str] = field(default_factory=dict)
+
+    def read(self, path: str) -> str:
+        return self.reads.get(path, path)
 
 
 def literal(value) -> str:
@@ -243,13 +249,13 @@ def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
         'fails, or None."""',
     ]
     for g in variant_guards(t, vc):
-        lines += [f"    {name} = {path}" for name, path in g.binds]
+        lines += [f"    {name} = {t.read(path)}" for name, path in g.binds]
         lines += [f"    if not ({g.test}):", f"        return {g.text!r}"]
     lines.append("    return None")
     return lines
 
 
-def reads_function(vc: VariantCode) -> list[str]:
+def reads_function(t: TargetCode, vc: VariantCode) -> list[str]:
     """For a CUDA graph: the parameters and buffers it reads in place, by address."""
     if not (cuda_graphs.uses_cuda_graph(vc) and read_params(vc)):
         return []
@@ -262,33 +268,50 @@ def reads_function(vc: VariantCode) -> list[str]:
     return [
         f"def _reads_{vc.name}(self):",
         f'    """{doc}"""',
-        f"    return ({''.join(f'{path}, ' for path in read_params(vc))})",
+        f"    return ({''.join(f'{t.read(path)}, ' for path in read_params(vc))})",
     ]
 
 
 # Ops with a public spelling that is the same ATen overload: cheaper to call than an
-# `OpOverload` (one Python frame less), and plainer to read.
+# `OpOverload` (no Python frame of its own), and plainer to read.
 FUNCTIONS = {
     "aten.mm.default": "torch.mm",
     "aten.addmm.default": "torch.addmm",
     "aten.bmm.default": "torch.bmm",
     "aten.baddbmm.default": "torch.baddbmm",
+    "aten.linear.default": "torch.nn.functional.linear",
+    "aten.embedding.default": "torch.embedding",
+    "aten.arange.start": "torch.arange",
+    "aten.scaled_dot_product_attention.default": (
+        "torch.nn.functional.scaled_dot_product_attention"
+    ),
 }
 METHODS = {
     "aten.view.default": "view",
+    "aten._unsafe_view.default": "view",
     "aten.t.default": "t",
     "aten.transpose.int": "transpose",
     "aten.permute.default": "permute",
     "aten.unsqueeze.default": "unsqueeze",
     "aten.squeeze.dim": "squeeze",
+    "aten.split_with_sizes.default": "split_with_sizes",
 }
+# Methods whose size or dims argument may be spread: `x.view(8, 64)` parses faster
+# than `x.view([8, 64])`.
+SPREAD = {"view", "permute"}
 
 
-def _extern_call(target: str, args: list[str], kwargs: list[str]) -> str:
+def _extern_call(target: str, args: list, kwargs: list[str]) -> str:
+    """Python for an extern call; `args` are values (`Ref`s, constants)."""
     if target in METHODS and args:
-        return f"{args[0]}.{METHODS[target]}({', '.join(args[1:] + kwargs)})"
+        method = METHODS[target]
+        rest = list(args[1:])
+        if method in SPREAD and len(rest) == 1 and isinstance(rest[0], (list, tuple)):
+            rest = list(rest[0]) if rest[0] else rest
+        text = [literal(a) for a in rest] + kwargs
+        return f"{literal(args[0])}.{method}({', '.join(text)})"
     function = FUNCTIONS.get(target, f"torch.ops.{target}")
-    return f"{function}({', '.join(args + kwargs)})"
+    return f"{function}({', '.join([literal(a) for a in args] + kwargs)})"
 
 
 def _step_lines(step) -> list[str]:
@@ -306,7 +329,7 @@ def _step_lines(step) -> list[str]:
         if step.target.startswith(FALLBACK):  # the user's code, run eagerly
             call = f"{step.target}({', '.join(args + kwargs)})"
             return [f"{step.out} = {call}" if step.meta else call]
-        call = _extern_call(step.target, args, kwargs)
+        call = _extern_call(step.target, list(step.args), kwargs)
         if step.target in EXTERN_LAYOUT:  # a copy only if the backend differs
             call = f"runtime_shim.as_layout({call}, {literal(step.meta.stride)})"
         return [f"{step.out} = {call}"]
@@ -317,33 +340,35 @@ def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]
     assert vc.region is not None
     self_ = "self, " if t.is_module else ""
     lines = [f"def _{vc.name}({self_}{t.params_text}):"]
-    device_src = device_source(vc)
+    device_src = device_source(t, vc)
     if device_src is not None:
         lines.append(f"    device = {device_src}.device")
     for dim, size_expr in vc.dynamic:
         lines.append(f"    {dim} = {size_expr}  # dynamic: one variant for every size")
-    return lines + _region_lines(vc.region, kernels, vc.variant.device, "    ")
+    return lines + _region_lines(vc.region, kernels, vc.variant.device, t.reads, "    ")
 
 
-def device_source(vc: VariantCode) -> str | None:
+def device_source(t: TargetCode, vc: VariantCode) -> str | None:
     """What a variant's `device` local is read from: its first tensor input, else
     its first parameter."""
     tensors = [n for n, s in vc.variant.inputs if isinstance(s, TensorSpec)]
     params = [p for program in vc.programs for p in program.params]
-    return tensors[0] if tensors else (params[0][1] if params else None)
+    return tensors[0] if tensors else (t.read(params[0][1]) if params else None)
 
 
-def _region_lines(r: CompiledRegion, kernels: dict, device: str, ind: str) -> list[str]:
+def _region_lines(
+    r: CompiledRegion, kernels: dict, device: str, reads: Mapping[str, str], ind: str
+) -> list[str]:
     """One region's steps; a branch on tensor data becomes a Python `if`."""
-    lines = straight_lines(r, kernels, device, ind)
+    lines = straight_lines(r, kernels, device, reads, ind)
     if r.cond is None:
         return [*lines, f"{ind}return {literal(r.program.outputs)}"]
     lines += [
         f"{ind}# sync: {sync_comment(r)}",
         f"{ind}if {r.cond}:",
-        *_region_lines(r.if_true, kernels, device, ind + "    "),
+        *_region_lines(r.if_true, kernels, device, reads, ind + "    "),
         f"{ind}else:",
-        *_region_lines(r.if_false, kernels, device, ind + "    "),
+        *_region_lines(r.if_false, kernels, device, reads, ind + "    "),
     ]
     return lines
 
@@ -354,12 +379,13 @@ def sync_comment(r: CompiledRegion) -> str:
 
 
 def straight_lines(
-    r: CompiledRegion, kernels: dict, device: str, ind: str
+    r: CompiledRegion, kernels: dict, device: str, reads: Mapping[str, str], ind: str
 ) -> list[str]:
     """A region's parameters and steps, up to its branch or return: straight-line
-    code (a `while` on tensor data aside), a segment of a CUDA graph tree."""
+    code (a `while` on tensor data aside), a segment of a CUDA graph tree. `reads`
+    says how to read each parameter (`TargetCode.reads`)."""
     p = r.program
-    lines = [f"{ind}{name} = {path}" for name, path, _ in p.params]
+    lines = [f"{ind}{name} = {reads.get(path, path)}" for name, path, _ in p.params]
     last_span = None
     allocs: list[str] = []  # written just before the kernel that fills them
     for step in p.steps:
@@ -377,20 +403,25 @@ def straight_lines(
             lines.append(ind + _kernel_call(step, kernels, device))
         elif step.target.startswith(LOOP):
             loop = dict(r.loops)[step.target]
-            lines += _loop_lines(step, loop, kernels, device, ind)
+            lines += _loop_lines(step, loop, kernels, device, reads, ind)
         else:
             lines += [ind + s for s in _step_lines(step)]
     return lines
 
 
 def _loop_lines(
-    step: ExternCall, loop: CompiledLoop, kernels: dict, device: str, ind: str
+    step: ExternCall,
+    loop: CompiledLoop,
+    kernels: dict,
+    device: str,
+    reads: Mapping[str, str],
+    ind: str,
 ) -> list[str]:
     """`while cond:` around the compiled body; carried values keep their names."""
     cond, *initial = (a.name for a in step.args[: 1 + len(loop.carried)])
     flag = f"{step.out}_cond"
     body = CompiledRegion(loop.program, (), loops=())
-    inner = _region_lines(body, kernels, device, ind + "    ")[:-1]  # no return
+    inner = _region_lines(body, kernels, device, reads, ind + "    ")[:-1]  # no return
     *nexts, next_cond = (r.name for r in loop.program.outputs)
     where = f"{loop.span}: {loop.span.text}" if loop.span else "a loop"
     return [

@@ -91,6 +91,50 @@ def _defined_at(fn, root: Path) -> tuple[str | None, int | None]:
     return None, None
 
 
+def direct_reads(module: nn.Module) -> dict[str, str]:
+    """`self.blocks[0].attn.c_attn.weight` -> `self._modules["blocks"]._modules["0"]
+    ._modules["attn"]._modules["c_attn"]._parameters["weight"]`, for every registered
+    parameter and buffer that attribute access would find in those dicts.
+
+    A generated call reads each parameter it uses on every call; through attributes,
+    every step is a failed instance lookup and a call of `nn.Module.__getattr__` (or
+    `ModuleList.__getitem__`), about a microsecond each. A path is left out where a
+    class could answer the lookup itself: a class attribute of that name, or a class
+    overriding `__getattr__` or `__getattribute__`."""
+    tensors = [
+        *module.named_parameters(remove_duplicate=False),
+        *module.named_buffers(remove_duplicate=False),
+    ]
+    reads = {}
+    for name, _ in tensors:
+        owner, text = module, "self"
+        *parents, leaf = name.split(".")
+        for part in parents:
+            if not _registered(owner, part, "_modules"):
+                break
+            owner, text = owner._modules[part], f'{text}._modules["{part}"]'
+        else:
+            table = "_parameters" if leaf in owner._parameters else "_buffers"
+            if _registered(owner, leaf, table):
+                reads[self_path(name)] = f'{text}.{table}["{leaf}"]'
+    return reads
+
+
+def _registered(owner: nn.Module, name: str, table: str) -> bool:
+    """Whether `owner.<name>` is `owner.<table>[name]`, by `nn.Module.__getattr__`."""
+    cls = type(owner)
+    return (
+        name in getattr(owner, table)
+        and name not in owner.__dict__
+        and cls.__getattr__ is nn.Module.__getattr__
+        and cls.__getattribute__ is object.__getattribute__
+        and inspect.getattr_static(cls, name, _MISSING) is _MISSING
+    )
+
+
+_MISSING = object()
+
+
 def trace(
     obj, module: nn.Module | None, variant: Variant, sources: SourceCache
 ) -> Traced:

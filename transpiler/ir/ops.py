@@ -23,6 +23,8 @@ class Pointwise:
     operands: tuple[int, ...] = (0,)  # positional argument indices
     kind: str = "arith"  # "arith": operands in the result type; "compare": promoted
     # inputs, bool result; "where": bool condition then values; "cast": to the result
+    keywords: tuple[tuple[str, object], ...] = ()  # (name, value): a keyword argument
+    # a call may pass, with the one value this lowering computes
 
 
 P = Pointwise
@@ -47,6 +49,7 @@ UNARY = (
 
 POINTWISE: dict[str, Pointwise] = {
     **{f"aten.{op}.default": P(op) for op in UNARY},
+    "aten.gelu.default": P("gelu", keywords=(("approximate", "none"),)),  # exact GELU
     "aten.add.Tensor": P("add", (0, 1)),
     "aten.add.Scalar": P("add", (0, 1)),
     "aten.sub.Tensor": P("sub", (0, 1)),

@@ -11,6 +11,7 @@ from transpiler.passes.constant_fold import constant_fold
 from transpiler.passes.dce import dce
 from transpiler.passes.decompose import decompose
 from transpiler.passes.drop_copies import drop_copies
+from transpiler.passes.fold_linear import fold_linear
 from transpiler.passes.fuse import fuse
 from transpiler.passes.schedule import KernelNames, schedule
 from transpiler.passes.split_addmm import split_addmm
@@ -20,6 +21,7 @@ PIPELINE = (
     (split_addmm, "move a linear layer's bias into the kernel of its epilogue"),
     (constant_fold, "strength-reduce pow, drop x*1 and x+0"),
     (drop_copies, "drop clones of values already laid out as asked"),
+    (fold_linear, "call a linear layer's matmul as one `linear`"),  # no retrace after
     (dce, "drop values nothing uses"),
 )
 

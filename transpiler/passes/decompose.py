@@ -6,7 +6,8 @@ After:   var_mean = aten.var_mean.correction(x, [1], correction=0, keepdim=True)
          sub = aten.sub.Tensor(x, getitem_0) ... (all tagged origin="native_layer_norm")
 
 The table is `torch._decomp`'s entry for each op in `DECOMPOSE`; nothing here
-re-derives an op by hand. Ops not listed stay whole (matmuls, attention: extern calls).
+re-derives an op by hand. Ops not listed stay whole (matmuls, attention: extern calls),
+and so does exact GELU, a kernel op of its own: only `approximate="tanh"` decomposes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch._decomp import get_decompositions
 
-from transpiler.ir.graph import Graph
+from transpiler.ir.graph import Graph, Node
 from transpiler.passes.retrace import retrace
 
 aten = torch.ops.aten
@@ -36,11 +37,32 @@ DECOMPOSE = (
 
 
 def decompose(graph: Graph) -> Graph:
-    if not any(
-        n.target.startswith("aten.") and _op(n.target) in DECOMPOSE for n in graph.nodes
-    ):
+    if not any(_decomposes(n) for n in graph.nodes):
         return graph
-    return retrace(graph, decompositions=get_decompositions(list(DECOMPOSE)))
+    table = get_decompositions(list(DECOMPOSE))
+    table[aten.gelu.default] = _tanh_gelu_only(table[aten.gelu.default])
+    return retrace(graph, decompositions=table)
+
+
+def _decomposes(node: Node) -> bool:
+    if not node.target.startswith("aten.") or _op(node.target) not in DECOMPOSE:
+        return False
+    return node.target != "aten.gelu.default" or _approximate(dict(node.kwargs))
+
+
+def _approximate(kwargs: dict) -> bool:
+    return kwargs.get("approximate", "none") != "none"
+
+
+def _tanh_gelu_only(decomposition):
+    """Exact GELU stays one op (NotImplemented keeps it whole); tanh decomposes."""
+
+    def gelu(*args, **kwargs):
+        return (
+            decomposition(*args, **kwargs) if _approximate(kwargs) else NotImplemented
+        )
+
+    return gelu
 
 
 def _op(target: str):

@@ -77,7 +77,7 @@ def pointwise_ok(node: Node, nodes: dict[str, Node]) -> bool:
     if meta.dtype not in SUPPORTED_DTYPES:
         return False
     allowed = {"memory_format"} | (CAST_KWARGS if row.kind == "cast" else set())
-    if any(k not in allowed for k, _ in node.kwargs):
+    if any(k not in allowed and (k, v) not in row.keywords for k, v in node.kwargs):
         return False
     if dict(node.kwargs).get("layout") not in (None, torch.strided):
         return False
