@@ -101,12 +101,8 @@ def direct_reads(module: nn.Module) -> dict[str, str]:
     `ModuleList.__getitem__`), about a microsecond each. A path is left out where a
     class could answer the lookup itself: a class attribute of that name, or a class
     overriding `__getattr__` or `__getattribute__`."""
-    tensors = [
-        *module.named_parameters(remove_duplicate=False),
-        *module.named_buffers(remove_duplicate=False),
-    ]
     reads = {}
-    for name, _ in tensors:
+    for name, _ in _named_tensors(module):
         owner, text = module, "self"
         *parents, leaf = name.split(".")
         for part in parents:
@@ -135,6 +131,15 @@ def _registered(owner: nn.Module, name: str, table: str) -> bool:
 _MISSING = object()
 
 
+def _named_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """Every parameter and buffer under every name it is registered by (tied ones
+    twice)."""
+    return [
+        *module.named_parameters(remove_duplicate=False),
+        *module.named_buffers(remove_duplicate=False),
+    ]
+
+
 def trace(
     obj, module: nn.Module | None, variant: Variant, sources: SourceCache
 ) -> Traced:
@@ -144,11 +149,7 @@ def trace(
     module_paths: dict[int, str] = {}
     guards: dict[str, None] = {}
     if module is not None:
-        tensors = [
-            *module.named_parameters(remove_duplicate=False),
-            *module.named_buffers(remove_duplicate=False),
-        ]
-        for name, t in tensors:
+        for name, t in _named_tensors(module):
             first = params.setdefault(id(t), name)
             if first != name:  # tied weights: read through the first name
                 guards[f"{self_path(name)} is {self_path(first)}"] = None

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from transpiler.frontend.recorder import GraphBuilder
 from transpiler.ir.graph import (
     Graph,
     Node,
@@ -37,7 +38,8 @@ MATMULS = {"aten.mm.default": (0, 1, None), "aten.addmm.default": (1, 2, 0)}
 
 def fold_linear(graph: Graph) -> Graph:
     nodes = graph.by_name()
-    taken = set(nodes)
+    names = GraphBuilder()
+    names.reserve(nodes)
     out: list[Node] = []
     alias: dict[str, str] = {}  # a view back to a linear's shape -> the linear
 
@@ -52,7 +54,7 @@ def fold_linear(graph: Graph) -> Graph:
         )
         linear = _linear(node, nodes)
         if linear is not None:
-            name = _fresh("linear", taken)
+            name = names.fresh("linear")
             out.append(replace(linear, name=name))
             nodes[name] = out[-1]
             shape = node.tensor_meta.shape
@@ -123,12 +125,3 @@ def _views_back(node: Node, nodes: dict[str, Node]) -> bool:
         linear.target == "aten.linear.default"
         and node.tensor_meta.shape == linear.tensor_meta.shape
     )
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, i = base, 0
-    while name in taken:
-        i += 1
-        name = f"{base}_{i}"
-    taken.add(name)
-    return name
