@@ -1,7 +1,8 @@
 """C++ pointwise kernels loop over two indices where one flat index would need `%` or
 `/` to read a broadcast or transposed input: integer division in the inner loop stops
 it vectorizing. Loops over a row multiply by the reciprocal of a per-row divisor, and
-reduce a long row a chunk at a time. Each case is checked against eager, and its loops
+reduce a long row a chunk at a time, fetching the next row while computing on this
+one. Each case is checked against eager, and its loops
 for being free of divisions.
 """
 
@@ -65,6 +66,14 @@ def row_amin(x):
 
 def row_norm(x):
     return torch.nn.functional.layer_norm(x, (x.shape[-1],))
+
+
+def row_softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def row_softmax_bf16(x):
+    return torch.softmax(x, dim=-1)
 """
 
 g = torch.Generator().manual_seed(0)
@@ -95,6 +104,8 @@ CASES = {
     "row_amax": {"x": with_specials(randn(7, 1500))},
     "row_amin": {"x": with_specials(randn(7, 1500))},
     "row_norm": {"x": 3 + randn(6, 1000)},
+    "row_softmax": {"x": randn(40, 1024)},
+    "row_softmax_bf16": {"x": randn(40, 1024).bfloat16()},
 }
 
 
@@ -246,3 +257,25 @@ def test_rows_of_any_dynamic_length(
         if length > 600:
             x = with_specials(x)
         torch.testing.assert_close(c(x), x.amax(-1), equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    ("name", "step"), [("row_softmax", 16), ("row_softmax_bf16", 32)]
+)
+def test_the_exp_loop_prefetches_the_next_row(compiled, name: str, step: int) -> None:
+    """Softmax reads its row for the max, then again for `exp`: while the `exp` loop
+    computes, the next row's cache lines, one prefetch per 64 bytes, are asked for."""
+    cpp = kernel_text(compiled[name])
+    prefetches = re.findall(
+        r"for \(int64_t r = r0; r < r0 \+ 512; r \+= (\d+)\) \{\n"
+        r"\s*__builtin_prefetch\(&in_ptr0\[1024 \* \(x \+ 1\) \+ r\]\);\n"
+        r"\s*\}\n\s*#pragma omp simd reduction\(\+:\w+\)\n"
+        r"[^}]*exp_f32",
+        cpp,
+    )
+    assert prefetches == [str(step)], cpp
+
+
+def test_rows_too_long_for_l1_are_not_prefetched(compiled) -> None:
+    assert "__builtin_prefetch" not in kernel_text(compiled["scaled_twice"])
+    assert "__builtin_prefetch" in kernel_text(compiled["row_norm"])
