@@ -47,24 +47,36 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from transpiler.codegen import triton as triton_codegen
-from transpiler.codegen.triton import PERSISTENT_MAX, heuristic_config, next_pow2
+from transpiler.codegen.triton import (
+    PERSISTENT_MAX,
+    heuristic_config,
+    launch_config,
+    next_pow2,
+)
 from transpiler.errors import UserError
 from transpiler.ir.dynamic import dims_in, size
+from transpiler.ir.graph import TensorMeta, contiguous_strides
 from transpiler.ir.program import (
     Index,
     Kernel,
+    KernelCall,
     LaunchConfig,
+    Matmul,
+    MatmulConfig,
     Stmt,
     Store,
     Term,
     Tuned,
 )
+from transpiler.ir.region import map_programs
 from transpiler.options import Options
+from transpiler.passes import matmul_epilogue
 
 POINTWISE_XBLOCK = (128, 256, 512, 1024, 2048, 4096)
 PERSISTENT_ELEMENTS = (512, 1024, 2048, 4096, 8192)  # XBLOCK * RBLOCK per program
@@ -74,12 +86,28 @@ PER_THREAD = (4, 64)  # fewest and most elements of a block per thread
 MARGIN = (0.10, 0.002)  # faster by this fraction and by these milliseconds
 TUNED_AT = 1024  # the size a dynamic dimension is tuned at: the heuristic's typical
 WARMUP_MS, REP_MS = 5, 25  # do_bench budget per candidate
+# matmul tiles (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages) for a
+# linear layer with its epilogue: the common large-matrix configs for f16/bf16
+MATMUL_CONFIGS = tuple(
+    MatmulConfig(*c)
+    for c in (
+        (128, 128, 64, 8, 8, 3),
+        (128, 128, 64, 8, 4, 4),
+        (128, 256, 64, 8, 8, 3),
+        (128, 256, 64, 8, 8, 4),
+        (256, 128, 64, 8, 8, 3),
+        (128, 128, 32, 8, 4, 4),
+        (64, 128, 64, 8, 4, 4),
+        (128, 64, 64, 8, 4, 4),
+        (64, 64, 32, 8, 4, 3),
+    )
+)
 
 
 @dataclass(frozen=True)
 class Candidate:
     kernel: str  # "triton_fused_softmax_0"
-    config: LaunchConfig
+    config: LaunchConfig | MatmulConfig
 
 
 # runs `launch` repeatedly, returns its median time in milliseconds
@@ -312,12 +340,172 @@ class _Launcher:
 
 def tune_modules(modules: dict, bench: Bench) -> None:
     """Replace the cuda kernels of each module (an `api.ModuleBuild`) by their tuned
-    selves."""
+    selves, then fuse the linear layers whose epilogue runs faster in a Triton
+    matmul (Note [Matmul epilogues])."""
     with tempfile.TemporaryDirectory(prefix="transpile-autotune-") as folder:
         for mb in modules.values():
             mb.kernels["cuda"] = [
                 tune_kernel(k, bench, Path(folder)) for k in mb.kernels["cuda"]
             ]
+            tune_epilogues(mb, bench, Path(folder))
+
+
+# ------------------------------------------------------------------ matmul epilogues
+
+
+def tune_epilogues(mb, bench: Bench, folder: Path) -> None:
+    """In each cuda variant of `mb`, each linear layer and its consumer become one
+    matmul kernel where one of `MATMUL_CONFIGS` beats cuBLAS plus the consumer."""
+    kernels = {k.name: k for k in mb.kernels["cuda"]}
+    decided: dict[tuple, Kernel | None] = {}  # same shapes, same consumer: same call
+
+    def tune_program(program, inputs: dict[str, TensorMeta]):
+        chosen = []
+        for e in matmul_epilogue.find(program, kernels, inputs):
+            mm = e.kernel.matmul
+            key = (e.consumer.name, mm.m, mm.n, mm.k, mm.dtype)
+            if key not in decided:
+                # one consumer after matmuls of other shapes: a name for each
+                taken = sum(k[0] == e.consumer.name for k in decided)
+                if taken:
+                    name = f"{e.kernel.name}_{taken}"
+                    e = dataclasses.replace(
+                        e, kernel=dataclasses.replace(e.kernel, name=name)
+                    )
+                decided[key] = tune_epilogue(e, bench, folder)
+            if decided[key] is not None:
+                chosen.append((e, decided[key]))
+        return matmul_epilogue.apply(program, chosen) if chosen else program
+
+    for i, t in enumerate(mb.targets):
+        variants = list(t.variants)
+        for j, vc in enumerate(variants):
+            if vc.variant.device != "cuda" or vc.region is None:
+                continue
+            inputs = _input_layouts(vc.variant)
+            region = map_programs(vc.region, partial(tune_program, inputs=inputs))
+            variants[j] = dataclasses.replace(vc, region=region)
+        mb.targets[i] = dataclasses.replace(t, variants=tuple(variants))
+    used = {
+        s.kernel
+        for t in mb.targets
+        for vc in t.variants
+        if vc.variant.device == "cuda"
+        for p in vc.programs
+        for s in p.steps
+        if isinstance(s, KernelCall)
+    }
+    fused = [k for k in decided.values() if k is not None]
+    mb.kernels["cuda"] = [k for k in [*mb.kernels["cuda"], *fused] if k.name in used]
+
+
+def _input_layouts(variant) -> dict[str, TensorMeta]:
+    """The tensor inputs of static shape: contiguous, as their guards require."""
+    out = {}
+    for name, spec in variant.inputs:
+        shape = getattr(spec, "shape", None)
+        if shape is not None and all(isinstance(d, int) for d in shape):
+            out[name] = TensorMeta(shape, contiguous_strides(shape), 0, spec.dtype)
+    return out
+
+
+def matmul_candidates(mm: Matmul) -> list[MatmulConfig]:
+    """`MATMUL_CONFIGS` whose tiles are no larger than the matrix needs."""
+    fits = [
+        c
+        for c in MATMUL_CONFIGS
+        if c.block_m <= max(16, next_pow2(mm.m))
+        and c.block_n <= max(16, next_pow2(mm.n))
+        and c.block_k <= max(16, next_pow2(mm.k))
+    ]
+    return fits or [mm.config]
+
+
+def tune_epilogue(e, bench: Bench, folder: Path) -> Kernel | None:
+    """The matmul kernel of `e` with its fastest config, if that beats cuBLAS and
+    the consumer by the margin; else None."""
+    consumer, mm = e.consumer, e.kernel.matmul
+    name = f"triton_{e.kernel.name}"
+    gen = torch.Generator(device=bench.device).manual_seed(0)
+    a = torch.randn(mm.m, mm.k, generator=gen, device=bench.device).to(mm.dtype)
+    w = torch.randn(mm.n, mm.k, generator=gen, device=bench.device).to(mm.dtype)
+    w /= mm.k**0.5  # products of the size a layer's would have
+    product = {a.param for a in consumer.inputs} - {a.param for a in e.kernel.inputs}
+    others = dict(
+        zip([x.param for x in consumer.inputs], random_inputs(consumer, bench.device))
+    )
+    baseline = _Launcher(consumer, bench.device, folder)
+    consumer_fn = baseline.function(launch_config(consumer))
+    c = launch_config(consumer)
+    blocks = {"XBLOCK": c.xblock, "num_warps": c.num_warps}
+    grid = (c.grid(consumer.xnumel),)
+    want = poisoned_outputs(consumer, bench.device)
+
+    def cublas() -> None:
+        out = torch.nn.functional.linear(a, w).view(-1)
+        args = [out if p in product else t for p, t in others.items()]
+        consumer_fn[grid](*args, *want, **blocks)
+
+    try:
+        cublas()
+        base_ms = bench.timer(Candidate(f"linear + triton_{consumer.name}", c), cublas)
+    except Exception as err:
+        bench.log(f"autotune: {name}: cuBLAS and the consumer failed: {err}")
+        return None
+    rest = [t for p, t in others.items() if p not in product]
+    trials: list[tuple[MatmulConfig, float]] = []
+    for config in matmul_candidates(mm):
+        k = dataclasses.replace(e.kernel, matmul=dataclasses.replace(mm, config=config))
+        try:
+            fn = _Launcher(k, bench.device, folder).function(launch_config(k))
+            got = poisoned_outputs(k, bench.device)
+            kw = {
+                "BLOCK_M": config.block_m,
+                "BLOCK_N": config.block_n,
+                "BLOCK_K": config.block_k,
+                "GROUP_M": config.group_m,
+                "num_warps": config.num_warps,
+                "num_stages": config.num_stages,
+            }
+            g = (config.grid(mm.m, mm.n),)
+
+            def launch(fn=fn, got=got, kw=kw, g=g) -> None:
+                fn[g](a, w, *rest, *got, **kw)
+
+            launch()
+            if bench.device == "cuda":
+                torch.cuda.synchronize()
+            if not same_outputs(got, want):
+                bench.log(f"autotune: {name}: {describe_matmul(config)}: wrong output")
+                continue
+            trials.append((config, bench.timer(Candidate(name, config), launch)))
+        except Exception as err:  # out of shared memory, a compile error, ...
+            why = f"{type(err).__name__}: {err}".splitlines()[0]
+            bench.log(f"autotune: {name}: {describe_matmul(config)}: failed: {why}")
+    if not trials:
+        return None
+    config, ms = min(trials, key=lambda t: t[1])
+    head = f"autotuned on {bench.machine}, {len(trials)} tile configs timed:"
+    ours = f"  {describe_matmul(config)}: {ms:.3f} ms"
+    theirs = f"  cuBLAS linear, then triton_{consumer.name}: {base_ms:.3f} ms"
+    won = _beats(Trial(config, ms), Trial(c, base_ms), bench.margin)
+    bench.log(
+        f"autotune: {name}: {ours.strip()} against {theirs.strip()}"
+        + (" (chosen)" if won else " (kept cuBLAS)")
+    )
+    if not won:
+        return None
+    note = (head, ours + " (chosen)", theirs)
+    return dataclasses.replace(
+        e.kernel, matmul=dataclasses.replace(mm, config=config, note=note)
+    )
+
+
+def describe_matmul(c: MatmulConfig) -> str:
+    return (
+        f"BLOCK_M={c.block_m}, BLOCK_N={c.block_n}, BLOCK_K={c.block_k}, "
+        f"num_warps={c.num_warps}, num_stages={c.num_stages}"
+    )
 
 
 def tune_kernel(k: Kernel, bench: Bench, folder: Path) -> Kernel:

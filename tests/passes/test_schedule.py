@@ -71,6 +71,11 @@ def reshaped_pointwise(x, w):
 
 def same_as_twice(x, y, b, c):
     return (x + b).relu(), (y + c).relu()
+
+
+def returned_and_read(x, w, b):
+    y = torch.nn.functional.linear(x, w, b)
+    return y, y.relu()
 """
 
 g = torch.Generator().manual_seed(0)
@@ -106,6 +111,11 @@ INPUTS["reshaped_pointwise"] = {
     "w": torch.randn(8, 8, generator=g),
 }
 INPUTS["same_as_twice"] = INPUTS["twice"]
+INPUTS["returned_and_read"] = {
+    "x": torch.randn(2, 4, 8, generator=g),
+    "w": torch.randn(6, 8, generator=g),
+    "b": torch.randn(6, generator=g),
+}
 
 
 def program(name: str, tmp_path: Path, names: KernelNames | None = None) -> Program:
@@ -282,3 +292,15 @@ def test_compiled_matches_eager(name: str, compiled: dict[str, Compiled]) -> Non
     want = compiled[name].eager(**INPUTS[name])
     assert_same(compiled[name].cpu(**INPUTS[name]), want, 1e-5, 1e-5)
     assert_same(compiled[name].cuda(**INPUTS[name]), want, 1e-5, 1e-5)
+
+
+def test_a_kernel_reading_a_returned_view_of_its_own_value(tmp_path: Path) -> None:
+    """`y` is the bias add's value viewed back to 3D: returned (so the wrapper makes
+    the view) and read by the relu in the same kernel, which needs no view."""
+    c = compile_source(
+        SOURCE, {"returned_and_read": INPUTS["returned_and_read"]}, tmp_path
+    )
+    c = c["returned_and_read"]
+    args = INPUTS["returned_and_read"]
+    assert_same(c.cpu(**args), c.eager(**args))
+    assert_same(c.cuda(**args), c.eager(**args))

@@ -3,7 +3,9 @@
 A pointwise kernel gives each program `XBLOCK` elements. A reduction kernel gives each
 program `XBLOCK` rows of `rnumel` elements; when a row fits in one block (`RBLOCK >=
 rnumel`) the reduction is *persistent*, straight-line code over registers, otherwise
-each `Loop` walks the row in `RBLOCK` chunks. f16/bf16 are loaded into f32 and stored
+each `Loop` walks the row in `RBLOCK` chunks. A matmul kernel gives each program a
+tile of `a @ w.T` and runs the kernel's body on it as the epilogue (Note [Matmul
+epilogues] in passes/matmul_epilogue.py). f16/bf16 are loaded into f32 and stored
 back, so all arithmetic is f32. Block sizes and warps are chosen here, at transpile
 time (by `heuristic_config`, or by timing candidates: see transpiler/autotune.py).
 """
@@ -25,6 +27,7 @@ from transpiler.ir.program import Index, Kernel, LaunchConfig, Stmt, Store
 from transpiler.passes.schedule import Const
 
 PERSISTENT_MAX = 8192  # widest row reduced in registers
+MATMUL_CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 
 
 def next_pow2(n: int) -> int:
@@ -98,6 +101,11 @@ class _Renderer:
                 expr += f".to({TRITON_DTYPES[s.dtype]})"
         elif s.op == "cast":
             expr = f"{s.args[0]}.to({TRITON_DTYPES[s.dtype]})"
+        elif s.op == "matmul":  # the product, rounded as `linear` would return it
+            product = TRITON_DTYPES[self.k.matmul.dtype]
+            expr = f"acc.to({product})"
+            if s.dtype != self.k.matmul.dtype:
+                expr += f".to({TRITON_DTYPES[s.dtype]})"
         else:
             expr = TRITON[s.op].format(*(self.arg(a, s.dtype) for a in s.args))
         self.lines.append(f"{indent}{s.name} = {expr}")
@@ -156,8 +164,55 @@ class _Renderer:
             }[r.reduce]
             self.lines.append(f"    {r.name} = {total}[:, None]")
 
+    def matmul_head(self) -> list[str]:
+        """The tile of `a @ w.T` this program computes, into `acc`; then `xindex`
+        and `xmask` over the tile for the epilogue."""
+        k, mm = self.k, self.k.matmul
+        params = [a.param for a in k.inputs + k.outputs]
+        params += [f"{c}: tl.constexpr" for c in MATMUL_CONSTEXPRS]
+        head = ["@triton.jit", f"def triton_{k.name}({', '.join(params)}):"]
+        head += [f"    # {span}: {span.text}" for span in k.spans]
+        c = mm.config
+        # masks only where a tile can overhang the matrix
+        k_edge = mm.k % c.block_k != 0
+        m_edge, n_edge = mm.m % c.block_m != 0, mm.n % c.block_n != 0
+        a_mask = _and(m_edge and "rm < m", k_edge and "rk[None, :] < k - k0")
+        w_mask = _and(n_edge and "rn < n", k_edge and "rk[:, None] < k - k0")
+        a_load = f"{mm.a} + rm * k + k0 + rk[None, :]"
+        w_load = f"{mm.w} + rn * k + k0 + rk[:, None]"
+        head += [
+            f"    # acc = a @ w.T, a [{mm.m}, {mm.k}] at {mm.a} and w [{mm.n}, {mm.k}]"
+            f" at {mm.w}: a tile of",
+            "    # BLOCK_M x BLOCK_N per program, GROUP_M row tiles at a time so that",
+            "    # neighbouring programs share w's tiles in L2",
+            f"    m, n, k = {mm.m}, {mm.n}, {mm.k}",
+            "    tiles_n = tl.cdiv(n, BLOCK_N)",
+            "    group = tl.program_id(0) // (GROUP_M * tiles_n)",
+            "    group_rows = min(tl.cdiv(m, BLOCK_M) - group * GROUP_M, GROUP_M)",
+            "    in_group = tl.program_id(0) % (GROUP_M * tiles_n)",
+            "    tile_m = group * GROUP_M + in_group % group_rows",
+            "    tile_n = in_group // group_rows",
+            "    rm = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]",
+            "    rn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]",
+            "    rk = tl.arange(0, BLOCK_K)",
+            "    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)",
+            "    for k0 in range(0, k, BLOCK_K):",
+            f"        a = tl.load({a_load}{a_mask and f', {a_mask}, other=0'})",
+            f"        w = tl.load({w_load}{w_mask and f', {w_mask}, other=0'})",
+            "        acc = tl.dot(a, w, acc)",
+            "    # the epilogue, on each element x = i * n + j of the tile",
+            "    xindex = rm * n + rn",
+            "    xmask = (rm < m) & (rn < n)",
+        ]
+        return head
+
     def render(self) -> str:
         k, c = self.k, self.config
+        if k.matmul is not None:
+            self.lines = self.matmul_head()
+            for s in k.body:
+                (self.store if isinstance(s, Store) else self.stmt)(s, "    ")
+            return "\n".join(self.lines) + "\n"
         params = [a.param for a in k.inputs + k.outputs]
         params += sorted(dims_in(k))  # dynamic sizes, passed at run time
         params.append("XBLOCK: tl.constexpr")
@@ -196,6 +251,12 @@ class _Renderer:
         return "\n".join(self.lines) + "\n"
 
 
+def _and(*conditions: str | bool) -> str:
+    """The conditions given as text (False: none there), and-ed; "" for none."""
+    parts = [c for c in conditions if isinstance(c, str)]
+    return " & ".join(f"({c})" for c in parts) if len(parts) > 1 else "".join(parts)
+
+
 def _group(expr: str) -> str:
     """Parenthesize a sum so it can follow `ptr +`."""
     return f"({expr})" if " + " in expr else expr
@@ -206,6 +267,8 @@ def render_kernel(k: Kernel, config: LaunchConfig | None = None) -> str:
     starts with its autotune note."""
     text = _Renderer(k, config or launch_config(k)).render()
     note = k.tuned.note if k.tuned is not None else ()
+    if k.matmul is not None:
+        note = k.matmul.note
     return "".join(f"# {line}\n" for line in note) + text
 
 

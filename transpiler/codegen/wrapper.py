@@ -457,6 +457,16 @@ def _kernel_call(step: KernelCall, kernels: dict, device: str) -> str:
         sig = "p" * len(step.args) + "l" * len(dims)
         args = ", ".join([*(f"{a}.data_ptr()" for a in step.args), *dims])
         return f'_cpp.function("cpp_{step.kernel}", "{sig}")({args})'
+    if k.matmul is not None:
+        mm, c = k.matmul, k.matmul.config
+        blocks = (
+            f"BLOCK_M={c.block_m}, BLOCK_N={c.block_n}, BLOCK_K={c.block_k}, "
+            f"GROUP_M={c.group_m}, num_warps={c.num_warps}, num_stages={c.num_stages}"
+        )
+        return (
+            f"_triton.triton_{step.kernel}[({c.grid(mm.m, mm.n)},)]"
+            f"({', '.join(step.args)}, {blocks})"
+        )
     c = triton_codegen.launch_config(k)
     blocks = f"XBLOCK={c.xblock}" + (f", RBLOCK={c.rblock}" if k.is_reduction else "")
     if isinstance(k.xnumel, Dim):

@@ -88,6 +88,40 @@ class Tuned:
 
 
 @dataclass(frozen=True)
+class MatmulConfig:
+    """How a matmul kernel is tiled: a `block_m` x `block_n` tile of the result per
+    program, `block_k` of the shared dimension per step, programs grouped `group_m`
+    row tiles at a time so that neighbours share their weight tiles in L2."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    group_m: int
+    num_warps: int
+    num_stages: int
+
+    def grid(self, m: int, n: int) -> int:
+        return -(-m // self.block_m) * -(-n // self.block_n)
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """A kernel whose elementwise body is the epilogue of `a @ w.T`: `a` is [m, k]
+    and `w` [n, k], both contiguous, and each element x = i * n + j of the kernel
+    starts from the product's (i, j), where the body has an op "matmul" (see Note
+    [Matmul epilogues] in passes/matmul_epilogue.py)."""
+
+    a: str  # kernel parameter names
+    w: str
+    m: int
+    n: int
+    k: int
+    dtype: torch.dtype  # of a, w and the product as `linear` would return it
+    config: MatmulConfig
+    note: tuple[str, ...] = ()  # comment lines above the kernel: why it was chosen
+
+
+@dataclass(frozen=True)
 class Kernel:
     name: str
     xnumel: int
@@ -97,6 +131,7 @@ class Kernel:
     body: tuple[Stmt | Store, ...]
     spans: tuple[Span, ...]
     tuned: Tuned | None = None  # None: codegen's heuristic launch config
+    matmul: Matmul | None = None  # a matmul with this kernel as its epilogue
 
     @property
     def is_reduction(self) -> bool:

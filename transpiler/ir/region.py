@@ -13,7 +13,7 @@ condition. Each region compiles on its own; the wrapper becomes nested `if`s.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from transpiler.ir.graph import Graph, Span
@@ -85,3 +85,17 @@ def programs_of(region: CompiledRegion) -> list:
         out.append(r.program)
         out += [loop.program for _, loop in r.loops]
     return out
+
+
+def map_programs(region: CompiledRegion, fn) -> CompiledRegion:
+    """The same compiled tree with `fn` applied to each Program, loop bodies too."""
+    children = {
+        side: map_programs(child, fn)
+        for side in ("if_true", "if_false")
+        if (child := getattr(region, side)) is not None
+    }
+    loops = tuple(
+        (target, replace(loop, program=fn(loop.program)))
+        for target, loop in region.loops
+    )
+    return replace(region, program=fn(region.program), loops=loops, **children)

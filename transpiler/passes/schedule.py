@@ -160,7 +160,10 @@ def _toposort(units: list, graph: Graph, fusion: Fusion, nodes) -> list:
         for name in (u.nodes if isinstance(u, Group) else (u,)):
             for r in nodes[name].refs():
                 _, _, root = resolve(r, nodes, fusion.kinds)
-                for dep in (r.name, root):
+                # a kernel reads a view through its index arithmetic, from the root
+                # buffer: it needs the root, not the wrapper's view of it
+                via_view = isinstance(u, Group) and fusion.kinds[r.name] == "view"
+                for dep in (root,) if via_view else (r.name, root):
                     j = owner.get(dep)
                     if j is not None and j != i:
                         d.add(j)
