@@ -20,7 +20,8 @@ choice is made by timing both, under `transpile --autotune`
 Applies to `linear(a, w)` without a bias (`split_addmm` has moved it into the
 consumer) where `a` and `w` are contiguous f16 or bf16, and the result, or
 contiguous views of it, is read by exactly one pointwise kernel, at each element's
-own position, and by nothing else.
+own position, and by nothing else; not in code with a loop on tensor data, whose body
+may read any earlier value.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from transpiler.ir.graph import Ref, TensorMeta, iter_refs
+from transpiler.ir.graph import LOOP, Ref, TensorMeta, iter_refs
 from transpiler.ir.program import (
     Alloc,
     ExternCall,
@@ -83,6 +84,10 @@ def find(
 ) -> list[Epilogue]:
     """Every linear layer of `program` whose consumer could be its epilogue;
     `inputs` gives the layouts of the program's inputs where known."""
+    if any(
+        isinstance(s, ExternCall) and s.target.startswith(LOOP) for s in program.steps
+    ):
+        return []  # a loop body may read any earlier value by name: keep them all
     layout = (inputs or {}) | metas(program)
     readers: dict[str, list] = {}  # buffer -> the steps that read it
     for s in program.steps:
