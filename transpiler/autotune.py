@@ -294,6 +294,22 @@ class Trial:
     ms: float
 
 
+def load_candidate(k: Kernel, config: LaunchConfig, folder: Path, loaded: dict):
+    """The Triton function of `k` rendered for `config`, written to `folder` and
+    imported; `loaded` keeps each distinct source's function."""
+    text = triton_codegen.kernel_module(k, config, '"""A candidate."""\n')
+    if text not in loaded:  # a file name never used before in `folder`
+        name = f"_autotune_{len(list(folder.iterdir()))}_{k.name}"
+        path = folder / f"{name}.py"
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        loaded[text] = getattr(module, f"triton_{k.name}")
+    return loaded[text]
+
+
 class _Launcher:
     """Launches of one kernel on seeded random inputs, for any candidate config.
 
@@ -307,17 +323,7 @@ class _Launcher:
         self.functions: dict[str, object] = {}
 
     def function(self, config: LaunchConfig):
-        text = triton_codegen.kernel_module(self.k, config, '"""A candidate."""\n')
-        if text not in self.functions:  # a file name never used before in `folder`
-            name = f"_autotune_{len(list(self.folder.iterdir()))}_{self.k.name}"
-            path = self.folder / f"{name}.py"
-            path.write_text(text)
-            spec = importlib.util.spec_from_file_location(name, path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            self.functions[text] = getattr(module, f"triton_{self.k.name}")
-        return self.functions[text]
+        return load_candidate(self.k, config, self.folder, self.functions)
 
     def run(self, config: LaunchConfig) -> tuple[Callable[[], None], list]:
         """Run `config` once (compiling it); the launch to time, and the outputs."""
@@ -434,9 +440,9 @@ def tune_epilogue(e, bench: Bench, folder: Path) -> Kernel | None:
     others = dict(
         zip([x.param for x in consumer.inputs], random_inputs(consumer, bench.device))
     )
-    baseline = _Launcher(consumer, bench.device, folder)
-    consumer_fn = baseline.function(launch_config(consumer))
     c = launch_config(consumer)
+    loaded: dict = {}
+    consumer_fn = load_candidate(consumer, c, folder, loaded)
     blocks = {"XBLOCK": c.xblock, "num_warps": c.num_warps}
     grid = (c.grid(consumer.xnumel),)
     want = poisoned_outputs(consumer, bench.device)
@@ -457,16 +463,9 @@ def tune_epilogue(e, bench: Bench, folder: Path) -> Kernel | None:
     for config in matmul_candidates(mm):
         k = dataclasses.replace(e.kernel, matmul=dataclasses.replace(mm, config=config))
         try:
-            fn = _Launcher(k, bench.device, folder).function(launch_config(k))
+            fn = load_candidate(k, launch_config(k), folder, loaded)
             got = poisoned_outputs(k, bench.device)
-            kw = {
-                "BLOCK_M": config.block_m,
-                "BLOCK_N": config.block_n,
-                "BLOCK_K": config.block_k,
-                "GROUP_M": config.group_m,
-                "num_warps": config.num_warps,
-                "num_stages": config.num_stages,
-            }
+            kw = config.launch_kwargs()
             g = (config.grid(mm.m, mm.n),)
 
             def launch(fn=fn, got=got, kw=kw, g=g) -> None:

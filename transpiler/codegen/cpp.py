@@ -59,6 +59,7 @@ class _Renderer:
         self.scaled: set[str] = set()  # divisions by a per-row value, in a loop
         self.inverted: set[str] = set()  # ... those values, with `_inv` declared
         self.prefetch_in: Loop | None = None  # the loop that prefetches the next row
+        self.row_loads = self._row_loads() if k.is_reduction else []
 
     def index(self, index: Index) -> str:
         ranges = {"x": self.k.xnumel, "r": self.k.rnumel}
@@ -128,11 +129,10 @@ class _Renderer:
         after the first, which reads the row from memory: while it computes, the next
         row's input is fetched into cache (Note [Prefetching the next row])."""
         loops = [seg for seg in segs if isinstance(seg, Loop)]
-        loads = self._row_loads()
+        loads = self.row_loads
         if len(loops) < 2 or not loads or not isinstance(self.k.rnumel, int):
             return None
-        itemsize = {a.param: a.dtype.itemsize for a in self.k.inputs}
-        if self.k.rnumel * sum(itemsize[p] for p, _ in loads) > PREFETCH_ROW_MAX:
+        if self.k.rnumel * sum(size for _, _, size in loads) > PREFETCH_ROW_MAX:
             return None  # it would push this row out; L2's streamer does better
         filled: set[str] = set()
         costs = []
@@ -147,11 +147,13 @@ class _Renderer:
         best = max(range(1, len(loops)), key=lambda i: costs[i])
         return loops[best]
 
-    def _row_loads(self) -> list[tuple[str, str]]:
-        """(param, index of the next row) of each load that walks a row contiguously."""
+    def _row_loads(self) -> list[tuple[str, str, int]]:
+        """(param, index of the next row, element size) of each load that walks a
+        row contiguously."""
         names = {"x": "(x + 1)", "r": "r"}
         ranges = {"x": self.k.xnumel, "r": self.k.rnumel}
-        out: list[tuple[str, str]] = []
+        itemsize = {a.param: a.dtype.itemsize for a in self.k.inputs}
+        out: list[tuple[str, str, int]] = []
         for s in self.k.body:
             if not (isinstance(s, Stmt) and s.op == "load"):
                 continue
@@ -161,17 +163,15 @@ class _Renderer:
             if "x" not in terms or r is None or (r.div, r.stride) != (1, 1):
                 continue
             text = format_index(index, names, ranges, "/")
-            entry = (param, text.replace("((x + 1))", "(x + 1)"))
+            entry = (param, text.replace("((x + 1))", "(x + 1)"), itemsize[param])
             if entry not in out:
                 out.append(entry)
         return out
 
     def _prefetch(self, first: str, end, ind: str) -> None:
-        loads = self._row_loads()
-        itemsize = {a.param: a.dtype.itemsize for a in self.k.inputs}
-        step = CACHE_LINE // min(itemsize[param] for param, _ in loads)
+        step = CACHE_LINE // min(size for _, _, size in self.row_loads)
         self.lines.append(f"{ind}for (int64_t r = {first}; r < {end}; r += {step}) {{")
-        for param, index in loads:
+        for param, index, _ in self.row_loads:
             self.lines.append(f"{ind}    __builtin_prefetch(&{param}[{index}]);")
         self.lines.append(f"{ind}}}")
 

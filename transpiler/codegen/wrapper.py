@@ -459,10 +459,7 @@ def _kernel_call(step: KernelCall, kernels: dict, device: str) -> str:
         return f'_cpp.function("cpp_{step.kernel}", "{sig}")({args})'
     if k.matmul is not None:
         mm, c = k.matmul, k.matmul.config
-        blocks = (
-            f"BLOCK_M={c.block_m}, BLOCK_N={c.block_n}, BLOCK_K={c.block_k}, "
-            f"GROUP_M={c.group_m}, num_warps={c.num_warps}, num_stages={c.num_stages}"
-        )
+        blocks = ", ".join(f"{key}={v}" for key, v in c.launch_kwargs().items())
         return (
             f"_triton.triton_{step.kernel}[({c.grid(mm.m, mm.n)},)]"
             f"({', '.join(step.args)}, {blocks})"

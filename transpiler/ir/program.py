@@ -103,6 +103,18 @@ class MatmulConfig:
     def grid(self, m: int, n: int) -> int:
         return -(-m // self.block_m) * -(-n // self.block_n)
 
+    def launch_kwargs(self) -> dict[str, int]:
+        """The keyword arguments of a launch: the kernel's constexprs, then Triton's
+        options."""
+        return {
+            "BLOCK_M": self.block_m,
+            "BLOCK_N": self.block_n,
+            "BLOCK_K": self.block_k,
+            "GROUP_M": self.group_m,
+            "num_warps": self.num_warps,
+            "num_stages": self.num_stages,
+        }
+
 
 @dataclass(frozen=True)
 class Matmul:
