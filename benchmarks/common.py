@@ -46,10 +46,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "benchmarks" / "pyproject.toml"
 COMPUTE_BOUND = frozenset({"gpt_block", "gpt"})  # no GB/s column: matmuls dominate
 # microseconds of work per call: launch and Python overhead dominate, so these are
-# timed as wall-clock latency per call (`latency_timer`), with no GB/s column
+# timed as wall-clock latency per call (`latency_race`), with no GB/s column
 OVERHEAD_BOUND = frozenset({"toy"})
 
 Timer = Callable[[Callable[[], object]], float]  # runs fn repeatedly, returns median ms
+# times several functions together (interleaved), returns each one's median ms
+Race = Callable[[dict[str, Callable[[], object]]], dict[str, float]]
 
 
 @dataclass(frozen=True)
@@ -125,9 +127,20 @@ def cpu_timer(quick: bool) -> tuple[Timer, str]:
 def latency_timer(quick: bool, sync: Callable[[], object]) -> tuple[Timer, str]:
     """Wall-clock latency per call: batches of back-to-back calls, `sync()` at the end
     of each batch only; the median over batches of batch time / calls."""
+    race, how = latency_race(quick, sync)
+    return (lambda fn: race({"fn": fn})["fn"]), how
+
+
+def latency_race(quick: bool, sync: Callable[[], object]) -> tuple[Race, str]:
+    """`latency_timer` for several functions at once, their batches interleaved.
+
+    A host's speed drifts over seconds (other processes, clock changes), and a batch
+    is a tenth of a second: timed one function after another, the later function
+    meets a different host. Here each round runs one batch of every function, in an
+    order that rotates from round to round, so each median is over the same spells."""
     batches, batch_s = (5, 0.02) if quick else (15, 0.1)
 
-    def time_ms(fn: Callable[[], object]) -> float:
+    def calls_for(fn: Callable[[], object]) -> int:
         for _ in range(10):
             fn()
         sync()
@@ -137,24 +150,30 @@ def latency_timer(quick: bool, sync: Callable[[], object]) -> tuple[Timer, str]:
             for _ in range(calls):
                 fn()
             sync()
-            elapsed = time.perf_counter() - start
-            if elapsed >= batch_s or calls >= 2**16:
-                break
+            if time.perf_counter() - start >= batch_s or calls >= 2**16:
+                return calls
             calls *= 2
-        per_call = []
-        for _ in range(batches):
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            sync()
-            per_call.append((time.perf_counter() - start) / calls)
-        return statistics.median(per_call) * 1e3
+
+    def race(fns: dict[str, Callable[[], object]]) -> dict[str, float]:
+        calls = {name: calls_for(fn) for name, fn in fns.items()}
+        per_call: dict[str, list[float]] = {name: [] for name in fns}
+        names = list(fns)
+        for i in range(batches):
+            for name in names[i % len(names) :] + names[: i % len(names)]:
+                fn, n = fns[name], calls[name]
+                start = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                sync()
+                per_call[name].append((time.perf_counter() - start) / n)
+        return {name: statistics.median(t) * 1e3 for name, t in per_call.items()}
 
     how = (
         f"time.perf_counter over back-to-back calls, synchronized once per batch,"
-        f" median of {batches} batches of >= {batch_s * 1e3:.0f} ms"
+        f" median of {batches} batches of >= {batch_s * 1e3:.0f} ms, the batches of"
+        " eager, each compiled and generated interleaved"
     )
-    return time_ms, how
+    return race, how
 
 
 def copy_bandwidth(device: str, numel: int, timer: Timer) -> float:
@@ -251,18 +270,27 @@ def run_case(
     device: str,
     timer: Timer,
     compilers: Sequence[Compiler] = (COMPILE,),
-    latency: Timer | None = None,
+    latency: Race | None = None,
     since: float | None = None,
 ) -> Result:
     """Eager, each compiler and generated for one case; never raises for a broken one.
 
-    `latency`, if given, times the overhead-bound cases instead of `timer`. Progress
-    goes to stderr, with the seconds elapsed since `since` (default: now).
+    `latency`, if given, times the overhead-bound cases instead of `timer`: all of
+    their functions together, once each is built and checked. Progress goes to
+    stderr, with the seconds elapsed since `since` (default: now).
     """
     start = time.perf_counter() if since is None else since
     result = Result(case, latency=latency is not None and case.overhead_bound)
-    if result.latency:
-        timer = latency
+    raced: dict[str, Callable[[], object]] = {}  # overhead-bound: timed together
+
+    def time_ms(name: str, fn: Callable[[], object]) -> float | None:
+        if result.latency:
+            raced[name] = fn
+            return None
+        ms = timer(fn)
+        progress(f"{case.name}: {name} {ms:.3f} ms", start)
+        return ms
+
     torch._dynamo.reset()
     target, low = case.target, case.variant.low_precision
     inputs = make_inputs(case.variant, device)
@@ -273,19 +301,22 @@ def run_case(
         weights = eager.state_dict() if isinstance(eager, torch.nn.Module) else {}
         result.nbytes = tensor_bytes(inputs, list(weights.values()), out)
         del out
-        result.eager_ms = timer(lambda: eager(**inputs))
-        progress(f"{case.name}: eager {result.eager_ms:.3f} ms", start)
+        result.eager_ms = time_ms("eager", lambda: eager(**inputs))
 
         for compiler in compilers:
-            timed = run_compiled(compiler, eager, inputs, expected, low, timer)
-            result.compiled[compiler.name] = timed
-            torch._dynamo.reset()  # drop the compiled code (and its memory)
-            first = "-" if timed.first_s is None else f"{timed.first_s:.1f} s"
-            progress(
-                f"{case.name}: {compiler.name} first call {first},"
-                f" {_ms(timed.ms)} ms",
-                start,
+            timed = run_compiled(
+                compiler,
+                eager,
+                inputs,
+                expected,
+                low,
+                lambda fn, name=compiler.name: time_ms(name, fn),
             )
+            result.compiled[compiler.name] = timed
+            if not result.latency:
+                torch._dynamo.reset()  # drop the compiled code (and its memory)
+            first = "-" if timed.first_s is None else f"{timed.first_s:.1f} s"
+            progress(f"{case.name}: {compiler.name} first call {first}", start)
 
         try:
             gen = build_generated(
@@ -294,18 +325,27 @@ def run_case(
             actual, warned = call_watching(gen, inputs)
         except ImportError as e:
             result.generated_missing, result.generated_ok = True, str(e)
-            return result
+            gen = None
         except Exception as e:
             result.generated_ok = f"no (raised {type(e).__name__}: {e})"
-            return result
-        note = fallback_note(warned, call_watching(eager, inputs)[1])
-        if note:  # a generated module without this variant falls back to eager
-            result.generated_missing, result.generated_ok = True, note
-            return result
-        result.generated_ok = verdict(compare_outputs(actual, expected, low))
-        del actual
-        result.generated_ms = timer(lambda: gen(**inputs))
-        progress(f"{case.name}: generated {result.generated_ms:.3f} ms", start)
+            gen = None
+        if gen is not None:
+            note = fallback_note(warned, call_watching(eager, inputs)[1])
+            if note:  # a generated module without this variant falls back to eager
+                result.generated_missing, result.generated_ok = True, note
+            else:
+                result.generated_ok = verdict(compare_outputs(actual, expected, low))
+                del actual
+                result.generated_ms = time_ms("generated", lambda: gen(**inputs))
+        if raced:
+            ms = latency(raced)
+            each = ", ".join(f"{name} {value:.3f}" for name, value in ms.items())
+            progress(f"{case.name}: {each} ms a call, timed together", start)
+            result.eager_ms = ms.pop("eager")
+            result.generated_ms = ms.pop("generated", None)
+            for name, value in ms.items():
+                result.compiled[name].ms = value
+            torch._dynamo.reset()
     return result
 
 
@@ -461,12 +501,12 @@ def main(
     copy_numel: tuple[int, int],  # (full, --quick)
     argv: list[str] | None = None,
     note: str = "",
-    make_latency_timer: Callable[[bool], tuple[Timer, str]] | None = None,
+    make_latency_race: Callable[[bool], tuple[Race, str]] | None = None,
     max_autotune: bool = False,
 ) -> int:
     """Run the cases of `device` and print the report.
 
-    `make_latency_timer`: the timer of the overhead-bound cases (None: `make_timer`'s);
+    `make_latency_race`: times the overhead-bound cases (None: `make_timer`'s timer);
     `max_autotune`: also compile with `MAX_AUTOTUNE` (unless --skip-max-autotune).
     """
     parser = argparse.ArgumentParser(
@@ -509,8 +549,8 @@ def main(
     start = time.perf_counter()
     timer, timing = make_timer(args.quick)
     latency, latency_how = None, ""
-    if make_latency_timer is not None:
-        latency, latency_how = make_latency_timer(args.quick)
+    if make_latency_race is not None:
+        latency, latency_how = make_latency_race(args.quick)
     numel = copy_numel[1] if args.quick else copy_numel[0]
     copy_gbps = copy_bandwidth(device, numel, timer)
     results = []

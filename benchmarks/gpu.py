@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
         common.cuda_timer,
         COPY_NUMEL,
         argv,
-        make_latency_timer=lambda quick: common.latency_timer(
+        make_latency_race=lambda quick: common.latency_race(
             quick, torch.cuda.synchronize
         ),
         max_autotune=True,

@@ -170,8 +170,6 @@ extern "C" void cpp_fused_addmm_log_softmax_0(
         }
         #pragma omp simd reduction(+:tmp6)
         for (int64_t r = 0; r < 10; ++r) {
-            float tmp0 = in_ptr0[10 * x + r];
-            float tmp1 = in_ptr1[r];
             float tmp2 = tmp2_row[r];
             float tmp4 = tmp2 - tmp3;
             tmp4_row[r] = tmp4;
@@ -181,9 +179,6 @@ extern "C" void cpp_fused_addmm_log_softmax_0(
         float tmp7 = std::log(tmp6);
         #pragma omp simd
         for (int64_t r = 0; r < 10; ++r) {
-            float tmp0 = in_ptr0[10 * x + r];
-            float tmp1 = in_ptr1[r];
-            float tmp2 = tmp2_row[r];
             float tmp4 = tmp4_row[r];
             float tmp8 = tmp4 - tmp7;
             out_ptr0[10 * x + r] = tmp8;
@@ -219,8 +214,6 @@ extern "C" void cpp_fused_addmm_log_softmax_1(
         }
         #pragma omp simd reduction(+:tmp6)
         for (int64_t r = 0; r < 10; ++r) {
-            float tmp0 = in_ptr0[10 * x + r];
-            float tmp1 = in_ptr1[r];
             float tmp2 = tmp2_row[r];
             float tmp4 = tmp2 - tmp3;
             tmp4_row[r] = tmp4;
@@ -230,9 +223,6 @@ extern "C" void cpp_fused_addmm_log_softmax_1(
         float tmp7 = std::log(tmp6);
         #pragma omp simd
         for (int64_t r = 0; r < 10; ++r) {
-            float tmp0 = in_ptr0[10 * x + r];
-            float tmp1 = in_ptr1[r];
-            float tmp2 = tmp2_row[r];
             float tmp4 = tmp4_row[r];
             float tmp8 = tmp4 - tmp7;
             out_ptr0[10 * x + r] = tmp8;
@@ -264,8 +254,6 @@ extern "C" void cpp_fused_addmm_log_softmax_2(
         float tmp6 = 0;
         #pragma omp simd reduction(+:tmp6)
         for (int64_t r = 0; r < 10; ++r) {
-            float tmp0 = in_ptr0[r];
-            float tmp1 = in_ptr1[r];
             float tmp2 = tmp2_row[r];
             float tmp4 = tmp2 - tmp3;
             tmp4_row[r] = tmp4;
@@ -275,9 +263,6 @@ extern "C" void cpp_fused_addmm_log_softmax_2(
         float tmp7 = std::log(tmp6);
         #pragma omp simd
         for (int64_t r = 0; r < 10; ++r) {
-            float tmp0 = in_ptr0[r];
-            float tmp1 = in_ptr1[r];
-            float tmp2 = tmp2_row[r];
             float tmp4 = tmp4_row[r];
             float tmp8 = tmp4 - tmp7;
             out_ptr0[r] = tmp8;
@@ -314,8 +299,6 @@ extern "C" void cpp_fused_addmm_log_softmax_3(
         }
         #pragma omp simd reduction(+:tmp6)
         for (int64_t r = 0; r < 10; ++r) {
-            float tmp0 = in_ptr0[10 * (x % B) + r];
-            float tmp1 = in_ptr1[r];
             float tmp2 = tmp2_row[r];
             float tmp4 = tmp2 - tmp3;
             tmp4_row[r] = tmp4;
@@ -325,9 +308,6 @@ extern "C" void cpp_fused_addmm_log_softmax_3(
         float tmp7 = std::log(tmp6);
         #pragma omp simd
         for (int64_t r = 0; r < 10; ++r) {
-            float tmp0 = in_ptr0[10 * (x % B) + r];
-            float tmp1 = in_ptr1[r];
-            float tmp2 = tmp2_row[r];
             float tmp4 = tmp4_row[r];
             float tmp8 = tmp4 - tmp7;
             out_ptr0[10 * (x % B) + r] = tmp8;

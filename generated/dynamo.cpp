@@ -163,7 +163,6 @@ extern "C" void cpp_fused_mul_sum_gt_0(
         out_ptr1[0] = tmp3;
         #pragma omp simd
         for (int64_t r = 0; r < 10; ++r) {
-            float tmp0 = in_ptr0[r];
             float tmp1 = tmp1_row[r];
             out_ptr0[r] = tmp1;
         }

@@ -168,8 +168,6 @@ extern "C" void cpp_fused_add_native_layer_norm_0(
         float tmp7 = 0;
         #pragma omp simd reduction(+:tmp7)
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp0 = in_ptr0[64 * x + r];
-            float tmp1 = in_ptr1[64 * (x % 16) + r];
             float tmp2 = tmp2_row[r];
             float tmp5 = tmp2 - tmp4;
             tmp5_row[r] = tmp5;
@@ -186,8 +184,6 @@ extern "C" void cpp_fused_add_native_layer_norm_0(
         }
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp0 = in_ptr0[64 * x + r];
-            float tmp1 = in_ptr1[64 * (x % 16) + r];
             float tmp2 = tmp2_row[r];
             float tmp5 = tmp5_row[r];
             float tmp11 = tmp5 * tmp10;
@@ -231,10 +227,6 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
         float tmp9 = 0;
         #pragma omp simd reduction(+:tmp9)
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp0 = in_ptr0[64 * x + r];
-            float tmp1 = in_ptr1[r];
-            float tmp2 = tmp0 + tmp1;
-            float tmp3 = in_ptr2[64 * x + r];
             float tmp4 = tmp4_row[r];
             float tmp7 = tmp4 - tmp6;
             tmp7_row[r] = tmp7;
@@ -251,10 +243,6 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
         }
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp0 = in_ptr0[64 * x + r];
-            float tmp1 = in_ptr1[r];
-            float tmp2 = tmp0 + tmp1;
-            float tmp3 = in_ptr2[64 * x + r];
             float tmp4 = tmp4_row[r];
             float tmp7 = tmp7_row[r];
             float tmp13 = tmp7 * tmp12;
@@ -324,10 +312,6 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
         float tmp9 = 0;
         #pragma omp simd reduction(+:tmp9)
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp0 = in_ptr0[64 * x + r];
-            float tmp1 = in_ptr1[r];
-            float tmp2 = tmp0 + tmp1;
-            float tmp3 = in_ptr2[64 * x + r];
             float tmp4 = tmp4_row[r];
             float tmp7 = tmp4 - tmp6;
             tmp7_row[r] = tmp7;
@@ -344,11 +328,6 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
         }
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp0 = in_ptr0[64 * x + r];
-            float tmp1 = in_ptr1[r];
-            float tmp2 = tmp0 + tmp1;
-            float tmp3 = in_ptr2[64 * x + r];
-            float tmp4 = tmp4_row[r];
             float tmp7 = tmp7_row[r];
             float tmp13 = tmp7 * tmp12;
             float tmp14 = in_ptr3[r];

@@ -176,7 +176,6 @@ extern "C" void cpp_fused_native_layer_norm_0(
         }
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp0 = in_ptr0[64 * x + r];
             float tmp3 = tmp3_row[r];
             float tmp9 = tmp3 * tmp8;
             float tmp10 = in_ptr1[r];
@@ -218,10 +217,6 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
         float tmp9 = 0;
         #pragma omp simd reduction(+:tmp9)
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp0 = in_ptr0[64 * x + r];
-            float tmp1 = in_ptr1[r];
-            float tmp2 = tmp0 + tmp1;
-            float tmp3 = in_ptr2[64 * x + r];
             float tmp4 = tmp4_row[r];
             float tmp7 = tmp4 - tmp6;
             tmp7_row[r] = tmp7;
@@ -238,10 +233,6 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
         }
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp0 = in_ptr0[64 * x + r];
-            float tmp1 = in_ptr1[r];
-            float tmp2 = tmp0 + tmp1;
-            float tmp3 = in_ptr2[64 * x + r];
             float tmp4 = tmp4_row[r];
             float tmp7 = tmp7_row[r];
             float tmp13 = tmp7 * tmp12;
@@ -337,7 +328,6 @@ extern "C" void cpp_fused_native_layer_norm_1(
         }
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp0 = bf16_to_float(in_ptr0[64 * x + r]);
             float tmp3 = tmp3_row[r];
             float tmp9 = tmp3 * tmp8;
             float tmp10 = bf16_to_float(in_ptr1[r]);
@@ -379,10 +369,6 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
         float tmp9 = 0;
         #pragma omp simd reduction(+:tmp9)
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp0 = bf16_to_float(in_ptr0[64 * x + r]);
-            float tmp1 = bf16_to_float(in_ptr1[r]);
-            float tmp2 = tmp0 + tmp1;
-            float tmp3 = bf16_to_float(in_ptr2[64 * x + r]);
             float tmp4 = tmp4_row[r];
             float tmp7 = tmp4 - tmp6;
             tmp7_row[r] = tmp7;
@@ -399,10 +385,6 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
         }
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp0 = bf16_to_float(in_ptr0[64 * x + r]);
-            float tmp1 = bf16_to_float(in_ptr1[r]);
-            float tmp2 = tmp0 + tmp1;
-            float tmp3 = bf16_to_float(in_ptr2[64 * x + r]);
             float tmp4 = tmp4_row[r];
             float tmp7 = tmp7_row[r];
             float tmp13 = tmp7 * tmp12;

@@ -176,7 +176,6 @@ extern "C" void cpp_fused_native_layer_norm_gelu_0(
         }
         #pragma omp simd
         for (int64_t r = 0; r < 256; ++r) {
-            float tmp0 = in_ptr0[256 * x + r];
             float tmp3 = tmp3_row[r];
             float tmp9 = tmp3 * tmp8;
             float tmp10 = in_ptr1[r];
@@ -223,7 +222,6 @@ extern "C" void cpp_fused_native_layer_norm_gelu_1(
         }
         #pragma omp simd
         for (int64_t r = 0; r < 256; ++r) {
-            float tmp0 = bf16_to_float(in_ptr0[256 * x + r]);
             float tmp3 = tmp3_row[r];
             float tmp9 = tmp3 * tmp8;
             float tmp10 = in_ptr1[r];

@@ -174,8 +174,6 @@ extern "C" void cpp_fused_softmax_0(
         float tmp4_inv = float(1) / tmp4;
         #pragma omp simd
         for (int64_t r = 0; r < 128; ++r) {
-            float tmp0 = in_ptr0[128 * x + r];
-            float tmp2 = tmp0 - tmp1;
             float tmp3 = tmp3_row[r];
             float tmp5 = tmp3 * tmp4_inv;
             out_ptr0[128 * x + r] = tmp5;

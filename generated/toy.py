@@ -4,11 +4,11 @@ Regenerate with: transpile
 
 Variants (tried in order):
     ToyLinear (examples/toy.py::ToyLinear)
-        cpu_0    cpu: x=f32[2,4]                          1 kernel, 1 extern call
-        cuda_0   cuda: x=f32[2,4]                         1 kernel, 1 extern call
+        cpu_0    cpu: x=f32[2,4]                          1 kernel, 0 extern calls
+        cuda_0   cuda: x=f32[2,4]                         1 kernel, 0 extern calls
     ToyModule (examples/toy.py::ToyModule)
-        cpu_1    cpu: x=f32[2,4]                          3 kernels, 1 extern call, 1 branch on tensor data
-        cuda_1   cuda: x=f32[2,4]                         3 kernels, 1 extern call, 1 branch on tensor data
+        cpu_1    cpu: x=f32[2,4]                          3 kernels, 0 extern calls, 1 branch on tensor data
+        cuda_1   cuda: x=f32[2,4]                         3 kernels, 0 extern calls, 1 branch on tensor data
 
 Graph breaks (code run eagerly):
     none
@@ -61,6 +61,15 @@ def _guards_cpu_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
+    linear_weight = self._modules["linear"]._parameters["weight"]
+    if not (linear_weight.is_cpu):
+        return "self.linear.weight.is_cpu"
+    if not (linear_weight.dtype == torch.float32):
+        return "self.linear.weight.dtype == torch.float32"
+    if not (linear_weight.shape == (4, 4)):
+        return "self.linear.weight.shape == (4, 4)"
+    if not (linear_weight.stride() == (4, 1)):
+        return "self.linear.weight.stride() == (4, 1)"
     linear_bias = self._modules["linear"]._parameters["bias"]
     if not (linear_bias.is_cpu):
         return "self.linear.bias.is_cpu"
@@ -73,9 +82,7 @@ def _guards_cpu_0(self, x):
     if not (
         not torch.is_grad_enabled()
         or not (
-            x.requires_grad
-            or self.linear.weight.requires_grad
-            or linear_bias.requires_grad
+            x.requires_grad or linear_weight.requires_grad or linear_bias.requires_grad
         )
     ):
         return "not torch.is_grad_enabled() or nothing it reads requires grad"
@@ -87,10 +94,9 @@ def _cpu_0(self, x):
     linear_weight = self._modules["linear"]._parameters["weight"]
     linear_bias = self._modules["linear"]._parameters["bias"]
     # examples/toy.py:15: return self.linear(x).relu()
-    linear = torch.nn.functional.linear(x, linear_weight)
     relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-    _cpp.function("cpp_fused_addmm_relu_0", "ppp")(
-        linear.data_ptr(), linear_bias.data_ptr(), relu.data_ptr()
+    _cpp.function("cpp_fused_addmm_relu_0", "pppp")(
+        x.data_ptr(), linear_weight.data_ptr(), linear_bias.data_ptr(), relu.data_ptr()
     )
     return relu
 
@@ -109,6 +115,15 @@ def _guards_cuda_0(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
+    linear_weight = self._modules["linear"]._parameters["weight"]
+    if not (linear_weight.is_cuda):
+        return "self.linear.weight.is_cuda"
+    if not (linear_weight.dtype == torch.float32):
+        return "self.linear.weight.dtype == torch.float32"
+    if not (linear_weight.shape == (4, 4)):
+        return "self.linear.weight.shape == (4, 4)"
+    if not (linear_weight.stride() == (4, 1)):
+        return "self.linear.weight.stride() == (4, 1)"
     linear_bias = self._modules["linear"]._parameters["bias"]
     if not (linear_bias.is_cuda):
         return "self.linear.bias.is_cuda"
@@ -121,9 +136,7 @@ def _guards_cuda_0(self, x):
     if not (
         not torch.is_grad_enabled()
         or not (
-            x.requires_grad
-            or self.linear.weight.requires_grad
-            or linear_bias.requires_grad
+            x.requires_grad or linear_weight.requires_grad or linear_bias.requires_grad
         )
     ):
         return "not torch.is_grad_enabled() or nothing it reads requires grad"
@@ -135,10 +148,9 @@ def _cuda_0(self, x):
     linear_weight = self._modules["linear"]._parameters["weight"]
     linear_bias = self._modules["linear"]._parameters["bias"]
     # examples/toy.py:15: return self.linear(x).relu()
-    linear = torch.nn.functional.linear(x, linear_weight)
     relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
     _triton.triton_fused_addmm_relu_0[(1,)](
-        linear, linear_bias, relu, XBLOCK=16, num_warps=2
+        x, linear_weight, linear_bias, relu, XBLOCK=16, num_warps=2
     )
     return relu
 
@@ -172,12 +184,28 @@ def _guards_cpu_1(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
+    linear_weight = self._modules["linear"]._parameters["weight"]
+    if not (linear_weight.is_cpu):
+        return "self.linear.weight.is_cpu"
+    if not (linear_weight.dtype == torch.float32):
+        return "self.linear.weight.dtype == torch.float32"
+    if not (linear_weight.shape == (4, 4)):
+        return "self.linear.weight.shape == (4, 4)"
+    if not (linear_weight.stride() == (4, 1)):
+        return "self.linear.weight.stride() == (4, 1)"
+    linear_bias = self._modules["linear"]._parameters["bias"]
+    if not (linear_bias.is_cpu):
+        return "self.linear.bias.is_cpu"
+    if not (linear_bias.dtype == torch.float32):
+        return "self.linear.bias.dtype == torch.float32"
+    if not (linear_bias.shape == (4,)):
+        return "self.linear.bias.shape == (4,)"
+    if not (linear_bias.stride() == (1,)):
+        return "self.linear.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
         or not (
-            x.requires_grad
-            or self.linear.weight.requires_grad
-            or self.linear.bias.requires_grad
+            x.requires_grad or linear_weight.requires_grad or linear_bias.requires_grad
         )
     ):
         return "not torch.is_grad_enabled() or nothing it reads requires grad"
@@ -189,20 +217,26 @@ def _cpu_1(self, x):
     linear_weight = self._modules["linear"]._parameters["weight"]
     linear_bias = self._modules["linear"]._parameters["bias"]
     # examples/toy.py:27: y = self.linear(x)
-    linear = torch.nn.functional.linear(x, linear_weight, linear_bias)
     # examples/toy.py:28: if y.sum() > 0:
+    addmm = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
     gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
-    _cpp.function("cpp_fused_sum_gt_0", "pp")(linear.data_ptr(), gt.data_ptr())
+    _cpp.function("cpp_fused_addmm_sum_gt_0", "ppppp")(
+        x.data_ptr(),
+        linear_weight.data_ptr(),
+        linear_bias.data_ptr(),
+        addmm.data_ptr(),
+        gt.data_ptr(),
+    )
     # sync: the branch reads tensor data (examples/toy.py:28: if y.sum() > 0:)
     if gt:
         # examples/toy.py:29: return y.relu()
         relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-        _cpp.function("cpp_fused_relu_0", "pp")(linear.data_ptr(), relu.data_ptr())
+        _cpp.function("cpp_fused_relu_0", "pp")(addmm.data_ptr(), relu.data_ptr())
         return relu
     else:
         # examples/toy.py:30: return y.tanh()
         tanh = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-        _cpp.function("cpp_fused_tanh_0", "pp")(linear.data_ptr(), tanh.data_ptr())
+        _cpp.function("cpp_fused_tanh_0", "pp")(addmm.data_ptr(), tanh.data_ptr())
         return tanh
 
 
@@ -220,12 +254,28 @@ def _guards_cuda_1(self, x):
         return "x.is_contiguous()"
     if not (not self.training):
         return "not self.training"
+    linear_weight = self._modules["linear"]._parameters["weight"]
+    if not (linear_weight.is_cuda):
+        return "self.linear.weight.is_cuda"
+    if not (linear_weight.dtype == torch.float32):
+        return "self.linear.weight.dtype == torch.float32"
+    if not (linear_weight.shape == (4, 4)):
+        return "self.linear.weight.shape == (4, 4)"
+    if not (linear_weight.stride() == (4, 1)):
+        return "self.linear.weight.stride() == (4, 1)"
+    linear_bias = self._modules["linear"]._parameters["bias"]
+    if not (linear_bias.is_cuda):
+        return "self.linear.bias.is_cuda"
+    if not (linear_bias.dtype == torch.float32):
+        return "self.linear.bias.dtype == torch.float32"
+    if not (linear_bias.shape == (4,)):
+        return "self.linear.bias.shape == (4,)"
+    if not (linear_bias.stride() == (1,)):
+        return "self.linear.bias.stride() == (1,)"
     if not (
         not torch.is_grad_enabled()
         or not (
-            x.requires_grad
-            or self.linear.weight.requires_grad
-            or self.linear.bias.requires_grad
+            x.requires_grad or linear_weight.requires_grad or linear_bias.requires_grad
         )
     ):
         return "not torch.is_grad_enabled() or nothing it reads requires grad"
@@ -237,20 +287,22 @@ def _cuda_1(self, x):
     linear_weight = self._modules["linear"]._parameters["weight"]
     linear_bias = self._modules["linear"]._parameters["bias"]
     # examples/toy.py:27: y = self.linear(x)
-    linear = torch.nn.functional.linear(x, linear_weight, linear_bias)
     # examples/toy.py:28: if y.sum() > 0:
+    addmm = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
     gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
-    _triton.triton_fused_sum_gt_0[(1,)](linear, gt, XBLOCK=1, RBLOCK=8, num_warps=1)
+    _triton.triton_fused_addmm_sum_gt_0[(1,)](
+        x, linear_weight, linear_bias, addmm, gt, XBLOCK=1, RBLOCK=8, num_warps=1
+    )
     # sync: the branch reads tensor data (examples/toy.py:28: if y.sum() > 0:)
     if gt:
         # examples/toy.py:29: return y.relu()
         relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-        _triton.triton_fused_relu_0[(1,)](linear, relu, XBLOCK=16, num_warps=2)
+        _triton.triton_fused_relu_0[(1,)](addmm, relu, XBLOCK=16, num_warps=2)
         return relu
     else:
         # examples/toy.py:30: return y.tanh()
         tanh = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-        _triton.triton_fused_tanh_0[(1,)](linear, tanh, XBLOCK=16, num_warps=2)
+        _triton.triton_fused_tanh_0[(1,)](addmm, tanh, XBLOCK=16, num_warps=2)
         return tanh
 
 

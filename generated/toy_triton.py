@@ -24,22 +24,45 @@ def _tanh(x):
 
 
 @triton.jit
-def triton_fused_addmm_relu_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_addmm_relu_0(
+    in_ptr0, in_ptr1, in_ptr2, out_ptr0, XBLOCK: tl.constexpr
+):
     # examples/toy.py:15: return self.linear(x).relu()
     xnumel = 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
-    tmp1 = tl.load(in_ptr1 + xindex % 4, xmask, other=0)
-    tmp2 = tmp0 + tmp1
-    tmp3 = tl.where(tmp2 < 0, 0, tmp2)
-    tl.store(out_ptr0 + xindex, tmp3, xmask)
+    tmp0 = tl.load(in_ptr0 + 4 * (xindex // 4), xmask, other=0)
+    tmp1 = tl.load(in_ptr1 + 4 * (xindex % 4), xmask, other=0)
+    tmp2 = tmp0 * tmp1
+    tmp3 = tl.load(in_ptr0 + (4 * (xindex // 4) + 1), xmask, other=0)
+    tmp4 = tl.load(in_ptr1 + (4 * (xindex % 4) + 1), xmask, other=0)
+    tmp5 = tmp3 * tmp4
+    tmp6 = tmp2 + tmp5
+    tmp7 = tl.load(in_ptr0 + (4 * (xindex // 4) + 2), xmask, other=0)
+    tmp8 = tl.load(in_ptr1 + (4 * (xindex % 4) + 2), xmask, other=0)
+    tmp9 = tmp7 * tmp8
+    tmp10 = tmp6 + tmp9
+    tmp11 = tl.load(in_ptr0 + (4 * (xindex // 4) + 3), xmask, other=0)
+    tmp12 = tl.load(in_ptr1 + (4 * (xindex % 4) + 3), xmask, other=0)
+    tmp13 = tmp11 * tmp12
+    tmp14 = tmp10 + tmp13
+    tmp15 = tl.load(in_ptr2 + xindex % 4, xmask, other=0)
+    tmp16 = tmp14 + tmp15
+    tmp17 = tl.where(tmp16 < 0, 0, tmp16)
+    tl.store(out_ptr0 + xindex, tmp17, xmask)
 
 
 @triton.jit
-def triton_fused_sum_gt_0(
-    in_ptr0, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+def triton_fused_addmm_sum_gt_0(
+    in_ptr0,
+    in_ptr1,
+    in_ptr2,
+    out_ptr0,
+    out_ptr1,
+    XBLOCK: tl.constexpr,
+    RBLOCK: tl.constexpr,
 ):
+    # examples/toy.py:27: y = self.linear(x)
     # examples/toy.py:28: if y.sum() > 0:
     xnumel = 1
     rnumel = 8
@@ -49,11 +72,28 @@ def triton_fused_sum_gt_0(
     rindex = rbase
     rmask = rindex < rnumel
     acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    tmp0 = tl.load(in_ptr0 + rindex, xmask & rmask, other=0)
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp0, 0)
-    tmp1 = tl.sum(acc0_0, 1)[:, None]
-    tmp2 = tmp1 > 0.0
-    tl.store(out_ptr0 + xindex, tmp2, xmask)
+    tmp0 = tl.load(in_ptr0 + 4 * (rindex // 4), xmask & rmask, other=0)
+    tmp1 = tl.load(in_ptr1 + 4 * (rindex % 4), xmask & rmask, other=0)
+    tmp2 = tmp0 * tmp1
+    tmp3 = tl.load(in_ptr0 + (4 * (rindex // 4) + 1), xmask & rmask, other=0)
+    tmp4 = tl.load(in_ptr1 + (4 * (rindex % 4) + 1), xmask & rmask, other=0)
+    tmp5 = tmp3 * tmp4
+    tmp6 = tmp2 + tmp5
+    tmp7 = tl.load(in_ptr0 + (4 * (rindex // 4) + 2), xmask & rmask, other=0)
+    tmp8 = tl.load(in_ptr1 + (4 * (rindex % 4) + 2), xmask & rmask, other=0)
+    tmp9 = tmp7 * tmp8
+    tmp10 = tmp6 + tmp9
+    tmp11 = tl.load(in_ptr0 + (4 * (rindex // 4) + 3), xmask & rmask, other=0)
+    tmp12 = tl.load(in_ptr1 + (4 * (rindex % 4) + 3), xmask & rmask, other=0)
+    tmp13 = tmp11 * tmp12
+    tmp14 = tmp10 + tmp13
+    tmp15 = tl.load(in_ptr2 + rindex % 4, xmask & rmask, other=0)
+    tmp16 = tmp14 + tmp15
+    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp16, 0)
+    tmp17 = tl.sum(acc0_0, 1)[:, None]
+    tmp18 = tmp17 > 0.0
+    tl.store(out_ptr1 + xindex, tmp18, xmask)
+    tl.store(out_ptr0 + rindex, tmp16, xmask & rmask)
 
 
 @triton.jit

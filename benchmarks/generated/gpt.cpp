@@ -175,8 +175,6 @@ extern "C" void cpp_fused_add_native_layer_norm_0(
             float tmp7_part = 0;
             #pragma omp simd reduction(+:tmp7_part)
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
-                float tmp0 = in_ptr0[768 * x + r];
-                float tmp1 = in_ptr1[768 * x + r];
                 float tmp2 = tmp2_row[r];
                 float tmp5 = tmp2 - tmp4;
                 tmp5_row[r] = tmp5;
@@ -196,8 +194,6 @@ extern "C" void cpp_fused_add_native_layer_norm_0(
             }
             #pragma omp simd
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
-                float tmp0 = in_ptr0[768 * x + r];
-                float tmp1 = in_ptr1[768 * x + r];
                 float tmp2 = tmp2_row[r];
                 float tmp5 = tmp5_row[r];
                 float tmp11 = tmp5 * tmp10;
@@ -249,10 +245,6 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
             float tmp9_part = 0;
             #pragma omp simd reduction(+:tmp9_part)
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
-                float tmp0 = in_ptr0[768 * x + r];
-                float tmp1 = in_ptr1[r];
-                float tmp2 = tmp0 + tmp1;
-                float tmp3 = in_ptr2[768 * x + r];
                 float tmp4 = tmp4_row[r];
                 float tmp7 = tmp4 - tmp6;
                 tmp7_row[r] = tmp7;
@@ -272,10 +264,6 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
             }
             #pragma omp simd
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
-                float tmp0 = in_ptr0[768 * x + r];
-                float tmp1 = in_ptr1[r];
-                float tmp2 = tmp0 + tmp1;
-                float tmp3 = in_ptr2[768 * x + r];
                 float tmp4 = tmp4_row[r];
                 float tmp7 = tmp7_row[r];
                 float tmp13 = tmp7 * tmp12;
@@ -354,10 +342,6 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
             float tmp9_part = 0;
             #pragma omp simd reduction(+:tmp9_part)
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
-                float tmp0 = in_ptr0[768 * x + r];
-                float tmp1 = in_ptr1[r];
-                float tmp2 = tmp0 + tmp1;
-                float tmp3 = in_ptr2[768 * x + r];
                 float tmp4 = tmp4_row[r];
                 float tmp7 = tmp4 - tmp6;
                 tmp7_row[r] = tmp7;
@@ -377,11 +361,6 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
             }
             #pragma omp simd
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
-                float tmp0 = in_ptr0[768 * x + r];
-                float tmp1 = in_ptr1[r];
-                float tmp2 = tmp0 + tmp1;
-                float tmp3 = in_ptr2[768 * x + r];
-                float tmp4 = tmp4_row[r];
                 float tmp7 = tmp7_row[r];
                 float tmp13 = tmp7 * tmp12;
                 float tmp14 = in_ptr3[r];

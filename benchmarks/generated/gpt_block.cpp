@@ -186,7 +186,6 @@ extern "C" void cpp_fused_native_layer_norm_0(
             }
             #pragma omp simd
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
-                float tmp0 = in_ptr0[768 * x + r];
                 float tmp3 = tmp3_row[r];
                 float tmp9 = tmp3 * tmp8;
                 float tmp10 = in_ptr1[r];
@@ -236,10 +235,6 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
             float tmp9_part = 0;
             #pragma omp simd reduction(+:tmp9_part)
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
-                float tmp0 = in_ptr0[768 * x + r];
-                float tmp1 = in_ptr1[r];
-                float tmp2 = tmp0 + tmp1;
-                float tmp3 = in_ptr2[768 * x + r];
                 float tmp4 = tmp4_row[r];
                 float tmp7 = tmp4 - tmp6;
                 tmp7_row[r] = tmp7;
@@ -259,10 +254,6 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
             }
             #pragma omp simd
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
-                float tmp0 = in_ptr0[768 * x + r];
-                float tmp1 = in_ptr1[r];
-                float tmp2 = tmp0 + tmp1;
-                float tmp3 = in_ptr2[768 * x + r];
                 float tmp4 = tmp4_row[r];
                 float tmp7 = tmp7_row[r];
                 float tmp13 = tmp7 * tmp12;

@@ -186,7 +186,6 @@ extern "C" void cpp_fused_native_layer_norm_gelu_0(
             }
             #pragma omp simd
             for (int64_t r = r0; r < r0 + 512; ++r) {
-                float tmp0 = in_ptr0[4096 * x + r];
                 float tmp3 = tmp3_row[r];
                 float tmp9 = tmp3 * tmp8;
                 float tmp10 = in_ptr1[r];

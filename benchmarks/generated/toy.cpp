@@ -142,20 +142,47 @@ static inline double gelu_f32(double x) {
     return x == -INFINITY ? -0.0 : 0.5 * x * std::erfc(-x * 0.7071067811865476);
 }
 
+// examples/toy.py:27: y = self.linear(x)
 // examples/toy.py:28: if y.sum() > 0:
-extern "C" void cpp_fused_sum_gt_0(
+extern "C" void cpp_fused_addmm_sum_gt_0(
     const float* __restrict__ in_ptr0,
-    bool* __restrict__ out_ptr0
+    const float* __restrict__ in_ptr1,
+    const float* __restrict__ in_ptr2,
+    float* __restrict__ out_ptr0,
+    bool* __restrict__ out_ptr1
 ) {
     for (int64_t x = 0; x < 1; ++x) {
-        float tmp1 = 0;
-        #pragma omp simd reduction(+:tmp1)
+        float tmp16_row[8];
+        float tmp17 = 0;
+        #pragma omp simd reduction(+:tmp17)
         for (int64_t r = 0; r < 8; ++r) {
-            float tmp0 = in_ptr0[r];
-            tmp1 += tmp0;
+            float tmp0 = in_ptr0[4 * (r / 4)];
+            float tmp1 = in_ptr1[4 * (r % 4)];
+            float tmp2 = tmp0 * tmp1;
+            float tmp3 = in_ptr0[4 * (r / 4) + 1];
+            float tmp4 = in_ptr1[4 * (r % 4) + 1];
+            float tmp5 = tmp3 * tmp4;
+            float tmp6 = tmp2 + tmp5;
+            float tmp7 = in_ptr0[4 * (r / 4) + 2];
+            float tmp8 = in_ptr1[4 * (r % 4) + 2];
+            float tmp9 = tmp7 * tmp8;
+            float tmp10 = tmp6 + tmp9;
+            float tmp11 = in_ptr0[4 * (r / 4) + 3];
+            float tmp12 = in_ptr1[4 * (r % 4) + 3];
+            float tmp13 = tmp11 * tmp12;
+            float tmp14 = tmp10 + tmp13;
+            float tmp15 = in_ptr2[r % 4];
+            float tmp16 = tmp14 + tmp15;
+            tmp16_row[r] = tmp16;
+            tmp17 += tmp16;
         }
-        bool tmp2 = tmp1 > 0.0f;
-        out_ptr0[0] = tmp2;
+        bool tmp18 = tmp17 > 0.0f;
+        out_ptr1[0] = tmp18;
+        #pragma omp simd
+        for (int64_t r = 0; r < 8; ++r) {
+            float tmp16 = tmp16_row[r];
+            out_ptr0[r] = tmp16;
+        }
     }
 }
 

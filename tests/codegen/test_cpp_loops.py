@@ -279,3 +279,17 @@ def test_the_exp_loop_prefetches_the_next_row(compiled, name: str, step: int) ->
 def test_rows_too_long_for_l1_are_not_prefetched(compiled) -> None:
     assert "__builtin_prefetch" not in kernel_text(compiled["scaled_twice"])
     assert "__builtin_prefetch" in kernel_text(compiled["row_norm"])
+
+
+def test_a_loop_reading_kept_values_computes_nothing_else(compiled) -> None:
+    """Softmax's last loop reads `exp(x - max)` from the row buffer the sum loop
+    filled: it loads no `x` and subtracts nothing, it only scales and stores."""
+    cpp = kernel_text(compiled["row_softmax"])
+    last = cpp[cpp.rindex("#pragma omp simd") :]
+    body = last[last.index("{") + 1 : last.index("}")]
+    lines = [line.strip() for line in body.strip().splitlines()]
+    assert len(lines) == 3, body
+    assert re.fullmatch(r"float (\w+) = \1_row\[r\];", lines[0]), body
+    assert "in_ptr0" not in body and " - " not in body, body
+    x = CASES["row_softmax"]["x"]
+    torch.testing.assert_close(compiled["row_softmax"].cpu(x), torch.softmax(x, -1))

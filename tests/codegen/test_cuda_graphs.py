@@ -308,12 +308,12 @@ def test_a_branching_variant_is_split_into_segments(text: str) -> None:
         '    """Variant cuda_7 as CUDA graphs, one per segment between branches:\n'
         "    `graphs` (runtime_shim.CudaGraphTree) captures each on first use and\n"
         '    then replays it; the branches run here, in Python."""\n'
-        "    linear, gt = graphs.run(_cuda_7_seg0, self, x)\n"
+        "    addmm, gt = graphs.run(_cuda_7_seg0, self, x)\n"
         + sync.format(stem, 48, "if y.sum() > 0:")
         + "    if gt:\n"
-        "        return graphs.run(_cuda_7_seg1, self, x, linear)\n"
+        "        return graphs.run(_cuda_7_seg1, self, x, addmm)\n"
         "    else:\n"
-        "        return graphs.run(_cuda_7_seg2, self, x, linear)\n"
+        "        return graphs.run(_cuda_7_seg2, self, x, addmm)\n"
     ) in text
     assert (
         "def _cuda_7_seg0(self, x):\n"
@@ -321,13 +321,13 @@ def test_a_branching_variant_is_split_into_segments(text: str) -> None:
         " (if y.sum() > 0:).\n\n"
         '    Returns what later segments read, then the condition."""\n'
     ) in text
-    assert "    return (linear, gt)\n" in text
+    assert "    return (addmm, gt)\n" in text
     assert (
-        "def _cuda_7_seg1(self, x, linear):\n"
+        "def _cuda_7_seg1(self, x, addmm):\n"
         f'    """Segment 1 of cuda_7: where {stem}.py:48 (if y.sum() > 0:) is '
         'true."""\n'
     ) in text
-    assert "def _cuda_7_seg2(self, x, linear):\n" in text
+    assert "def _cuda_7_seg2(self, x, addmm):\n" in text
     # nested branches: each segment takes the inputs, then what it reads of earlier
     # segments; one before a branch returns those values (not the inputs) and its test
     for signature in (

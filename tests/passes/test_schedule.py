@@ -66,7 +66,7 @@ def reshaped_reduction(x):
 def reshaped_pointwise(x, w):
     y = x + 1
     m = y @ w
-    return y.view(8, 4) * m.view(8, 4)
+    return y.view(8, 8) * m.view(8, 8)
 
 
 def same_as_twice(x, y, b, c):
@@ -99,16 +99,16 @@ INPUTS = {
         "x": torch.randn(4, 8, generator=g),
         "z": torch.randn(3, 5, generator=g),
     },
-    "around_matmul": {
-        "x": torch.randn(4, 8, generator=g),
-        "w": torch.randn(4, 4, generator=g),
+    "around_matmul": {  # K = 16: a matmul too long to unroll (small_matmul.py)
+        "x": torch.randn(16, 8, generator=g),
+        "w": torch.randn(16, 4, generator=g),
     },
     "softmax": {"x": torch.randn(4, 8, generator=g)},
 }
 INPUTS["reshaped_reduction"] = {"x": torch.randn(4, 8, generator=g)}
 INPUTS["reshaped_pointwise"] = {
-    "x": torch.randn(4, 8, generator=g),
-    "w": torch.randn(8, 8, generator=g),
+    "x": torch.randn(4, 16, generator=g),
+    "w": torch.randn(16, 16, generator=g),
 }
 INPUTS["same_as_twice"] = INPUTS["twice"]
 INPUTS["returned_and_read"] = {
@@ -251,7 +251,7 @@ def test_reshape_of_another_kernels_value_is_read_in_its_own_shape(
     if reader.rnumel > 1:
         assert terms == [("x", 1, 8, 4), ("r", 1, 4, 1)], load
     else:
-        assert terms == [("x", 1, 32, 1)], load
+        assert terms == [("x", 1, 64, 1)], load
 
 
 def test_program_printout_is_deterministic(tmp_path: Path) -> None:

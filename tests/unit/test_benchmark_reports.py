@@ -158,3 +158,57 @@ def test_first_call_caches_are_per_approach(tmp_path):
         assert cold[var] == warm[var]
         assert cold[var] != other[var]
         assert cold[var].startswith(str(tmp_path))
+
+
+def test_latency_race_interleaves_batches_and_reports_each_median(monkeypatch):
+    """Each round runs a batch of every function, starting one further along."""
+    clock = [0.0]
+    monkeypatch.setattr(common, "time", _FakeTime(clock))
+    ran: list[str] = []
+    batches: list[str] = []
+
+    def work(name: str, seconds: float):
+        def fn():
+            clock[0] += seconds
+            ran.append(name)
+
+        return fn
+
+    race, how = common.latency_race(True, lambda: batches.append(ran[-1]))
+    ms = race({"eager": work("eager", 2e-3), "generated": work("generated", 1e-3)})
+    assert ms == pytest.approx({"eager": 2.0, "generated": 1.0})
+    rounds = batches[-10:]  # after each function's calibration batches
+    assert rounds == ["eager", "generated", "generated", "eager"] * 2 + [
+        "eager",
+        "generated",
+    ]
+    assert "interleaved" in how
+
+
+class _FakeTime:
+    def __init__(self, clock: list[float]):
+        self.clock = clock
+
+    def perf_counter(self) -> float:
+        return self.clock[0]
+
+
+def test_an_overhead_bound_case_is_timed_in_one_race(tmp_path):
+    """`toy::ToyModule` on the CPU, the race faked: eager and generated are built,
+    checked against eager, then handed to the race together."""
+    package, cases = common.load_cases("cpu", ["toy::ToyModule"])
+    raced: list[list[str]] = []
+
+    def race(fns):
+        raced.append(list(fns))
+        for fn in fns.values():
+            fn()
+        return {name: float(i + 1) for i, name in enumerate(fns)}
+
+    def no_timer(fn):
+        raise AssertionError("an overhead-bound case is timed by the race only")
+
+    r = common.run_case(package, cases[0], "cpu", no_timer, (), latency=race)
+    assert raced == [["eager", "generated"]]
+    assert (r.latency, r.eager_ms, r.generated_ms) == (True, 1.0, 2.0)
+    assert r.generated_ok == "yes"

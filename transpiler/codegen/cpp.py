@@ -243,7 +243,10 @@ class _Renderer:
                 clauses.append(f" reduction(|:{r.name}_nan)")
         self.lines.append(f"{ind}#pragma omp simd{''.join(clauses)}")
         self.lines.append(f"{ind}for (int64_t r = {first}; r < {end}; ++r) {{")
+        live = self._live(loop)
         for s in loop.body:
+            if isinstance(s, Stmt) and s.name not in live:
+                continue
             if isinstance(s, Stmt) and s.name in self.kept & self.filled:
                 t = compute_type(s.dtype)
                 self.lines.append(f"{ind}    {t} {s.name} = {s.name}_row[r];")
@@ -265,6 +268,21 @@ class _Renderer:
         for r in loop.reductions:
             if r.reduce != "sum":
                 self.lines.append(f"{outer}if ({r.name}_nan) {r.name} = NAN;")
+
+    def _live(self, loop: Loop) -> set[str]:
+        """The statements of `loop` that its stores and reductions need, where a
+        value already kept in its row buffer is read from there, not recomputed."""
+        reused = self.kept & self.filled
+        need = {r.args[0] for r in loop.reductions}
+        live: set[str] = set()
+        for s in reversed(loop.body):
+            if isinstance(s, Store):
+                need.add(s.value)
+            elif s.name in need:
+                live.add(s.name)
+                if s.name not in reused:
+                    need.update(a for a in s.args if isinstance(a, str))
+        return live
 
     def _accumulate(self, r: Stmt, acc: str, x: str, ind: str) -> None:
         if r.reduce == "sum":

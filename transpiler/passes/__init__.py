@@ -14,10 +14,12 @@ from transpiler.passes.drop_copies import drop_copies
 from transpiler.passes.fold_linear import fold_linear
 from transpiler.passes.fuse import fuse
 from transpiler.passes.schedule import KernelNames, schedule
+from transpiler.passes.small_matmul import unroll_small_matmuls
 from transpiler.passes.split_addmm import split_addmm
 
 PIPELINE = (
     (decompose, "rewrite composite ops (layer_norm, softmax, gelu) into fusable ops"),
+    (unroll_small_matmuls, "compute a matmul with K <= 8 as products that fuse"),
     (split_addmm, "move a linear layer's bias into the kernel of its epilogue"),
     (constant_fold, "strength-reduce pow, drop x*1 and x+0"),
     (drop_copies, "drop clones of values already laid out as asked"),
