@@ -52,6 +52,7 @@ OVERHEAD_BOUND = frozenset({"toy"})
 Timer = Callable[[Callable[[], object]], float]  # runs fn repeatedly, returns median ms
 # times several functions together (interleaved), returns each one's median ms
 Race = Callable[[dict[str, Callable[[], object]]], dict[str, float]]
+ROUNDS = 5  # of `interleaved` timing
 
 
 @dataclass(frozen=True)
@@ -68,13 +69,16 @@ MAX_AUTOTUNE = Compiler("max-autotune", "max-autotune-no-cudagraphs")
 # -------------------------------------------------------------------------- timing
 
 
-def cuda_timer(quick: bool) -> tuple[Timer, str]:
-    """`triton.testing.do_bench` if importable, else CUDA events."""
+def cuda_timer(quick: bool, rounds: int = 1) -> tuple[Timer, str]:
+    """`triton.testing.do_bench` if importable, else CUDA events; `rounds`: the
+    timer is one of that many rounds (`interleaved`), and takes its share of the time.
+    """
     warmup_ms, rep_ms = (10, 50) if quick else (25, 200)
+    warmup_ms, rep_ms = max(warmup_ms // rounds, 5), max(rep_ms // rounds, 20)
     try:
         from triton.testing import do_bench
     except ImportError:
-        reps = 20 if quick else 100
+        reps = max((20 if quick else 100) // rounds, 10)
         return (
             lambda fn: _cuda_events_median(fn, warmup=reps // 4, reps=reps),
             f"CUDA events, median of {reps} reps after {reps // 4} warmup, L2 flushed",
@@ -85,6 +89,27 @@ def cuda_timer(quick: bool) -> tuple[Timer, str]:
 
     how = f"triton.testing.do_bench median (warmup {warmup_ms} ms, rep {rep_ms} ms)"
     return time_ms, how
+
+
+def interleaved(timer: Timer, rounds: int) -> Race:
+    """Time several functions with `timer` in `rounds` rounds: each round times every
+    function once, starting one further along the list than the round before; each
+    function's time is its median over the rounds.
+
+    A host's speed drifts over seconds (other processes, clock changes): timed one
+    after another, each function would meet a different host. Interleaved, they all
+    meet the same spells."""
+
+    def race(fns: dict[str, Callable[[], object]]) -> dict[str, float]:
+        names = list(fns)
+        samples: dict[str, list[float]] = {name: [] for name in names}
+        for i in range(rounds):
+            k = i % len(names)
+            for name in names[k:] + names[:k]:
+                samples[name].append(timer(fns[name]))
+        return {name: statistics.median(t) for name, t in samples.items()}
+
+    return race
 
 
 def _cuda_events_median(fn: Callable[[], object], warmup: int, reps: int) -> float:
@@ -102,9 +127,11 @@ def _cuda_events_median(fn: Callable[[], object], warmup: int, reps: int) -> flo
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
-def cpu_timer(quick: bool) -> tuple[Timer, str]:
-    """perf_counter: warmup, then at least `min_reps` runs or `budget_s` seconds."""
+def cpu_timer(quick: bool, rounds: int = 1) -> tuple[Timer, str]:
+    """perf_counter: warmup, then at least `min_reps` runs or `budget_s` seconds;
+    `rounds` as for `cuda_timer`."""
     warmup, min_reps, budget_s = (1, 3, 0.2) if quick else (3, 10, 2.0)
+    min_reps, budget_s = max(min_reps // rounds, 3), budget_s / rounds
 
     def time_ms(fn: Callable[[], object]) -> float:
         for _ in range(warmup):
@@ -120,7 +147,7 @@ def cpu_timer(quick: bool) -> tuple[Timer, str]:
         return statistics.median(times) * 1e3
 
     threads = torch.get_num_threads()
-    how = f"time.perf_counter median (>= {min_reps} reps or {budget_s} s)"
+    how = f"time.perf_counter median (>= {min_reps} reps or {budget_s:.2g} s)"
     return time_ms, f"{how}, torch threads {threads}"
 
 
@@ -268,28 +295,27 @@ def run_case(
     package: str,
     case: Case,
     device: str,
-    timer: Timer,
+    race: Race,
     compilers: Sequence[Compiler] = (COMPILE,),
     latency: Race | None = None,
     since: float | None = None,
 ) -> Result:
     """Eager, each compiler and generated for one case; never raises for a broken one.
 
-    `latency`, if given, times the overhead-bound cases instead of `timer`: all of
-    their functions together, once each is built and checked. Progress goes to
-    stderr, with the seconds elapsed since `since` (default: now).
+    Each is built and checked against eager first; then `race` times them all
+    together (`interleaved`), or `latency` does for the overhead-bound cases, if
+    given. Progress goes to stderr, with the seconds elapsed since `since` (default:
+    now).
     """
     start = time.perf_counter() if since is None else since
     result = Result(case, latency=latency is not None and case.overhead_bound)
-    raced: dict[str, Callable[[], object]] = {}  # overhead-bound: timed together
+    timed: dict[str, Callable[[], object]] = {}
 
-    def time_ms(name: str, fn: Callable[[], object]) -> float | None:
-        if result.latency:
-            raced[name] = fn
-            return None
-        ms = timer(fn)
-        progress(f"{case.name}: {name} {ms:.3f} ms", start)
-        return ms
+    def later(name: str) -> Callable[[Callable[[], object]], None]:
+        def defer(fn: Callable[[], object]) -> None:
+            timed[name] = fn
+
+        return defer
 
     torch._dynamo.reset()
     target, low = case.target, case.variant.low_precision
@@ -301,21 +327,14 @@ def run_case(
         weights = eager.state_dict() if isinstance(eager, torch.nn.Module) else {}
         result.nbytes = tensor_bytes(inputs, list(weights.values()), out)
         del out
-        result.eager_ms = time_ms("eager", lambda: eager(**inputs))
+        timed["eager"] = lambda: eager(**inputs)
 
         for compiler in compilers:
-            timed = run_compiled(
-                compiler,
-                eager,
-                inputs,
-                expected,
-                low,
-                lambda fn, name=compiler.name: time_ms(name, fn),
+            run = run_compiled(
+                compiler, eager, inputs, expected, low, later(compiler.name)
             )
-            result.compiled[compiler.name] = timed
-            if not result.latency:
-                torch._dynamo.reset()  # drop the compiled code (and its memory)
-            first = "-" if timed.first_s is None else f"{timed.first_s:.1f} s"
+            result.compiled[compiler.name] = run
+            first = "-" if run.first_s is None else f"{run.first_s:.1f} s"
             progress(f"{case.name}: {compiler.name} first call {first}", start)
 
         try:
@@ -336,16 +355,16 @@ def run_case(
             else:
                 result.generated_ok = verdict(compare_outputs(actual, expected, low))
                 del actual
-                result.generated_ms = time_ms("generated", lambda: gen(**inputs))
-        if raced:
-            ms = latency(raced)
-            each = ", ".join(f"{name} {value:.3f}" for name, value in ms.items())
-            progress(f"{case.name}: {each} ms a call, timed together", start)
-            result.eager_ms = ms.pop("eager")
-            result.generated_ms = ms.pop("generated", None)
-            for name, value in ms.items():
-                result.compiled[name].ms = value
-            torch._dynamo.reset()
+                timed["generated"] = lambda: gen(**inputs)
+
+        ms = (latency if result.latency else race)(timed)
+        each = ", ".join(f"{name} {value:.3f}" for name, value in ms.items())
+        progress(f"{case.name}: {each} ms, timed together", start)
+        result.eager_ms = ms.pop("eager")
+        result.generated_ms = ms.pop("generated", None)
+        for name, value in ms.items():
+            result.compiled[name].ms = value
+    torch._dynamo.reset()  # drop the compiled code (and its memory)
     return result
 
 
@@ -355,9 +374,10 @@ def run_compiled(
     inputs: dict[str, object],
     expected: object,
     low: bool,
-    timer: Timer,
+    time_later: Callable[[Callable[[], object]], None],
 ) -> Timed:
-    """`torch.compile(eager, mode=...)`: checked against `expected`, then timed."""
+    """`torch.compile(eager, mode=...)`: checked against `expected`, then handed to
+    `time_later` (its time is filled in by the caller)."""
     timed = Timed()
     compiled = torch.compile(eager, mode=compiler.mode)
     try:
@@ -365,7 +385,7 @@ def run_compiled(
         check = compare_outputs(compiled(**inputs), expected, low)
         timed.first_s = time.perf_counter() - first
         timed.ok = verdict(check)
-        timed.ms = timer(lambda: compiled(**inputs))
+        time_later(lambda: compiled(**inputs))
     except Exception as e:
         timed.ok = f"no (raised {type(e).__name__}: {e})"
     return timed
@@ -497,7 +517,7 @@ def environment(device: str) -> str:
 
 def main(
     device: str,
-    make_timer: Callable[[bool], tuple[Timer, str]],
+    make_timer: Callable[[bool, int], tuple[Timer, str]],
     copy_numel: tuple[int, int],  # (full, --quick)
     argv: list[str] | None = None,
     note: str = "",
@@ -547,19 +567,19 @@ def main(
         compilers.append(MAX_AUTOTUNE)
 
     start = time.perf_counter()
-    timer, timing = make_timer(args.quick)
+    rounds = 3 if args.quick else ROUNDS
+    timer, timing = make_timer(args.quick, rounds)
+    race = interleaved(timer, rounds)
     latency, latency_how = None, ""
     if make_latency_race is not None:
         latency, latency_how = make_latency_race(args.quick)
     numel = copy_numel[1] if args.quick else copy_numel[0]
-    copy_gbps = copy_bandwidth(device, numel, timer)
+    copy_gbps = copy_bandwidth(device, numel, lambda fn: race({"copy": fn})["copy"])
     results = []
     for i, case in enumerate(cases, 1):
         progress(f"case {i}/{len(cases)}: {case.name} on {device} ...", start)
         case_start = time.perf_counter()
-        results.append(
-            run_case(package, case, device, timer, compilers, latency, start)
-        )
+        results.append(run_case(package, case, device, race, compilers, latency, start))
         if device == "cuda":
             torch.cuda.empty_cache()
         took = time.perf_counter() - case_start
@@ -581,7 +601,8 @@ def main(
         "",
         f"- machine: {environment(device)}",
         f"- copy bandwidth: {copy_gbps:.0f} GB/s ({copied})",
-        f"- timing: {timing}{'; ' + note if note else ''}",
+        f"- timing: {timing}, median of {rounds} rounds, each timing eager, each"
+        f" compiled and generated once, interleaved{'; ' + note if note else ''}",
     ]
     if any(r.latency for r in results):
         lines.append(f"- {LATENCY_MARK} overhead-bound, timed per call: {latency_how}")

@@ -205,10 +205,25 @@ def test_an_overhead_bound_case_is_timed_in_one_race(tmp_path):
             fn()
         return {name: float(i + 1) for i, name in enumerate(fns)}
 
-    def no_timer(fn):
-        raise AssertionError("an overhead-bound case is timed by the race only")
+    def no_race(fns):
+        raise AssertionError("an overhead-bound case is timed by `latency` only")
 
-    r = common.run_case(package, cases[0], "cpu", no_timer, (), latency=race)
+    r = common.run_case(package, cases[0], "cpu", no_race, (), latency=race)
     assert raced == [["eager", "generated"]]
     assert (r.latency, r.eager_ms, r.generated_ms) == (True, 1.0, 2.0)
     assert r.generated_ok == "yes"
+
+
+def test_interleaved_rounds_rotate_and_take_medians():
+    order: list[str] = []
+    times = {"eager": iter([5.0, 1.0, 2.0]), "generated": iter([9.0, 3.0, 4.0])}
+
+    def timer(fn):
+        name = fn()
+        order.append(name)
+        return next(times[name])
+
+    race = common.interleaved(timer, rounds=3)
+    ms = race({"eager": lambda: "eager", "generated": lambda: "generated"})
+    assert order == ["eager", "generated", "generated", "eager", "eager", "generated"]
+    assert ms == {"eager": 2.0, "generated": 4.0}
