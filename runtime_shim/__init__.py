@@ -3,6 +3,7 @@
 Depends on torch and the standard library only; see README.md.
 """
 
+from runtime_shim.blas import addmm_activation
 from runtime_shim.cpp import CppLibrary, RuntimeShimError, load_cpp
 from runtime_shim.cuda_graphs import cuda_graph, cuda_graph_tree
 from runtime_shim.layout import as_layout
@@ -17,6 +18,7 @@ __all__ = [
     "RuntimeShimError",
     "TritonKernels",
     "__version__",
+    "addmm_activation",
     "as_layout",
     "check_sources",
     "cuda_graph",

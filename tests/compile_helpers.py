@@ -116,8 +116,8 @@ def compile_source(
         files = build(options)
     else:
 
-        def hooked(graph: Graph) -> Graph:
-            return optimize(graph_hook(graph))
+        def hooked(graph: Graph, device: str = "cpu") -> Graph:
+            return optimize(graph_hook(graph), device)
 
         with mock.patch.object(passes, "optimize", hooked):
             files = build(options)

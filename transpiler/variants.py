@@ -37,7 +37,7 @@ def compile_variant(name: str, variant: Variant, tracer: Tracer, mb) -> VariantC
         return VariantCode(name, variant, traced.guards, None, fb.reason, fb.span)
     names = mb.names[variant.device]
     before = set(names.by_body.values())
-    compiled = _lower(traced, mb, names)
+    compiled = _lower(traced, mb, names, variant.device)
     mb.kernels[variant.device] += [
         k for p in programs_of(compiled) for k in p.kernels if k.name not in before
     ]
@@ -54,7 +54,9 @@ def compile_dynamic(name: str, variant: Variant, tracer: Tracer, mb) -> VariantC
         return VariantCode(name, variant, failed.guards, None, fb.reason, fb.span)
     try:
         guards = generalize([t.guards for t in samples], dim)
-        compiled = generalize([_lower(t, mb, KernelNames()) for t in samples], dim)
+        compiled = generalize(
+            [_lower(t, mb, KernelNames(), variant.device) for t in samples], dim
+        )
         comparisons = generalize([list(t.comparisons) for t in samples], dim)
     except Mismatch:
         span = next((c[0] for c in samples[0].comparisons), None)
@@ -72,14 +74,14 @@ def compile_dynamic(name: str, variant: Variant, tracer: Tracer, mb) -> VariantC
     )
 
 
-def _lower(traced: Traced, mb, names: KernelNames) -> CompiledRegion:
+def _lower(traced: Traced, mb, names: KernelNames, device: str) -> CompiledRegion:
     stub_names = [mb.stub_name(stub) for stub in traced.stubs]
     region = map_graphs(traced.region, partial(name_stubs, names=stub_names))
     loops = tuple(
         dataclasses.replace(b, graph=name_stubs(b.graph, stub_names))
         for b in traced.loops
     )
-    return lower_region(region, names, loops=loops)
+    return lower_region(region, names, loops=loops, device=device)
 
 
 def _size_expr(variant: Variant, dim: str) -> str:

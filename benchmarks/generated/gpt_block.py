@@ -7,7 +7,7 @@ Variants (tried in order):
         cuda_0   cuda: x=f32[8,1024,768]                  4 kernels, 5 extern calls
         cpu_0    cpu: x=f32[2,128,768]                    4 kernels, 5 extern calls
     BlockBF16 (examples/gpt_block.py::BlockBF16)
-        cuda_1   cuda: x=bf16[8,1024,768]                 4 kernels, 5 extern calls
+        cuda_1   cuda: x=bf16[8,1024,768]                 3 kernels, 5 extern calls
 
 Graph breaks (code run eagerly):
     none
@@ -521,15 +521,6 @@ def _guards_cuda_1(self, x):
         return "self.ln_2.bias.shape == (768,)"
     if not (ln_2_bias.stride() == (1,)):
         return "self.ln_2.bias.stride() == (1,)"
-    mlp_c_fc_bias = self._modules["mlp"]._modules["c_fc"]._parameters["bias"]
-    if not (mlp_c_fc_bias.is_cuda):
-        return "self.mlp.c_fc.bias.is_cuda"
-    if not (mlp_c_fc_bias.dtype == torch.bfloat16):
-        return "self.mlp.c_fc.bias.dtype == torch.bfloat16"
-    if not (mlp_c_fc_bias.shape == (3072,)):
-        return "self.mlp.c_fc.bias.shape == (3072,)"
-    if not (mlp_c_fc_bias.stride() == (1,)):
-        return "self.mlp.c_fc.bias.stride() == (1,)"
     mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     if not (mlp_c_proj_bias.is_cuda):
         return "self.mlp.c_proj.bias.is_cuda"
@@ -552,7 +543,7 @@ def _guards_cuda_1(self, x):
             or ln_2_weight.requires_grad
             or ln_2_bias.requires_grad
             or self.mlp.c_fc.weight.requires_grad
-            or mlp_c_fc_bias.requires_grad
+            or self.mlp.c_fc.bias.requires_grad
             or self.mlp.c_proj.weight.requires_grad
             or mlp_c_proj_bias.requires_grad
         )
@@ -638,22 +629,18 @@ def _cuda_1(self, x):
         num_warps=4,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
-    linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, mlp_c_fc_weight)
-    # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu = torch.empty_strided(
-        (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.bfloat16, device=device
-    )
-    _triton.triton_fused_addmm_gelu_1[(24576,)](
-        linear_2, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
-    )
+    view_8 = native_layer_norm_3_0.view(8192, 768)
+    t_2 = mlp_c_fc_weight.t()
+    addmm_2 = runtime_shim.addmm_activation(mlp_c_fc_bias, view_8, t_2, use_gelu=True)
+    view_9 = addmm_2.view(8, 1024, 3072)
     # examples/gpt_block.py:45: x = self.c_proj(x)
-    linear_3 = torch.nn.functional.linear(gelu, mlp_c_proj_weight)
+    linear_2 = torch.nn.functional.linear(view_9, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = torch.empty_strided(
         (8, 1024, 768), (786432, 768, 1), dtype=torch.bfloat16, device=device
     )
     _triton.triton_fused_addmm_add_1[(6144,)](
-        linear_3, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
+        linear_2, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )
     return add_1
 

@@ -229,28 +229,6 @@ def triton_fused_addmm_add_native_layer_norm_1(
 
 
 @triton.jit
-def triton_fused_addmm_gelu_1(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
-    # examples/gpt_block.py:43: x = self.c_fc(x)
-    # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    xnumel = 25165824
-    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0).to(tl.float32)
-    tmp1 = tl.load(in_ptr1 + xindex % 3072, xmask, other=0).to(tl.float32)
-    tmp2 = tmp0 + tmp1
-    tmp3 = tmp2 * tmp2
-    tmp4 = tmp3 * tmp2
-    tmp5 = tmp4 * 0.044715
-    tmp6 = tmp2 + tmp5
-    tmp7 = tmp6 * 0.7978845608028654
-    tmp8 = tmp2 * 0.5
-    tmp9 = _tanh(tmp7)
-    tmp10 = tmp9 + 1.0
-    tmp11 = tmp8 * tmp10
-    tl.store(out_ptr0 + xindex, tmp11.to(tl.bfloat16), xmask)
-
-
-@triton.jit
 def triton_fused_addmm_add_1(in_ptr0, in_ptr1, in_ptr2, out_ptr0, XBLOCK: tl.constexpr):
     # examples/gpt_block.py:45: x = self.c_proj(x)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))

@@ -286,6 +286,9 @@ FUNCTIONS = {
         "torch.nn.functional.scaled_dot_product_attention"
     ),
 }
+# Ops called through runtime_shim: `_addmm_activation`'s GELU is the tanh form on
+# CUDA and the exact one on the CPU; the shim's CPU path computes the CUDA one.
+SHIM_FUNCTIONS = {"aten._addmm_activation.default": "runtime_shim.addmm_activation"}
 METHODS = {
     "aten.view.default": "view",
     "aten._unsafe_view.default": "view",
@@ -310,7 +313,9 @@ def _extern_call(target: str, args: list, kwargs: list[str]) -> str:
             rest = list(rest[0]) if rest[0] else rest
         text = [literal(a) for a in rest] + kwargs
         return f"{literal(args[0])}.{method}({', '.join(text)})"
-    function = FUNCTIONS.get(target, f"torch.ops.{target}")
+    function = FUNCTIONS.get(target) or SHIM_FUNCTIONS.get(
+        target, f"torch.ops.{target}"
+    )
     return f"{function}({', '.join([literal(a) for a in args] + kwargs)})"
 
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 from transpiler.ir.graph import Graph
 from transpiler.ir.program import Program
 from transpiler.ir.region import CompiledLoop, CompiledRegion, LoopBody, Region
+from transpiler.passes.addmm_activation import addmm_activation
 from transpiler.passes.constant_fold import constant_fold
 from transpiler.passes.dce import dce
 from transpiler.passes.decompose import decompose
@@ -28,8 +29,14 @@ PIPELINE = (
 )
 
 
-def optimize(graph: Graph) -> Graph:
-    for run, _why in PIPELINE:
+# Passes for one device only, run before PIPELINE's
+DEVICE_PASSES = {
+    "cuda": ((addmm_activation, "let cuBLAS apply a linear layer's bias and GELU"),),
+}
+
+
+def optimize(graph: Graph, device: str = "cpu") -> Graph:
+    for run, _why in DEVICE_PASSES.get(device, ()) + PIPELINE:
         graph = run(graph)
         graph.lint()
     return graph
@@ -45,6 +52,7 @@ def lower_region(
     names: KernelNames,
     env: dict[str, str] | None = None,
     loops: tuple[LoopBody, ...] = (),
+    device: str = "cpu",
 ) -> CompiledRegion:
     """Optimize and lower each region of a variant (see Note [Regions]).
 
@@ -53,9 +61,9 @@ def lower_region(
     """
     env = dict(env or {})
     graph = _rename_inputs(region.graph, env)
-    program = lower(optimize(graph), names)
+    program = lower(optimize(graph, device), names)
     compiled_loops = tuple(
-        (n.target, _lower_loop(loops[int(n.target.split(":")[1])], names))
+        (n.target, _lower_loop(loops[int(n.target.split(":")[1])], names, device))
         for n in graph.nodes
         if n.is_loop
     )
@@ -70,14 +78,15 @@ def lower_region(
         tuple(r.name for r in live),
         cond.name,
         b.span,
-        lower_region(b.if_true, names, env, loops),
-        lower_region(b.if_false, names, env, loops),
+        lower_region(b.if_true, names, env, loops, device),
+        lower_region(b.if_false, names, env, loops, device),
         compiled_loops,
     )
 
 
-def _lower_loop(body: LoopBody, names: KernelNames) -> CompiledLoop:
-    return CompiledLoop(lower(optimize(body.graph), names), body.carried, body.span)
+def _lower_loop(body: LoopBody, names: KernelNames, device: str) -> CompiledLoop:
+    program = lower(optimize(body.graph, device), names)
+    return CompiledLoop(program, body.carried, body.span)
 
 
 def _rename_inputs(graph: Graph, env: dict[str, str]) -> Graph:
