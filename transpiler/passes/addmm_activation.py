@@ -27,6 +27,8 @@ K > SMALL_K (shorter matmuls become kernels: passes/small_matmul.py).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from transpiler.ir.graph import Graph, Node, Ref, TensorMeta, map_refs
@@ -34,6 +36,7 @@ from transpiler.passes.small_matmul import SMALL_K
 
 VIEW = "aten.view.default"
 ADDMM = "aten.addmm.default"
+ACTIVATION_OP = "aten._addmm_activation.default"
 HALF = (torch.float16, torch.bfloat16)
 ACTIVATIONS = {  # op -> (use_gelu, dtypes whose epilogue is cheaper than a pass)
     "aten.gelu.default": (True, HALF),
@@ -64,27 +67,10 @@ def addmm_activation(graph: Graph) -> Graph:
             continue
         if node.name in epilogue:
             use_gelu = (("use_gelu", epilogue[node.name]),)
-            node = Node(
-                node.name,
-                "call",
-                "aten._addmm_activation.default",
-                node.args,
-                use_gelu,
-                node.meta,
-                node.span,
-                node.origin,
-            )
+            node = replace(node, target=ACTIVATION_OP, kwargs=use_gelu)
         else:
-            node = Node(
-                node.name,
-                node.op,
-                node.target,
-                map_refs(node.args, ref),
-                tuple((k, map_refs(v, ref)) for k, v in node.kwargs),
-                node.meta,
-                node.span,
-                node.origin,
-            )
+            kwargs = tuple((k, map_refs(v, ref)) for k, v in node.kwargs)
+            node = replace(node, args=map_refs(node.args, ref), kwargs=kwargs)
         out.append(node)
     return graph.with_nodes(out, map_refs(graph.outputs, ref))
 
