@@ -57,13 +57,7 @@ class CudaGraphs(dict):
     """An owner's runners, by variant function. Copies start empty: a copied module
     has tensors of its own, so it captures graphs of its own."""
 
-    def __copy__(self) -> CudaGraphs:
-        return CudaGraphs()
-
-    def __deepcopy__(self, memo: dict) -> CudaGraphs:
-        return CudaGraphs()
-
-    def __reduce__(self):
+    def __reduce__(self):  # copy, deepcopy and pickle alike
         return (CudaGraphs, ())
 
 

@@ -219,7 +219,7 @@ def _complete(variant: Variant, fn, is_module: bool, source: str) -> Variant:
             raise UserError(f"{source}: no example for parameter {p.name!r}")
     if given:
         raise UserError(f"{source} has no parameter {next(iter(given))!r}")
-    return Variant(tuple(inputs), variant.device, variant.cuda_graphs)
+    return replace(variant, inputs=tuple(inputs))
 
 
 def _black(text: str) -> str:

@@ -105,7 +105,7 @@ class Variant:
             (n, s.sized(sizes) if isinstance(s, TensorSpec) else s)
             for n, s in self.inputs
         )
-        return Variant(inputs, self.device, self.cuda_graphs)
+        return replace(self, inputs=inputs)
 
     def describe(self) -> str:
         args = ", ".join(f"{name}={spec}" for name, spec in self.inputs)

@@ -14,7 +14,7 @@ from transpiler.codegen.wrapper import VariantCode
 from transpiler.frontend.trace import Traced
 from transpiler.ir.dynamic import SAMPLES, Dim, Mismatch, generalize
 from transpiler.ir.program import KernelCall, Program
-from transpiler.ir.region import CompiledRegion, programs_of
+from transpiler.ir.region import CompiledRegion, map_programs, programs_of
 from transpiler.options import TensorSpec, Variant
 from transpiler.passes import lower_region, map_graphs, name_stubs
 from transpiler.passes.schedule import KernelNames, body_key
@@ -114,7 +114,7 @@ def _register_kernels(
             renames[k.name] = new
             if fresh:
                 mb.kernels[variant.device].append(dataclasses.replace(k, name=new))
-    return _map_programs(compiled, partial(_rename_program, renames=renames))
+    return map_programs(compiled, partial(_rename_program, renames=renames))
 
 
 def _rename_program(p: Program, renames: dict[str, str]) -> Program:
@@ -128,17 +128,3 @@ def _rename_program(p: Program, renames: dict[str, str]) -> Program:
     )
     kernels = tuple(dataclasses.replace(k, name=renames[k.name]) for k in p.kernels)
     return dataclasses.replace(p, steps=steps, kernels=kernels)
-
-
-def _map_programs(r: CompiledRegion, fn) -> CompiledRegion:
-    loops = tuple(
-        (target, dataclasses.replace(loop, program=fn(loop.program)))
-        for target, loop in r.loops
-    )
-    return dataclasses.replace(
-        r,
-        program=fn(r.program),
-        loops=loops,
-        if_true=_map_programs(r.if_true, fn) if r.if_true else None,
-        if_false=_map_programs(r.if_false, fn) if r.if_false else None,
-    )

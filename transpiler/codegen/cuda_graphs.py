@@ -22,9 +22,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from transpiler.ir.graph import FALLBACK
-from transpiler.ir.program import ExternCall
-
 if TYPE_CHECKING:
     from transpiler.codegen.wrapper import VariantCode
 
@@ -40,8 +37,7 @@ def blocker(vc: VariantCode) -> str | None:
     if vc.dynamic or vc.specializes:
         dims = ", ".join(d for d, _ in vc.dynamic) or vc.specializes
         return f"its shapes are dynamic ({dims})"
-    steps = [s for p in vc.programs for s in p.steps]
-    if any(isinstance(s, ExternCall) and s.target.startswith(FALLBACK) for s in steps):
+    if vc.calls_fallback:
         return "it has graph breaks (fallback code runs in Python on every call)"
     if any(r.loops for r in vc.region.walk()):
         return "it loops on tensor data (a host sync on every step)"

@@ -62,6 +62,15 @@ class VariantCode:
     def programs(self) -> list[Program]:
         return programs_of(self.region) if self.region else []
 
+    @property
+    def calls_fallback(self) -> bool:
+        """Whether fallback code (a graph break) runs in the variant."""
+        return any(
+            isinstance(s, ExternCall) and s.target.startswith(FALLBACK)
+            for p in self.programs
+            for s in p.steps
+        )
+
 
 @dataclass(frozen=True)
 class TargetCode:
@@ -206,11 +215,9 @@ def grad_guard(t: TargetCode, vc: VariantCode) -> list[Guard]:
     Only what the variant reads matters; fallback code may read any parameter."""
     v = vc.variant
     needs = [f"{n}.requires_grad" for n, s in v.inputs if isinstance(s, TensorSpec)]
-    if not t.is_module:
-        return _plain([f"not torch.is_grad_enabled() or not ({' or '.join(needs)})"])
-    if _calls_fallback(vc):
+    if t.is_module and vc.calls_fallback:
         needs.append("any(p.requires_grad for p in self.parameters())")
-    else:  # the layout guards read the kernels' parameters into locals already
+    elif t.is_module:  # the layout guards read the kernels' parameters into locals
         params, bound = read_params(vc), set(kernel_params(vc))
         needs += [
             f"{params[path][0] if path in bound else path}.requires_grad"
@@ -219,17 +226,11 @@ def grad_guard(t: TargetCode, vc: VariantCode) -> list[Guard]:
     if not needs:
         return []
     test = f"not torch.is_grad_enabled() or not ({' or '.join(needs)})"
+    if not t.is_module:
+        return _plain([test])
     return [
         Guard(test, "not torch.is_grad_enabled() or nothing it reads requires grad")
     ]
-
-
-def _calls_fallback(vc: VariantCode) -> bool:
-    return any(
-        isinstance(s, ExternCall) and s.target.startswith(FALLBACK)
-        for p in vc.programs
-        for s in p.steps
-    )
 
 
 def variant_guards(t: TargetCode, vc: VariantCode) -> list[Guard]:

@@ -31,16 +31,17 @@ from dataclasses import replace
 
 import torch
 
-from transpiler.ir.graph import Graph, Node, Ref, TensorMeta, map_refs
+from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
 from transpiler.passes.small_matmul import SMALL_K
 
 VIEW = "aten.view.default"
 ADDMM = "aten.addmm.default"
 ACTIVATION_OP = "aten._addmm_activation.default"
 HALF = (torch.float16, torch.bfloat16)
-ACTIVATIONS = {  # op -> (use_gelu, dtypes whose epilogue is cheaper than a pass)
-    "aten.gelu.default": (True, HALF),
-    "aten.relu.default": (False, (*HALF, torch.float32)),
+# op -> (use_gelu, its keyword arguments, dtypes whose epilogue is cheaper than a pass)
+ACTIVATIONS = {
+    "aten.gelu.default": (True, {"approximate": "tanh"}, HALF),
+    "aten.relu.default": (False, {}, (*HALF, torch.float32)),
 }
 
 
@@ -58,21 +59,16 @@ def addmm_activation(graph: Graph) -> Graph:
     if not epilogue:
         return graph
 
-    def ref(r: Ref) -> Ref:
-        return Ref(alias.get(r.name, r.name))
-
-    out = []
-    for node in graph.nodes:
-        if node.name in alias:
-            continue
-        if node.name in epilogue:
-            use_gelu = (("use_gelu", epilogue[node.name]),)
-            node = replace(node, target=ACTIVATION_OP, kwargs=use_gelu)
-        else:
-            kwargs = tuple((k, map_refs(v, ref)) for k, v in node.kwargs)
-            node = replace(node, args=map_refs(node.args, ref), kwargs=kwargs)
-        out.append(node)
-    return graph.with_nodes(out, map_refs(graph.outputs, ref))
+    out = [
+        (
+            replace(n, target=ACTIVATION_OP, kwargs=(("use_gelu", epilogue[n.name]),))
+            if n.name in epilogue
+            else n
+        )
+        for n in graph.nodes
+        if n.name not in alias
+    ]
+    return graph.with_nodes(out).renamed(alias)  # readers of an activation: its value
 
 
 def _match(node: Node, nodes: dict[str, Node], users) -> tuple[str, str] | None:
@@ -82,19 +78,15 @@ def _match(node: Node, nodes: dict[str, Node], users) -> tuple[str, str] | None:
         return None
     if len(node.args) != 1 or not isinstance(node.args[0], Ref):
         return None
-    if node.target == "aten.gelu.default" and dict(node.kwargs) != {
-        "approximate": "tanh"
-    }:
+    _, kwargs, dtypes = ACTIVATIONS[node.target]
+    if dict(node.kwargs) != kwargs:
         return None
-    if node.target != "aten.gelu.default" and node.kwargs:
-        return None
-    value = nodes[node.args[0].name]
-    addmm = value
+    value = addmm = nodes[node.args[0].name]
+    reader = node.name  # the one reader the product may have
     if value.target == VIEW and isinstance(value.args[0], Ref):
-        addmm = nodes[value.args[0].name]
+        addmm, reader = nodes[value.args[0].name], value.name
         if users[value.name] != [node.name]:
             return None
-    reader = value.name if addmm is not value else node.name
     if addmm.target != ADDMM or addmm.kwargs or users[addmm.name] != [reader]:
         return None
     if not all(isinstance(a, Ref) for a in addmm.args):
@@ -102,8 +94,8 @@ def _match(node: Node, nodes: dict[str, Node], users) -> tuple[str, str] | None:
     bias, mat1, mat2 = (nodes[a.name].meta for a in addmm.args)
     if not all(isinstance(m, TensorMeta) for m in (bias, mat1, mat2)):
         return None
-    dtypes = {m.dtype for m in (bias, mat1, mat2, node.meta)}
-    if len(dtypes) != 1 or dtypes.pop() not in ACTIVATIONS[node.target][1]:
+    used = {m.dtype for m in (bias, mat1, mat2, node.meta)}
+    if len(used) != 1 or used.pop() not in dtypes:
         return None
     if bias.shape != (mat2.shape[1],):
         return None

@@ -16,6 +16,7 @@ import torch
 from torch._decomp import get_decompositions
 
 from transpiler.ir.graph import Graph, Node
+from transpiler.ir.ops import POINTWISE
 from transpiler.passes.retrace import retrace
 
 aten = torch.ops.aten
@@ -40,29 +41,34 @@ def decompose(graph: Graph) -> Graph:
     if not any(_decomposes(n) for n in graph.nodes):
         return graph
     table = get_decompositions(list(DECOMPOSE))
-    table[aten.gelu.default] = _tanh_gelu_only(table[aten.gelu.default])
+    for op in DECOMPOSE:
+        if str(op) in POINTWISE:
+            table[op] = _unless_kernel_op(str(op), table[op])
     return retrace(graph, decompositions=table)
 
 
 def _decomposes(node: Node) -> bool:
     if not node.target.startswith("aten.") or _op(node.target) not in DECOMPOSE:
         return False
-    return node.target != "aten.gelu.default" or _approximate(dict(node.kwargs))
+    return not _kernel_op(node.target, dict(node.kwargs))
 
 
-def _approximate(kwargs: dict) -> bool:
-    return kwargs.get("approximate", "none") != "none"
+def _kernel_op(target: str, kwargs: dict) -> bool:
+    """Whether kernels compute the op whole: a `POINTWISE` row accepts these keyword
+    arguments (exact GELU does; tanh GELU decomposes)."""
+    row = POINTWISE.get(target)
+    return row is not None and all((k, v) in row.keywords for k, v in kwargs.items())
 
 
-def _tanh_gelu_only(decomposition):
-    """Exact GELU stays one op (NotImplemented keeps it whole); tanh decomposes."""
+def _unless_kernel_op(target: str, decomposition):
+    """The decomposition, but NotImplemented (keep the op whole) for a kernel op."""
 
-    def gelu(*args, **kwargs):
-        return (
-            decomposition(*args, **kwargs) if _approximate(kwargs) else NotImplemented
-        )
+    def decompose_unless_kernel_op(*args, **kwargs):
+        if _kernel_op(target, kwargs):
+            return NotImplemented
+        return decomposition(*args, **kwargs)
 
-    return gelu
+    return decompose_unless_kernel_op
 
 
 def _op(target: str):

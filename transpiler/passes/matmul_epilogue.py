@@ -80,7 +80,7 @@ def metas(program: Program) -> dict[str, TensorMeta]:
 def find(
     program: Program,
     kernels: dict[str, Kernel],
-    inputs: dict[str, TensorMeta] | None = None,
+    inputs: dict[str, TensorMeta],
 ) -> list[Epilogue]:
     """Every linear layer of `program` whose consumer could be its epilogue;
     `inputs` gives the layouts of the program's inputs where known."""
@@ -88,10 +88,15 @@ def find(
         isinstance(s, ExternCall) and s.target.startswith(LOOP) for s in program.steps
     ):
         return []  # a loop body may read any earlier value by name: keep them all
-    layout = (inputs or {}) | metas(program)
+    layout = inputs | metas(program)
     readers: dict[str, list] = {}  # buffer -> the steps that read it
     for s in program.steps:
-        names = s.args if isinstance(s, KernelCall) else [r.name for r in _refs_of(s)]
+        if isinstance(s, KernelCall):
+            names = s.args
+        elif isinstance(s, ExternCall):
+            names = [r.name for r in iter_refs((s.args, s.kwargs))]
+        else:
+            names = []
         for name in names:
             readers.setdefault(name, []).append(s)
     for r in iter_refs(program.outputs):
@@ -103,12 +108,6 @@ def find(
             if e is not None:
                 found.append(e)
     return found
-
-
-def _refs_of(s) -> list[Ref]:
-    if isinstance(s, ExternCall):
-        return list(iter_refs(s.args)) + list(iter_refs([v for _, v in s.kwargs]))
-    return []
 
 
 def _epilogue(
