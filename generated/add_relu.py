@@ -72,9 +72,9 @@ def _guards_cpu_0(a, b):
 
 
 def _cpu_0(a, b):
-    device = a.device
+    empty = runtime_shim.allocator(a.device)
     # examples/add_relu.py:7: return (a + b).relu()
-    relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
+    relu = empty((2, 4), (4, 1), torch.float32)
     _cpp.function("cpp_fused_add_relu_0", "ppp")(
         a.data_ptr(), b.data_ptr(), relu.data_ptr()
     )
@@ -87,6 +87,8 @@ def _guards_cuda_0(a, b):
         return "isinstance(a, torch.Tensor)"
     if not (a.is_cuda):
         return "a.is_cuda"
+    if not (a.get_device() == torch.cuda.current_device()):
+        return "a.get_device() == torch.cuda.current_device()"
     if not (a.dtype == torch.float32):
         return "a.dtype == torch.float32"
     if not (a.shape == (2, 4)):
@@ -97,6 +99,8 @@ def _guards_cuda_0(a, b):
         return "isinstance(b, torch.Tensor)"
     if not (b.is_cuda):
         return "b.is_cuda"
+    if not (b.get_device() == torch.cuda.current_device()):
+        return "b.get_device() == torch.cuda.current_device()"
     if not (b.dtype == torch.float32):
         return "b.dtype == torch.float32"
     if not (b.shape == (2, 4)):
@@ -109,9 +113,9 @@ def _guards_cuda_0(a, b):
 
 
 def _cuda_0(a, b):
-    device = a.device
+    empty = runtime_shim.allocator(a.device)
     # examples/add_relu.py:7: return (a + b).relu()
-    relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
+    relu = empty((2, 4), (4, 1), torch.float32)
     _triton.triton_fused_add_relu_0[(1,)](a, b, relu, XBLOCK=16, num_warps=2)
     return relu
 

@@ -84,12 +84,12 @@ def _guards_cpu_0(self, x):
 
 
 def _cpu_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     fc_weight = self._modules["fc"]._parameters["weight"]
     fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
-    sub_1 = torch.empty_strided((16, 10), (10, 1), dtype=torch.float32, device=device)
+    sub_1 = empty((16, 10), (10, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_log_softmax_0", "ppp")(
         linear.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
     )
@@ -102,6 +102,8 @@ def _guards_cuda_0(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (16, 512)):
@@ -130,12 +132,12 @@ def _guards_cuda_0(self, x):
 
 
 def _cuda_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     fc_weight = self._modules["fc"]._parameters["weight"]
     fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
-    sub_1 = torch.empty_strided((16, 10), (10, 1), dtype=torch.float32, device=device)
+    sub_1 = empty((16, 10), (10, 1), torch.float32)
     _triton.triton_fused_addmm_log_softmax_0[(1,)](
         linear, fc_bias, sub_1, XBLOCK=16, RBLOCK=16, num_warps=1
     )
@@ -176,12 +178,12 @@ def _guards_cpu_1(self, x):
 
 
 def _cpu_1(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     fc_weight = self._modules["fc"]._parameters["weight"]
     fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
-    sub_1 = torch.empty_strided((32, 10), (10, 1), dtype=torch.float32, device=device)
+    sub_1 = empty((32, 10), (10, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_log_softmax_1", "ppp")(
         linear.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
     )
@@ -194,6 +196,8 @@ def _guards_cuda_1(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (32, 512)):
@@ -222,12 +226,12 @@ def _guards_cuda_1(self, x):
 
 
 def _cuda_1(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     fc_weight = self._modules["fc"]._parameters["weight"]
     fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
-    sub_1 = torch.empty_strided((32, 10), (10, 1), dtype=torch.float32, device=device)
+    sub_1 = empty((32, 10), (10, 1), torch.float32)
     _triton.triton_fused_addmm_log_softmax_1[(1,)](
         linear, fc_bias, sub_1, XBLOCK=32, RBLOCK=16, num_warps=2
     )
@@ -268,12 +272,12 @@ def _guards_cpu_2(self, x):
 
 
 def _cpu_2(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     fc_weight = self._modules["fc"]._parameters["weight"]
     fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
-    sub_1 = torch.empty_strided((1, 10), (10, 1), dtype=torch.float32, device=device)
+    sub_1 = empty((1, 10), (10, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_log_softmax_2", "ppp")(
         linear.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr()
     )
@@ -318,13 +322,13 @@ def _guards_cpu_3(self, x):
 
 
 def _cpu_3(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     B = x.shape[0]  # dynamic: one variant for every size
     fc_weight = self._modules["fc"]._parameters["weight"]
     fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
-    sub_1 = torch.empty_strided((B, 10), (10, 1), dtype=torch.float32, device=device)
+    sub_1 = empty((B, 10), (10, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_log_softmax_3", "pppl")(
         linear.data_ptr(), fc_bias.data_ptr(), sub_1.data_ptr(), B
     )
@@ -337,6 +341,8 @@ def _guards_cuda_2(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (1, 512)):
@@ -365,12 +371,12 @@ def _guards_cuda_2(self, x):
 
 
 def _cuda_2(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     fc_weight = self._modules["fc"]._parameters["weight"]
     fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
-    sub_1 = torch.empty_strided((1, 10), (10, 1), dtype=torch.float32, device=device)
+    sub_1 = empty((1, 10), (10, 1), torch.float32)
     _triton.triton_fused_addmm_log_softmax_2[(1,)](
         linear, fc_bias, sub_1, XBLOCK=1, RBLOCK=16, num_warps=1
     )
@@ -383,6 +389,8 @@ def _guards_cuda_3(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.dim() == 2):
@@ -415,13 +423,13 @@ def _guards_cuda_3(self, x):
 
 
 def _cuda_3(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     B = x.shape[0]  # dynamic: one variant for every size
     fc_weight = self._modules["fc"]._parameters["weight"]
     fc_bias = self._modules["fc"]._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
-    sub_1 = torch.empty_strided((B, 10), (10, 1), dtype=torch.float32, device=device)
+    sub_1 = empty((B, 10), (10, 1), torch.float32)
     _triton.triton_fused_addmm_log_softmax_3[((B + 63) // 64,)](
         linear, fc_bias, sub_1, B, XBLOCK=64, RBLOCK=16, num_warps=4
     )

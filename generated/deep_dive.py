@@ -100,13 +100,13 @@ def _guards_cpu_0(x, weight, bias, scale):
 
 
 def _cpu_0(x, weight, bias, scale):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/deep_dive.py:14: y = x @ weight  # Kernel 1
     mm = torch.mm(x, weight)
     # examples/deep_dive.py:15: y = y + bias  # Kernel 2
     # examples/deep_dive.py:16: y = torch.relu(y)  # Kernel 3
     # examples/deep_dive.py:17: y = y * scale  # Kernel 4
-    mul = torch.empty_strided((32, 128), (128, 1), dtype=torch.float32, device=device)
+    mul = empty((32, 128), (128, 1), torch.float32)
     _cpp.function("cpp_fused_add_relu_mul_0", "pppp")(
         mm.data_ptr(), bias.data_ptr(), scale.data_ptr(), mul.data_ptr()
     )
@@ -119,6 +119,8 @@ def _guards_cuda_0(x, weight, bias, scale):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (32, 64)):
@@ -129,6 +131,8 @@ def _guards_cuda_0(x, weight, bias, scale):
         return "isinstance(weight, torch.Tensor)"
     if not (weight.is_cuda):
         return "weight.is_cuda"
+    if not (weight.get_device() == torch.cuda.current_device()):
+        return "weight.get_device() == torch.cuda.current_device()"
     if not (weight.dtype == torch.float32):
         return "weight.dtype == torch.float32"
     if not (weight.shape == (64, 128)):
@@ -139,6 +143,8 @@ def _guards_cuda_0(x, weight, bias, scale):
         return "isinstance(bias, torch.Tensor)"
     if not (bias.is_cuda):
         return "bias.is_cuda"
+    if not (bias.get_device() == torch.cuda.current_device()):
+        return "bias.get_device() == torch.cuda.current_device()"
     if not (bias.dtype == torch.float32):
         return "bias.dtype == torch.float32"
     if not (bias.shape == (128,)):
@@ -149,6 +155,8 @@ def _guards_cuda_0(x, weight, bias, scale):
         return "isinstance(scale, torch.Tensor)"
     if not (scale.is_cuda):
         return "scale.is_cuda"
+    if not (scale.get_device() == torch.cuda.current_device()):
+        return "scale.get_device() == torch.cuda.current_device()"
     if not (scale.dtype == torch.float32):
         return "scale.dtype == torch.float32"
     if not (scale.shape == (128,)):
@@ -169,13 +177,13 @@ def _guards_cuda_0(x, weight, bias, scale):
 
 
 def _cuda_0(x, weight, bias, scale):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/deep_dive.py:14: y = x @ weight  # Kernel 1
     mm = torch.mm(x, weight)
     # examples/deep_dive.py:15: y = y + bias  # Kernel 2
     # examples/deep_dive.py:16: y = torch.relu(y)  # Kernel 3
     # examples/deep_dive.py:17: y = y * scale  # Kernel 4
-    mul = torch.empty_strided((32, 128), (128, 1), dtype=torch.float32, device=device)
+    mul = empty((32, 128), (128, 1), torch.float32)
     _triton.triton_fused_add_relu_mul_0[(4,)](
         mm, bias, scale, mul, XBLOCK=1024, num_warps=4
     )

@@ -75,18 +75,18 @@ def _guards_cpu_0(x):
 
 
 def _cpu_0(x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/dynamo.py:8: y = x * 2
     # examples/dynamo.py:9: if y.sum() > 0:  # Dynamic control flow!
-    mul = torch.empty_strided((10,), (1,), dtype=torch.float32, device=device)
-    gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
+    mul = empty((10,), (1,), torch.float32)
+    gt = empty((), (), torch.bool)
     _cpp.function("cpp_fused_mul_sum_gt_0", "ppp")(
         x.data_ptr(), mul.data_ptr(), gt.data_ptr()
     )
     # sync: the branch reads tensor data (examples/dynamo.py:9: if y.sum() > 0:  # Dynamic control flow!)
     if gt:
         # examples/dynamo.py:10: y = y + 1
-        add = torch.empty_strided((10,), (1,), dtype=torch.float32, device=device)
+        add = empty((10,), (1,), torch.float32)
         _cpp.function("cpp_fused_add_0", "pp")(mul.data_ptr(), add.data_ptr())
         return add
     else:
@@ -99,6 +99,8 @@ def _guards_cuda_0(x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
@@ -111,18 +113,18 @@ def _guards_cuda_0(x):
 
 
 def _cuda_0(x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/dynamo.py:8: y = x * 2
     # examples/dynamo.py:9: if y.sum() > 0:  # Dynamic control flow!
-    mul = torch.empty_strided((10,), (1,), dtype=torch.float32, device=device)
-    gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
+    mul = empty((10,), (1,), torch.float32)
+    gt = empty((), (), torch.bool)
     _triton.triton_fused_mul_sum_gt_0[(1,)](
         x, mul, gt, XBLOCK=1, RBLOCK=16, num_warps=1
     )
     # sync: the branch reads tensor data (examples/dynamo.py:9: if y.sum() > 0:  # Dynamic control flow!)
     if gt:
         # examples/dynamo.py:10: y = y + 1
-        add = torch.empty_strided((10,), (1,), dtype=torch.float32, device=device)
+        add = empty((10,), (1,), torch.float32)
         _triton.triton_fused_add_0[(1,)](mul, add, XBLOCK=16, num_warps=2)
         return add
     else:
@@ -159,11 +161,11 @@ def _guards_cpu_1(x):
 
 
 def _cpu_1(x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/dynamo.py:15: y = x * 2  # captured
     # examples/dynamo.py:20: z = y + 1  # compiled after the break
-    mul = torch.empty_strided((8, 16), (16, 1), dtype=torch.float32, device=device)
-    add = torch.empty_strided((8, 16), (16, 1), dtype=torch.float32, device=device)
+    mul = empty((8, 16), (16, 1), torch.float32)
+    add = empty((8, 16), (16, 1), torch.float32)
     _cpp.function("cpp_fused_mul_add_0", "ppp")(
         x.data_ptr(), mul.data_ptr(), add.data_ptr()
     )
@@ -178,6 +180,8 @@ def _guards_cuda_1(x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (8, 16)):
@@ -190,11 +194,11 @@ def _guards_cuda_1(x):
 
 
 def _cuda_1(x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/dynamo.py:15: y = x * 2  # captured
     # examples/dynamo.py:20: z = y + 1  # compiled after the break
-    mul = torch.empty_strided((8, 16), (16, 1), dtype=torch.float32, device=device)
-    add = torch.empty_strided((8, 16), (16, 1), dtype=torch.float32, device=device)
+    mul = empty((8, 16), (16, 1), torch.float32)
+    add = empty((8, 16), (16, 1), torch.float32)
     _triton.triton_fused_mul_add_0[(1,)](x, mul, add, XBLOCK=128, num_warps=2)
     # examples/dynamo.py:18: print(f"Shape: {y.shape}")
     _fallback_0(mul)
@@ -233,9 +237,9 @@ def _guards_cpu_2(x, multiplier):
 
 
 def _cpu_2(x, multiplier):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/dynamo.py:25: return x * multiplier
-    mul = torch.empty_strided((10,), (1,), dtype=torch.float32, device=device)
+    mul = empty((10,), (1,), torch.float32)
     _cpp.function("cpp_fused_mul_0", "pp")(x.data_ptr(), mul.data_ptr())
     return mul
 
@@ -246,6 +250,8 @@ def _guards_cuda_2(x, multiplier):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
@@ -260,9 +266,9 @@ def _guards_cuda_2(x, multiplier):
 
 
 def _cuda_2(x, multiplier):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/dynamo.py:25: return x * multiplier
-    mul = torch.empty_strided((10,), (1,), dtype=torch.float32, device=device)
+    mul = empty((10,), (1,), torch.float32)
     _triton.triton_fused_mul_0[(1,)](x, mul, XBLOCK=16, num_warps=2)
     return mul
 
@@ -287,9 +293,9 @@ def _guards_cpu_3(x, multiplier):
 
 
 def _cpu_3(x, multiplier):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/dynamo.py:25: return x * multiplier
-    mul = torch.empty_strided((10,), (1,), dtype=torch.float32, device=device)
+    mul = empty((10,), (1,), torch.float32)
     _cpp.function("cpp_fused_mul_1", "pp")(x.data_ptr(), mul.data_ptr())
     return mul
 
@@ -300,6 +306,8 @@ def _guards_cuda_3(x, multiplier):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (10,)):
@@ -314,9 +322,9 @@ def _guards_cuda_3(x, multiplier):
 
 
 def _cuda_3(x, multiplier):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/dynamo.py:25: return x * multiplier
-    mul = torch.empty_strided((10,), (1,), dtype=torch.float32, device=device)
+    mul = empty((10,), (1,), torch.float32)
     _triton.triton_fused_mul_1[(1,)](x, mul, XBLOCK=16, num_warps=2)
     return mul
 

@@ -309,6 +309,7 @@ def _guards_cpu_0(self, idx):
 
 
 def _cpu_0(self, idx):
+    empty = runtime_shim.allocator(idx.device)
     device = idx.device
     wte_weight = self._modules["wte"]._parameters["weight"]
     wpe_weight = self._modules["wpe"]._parameters["weight"]
@@ -456,12 +457,8 @@ def _cpu_0(self, idx):
     embedding = torch.embedding(wte_weight, idx)
     embedding_1 = torch.embedding(wpe_weight, arange)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    add = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _cpp.function("cpp_fused_add_native_layer_norm_0", "pppppp")(
         embedding.data_ptr(),
         embedding_1.data_ptr(),
@@ -474,19 +471,12 @@ def _cpu_0(self, idx):
     linear = torch.nn.functional.linear(
         native_layer_norm_0, h_0_attn_c_attn_weight, h_0_attn_c_attn_bias
     )
-    split_with_sizes = linear.split_with_sizes([64, 64, 64], 2)
-    split_0 = split_with_sizes[0]
-    split_1 = split_with_sizes[1]
-    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view(2, 16, 4, 16)
-    transpose = view_2.transpose(1, 2)
+    transpose = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view(2, 16, 4, 16)
-    transpose_1 = view_3.transpose(1, 2)
+    transpose_1 = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 64)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view(2, 16, 4, 16)
-    transpose_2 = view_4.transpose(1, 2)
+    transpose_2 = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 128)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -495,18 +485,15 @@ def _cpu_0(self, idx):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view(2, 16, 64)
+    view_5 = runtime_shim.view(
+        scaled_dot_product_attention, (2, 16, 64), (1024, 64, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_1 = torch.nn.functional.linear(view_5, h_0_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_3_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    add_1 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_3_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_1.data_ptr(),
         h_0_attn_c_proj_bias.data_ptr(),
@@ -519,9 +506,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, h_0_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu = torch.empty_strided(
-        (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
-    )
+    gelu = empty((2, 16, 256), (4096, 256, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_2.data_ptr(), h_0_mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
@@ -529,12 +514,8 @@ def _cpu_0(self, idx):
     linear_3 = torch.nn.functional.linear(gelu, h_0_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_2 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_4_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    add_2 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_4_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_3.data_ptr(),
         h_0_mlp_c_proj_bias.data_ptr(),
@@ -548,19 +529,12 @@ def _cpu_0(self, idx):
     linear_4 = torch.nn.functional.linear(
         native_layer_norm_4_0, h_1_attn_c_attn_weight, h_1_attn_c_attn_bias
     )
-    split_with_sizes_3 = linear_4.split_with_sizes([64, 64, 64], 2)
-    split_3_0 = split_with_sizes_3[0]
-    split_3_1 = split_with_sizes_3[1]
-    split_3_2 = split_with_sizes_3[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_14 = split_3_0.view(2, 16, 4, 16)
-    transpose_4 = view_14.transpose(1, 2)
+    transpose_4 = runtime_shim.view(linear_4, (2, 4, 16, 16), (3072, 16, 192, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_15 = split_3_1.view(2, 16, 4, 16)
-    transpose_5 = view_15.transpose(1, 2)
+    transpose_5 = runtime_shim.view(linear_4, (2, 4, 16, 16), (3072, 16, 192, 1), 64)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_16 = split_3_2.view(2, 16, 4, 16)
-    transpose_6 = view_16.transpose(1, 2)
+    transpose_6 = runtime_shim.view(linear_4, (2, 4, 16, 16), (3072, 16, 192, 1), 128)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_1 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -569,18 +543,15 @@ def _cpu_0(self, idx):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_7 = scaled_dot_product_attention_1.transpose(1, 2)
-    view_17 = transpose_7.view(2, 16, 64)
+    view_17 = runtime_shim.view(
+        scaled_dot_product_attention_1, (2, 16, 64), (1024, 64, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_5 = torch.nn.functional.linear(view_17, h_1_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_3 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_5_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    add_3 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_5_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_5.data_ptr(),
         h_1_attn_c_proj_bias.data_ptr(),
@@ -593,9 +564,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_6 = torch.nn.functional.linear(native_layer_norm_5_0, h_1_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_1 = torch.empty_strided(
-        (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
-    )
+    gelu_1 = empty((2, 16, 256), (4096, 256, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_6.data_ptr(), h_1_mlp_c_fc_bias.data_ptr(), gelu_1.data_ptr()
     )
@@ -603,9 +572,7 @@ def _cpu_0(self, idx):
     linear_7 = torch.nn.functional.linear(gelu_1, h_1_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt.py:51: x = self.ln_f(x)
-    native_layer_norm_6_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    native_layer_norm_6_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_1", "pppppp")(
         linear_7.data_ptr(),
         h_1_mlp_c_proj_bias.data_ptr(),
@@ -627,6 +594,8 @@ def _guards_cuda_0(self, idx):
         return "isinstance(idx, torch.Tensor)"
     if not (idx.is_cuda):
         return "idx.is_cuda"
+    if not (idx.get_device() == torch.cuda.current_device()):
+        return "idx.get_device() == torch.cuda.current_device()"
     if not (idx.dtype == torch.int64):
         return "idx.dtype == torch.int64"
     if not (idx.shape == (2, 16)):
@@ -882,6 +851,7 @@ def _guards_cuda_0(self, idx):
 
 
 def _cuda_0(self, idx):
+    empty = runtime_shim.allocator(idx.device)
     device = idx.device
     wte_weight = self._modules["wte"]._parameters["weight"]
     wpe_weight = self._modules["wpe"]._parameters["weight"]
@@ -1029,12 +999,8 @@ def _cuda_0(self, idx):
     embedding = torch.embedding(wte_weight, idx)
     embedding_1 = torch.embedding(wpe_weight, arange)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    add = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _triton.triton_fused_add_native_layer_norm_0[(2,)](
         embedding,
         embedding_1,
@@ -1050,19 +1016,12 @@ def _cuda_0(self, idx):
     linear = torch.nn.functional.linear(
         native_layer_norm_0, h_0_attn_c_attn_weight, h_0_attn_c_attn_bias
     )
-    split_with_sizes = linear.split_with_sizes([64, 64, 64], 2)
-    split_0 = split_with_sizes[0]
-    split_1 = split_with_sizes[1]
-    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view(2, 16, 4, 16)
-    transpose = view_2.transpose(1, 2)
+    transpose = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view(2, 16, 4, 16)
-    transpose_1 = view_3.transpose(1, 2)
+    transpose_1 = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 64)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view(2, 16, 4, 16)
-    transpose_2 = view_4.transpose(1, 2)
+    transpose_2 = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 128)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -1071,18 +1030,15 @@ def _cuda_0(self, idx):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view(2, 16, 64)
+    view_5 = runtime_shim.view(
+        scaled_dot_product_attention, (2, 16, 64), (1024, 64, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_1 = torch.nn.functional.linear(view_5, h_0_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_3_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    add_1 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_3_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(2,)](
         linear_1,
         h_0_attn_c_proj_bias,
@@ -1098,9 +1054,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, h_0_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu = torch.empty_strided(
-        (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
-    )
+    gelu = empty((2, 16, 256), (4096, 256, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(8,)](
         linear_2, h_0_mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
@@ -1108,12 +1062,8 @@ def _cuda_0(self, idx):
     linear_3 = torch.nn.functional.linear(gelu, h_0_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_2 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_4_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    add_2 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_4_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(2,)](
         linear_3,
         h_0_mlp_c_proj_bias,
@@ -1130,19 +1080,12 @@ def _cuda_0(self, idx):
     linear_4 = torch.nn.functional.linear(
         native_layer_norm_4_0, h_1_attn_c_attn_weight, h_1_attn_c_attn_bias
     )
-    split_with_sizes_3 = linear_4.split_with_sizes([64, 64, 64], 2)
-    split_3_0 = split_with_sizes_3[0]
-    split_3_1 = split_with_sizes_3[1]
-    split_3_2 = split_with_sizes_3[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_14 = split_3_0.view(2, 16, 4, 16)
-    transpose_4 = view_14.transpose(1, 2)
+    transpose_4 = runtime_shim.view(linear_4, (2, 4, 16, 16), (3072, 16, 192, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_15 = split_3_1.view(2, 16, 4, 16)
-    transpose_5 = view_15.transpose(1, 2)
+    transpose_5 = runtime_shim.view(linear_4, (2, 4, 16, 16), (3072, 16, 192, 1), 64)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_16 = split_3_2.view(2, 16, 4, 16)
-    transpose_6 = view_16.transpose(1, 2)
+    transpose_6 = runtime_shim.view(linear_4, (2, 4, 16, 16), (3072, 16, 192, 1), 128)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_1 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -1151,18 +1094,15 @@ def _cuda_0(self, idx):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_7 = scaled_dot_product_attention_1.transpose(1, 2)
-    view_17 = transpose_7.view(2, 16, 64)
+    view_17 = runtime_shim.view(
+        scaled_dot_product_attention_1, (2, 16, 64), (1024, 64, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_5 = torch.nn.functional.linear(view_17, h_1_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_3 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_5_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    add_3 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_5_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(2,)](
         linear_5,
         h_1_attn_c_proj_bias,
@@ -1178,9 +1118,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_6 = torch.nn.functional.linear(native_layer_norm_5_0, h_1_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_1 = torch.empty_strided(
-        (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
-    )
+    gelu_1 = empty((2, 16, 256), (4096, 256, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(8,)](
         linear_6, h_1_mlp_c_fc_bias, gelu_1, XBLOCK=1024, num_warps=4
     )
@@ -1188,9 +1126,7 @@ def _cuda_0(self, idx):
     linear_7 = torch.nn.functional.linear(gelu_1, h_1_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt.py:51: x = self.ln_f(x)
-    native_layer_norm_6_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    native_layer_norm_6_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_1[(2,)](
         linear_7,
         h_1_mlp_c_proj_bias,

@@ -151,7 +151,7 @@ def _guards_cpu_0(self, x):
 
 
 def _cpu_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     ln_1_weight = self._modules["ln_1"]._parameters["weight"]
     ln_1_bias = self._modules["ln_1"]._parameters["bias"]
     attn_c_attn_weight = self._modules["attn"]._modules["c_attn"]._parameters["weight"]
@@ -165,9 +165,7 @@ def _cpu_0(self, x):
     mlp_c_proj_weight = self._modules["mlp"]._modules["c_proj"]._parameters["weight"]
     mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    native_layer_norm_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    native_layer_norm_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _cpp.function("cpp_fused_native_layer_norm_0", "pppp")(
         x.data_ptr(),
         ln_1_weight.data_ptr(),
@@ -178,19 +176,12 @@ def _cpu_0(self, x):
     linear = torch.nn.functional.linear(
         native_layer_norm_0, attn_c_attn_weight, attn_c_attn_bias
     )
-    split_with_sizes = linear.split_with_sizes([64, 64, 64], 2)
-    split_0 = split_with_sizes[0]
-    split_1 = split_with_sizes[1]
-    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view(2, 16, 4, 16)
-    transpose = view_2.transpose(1, 2)
+    transpose = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view(2, 16, 4, 16)
-    transpose_1 = view_3.transpose(1, 2)
+    transpose_1 = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 64)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view(2, 16, 4, 16)
-    transpose_2 = view_4.transpose(1, 2)
+    transpose_2 = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 128)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -199,18 +190,15 @@ def _cpu_0(self, x):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view(2, 16, 64)
+    view_5 = runtime_shim.view(
+        scaled_dot_product_attention, (2, 16, 64), (1024, 64, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_1 = torch.nn.functional.linear(view_5, attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_3_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    add = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_3_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_1.data_ptr(),
         attn_c_proj_bias.data_ptr(),
@@ -223,18 +211,14 @@ def _cpu_0(self, x):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu = torch.empty_strided(
-        (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
-    )
+    gelu = empty((2, 16, 256), (4096, 256, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_2.data_ptr(), mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
     linear_3 = torch.nn.functional.linear(gelu, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    add_1 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_0", "pppp")(
         linear_3.data_ptr(),
         mlp_c_proj_bias.data_ptr(),
@@ -250,6 +234,8 @@ def _guards_cuda_0(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (2, 16, 64)):
@@ -348,7 +334,7 @@ def _guards_cuda_0(self, x):
 
 
 def _cuda_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     ln_1_weight = self._modules["ln_1"]._parameters["weight"]
     ln_1_bias = self._modules["ln_1"]._parameters["bias"]
     attn_c_attn_weight = self._modules["attn"]._modules["c_attn"]._parameters["weight"]
@@ -362,9 +348,7 @@ def _cuda_0(self, x):
     mlp_c_proj_weight = self._modules["mlp"]._modules["c_proj"]._parameters["weight"]
     mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    native_layer_norm_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    native_layer_norm_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _triton.triton_fused_native_layer_norm_0[(2,)](
         x,
         ln_1_weight,
@@ -378,19 +362,12 @@ def _cuda_0(self, x):
     linear = torch.nn.functional.linear(
         native_layer_norm_0, attn_c_attn_weight, attn_c_attn_bias
     )
-    split_with_sizes = linear.split_with_sizes([64, 64, 64], 2)
-    split_0 = split_with_sizes[0]
-    split_1 = split_with_sizes[1]
-    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view(2, 16, 4, 16)
-    transpose = view_2.transpose(1, 2)
+    transpose = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view(2, 16, 4, 16)
-    transpose_1 = view_3.transpose(1, 2)
+    transpose_1 = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 64)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view(2, 16, 4, 16)
-    transpose_2 = view_4.transpose(1, 2)
+    transpose_2 = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 128)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -399,18 +376,15 @@ def _cuda_0(self, x):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view(2, 16, 64)
+    view_5 = runtime_shim.view(
+        scaled_dot_product_attention, (2, 16, 64), (1024, 64, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_1 = torch.nn.functional.linear(view_5, attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_3_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    add = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_3_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(2,)](
         linear_1,
         attn_c_proj_bias,
@@ -426,18 +400,14 @@ def _cuda_0(self, x):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu = torch.empty_strided(
-        (2, 16, 256), (4096, 256, 1), dtype=torch.float32, device=device
-    )
+    gelu = empty((2, 16, 256), (4096, 256, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(8,)](
         linear_2, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
     linear_3 = torch.nn.functional.linear(gelu, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.float32, device=device
-    )
+    add_1 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     _triton.triton_fused_addmm_add_0[(2,)](
         linear_3, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )
@@ -563,7 +533,7 @@ def _guards_cpu_1(self, x):
 
 
 def _cpu_1(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     ln_1_weight = self._modules["ln_1"]._parameters["weight"]
     ln_1_bias = self._modules["ln_1"]._parameters["bias"]
     attn_c_attn_weight = self._modules["attn"]._modules["c_attn"]._parameters["weight"]
@@ -577,9 +547,7 @@ def _cpu_1(self, x):
     mlp_c_proj_weight = self._modules["mlp"]._modules["c_proj"]._parameters["weight"]
     mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    native_layer_norm_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
-    )
+    native_layer_norm_0 = empty((2, 16, 64), (1024, 64, 1), torch.bfloat16)
     _cpp.function("cpp_fused_native_layer_norm_1", "pppp")(
         x.data_ptr(),
         ln_1_weight.data_ptr(),
@@ -590,19 +558,12 @@ def _cpu_1(self, x):
     linear = torch.nn.functional.linear(
         native_layer_norm_0, attn_c_attn_weight, attn_c_attn_bias
     )
-    split_with_sizes = linear.split_with_sizes([64, 64, 64], 2)
-    split_0 = split_with_sizes[0]
-    split_1 = split_with_sizes[1]
-    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view(2, 16, 4, 16)
-    transpose = view_2.transpose(1, 2)
+    transpose = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view(2, 16, 4, 16)
-    transpose_1 = view_3.transpose(1, 2)
+    transpose_1 = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 64)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view(2, 16, 4, 16)
-    transpose_2 = view_4.transpose(1, 2)
+    transpose_2 = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 128)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -611,18 +572,15 @@ def _cpu_1(self, x):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view(2, 16, 64)
+    view_5 = runtime_shim.view(
+        scaled_dot_product_attention, (2, 16, 64), (1024, 64, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_1 = torch.nn.functional.linear(view_5, attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
-    )
-    native_layer_norm_3_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
-    )
+    add = empty((2, 16, 64), (1024, 64, 1), torch.bfloat16)
+    native_layer_norm_3_0 = empty((2, 16, 64), (1024, 64, 1), torch.bfloat16)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_1", "ppppppp")(
         linear_1.data_ptr(),
         attn_c_proj_bias.data_ptr(),
@@ -635,18 +593,14 @@ def _cpu_1(self, x):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu = torch.empty_strided(
-        (2, 16, 256), (4096, 256, 1), dtype=torch.bfloat16, device=device
-    )
+    gelu = empty((2, 16, 256), (4096, 256, 1), torch.bfloat16)
     _cpp.function("cpp_fused_addmm_gelu_1", "ppp")(
         linear_2.data_ptr(), mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
     linear_3 = torch.nn.functional.linear(gelu, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
-    )
+    add_1 = empty((2, 16, 64), (1024, 64, 1), torch.bfloat16)
     _cpp.function("cpp_fused_addmm_add_1", "pppp")(
         linear_3.data_ptr(),
         mlp_c_proj_bias.data_ptr(),
@@ -662,6 +616,8 @@ def _guards_cuda_1(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.bfloat16):
         return "x.dtype == torch.bfloat16"
     if not (x.shape == (2, 16, 64)):
@@ -751,7 +707,7 @@ def _guards_cuda_1(self, x):
 
 
 def _cuda_1(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     ln_1_weight = self._modules["ln_1"]._parameters["weight"]
     ln_1_bias = self._modules["ln_1"]._parameters["bias"]
     attn_c_attn_weight = self._modules["attn"]._modules["c_attn"]._parameters["weight"]
@@ -765,9 +721,7 @@ def _cuda_1(self, x):
     mlp_c_proj_weight = self._modules["mlp"]._modules["c_proj"]._parameters["weight"]
     mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    native_layer_norm_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
-    )
+    native_layer_norm_0 = empty((2, 16, 64), (1024, 64, 1), torch.bfloat16)
     _triton.triton_fused_native_layer_norm_1[(2,)](
         x,
         ln_1_weight,
@@ -781,19 +735,12 @@ def _cuda_1(self, x):
     linear = torch.nn.functional.linear(
         native_layer_norm_0, attn_c_attn_weight, attn_c_attn_bias
     )
-    split_with_sizes = linear.split_with_sizes([64, 64, 64], 2)
-    split_0 = split_with_sizes[0]
-    split_1 = split_with_sizes[1]
-    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view(2, 16, 4, 16)
-    transpose = view_2.transpose(1, 2)
+    transpose = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view(2, 16, 4, 16)
-    transpose_1 = view_3.transpose(1, 2)
+    transpose_1 = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 64)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view(2, 16, 4, 16)
-    transpose_2 = view_4.transpose(1, 2)
+    transpose_2 = runtime_shim.view(linear, (2, 4, 16, 16), (3072, 16, 192, 1), 128)
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -802,18 +749,15 @@ def _cuda_1(self, x):
         (1024, 16, 64, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view(2, 16, 64)
+    view_5 = runtime_shim.view(
+        scaled_dot_product_attention, (2, 16, 64), (1024, 64, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_1 = torch.nn.functional.linear(view_5, attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
-    )
-    native_layer_norm_3_0 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
-    )
+    add = empty((2, 16, 64), (1024, 64, 1), torch.bfloat16)
+    native_layer_norm_3_0 = empty((2, 16, 64), (1024, 64, 1), torch.bfloat16)
     _triton.triton_fused_addmm_add_native_layer_norm_1[(2,)](
         linear_1,
         attn_c_proj_bias,
@@ -834,9 +778,7 @@ def _cuda_1(self, x):
     # examples/gpt_block.py:45: x = self.c_proj(x)
     linear_2 = torch.nn.functional.linear(view_9, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = torch.empty_strided(
-        (2, 16, 64), (1024, 64, 1), dtype=torch.bfloat16, device=device
-    )
+    add_1 = empty((2, 16, 64), (1024, 64, 1), torch.bfloat16)
     _triton.triton_fused_addmm_add_1[(2,)](
         linear_2, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )

@@ -52,7 +52,6 @@ def _guards_cpu_0(self, x):
 
 
 def _cpu_0(self, x):
-    device = x.device
     layers_0_weight = self._modules["layers"]._modules["0"]._parameters["weight"]
     layers_0_bias = self._modules["layers"]._modules["0"]._parameters["bias"]
     layers_1_weight = self._modules["layers"]._modules["1"]._parameters["weight"]
@@ -90,6 +89,8 @@ def _guards_cuda_0(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (4, 32)):
@@ -107,7 +108,6 @@ def _guards_cuda_0(self, x):
 
 
 def _cuda_0(self, x):
-    device = x.device
     layers_0_weight = self._modules["layers"]._modules["0"]._parameters["weight"]
     layers_0_bias = self._modules["layers"]._modules["0"]._parameters["bias"]
     layers_1_weight = self._modules["layers"]._modules["1"]._parameters["weight"]

@@ -88,11 +88,11 @@ def _guards_cpu_0(self, x):
 
 
 def _cpu_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     norm_weight = self._modules["norm"]._parameters["weight"]
     norm_bias = self._modules["norm"]._parameters["bias"]
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
-    gelu = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
+    gelu = empty((16, 256), (256, 1), torch.float32)
     _cpp.function("cpp_fused_native_layer_norm_gelu_0", "pppp")(
         x.data_ptr(), norm_weight.data_ptr(), norm_bias.data_ptr(), gelu.data_ptr()
     )
@@ -105,6 +105,8 @@ def _guards_cuda_0(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (16, 256)):
@@ -140,11 +142,11 @@ def _guards_cuda_0(self, x):
 
 
 def _cuda_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     norm_weight = self._modules["norm"]._parameters["weight"]
     norm_bias = self._modules["norm"]._parameters["bias"]
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
-    gelu = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
+    gelu = empty((16, 256), (256, 1), torch.float32)
     _triton.triton_fused_native_layer_norm_gelu_0[(4,)](
         x, norm_weight, norm_bias, gelu, XBLOCK=4, RBLOCK=256, num_warps=4
     )
@@ -192,11 +194,11 @@ def _guards_cpu_1(self, x):
 
 
 def _cpu_1(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     norm_weight = self._modules["norm"]._parameters["weight"]
     norm_bias = self._modules["norm"]._parameters["bias"]
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
-    gelu = torch.empty_strided((16, 256), (256, 1), dtype=torch.bfloat16, device=device)
+    gelu = empty((16, 256), (256, 1), torch.bfloat16)
     _cpp.function("cpp_fused_native_layer_norm_gelu_1", "pppp")(
         x.data_ptr(), norm_weight.data_ptr(), norm_bias.data_ptr(), gelu.data_ptr()
     )
@@ -209,6 +211,8 @@ def _guards_cuda_1(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.bfloat16):
         return "x.dtype == torch.bfloat16"
     if not (x.shape == (16, 256)):
@@ -244,11 +248,11 @@ def _guards_cuda_1(self, x):
 
 
 def _cuda_1(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     norm_weight = self._modules["norm"]._parameters["weight"]
     norm_bias = self._modules["norm"]._parameters["bias"]
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
-    gelu = torch.empty_strided((16, 256), (256, 1), dtype=torch.bfloat16, device=device)
+    gelu = empty((16, 256), (256, 1), torch.bfloat16)
     _triton.triton_fused_native_layer_norm_gelu_1[(4,)](
         x, norm_weight, norm_bias, gelu, XBLOCK=4, RBLOCK=256, num_warps=4
     )

@@ -82,14 +82,14 @@ def _guards_cpu_0(self, x):
 
 
 def _cpu_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     fc1_weight = self._modules["fc1"]._parameters["weight"]
     fc1_bias = self._modules["fc1"]._parameters["bias"]
     fc2_weight = self._modules["fc2"]._parameters["weight"]
     fc2_bias = self._modules["fc2"]._parameters["bias"]
     # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
     linear = torch.nn.functional.linear(x, fc1_weight)
-    gelu = torch.empty_strided((8, 256), (256, 1), dtype=torch.float32, device=device)
+    gelu = empty((8, 256), (256, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear.data_ptr(), fc1_bias.data_ptr(), gelu.data_ptr()
     )
@@ -103,6 +103,8 @@ def _guards_cuda_0(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (8, 64)):
@@ -135,14 +137,14 @@ def _guards_cuda_0(self, x):
 
 
 def _cuda_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     fc1_weight = self._modules["fc1"]._parameters["weight"]
     fc1_bias = self._modules["fc1"]._parameters["bias"]
     fc2_weight = self._modules["fc2"]._parameters["weight"]
     fc2_bias = self._modules["fc2"]._parameters["bias"]
     # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
     linear = torch.nn.functional.linear(x, fc1_weight)
-    gelu = torch.empty_strided((8, 256), (256, 1), dtype=torch.float32, device=device)
+    gelu = empty((8, 256), (256, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(2,)](
         linear, fc1_bias, gelu, XBLOCK=1024, num_warps=4
     )

@@ -77,10 +77,10 @@ def _guards_cpu_0(self, x):
 
 
 def _cpu_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     weight = self._parameters["weight"]
     # examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-    mul_1 = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
+    mul_1 = empty((16, 256), (256, 1), torch.float32)
     _cpp.function("cpp_fused_mul_mean_add_rsqrt_0", "ppp")(
         x.data_ptr(), weight.data_ptr(), mul_1.data_ptr()
     )
@@ -93,6 +93,8 @@ def _guards_cuda_0(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (16, 256)):
@@ -120,10 +122,10 @@ def _guards_cuda_0(self, x):
 
 
 def _cuda_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     weight = self._parameters["weight"]
     # examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-    mul_1 = torch.empty_strided((16, 256), (256, 1), dtype=torch.float32, device=device)
+    mul_1 = empty((16, 256), (256, 1), torch.float32)
     _triton.triton_fused_mul_mean_add_rsqrt_0[(4,)](
         x, weight, mul_1, XBLOCK=4, RBLOCK=256, num_warps=4
     )

@@ -66,9 +66,9 @@ def _guards_cpu_0(x):
 
 
 def _cpu_0(x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/script_vs_trace.py:11: x = x * x
-    mul_1 = torch.empty_strided((3, 4), (4, 1), dtype=torch.float32, device=device)
+    mul_1 = empty((3, 4), (4, 1), torch.float32)
     _cpp.function("cpp_fused_mul_0", "pp")(x.data_ptr(), mul_1.data_ptr())
     return mul_1
 
@@ -79,6 +79,8 @@ def _guards_cuda_0(x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (3, 4)):
@@ -91,9 +93,9 @@ def _guards_cuda_0(x):
 
 
 def _cuda_0(x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/script_vs_trace.py:11: x = x * x
-    mul_1 = torch.empty_strided((3, 4), (4, 1), dtype=torch.float32, device=device)
+    mul_1 = empty((3, 4), (4, 1), torch.float32)
     _triton.triton_fused_mul_0[(1,)](x, mul_1, XBLOCK=16, num_warps=2)
     return mul_1
 
@@ -128,19 +130,19 @@ def _guards_cpu_1(x):
 
 
 def _cpu_1(x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/script_vs_trace.py:16: if x.sum() > 0:
-    gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
+    gt = empty((), (), torch.bool)
     _cpp.function("cpp_fused_sum_gt_0", "pp")(x.data_ptr(), gt.data_ptr())
     # sync: the branch reads tensor data (examples/script_vs_trace.py:16: if x.sum() > 0:)
     if gt:
         # examples/script_vs_trace.py:17: return x * 2
-        mul = torch.empty_strided((2,), (1,), dtype=torch.float32, device=device)
+        mul = empty((2,), (1,), torch.float32)
         _cpp.function("cpp_fused_mul_1", "pp")(x.data_ptr(), mul.data_ptr())
         return mul
     else:
         # examples/script_vs_trace.py:19: return x * -1
-        mul = torch.empty_strided((2,), (1,), dtype=torch.float32, device=device)
+        mul = empty((2,), (1,), torch.float32)
         _cpp.function("cpp_fused_mul_2", "pp")(x.data_ptr(), mul.data_ptr())
         return mul
 
@@ -151,6 +153,8 @@ def _guards_cuda_1(x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (2,)):
@@ -163,19 +167,19 @@ def _guards_cuda_1(x):
 
 
 def _cuda_1(x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/script_vs_trace.py:16: if x.sum() > 0:
-    gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
+    gt = empty((), (), torch.bool)
     _triton.triton_fused_sum_gt_0[(1,)](x, gt, XBLOCK=1, RBLOCK=2, num_warps=1)
     # sync: the branch reads tensor data (examples/script_vs_trace.py:16: if x.sum() > 0:)
     if gt:
         # examples/script_vs_trace.py:17: return x * 2
-        mul = torch.empty_strided((2,), (1,), dtype=torch.float32, device=device)
+        mul = empty((2,), (1,), torch.float32)
         _triton.triton_fused_mul_1[(1,)](x, mul, XBLOCK=16, num_warps=2)
         return mul
     else:
         # examples/script_vs_trace.py:19: return x * -1
-        mul = torch.empty_strided((2,), (1,), dtype=torch.float32, device=device)
+        mul = empty((2,), (1,), torch.float32)
         _triton.triton_fused_mul_2[(1,)](x, mul, XBLOCK=16, num_warps=2)
         return mul
 

@@ -62,9 +62,9 @@ def _guards_cpu_0(x):
 
 
 def _cpu_0(x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/softmax.py:11: return torch.softmax(x, dim=-1)
-    div = torch.empty_strided((32, 128), (128, 1), dtype=torch.float32, device=device)
+    div = empty((32, 128), (128, 1), torch.float32)
     _cpp.function("cpp_fused_softmax_0", "pp")(x.data_ptr(), div.data_ptr())
     return div
 
@@ -75,6 +75,8 @@ def _guards_cuda_0(x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (32, 128)):
@@ -87,9 +89,9 @@ def _guards_cuda_0(x):
 
 
 def _cuda_0(x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/softmax.py:11: return torch.softmax(x, dim=-1)
-    div = torch.empty_strided((32, 128), (128, 1), dtype=torch.float32, device=device)
+    div = empty((32, 128), (128, 1), torch.float32)
     _triton.triton_fused_softmax_0[(4,)](x, div, XBLOCK=8, RBLOCK=128, num_warps=4)
     return div
 

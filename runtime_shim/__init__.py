@@ -6,7 +6,7 @@ Depends on torch and the standard library only; see README.md.
 from runtime_shim.blas import addmm_activation
 from runtime_shim.cpp import CppLibrary, RuntimeShimError, load_cpp
 from runtime_shim.cuda_graphs import cuda_graph, cuda_graph_tree
-from runtime_shim.layout import as_layout
+from runtime_shim.layout import allocator, as_layout, view
 from runtime_shim.provenance import check_sources
 from runtime_shim.triton_launch import TritonKernels
 from runtime_shim.warn import warn_fallback, warn_once
@@ -19,11 +19,13 @@ __all__ = [
     "TritonKernels",
     "__version__",
     "addmm_activation",
+    "allocator",
     "as_layout",
     "check_sources",
     "cuda_graph",
     "cuda_graph_tree",
     "load_cpp",
+    "view",
     "warn_fallback",
     "warn_once",
 ]

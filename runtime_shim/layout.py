@@ -1,10 +1,29 @@
-"""Give an extern result the memory layout the generated kernels were compiled for."""
+"""Tensors of a layout known ahead of time: new buffers, views, extern results.
+
+A generated variant knows the shape, strides and dtype of every tensor it makes, so
+it can make them without what `torch.empty_strided` and a chain of view methods
+spend finding them out at run time (argument parsing, device lookup, one call per
+view). Where this torch offers the direct constructors that torch.compile's own
+generated code uses, they are taken; elsewhere the public calls that do the same.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import torch
 
-__all__ = ["as_layout"]
+__all__ = ["allocator", "as_layout", "reinterpret", "view"]
+
+try:
+    from torch._C._dynamo.guards import (
+        _empty_strided_cpu,
+        _empty_strided_cuda,
+        _reinterpret_tensor,
+    )
+except ImportError:  # pragma: no cover - a torch without them
+    _empty_strided_cpu = _empty_strided_cuda = _reinterpret_tensor = None
 
 
 def as_layout(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
@@ -14,3 +33,39 @@ def as_layout(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
         return t
     out = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
     return out.copy_(t)
+
+
+def allocator(device: torch.device) -> Callable[..., torch.Tensor]:
+    """`empty(size, stride, dtype)`: an uninitialized tensor on `device`.
+
+    On the CPU and the current CUDA device it is torch's own C constructor where this
+    torch has one (`torch.empty_strided` parses its arguments and looks the device
+    up on every call); elsewhere `torch.empty_strided` on `device`."""
+    if device.type == "cpu" and _empty_strided_cpu is not None:
+        return _empty_strided_cpu
+    if (
+        device.type == "cuda"
+        and _empty_strided_cuda is not None
+        and device.index == torch._C._cuda_getDevice()
+    ):
+        return _empty_strided_cuda
+    return partial(_empty_strided, device=device)
+
+
+def _empty_strided(size, stride, dtype, device) -> torch.Tensor:
+    return torch.empty_strided(size, stride, dtype=dtype, device=device)
+
+
+def reinterpret(base: torch.Tensor, size, stride, offset: int) -> torch.Tensor:
+    """`base`'s memory seen with this size and stride, starting `offset` elements
+    past `base`'s own start: a chain of view methods in one call.
+
+    The result shares `base`'s storage but, as torch's C function does, is not
+    recorded as its view: generated code uses it only where nothing records autograd,
+    and never returns one."""
+    return base.as_strided(size, stride, base.storage_offset() + offset)
+
+
+# What generated code calls: torch's own C function where this torch has it (a
+# Python function around it would cost a frame per call), else the one above.
+view = _reinterpret_tensor or reinterpret

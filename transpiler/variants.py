@@ -17,6 +17,7 @@ from transpiler.ir.program import KernelCall, Program
 from transpiler.ir.region import CompiledRegion, map_programs, programs_of
 from transpiler.options import TensorSpec, Variant
 from transpiler.passes import lower_region, map_graphs, name_stubs
+from transpiler.passes.direct_views import direct_views
 from transpiler.passes.schedule import KernelNames, body_key
 
 Tracer = Callable[[Variant], Traced]
@@ -38,6 +39,8 @@ def compile_variant(name: str, variant: Variant, tracer: Tracer, mb) -> VariantC
     names = mb.names[variant.device]
     before = set(names.by_body.values())
     compiled = _lower(traced, mb, names, variant.device)
+    tensors = tuple(n for n, s in variant.inputs if isinstance(s, TensorSpec))
+    compiled = direct_views(compiled, tensors)
     mb.kernels[variant.device] += [
         k for p in programs_of(compiled) for k in p.kernels if k.name not in before
     ]

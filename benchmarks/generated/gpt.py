@@ -54,6 +54,8 @@ def _guards_cuda_0(self, idx):
         return "isinstance(idx, torch.Tensor)"
     if not (idx.is_cuda):
         return "idx.is_cuda"
+    if not (idx.get_device() == torch.cuda.current_device()):
+        return "idx.get_device() == torch.cuda.current_device()"
     if not (idx.dtype == torch.int64):
         return "idx.dtype == torch.int64"
     if not (idx.shape == (8, 1024)):
@@ -1359,6 +1361,7 @@ def _guards_cuda_0(self, idx):
 
 
 def _cuda_0(self, idx):
+    empty = runtime_shim.allocator(idx.device)
     device = idx.device
     wte_weight = self._modules["wte"]._parameters["weight"]
     wpe_weight = self._modules["wpe"]._parameters["weight"]
@@ -2186,12 +2189,8 @@ def _cuda_0(self, idx):
     embedding = torch.embedding(wte_weight, idx)
     embedding_1 = torch.embedding(wpe_weight, arange)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_add_native_layer_norm_0[(8192,)](
         embedding,
         embedding_1,
@@ -2207,19 +2206,16 @@ def _cuda_0(self, idx):
     linear = torch.nn.functional.linear(
         native_layer_norm_0, h_0_attn_c_attn_weight, h_0_attn_c_attn_bias
     )
-    split_with_sizes = linear.split_with_sizes([768, 768, 768], 2)
-    split_0 = split_with_sizes[0]
-    split_1 = split_with_sizes[1]
-    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view(8, 1024, 12, 64)
-    transpose = view_2.transpose(1, 2)
+    transpose = runtime_shim.view(linear, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view(8, 1024, 12, 64)
-    transpose_1 = view_3.transpose(1, 2)
+    transpose_1 = runtime_shim.view(
+        linear, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view(8, 1024, 12, 64)
-    transpose_2 = view_4.transpose(1, 2)
+    transpose_2 = runtime_shim.view(
+        linear, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -2228,18 +2224,15 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view(8, 1024, 768)
+    view_5 = runtime_shim.view(
+        scaled_dot_product_attention, (8, 1024, 768), (786432, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_1 = torch.nn.functional.linear(view_5, h_0_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_3_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_1 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_3_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_1,
         h_0_attn_c_proj_bias,
@@ -2255,9 +2248,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, h_0_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu = torch.empty_strided(
-        (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu = empty((8, 1024, 3072), (3145728, 3072, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(24576,)](
         linear_2, h_0_mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
@@ -2265,12 +2256,8 @@ def _cuda_0(self, idx):
     linear_3 = torch.nn.functional.linear(gelu, h_0_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_2 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_4_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_2 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_4_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_3,
         h_0_mlp_c_proj_bias,
@@ -2287,19 +2274,18 @@ def _cuda_0(self, idx):
     linear_4 = torch.nn.functional.linear(
         native_layer_norm_4_0, h_1_attn_c_attn_weight, h_1_attn_c_attn_bias
     )
-    split_with_sizes_3 = linear_4.split_with_sizes([768, 768, 768], 2)
-    split_3_0 = split_with_sizes_3[0]
-    split_3_1 = split_with_sizes_3[1]
-    split_3_2 = split_with_sizes_3[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_14 = split_3_0.view(8, 1024, 12, 64)
-    transpose_4 = view_14.transpose(1, 2)
+    transpose_4 = runtime_shim.view(
+        linear_4, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_15 = split_3_1.view(8, 1024, 12, 64)
-    transpose_5 = view_15.transpose(1, 2)
+    transpose_5 = runtime_shim.view(
+        linear_4, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_16 = split_3_2.view(8, 1024, 12, 64)
-    transpose_6 = view_16.transpose(1, 2)
+    transpose_6 = runtime_shim.view(
+        linear_4, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_1 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -2308,18 +2294,15 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_7 = scaled_dot_product_attention_1.transpose(1, 2)
-    view_17 = transpose_7.view(8, 1024, 768)
+    view_17 = runtime_shim.view(
+        scaled_dot_product_attention_1, (8, 1024, 768), (786432, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_5 = torch.nn.functional.linear(view_17, h_1_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_3 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_5_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_3 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_5_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_5,
         h_1_attn_c_proj_bias,
@@ -2335,9 +2318,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_6 = torch.nn.functional.linear(native_layer_norm_5_0, h_1_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_1 = torch.empty_strided(
-        (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_1 = empty((8, 1024, 3072), (3145728, 3072, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(24576,)](
         linear_6, h_1_mlp_c_fc_bias, gelu_1, XBLOCK=1024, num_warps=4
     )
@@ -2345,12 +2326,8 @@ def _cuda_0(self, idx):
     linear_7 = torch.nn.functional.linear(gelu_1, h_1_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_4 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_6_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_4 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_6_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_7,
         h_1_mlp_c_proj_bias,
@@ -2367,19 +2344,18 @@ def _cuda_0(self, idx):
     linear_8 = torch.nn.functional.linear(
         native_layer_norm_6_0, h_2_attn_c_attn_weight, h_2_attn_c_attn_bias
     )
-    split_with_sizes_4 = linear_8.split_with_sizes([768, 768, 768], 2)
-    split_4_0 = split_with_sizes_4[0]
-    split_4_1 = split_with_sizes_4[1]
-    split_4_2 = split_with_sizes_4[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_26 = split_4_0.view(8, 1024, 12, 64)
-    transpose_8 = view_26.transpose(1, 2)
+    transpose_8 = runtime_shim.view(
+        linear_8, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_27 = split_4_1.view(8, 1024, 12, 64)
-    transpose_9 = view_27.transpose(1, 2)
+    transpose_9 = runtime_shim.view(
+        linear_8, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_28 = split_4_2.view(8, 1024, 12, 64)
-    transpose_10 = view_28.transpose(1, 2)
+    transpose_10 = runtime_shim.view(
+        linear_8, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_2 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -2388,18 +2364,15 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_11 = scaled_dot_product_attention_2.transpose(1, 2)
-    view_29 = transpose_11.view(8, 1024, 768)
+    view_29 = runtime_shim.view(
+        scaled_dot_product_attention_2, (8, 1024, 768), (786432, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_9 = torch.nn.functional.linear(view_29, h_2_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_5 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_7_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_5 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_7_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_9,
         h_2_attn_c_proj_bias,
@@ -2415,9 +2388,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_10 = torch.nn.functional.linear(native_layer_norm_7_0, h_2_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_2 = torch.empty_strided(
-        (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_2 = empty((8, 1024, 3072), (3145728, 3072, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(24576,)](
         linear_10, h_2_mlp_c_fc_bias, gelu_2, XBLOCK=1024, num_warps=4
     )
@@ -2425,12 +2396,8 @@ def _cuda_0(self, idx):
     linear_11 = torch.nn.functional.linear(gelu_2, h_2_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_6 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_8_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_6 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_8_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_11,
         h_2_mlp_c_proj_bias,
@@ -2447,19 +2414,18 @@ def _cuda_0(self, idx):
     linear_12 = torch.nn.functional.linear(
         native_layer_norm_8_0, h_3_attn_c_attn_weight, h_3_attn_c_attn_bias
     )
-    split_with_sizes_5 = linear_12.split_with_sizes([768, 768, 768], 2)
-    split_5_0 = split_with_sizes_5[0]
-    split_5_1 = split_with_sizes_5[1]
-    split_5_2 = split_with_sizes_5[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_38 = split_5_0.view(8, 1024, 12, 64)
-    transpose_12 = view_38.transpose(1, 2)
+    transpose_12 = runtime_shim.view(
+        linear_12, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_39 = split_5_1.view(8, 1024, 12, 64)
-    transpose_13 = view_39.transpose(1, 2)
+    transpose_13 = runtime_shim.view(
+        linear_12, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_40 = split_5_2.view(8, 1024, 12, 64)
-    transpose_14 = view_40.transpose(1, 2)
+    transpose_14 = runtime_shim.view(
+        linear_12, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_3 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -2468,18 +2434,15 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_15 = scaled_dot_product_attention_3.transpose(1, 2)
-    view_41 = transpose_15.view(8, 1024, 768)
+    view_41 = runtime_shim.view(
+        scaled_dot_product_attention_3, (8, 1024, 768), (786432, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_13 = torch.nn.functional.linear(view_41, h_3_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_7 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_9_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_7 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_9_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_13,
         h_3_attn_c_proj_bias,
@@ -2495,9 +2458,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_14 = torch.nn.functional.linear(native_layer_norm_9_0, h_3_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_3 = torch.empty_strided(
-        (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_3 = empty((8, 1024, 3072), (3145728, 3072, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(24576,)](
         linear_14, h_3_mlp_c_fc_bias, gelu_3, XBLOCK=1024, num_warps=4
     )
@@ -2505,12 +2466,8 @@ def _cuda_0(self, idx):
     linear_15 = torch.nn.functional.linear(gelu_3, h_3_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_8 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_10_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_8 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_10_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_15,
         h_3_mlp_c_proj_bias,
@@ -2527,19 +2484,18 @@ def _cuda_0(self, idx):
     linear_16 = torch.nn.functional.linear(
         native_layer_norm_10_0, h_4_attn_c_attn_weight, h_4_attn_c_attn_bias
     )
-    split_with_sizes_6 = linear_16.split_with_sizes([768, 768, 768], 2)
-    split_6_0 = split_with_sizes_6[0]
-    split_6_1 = split_with_sizes_6[1]
-    split_6_2 = split_with_sizes_6[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_50 = split_6_0.view(8, 1024, 12, 64)
-    transpose_16 = view_50.transpose(1, 2)
+    transpose_16 = runtime_shim.view(
+        linear_16, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_51 = split_6_1.view(8, 1024, 12, 64)
-    transpose_17 = view_51.transpose(1, 2)
+    transpose_17 = runtime_shim.view(
+        linear_16, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_52 = split_6_2.view(8, 1024, 12, 64)
-    transpose_18 = view_52.transpose(1, 2)
+    transpose_18 = runtime_shim.view(
+        linear_16, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_4 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -2548,18 +2504,15 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_19 = scaled_dot_product_attention_4.transpose(1, 2)
-    view_53 = transpose_19.view(8, 1024, 768)
+    view_53 = runtime_shim.view(
+        scaled_dot_product_attention_4, (8, 1024, 768), (786432, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_17 = torch.nn.functional.linear(view_53, h_4_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_9 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_11_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_9 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_11_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_17,
         h_4_attn_c_proj_bias,
@@ -2575,9 +2528,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_18 = torch.nn.functional.linear(native_layer_norm_11_0, h_4_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_4 = torch.empty_strided(
-        (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_4 = empty((8, 1024, 3072), (3145728, 3072, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(24576,)](
         linear_18, h_4_mlp_c_fc_bias, gelu_4, XBLOCK=1024, num_warps=4
     )
@@ -2585,12 +2536,8 @@ def _cuda_0(self, idx):
     linear_19 = torch.nn.functional.linear(gelu_4, h_4_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_10 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_12_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_10 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_12_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_19,
         h_4_mlp_c_proj_bias,
@@ -2607,19 +2554,18 @@ def _cuda_0(self, idx):
     linear_20 = torch.nn.functional.linear(
         native_layer_norm_12_0, h_5_attn_c_attn_weight, h_5_attn_c_attn_bias
     )
-    split_with_sizes_7 = linear_20.split_with_sizes([768, 768, 768], 2)
-    split_7_0 = split_with_sizes_7[0]
-    split_7_1 = split_with_sizes_7[1]
-    split_7_2 = split_with_sizes_7[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_62 = split_7_0.view(8, 1024, 12, 64)
-    transpose_20 = view_62.transpose(1, 2)
+    transpose_20 = runtime_shim.view(
+        linear_20, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_63 = split_7_1.view(8, 1024, 12, 64)
-    transpose_21 = view_63.transpose(1, 2)
+    transpose_21 = runtime_shim.view(
+        linear_20, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_64 = split_7_2.view(8, 1024, 12, 64)
-    transpose_22 = view_64.transpose(1, 2)
+    transpose_22 = runtime_shim.view(
+        linear_20, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_5 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -2628,18 +2574,15 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_23 = scaled_dot_product_attention_5.transpose(1, 2)
-    view_65 = transpose_23.view(8, 1024, 768)
+    view_65 = runtime_shim.view(
+        scaled_dot_product_attention_5, (8, 1024, 768), (786432, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_21 = torch.nn.functional.linear(view_65, h_5_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_11 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_13_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_11 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_13_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_21,
         h_5_attn_c_proj_bias,
@@ -2655,9 +2598,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_22 = torch.nn.functional.linear(native_layer_norm_13_0, h_5_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_5 = torch.empty_strided(
-        (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_5 = empty((8, 1024, 3072), (3145728, 3072, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(24576,)](
         linear_22, h_5_mlp_c_fc_bias, gelu_5, XBLOCK=1024, num_warps=4
     )
@@ -2665,12 +2606,8 @@ def _cuda_0(self, idx):
     linear_23 = torch.nn.functional.linear(gelu_5, h_5_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_12 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_14_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_12 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_14_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_23,
         h_5_mlp_c_proj_bias,
@@ -2687,19 +2624,18 @@ def _cuda_0(self, idx):
     linear_24 = torch.nn.functional.linear(
         native_layer_norm_14_0, h_6_attn_c_attn_weight, h_6_attn_c_attn_bias
     )
-    split_with_sizes_8 = linear_24.split_with_sizes([768, 768, 768], 2)
-    split_8_0 = split_with_sizes_8[0]
-    split_8_1 = split_with_sizes_8[1]
-    split_8_2 = split_with_sizes_8[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_74 = split_8_0.view(8, 1024, 12, 64)
-    transpose_24 = view_74.transpose(1, 2)
+    transpose_24 = runtime_shim.view(
+        linear_24, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_75 = split_8_1.view(8, 1024, 12, 64)
-    transpose_25 = view_75.transpose(1, 2)
+    transpose_25 = runtime_shim.view(
+        linear_24, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_76 = split_8_2.view(8, 1024, 12, 64)
-    transpose_26 = view_76.transpose(1, 2)
+    transpose_26 = runtime_shim.view(
+        linear_24, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_6 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -2708,18 +2644,15 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_27 = scaled_dot_product_attention_6.transpose(1, 2)
-    view_77 = transpose_27.view(8, 1024, 768)
+    view_77 = runtime_shim.view(
+        scaled_dot_product_attention_6, (8, 1024, 768), (786432, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_25 = torch.nn.functional.linear(view_77, h_6_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_13 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_15_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_13 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_15_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_25,
         h_6_attn_c_proj_bias,
@@ -2735,9 +2668,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_26 = torch.nn.functional.linear(native_layer_norm_15_0, h_6_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_6 = torch.empty_strided(
-        (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_6 = empty((8, 1024, 3072), (3145728, 3072, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(24576,)](
         linear_26, h_6_mlp_c_fc_bias, gelu_6, XBLOCK=1024, num_warps=4
     )
@@ -2745,12 +2676,8 @@ def _cuda_0(self, idx):
     linear_27 = torch.nn.functional.linear(gelu_6, h_6_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_14 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_16_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_14 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_16_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_27,
         h_6_mlp_c_proj_bias,
@@ -2767,19 +2694,18 @@ def _cuda_0(self, idx):
     linear_28 = torch.nn.functional.linear(
         native_layer_norm_16_0, h_7_attn_c_attn_weight, h_7_attn_c_attn_bias
     )
-    split_with_sizes_9 = linear_28.split_with_sizes([768, 768, 768], 2)
-    split_9_0 = split_with_sizes_9[0]
-    split_9_1 = split_with_sizes_9[1]
-    split_9_2 = split_with_sizes_9[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_86 = split_9_0.view(8, 1024, 12, 64)
-    transpose_28 = view_86.transpose(1, 2)
+    transpose_28 = runtime_shim.view(
+        linear_28, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_87 = split_9_1.view(8, 1024, 12, 64)
-    transpose_29 = view_87.transpose(1, 2)
+    transpose_29 = runtime_shim.view(
+        linear_28, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_88 = split_9_2.view(8, 1024, 12, 64)
-    transpose_30 = view_88.transpose(1, 2)
+    transpose_30 = runtime_shim.view(
+        linear_28, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_7 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -2788,18 +2714,15 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_31 = scaled_dot_product_attention_7.transpose(1, 2)
-    view_89 = transpose_31.view(8, 1024, 768)
+    view_89 = runtime_shim.view(
+        scaled_dot_product_attention_7, (8, 1024, 768), (786432, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_29 = torch.nn.functional.linear(view_89, h_7_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_15 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_17_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_15 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_17_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_29,
         h_7_attn_c_proj_bias,
@@ -2815,9 +2738,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_30 = torch.nn.functional.linear(native_layer_norm_17_0, h_7_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_7 = torch.empty_strided(
-        (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_7 = empty((8, 1024, 3072), (3145728, 3072, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(24576,)](
         linear_30, h_7_mlp_c_fc_bias, gelu_7, XBLOCK=1024, num_warps=4
     )
@@ -2825,12 +2746,8 @@ def _cuda_0(self, idx):
     linear_31 = torch.nn.functional.linear(gelu_7, h_7_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_16 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_18_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_16 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_18_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_31,
         h_7_mlp_c_proj_bias,
@@ -2847,19 +2764,18 @@ def _cuda_0(self, idx):
     linear_32 = torch.nn.functional.linear(
         native_layer_norm_18_0, h_8_attn_c_attn_weight, h_8_attn_c_attn_bias
     )
-    split_with_sizes_10 = linear_32.split_with_sizes([768, 768, 768], 2)
-    split_10_0 = split_with_sizes_10[0]
-    split_10_1 = split_with_sizes_10[1]
-    split_10_2 = split_with_sizes_10[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_98 = split_10_0.view(8, 1024, 12, 64)
-    transpose_32 = view_98.transpose(1, 2)
+    transpose_32 = runtime_shim.view(
+        linear_32, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_99 = split_10_1.view(8, 1024, 12, 64)
-    transpose_33 = view_99.transpose(1, 2)
+    transpose_33 = runtime_shim.view(
+        linear_32, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_100 = split_10_2.view(8, 1024, 12, 64)
-    transpose_34 = view_100.transpose(1, 2)
+    transpose_34 = runtime_shim.view(
+        linear_32, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_8 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -2868,18 +2784,15 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_35 = scaled_dot_product_attention_8.transpose(1, 2)
-    view_101 = transpose_35.view(8, 1024, 768)
+    view_101 = runtime_shim.view(
+        scaled_dot_product_attention_8, (8, 1024, 768), (786432, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_33 = torch.nn.functional.linear(view_101, h_8_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_17 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_19_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_17 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_19_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_33,
         h_8_attn_c_proj_bias,
@@ -2895,9 +2808,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_34 = torch.nn.functional.linear(native_layer_norm_19_0, h_8_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_8 = torch.empty_strided(
-        (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_8 = empty((8, 1024, 3072), (3145728, 3072, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(24576,)](
         linear_34, h_8_mlp_c_fc_bias, gelu_8, XBLOCK=1024, num_warps=4
     )
@@ -2905,12 +2816,8 @@ def _cuda_0(self, idx):
     linear_35 = torch.nn.functional.linear(gelu_8, h_8_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_18 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_20_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_18 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_20_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_35,
         h_8_mlp_c_proj_bias,
@@ -2927,19 +2834,18 @@ def _cuda_0(self, idx):
     linear_36 = torch.nn.functional.linear(
         native_layer_norm_20_0, h_9_attn_c_attn_weight, h_9_attn_c_attn_bias
     )
-    split_with_sizes_11 = linear_36.split_with_sizes([768, 768, 768], 2)
-    split_11_0 = split_with_sizes_11[0]
-    split_11_1 = split_with_sizes_11[1]
-    split_11_2 = split_with_sizes_11[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_110 = split_11_0.view(8, 1024, 12, 64)
-    transpose_36 = view_110.transpose(1, 2)
+    transpose_36 = runtime_shim.view(
+        linear_36, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_111 = split_11_1.view(8, 1024, 12, 64)
-    transpose_37 = view_111.transpose(1, 2)
+    transpose_37 = runtime_shim.view(
+        linear_36, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_112 = split_11_2.view(8, 1024, 12, 64)
-    transpose_38 = view_112.transpose(1, 2)
+    transpose_38 = runtime_shim.view(
+        linear_36, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_9 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -2948,18 +2854,15 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_39 = scaled_dot_product_attention_9.transpose(1, 2)
-    view_113 = transpose_39.view(8, 1024, 768)
+    view_113 = runtime_shim.view(
+        scaled_dot_product_attention_9, (8, 1024, 768), (786432, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_37 = torch.nn.functional.linear(view_113, h_9_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_19 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_21_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_19 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_21_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_37,
         h_9_attn_c_proj_bias,
@@ -2975,9 +2878,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_38 = torch.nn.functional.linear(native_layer_norm_21_0, h_9_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_9 = torch.empty_strided(
-        (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_9 = empty((8, 1024, 3072), (3145728, 3072, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(24576,)](
         linear_38, h_9_mlp_c_fc_bias, gelu_9, XBLOCK=1024, num_warps=4
     )
@@ -2985,12 +2886,8 @@ def _cuda_0(self, idx):
     linear_39 = torch.nn.functional.linear(gelu_9, h_9_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_20 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_22_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_20 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_22_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_39,
         h_9_mlp_c_proj_bias,
@@ -3007,19 +2904,18 @@ def _cuda_0(self, idx):
     linear_40 = torch.nn.functional.linear(
         native_layer_norm_22_0, h_10_attn_c_attn_weight, h_10_attn_c_attn_bias
     )
-    split_with_sizes_12 = linear_40.split_with_sizes([768, 768, 768], 2)
-    split_12_0 = split_with_sizes_12[0]
-    split_12_1 = split_with_sizes_12[1]
-    split_12_2 = split_with_sizes_12[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_122 = split_12_0.view(8, 1024, 12, 64)
-    transpose_40 = view_122.transpose(1, 2)
+    transpose_40 = runtime_shim.view(
+        linear_40, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_123 = split_12_1.view(8, 1024, 12, 64)
-    transpose_41 = view_123.transpose(1, 2)
+    transpose_41 = runtime_shim.view(
+        linear_40, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_124 = split_12_2.view(8, 1024, 12, 64)
-    transpose_42 = view_124.transpose(1, 2)
+    transpose_42 = runtime_shim.view(
+        linear_40, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_10 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -3028,18 +2924,15 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_43 = scaled_dot_product_attention_10.transpose(1, 2)
-    view_125 = transpose_43.view(8, 1024, 768)
+    view_125 = runtime_shim.view(
+        scaled_dot_product_attention_10, (8, 1024, 768), (786432, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_41 = torch.nn.functional.linear(view_125, h_10_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_21 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_23_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_21 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_23_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_41,
         h_10_attn_c_proj_bias,
@@ -3055,9 +2948,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_42 = torch.nn.functional.linear(native_layer_norm_23_0, h_10_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_10 = torch.empty_strided(
-        (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_10 = empty((8, 1024, 3072), (3145728, 3072, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(24576,)](
         linear_42, h_10_mlp_c_fc_bias, gelu_10, XBLOCK=1024, num_warps=4
     )
@@ -3065,12 +2956,8 @@ def _cuda_0(self, idx):
     linear_43 = torch.nn.functional.linear(gelu_10, h_10_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_22 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_24_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_22 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_24_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_43,
         h_10_mlp_c_proj_bias,
@@ -3087,19 +2974,18 @@ def _cuda_0(self, idx):
     linear_44 = torch.nn.functional.linear(
         native_layer_norm_24_0, h_11_attn_c_attn_weight, h_11_attn_c_attn_bias
     )
-    split_with_sizes_13 = linear_44.split_with_sizes([768, 768, 768], 2)
-    split_13_0 = split_with_sizes_13[0]
-    split_13_1 = split_with_sizes_13[1]
-    split_13_2 = split_with_sizes_13[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_134 = split_13_0.view(8, 1024, 12, 64)
-    transpose_44 = view_134.transpose(1, 2)
+    transpose_44 = runtime_shim.view(
+        linear_44, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_135 = split_13_1.view(8, 1024, 12, 64)
-    transpose_45 = view_135.transpose(1, 2)
+    transpose_45 = runtime_shim.view(
+        linear_44, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_136 = split_13_2.view(8, 1024, 12, 64)
-    transpose_46 = view_136.transpose(1, 2)
+    transpose_46 = runtime_shim.view(
+        linear_44, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_11 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -3108,18 +2994,15 @@ def _cuda_0(self, idx):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_47 = scaled_dot_product_attention_11.transpose(1, 2)
-    view_137 = transpose_47.view(8, 1024, 768)
+    view_137 = runtime_shim.view(
+        scaled_dot_product_attention_11, (8, 1024, 768), (786432, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_45 = torch.nn.functional.linear(view_137, h_11_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_23 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_25_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_23 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_25_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_45,
         h_11_attn_c_proj_bias,
@@ -3135,9 +3018,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_46 = torch.nn.functional.linear(native_layer_norm_25_0, h_11_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_11 = torch.empty_strided(
-        (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_11 = empty((8, 1024, 3072), (3145728, 3072, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(24576,)](
         linear_46, h_11_mlp_c_fc_bias, gelu_11, XBLOCK=1024, num_warps=4
     )
@@ -3145,9 +3026,7 @@ def _cuda_0(self, idx):
     linear_47 = torch.nn.functional.linear(gelu_11, h_11_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt.py:51: x = self.ln_f(x)
-    native_layer_norm_26_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    native_layer_norm_26_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_1[(8192,)](
         linear_47,
         h_11_mlp_c_proj_bias,
@@ -4477,6 +4356,7 @@ def _guards_cpu_0(self, idx):
 
 
 def _cpu_0(self, idx):
+    empty = runtime_shim.allocator(idx.device)
     device = idx.device
     wte_weight = self._modules["wte"]._parameters["weight"]
     wpe_weight = self._modules["wpe"]._parameters["weight"]
@@ -5304,12 +5184,8 @@ def _cpu_0(self, idx):
     embedding = torch.embedding(wte_weight, idx)
     embedding_1 = torch.embedding(wpe_weight, arange)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_add_native_layer_norm_0", "pppppp")(
         embedding.data_ptr(),
         embedding_1.data_ptr(),
@@ -5322,19 +5198,14 @@ def _cpu_0(self, idx):
     linear = torch.nn.functional.linear(
         native_layer_norm_0, h_0_attn_c_attn_weight, h_0_attn_c_attn_bias
     )
-    split_with_sizes = linear.split_with_sizes([768, 768, 768], 2)
-    split_0 = split_with_sizes[0]
-    split_1 = split_with_sizes[1]
-    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view(1, 64, 12, 64)
-    transpose = view_2.transpose(1, 2)
+    transpose = runtime_shim.view(linear, (1, 12, 64, 64), (147456, 64, 2304, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view(1, 64, 12, 64)
-    transpose_1 = view_3.transpose(1, 2)
+    transpose_1 = runtime_shim.view(linear, (1, 12, 64, 64), (147456, 64, 2304, 1), 768)
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view(1, 64, 12, 64)
-    transpose_2 = view_4.transpose(1, 2)
+    transpose_2 = runtime_shim.view(
+        linear, (1, 12, 64, 64), (147456, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -5343,18 +5214,15 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view(1, 64, 768)
+    view_5 = runtime_shim.view(
+        scaled_dot_product_attention, (1, 64, 768), (49152, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_1 = torch.nn.functional.linear(view_5, h_0_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_3_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_1 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_3_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_1.data_ptr(),
         h_0_attn_c_proj_bias.data_ptr(),
@@ -5367,9 +5235,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, h_0_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu = torch.empty_strided(
-        (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu = empty((1, 64, 3072), (196608, 3072, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_2.data_ptr(), h_0_mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
@@ -5377,12 +5243,8 @@ def _cpu_0(self, idx):
     linear_3 = torch.nn.functional.linear(gelu, h_0_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_2 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_4_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_2 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_4_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_3.data_ptr(),
         h_0_mlp_c_proj_bias.data_ptr(),
@@ -5396,19 +5258,16 @@ def _cpu_0(self, idx):
     linear_4 = torch.nn.functional.linear(
         native_layer_norm_4_0, h_1_attn_c_attn_weight, h_1_attn_c_attn_bias
     )
-    split_with_sizes_3 = linear_4.split_with_sizes([768, 768, 768], 2)
-    split_3_0 = split_with_sizes_3[0]
-    split_3_1 = split_with_sizes_3[1]
-    split_3_2 = split_with_sizes_3[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_14 = split_3_0.view(1, 64, 12, 64)
-    transpose_4 = view_14.transpose(1, 2)
+    transpose_4 = runtime_shim.view(linear_4, (1, 12, 64, 64), (147456, 64, 2304, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_15 = split_3_1.view(1, 64, 12, 64)
-    transpose_5 = view_15.transpose(1, 2)
+    transpose_5 = runtime_shim.view(
+        linear_4, (1, 12, 64, 64), (147456, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_16 = split_3_2.view(1, 64, 12, 64)
-    transpose_6 = view_16.transpose(1, 2)
+    transpose_6 = runtime_shim.view(
+        linear_4, (1, 12, 64, 64), (147456, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_1 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -5417,18 +5276,15 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_7 = scaled_dot_product_attention_1.transpose(1, 2)
-    view_17 = transpose_7.view(1, 64, 768)
+    view_17 = runtime_shim.view(
+        scaled_dot_product_attention_1, (1, 64, 768), (49152, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_5 = torch.nn.functional.linear(view_17, h_1_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_3 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_5_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_3 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_5_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_5.data_ptr(),
         h_1_attn_c_proj_bias.data_ptr(),
@@ -5441,9 +5297,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_6 = torch.nn.functional.linear(native_layer_norm_5_0, h_1_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_1 = torch.empty_strided(
-        (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_1 = empty((1, 64, 3072), (196608, 3072, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_6.data_ptr(), h_1_mlp_c_fc_bias.data_ptr(), gelu_1.data_ptr()
     )
@@ -5451,12 +5305,8 @@ def _cpu_0(self, idx):
     linear_7 = torch.nn.functional.linear(gelu_1, h_1_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_4 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_6_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_4 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_6_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_7.data_ptr(),
         h_1_mlp_c_proj_bias.data_ptr(),
@@ -5470,19 +5320,16 @@ def _cpu_0(self, idx):
     linear_8 = torch.nn.functional.linear(
         native_layer_norm_6_0, h_2_attn_c_attn_weight, h_2_attn_c_attn_bias
     )
-    split_with_sizes_4 = linear_8.split_with_sizes([768, 768, 768], 2)
-    split_4_0 = split_with_sizes_4[0]
-    split_4_1 = split_with_sizes_4[1]
-    split_4_2 = split_with_sizes_4[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_26 = split_4_0.view(1, 64, 12, 64)
-    transpose_8 = view_26.transpose(1, 2)
+    transpose_8 = runtime_shim.view(linear_8, (1, 12, 64, 64), (147456, 64, 2304, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_27 = split_4_1.view(1, 64, 12, 64)
-    transpose_9 = view_27.transpose(1, 2)
+    transpose_9 = runtime_shim.view(
+        linear_8, (1, 12, 64, 64), (147456, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_28 = split_4_2.view(1, 64, 12, 64)
-    transpose_10 = view_28.transpose(1, 2)
+    transpose_10 = runtime_shim.view(
+        linear_8, (1, 12, 64, 64), (147456, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_2 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -5491,18 +5338,15 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_11 = scaled_dot_product_attention_2.transpose(1, 2)
-    view_29 = transpose_11.view(1, 64, 768)
+    view_29 = runtime_shim.view(
+        scaled_dot_product_attention_2, (1, 64, 768), (49152, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_9 = torch.nn.functional.linear(view_29, h_2_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_5 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_7_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_5 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_7_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_9.data_ptr(),
         h_2_attn_c_proj_bias.data_ptr(),
@@ -5515,9 +5359,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_10 = torch.nn.functional.linear(native_layer_norm_7_0, h_2_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_2 = torch.empty_strided(
-        (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_2 = empty((1, 64, 3072), (196608, 3072, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_10.data_ptr(), h_2_mlp_c_fc_bias.data_ptr(), gelu_2.data_ptr()
     )
@@ -5525,12 +5367,8 @@ def _cpu_0(self, idx):
     linear_11 = torch.nn.functional.linear(gelu_2, h_2_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_6 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_8_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_6 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_8_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_11.data_ptr(),
         h_2_mlp_c_proj_bias.data_ptr(),
@@ -5544,19 +5382,18 @@ def _cpu_0(self, idx):
     linear_12 = torch.nn.functional.linear(
         native_layer_norm_8_0, h_3_attn_c_attn_weight, h_3_attn_c_attn_bias
     )
-    split_with_sizes_5 = linear_12.split_with_sizes([768, 768, 768], 2)
-    split_5_0 = split_with_sizes_5[0]
-    split_5_1 = split_with_sizes_5[1]
-    split_5_2 = split_with_sizes_5[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_38 = split_5_0.view(1, 64, 12, 64)
-    transpose_12 = view_38.transpose(1, 2)
+    transpose_12 = runtime_shim.view(
+        linear_12, (1, 12, 64, 64), (147456, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_39 = split_5_1.view(1, 64, 12, 64)
-    transpose_13 = view_39.transpose(1, 2)
+    transpose_13 = runtime_shim.view(
+        linear_12, (1, 12, 64, 64), (147456, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_40 = split_5_2.view(1, 64, 12, 64)
-    transpose_14 = view_40.transpose(1, 2)
+    transpose_14 = runtime_shim.view(
+        linear_12, (1, 12, 64, 64), (147456, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_3 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -5565,18 +5402,15 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_15 = scaled_dot_product_attention_3.transpose(1, 2)
-    view_41 = transpose_15.view(1, 64, 768)
+    view_41 = runtime_shim.view(
+        scaled_dot_product_attention_3, (1, 64, 768), (49152, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_13 = torch.nn.functional.linear(view_41, h_3_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_7 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_9_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_7 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_9_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_13.data_ptr(),
         h_3_attn_c_proj_bias.data_ptr(),
@@ -5589,9 +5423,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_14 = torch.nn.functional.linear(native_layer_norm_9_0, h_3_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_3 = torch.empty_strided(
-        (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_3 = empty((1, 64, 3072), (196608, 3072, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_14.data_ptr(), h_3_mlp_c_fc_bias.data_ptr(), gelu_3.data_ptr()
     )
@@ -5599,12 +5431,8 @@ def _cpu_0(self, idx):
     linear_15 = torch.nn.functional.linear(gelu_3, h_3_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_8 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_10_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_8 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_10_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_15.data_ptr(),
         h_3_mlp_c_proj_bias.data_ptr(),
@@ -5618,19 +5446,18 @@ def _cpu_0(self, idx):
     linear_16 = torch.nn.functional.linear(
         native_layer_norm_10_0, h_4_attn_c_attn_weight, h_4_attn_c_attn_bias
     )
-    split_with_sizes_6 = linear_16.split_with_sizes([768, 768, 768], 2)
-    split_6_0 = split_with_sizes_6[0]
-    split_6_1 = split_with_sizes_6[1]
-    split_6_2 = split_with_sizes_6[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_50 = split_6_0.view(1, 64, 12, 64)
-    transpose_16 = view_50.transpose(1, 2)
+    transpose_16 = runtime_shim.view(
+        linear_16, (1, 12, 64, 64), (147456, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_51 = split_6_1.view(1, 64, 12, 64)
-    transpose_17 = view_51.transpose(1, 2)
+    transpose_17 = runtime_shim.view(
+        linear_16, (1, 12, 64, 64), (147456, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_52 = split_6_2.view(1, 64, 12, 64)
-    transpose_18 = view_52.transpose(1, 2)
+    transpose_18 = runtime_shim.view(
+        linear_16, (1, 12, 64, 64), (147456, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_4 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -5639,18 +5466,15 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_19 = scaled_dot_product_attention_4.transpose(1, 2)
-    view_53 = transpose_19.view(1, 64, 768)
+    view_53 = runtime_shim.view(
+        scaled_dot_product_attention_4, (1, 64, 768), (49152, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_17 = torch.nn.functional.linear(view_53, h_4_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_9 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_11_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_9 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_11_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_17.data_ptr(),
         h_4_attn_c_proj_bias.data_ptr(),
@@ -5663,9 +5487,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_18 = torch.nn.functional.linear(native_layer_norm_11_0, h_4_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_4 = torch.empty_strided(
-        (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_4 = empty((1, 64, 3072), (196608, 3072, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_18.data_ptr(), h_4_mlp_c_fc_bias.data_ptr(), gelu_4.data_ptr()
     )
@@ -5673,12 +5495,8 @@ def _cpu_0(self, idx):
     linear_19 = torch.nn.functional.linear(gelu_4, h_4_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_10 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_12_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_10 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_12_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_19.data_ptr(),
         h_4_mlp_c_proj_bias.data_ptr(),
@@ -5692,19 +5510,18 @@ def _cpu_0(self, idx):
     linear_20 = torch.nn.functional.linear(
         native_layer_norm_12_0, h_5_attn_c_attn_weight, h_5_attn_c_attn_bias
     )
-    split_with_sizes_7 = linear_20.split_with_sizes([768, 768, 768], 2)
-    split_7_0 = split_with_sizes_7[0]
-    split_7_1 = split_with_sizes_7[1]
-    split_7_2 = split_with_sizes_7[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_62 = split_7_0.view(1, 64, 12, 64)
-    transpose_20 = view_62.transpose(1, 2)
+    transpose_20 = runtime_shim.view(
+        linear_20, (1, 12, 64, 64), (147456, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_63 = split_7_1.view(1, 64, 12, 64)
-    transpose_21 = view_63.transpose(1, 2)
+    transpose_21 = runtime_shim.view(
+        linear_20, (1, 12, 64, 64), (147456, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_64 = split_7_2.view(1, 64, 12, 64)
-    transpose_22 = view_64.transpose(1, 2)
+    transpose_22 = runtime_shim.view(
+        linear_20, (1, 12, 64, 64), (147456, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_5 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -5713,18 +5530,15 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_23 = scaled_dot_product_attention_5.transpose(1, 2)
-    view_65 = transpose_23.view(1, 64, 768)
+    view_65 = runtime_shim.view(
+        scaled_dot_product_attention_5, (1, 64, 768), (49152, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_21 = torch.nn.functional.linear(view_65, h_5_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_11 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_13_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_11 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_13_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_21.data_ptr(),
         h_5_attn_c_proj_bias.data_ptr(),
@@ -5737,9 +5551,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_22 = torch.nn.functional.linear(native_layer_norm_13_0, h_5_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_5 = torch.empty_strided(
-        (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_5 = empty((1, 64, 3072), (196608, 3072, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_22.data_ptr(), h_5_mlp_c_fc_bias.data_ptr(), gelu_5.data_ptr()
     )
@@ -5747,12 +5559,8 @@ def _cpu_0(self, idx):
     linear_23 = torch.nn.functional.linear(gelu_5, h_5_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_12 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_14_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_12 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_14_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_23.data_ptr(),
         h_5_mlp_c_proj_bias.data_ptr(),
@@ -5766,19 +5574,18 @@ def _cpu_0(self, idx):
     linear_24 = torch.nn.functional.linear(
         native_layer_norm_14_0, h_6_attn_c_attn_weight, h_6_attn_c_attn_bias
     )
-    split_with_sizes_8 = linear_24.split_with_sizes([768, 768, 768], 2)
-    split_8_0 = split_with_sizes_8[0]
-    split_8_1 = split_with_sizes_8[1]
-    split_8_2 = split_with_sizes_8[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_74 = split_8_0.view(1, 64, 12, 64)
-    transpose_24 = view_74.transpose(1, 2)
+    transpose_24 = runtime_shim.view(
+        linear_24, (1, 12, 64, 64), (147456, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_75 = split_8_1.view(1, 64, 12, 64)
-    transpose_25 = view_75.transpose(1, 2)
+    transpose_25 = runtime_shim.view(
+        linear_24, (1, 12, 64, 64), (147456, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_76 = split_8_2.view(1, 64, 12, 64)
-    transpose_26 = view_76.transpose(1, 2)
+    transpose_26 = runtime_shim.view(
+        linear_24, (1, 12, 64, 64), (147456, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_6 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -5787,18 +5594,15 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_27 = scaled_dot_product_attention_6.transpose(1, 2)
-    view_77 = transpose_27.view(1, 64, 768)
+    view_77 = runtime_shim.view(
+        scaled_dot_product_attention_6, (1, 64, 768), (49152, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_25 = torch.nn.functional.linear(view_77, h_6_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_13 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_15_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_13 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_15_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_25.data_ptr(),
         h_6_attn_c_proj_bias.data_ptr(),
@@ -5811,9 +5615,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_26 = torch.nn.functional.linear(native_layer_norm_15_0, h_6_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_6 = torch.empty_strided(
-        (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_6 = empty((1, 64, 3072), (196608, 3072, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_26.data_ptr(), h_6_mlp_c_fc_bias.data_ptr(), gelu_6.data_ptr()
     )
@@ -5821,12 +5623,8 @@ def _cpu_0(self, idx):
     linear_27 = torch.nn.functional.linear(gelu_6, h_6_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_14 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_16_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_14 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_16_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_27.data_ptr(),
         h_6_mlp_c_proj_bias.data_ptr(),
@@ -5840,19 +5638,18 @@ def _cpu_0(self, idx):
     linear_28 = torch.nn.functional.linear(
         native_layer_norm_16_0, h_7_attn_c_attn_weight, h_7_attn_c_attn_bias
     )
-    split_with_sizes_9 = linear_28.split_with_sizes([768, 768, 768], 2)
-    split_9_0 = split_with_sizes_9[0]
-    split_9_1 = split_with_sizes_9[1]
-    split_9_2 = split_with_sizes_9[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_86 = split_9_0.view(1, 64, 12, 64)
-    transpose_28 = view_86.transpose(1, 2)
+    transpose_28 = runtime_shim.view(
+        linear_28, (1, 12, 64, 64), (147456, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_87 = split_9_1.view(1, 64, 12, 64)
-    transpose_29 = view_87.transpose(1, 2)
+    transpose_29 = runtime_shim.view(
+        linear_28, (1, 12, 64, 64), (147456, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_88 = split_9_2.view(1, 64, 12, 64)
-    transpose_30 = view_88.transpose(1, 2)
+    transpose_30 = runtime_shim.view(
+        linear_28, (1, 12, 64, 64), (147456, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_7 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -5861,18 +5658,15 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_31 = scaled_dot_product_attention_7.transpose(1, 2)
-    view_89 = transpose_31.view(1, 64, 768)
+    view_89 = runtime_shim.view(
+        scaled_dot_product_attention_7, (1, 64, 768), (49152, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_29 = torch.nn.functional.linear(view_89, h_7_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_15 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_17_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_15 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_17_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_29.data_ptr(),
         h_7_attn_c_proj_bias.data_ptr(),
@@ -5885,9 +5679,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_30 = torch.nn.functional.linear(native_layer_norm_17_0, h_7_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_7 = torch.empty_strided(
-        (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_7 = empty((1, 64, 3072), (196608, 3072, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_30.data_ptr(), h_7_mlp_c_fc_bias.data_ptr(), gelu_7.data_ptr()
     )
@@ -5895,12 +5687,8 @@ def _cpu_0(self, idx):
     linear_31 = torch.nn.functional.linear(gelu_7, h_7_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_16 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_18_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_16 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_18_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_31.data_ptr(),
         h_7_mlp_c_proj_bias.data_ptr(),
@@ -5914,19 +5702,18 @@ def _cpu_0(self, idx):
     linear_32 = torch.nn.functional.linear(
         native_layer_norm_18_0, h_8_attn_c_attn_weight, h_8_attn_c_attn_bias
     )
-    split_with_sizes_10 = linear_32.split_with_sizes([768, 768, 768], 2)
-    split_10_0 = split_with_sizes_10[0]
-    split_10_1 = split_with_sizes_10[1]
-    split_10_2 = split_with_sizes_10[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_98 = split_10_0.view(1, 64, 12, 64)
-    transpose_32 = view_98.transpose(1, 2)
+    transpose_32 = runtime_shim.view(
+        linear_32, (1, 12, 64, 64), (147456, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_99 = split_10_1.view(1, 64, 12, 64)
-    transpose_33 = view_99.transpose(1, 2)
+    transpose_33 = runtime_shim.view(
+        linear_32, (1, 12, 64, 64), (147456, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_100 = split_10_2.view(1, 64, 12, 64)
-    transpose_34 = view_100.transpose(1, 2)
+    transpose_34 = runtime_shim.view(
+        linear_32, (1, 12, 64, 64), (147456, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_8 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -5935,18 +5722,15 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_35 = scaled_dot_product_attention_8.transpose(1, 2)
-    view_101 = transpose_35.view(1, 64, 768)
+    view_101 = runtime_shim.view(
+        scaled_dot_product_attention_8, (1, 64, 768), (49152, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_33 = torch.nn.functional.linear(view_101, h_8_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_17 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_19_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_17 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_19_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_33.data_ptr(),
         h_8_attn_c_proj_bias.data_ptr(),
@@ -5959,9 +5743,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_34 = torch.nn.functional.linear(native_layer_norm_19_0, h_8_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_8 = torch.empty_strided(
-        (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_8 = empty((1, 64, 3072), (196608, 3072, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_34.data_ptr(), h_8_mlp_c_fc_bias.data_ptr(), gelu_8.data_ptr()
     )
@@ -5969,12 +5751,8 @@ def _cpu_0(self, idx):
     linear_35 = torch.nn.functional.linear(gelu_8, h_8_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_18 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_20_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_18 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_20_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_35.data_ptr(),
         h_8_mlp_c_proj_bias.data_ptr(),
@@ -5988,19 +5766,18 @@ def _cpu_0(self, idx):
     linear_36 = torch.nn.functional.linear(
         native_layer_norm_20_0, h_9_attn_c_attn_weight, h_9_attn_c_attn_bias
     )
-    split_with_sizes_11 = linear_36.split_with_sizes([768, 768, 768], 2)
-    split_11_0 = split_with_sizes_11[0]
-    split_11_1 = split_with_sizes_11[1]
-    split_11_2 = split_with_sizes_11[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_110 = split_11_0.view(1, 64, 12, 64)
-    transpose_36 = view_110.transpose(1, 2)
+    transpose_36 = runtime_shim.view(
+        linear_36, (1, 12, 64, 64), (147456, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_111 = split_11_1.view(1, 64, 12, 64)
-    transpose_37 = view_111.transpose(1, 2)
+    transpose_37 = runtime_shim.view(
+        linear_36, (1, 12, 64, 64), (147456, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_112 = split_11_2.view(1, 64, 12, 64)
-    transpose_38 = view_112.transpose(1, 2)
+    transpose_38 = runtime_shim.view(
+        linear_36, (1, 12, 64, 64), (147456, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_9 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -6009,18 +5786,15 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_39 = scaled_dot_product_attention_9.transpose(1, 2)
-    view_113 = transpose_39.view(1, 64, 768)
+    view_113 = runtime_shim.view(
+        scaled_dot_product_attention_9, (1, 64, 768), (49152, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_37 = torch.nn.functional.linear(view_113, h_9_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_19 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_21_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_19 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_21_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_37.data_ptr(),
         h_9_attn_c_proj_bias.data_ptr(),
@@ -6033,9 +5807,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_38 = torch.nn.functional.linear(native_layer_norm_21_0, h_9_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_9 = torch.empty_strided(
-        (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_9 = empty((1, 64, 3072), (196608, 3072, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_38.data_ptr(), h_9_mlp_c_fc_bias.data_ptr(), gelu_9.data_ptr()
     )
@@ -6043,12 +5815,8 @@ def _cpu_0(self, idx):
     linear_39 = torch.nn.functional.linear(gelu_9, h_9_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_20 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_22_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_20 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_22_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_39.data_ptr(),
         h_9_mlp_c_proj_bias.data_ptr(),
@@ -6062,19 +5830,18 @@ def _cpu_0(self, idx):
     linear_40 = torch.nn.functional.linear(
         native_layer_norm_22_0, h_10_attn_c_attn_weight, h_10_attn_c_attn_bias
     )
-    split_with_sizes_12 = linear_40.split_with_sizes([768, 768, 768], 2)
-    split_12_0 = split_with_sizes_12[0]
-    split_12_1 = split_with_sizes_12[1]
-    split_12_2 = split_with_sizes_12[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_122 = split_12_0.view(1, 64, 12, 64)
-    transpose_40 = view_122.transpose(1, 2)
+    transpose_40 = runtime_shim.view(
+        linear_40, (1, 12, 64, 64), (147456, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_123 = split_12_1.view(1, 64, 12, 64)
-    transpose_41 = view_123.transpose(1, 2)
+    transpose_41 = runtime_shim.view(
+        linear_40, (1, 12, 64, 64), (147456, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_124 = split_12_2.view(1, 64, 12, 64)
-    transpose_42 = view_124.transpose(1, 2)
+    transpose_42 = runtime_shim.view(
+        linear_40, (1, 12, 64, 64), (147456, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_10 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -6083,18 +5850,15 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_43 = scaled_dot_product_attention_10.transpose(1, 2)
-    view_125 = transpose_43.view(1, 64, 768)
+    view_125 = runtime_shim.view(
+        scaled_dot_product_attention_10, (1, 64, 768), (49152, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_41 = torch.nn.functional.linear(view_125, h_10_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_21 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_23_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_21 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_23_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_41.data_ptr(),
         h_10_attn_c_proj_bias.data_ptr(),
@@ -6107,9 +5871,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_42 = torch.nn.functional.linear(native_layer_norm_23_0, h_10_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_10 = torch.empty_strided(
-        (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_10 = empty((1, 64, 3072), (196608, 3072, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_42.data_ptr(), h_10_mlp_c_fc_bias.data_ptr(), gelu_10.data_ptr()
     )
@@ -6117,12 +5879,8 @@ def _cpu_0(self, idx):
     linear_43 = torch.nn.functional.linear(gelu_10, h_10_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    add_22 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_24_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_22 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_24_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_43.data_ptr(),
         h_10_mlp_c_proj_bias.data_ptr(),
@@ -6136,19 +5894,18 @@ def _cpu_0(self, idx):
     linear_44 = torch.nn.functional.linear(
         native_layer_norm_24_0, h_11_attn_c_attn_weight, h_11_attn_c_attn_bias
     )
-    split_with_sizes_13 = linear_44.split_with_sizes([768, 768, 768], 2)
-    split_13_0 = split_with_sizes_13[0]
-    split_13_1 = split_with_sizes_13[1]
-    split_13_2 = split_with_sizes_13[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_134 = split_13_0.view(1, 64, 12, 64)
-    transpose_44 = view_134.transpose(1, 2)
+    transpose_44 = runtime_shim.view(
+        linear_44, (1, 12, 64, 64), (147456, 64, 2304, 1), 0
+    )
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_135 = split_13_1.view(1, 64, 12, 64)
-    transpose_45 = view_135.transpose(1, 2)
+    transpose_45 = runtime_shim.view(
+        linear_44, (1, 12, 64, 64), (147456, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_136 = split_13_2.view(1, 64, 12, 64)
-    transpose_46 = view_136.transpose(1, 2)
+    transpose_46 = runtime_shim.view(
+        linear_44, (1, 12, 64, 64), (147456, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention_11 = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -6157,18 +5914,15 @@ def _cpu_0(self, idx):
         (49152, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_47 = scaled_dot_product_attention_11.transpose(1, 2)
-    view_137 = transpose_47.view(1, 64, 768)
+    view_137 = runtime_shim.view(
+        scaled_dot_product_attention_11, (1, 64, 768), (49152, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_45 = torch.nn.functional.linear(view_137, h_11_attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_23 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_25_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    add_23 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
+    native_layer_norm_25_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_45.data_ptr(),
         h_11_attn_c_proj_bias.data_ptr(),
@@ -6181,9 +5935,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_46 = torch.nn.functional.linear(native_layer_norm_25_0, h_11_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_11 = torch.empty_strided(
-        (1, 64, 3072), (196608, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu_11 = empty((1, 64, 3072), (196608, 3072, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_46.data_ptr(), h_11_mlp_c_fc_bias.data_ptr(), gelu_11.data_ptr()
     )
@@ -6191,9 +5943,7 @@ def _cpu_0(self, idx):
     linear_47 = torch.nn.functional.linear(gelu_11, h_11_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt.py:51: x = self.ln_f(x)
-    native_layer_norm_26_0 = torch.empty_strided(
-        (1, 64, 768), (49152, 768, 1), dtype=torch.float32, device=device
-    )
+    native_layer_norm_26_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_1", "pppppp")(
         linear_47.data_ptr(),
         h_11_mlp_c_proj_bias.data_ptr(),

@@ -52,6 +52,8 @@ def _guards_cuda_0(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (8, 1024, 768)):
@@ -150,7 +152,7 @@ def _guards_cuda_0(self, x):
 
 
 def _cuda_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     ln_1_weight = self._modules["ln_1"]._parameters["weight"]
     ln_1_bias = self._modules["ln_1"]._parameters["bias"]
     attn_c_attn_weight = self._modules["attn"]._modules["c_attn"]._parameters["weight"]
@@ -164,9 +166,7 @@ def _cuda_0(self, x):
     mlp_c_proj_weight = self._modules["mlp"]._modules["c_proj"]._parameters["weight"]
     mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    native_layer_norm_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    native_layer_norm_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_native_layer_norm_0[(8192,)](
         x,
         ln_1_weight,
@@ -180,19 +180,16 @@ def _cuda_0(self, x):
     linear = torch.nn.functional.linear(
         native_layer_norm_0, attn_c_attn_weight, attn_c_attn_bias
     )
-    split_with_sizes = linear.split_with_sizes([768, 768, 768], 2)
-    split_0 = split_with_sizes[0]
-    split_1 = split_with_sizes[1]
-    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view(8, 1024, 12, 64)
-    transpose = view_2.transpose(1, 2)
+    transpose = runtime_shim.view(linear, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view(8, 1024, 12, 64)
-    transpose_1 = view_3.transpose(1, 2)
+    transpose_1 = runtime_shim.view(
+        linear, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view(8, 1024, 12, 64)
-    transpose_2 = view_4.transpose(1, 2)
+    transpose_2 = runtime_shim.view(
+        linear, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -201,18 +198,15 @@ def _cuda_0(self, x):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view(8, 1024, 768)
+    view_5 = runtime_shim.view(
+        scaled_dot_product_attention, (8, 1024, 768), (786432, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_1 = torch.nn.functional.linear(view_5, attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_3_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_3_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_1,
         attn_c_proj_bias,
@@ -228,18 +222,14 @@ def _cuda_0(self, x):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu = torch.empty_strided(
-        (8, 1024, 3072), (3145728, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu = empty((8, 1024, 3072), (3145728, 3072, 1), torch.float32)
     _triton.triton_fused_addmm_gelu_0[(24576,)](
         linear_2, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
     linear_3 = torch.nn.functional.linear(gelu, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.float32, device=device
-    )
+    add_1 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     _triton.triton_fused_addmm_add_0[(6144,)](
         linear_3, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )
@@ -350,7 +340,7 @@ def _guards_cpu_0(self, x):
 
 
 def _cpu_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     ln_1_weight = self._modules["ln_1"]._parameters["weight"]
     ln_1_bias = self._modules["ln_1"]._parameters["bias"]
     attn_c_attn_weight = self._modules["attn"]._modules["c_attn"]._parameters["weight"]
@@ -364,9 +354,7 @@ def _cpu_0(self, x):
     mlp_c_proj_weight = self._modules["mlp"]._modules["c_proj"]._parameters["weight"]
     mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    native_layer_norm_0 = torch.empty_strided(
-        (2, 128, 768), (98304, 768, 1), dtype=torch.float32, device=device
-    )
+    native_layer_norm_0 = empty((2, 128, 768), (98304, 768, 1), torch.float32)
     _cpp.function("cpp_fused_native_layer_norm_0", "pppp")(
         x.data_ptr(),
         ln_1_weight.data_ptr(),
@@ -377,19 +365,16 @@ def _cpu_0(self, x):
     linear = torch.nn.functional.linear(
         native_layer_norm_0, attn_c_attn_weight, attn_c_attn_bias
     )
-    split_with_sizes = linear.split_with_sizes([768, 768, 768], 2)
-    split_0 = split_with_sizes[0]
-    split_1 = split_with_sizes[1]
-    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view(2, 128, 12, 64)
-    transpose = view_2.transpose(1, 2)
+    transpose = runtime_shim.view(linear, (2, 12, 128, 64), (294912, 64, 2304, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view(2, 128, 12, 64)
-    transpose_1 = view_3.transpose(1, 2)
+    transpose_1 = runtime_shim.view(
+        linear, (2, 12, 128, 64), (294912, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view(2, 128, 12, 64)
-    transpose_2 = view_4.transpose(1, 2)
+    transpose_2 = runtime_shim.view(
+        linear, (2, 12, 128, 64), (294912, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -398,18 +383,15 @@ def _cpu_0(self, x):
         (98304, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view(2, 128, 768)
+    view_5 = runtime_shim.view(
+        scaled_dot_product_attention, (2, 128, 768), (98304, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_1 = torch.nn.functional.linear(view_5, attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add = torch.empty_strided(
-        (2, 128, 768), (98304, 768, 1), dtype=torch.float32, device=device
-    )
-    native_layer_norm_3_0 = torch.empty_strided(
-        (2, 128, 768), (98304, 768, 1), dtype=torch.float32, device=device
-    )
+    add = empty((2, 128, 768), (98304, 768, 1), torch.float32)
+    native_layer_norm_3_0 = empty((2, 128, 768), (98304, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_1.data_ptr(),
         attn_c_proj_bias.data_ptr(),
@@ -422,18 +404,14 @@ def _cpu_0(self, x):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu = torch.empty_strided(
-        (2, 128, 3072), (393216, 3072, 1), dtype=torch.float32, device=device
-    )
+    gelu = empty((2, 128, 3072), (393216, 3072, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_2.data_ptr(), mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
     linear_3 = torch.nn.functional.linear(gelu, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = torch.empty_strided(
-        (2, 128, 768), (98304, 768, 1), dtype=torch.float32, device=device
-    )
+    add_1 = empty((2, 128, 768), (98304, 768, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_add_0", "pppp")(
         linear_3.data_ptr(),
         mlp_c_proj_bias.data_ptr(),
@@ -464,6 +442,8 @@ def _guards_cuda_1(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.bfloat16):
         return "x.dtype == torch.bfloat16"
     if not (x.shape == (8, 1024, 768)):
@@ -553,7 +533,7 @@ def _guards_cuda_1(self, x):
 
 
 def _cuda_1(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     ln_1_weight = self._modules["ln_1"]._parameters["weight"]
     ln_1_bias = self._modules["ln_1"]._parameters["bias"]
     attn_c_attn_weight = self._modules["attn"]._modules["c_attn"]._parameters["weight"]
@@ -567,9 +547,7 @@ def _cuda_1(self, x):
     mlp_c_proj_weight = self._modules["mlp"]._modules["c_proj"]._parameters["weight"]
     mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-    native_layer_norm_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.bfloat16, device=device
-    )
+    native_layer_norm_0 = empty((8, 1024, 768), (786432, 768, 1), torch.bfloat16)
     _triton.triton_fused_native_layer_norm_1[(8192,)](
         x,
         ln_1_weight,
@@ -583,19 +561,16 @@ def _cuda_1(self, x):
     linear = torch.nn.functional.linear(
         native_layer_norm_0, attn_c_attn_weight, attn_c_attn_bias
     )
-    split_with_sizes = linear.split_with_sizes([768, 768, 768], 2)
-    split_0 = split_with_sizes[0]
-    split_1 = split_with_sizes[1]
-    split_2 = split_with_sizes[2]
     # examples/gpt_block.py:28: q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_2 = split_0.view(8, 1024, 12, 64)
-    transpose = view_2.transpose(1, 2)
+    transpose = runtime_shim.view(linear, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 0)
     # examples/gpt_block.py:29: k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_3 = split_1.view(8, 1024, 12, 64)
-    transpose_1 = view_3.transpose(1, 2)
+    transpose_1 = runtime_shim.view(
+        linear, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 768
+    )
     # examples/gpt_block.py:30: v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-    view_4 = split_2.view(8, 1024, 12, 64)
-    transpose_2 = view_4.transpose(1, 2)
+    transpose_2 = runtime_shim.view(
+        linear, (8, 12, 1024, 64), (2359296, 64, 2304, 1), 1536
+    )
     # examples/gpt_block.py:31: y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     scaled_dot_product_attention = runtime_shim.as_layout(
         torch.nn.functional.scaled_dot_product_attention(
@@ -604,18 +579,15 @@ def _cuda_1(self, x):
         (786432, 64, 768, 1),
     )
     # examples/gpt_block.py:32: y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-    transpose_3 = scaled_dot_product_attention.transpose(1, 2)
-    view_5 = transpose_3.view(8, 1024, 768)
+    view_5 = runtime_shim.view(
+        scaled_dot_product_attention, (8, 1024, 768), (786432, 768, 1), 0
+    )
     # examples/gpt_block.py:33: return self.c_proj(y)
     linear_1 = torch.nn.functional.linear(view_5, attn_c_proj_weight)
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.bfloat16, device=device
-    )
-    native_layer_norm_3_0 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.bfloat16, device=device
-    )
+    add = empty((8, 1024, 768), (786432, 768, 1), torch.bfloat16)
+    native_layer_norm_3_0 = empty((8, 1024, 768), (786432, 768, 1), torch.bfloat16)
     _triton.triton_fused_addmm_add_native_layer_norm_1[(8192,)](
         linear_1,
         attn_c_proj_bias,
@@ -636,9 +608,7 @@ def _cuda_1(self, x):
     # examples/gpt_block.py:45: x = self.c_proj(x)
     linear_2 = torch.nn.functional.linear(view_9, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = torch.empty_strided(
-        (8, 1024, 768), (786432, 768, 1), dtype=torch.bfloat16, device=device
-    )
+    add_1 = empty((8, 1024, 768), (786432, 768, 1), torch.bfloat16)
     _triton.triton_fused_addmm_add_1[(6144,)](
         linear_2, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )

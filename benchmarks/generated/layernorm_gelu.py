@@ -51,6 +51,8 @@ def _guards_cuda_0(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (16384, 4096)):
@@ -86,13 +88,11 @@ def _guards_cuda_0(self, x):
 
 
 def _cuda_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     norm_weight = self._modules["norm"]._parameters["weight"]
     norm_bias = self._modules["norm"]._parameters["bias"]
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
-    gelu = torch.empty_strided(
-        (16384, 4096), (4096, 1), dtype=torch.float32, device=device
-    )
+    gelu = empty((16384, 4096), (4096, 1), torch.float32)
     _triton.triton_fused_native_layer_norm_gelu_0[(16384,)](
         x, norm_weight, norm_bias, gelu, XBLOCK=1, RBLOCK=4096, num_warps=16
     )
@@ -140,13 +140,11 @@ def _guards_cpu_0(self, x):
 
 
 def _cpu_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     norm_weight = self._modules["norm"]._parameters["weight"]
     norm_bias = self._modules["norm"]._parameters["bias"]
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
-    gelu = torch.empty_strided(
-        (512, 4096), (4096, 1), dtype=torch.float32, device=device
-    )
+    gelu = empty((512, 4096), (4096, 1), torch.float32)
     _cpp.function("cpp_fused_native_layer_norm_gelu_0", "pppp")(
         x.data_ptr(), norm_weight.data_ptr(), norm_bias.data_ptr(), gelu.data_ptr()
     )

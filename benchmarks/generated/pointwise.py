@@ -50,6 +50,8 @@ def _guards_cuda_0(x, bias, scale):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (8192, 8192)):
@@ -60,6 +62,8 @@ def _guards_cuda_0(x, bias, scale):
         return "isinstance(bias, torch.Tensor)"
     if not (bias.is_cuda):
         return "bias.is_cuda"
+    if not (bias.get_device() == torch.cuda.current_device()):
+        return "bias.get_device() == torch.cuda.current_device()"
     if not (bias.dtype == torch.float32):
         return "bias.dtype == torch.float32"
     if not (bias.shape == (8192,)):
@@ -70,6 +74,8 @@ def _guards_cuda_0(x, bias, scale):
         return "isinstance(scale, torch.Tensor)"
     if not (scale.is_cuda):
         return "scale.is_cuda"
+    if not (scale.get_device() == torch.cuda.current_device()):
+        return "scale.get_device() == torch.cuda.current_device()"
     if not (scale.dtype == torch.float32):
         return "scale.dtype == torch.float32"
     if not (scale.shape == (8192,)):
@@ -85,14 +91,12 @@ def _guards_cuda_0(x, bias, scale):
 
 
 def _cuda_0(x, bias, scale):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/pointwise.py:12: y = x * 2
     # examples/pointwise.py:13: y = y + bias
     # examples/pointwise.py:14: y = torch.relu(y)
     # examples/pointwise.py:15: y = y * scale
-    mul_1 = torch.empty_strided(
-        (8192, 8192), (8192, 1), dtype=torch.float32, device=device
-    )
+    mul_1 = empty((8192, 8192), (8192, 1), torch.float32)
     _triton.triton_fused_mul_add_relu_0[(65536,)](
         x, bias, scale, mul_1, XBLOCK=1024, num_warps=4
     )
@@ -140,14 +144,12 @@ def _guards_cpu_0(x, bias, scale):
 
 
 def _cpu_0(x, bias, scale):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/pointwise.py:12: y = x * 2
     # examples/pointwise.py:13: y = y + bias
     # examples/pointwise.py:14: y = torch.relu(y)
     # examples/pointwise.py:15: y = y * scale
-    mul_1 = torch.empty_strided(
-        (1024, 1024), (1024, 1), dtype=torch.float32, device=device
-    )
+    mul_1 = empty((1024, 1024), (1024, 1), torch.float32)
     _cpp.function("cpp_fused_mul_add_relu_0", "pppp")(
         x.data_ptr(), bias.data_ptr(), scale.data_ptr(), mul_1.data_ptr()
     )

@@ -50,6 +50,8 @@ def _guards_cuda_0(x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (16384, 4096)):
@@ -62,11 +64,9 @@ def _guards_cuda_0(x):
 
 
 def _cuda_0(x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/softmax.py:11: return torch.softmax(x, dim=-1)
-    div = torch.empty_strided(
-        (16384, 4096), (4096, 1), dtype=torch.float32, device=device
-    )
+    div = empty((16384, 4096), (4096, 1), torch.float32)
     _triton.triton_fused_softmax_0[(16384,)](
         x, div, XBLOCK=1, RBLOCK=4096, num_warps=16
     )
@@ -91,11 +91,9 @@ def _guards_cpu_0(x):
 
 
 def _cpu_0(x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     # examples/softmax.py:11: return torch.softmax(x, dim=-1)
-    div = torch.empty_strided(
-        (2048, 1024), (1024, 1), dtype=torch.float32, device=device
-    )
+    div = empty((2048, 1024), (1024, 1), torch.float32)
     _cpp.function("cpp_fused_softmax_0", "pp")(x.data_ptr(), div.data_ptr())
     return div
 

@@ -50,6 +50,8 @@ def _guards_cuda_0(self, x):
         return "isinstance(x, torch.Tensor)"
     if not (x.is_cuda):
         return "x.is_cuda"
+    if not (x.get_device() == torch.cuda.current_device()):
+        return "x.get_device() == torch.cuda.current_device()"
     if not (x.dtype == torch.float32):
         return "x.dtype == torch.float32"
     if not (x.shape == (2, 4)):
@@ -87,25 +89,25 @@ def _guards_cuda_0(self, x):
 
 
 def _cuda_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     linear_weight = self._modules["linear"]._parameters["weight"]
     linear_bias = self._modules["linear"]._parameters["bias"]
     # examples/toy.py:27: y = self.linear(x)
     # examples/toy.py:28: if y.sum() > 0:
-    addmm = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-    gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
+    addmm = empty((2, 4), (4, 1), torch.float32)
+    gt = empty((), (), torch.bool)
     _triton.triton_fused_addmm_sum_gt_0[(1,)](
         x, linear_weight, linear_bias, addmm, gt, XBLOCK=1, RBLOCK=8, num_warps=1
     )
     # sync: the branch reads tensor data (examples/toy.py:28: if y.sum() > 0:)
     if gt:
         # examples/toy.py:29: return y.relu()
-        relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
+        relu = empty((2, 4), (4, 1), torch.float32)
         _triton.triton_fused_relu_0[(1,)](addmm, relu, XBLOCK=16, num_warps=2)
         return relu
     else:
         # examples/toy.py:30: return y.tanh()
-        tanh = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
+        tanh = empty((2, 4), (4, 1), torch.float32)
         _triton.triton_fused_tanh_0[(1,)](addmm, tanh, XBLOCK=16, num_warps=2)
         return tanh
 
@@ -153,13 +155,13 @@ def _guards_cpu_0(self, x):
 
 
 def _cpu_0(self, x):
-    device = x.device
+    empty = runtime_shim.allocator(x.device)
     linear_weight = self._modules["linear"]._parameters["weight"]
     linear_bias = self._modules["linear"]._parameters["bias"]
     # examples/toy.py:27: y = self.linear(x)
     # examples/toy.py:28: if y.sum() > 0:
-    addmm = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
-    gt = torch.empty_strided((), (), dtype=torch.bool, device=device)
+    addmm = empty((2, 4), (4, 1), torch.float32)
+    gt = empty((), (), torch.bool)
     _cpp.function("cpp_fused_addmm_sum_gt_0", "ppppp")(
         x.data_ptr(),
         linear_weight.data_ptr(),
@@ -170,12 +172,12 @@ def _cpu_0(self, x):
     # sync: the branch reads tensor data (examples/toy.py:28: if y.sum() > 0:)
     if gt:
         # examples/toy.py:29: return y.relu()
-        relu = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
+        relu = empty((2, 4), (4, 1), torch.float32)
         _cpp.function("cpp_fused_relu_0", "pp")(addmm.data_ptr(), relu.data_ptr())
         return relu
     else:
         # examples/toy.py:30: return y.tanh()
-        tanh = torch.empty_strided((2, 4), (4, 1), dtype=torch.float32, device=device)
+        tanh = empty((2, 4), (4, 1), torch.float32)
         _cpp.function("cpp_fused_tanh_0", "pp")(addmm.data_ptr(), tanh.data_ptr())
         return tanh
 

@@ -8,6 +8,7 @@ eager's, (b) exactly one RuntimeWarning, naming the guard, over two identical ca
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 
@@ -254,6 +255,12 @@ def test_device_guard(tmp_path: Path) -> None:
         source, "pointwise", [Variant(specs({"x": X}), "cuda")], tmp_path
     )
     assert hasattr(module, "_cuda_0") and not hasattr(module, "_cpu_0")
+    # on the GPU, a tensor on another device than the current one fails too: the
+    # kernels would launch on the current device
+    guards = inspect.getsource(module._guards_cuda_0)
+    assert guards.index("x.is_cuda") < guards.index(
+        "x.get_device() == torch.cuda.current_device()"
+    )
     x = randn(4, 8)
     check_fallback(
         lambda: module.pointwise(x),

@@ -29,12 +29,13 @@ from __future__ import annotations
 from transpiler.codegen.wrapper import (
     TargetCode,
     VariantCode,
+    device_locals,
     device_source,
     literal,
     straight_lines,
     sync_comment,
 )
-from transpiler.ir.graph import DEVICE, Ref
+from transpiler.ir.graph import Ref
 from transpiler.ir.program import Alloc, ExternCall
 from transpiler.ir.region import CompiledRegion
 
@@ -103,9 +104,7 @@ def _segment(
     quoted = [f'"""{doc[0]}', *doc[1:]]
     quoted[-1] += '"""'
     lines = [f"def {name}({params}):", *(f"    {d}" if d else "" for d in quoted)]
-    device_src = device_source(t, vc)
-    if device_src is not None and _needs_device(r):
-        lines.append(f"    device = {device_src}.device")
+    lines += device_locals(device_source(t, vc), [r.program])
     lines += straight_lines(r, kernels, vc.variant.device, t.reads, "    ")
     inputs = [name for name, _ in vc.variant.inputs]
     outs = r.program.outputs if r.cond is None else _outputs(r, inputs)
@@ -122,30 +121,6 @@ def _outputs(r: CompiledRegion, inputs: list[str]) -> tuple[Ref, ...]:
 
 def _where(r: CompiledRegion) -> str:
     return f"{r.span} ({r.span.text})" if r.span else "a branch on tensor data"
-
-
-def _needs_device(r: CompiledRegion) -> bool:
-    """Whether the region's code names the `device` local (to allocate, say)."""
-    for step in r.program.steps:
-        if isinstance(step, Alloc):
-            return True
-        if isinstance(step, ExternCall):
-            values = [*step.args, *(v for _, v in step.kwargs)]
-            if any(v is DEVICE for v in _flat(values)):
-                return True
-    return False
-
-
-def _flat(values) -> list:
-    out = []
-    for v in values:
-        if isinstance(v, (list, tuple)):
-            out += _flat(v)
-        elif isinstance(v, dict):
-            out += _flat(list(v.values()))
-        else:
-            out.append(v)
-    return out
 
 
 def _names(program) -> list[str]:

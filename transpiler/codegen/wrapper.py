@@ -23,6 +23,7 @@ from transpiler.ir.ops import EXTERN_LAYOUT
 from transpiler.ir.program import Alloc, ExternCall, KernelCall, Program
 from transpiler.ir.region import CompiledLoop, CompiledRegion, programs_of
 from transpiler.options import ScalarSpec, TensorSpec, Variant
+from transpiler.passes.direct_views import DIRECT_VIEW
 
 DTYPE_NAMES = {
     d: f"torch.{str(d).split('.')[1]}"
@@ -139,6 +140,13 @@ def input_guards(v: Variant) -> list[Guard]:
             guards += [
                 f"isinstance({name}, torch.Tensor)",
                 f"{name}.is_{v.device}",
+                # kernels launch on the current device, as eager's ops on the
+                # inputs' own would
+                *(
+                    [f"{name}.get_device() == torch.cuda.current_device()"]
+                    if v.device == "cuda"
+                    else []
+                ),
                 f"{name}.dtype == {DTYPE_NAMES[spec.dtype]}",
                 *_shape_guards(name, spec.shape, sizes),
                 f"{name}.is_contiguous()",
@@ -288,8 +296,12 @@ FUNCTIONS = {
     ),
 }
 # Ops called through runtime_shim: `_addmm_activation`'s GELU is the tanh form on
-# CUDA and the exact one on the CPU; the shim's CPU path computes the CUDA one.
-SHIM_FUNCTIONS = {"aten._addmm_activation.default": "runtime_shim.addmm_activation"}
+# CUDA and the exact one on the CPU; the shim's CPU path computes the CUDA one. A
+# direct view is a chain of view methods in one call (passes/direct_views.py).
+SHIM_FUNCTIONS = {
+    "aten._addmm_activation.default": "runtime_shim.addmm_activation",
+    DIRECT_VIEW: DIRECT_VIEW,
+}
 METHODS = {
     "aten.view.default": "view",
     "aten._unsafe_view.default": "view",
@@ -324,8 +336,8 @@ def _step_lines(step) -> list[str]:
     if isinstance(step, Alloc):
         m = step.meta
         return [
-            f"{step.buffer} = torch.empty_strided({literal(m.shape)}, "
-            f"{literal(m.stride)}, dtype={DTYPE_NAMES[m.dtype]}, device=device)"
+            f"{step.buffer} = empty({literal(m.shape)}, {literal(m.stride)}, "
+            f"{DTYPE_NAMES[m.dtype]})"
         ]
     if isinstance(step, ExternCall):
         if step.target == "getitem":
@@ -346,12 +358,42 @@ def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]
     assert vc.region is not None
     self_ = "self, " if t.is_module else ""
     lines = [f"def _{vc.name}({self_}{t.params_text}):"]
-    device_src = device_source(t, vc)
-    if device_src is not None:
-        lines.append(f"    device = {device_src}.device")
+    lines += device_locals(device_source(t, vc), vc.programs)
     for dim, size_expr in vc.dynamic:
         lines.append(f"    {dim} = {size_expr}  # dynamic: one variant for every size")
     return lines + _region_lines(vc.region, kernels, vc.variant.device, t.reads, "    ")
+
+
+def device_locals(source: str | None, programs: list[Program]) -> list[str]:
+    """The locals through which code reads the device of `source` (an input or a
+    parameter): `empty`, the allocator of its buffers, and `device`, for extern
+    calls that take one."""
+    if source is None:
+        return []
+    steps = [step for p in programs for step in p.steps]
+    lines = []
+    if any(isinstance(step, Alloc) for step in steps):
+        lines.append(f"    empty = runtime_shim.allocator({source}.device)")
+    if any(
+        v is DEVICE
+        for step in steps
+        if isinstance(step, ExternCall)
+        for v in _flat([*step.args, *(v for _, v in step.kwargs)])
+    ):
+        lines.append(f"    device = {source}.device")
+    return lines
+
+
+def _flat(values) -> list:
+    out = []
+    for v in values:
+        if isinstance(v, (list, tuple)):
+            out += _flat(v)
+        elif isinstance(v, dict):
+            out += _flat(list(v.values()))
+        else:
+            out.append(v)
+    return out
 
 
 def device_source(t: TargetCode, vc: VariantCode) -> str | None:
