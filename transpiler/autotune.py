@@ -62,6 +62,7 @@ from transpiler.codegen.triton import (
 from transpiler.errors import UserError
 from transpiler.ir.dynamic import dims_in, size
 from transpiler.ir.graph import TensorMeta, contiguous_strides
+from transpiler.ir.ops import HALF_TYPES
 from transpiler.ir.program import (
     Index,
     Kernel,
@@ -274,7 +275,7 @@ def same_outputs(got: list[torch.Tensor], want: list[torch.Tensor]) -> bool:
             if not torch.equal(g, w):
                 return False
             continue
-        low = w.dtype in (torch.float16, torch.bfloat16)
+        low = w.dtype in HALF_TYPES
         tol = 1e-2 if low else 1e-4
         finite = w.float().nan_to_num(0.0, posinf=0.0, neginf=0.0)
         scale = max(1.0, float(finite.abs().max())) if w.numel() else 1.0
@@ -330,13 +331,11 @@ class _Launcher:
         fn = self.function(config)
         outputs = poisoned_outputs(self.k, self.device)
         args = [*self.inputs, *outputs, *self.sizes]
-        blocks = {"XBLOCK": config.xblock}
-        if self.k.is_reduction:
-            blocks["RBLOCK"] = config.rblock
+        kwargs = config.launch_kwargs(self.k.is_reduction)
         grid = (config.grid(size(self.k.xnumel, TUNED_AT)),)
 
         def launch() -> None:
-            fn[grid](*args, **blocks, num_warps=config.num_warps)
+            fn[grid](*args, **kwargs)
 
         launch()
         if self.device == "cuda":
@@ -443,14 +442,14 @@ def tune_epilogue(e, bench: Bench, folder: Path) -> Kernel | None:
     c = launch_config(consumer)
     loaded: dict = {}
     consumer_fn = load_candidate(consumer, c, folder, loaded)
-    blocks = {"XBLOCK": c.xblock, "num_warps": c.num_warps}
+    kwargs = c.launch_kwargs(consumer.is_reduction)
     grid = (c.grid(consumer.xnumel),)
     want = poisoned_outputs(consumer, bench.device)
 
     def cublas() -> None:
         out = torch.nn.functional.linear(a, w).view(-1)
         args = [out if p in product else t for p, t in others.items()]
-        consumer_fn[grid](*args, *want, **blocks)
+        consumer_fn[grid](*args, *want, **kwargs)
 
     try:
         cublas()

@@ -513,14 +513,15 @@ def _kernel_call(step: KernelCall, kernels: dict, device: str) -> str:
             f"({', '.join(step.args)}, {blocks})"
         )
     c = triton_codegen.launch_config(k)
-    blocks = f"XBLOCK={c.xblock}" + (f", RBLOCK={c.rblock}" if k.is_reduction else "")
+    kwargs = c.launch_kwargs(k.is_reduction)
+    blocks = ", ".join(f"{key}={v}" for key, v in kwargs.items())
     if isinstance(k.xnumel, Dim):
         grid = f"({k.xnumel} + {c.xblock - 1}) // {c.xblock}"
     else:
         grid = str(c.grid(k.xnumel))
     return (
         f"_triton.triton_{step.kernel}[({grid},)]"
-        f"({', '.join([*step.args, *dims])}, {blocks}, num_warps={c.num_warps})"
+        f"({', '.join([*step.args, *dims])}, {blocks})"
     )
 
 

@@ -105,6 +105,7 @@ REDUCTIONS: dict[str, str] = {
 }
 
 FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+HALF_TYPES = (torch.float16, torch.bfloat16)
 
 
 # Ops that return a fresh tensor which is nonetheless a reinterpretation of one input.
@@ -127,7 +128,7 @@ def is_view(target: str) -> bool:
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """Kernels compute f16/bf16 in f32."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    return torch.float32 if dtype in HALF_TYPES else dtype
 
 
 SUPPORTED_DTYPES = (

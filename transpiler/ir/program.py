@@ -78,6 +78,14 @@ class LaunchConfig:
     def grid(self, xnumel: int) -> int:
         return -(-xnumel // self.xblock)
 
+    def launch_kwargs(self, reduction: bool) -> dict[str, int]:
+        """The keyword arguments of a launch: the kernel's constexprs (`RBLOCK` for
+        a reduction kernel only), then Triton's options."""
+        blocks = {"XBLOCK": self.xblock}
+        if reduction:
+            blocks["RBLOCK"] = self.rblock
+        return {**blocks, "num_warps": self.num_warps}
+
 
 @dataclass(frozen=True)
 class Tuned:

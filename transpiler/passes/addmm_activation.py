@@ -32,16 +32,16 @@ from dataclasses import replace
 import torch
 
 from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
+from transpiler.ir.ops import HALF_TYPES
 from transpiler.passes.small_matmul import SMALL_K
 
 VIEW = "aten.view.default"
 ADDMM = "aten.addmm.default"
 ACTIVATION_OP = "aten._addmm_activation.default"
-HALF = (torch.float16, torch.bfloat16)
 # op -> (use_gelu, its keyword arguments, dtypes whose epilogue is cheaper than a pass)
 ACTIVATIONS = {
-    "aten.gelu.default": (True, {"approximate": "tanh"}, HALF),
-    "aten.relu.default": (False, {}, (*HALF, torch.float32)),
+    "aten.gelu.default": (True, {"approximate": "tanh"}, HALF_TYPES),
+    "aten.relu.default": (False, {}, (*HALF_TYPES, torch.float32)),
 }
 
 

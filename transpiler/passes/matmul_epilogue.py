@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from transpiler.ir.graph import LOOP, Ref, TensorMeta, iter_refs
+from transpiler.ir.ops import HALF_TYPES
 from transpiler.ir.program import (
     Alloc,
     ExternCall,
@@ -44,7 +45,6 @@ from transpiler.ir.program import (
 )
 
 LINEAR = "aten.linear.default"
-DTYPES = (torch.float16, torch.bfloat16)
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def _epilogue(
     if out is None or len(w.shape) != 2 or not a.shape:
         return None
     n, k = w.shape
-    if not (a.dtype == w.dtype == out.dtype and a.dtype in DTYPES):
+    if not (a.dtype == w.dtype == out.dtype and a.dtype in HALF_TYPES):
         return None
     if not (a.is_contiguous() and w.is_contiguous() and a.shape[-1] == k):
         return None
