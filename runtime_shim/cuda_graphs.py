@@ -127,10 +127,7 @@ class CudaGraphRunner:
         key = self._key_of(values)
         if key != self._key:
             return self._capture(args, kwargs, key)
-        for static, i in zip(self._static, self._positions):
-            value = values[i]
-            if value is not static:
-                static.copy_(value)
+        self._refill(values)
         self._replay()
         return self._outputs
 
@@ -142,18 +139,37 @@ class CudaGraphRunner:
             return devices
         return devices, tuple(map(torch.Tensor.data_ptr, self.reads(values[0])))
 
-    def _capture(self, args: tuple, kwargs: dict, key: tuple) -> Any:
-        self._key = self._outputs = self._replay = None  # the old graph goes first
-        values = (*args, *kwargs.values())
+    def _stage(self, values: tuple) -> None:
+        """New static buffers: a copy of each tensor argument."""
         self._positions = [
             i for i, v in enumerate(values) if isinstance(v, torch.Tensor)
         ]
         self._static = [values[i].clone() for i in self._positions]
-        static_values = list(values)
+
+    def _refill(self, values: tuple) -> None:
+        """Copy the tensor arguments into the static buffers; a caller that filled
+        one and passed it saves its copy."""
+        for static, i in zip(self._static, self._positions):
+            if values[i] is not static:
+                static.copy_(values[i])
+
+    def _on_static(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """`args` and `kwargs` with the static buffers in place of the tensors."""
+        values = [*args, *kwargs.values()]
         for i, static in zip(self._positions, self._static):
-            static_values[i] = static
-        static_args = tuple(static_values[: len(args)])
-        static_kwargs = dict(zip(kwargs, static_values[len(args) :]))
+            values[i] = static
+        return tuple(values[: len(args)]), dict(zip(kwargs, values[len(args) :]))
+
+    def _aliases_input(self, outputs: Any) -> bool:
+        """Whether an output is (a view of) a static buffer: the next call's copy
+        would overwrite it."""
+        mine = {t.untyped_storage().data_ptr() for t in self._static}
+        return any(t.untyped_storage().data_ptr() in mine for t in _tensors(outputs))
+
+    def _capture(self, args: tuple, kwargs: dict, key: tuple) -> Any:
+        self._key = self._outputs = self._replay = None  # the old graph goes first
+        self._stage((*args, *kwargs.values()))
+        static_args, static_kwargs = self._on_static(args, kwargs)
         try:
             outputs, replay = self._record(
                 lambda: self.fn(*static_args, **static_kwargs)
@@ -161,8 +177,7 @@ class CudaGraphRunner:
         except CaptureFailed as err:
             return self._disable(f"capture failed: {err}", args, kwargs)
         self.captures += 1
-        mine = {t.untyped_storage().data_ptr() for t in self._static}
-        if any(t.untyped_storage().data_ptr() in mine for t in _tensors(outputs)):
+        if self._aliases_input(outputs):
             return self._disable("an output is an argument's memory", args, kwargs)
         self._key, self._outputs, self._replay = key, outputs, replay
         replay()  # capture records the work; this runs it for this call
@@ -264,19 +279,11 @@ class CudaGraphTree(CudaGraphRunner):
         if key != self._key:
             self._reset(values, key)
         else:
-            for static, i in zip(self._static, self._positions):
-                if values[i] is not static:
-                    static.copy_(values[i])
-        static_values = list(values)
-        for i, static in zip(self._positions, self._static):
-            static_values[i] = static
+            self._refill(values)
+        static_args, static_kwargs = self._on_static(args, kwargs)
         self._new = False
         try:
-            outputs = self.fn(
-                self,
-                *static_values[: len(args)],
-                **dict(zip(kwargs, static_values[len(args) :])),
-            )
+            outputs = self.fn(self, *static_args, **static_kwargs)
         except _TurnOff as off:
             return self._disable(str(off), args, kwargs)
         if self._new and self._aliases_input(outputs):
@@ -297,10 +304,7 @@ class CudaGraphTree(CudaGraphRunner):
     def _reset(self, values: tuple, key: tuple) -> None:
         """Drop every graph and the pool; new static buffers for the arguments."""
         self._segments, self._pool = {}, None
-        self._positions = [
-            i for i, v in enumerate(values) if isinstance(v, torch.Tensor)
-        ]
-        self._static = [values[i].clone() for i in self._positions]
+        self._stage(values)
         self._key = key
 
     def _capture_segment(self, segment: Callable, args: tuple) -> Any:
@@ -316,10 +320,6 @@ class CudaGraphTree(CudaGraphRunner):
         self._segments[segment] = _Segment(outputs, replay, tensors, positions)
         replay()  # capture records the work; this runs it for this call
         return outputs
-
-    def _aliases_input(self, outputs: Any) -> bool:
-        mine = {t.untyped_storage().data_ptr() for t in self._static}
-        return any(t.untyped_storage().data_ptr() in mine for t in _tensors(outputs))
 
     def _disable(self, why: str, args: tuple, kwargs: dict) -> Any:
         self._segments, self._pool, self._key = {}, None, None
