@@ -91,6 +91,17 @@ def unique_name(prefix: str) -> str:
     return f"{prefix}_{next(_counter)}_{uuid.uuid4().hex[:8]}"
 
 
+def import_generated(files: Mapping[str, str], root: Path, stem: str) -> ModuleType:
+    """Write `files` (what `build` returned) into a fresh package under `root` and
+    import its module `stem`."""
+    package = unique_name("gen")
+    write(files, root / package)
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    importlib.invalidate_caches()
+    return importlib.import_module(f"{package}.{stem}")
+
+
 def compile_source(
     source: str,
     functions: Mapping[str, Mapping[str, Example]],
@@ -103,7 +114,7 @@ def compile_source(
     Raises AssertionError when a variant fell back to eager (no program).
     """
     root.mkdir(parents=True, exist_ok=True)
-    stem, package = unique_name("src"), unique_name("gen")
+    stem = unique_name("src")
     (root / f"{stem}.py").write_text(source)
     targets = []
     for fn, inputs in functions.items():
@@ -121,11 +132,7 @@ def compile_source(
 
         with mock.patch.object(passes, "optimize", hooked):
             files = build(options)
-    write(files, root / package)
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    importlib.invalidate_caches()
-    module = importlib.import_module(f"{package}.{stem}")
+    module = import_generated(files, root, stem)
     cpp_text = files.get(f"{stem}.cpp", "")
     triton_text = files.get(f"{stem}_triton.py", "")
     out = {}

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.compile_helpers import unique_name
+from tests.compile_helpers import import_generated, unique_name
 from transpiler import autotune
-from transpiler.api import build, write
+from transpiler.api import build
 from transpiler.autotune import PER_THREAD, Bench, Candidate, candidates
 from transpiler.cli import build_options, build_parser, main
 from transpiler.codegen import triton as triton_codegen
@@ -155,12 +155,7 @@ def transpile(root: Path, targets: dict, bench: Bench | None) -> Built:
         autotune=bench is not None,
     )
     files = build(options, bench)
-    package = unique_name("gen")
-    write(files, root / package)
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    importlib.invalidate_caches()
-    return Built(files, importlib.import_module(f"{package}.{stem}"), stem)
+    return Built(files, import_generated(files, root, stem), stem)
 
 
 def heading(timed: int, dropped: str = "") -> str:

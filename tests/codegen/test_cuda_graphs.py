@@ -12,16 +12,14 @@ eager over several calls, through every branch, and after a parameter is replace
 
 from __future__ import annotations
 
-import importlib
-import sys
 from types import ModuleType
 
 import pytest
 import torch
 
 from runtime_shim.cuda_graphs import ATTRIBUTE, CudaGraphRunner, CudaGraphTree, _tensors
-from tests.compile_helpers import unique_name
-from transpiler.api import build, compile_modules, write
+from tests.compile_helpers import import_generated, unique_name
+from transpiler.api import build, compile_modules
 from transpiler.codegen import cuda_graphs
 from transpiler.explain import report
 from transpiler.options import Options, Target, TensorSpec, Variant
@@ -129,12 +127,7 @@ def text(project: tuple[Options, str]) -> str:
 @pytest.fixture(scope="module")
 def generated(project: tuple[Options, str]) -> ModuleType:
     options, stem = project
-    package = unique_name("gen")
-    write(build(options), options.root / package)
-    if str(options.root) not in sys.path:
-        sys.path.insert(0, str(options.root))
-    importlib.invalidate_caches()
-    return importlib.import_module(f"{package}.{stem}")
+    return import_generated(build(options), options.root, stem)
 
 
 def test_which_variants_replay_a_graph(project: tuple[Options, str]) -> None:

@@ -8,17 +8,15 @@ is fake. f16, because the interpreter's `tl.dot` mishandles bf16.
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.compile_helpers import unique_name
-from transpiler.api import build, write
+from tests.compile_helpers import import_generated, unique_name
+from transpiler.api import build
 from transpiler.autotune import MATMUL_CONFIGS, Bench, Candidate
 from transpiler.ir.program import MatmulConfig
 from transpiler.options import Options, Target, TensorSpec, Variant
@@ -85,12 +83,7 @@ def transpile(root: Path, name: str, inputs, timer: Timer | None):
     log: list[str] = []
     bench = None if timer is None else Bench("cpu", "Test GPU", timer, log=log.append)
     files = build(options, bench)
-    package = unique_name("gen")
-    write(files, root / package)
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    importlib.invalidate_caches()
-    module = importlib.import_module(f"{package}.{stem}")
+    module = import_generated(files, root, stem)
     return files[f"{stem}.py"], files[f"{stem}_triton.py"], module, log
 
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import re
-import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -22,9 +20,9 @@ from typing import Any
 import pytest
 import torch
 
-from tests.compile_helpers import unique_name
+from tests.compile_helpers import import_generated, unique_name
 from tests.helpers import Case, generated_module, load_cases, variant_function
-from transpiler.api import build, write
+from transpiler.api import build
 from transpiler.options import Options, Target, Variant
 
 FALLBACK_TEXT = "running the source (eager) code"
@@ -130,14 +128,10 @@ def compile_variants(
     """Build one target of `source` with exactly `variants` (any devices) and import
     the generated module."""
     root.mkdir(parents=True, exist_ok=True)
-    stem, package = unique_name("src"), unique_name("gen")
+    stem = unique_name("src")
     (root / f"{stem}.py").write_text(source)
     target = Target(f"{stem}.py::{name}", tuple(variants))
-    write(build(Options(targets=(target,), root=root)), root / package)
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    importlib.invalidate_caches()
-    return importlib.import_module(f"{package}.{stem}")
+    return import_generated(build(Options(targets=(target,), root=root)), root, stem)
 
 
 def line_of(source: str, needle: str, after: str | None = None) -> int:

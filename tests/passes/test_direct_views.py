@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
 
-from tests.compile_helpers import assert_same, compile_source, unique_name
-from transpiler.api import build, write
+from tests.compile_helpers import (
+    assert_same,
+    compile_source,
+    import_generated,
+    unique_name,
+)
+from transpiler.api import build
 from transpiler.options import Options, Target, TensorSpec, Variant
 
 pytestmark = [  # masked-off lanes of Triton's interpreter compute 0 / 0 and such
@@ -151,15 +154,11 @@ def test_one_link_stays_a_method(compiled: dict) -> None:
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     root = tmp_path_factory.mktemp("direct_views_module")
-    stem, package = unique_name("src"), unique_name("gen")
+    stem = unique_name("src")
     (root / f"{stem}.py").write_text(SOURCE)
     x = (("x", TensorSpec(torch.float32, (4, 16))),)
     target = Target(f"{stem}.py::Weights", (Variant(x, "cpu"),))
-    write(build(Options(targets=(target,), root=root)), root / package)
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    importlib.invalidate_caches()
-    return importlib.import_module(f"{package}.{stem}")
+    return import_generated(build(Options(targets=(target,), root=root)), root, stem)
 
 
 def test_parameters_only_extern_calls_read_keep_their_methods(
