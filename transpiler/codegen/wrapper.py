@@ -20,7 +20,13 @@ from transpiler.frontend.fallback import Stub
 from transpiler.ir.dynamic import Dim, dims_in
 from transpiler.ir.graph import DEVICE, FALLBACK, LOOP, Ref, Span
 from transpiler.ir.ops import EXTERN_LAYOUT
-from transpiler.ir.program import Alloc, ExternCall, KernelCall, Program
+from transpiler.ir.program import (
+    Alloc,
+    ExternCall,
+    KernelCall,
+    Program,
+    kernel_params,
+)
 from transpiler.ir.region import CompiledLoop, CompiledRegion, programs_of
 from transpiler.options import ScalarSpec, TensorSpec, Variant
 from transpiler.passes.direct_views import DIRECT_VIEW
@@ -189,22 +195,13 @@ def read_params(vc: VariantCode) -> dict[str, tuple[str, object]]:
     return params
 
 
-def kernel_params(vc: VariantCode) -> list[str]:
-    """Paths of the parameters that kernels read (extern calls adapt to any layout)."""
-    paths: dict[str, None] = {}
-    for p in vc.programs:
-        read = {a for s in p.steps if isinstance(s, KernelCall) for a in s.args}
-        paths.update((path, None) for name, path, _ in p.params if name in read)
-    return list(paths)
-
-
 def param_guards(vc: VariantCode) -> list[Guard]:
     """Layout guards for the parameters that kernels read. The parameter is read once,
     into a local: `self.ln_1.weight` costs a Python call per attribute. Its layout is
     checked on every call, since `module.to(...)` may swap it or reassign `.data`."""
     params = read_params(vc)
     guards = []
-    for path in kernel_params(vc):
+    for path in kernel_params(vc.programs):
         name, m = params[path]
         checks = [
             f"is_{vc.variant.device}",
@@ -226,7 +223,7 @@ def grad_guard(t: TargetCode, vc: VariantCode) -> list[Guard]:
     if t.is_module and vc.calls_fallback:
         needs.append("any(p.requires_grad for p in self.parameters())")
     elif t.is_module:  # the layout guards read the kernels' parameters into locals
-        params, bound = read_params(vc), set(kernel_params(vc))
+        params, bound = read_params(vc), kernel_params(vc.programs)
         needs += [
             f"{params[path][0] if path in bound else path}.requires_grad"
             for path in params

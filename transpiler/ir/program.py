@@ -204,3 +204,15 @@ class Program:
         from transpiler.ir.printer import format_program
 
         return format_program(self)
+
+
+def kernel_params(programs: list[Program]) -> dict[str, str]:
+    """The parameters that kernels read, "self.<path>" -> local name, in order: the
+    wrapper guards their layout (extern calls adapt to any)."""
+    params: dict[str, str] = {}
+    for p in programs:
+        read = {a for s in p.steps if isinstance(s, KernelCall) for a in s.args}
+        for name, path, _ in p.params:
+            if name in read:
+                params.setdefault(path, name)
+    return params

@@ -40,7 +40,13 @@ from dataclasses import dataclass, replace
 
 from transpiler.ir.graph import Ref, TensorMeta, iter_refs
 from transpiler.ir.ops import EXTERN_LAYOUT
-from transpiler.ir.program import Alloc, ExternCall, KernelCall, Program
+from transpiler.ir.program import (
+    Alloc,
+    ExternCall,
+    KernelCall,
+    Program,
+    kernel_params,
+)
 from transpiler.ir.region import CompiledRegion, map_programs, programs_of
 
 # What the wrapper calls a direct view: `runtime_shim.view(root, size, stride, offset)`
@@ -96,7 +102,7 @@ def direct_views(region: CompiledRegion, inputs: tuple[str, ...]) -> CompiledReg
     Chains are followed within one Program: a later region or a loop body sees only
     the values an earlier one hands on, and a direct view must name its root."""
     programs = programs_of(region)
-    guarded = _kernel_params(programs)
+    guarded = set(kernel_params(programs).values())  # their strides are guarded
     chains = {
         id(p): _chains(p, guarded, inputs if p is region.program else ())
         for p in programs
@@ -128,18 +134,6 @@ def direct_views(region: CompiledRegion, inputs: tuple[str, ...]) -> CompiledReg
     return map_programs(
         region, lambda p: _rewrite(p, chains[id(p)], direct[id(p)], needed)
     )
-
-
-def _kernel_params(programs: list[Program]) -> set[str]:
-    """Parameters a kernel reads: the wrapper guards their strides."""
-    read = {
-        a
-        for p in programs
-        for s in p.steps
-        if isinstance(s, KernelCall)
-        for a in s.args
-    }
-    return {name for p in programs for name, _path, _meta in p.params if name in read}
 
 
 def _chains(p: Program, guarded: set[str], inputs: tuple[str, ...]) -> dict:
