@@ -7,12 +7,42 @@ in order:
 
 1. a prebuilt `<dir>/__prebuilt__/<stem>-<key>.so`, keyed by the source text and
    the platform only, so it needs no compiler (`python -m runtime_shim build`);
-2. the per-user cache, keyed by source text, compiler identity and flags;
+   one that fails to load is skipped with a warning;
+2. the per-user cache, keyed by source text, compiler identity and flags, as far
+   as it can be trusted (Note [Trusting the cache]);
 3. a fresh compile into that cache (temp file, then `os.replace`).
+
+Note [Trusting the cache]
+-------------------------
+Loading a library runs its code, and a cache entry's name is computed from public
+inputs, so nothing is loaded from a file someone else could have written:
+
+- The cache folder (`cache_dir()`) and its `cpp/` are created 0700. Before anything
+  is loaded from them, each must be a directory owned by this user and not writable
+  by group or others. If one is not (or cannot be created), the cache is not used at
+  all, neither read nor written: a warning names the folder and the problem, and
+  this process compiles into a fresh private folder (`tempfile.mkdtemp`, removed at
+  exit). Like pip, which disables a cache it does not own, a suspect folder costs a
+  compile, never a load and never a crash; existing folders are not chmod-ed.
+- An entry is loaded only if it is a regular file owned by this user and not
+  writable by group or others; otherwise it is removed and rebuilt, with a warning.
+- Entries are written mode 0700, to a temp file in the same folder, fsync-ed, that
+  `os.replace` then renames, so no one ever loads a half-written entry.
+- An entry that fails to load (corrupt: ctypes raises OSError; truncated: checked
+  against its ELF header first, since the loader would die of SIGBUS on pages past
+  the end of the file) is removed and rebuilt once, with a warning; if the rebuilt
+  one fails too, one RuntimeShimError says so.
+
+Prebuilt libraries are shipped next to the generated `.py` and trusted like it: no
+owner check (an image built by root runs as another user). They are written with
+the user's umask (0755 under umask 022) so that other users can load them. One that
+fails to load (same checks) is skipped with a warning, for the next prebuilt, the
+cache or the compiler; with no compiler, the RuntimeShimError names it too.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
@@ -20,12 +50,16 @@ import os
 import platform
 import shlex
 import shutil
+import stat
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from runtime_shim.warn import warn_once
 
 __all__ = [
     "CXX_FLAGS",
@@ -34,6 +68,7 @@ __all__ = [
     "RuntimeShimError",
     "build_prebuilt",
     "cache_dir",
+    "current_umask",
     "find_compiler",
     "load_cpp",
     "prebuilt_path",
@@ -54,6 +89,8 @@ PORTABLE_CXX_FLAGS = CXX_FLAGS[: CXX_FLAGS.index("-march=native")]
 COMPILERS = ("g++", "c++", "clang++")
 PREBUILT_DIR = "__prebuilt__"
 _ERROR_LINES = 40
+PRIVATE_MODE = 0o700  # cache folders and entries: Note [Trusting the cache]
+_OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 CFunction = Callable[..., None]
 
@@ -91,6 +128,119 @@ def cache_dir() -> Path:
     return Path(xdg) / "transpile"
 
 
+def _not_private(path: Path, st: os.stat_result) -> str | None:
+    """Why `path` (whose stat is `st`) may hold others' writing, or None."""
+    uid = os.getuid()
+    if st.st_uid != uid:
+        return f"{path} is owned by uid {st.st_uid}, not by you (uid {uid})"
+    if st.st_mode & _OTHERS_WRITE:
+        mode = stat.S_IMODE(st.st_mode)
+        return f"{path} is writable by group or others (mode {mode:04o})"
+    return None
+
+
+def _private_folder(path: Path) -> str | None:
+    """Create `path` mode 0700 if missing; why it cannot be trusted, or None."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(mode=PRIVATE_MODE)
+            os.chmod(path, PRIVATE_MODE)  # mkdir's mode went through the umask
+        except FileExistsError:
+            pass
+        st = path.stat()
+    except FileExistsError as e:
+        return f"{e.filename} is not a directory"
+    except OSError as e:
+        return f"cannot create {e.filename or path}: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is not a directory"
+    return _not_private(path, st)
+
+
+@functools.cache
+def _scratch_folder() -> Path:
+    """A fresh private folder for this process only, removed at exit."""
+    try:
+        path = Path(tempfile.mkdtemp(prefix="transpile-cpp-"))
+    except OSError as e:
+        raise RuntimeShimError(
+            f"cannot create a private temporary folder for C++ kernels: {e}"
+        ) from None
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def _cache_folder() -> Path:
+    """Where cache entries live; see Note [Trusting the cache]."""
+    root = cache_dir()
+    problem = _private_folder(root) or _private_folder(root / "cpp")
+    if problem is None:
+        return root / "cpp"
+    scratch = _scratch_folder()
+    warn_once(
+        f"runtime_shim.cpp:cache:{root}",
+        f"not using the C++ kernel cache {root}: {problem}; compiling into "
+        f"{scratch} for this process only (make the cache a folder of your own "
+        "with mode 700, or set TRANSPILE_CACHE_DIR to one)",
+    )
+    return scratch
+
+
+def _entry_problem(entry: Path) -> str | None:
+    """Why the existing cache entry `entry` must not be loaded, or None."""
+    try:
+        st = entry.lstat()
+    except OSError as e:
+        return f"cannot stat {entry}: {e.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{entry} is not a regular file"
+    return _not_private(entry, st)
+
+
+# ELF class (32/64-bit) -> (e_shoff's struct code, its offset, e_shentsize's offset)
+_ELF_SECTION_TABLE = {1: ("I", 0x20, 0x2E), 2: ("Q", 0x28, 0x3A)}
+_ELF_BYTE_ORDER = {1: "<", 2: ">"}
+
+
+def _cut_short(path: Path) -> str | None:
+    """Why the ELF library at `path` is incomplete, or None (also for non-ELF).
+
+    The linker writes the section header table last, so a file cut short ends
+    before that table does."""
+    with open(path, "rb") as f:
+        head = f.read(64)
+        size = os.fstat(f.fileno()).st_size
+    if head[:4] != b"\x7fELF" or len(head) < 16:
+        return None  # the loader rejects it with an OSError of its own
+    layout = _ELF_SECTION_TABLE.get(head[4])
+    order = _ELF_BYTE_ORDER.get(head[5])
+    if layout is None or order is None or len(head) < layout[2] + 4:
+        return None
+    code, at, sizes_at = layout
+    (offset,) = struct.unpack_from(order + code, head, at)
+    entry_size, count = struct.unpack_from(order + "HH", head, sizes_at)
+    end = offset + entry_size * count
+    return f"file cut short ({size} of {end} bytes)" if size < end else None
+
+
+def _dlopen(path: Path) -> ctypes.CDLL:
+    """`ctypes.CDLL(path)`, raising OSError for a library cut short too: its headers
+    may survive, and the loader touching pages past the end of the file would kill
+    the process (SIGBUS) instead of raising."""
+    short = _cut_short(path)
+    if short is not None:
+        raise OSError(f"{path}: {short}")
+    return ctypes.CDLL(str(path))
+
+
+def current_umask() -> int:
+    """This process's umask, read by setting it; for that instant it errs private."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 def find_compiler() -> tuple[str, ...] | None:
     """$CXX (may carry arguments) if set, else the first of g++, c++, clang++."""
     cxx = shlex.split(os.environ.get("CXX", ""))
@@ -121,9 +271,15 @@ def _compiler_identity(cxx: tuple[str, ...]) -> str:
 
 
 def compile_shared(
-    cxx: Sequence[str], cpp_path: Path, out_path: Path, flags: Sequence[str]
+    cxx: Sequence[str],
+    cpp_path: Path,
+    out_path: Path,
+    flags: Sequence[str],
+    *,
+    mode: int,
 ) -> None:
-    """Compile `cpp_path` into `out_path` atomically (temp file, then replace)."""
+    """Compile `cpp_path` into `out_path` with `mode`, atomically (temp file in the
+    same folder, chmod, then replace)."""
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(
         prefix=f".{out_path.stem}-", suffix=".so", dir=out_path.parent
@@ -138,21 +294,40 @@ def compile_shared(
                 f"C++ compile of {cpp_path} failed (exit {done.returncode})\n"
                 f"command: {shlex.join(command)}\n{stderr}"
             )
+        os.chmod(tmp, mode)  # the linker kept mkstemp's 0600 (and added x: 0711)
+        _fsync(tmp)  # so a crash cannot leave the new name on an empty file
         os.replace(tmp, out_path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
 
 
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def build_prebuilt(cpp_path: Path, portable: bool = False) -> Path:
-    """Compile `cpp_path` into its `__prebuilt__` folder; return the library path."""
+    """Compile `cpp_path` into its `__prebuilt__` folder; return the library path.
+
+    The library gets the user's umask (0755 under 022): it ships with the generated
+    module and is loaded by whoever runs it."""
     cxx = find_compiler()
     if cxx is None:
         raise RuntimeShimError("no C++ compiler found (set CXX or install g++)")
     out = prebuilt_path(cpp_path, cpp_path.read_text(), portable)
     flags = PORTABLE_CXX_FLAGS if portable else CXX_FLAGS
-    compile_shared(cxx, cpp_path, out, flags)
+    compile_shared(cxx, cpp_path, out, flags, mode=0o777 & ~current_umask())
     return out
+
+
+def _entry_name(cpp_path: Path, source: str, cxx: tuple[str, ...]) -> str:
+    """The cache entry's file name: keyed by source, compiler identity and flags."""
+    key = _sha256(source, _compiler_identity(cxx), *CXX_FLAGS)
+    return f"{cpp_path.stem}-{key}.so"
 
 
 class CppLibrary:
@@ -206,38 +381,77 @@ class CppLibrary:
 
     def _load(self) -> ctypes.CDLL:
         if self._dll is None:
-            self._dll = ctypes.CDLL(str(self._locate()))
+            self._dll = self._open()
         return self._dll
 
-    def _locate(self) -> Path:
+    def _open(self) -> ctypes.CDLL:
         """See Note [Where a library comes from]."""
         try:
             source = self.path.read_text()
         except OSError as e:
             raise RuntimeShimError(f"cannot load {self.display_path}: {e}") from None
+        broken = []
         for portable in (False, True):
             prebuilt = prebuilt_path(self.path, source, portable)
             if prebuilt.is_file():
-                return prebuilt
+                try:
+                    return _dlopen(prebuilt)
+                except OSError as e:
+                    broken.append(f"prebuilt {prebuilt} fails to load ({e})")
+                    warn_once(
+                        f"runtime_shim.cpp:prebuilt:{prebuilt}",
+                        f"{self.display_path}: {broken[-1]}; skipping it",
+                    )
         cxx = find_compiler()
         if cxx is None:
-            folder = os.path.join(os.path.dirname(self.display_path) or ".", "")
-            raise RuntimeShimError(
-                f"cannot load {self.display_path}: no prebuilt library and no C++ "
-                "compiler found (set CXX or install g++); prebuild with: "
-                f"python -m runtime_shim build {folder}"
+            raise RuntimeShimError(self._no_compiler(broken))
+        return self._open_cached(cxx, source)
+
+    def _no_compiler(self, broken: list[str]) -> str:
+        """The error for a library that no prebuilt or compiler can provide."""
+        folder = os.path.join(os.path.dirname(self.display_path) or ".", "")
+        found = "; ".join(broken) + " and" if broken else "no prebuilt library and"
+        return (
+            f"cannot load {self.display_path}: {found} no C++ compiler found "
+            "(set CXX or install g++); prebuild with: "
+            f"python -m runtime_shim build {folder}"
+        )
+
+    def _open_cached(self, cxx: tuple[str, ...], source: str) -> ctypes.CDLL:
+        """Load from the cache, building the entry if it is missing, untrusted or
+        broken; see Note [Trusting the cache]."""
+        entry = _cache_folder() / _entry_name(self.path, source, cxx)
+        if os.path.lexists(entry):
+            problem = _entry_problem(entry)
+            if problem is None:
+                try:
+                    return _dlopen(entry)
+                except OSError as e:
+                    problem = f"it fails to load ({e})"
+            warn_once(
+                f"runtime_shim.cpp:entry:{entry}",
+                f"{self.display_path}: rebuilding its C++ cache entry: {problem}",
             )
-        key = _sha256(source, _compiler_identity(cxx), *CXX_FLAGS)
-        cached = cache_dir() / "cpp" / f"{self.path.stem}-{key}.so"
-        if not cached.is_file():
-            try:
-                compile_shared(cxx, self.path, cached, CXX_FLAGS)
-            except OSError as e:
-                raise RuntimeShimError(
-                    f"cannot build {self.display_path} into {cached.parent}: {e} "
-                    "(set TRANSPILE_CACHE_DIR to a writable folder)"
-                ) from None
-        return cached
+        self._build(cxx, entry)
+        try:
+            return _dlopen(entry)
+        except OSError as e:
+            raise RuntimeShimError(
+                f"cannot load {self.display_path}: the library just built "
+                f"fails to load ({e})"
+            ) from None
+
+    def _build(self, cxx: tuple[str, ...], entry: Path) -> None:
+        """Compile into the cache `entry`, replacing whatever is there."""
+        try:
+            if os.path.lexists(entry):
+                entry.unlink()
+            compile_shared(cxx, self.path, entry, CXX_FLAGS, mode=PRIVATE_MODE)
+        except OSError as e:
+            raise RuntimeShimError(
+                f"cannot build {self.display_path} into {entry.parent}: {e} "
+                "(set TRANSPILE_CACHE_DIR to a writable folder)"
+            ) from None
 
 
 _LIBRARIES: dict[Path, CppLibrary] = {}

@@ -21,6 +21,7 @@ import black
 import libcst as cst
 from torch import nn
 
+from runtime_shim.cpp import current_umask
 from runtime_shim.provenance import source_hash
 from transpiler.autotune import Bench, bench_for, tune_modules
 from transpiler.codegen.module import render_module
@@ -227,7 +228,11 @@ def _black(text: str) -> str:
 
 
 def write(files: dict[str, str], out: Path) -> None:
-    """Replace each file atomically; nothing is written unless all are ready."""
+    """Replace each file atomically; nothing is written unless all are ready.
+
+    Files get the user's umask, as `open` would give them (0644 under umask 022),
+    not mkstemp's 0600: whoever runs the generated module must be able to read it.
+    """
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -238,13 +243,15 @@ def write(files: dict[str, str], out: Path) -> None:
             f"cannot write {out.name}/{blocked[0]}: a directory is in the way; "
             "remove it or choose another output directory with -o"
         )
+    umask = current_umask()
     staged = []
     try:
         for rel, text in sorted(files.items()):
             fd, tmp = tempfile.mkstemp(dir=out, prefix=".transpile-", suffix=".tmp")
+            staged.append((tmp, out / rel))
             with os.fdopen(fd, "w", newline="\n") as f:
                 f.write(text)
-            staged.append((tmp, out / rel))
+            os.chmod(tmp, 0o666 & ~umask)
     except OSError as e:
         for tmp, _ in staged:
             os.unlink(tmp)

@@ -41,9 +41,9 @@ def count_compiles(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     calls: list[Path] = []
     real = cpp.compile_shared
 
-    def counting(cxx, cpp_path, out_path, flags):  # type: ignore[no-untyped-def]
+    def counting(cxx, cpp_path, out_path, flags, **kw):  # type: ignore[no-untyped-def]
         calls.append(out_path)
-        real(cxx, cpp_path, out_path, flags)
+        real(cxx, cpp_path, out_path, flags, **kw)
 
     monkeypatch.setattr(cpp, "compile_shared", counting)
     return calls
