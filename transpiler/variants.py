@@ -7,13 +7,15 @@ A variant with a named dynamic dimension is compiled at several sizes and genera
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from functools import partial
 
-from transpiler.codegen.wrapper import VariantCode
+from transpiler.codegen.text import is_reserved
+from transpiler.codegen.wrapper import RangeGuard, VariantCode
 from transpiler.frontend.trace import Traced
 from transpiler.ir.dynamic import SAMPLES, Dim, Mismatch, generalize
-from transpiler.ir.program import KernelCall, Program
+from transpiler.ir.program import Alloc, ExternCall, KernelCall, Program
 from transpiler.ir.region import CompiledRegion, map_programs, programs_of
 from transpiler.options import TensorSpec, Variant
 from transpiler.passes import lower_region, map_graphs, name_stubs
@@ -39,8 +41,7 @@ def compile_variant(name: str, variant: Variant, tracer: Tracer, mb) -> VariantC
     names = mb.names[variant.device]
     before = set(names.by_body.values())
     compiled = _lower(traced, mb, names, variant.device)
-    tensors = tuple(n for n, s in variant.inputs if isinstance(s, TensorSpec))
-    compiled = direct_views(compiled, tensors)
+    compiled = direct_views(compiled, tuple(compiled.program.inputs))
     mb.kernels[variant.device] += [
         k for p in programs_of(compiled) for k in p.kernels if k.name not in before
     ]
@@ -55,26 +56,59 @@ def compile_dynamic(name: str, variant: Variant, tracer: Tracer, mb) -> VariantC
     if failed is not None:
         fb = failed.fallback
         return VariantCode(name, variant, failed.guards, None, fb.reason, fb.span)
+    lowered = [_lower(t, mb, KernelNames(), variant.device) for t in samples]
+    code = code_name(dim, lowered[0])
     try:
-        guards = generalize([t.guards for t in samples], dim)
-        compiled = generalize(
-            [_lower(t, mb, KernelNames(), variant.device) for t in samples], dim
-        )
-        comparisons = generalize([list(t.comparisons) for t in samples], dim)
+        guards = generalize([t.guards for t in samples], code)
+        compiled = generalize(lowered, code)
+        comparisons = generalize([list(t.comparisons) for t in samples], code)
     except Mismatch:
         span = next((c[0] for c in samples[0].comparisons), None)
         reason = f"the code depends on {dim} beyond sizes (a loop over it, say)"
         return VariantCode(name, variant, (), None, reason, span)
-    size = _size_expr(variant, dim)
     ranges = [
-        _range_guard(c, size)
+        _range_guard(c, variant, dim)
         for c in comparisons
         if isinstance(c[2], Dim) or isinstance(c[3], Dim)
     ]
     compiled = _register_kernels(compiled, mb.names[variant.device], mb, variant)
     return VariantCode(
-        name, variant, (*guards, *ranges), compiled, dynamic=((dim, size),)
+        name, variant, (*guards, *ranges), compiled, dynamic=((dim, code),)
     )
+
+
+# A name no kernel, C++ header or Triton gives to anything of its own: one capital,
+# then small letters and digits (`B`, `T`, `Seq`). Others get a prefix of their own.
+_KEPT = re.compile(r"[A-Z][a-z0-9]*")
+
+
+def code_name(dim: str, compiled: CompiledRegion) -> str:
+    """What the generated code calls named dimension `dim`: a local of the variant
+    function (`B = x.shape[0]`) and an argument of its kernels. The user's name
+    where it can be neither a kernel's own name (`x`, `tl`, `in_ptr0`, `int64_t`)
+    nor a value of the variant (a stub's output, say), else `dim_<name>`,
+    numbered apart from those values."""
+    taken = {n for p in programs_of(compiled) for n in _bound(p)}
+    for r in compiled.walk():
+        for _, loop in r.loops:
+            taken.update(loop.carried)
+    base = dim if _KEPT.fullmatch(dim) else f"dim_{dim}"
+    name, n = base, 0
+    while name in taken or is_reserved(name):
+        n += 1
+        name = f"{base}_{n}"
+    return name
+
+
+def _bound(p: Program) -> list[str]:
+    """The names a program's code binds: inputs, parameters, buffers, results."""
+    names = [*p.inputs, *(name for name, _, _ in p.params)]
+    for step in p.steps:
+        if isinstance(step, Alloc):
+            names.append(step.buffer)
+        elif isinstance(step, ExternCall):
+            names += [step.out, f"{step.out}_cond"]
+    return names
 
 
 def _lower(traced: Traced, mb, names: KernelNames, device: str) -> CompiledRegion:
@@ -87,22 +121,17 @@ def _lower(traced: Traced, mb, names: KernelNames, device: str) -> CompiledRegio
     return lower_region(region, names, loops=loops, device=device)
 
 
-def _size_expr(variant: Variant, dim: str) -> str:
-    """Python for the size of `dim` at run time: `x.shape[0]`."""
-    for name, spec in variant.inputs:
-        if isinstance(spec, TensorSpec) and dim in spec.shape:
-            return f"{name}.shape[{spec.shape.index(dim)}]"
-    raise AssertionError(dim)
-
-
-def _range_guard(comparison: tuple, size: str) -> str:
+def _range_guard(comparison: tuple, variant: Variant, dim: str) -> RangeGuard:
+    """A comparison of the dimension's size decided at transpile time, as a guard
+    reading the size from the first input with `dim`."""
     _, op, left, right, outcome = comparison
-
-    def text(v) -> str:
-        return str(Dim(v.a, v.b, size)) if isinstance(v, Dim) else str(v)
-
-    test = f"{text(left)} {OPERATORS[op]} {text(right)}"
-    return test if outcome else f"not ({test})"
+    name, spec = next(
+        (n, s)
+        for n, s in variant.inputs
+        if isinstance(s, TensorSpec) and dim in s.shape
+    )
+    axis = spec.shape.index(dim)
+    return RangeGuard(name, axis, OPERATORS[op], left, right, outcome)
 
 
 def _register_kernels(

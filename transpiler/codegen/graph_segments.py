@@ -19,24 +19,29 @@ segment through `graphs.run` (Note [CUDA graph trees] in runtime_shim/cuda_graph
         return (addmm, gt)
 
 Segments are numbered in the order the regions nest (depth first, the true branch
-first). Each takes the variant's inputs, then the values of earlier segments it
-reads; one before a branch returns the values later segments read, then the
-condition. Variants without a branch keep one function and one graph.
+first). The variant function takes the target's parameters under the wrapper's
+names for them (`TargetCode.local_names`), as `variant_function` does; each segment
+takes the variant's tensor inputs under their names in the graph (`graph_inputs`),
+then the values of earlier segments it reads; one before a branch returns the
+values later segments read, then the condition. Variants without a branch keep one
+function and one graph.
 """
 
 from __future__ import annotations
 
+from transpiler.codegen.text import docstring
 from transpiler.codegen.wrapper import (
     TargetCode,
     VariantCode,
+    bind_graph_inputs,
     device_locals,
     device_source,
+    graph_inputs,
     literal,
     straight_lines,
     sync_comment,
 )
 from transpiler.ir.graph import Ref
-from transpiler.ir.program import Alloc, ExternCall
 from transpiler.ir.region import CompiledRegion
 
 
@@ -44,9 +49,9 @@ def segment_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str
     """The variant function (calling its segments through `graphs`), then the
     segment functions."""
     assert vc.region is not None and vc.region.cond is not None
-    inputs = [name for name, _ in vc.variant.inputs]
-    taken = {*inputs, *(n for p in vc.programs for n in _names(p))}
-    graphs = next(g for g in ("graphs", "graphs_", "graphs__") if g not in taken)
+    inputs = list(graph_inputs(vc).values())
+    # no parameter's local nor graph value is named `graphs` (`text.is_reserved`)
+    graphs = "graphs"
     self_ = ["self"] if t.is_module else []
     body: list[str] = []  # the variant function's
     segments: list[list[str]] = []  # each segment function's lines, by number
@@ -80,12 +85,14 @@ def segment_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str
         segments[index] = _segment(t, vc, name, params, doc, r, kernels)
 
     visit(vc.region, [], "    ", "from the start")
-    params = ", ".join(p for p in (graphs, *self_, t.params_text) if p)
+    own = t.signature.text(t.defaults, t.local_names)
+    params = ", ".join(p for p in (graphs, *self_, own) if p)
     driver = [
         f"def _{vc.name}({params}):",
         f'    """Variant {vc.name} as CUDA graphs, one per segment between branches:',
         f"    `{graphs}` (runtime_shim.CudaGraphTree) captures each on first use and",
         '    then replays it; the branches run here, in Python."""',
+        *bind_graph_inputs(t, vc),
         *body,
     ]
     return driver + [line for seg in segments for line in ["", "", *seg]]
@@ -101,12 +108,12 @@ def _segment(
     kernels: dict,
 ) -> list[str]:
     """One segment: the region's straight-line code, returning what it outputs."""
-    quoted = [f'"""{doc[0]}', *doc[1:]]
+    quoted = [f'"""{docstring(doc[0])}', *map(docstring, doc[1:])]
     quoted[-1] += '"""'
     lines = [f"def {name}({params}):", *(f"    {d}" if d else "" for d in quoted)]
     lines += device_locals(device_source(t, vc), [r.program])
     lines += straight_lines(r, kernels, vc.variant.device, t.reads, "    ")
-    inputs = [name for name, _ in vc.variant.inputs]
+    inputs = list(graph_inputs(vc).values())
     outs = r.program.outputs if r.cond is None else _outputs(r, inputs)
     return lines + [f"    return {literal(outs)}"]
 
@@ -120,15 +127,5 @@ def _outputs(r: CompiledRegion, inputs: list[str]) -> tuple[Ref, ...]:
 
 
 def _where(r: CompiledRegion) -> str:
+    """The branch, as a docstring quotes it (escaped by `_segment`)."""
     return f"{r.span} ({r.span.text})" if r.span else "a branch on tensor data"
-
-
-def _names(program) -> list[str]:
-    """The names a program binds: its parameters' locals, buffers and results."""
-    names = [name for name, _, _ in program.params]
-    for step in program.steps:
-        if isinstance(step, Alloc):
-            names.append(step.buffer)
-        elif isinstance(step, ExternCall):
-            names.append(step.out)
-    return names

@@ -9,6 +9,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
+from transpiler.codegen.text import identifier
 from transpiler.errors import UserError, raised_at
 
 _MAX_NAMES = 8  # names listed when a target's name is not found
@@ -36,6 +37,7 @@ def resolve(spec: str, root: Path) -> Resolved:
         module_name = ".".join(rel.parts)
     else:
         module_name = left
+    _check_names(left, module_name, qualname)
     root_str = str(root.resolve())
     if root_str not in sys.path:
         sys.path.insert(0, root_str)
@@ -66,6 +68,22 @@ def resolve(spec: str, root: Path) -> Resolved:
             )
         obj = getattr(obj, part)
     return Resolved(module_name, qualname, obj, Path(module.__file__))
+
+
+def _check_names(left: str, module_name: str, qualname: str) -> None:
+    """The generated module imports the user's module by name (`import pkg.mod`)
+    and names the target in Python: each part must be a Python name, spelled as
+    Python reads it (`my-model.py` cannot be imported by an import statement)."""
+    for part in module_name.split("."):
+        if identifier(part) != part:
+            hint = f"; rename it to {part.replace('-', '_')}" if "-" in part else ""
+            raise UserError(
+                f"{left}: {part!r} is not a Python module name, so generated code "
+                f"cannot import {module_name}{hint}"
+            )
+    for part in qualname.split("."):
+        if identifier(part) != part:
+            raise UserError(f"{left}::{qualname}: {part!r} is not a Python name")
 
 
 def _known_names(obj: object, missing: str) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from transpiler.codegen.text import source_lines
 from transpiler.errors import UserError
 
 
@@ -32,7 +33,10 @@ class SourceFile:
         return self.positions[node].start.line
 
     def text_of(self, line: int) -> str:
-        return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        """The source line, without the blanks Python's tokenizer skips around it."""
+        if not 0 < line <= len(self.lines):
+            return ""
+        return self.lines[line - 1].strip(" \t\f")
 
 
 class SourceCache:
@@ -81,7 +85,7 @@ class SourceCache:
         for node, rng in positions.items():
             if isinstance(node, cst.FunctionDef):
                 defs[rng.start.line] = node
-        lines = text.splitlines()
+        lines = source_lines(text)  # as `line` numbers count: not str.splitlines
         return SourceFile(path, display, lines, module, positions, defs)
 
     def function(self, fn) -> tuple[SourceFile, cst.FunctionDef]:
