@@ -1,9 +1,11 @@
-// Helpers for generated kernels: bf16 storage, NaN-propagating min/max, and exp,
-// tanh, sigmoid, erf and GELU for float written so that `omp simd` loops vectorize them.
+// Helpers for generated kernels: bf16 storage, wrapping integer arithmetic,
+// NaN-propagating min/max, and exp, tanh, sigmoid, erf and GELU for float written so
+// that `omp simd` loops vectorize them.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 static inline float bf16_to_float(uint16_t v) {
     uint32_t u = static_cast<uint32_t>(v) << 16;
@@ -19,6 +21,23 @@ static inline uint16_t float_to_bf16(float f) {
     u += 0x7fff + ((u >> 16) & 1);  // round to nearest even
     return static_cast<uint16_t>(u >> 16);
 }
+
+// Integer arithmetic that wraps around as torch's does, where `a + b` on signed
+// types would be undefined on overflow (and let the compiler fold `x + 1 > x`).
+template <typename T> using wrap_t = typename std::make_unsigned<T>::type;
+template <typename T> static inline T wrap_add(T a, T b) {
+    return static_cast<T>(static_cast<wrap_t<T>>(a) + static_cast<wrap_t<T>>(b));
+}
+template <typename T> static inline T wrap_sub(T a, T b) {
+    return static_cast<T>(static_cast<wrap_t<T>>(a) - static_cast<wrap_t<T>>(b));
+}
+template <typename T> static inline T wrap_mul(T a, T b) {
+    return static_cast<T>(static_cast<wrap_t<T>>(a) * static_cast<wrap_t<T>>(b));
+}
+template <typename T> static inline T wrap_neg(T a) {
+    return static_cast<T>(wrap_t<T>(0) - static_cast<wrap_t<T>>(a));
+}
+template <typename T> static inline T wrap_abs(T a) { return a < 0 ? wrap_neg(a) : a; }
 
 template <typename T> static inline T max_nan(T a, T b) {
     return (a > b || a != a) ? a : b;

@@ -1,8 +1,11 @@
 """The op tables: every kernel op has one row per backend, and no row is dead.
 
 A kernel op is used by `ir.ops.POINTWISE`, or emitted by the scheduler itself (the
-arithmetic that finishes a mean or a variance). `load`, `reduce` and `cast` are
-rendered by each backend's skeleton, not by the tables.
+arithmetic that finishes a mean or a variance, the rounding of a cast to f16/bf16:
+`ir.ops.ROUNDING`). `load`, `reduce` and `cast` are rendered by each backend's
+skeleton, not by the tables. A typed row (Note [Operators that differ from torch's])
+overrides a general row of its own backend; tests/codegen/test_dtype_semantics.py
+runs every row over every dtype on both backends.
 """
 
 from __future__ import annotations
@@ -17,8 +20,16 @@ import pytest
 import torch
 
 from transpiler.codegen import optable, triton
-from transpiler.codegen.optable import CPP, TRITON, cpp_literal, triton_literal
-from transpiler.ir.ops import POINTWISE
+from transpiler.codegen.optable import (
+    CPP,
+    CPP_TYPED,
+    TRITON,
+    TRITON_TYPED,
+    cpp_literal,
+    dtype_kind,
+    triton_literal,
+)
+from transpiler.ir.ops import POINTWISE, ROUNDING, SUPPORTED_DTYPES
 
 SKELETON_OPS = {"load", "reduce", "cast"}
 
@@ -30,7 +41,11 @@ def scheduler_ops() -> set[str]:
 
 
 def used_ops() -> set[str]:
-    return {row.op for row in POINTWISE.values()} | scheduler_ops()
+    return (
+        {row.op for row in POINTWISE.values()}
+        | scheduler_ops()
+        | set(ROUNDING.values())
+    )
 
 
 def test_scheduler_ops_are_found() -> None:
@@ -70,6 +85,17 @@ def test_row_uses_exactly_its_operands(key: str) -> None:
 def test_rows_agree_on_arity() -> None:
     for op in TRITON:
         assert _placeholders(TRITON[op]) == _placeholders(CPP[op]), op
+
+
+@pytest.mark.parametrize(
+    "table, typed", [(TRITON, TRITON_TYPED), (CPP, CPP_TYPED)], ids=["triton", "cpp"]
+)
+def test_typed_rows_override_general_rows(table: dict, typed: dict) -> None:
+    kinds = {dtype_kind(d) for d in SUPPORTED_DTYPES}
+    for (op, kind), text in typed.items():
+        assert op in table, f"typed row for {op}, which has no general row"
+        assert kind in kinds, (op, kind)
+        assert _placeholders(text) == _placeholders(table[op]), (op, kind, text)
 
 
 def test_triton_helpers_have_source() -> None:

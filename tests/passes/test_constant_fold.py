@@ -8,12 +8,8 @@ import pytest
 import torch
 
 from tests.compile_helpers import assert_same, trace_source
-from transpiler.ir.program import ExternCall
-from transpiler.passes import lower
 from transpiler.passes.constant_fold import constant_fold
 from transpiler.passes.dce import dce
-from transpiler.passes.decompose import decompose
-from transpiler.passes.schedule import KernelNames
 
 g = torch.Generator().manual_seed(0)
 X = torch.rand(4, 8, generator=g) + 0.5  # positive: roots are defined
@@ -115,29 +111,3 @@ def test_graph_without_rewrites_is_returned_unchanged(tmp_path: Path) -> None:
         "def f(x):\n    return x.exp().relu()\n", "f", {"x": X}, tmp_path
     )
     assert constant_fold(result.graph) is result.graph
-
-
-def test_to_dtype_from_a_decomposition_becomes_a_fusable_cast(tmp_path: Path) -> None:
-    """bf16 layer_norm decomposes into f32 math bracketed by `x.to(dtype)`: both
-    become `_to_copy` (a pointwise cast), so the norm is one kernel."""
-    source = (
-        "import torch\n\n\n"
-        "def f(x, w, b):\n"
-        "    return torch.nn.functional.layer_norm(x, (8,), w, b)\n"
-    )
-    inputs = {
-        "x": X.to(torch.bfloat16),
-        "w": X[0].to(torch.bfloat16),
-        "b": X[1].to(torch.bfloat16),
-    }
-    result = trace_source(source, "f", inputs, tmp_path)
-    decomposed = decompose(result.graph)
-    assert "aten.to.dtype" in calls(decomposed)
-    after = constant_fold(decomposed)
-    after.lint()
-    assert "aten.to.dtype" not in calls(after)
-    assert calls(after).count("aten._to_copy.default") == 2
-    want = result.eager(inputs)
-    assert_same(result.run(after, inputs), want)
-    program = lower(after, KernelNames())
-    assert not [s for s in program.steps if isinstance(s, ExternCall)], str(program)

@@ -1,5 +1,6 @@
 """decompose: composite ops become the ops kernels fuse, tagged with their origin;
-exact GELU, a kernel op of its own, stays whole."""
+exact GELU, a kernel op of its own, stays whole; ops that alias their input or copy
+it, as its layout decides, become the one or the other."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import pytest
 import torch
 
 from tests.compile_helpers import assert_same, trace_source
-from transpiler.passes import fuse, optimize
+from transpiler.ir.ops import may_copy
+from transpiler.ir.program import ExternCall
+from transpiler.passes import fuse, lower, optimize
 from transpiler.passes.decompose import decompose
 from transpiler.passes.fuse import classify
+from transpiler.passes.schedule import KernelNames
 
 SOURCE = """
 import torch
@@ -79,6 +83,26 @@ def ones_like(x):
 
 def matmul(x, w):
     return x @ w.t()
+
+
+def softmax_t(x):
+    return torch.softmax(x.t(), -1)
+
+
+def log_softmax_permuted(x):
+    return F.log_softmax(x.unsqueeze(0).permute(2, 0, 1), 0)
+
+
+def reshape_t(x):
+    return x.t().reshape(-1) * 2
+
+
+def contiguous_of_contiguous(x):
+    return x.contiguous().exp()
+
+
+def to_dtype(x):
+    return x.to(torch.float64, copy=True)
 """
 
 g = torch.Generator().manual_seed(0)
@@ -195,3 +219,63 @@ def test_graph_without_composites_is_returned_unchanged(tmp_path: Path) -> None:
 def test_decompose_is_deterministic(tmp_path: Path) -> None:
     graph = trace_source(SOURCE, "layer_norm", {"x": X, "w": W, "b": B}, tmp_path).graph
     assert str(decompose(graph)) == str(decompose(graph))
+
+
+# Note [Views and copies that may alias] in ir/ops.py: (function, inputs, what the
+# composite op becomes: the targets it leaves, and those it must not)
+MAY_ALIAS = [
+    ("softmax_t", {"x": X}, {"aten.clone.default"}),
+    ("log_softmax_permuted", {"x": X}, {"aten.clone.default"}),
+    ("reshape_t", {"x": X}, {"aten.clone.default", "aten._unsafe_view.default"}),
+    ("contiguous_of_contiguous", {"x": X}, set()),
+    ("to_dtype", {"x": X}, {"aten._to_copy.default"}),
+]
+
+
+@pytest.mark.parametrize(
+    "name, inputs, copies", MAY_ALIAS, ids=[c[0] for c in MAY_ALIAS]
+)
+def test_copies_that_may_alias_become_views_or_copies(
+    name: str, inputs: dict, copies: set, tmp_path: Path
+) -> None:
+    """`contiguous`, `reshape`, `to`: a copy where the layout asks for one, else
+    the input or a view of it; never a node read as a view that is not one."""
+    result = trace_source(SOURCE, name, inputs, tmp_path)
+    after = decompose(result.graph)
+    after.lint()
+    targets = {n.target for n in after.nodes if n.op == "call"}
+    assert not [t for t in targets if t != "getitem" and may_copy(t)], str(after)
+    assert copies <= targets, str(after)
+    if not copies:
+        assert "aten.clone.default" not in targets, str(after)
+    want = result.eager(inputs)
+    assert_same(result.run(after, inputs), want)
+    graph = optimize(result.graph)
+    kinds = fuse(graph).kinds
+    made = [n.name for n in graph.nodes if n.target in copies]
+    assert all(kinds[m] in ("pointwise", "view") for m in made), str(graph)
+
+
+def test_to_dtype_from_a_decomposition_becomes_a_fusable_cast(tmp_path: Path) -> None:
+    """bf16 layer_norm decomposes into f32 math bracketed by `x.to(dtype)`: both
+    become `_to_copy` (a pointwise cast), so the norm is one kernel."""
+    source = (
+        "import torch\n\n\n"
+        "def f(x, w, b):\n"
+        "    return torch.nn.functional.layer_norm(x, (8,), w, b)\n"
+    )
+    inputs = {
+        "x": X.to(torch.bfloat16),
+        "w": W.to(torch.bfloat16),
+        "b": B.to(torch.bfloat16),
+    }
+    result = trace_source(source, "f", inputs, tmp_path)
+    after = decompose(result.graph)
+    after.lint()
+    targets = [n.target for n in after.nodes if n.op == "call"]
+    assert "aten.to.dtype" not in targets
+    assert targets.count("aten._to_copy.default") == 2
+    want = result.eager(inputs)
+    assert_same(result.run(after, inputs), want)
+    program = lower(optimize(result.graph), KernelNames())
+    assert not [s for s in program.steps if isinstance(s, ExternCall)], str(program)

@@ -87,6 +87,10 @@ def gelu_tanh(x):
 def outputs_two(x):
     y = x.exp()
     return y, y.sum(-1)
+
+
+def crossed_reads(a, b):
+    return torch.lerp(a, b, 0.4)  # bf16: each of two kernels reads the other's cast
 """
 
 g = torch.Generator().manual_seed(0)
@@ -112,6 +116,10 @@ INPUTS = {
     "non_trailing_reduction": {"x": X},
     "gelu_tanh": {"x": X},
     "outputs_two": {"x": X},
+    "crossed_reads": {
+        "a": torch.randn(8, generator=g).bfloat16(),
+        "b": torch.randn(8, generator=g).bfloat16(),
+    },
 }
 
 
@@ -208,6 +216,22 @@ def test_no_group_reads_back_what_it_writes(name: str, tmp_path: Path) -> None:
                     f"{name_} in group {group.id} reads {root} from memory, "
                     f"which this kernel computes"
                 )
+    # no two kernels read each other's values, directly or through others
+    reads_from = {group.id: set() for group in fusion.groups}
+    for n in graph.nodes:
+        for r in n.refs():
+            root = resolve(r, nodes, fusion.kinds)[2]
+            here, there = fusion.group_of.get(n.name), fusion.group_of.get(root)
+            if None not in (here, there) and here != there:
+                reads_from[here].add(there)
+    for start in reads_from:
+        seen, todo = set(), list(reads_from[start])
+        while todo:
+            gid = todo.pop()
+            assert gid != start, f"kernels read each other's values: {start}, {gid}"
+            if gid not in seen:
+                seen.add(gid)
+                todo += reads_from[gid]
     # and every value read from another kernel is stored by it
     for n in graph.nodes:
         for r in n.refs():

@@ -27,8 +27,15 @@ from importlib import resources
 import torch
 
 from transpiler.codegen.indexing import format_index, inner_split, split_index
-from transpiler.codegen.optable import CPP, CPP_TYPES, cpp_literal
+from transpiler.codegen.optable import (
+    CPP,
+    CPP_TYPED,
+    CPP_TYPES,
+    cpp_literal,
+    op_text,
+)
 from transpiler.codegen.segments import Loop, segments
+from transpiler.codegen.text import cpp_comment
 from transpiler.ir.dynamic import dims_in, size
 from transpiler.ir.program import Index, Kernel, Stmt, Store
 from transpiler.passes.schedule import Const
@@ -85,7 +92,8 @@ class _Renderer:
         elif s.name in self.scaled:
             expr = f"{s.args[0]} * {s.args[1]}_inv"
         else:
-            expr = CPP[s.op].format(*(self.arg(a) for a in s.args))
+            text = op_text(CPP, CPP_TYPED, s.op, self._operand_dtype(s.args[0]))
+            expr = text.format(*(self.arg(a) for a in s.args))
         self.lines.append(f"{ind}{compute_type(s.dtype)} {s.name} = {expr};")
 
     def store(self, s: Store, ind: str) -> None:
@@ -100,6 +108,9 @@ class _Renderer:
         return next(
             s.dtype for s in self.k.body if isinstance(s, Stmt) and s.name == name
         )
+
+    def _operand_dtype(self, a) -> torch.dtype:
+        return a.dtype if isinstance(a, Const) else self._dtype(a)
 
     def _kept_rows(self, segs) -> set[str]:
         """Per-element values computed in more than one loop over the row (softmax's
@@ -297,7 +308,7 @@ class _Renderer:
         ]
         params += [f"{CPP_TYPES[a.dtype]}* __restrict__ {a.param}" for a in k.outputs]
         params += [f"int64_t {d}" for d in sorted(dims_in(k))]  # dynamic sizes
-        lines = [f"// {span}: {span.text}" for span in k.spans]
+        lines = [f"// {cpp_comment(f'{span}: {span.text}')}" for span in k.spans]
         lines.append(f'extern "C" void cpp_{k.name}(')
         lines += [
             f"    {p}{',' if i < len(params) - 1 else ''}" for i, p in enumerate(params)

@@ -4,6 +4,17 @@ Adding a pointwise op is one row in `ir/ops.py` plus one row here per backend (a
 row in tests/codegen/test_op_cases.py); a test checks every op has a row in each table.
 `{0}`, `{1}`, `{2}` are the operands, already converted to the op's dtype: names or
 literals, so a row may use one twice.
+
+Note [Operators that differ from torch's]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A backend operator does not always mean what the torch op means for every dtype:
+`+` on Triton's 1-bit `tl.int1` wraps (True + True is False; torch's is True, a
+logical or), signed overflow in C++ is undefined (the compiler may fold
+`x + 1 > x` to true; torch wraps), and `std::floor` of an int64 goes through
+double. Such an op gets a row in `TRITON_TYPED` / `CPP_TYPED` under (op, kind of its
+operands' dtype: "bool", "int" or "float"), which `op_text` takes before the op's
+general row. tests/codegen/test_dtype_semantics.py runs every op over every dtype on
+both backends against eager.
 """
 
 from __future__ import annotations
@@ -49,6 +60,8 @@ TRITON: dict[str, str] = {
     "logical_and": "({0} != 0) & ({1} != 0)",
     "logical_or": "({0} != 0) | ({1} != 0)",
     "where": "tl.where({0}, {1}, {2})",
+    "round_f16": "{0}.to(tl.float16).to(tl.float32)",
+    "round_bf16": "{0}.to(tl.bfloat16).to(tl.float32)",
 }
 
 CPP: dict[str, str] = {
@@ -86,7 +99,45 @@ CPP: dict[str, str] = {
     "logical_and": "{0} && {1}",
     "logical_or": "{0} || {1}",
     "where": "{0} ? {1} : {2}",
+    "round_f16": "static_cast<float>(static_cast<_Float16>({0}))",
+    "round_bf16": "bf16_to_float(float_to_bf16({0}))",
 }
+
+# (op, dtype kind of its operands) -> text where the general row would be wrong
+TRITON_TYPED: dict[tuple[str, str], str] = {
+    ("add", "bool"): "{0} | {1}",
+    ("mul", "bool"): "{0} & {1}",
+    ("floor", "int"): "{0}",
+    ("ceil", "int"): "{0}",
+}
+
+CPP_TYPED: dict[tuple[str, str], str] = {
+    ("add", "bool"): "{0} || {1}",
+    ("mul", "bool"): "{0} && {1}",
+    ("floor", "int"): "{0}",
+    ("ceil", "int"): "{0}",
+    # two's complement wrap-around, as torch computes: no undefined signed overflow
+    ("add", "int"): "wrap_add({0}, {1})",
+    ("sub", "int"): "wrap_sub({0}, {1})",
+    ("rsub", "int"): "wrap_sub({1}, {0})",
+    ("mul", "int"): "wrap_mul({0}, {1})",
+    ("neg", "int"): "wrap_neg({0})",
+    ("abs", "int"): "wrap_abs({0})",
+}
+
+
+def dtype_kind(dtype: torch.dtype) -> str:
+    """The key of a dtype in the typed tables: "bool", "int" or "float"."""
+    if dtype == torch.bool:
+        return "bool"
+    return "float" if dtype.is_floating_point else "int"
+
+
+def op_text(table: dict[str, str], typed: dict, op: str, dtype: torch.dtype) -> str:
+    """A kernel op's text for operands of `dtype` (Note [Operators that differ from
+    torch's])."""
+    return typed.get((op, dtype_kind(dtype)), table[op])
+
 
 # Triton helpers a kernel may call, emitted once per generated module when used.
 TRITON_HELPERS = {"_tanh": "tanh", "_maximum": "maximum", "_minimum": "minimum"}

@@ -19,9 +19,12 @@ from transpiler.codegen.optable import (
     TRITON,
     TRITON_DTYPES,
     TRITON_HELPERS,
+    TRITON_TYPED,
+    op_text,
     triton_literal,
 )
 from transpiler.codegen.segments import Loop, segments
+from transpiler.codegen.text import comment
 from transpiler.ir.dynamic import dims_in, size
 from transpiler.ir.program import Index, Kernel, LaunchConfig, Stmt, Store
 from transpiler.passes.schedule import Const
@@ -107,7 +110,8 @@ class _Renderer:
             if s.dtype != self.k.matmul.dtype:
                 expr += f".to({TRITON_DTYPES[s.dtype]})"
         else:
-            expr = TRITON[s.op].format(*(self.arg(a, s.dtype) for a in s.args))
+            text = op_text(TRITON, TRITON_TYPED, s.op, self._operand_dtype(s.args[0]))
+            expr = text.format(*(self.arg(a, s.dtype) for a in s.args))
         self.lines.append(f"{indent}{s.name} = {expr}")
 
     def store(self, s: Store, indent: str) -> None:
@@ -124,6 +128,9 @@ class _Renderer:
         return next(
             s.dtype for s in self.k.body if isinstance(s, Stmt) and s.name == name
         )
+
+    def _operand_dtype(self, a) -> torch.dtype:
+        return a.dtype if isinstance(a, Const) else self._dtype(a)
 
     def loop(self, loop: Loop, n: int) -> None:
         acc = {r.name: f"acc{n}_{i}" for i, r in enumerate(loop.reductions)}
@@ -171,7 +178,7 @@ class _Renderer:
         params = [a.param for a in k.inputs + k.outputs]
         params += [f"{c}: tl.constexpr" for c in MATMUL_CONSTEXPRS]
         head = ["@triton.jit", f"def triton_{k.name}({', '.join(params)}):"]
-        head += [f"    # {span}: {span.text}" for span in k.spans]
+        head += [f"    # {comment(f'{span}: {span.text}')}" for span in k.spans]
         c = mm.config
         # masks only where a tile can overhang the matrix
         k_edge = mm.k % c.block_k != 0
@@ -220,7 +227,7 @@ class _Renderer:
             params.append("RBLOCK: tl.constexpr")
         head = ["@triton.jit", f"def triton_{k.name}({', '.join(params)}):"]
         for span in k.spans:
-            head.append(f"    # {span}: {span.text}")
+            head.append(f"    # {comment(f'{span}: {span.text}')}")
         head.append(f"    xnumel = {k.xnumel}")
         if self.red:
             head += [

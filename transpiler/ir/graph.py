@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from transpiler.codegen.text import identifier
+
 
 @dataclass(frozen=True)
 class Span:
@@ -189,7 +191,10 @@ def map_refs(value: Any, fn) -> Any:
     if isinstance(value, list):
         return [map_refs(v, fn) for v in value]
     if isinstance(value, tuple):
-        return tuple(map_refs(v, fn) for v in value)
+        items = [map_refs(v, fn) for v in value]
+        if hasattr(value, "_make"):  # a collections.namedtuple
+            return value._make(items)
+        return tuple(items) if type(value) is tuple else type(value)(items)
     if isinstance(value, dict):
         return {k: map_refs(v, fn) for k, v in value.items()}
     return value
@@ -265,15 +270,18 @@ def _fmt_out(value: Any) -> str:
 
 def self_path(name: str) -> str:
     """Python for a submodule, parameter or buffer of `self`, from its dotted name:
-    `blocks.0.attn` -> `self.blocks[0].attn` (guards and wrappers are Python)."""
+    `blocks.0.attn` -> `self.blocks[0].attn` (guards and wrappers are Python).
+    An index is an integer as Python spells one (`"²"` and `"01"` are not); an
+    attribute, a name as Python spells it (`"ﬁ"` reads as `fi`, `"if"` not at all);
+    anything else, `getattr(self.blocks, '01')`."""
     path = "self"
     for part in name.split(".") if name else ():
-        if part.isdigit():
+        if part.isascii() and part.isdigit() and str(int(part)) == part:
             path += f"[{part}]"
-        elif part.isidentifier():
+        elif identifier(part) == part:
             path += f".{part}"
         else:
-            path = f"getattr({path}, {part!r})"
+            path = f"getattr({path}, {part!r})"  # repr escapes as py_str
     return path
 
 

@@ -10,6 +10,7 @@ other op is an extern call.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -112,10 +113,36 @@ HALF_TYPES = (torch.float16, torch.bfloat16)
 EXTRA_VIEWS = ("aten._unsafe_view.default",)
 
 
+# Note [Views and copies that may alias]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A schema saying "the result aliases the input" (`Tensor(a) -> Tensor(a)`) is not
+# enough to make an op a view. `contiguous`, `reshape`, `flatten`, `to` and the other
+# composite ops (a CompositeImplicitAutograd kernel, written in terms of other ops)
+# return their input, or a view of it, only where its layout allows, and otherwise a
+# new tensor in a new layout: `x.t().contiguous()` is a copy. Read as a view of `x`,
+# its meta strides (those of the copy) would address `x`'s memory wrongly. So a view is
+# an op that aliases *always*: one that aliases by schema and is not composite.
+# Composite ones are decomposed by their own kernel (passes/decompose.py), into real
+# views and real copies (`clone(memory_format=...)`, `_to_copy`); left whole, they run
+# as extern calls.
+
+
 def is_view(target: str) -> bool:
-    """Whether an op's result aliases its first argument (from the op's schema)."""
+    """Whether an op's result always aliases its first argument (from the op's
+    schema and kernels: Note [Views and copies that may alias])."""
     if target == "getitem" or target in EXTRA_VIEWS:
         return True
+    return _aliases(target) and not _composite(target)
+
+
+def may_copy(target: str) -> bool:
+    """Whether an op's schema says its result aliases its input, but the op is a
+    composite that copies where the layout asks for it (`contiguous`)."""
+    return _composite(target) and _aliases(target)
+
+
+@functools.cache
+def _aliases(target: str) -> bool:
     if not target.startswith("aten."):
         return False
     from transpiler.frontend.recorder import resolve_op
@@ -126,9 +153,38 @@ def is_view(target: str) -> bool:
     )
 
 
+def _composite(target: str) -> bool:
+    """Whether the op has a CompositeImplicitAutograd kernel (made of other ops)."""
+    ns, packet, overload = target.split(".")
+    name = f"{ns}::{packet}" + ("" if overload == "default" else f".{overload}")
+    return torch._C._dispatch_has_kernel_for_dispatch_key(
+        name, "CompositeImplicitAutograd"
+    )
+
+
+@functools.cache
+def copies_that_may_alias() -> tuple:
+    """Every ATen overload for which `may_copy` holds, in name order."""
+    from transpiler.frontend.recorder import resolve_op
+
+    targets = []
+    for name in sorted(torch._C._dispatch_get_all_op_names()):
+        packet, _, overload = name.removeprefix("aten::").partition(".")
+        target = f"aten.{packet}.{overload or 'default'}"
+        if name.startswith("aten::") and may_copy(target):
+            targets.append(target)
+    return tuple(resolve_op(t) for t in targets)
+
+
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """Kernels compute f16/bf16 in f32."""
     return torch.float32 if dtype in HALF_TYPES else dtype
+
+
+# Kernel ops that round an f32 value to f16/bf16 and back: an explicit cast to one
+# (`x.to(torch.bfloat16)`) rounds there, wherever it sits in a fused chain, although
+# its value is computed on in f32 (Note [Rounding casts] in passes/schedule.py).
+ROUNDING = {torch.float16: "round_f16", torch.bfloat16: "round_bf16"}
 
 
 SUPPORTED_DTYPES = (

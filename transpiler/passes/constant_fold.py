@@ -3,9 +3,9 @@
 Before:  sq = aten.pow.Tensor_Scalar(x, 2);  y = aten.mul.Tensor(sq, 1)
 After:   sq = aten.mul.Tensor(x, x)          (y is sq: multiplying by 1 is dropped)
 
-`clamp(x, lo, hi)` becomes `clamp_min` and `clamp_max`, which have kernels, and
-`x.to(dtype)` (decompositions of bf16 layer norms write it) becomes `_to_copy`, which
-fuses, or `x` itself where the dtype is already right.
+`clamp(x, lo, hi)` becomes `clamp_min` and `clamp_max`, which have kernels. The
+`x.to(dtype)` that decompositions of bf16 layer norms write needs no rule here:
+decompose has made it `_to_copy` (a fusable cast) or `x`, by torch's own kernel.
 
 A general `pow` has no kernel lowering; the common exponents become multiplies and
 roots that do. Identity arithmetic is removed only where it changes neither dtype
@@ -77,21 +77,11 @@ def _clamp(node: Node, args, kwargs):
     return x
 
 
-def _to_dtype(node: Node, args, kwargs):
-    x, dtype, *rest = args
-    if any(rest) or any(kwargs.values()):  # non_blocking, copy, memory_format
-        return NotImplemented
-    if x.dtype == dtype:
-        return x
-    return torch.ops.aten._to_copy.default(x, dtype=dtype)
-
-
 REWRITES = {
     "aten.pow.Tensor_Scalar": _pow,
     **{t: _identity for t in IDENTITY_SCALARS},
     **{t: _no_op for t in NO_OPS},
     "aten.clamp.default": _clamp,
-    "aten.to.dtype": _to_dtype,
 }
 
 

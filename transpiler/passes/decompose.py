@@ -8,6 +8,13 @@ After:   var_mean = aten.var_mean.correction(x, [1], correction=0, keepdim=True)
 The table is `torch._decomp`'s entry for each op in `DECOMPOSE`; nothing here
 re-derives an op by hand. Ops not listed stay whole (matmuls, attention: extern calls),
 and so does exact GELU, a kernel op of its own: only `approximate="tanh"` decomposes.
+
+Composite ops that alias their input where its layout allows and copy otherwise
+(`contiguous`, `reshape`, `to`: Note [Views and copies that may alias] in ir/ops.py)
+decompose by their own composite kernel, wherever they appear, decompositions'
+insides included: softmax's `x.contiguous()` of a transposed `x` becomes
+`clone(x, memory_format=torch.contiguous_format)`, which kernels compute, and of a
+contiguous `x` becomes `x` itself.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import torch
 from torch._decomp import get_decompositions
 
 from transpiler.ir.graph import Graph, Node
-from transpiler.ir.ops import POINTWISE
+from transpiler.ir.ops import POINTWISE, copies_that_may_alias, may_copy
 from transpiler.passes.retrace import retrace
 
 aten = torch.ops.aten
@@ -44,11 +51,16 @@ def decompose(graph: Graph) -> Graph:
     for op in DECOMPOSE:
         if str(op) in POINTWISE:
             table[op] = _unless_kernel_op(str(op), table[op])
+    table.update({op: op.decompose for op in copies_that_may_alias()})
     return retrace(graph, decompositions=table)
 
 
 def _decomposes(node: Node) -> bool:
-    if not node.target.startswith("aten.") or _op(node.target) not in DECOMPOSE:
+    if not node.target.startswith("aten."):
+        return False
+    if may_copy(node.target):
+        return True
+    if _op(node.target) not in DECOMPOSE:
         return False
     return not _kernel_op(node.target, dict(node.kwargs))
 

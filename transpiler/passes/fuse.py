@@ -193,6 +193,7 @@ def fuse(graph: Graph) -> Fusion:
     ancestors = _ancestors(graph)
     groups: list[_State] = []
     group_of: dict[str, int] = {}
+    reads_from: dict[int, set[int]] = {}  # group -> groups whose values it reads
     for node in graph.nodes:
         kind = kinds[node.name]
         if kind == "item":
@@ -207,7 +208,7 @@ def fuse(graph: Graph) -> Fusion:
         candidates |= {g.id for g in groups if g.reads & reads.keys()}
         for gid in sorted(candidates):
             g = groups[gid]
-            if can_fuse(g, node, nodes, kinds, group_of, ancestors):
+            if can_fuse(g, node, nodes, kinds, group_of, ancestors, reads_from):
                 s = score(g, node, nodes, kinds, group_of, reads)
                 if s > best_score:
                     best, best_score = g, s
@@ -225,6 +226,8 @@ def fuse(graph: Graph) -> Fusion:
                 best.rows, best.rnumel = reduction_spec(node, nodes)
         best.reads |= reads.keys()
         group_of[node.name] = best.id
+        producers = {group_of.get(resolve(r, nodes, kinds)[2]) for r in node.refs()}
+        reads_from.setdefault(best.id, set()).update(producers - {None, best.id})
     frozen = tuple(Group(g.id, tuple(g.nodes), g.rows, g.rnumel) for g in groups)
     realized = _realized(graph, nodes, kinds, group_of)
     return Fusion(kinds, frozen, group_of, realized)
@@ -257,9 +260,15 @@ def level(g: _State, numel: int) -> str | None:
     return "x" if numel == g.rows else None
 
 
-def can_fuse(g: _State, node: Node, nodes, kinds, group_of, ancestors) -> bool:
+def can_fuse(
+    g: _State, node: Node, nodes, kinds, group_of, ancestors, reads_from=None
+) -> bool:
     """Is it legal to compute `node` in group `g`'s kernel?"""
     members = set(g.nodes)
+    for r in node.refs():  # a kernel it reads must not (transitively) read this one
+        producer = group_of.get(resolve(r, nodes, kinds)[2])
+        if producer not in (None, g.id) and _reaches(producer, g.id, reads_from or {}):
+            return False
     if kinds[node.name] == "reduction":
         rows, rnumel = reduction_spec(node, nodes)
         src = nodes[node.args[0].name].tensor_meta
@@ -285,6 +294,19 @@ def can_fuse(g: _State, node: Node, nodes, kinds, group_of, ancestors) -> bool:
         elif root in members or ancestors[root] & members:
             return False  # would read back what this kernel writes
     return True
+
+
+def _reaches(src: int, dst: int, reads_from: dict[int, set[int]]) -> bool:
+    """Whether kernel `src` reads, directly or through others, what `dst` writes."""
+    seen, todo = set(), [src]
+    while todo:
+        gid = todo.pop()
+        if gid == dst:
+            return True
+        if gid not in seen:
+            seen.add(gid)
+            todo += reads_from.get(gid, ())
+    return False
 
 
 def _virtual_ok(g: _State, value: TensorMeta, node_level: str, shape) -> bool:

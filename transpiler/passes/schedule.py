@@ -8,6 +8,17 @@ After:   kernel fused_add_relu_0(in_ptr0, in_ptr1, out_ptr0), xnumel=8:
 
 Steps run in a topological order of their dependencies, ties broken by source order.
 Kernels whose bodies are identical are emitted once and called by name.
+
+Note [Rounding casts]
+~~~~~~~~~~~~~~~~~~~~~
+Kernels compute f16/bf16 values in f32 (`ops.compute_dtype`), so a cast to one
+changes no computed dtype, yet must still round: `x.to(torch.bfloat16).float()` is
+`x` rounded to bf16, not `x`. A cast node to f16/bf16 from another dtype is kept
+unrounded in `values` (a store to its f16/bf16 buffer rounds anyway) and marked in
+`rounded`; every op of the kernel that reads it reads it through a `round_bf16` /
+`round_f16` statement (`tmp1 = tmp0.to(tl.bfloat16).to(tl.float32)`), emitted once.
+A literal is rounded here instead. Other narrowing casts (f64 to f32, float to int,
+int64 to int32, anything to bool) change the computed dtype: a `cast` statement.
 """
 
 from __future__ import annotations
@@ -25,7 +36,13 @@ from transpiler.ir.graph import (
     iter_refs,
     self_path,
 )
-from transpiler.ir.ops import POINTWISE, REDUCTIONS, bind_args, compute_dtype
+from transpiler.ir.ops import (
+    POINTWISE,
+    REDUCTIONS,
+    ROUNDING,
+    bind_args,
+    compute_dtype,
+)
 from transpiler.ir.program import (
     Alloc,
     ExternCall,
@@ -211,6 +228,7 @@ class KernelBuilder:
         self.body: list[Stmt | Store] = []
         self.cse: dict[tuple, str] = {}
         self.values: dict[str, str] = {}  # graph node -> statement name
+        self.rounded: dict[str, torch.dtype] = {}  # Note [Rounding casts]
         self.inputs: dict[str, KernelArg] = {}
         self.outputs: list[KernelArg] = []
 
@@ -285,6 +303,14 @@ class KernelBuilder:
             return Const(value, _scalar_dtype(value))
         how, _, root = resolve(value, self.nodes, self.fusion.kinds)
         if how == "virtual" and self.fusion.group_of.get(root) == self.group.id:
+            if root in self.rounded:  # Note [Rounding casts]
+                meta = self.nodes[root].tensor_meta
+                return self.emit(
+                    ROUNDING[self.rounded[root]],
+                    (self.values[root],),
+                    compute_dtype(meta.dtype),
+                    self.level_of(meta.numel),
+                )
             return self.values[root]
         # Read `root`'s buffer through the ref's own meta: a view's strides address
         # its base's storage, and a contiguous reshape's shape is the one read here.
@@ -332,6 +358,11 @@ class KernelBuilder:
             ]
         else:
             values = [self.cast(v, out, level) for v in values]
+        if row.kind == "cast" and self._rounds(node, row):
+            if isinstance(values[0], Const):
+                values[0] = _rounded(values[0], meta.dtype)
+            else:
+                self.rounded[node.name] = meta.dtype
         if row.op == "identity":
             return (
                 values[0]
@@ -339,6 +370,16 @@ class KernelBuilder:
                 else self.emit("identity", tuple(values), out, level)
             )
         return self.emit(row.op, tuple(values), out, level)
+
+    def _rounds(self, node: Node, row) -> bool:
+        """A cast to f16/bf16 from another dtype (Note [Rounding casts])."""
+        dtype = node.tensor_meta.dtype
+        if dtype not in ROUNDING:
+            return False
+        source = node.args[row.operands[0]]
+        if isinstance(source, Ref):
+            return self.nodes[source.name].tensor_meta.dtype != dtype
+        return True
 
     def reduction(self, node: Node) -> None:
         kind = REDUCTIONS[node.target]
@@ -397,6 +438,14 @@ def _coalesce(terms) -> list[Term]:
                 continue
         out.append(t)
     return out
+
+
+def _rounded(value: Const, dtype: torch.dtype) -> Const:
+    """A literal rounded to `dtype`, in its compute dtype (a dynamic size stays)."""
+    if not isinstance(value.value, (bool, int, float)):
+        return value
+    rounded = torch.tensor(value.value, dtype=dtype).item()
+    return Const(rounded, value.dtype)
 
 
 def _scalar_dtype(value) -> torch.dtype:

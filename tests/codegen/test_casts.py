@@ -1,0 +1,181 @@
+"""A cast to a narrower type rounds (or truncates, or wraps) exactly as eager's does,
+wherever it sits in a fused chain.
+
+Kernels compute f16/bf16 in f32, so `x.to(torch.bfloat16).float()` is a cast whose
+computed dtype does not change: it must still round, by an explicit conversion in the
+kernel (Note [Rounding casts] in passes/schedule.py). Every (from, to) pair of the
+supported dtypes is cast as the last op, in the middle of a chain (cast back), with
+the rounding error computed in the kernel, and feeding a reduction; the values tell
+rounding apart (1 + 2**-10, ties, integers past a float's mantissa, values past
+int32, out of f16's range, NaN and ±inf into bool). All compared exactly with eager
+on both backends, inputs unchanged after the call.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from tests.compile_helpers import Compiled, compile_source
+from transpiler.ir.ops import SUPPORTED_DTYPES
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning"),
+    pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning"),
+    pytest.mark.usefixtures("gpu_bf16_rounding"),  # see tests/codegen/conftest.py
+]
+
+INF, NAN = math.inf, math.nan
+FLOATS = (
+    1 + 2**-10,  # not in f16's or bf16's mantissa
+    1 + 2**-8 + 2**-9,  # rounds up in bf16 (truncation would not)
+    1 + 2**-7 + 2**-8,  # a tie in bf16: to even
+    -2.7,
+    3.5,
+    -3.5,
+    0.1,
+    65504.0,  # f16's largest
+    7e4,  # past it: inf in f16
+    1e-8,  # below f16's smallest subnormal
+    2.0**24 + 1,  # not in f32's mantissa
+    1e39,  # past f32's range: inf
+    -0.0,
+    0.0,
+    NAN,
+    INF,
+    -INF,
+)
+INTS = (0, 1, -1, 7, -7, 257, 2049, 2**24 + 1, 2**31 - 1, -(2**31), 2**32 + 5)
+INTS += (-(2**31) - 1, 2**40 + 1, 2**53 + 1)  # past int32; past f32's and f64's
+# mantissa
+
+
+def source_values(src: torch.dtype, dst: torch.dtype) -> torch.Tensor:
+    """Values of `src` to cast to `dst`; float to int only where torch defines it
+    (finite and in range)."""
+    if src == torch.bool:
+        return torch.tensor([False, True])
+    if not src.is_floating_point:
+        info = torch.iinfo(src)
+        return torch.tensor([v for v in INTS if info.min <= v <= info.max], dtype=src)
+    x = torch.tensor(FLOATS, dtype=torch.float64).to(src)
+    if dst.is_floating_point or dst == torch.bool:
+        return x
+    limit = 2.0 ** (torch.iinfo(dst).bits - 1)
+    return x[x.isfinite() & (x.abs() < limit)]
+
+
+# where the cast sits: `{t}` the target dtype
+POSITIONS = {
+    "last": "x.to({t})",
+    "middle": "x.to({t}).float()",
+    "error": "x.to({t}).to(torch.float64) - x.to(torch.float64)",
+    "reduced": "x.to({t}).float().sum(-1)",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    expr: str
+    x: torch.Tensor
+
+
+def _short(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _cases() -> list[Case]:
+    out = []
+    for src, dst in itertools.product(SUPPORTED_DTYPES, SUPPORTED_DTYPES):
+        if src == dst:
+            continue
+        x = source_values(src, dst)
+        for position, text in POSITIONS.items():
+            name = f"{position}_{_short(src)}_to_{_short(dst)}"
+            value = _summable(x) if position == "reduced" else x
+            out.append(Case(name, text.format(t=dst), value))
+    return out
+
+
+def _summable(x: torch.Tensor) -> torch.Tensor:
+    """Two rows of the values small enough that their sum still shows how each
+    was rounded."""
+    if x.dtype != torch.bool:
+        x = x[x.double().abs() < 1e4]  # not NaN, not inf
+    return x.reshape(1, -1).repeat(2, 1)
+
+
+CASES = _cases()
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compiled]:
+    lines = ["import torch", ""]
+    for c in CASES:
+        lines += ["", f"def {c.name}(x):", f"    return {c.expr}"]
+    functions = {c.name: {"x": c.x} for c in CASES}
+    root = tmp_path_factory.mktemp("casts")
+    return compile_source("\n".join(lines) + "\n", functions, root)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_cast_matches_eager(case: Case, compiled: dict[str, Compiled]) -> None:
+    c = compiled[case.name]
+    for text in (c.cpu_source, c.cuda_source):
+        assert "torch.ops.aten._to_copy" not in text, text  # in a kernel
+    want = c.eager(case.x)
+    # a sum adds in its own order
+    rtol = 1e-6 if case.name.startswith("reduced") else 0.0
+    for backend, fn in (("cpu", c.cpu), ("triton", c.cuda)):
+        x = case.x.clone()
+        got = fn(x)
+        where = f"{case.name} ({backend}): {case.expr}"
+        assert (got.dtype, got.shape) == (want.dtype, want.shape), where
+        torch.testing.assert_close(
+            got,
+            want,
+            rtol=rtol,
+            atol=0,
+            equal_nan=True,
+            msg=lambda m, w=where: f"{w}\n{m}",
+        )
+        torch.testing.assert_close(x, case.x, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize(
+    "dtype, triton, cpp",
+    [
+        (
+            "bfloat16",
+            ".to(tl.bfloat16).to(tl.float32)",
+            "bf16_to_float(float_to_bf16(",
+        ),
+        (
+            "float16",
+            ".to(tl.float16).to(tl.float32)",
+            "static_cast<float>(static_cast<_Float16>(",
+        ),
+    ],
+)
+def test_rounding_is_written_out(
+    dtype: str, triton: str, cpp: str, compiled: dict[str, Compiled]
+) -> None:
+    """`x.to(half).float()`: one kernel, rounding in the middle of it."""
+    c = compiled[f"middle_float32_to_{dtype}"]
+    (name,) = re.findall(r"_triton\.(triton_\w+)\[", c.cuda_source)
+    assert triton in _kernel(c.triton_text, f"def {name}(")
+    (name,) = re.findall(r'_cpp\.function\("(cpp_\w+)"', c.cpu_source)
+    assert cpp in _kernel(c.cpp_text, f"void {name}(")
+
+
+def _kernel(text: str, head: str) -> str:
+    """One kernel's source out of a generated file: from its head to the next
+    blank line."""
+    start = text.index(head)
+    return text[start : text.find("\n\n", start)]
