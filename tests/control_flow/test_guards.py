@@ -4,6 +4,8 @@
 each call picks its own, and an undeclared multiplier runs eager with one warning.
 Then one test per guard kind violates exactly that guard and checks (a) the result is
 eager's, (b) exactly one RuntimeWarning, naming the guard, over two identical calls.
+Guards on the rest of the model's state (submodules, their classes, attributes and
+hooks, globals): test_state_guards.py.
 """
 
 from __future__ import annotations

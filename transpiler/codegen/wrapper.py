@@ -10,15 +10,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
 from transpiler.codegen import cuda_graphs
 from transpiler.codegen import triton as triton_codegen
+from transpiler.codegen.guards import Guard, StateCode, state_code
+from transpiler.codegen.signature import FROM_SOURCE, Signature
+from transpiler.codegen.text import (
+    comment,
+    docstring,
+    py_literal,
+    py_str,
+    source_lines,
+)
+from transpiler.errors import UserError
+from transpiler.frontend import fallback
 from transpiler.frontend.fallback import Stub
 from transpiler.ir.dynamic import Dim, dims_in
-from transpiler.ir.graph import DEVICE, FALLBACK, LOOP, Ref, Span
+from transpiler.ir.graph import DEVICE, FALLBACK, LOOP, Ref, Span, self_path
 from transpiler.ir.ops import EXTERN_LAYOUT
 from transpiler.ir.program import (
     Alloc,
@@ -49,16 +61,41 @@ DTYPE_NAMES = {
 
 
 @dataclass(frozen=True)
+class RangeGuard:
+    """A condition on the size of a named dimension that the code was compiled
+    for, decided at transpile time (`x.shape[0] > 4`: Note [Dynamic dimensions]),
+    read from the first input that has the dimension."""
+
+    input: str  # the parameter
+    axis: int
+    op: str  # "<", "==", ...
+    left: int | Dim
+    right: int | Dim
+    outcome: bool
+
+    def test(self, name: str) -> str:
+        """The check, with the input read as `name`."""
+        size = f"{name}.shape[{self.axis}]"
+
+        def text(v: int | Dim) -> str:
+            return str(Dim(v.a, v.b, size)) if isinstance(v, Dim) else str(v)
+
+        test = f"{text(self.left)} {self.op} {text(self.right)}"
+        return test if self.outcome else f"not ({test})"
+
+
+@dataclass(frozen=True)
 class VariantCode:
     """One compiled (or all-fallback) variant of a target."""
 
     name: str  # "cpu_0"
     variant: Variant
-    guards: tuple[str, ...]  # module-attribute guards from the frontend
+    guards: tuple  # the frontend's (Note [State guards]), and RangeGuards
     region: CompiledRegion | None  # None: the variant runs the source
     fallback_reason: str | None = None
     fallback_span: Span | None = None
-    dynamic: tuple[tuple[str, str], ...] = ()  # (named dimension, its size in Python)
+    # (named dimension, its name in the code: `variants.code_name`)
+    dynamic: tuple[tuple[str, str], ...] = ()
     specializes: str = ""  # "size 1 of B": made for a dynamic variant, tried first
 
     def describe(self) -> str:
@@ -84,14 +121,54 @@ class TargetCode:
     name: str  # exported name
     source: str  # "examples/toy.py::ToyLinear"
     is_module: bool
-    params_text: str  # the forward's (or function's) parameter list, from the source
-    call_text: str  # the arguments that pass those parameters on
+    signature: Signature  # the forward's (or function's) parameters
     variants: tuple[VariantCode, ...]
     # how each parameter and buffer is read: path -> Python (see `direct_reads`)
     reads: Mapping[str, str] = field(default_factory=dict)
 
     def read(self, path: str) -> str:
         return self.reads.get(path, path)
+
+    @property
+    def params_text(self) -> str:
+        """The exported parameter list, parameters under their own names."""
+        return self.signature.text(self.defaults)
+
+    @property
+    def call_text(self) -> str:
+        """The arguments that pass those parameters on, as the source takes them."""
+        return self.signature.call()
+
+    @property
+    def defaults(self) -> str:
+        """The module's table of the source's own defaults (`defaults_table`)."""
+        return f"_DEFAULTS_{self.name}"
+
+    @cached_property
+    def local_names(self) -> dict[str, str]:
+        """Each parameter's name inside the wrapper's own functions."""
+        return self.signature.local_names(frozenset({self.name}))
+
+    def local(self, name: str) -> str:
+        """How the wrapper's own functions spell parameter `name`."""
+        return self.local_names[name]
+
+
+def defaults_table(t: TargetCode, module_alias: str) -> list[str]:
+    """The source function's own default values, by parameter, for the defaults
+    that are not plain literals: `_DEFAULTS_Net["act"]` is the object the source's
+    `act=nn.GELU()` made, not a new one."""
+    if all(p.default is not FROM_SOURCE for p in t.signature.params):
+        return []
+    qualname = t.source.rpartition("::")[2]
+    fn = f"{module_alias}.{qualname}" + (".forward" if t.is_module else "")
+    return [
+        f"# The defaults of {comment(qualname)}: the source's own objects",
+        f"{t.defaults} = {{",
+        "    name: p.default",
+        f"    for name, p in inspect.signature({fn}).parameters.items()",
+        "}",
+    ]
 
 
 def literal(value) -> str:
@@ -103,43 +180,50 @@ def literal(value) -> str:
     if value is DEVICE:
         return "device"
     if isinstance(value, torch.dtype):
-        return DTYPE_NAMES[value]
+        return DTYPE_NAMES.get(value, str(value))  # `torch.complex64`
     if isinstance(value, (torch.memory_format, torch.layout)):
         return f"torch.{str(value).split('.')[-1]}"
-    if isinstance(value, float) and not math.isfinite(value):
-        return f'float("{value}")'
+    if isinstance(value, (float, str)):  # `float("inf")`, `"mean"`
+        return py_literal(value)
     if isinstance(value, list):
         return "[" + ", ".join(literal(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k!r}: {literal(v)}" for k, v in value.items()) + "}"
+        items = ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items())
+        return "{" + items + "}"
     if isinstance(value, tuple):
         inner = ", ".join(literal(v) for v in value)
-        return f"({inner},)" if len(value) == 1 else f"({inner})"
+        inner = f"({inner},)" if len(value) == 1 else f"({inner})"
+        if type(value).__module__ == "torch.return_types":  # `torch.max(x, 1)`
+            return f"torch.return_types.{type(value).__name__}({inner})"
+        return inner
     return repr(value)
-
-
-@dataclass(frozen=True)
-class Guard:
-    """One check of a variant's guard function.
-
-    `test` is the Python it evaluates; `text` is what `--explain` and the fallback
-    warning show: the test itself, unless it names a parameter by the local that
-    `binds` assigns first (`ln_1_weight = self.ln_1.weight`), where text has the path.
-    """
-
-    test: str
-    text: str
-    binds: tuple[tuple[str, str], ...] = ()  # (local name, "self.<path>")
 
 
 def _plain(tests: list[str]) -> list[Guard]:
     return [Guard(test, test) for test in tests]
 
 
-def input_guards(v: Variant) -> list[Guard]:
-    guards = []
+def input_guards(t: TargetCode, v: Variant) -> list[Guard]:
+    """The checks of the inputs: no extra arguments where the source takes `*args`
+    or `**kwargs` (the variant is compiled for none), then each input's type,
+    device, dtype, shape and layout, or its value. Tests read the parameters under
+    the wrapper's names for them (`TargetCode.local_names`), texts under the
+    user's."""
+    own = {n: n for n in t.signature.names}
+    tests, texts = _input_tests(t, v, t.local_names), _input_tests(t, v, own)
+    return [Guard(test, text) for test, text in zip(tests, texts)]
+
+
+def _input_tests(t: TargetCode, v: Variant, names: Mapping[str, str]) -> list[str]:
+    """`input_guards`, each parameter `p` spelled `names[p]`."""
+    guards = [
+        f"not {names[p.name]}"
+        for p in t.signature.params
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     sizes: dict[str, str] = {}  # named dimension -> where it is first read
-    for name, spec in v.inputs:
+    for param, spec in v.inputs:
+        name = names[param]
         if isinstance(spec, TensorSpec):
             # kernels index inputs as contiguous; torch's notion of contiguous lets
             # size-1 and empty dims have any stride, which indexing never uses
@@ -162,8 +246,15 @@ def input_guards(v: Variant) -> list[Guard]:
         else:
             assert isinstance(spec, ScalarSpec)
             kind = type(spec.value).__name__
-            guards.append(f"type({name}) is {kind} and {name} == {spec.value!r}")
-    return _plain(guards)
+            guards.append(f"type({name}) is {kind} and {_equals(name, spec.value)}")
+    return guards
+
+
+def _equals(name: str, value: int | float | bool) -> str:
+    """`x == 0.5`, `x == float("inf")`; NaN equals nothing: `x != x`."""
+    if isinstance(value, float) and math.isnan(value):
+        return f"{name} != {name}"
+    return f"{name} == {py_literal(value)}"
 
 
 def _shape_guards(name: str, shape: tuple, sizes: dict[str, str]) -> list[str]:
@@ -195,12 +286,24 @@ def read_params(vc: VariantCode) -> dict[str, tuple[str, object]]:
     return params
 
 
-def param_guards(vc: VariantCode) -> list[Guard]:
-    """Layout guards for the parameters that kernels read. The parameter is read once,
-    into a local: `self.ln_1.weight` costs a Python call per attribute. Its layout is
-    checked on every call, since `module.to(...)` may swap it or reassign `.data`."""
+def param_guards(t: TargetCode, vc: VariantCode, state: StateCode) -> list[Guard]:
+    """Every parameter and buffer the variant reads is there (a `Linear(bias=False)`
+    has None), and the layout of those that kernels read. Each is read once, into a
+    local, from its module's local (`state`; `self.ln_1.weight` costs a Python call
+    per attribute). Layouts are checked on every call, since `module.to(...)` may
+    swap a parameter or reassign `.data`. Then: a parameter read by one name still
+    is the one another name shares (tied weights)."""
     params = read_params(vc)
+    owners: dict[str, list[str]] = {}  # one check per module: its tensors are there
+    for path in params:
+        owners.setdefault(path.rpartition(".")[0], []).append(path)
     guards = []
+    for paths in owners.values():
+        binds = tuple((params[p][0], state.tensors.get(p) or t.read(p)) for p in paths)
+        test = " and ".join(f"{name} is not None" for name, _ in binds)
+        guards.append(
+            Guard(test, " and ".join(f"{p} is not None" for p in paths), binds)
+        )
     for path in kernel_params(vc.programs):
         name, m = params[path]
         checks = [
@@ -209,8 +312,13 @@ def param_guards(vc: VariantCode) -> list[Guard]:
             f"shape == {literal(m.shape)}",
             f"stride() == {literal(m.stride)}",
         ]
-        first, *rest = (Guard(f"{name}.{c}", f"{path}.{c}") for c in checks)
-        guards += [replace(first, binds=((name, path),)), *rest]
+        guards += [Guard(f"{name}.{c}", f"{path}.{c}") for c in checks]
+    for tie in state.tied:
+        path, first = self_path(tie.name), self_path(tie.first)
+        if first in params:
+            read = state.tensors.get(path) or t.read(path)
+            test = f"{read} is {params[first][0]}"
+            guards.append(Guard(test, f"{path} is {first}"))
     return guards
 
 
@@ -218,46 +326,73 @@ def grad_guard(t: TargetCode, vc: VariantCode) -> list[Guard]:
     """Kernels do not record autograd: with grad on, anything needing it runs eager.
 
     Only what the variant reads matters; fallback code may read any parameter."""
-    v = vc.variant
-    needs = [f"{n}.requires_grad" for n, s in v.inputs if isinstance(s, TensorSpec)]
+    tensors = [n for n, s in vc.variant.inputs if isinstance(s, TensorSpec)]
+    needs = [f"{t.local(n)}.requires_grad" for n in tensors]
     if t.is_module and vc.calls_fallback:
         needs.append("any(p.requires_grad for p in self.parameters())")
-    elif t.is_module:  # the layout guards read the kernels' parameters into locals
-        params, bound = read_params(vc), kernel_params(vc.programs)
-        needs += [
-            f"{params[path][0] if path in bound else path}.requires_grad"
-            for path in params
-        ]
+    elif t.is_module:  # the parameter guards read them into locals
+        needs += [f"{name}.requires_grad" for name, _ in read_params(vc).values()]
     if not needs:
         return []
     test = f"not torch.is_grad_enabled() or not ({' or '.join(needs)})"
     if not t.is_module:
-        return _plain([test])
+        own = " or ".join(f"{n}.requires_grad" for n in tensors)
+        return [Guard(test, f"not torch.is_grad_enabled() or not ({own})")]
     return [
         Guard(test, "not torch.is_grad_enabled() or nothing it reads requires grad")
     ]
 
 
-def variant_guards(t: TargetCode, vc: VariantCode) -> list[Guard]:
-    """Every guard of a variant, in the order they are checked."""
-    guards = input_guards(vc.variant) + _plain(list(vc.guards))
+def variant_state(t: TargetCode, vc: VariantCode) -> StateCode:
+    """The checks of what the variant assumes of the model and globals (Note [State
+    guards]), with locals named apart from the function's parameters and the
+    parameter locals."""
+    taken = {"self", *t.signature.names, *t.local_names.values()}
+    taken |= {name for name, _ in read_params(vc).values()}
+    return state_code((g for g in vc.guards if not isinstance(g, RangeGuard)), taken)
+
+
+def variant_guards(
+    t: TargetCode, vc: VariantCode, state: StateCode | None = None
+) -> list[Guard]:
+    """Every guard of a variant, in the order they are checked: the inputs, then
+    the model from the root down (each check reads only what those before it
+    established), the parameters, autograd."""
+    state = state or variant_state(t, vc)
+    guards = input_guards(t, vc.variant)
     if t.is_module:
         guards += _plain(["not self.training"])
-    guards += param_guards(vc) + grad_guard(t, vc)
+    guards += state.guards
+    guards += [
+        Guard(g.test(t.local(g.input)), g.test(g.input))
+        for g in vc.guards
+        if isinstance(g, RangeGuard)
+    ]
+    guards += param_guards(t, vc, state) + grad_guard(t, vc)
     return list(dict.fromkeys(guards))
 
 
 def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
+    """`_guards_<variant>`: the text of the first guard that fails, or None. It never
+    raises: a model in a state no guard foresaw (an attribute deleted, a tensor where
+    a number was) fails the guard that reads it, so the call runs the source."""
     self_ = "self, " if t.is_module else ""
+    state = variant_state(t, vc)
+    doc = f"Variant {vc.name} ({vc.describe()}): the first guard that fails, or None."
     lines = [
-        f"def _guards_{vc.name}({self_}{t.params_text}):",
-        f'    """Variant {vc.name} ({vc.describe()}): the first guard that '
-        'fails, or None."""',
+        f"def _guards_{vc.name}({self_}{t.signature.text(t.defaults, t.local_names)}):",
+        f'    """{docstring(doc)}"""',
+        "    try:",
+        *(f"        import {m}" for m in state.imports),
     ]
-    for g in variant_guards(t, vc):
-        lines += [f"    {name} = {t.read(path)}" for name, path in g.binds]
-        lines += [f"    if not ({g.test}):", f"        return {g.text!r}"]
-    lines.append("    return None")
+    for g in variant_guards(t, vc, state):
+        lines += [f"        {name} = {read}" for name, read in g.binds]
+        lines += [f"        if not ({g.test}):", f"            return {py_str(g.text)}"]
+    lines += [
+        "        return None",
+        "    except Exception as e:  # a state no guard foresaw: the source runs",
+        '        return f"guards that read without error ({type(e).__name__}: {e})"',
+    ]
     return lines
 
 
@@ -352,32 +487,71 @@ def _step_lines(step) -> list[str]:
 
 
 def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]:
+    """`_cpu_0`: the variant's code. It takes the target's parameters under the
+    wrapper's names for them (`TargetCode.local_names`) and first binds each
+    tensor input to the name of its graph value, where the two differ."""
     assert vc.region is not None
     self_ = "self, " if t.is_module else ""
-    lines = [f"def _{vc.name}({self_}{t.params_text}):"]
+    names = t.local_names
+    lines = [f"def _{vc.name}({self_}{t.signature.text(t.defaults, names)}):"]
+    lines += bind_graph_inputs(t, vc)
     lines += device_locals(device_source(t, vc), vc.programs)
-    for dim, size_expr in vc.dynamic:
-        lines.append(f"    {dim} = {size_expr}  # dynamic: one variant for every size")
+    for dim, size in _dynamic_sizes(vc):
+        lines.append(f"    {dim} = {size}  # dynamic: one variant for every size")
     return lines + _region_lines(vc.region, kernels, vc.variant.device, t.reads, "    ")
 
 
-def device_locals(source: str | None, programs: list[Program]) -> list[str]:
-    """The locals through which code reads the device of `source` (an input or a
-    parameter): `empty`, the allocator of its buffers, and `device`, for extern
-    calls that take one."""
-    if source is None:
+def bind_graph_inputs(t: TargetCode, vc: VariantCode) -> list[str]:
+    """`sum_, x = sum_1, x_` where the graph's name for a tensor input differs from
+    the wrapper's for its parameter: in one assignment, as one may be the other's."""
+    pairs = [(v, t.local(n)) for n, v in graph_inputs(vc).items() if v != t.local(n)]
+    if not pairs:
         return []
+    values, names = (", ".join(side) for side in zip(*pairs))
+    return [f"    {values} = {names}"]
+
+
+def graph_inputs(vc: VariantCode) -> dict[str, str]:
+    """Each tensor input of a compiled variant (the parameter's name) -> the name
+    of its value in the variant's code (the graph's input, which the graph names
+    like any value: `sum` is `sum_`)."""
+    assert vc.region is not None
+    tensors = [n for n, s in vc.variant.inputs if isinstance(s, TensorSpec)]
+    values = vc.region.program.inputs
+    assert len(values) == len(tensors), (values, tensors)
+    return dict(zip(tensors, values))
+
+
+def _dynamic_sizes(vc: VariantCode) -> list[tuple[str, str]]:
+    """Each named dimension's name in the code, and its size, read from the first
+    input that has it."""
+    values = graph_inputs(vc)
+    sizes = []
+    for dim, code in vc.dynamic:
+        name, spec = next(
+            (n, s)
+            for n, s in vc.variant.inputs
+            if isinstance(s, TensorSpec) and dim in s.shape
+        )
+        sizes.append((code, f"{values[name]}.shape[{spec.shape.index(dim)}]"))
+    return sizes
+
+
+def device_locals(device: str, programs: list[Program]) -> list[str]:
+    """The locals through which code reads `device` (Python for the variant's
+    device): `empty`, the allocator of its buffers, and `device`, for extern calls
+    that take one."""
     steps = [step for p in programs for step in p.steps]
     lines = []
     if any(isinstance(step, Alloc) for step in steps):
-        lines.append(f"    empty = runtime_shim.allocator({source}.device)")
+        lines.append(f"    empty = runtime_shim.allocator({device})")
     if any(
         v is DEVICE
         for step in steps
         if isinstance(step, ExternCall)
         for v in _flat([*step.args, *(v for _, v in step.kwargs)])
     ):
-        lines.append(f"    device = {source}.device")
+        lines.append(f"    device = {device}")
     return lines
 
 
@@ -393,12 +567,16 @@ def _flat(values) -> list:
     return out
 
 
-def device_source(t: TargetCode, vc: VariantCode) -> str | None:
-    """What a variant's `device` local is read from: its first tensor input, else
-    its first parameter."""
-    tensors = [n for n, s in vc.variant.inputs if isinstance(s, TensorSpec)]
+def device_source(t: TargetCode, vc: VariantCode) -> str:
+    """Python for the device a variant runs on: its first tensor input's, else its
+    first parameter's, else (no tensor in) the current device of its kind."""
+    tensors = list(graph_inputs(vc).values())
     params = [p for program in vc.programs for p in program.params]
-    return tensors[0] if tensors else (t.read(params[0][1]) if params else None)
+    if tensors or params:
+        return f"{tensors[0] if tensors else t.read(params[0][1])}.device"
+    if vc.variant.device == "cuda":
+        return 'torch.device("cuda", torch.cuda.current_device())'
+    return 'torch.device("cpu")'
 
 
 def _region_lines(
@@ -419,8 +597,9 @@ def _region_lines(
 
 
 def sync_comment(r: CompiledRegion) -> str:
+    """The text of a `# sync:` comment (escaped: see `text.comment`)."""
     where = f"{r.span}: {r.span.text}" if r.span else "a condition"
-    return f"the branch reads tensor data ({where})"
+    return comment(f"the branch reads tensor data ({where})")
 
 
 def straight_lines(
@@ -440,7 +619,7 @@ def straight_lines(
         spans = step.spans if isinstance(step, KernelCall) else (step.span,)
         for s in spans:
             if s is not None and s != last_span:
-                lines.append(f"{ind}# {s}: {s.text}")
+                lines.append(f"{ind}# {comment(f'{s}: {s.text}')}")
                 last_span = s
         lines += [ind + a for a in allocs]
         allocs = []
@@ -468,7 +647,7 @@ def _loop_lines(
     body = CompiledRegion(loop.program, (), loops=())
     inner = _region_lines(body, kernels, device, reads, ind + "    ")[:-1]  # no return
     *nexts, next_cond = (r.name for r in loop.program.outputs)
-    where = f"{loop.span}: {loop.span.text}" if loop.span else "a loop"
+    where = comment(f"{loop.span}: {loop.span.text}") if loop.span else "a loop"
     return [
         f"{ind}{', '.join(loop.carried)}, {flag} = {', '.join([*initial, cond])}",
         f"{ind}# sync: the loop condition reads tensor data ({where})",
@@ -481,18 +660,9 @@ def _loop_lines(
 
 
 def stub_function(name: str, stub: Stub) -> list[str]:
-    """Fallback code: the user's statement, verbatim, in a function of its own."""
-    lines = [
-        f"def {name}({', '.join(stub.params)}):",
-        f'    """{stub.span}: {stub.reason}."""',
-    ]
-    if stub.global_names:
-        lines.append(f"    from {stub.module} import {', '.join(stub.global_names)}")
-        lines.append("")
-    lines += ["    " + line if line else "" for line in stub.source.splitlines()]
-    if stub.outputs and not stub.returns:
-        lines.append(f"    return {literal(tuple(Ref(n) for n in stub.outputs))}")
-    return lines
+    """Fallback code: the user's statement, verbatim, in a function of its own
+    (see `fallback.stub_function`)."""
+    return source_lines(fallback.stub_function(name, stub))
 
 
 def _kernel_call(step: KernelCall, kernels: dict, device: str) -> str:
@@ -501,7 +671,8 @@ def _kernel_call(step: KernelCall, kernels: dict, device: str) -> str:
     if device == "cpu":
         sig = "p" * len(step.args) + "l" * len(dims)
         args = ", ".join([*(f"{a}.data_ptr()" for a in step.args), *dims])
-        return f'_cpp.function("cpp_{step.kernel}", "{sig}")({args})'
+        name = py_str(f"cpp_{step.kernel}")
+        return f"_cpp.function({name}, {py_str(sig)})({args})"
     if k.matmul is not None:
         mm, c = k.matmul, k.matmul.config
         blocks = ", ".join(f"{key}={v}" for key, v in c.launch_kwargs().items())
@@ -523,46 +694,103 @@ def _kernel_call(step: KernelCall, kernels: dict, device: str) -> str:
 
 
 def dispatch(t: TargetCode, module_alias: str) -> list[str]:
-    """The exported class or function: guarded calls of each variant, then eager."""
-    compiled = [vc for vc in t.variants if vc.region is not None]
-    self_ = "self, " if t.is_module else ""
+    """The exported class or function: guarded calls of each variant, then eager.
+
+    Its body calls module-level names (the variants, `runtime_shim`, `super`). Where
+    a parameter has one of those names, the body moves to `_dispatch_<name>`, which
+    takes the parameters under the wrapper's names for them (`local_names`)."""
+    me = t.signature.self_name
+    own = {n: n for n in t.signature.names}
+    body, used = _dispatch_body(t, module_alias, own, me, inner=False)
+    clashes = used & {*own, me}
+    about = f"{t.name} compiled ahead of time by transpile; see the module docstring."
+    doc = f'"""{docstring(about)}"""'
     if t.is_module:
-        lines = [
+        head = [
             f"class {t.name}({module_alias}.{t.name}):",
-            f'    """{t.name} compiled ahead of time by transpile; see the module '
-            'docstring."""',
+            f"    {doc}",
             "",
-            f"    def forward(self, {t.params_text}):",
+            f"    def forward({me}, {t.params_text}):",
         ]
         ind = "        "
-        fallback = f"super().forward({t.call_text})"
     else:
-        lines = [
-            f"def {t.name}({t.params_text}):",
-            f'    """{t.name} compiled ahead of time by transpile; see the module '
-            'docstring."""',
-        ]
+        head = [f"def {t.name}({t.params_text}):", f"    {doc}"]
         ind = "    "
-        fallback = f"{module_alias}.{t.name}({t.call_text})"
+    if not clashes:
+        return head + [ind + line for line in body]
+    return head + _dispatch_function(t, module_alias, ind)
+
+
+def _dispatch_function(t: TargetCode, module_alias: str, ind: str) -> list[str]:
+    """The exported function's body when a parameter is named like a module-level
+    name it calls: one call of `_dispatch_<name>`, which has the body."""
+    name = f"_dispatch_{t.name}"
+    if name in (*t.signature.names, t.signature.self_name):
+        raise UserError(
+            f"{t.source}: a parameter named {name} would hide the generated "
+            "module's function of that name; rename the parameter"
+        )
+    self_ = f"{t.signature.self_name}, " if t.is_module else ""
+    call = t.signature.call(to=t.local_names)
+    names = t.local_names
+    body, _ = _dispatch_body(t, module_alias, names, "self", inner=True)
+    own = "self, " if t.is_module else ""
+    return [
+        f"{ind}return {name}({self_}{call})",
+        "",
+        "",
+        f"def {name}({own}{t.signature.text(t.defaults, names)}):",
+        f'    """{docstring(t.name)}: its parameters are under names that do not hide'
+        ' the module\'s."""',
+        *("    " + line for line in body),
+    ]
+
+
+def _dispatch_body(
+    t: TargetCode, module_alias: str, held: dict[str, str], me: str, inner: bool
+) -> tuple[list[str], set[str]]:
+    """The dispatch's statements, with the parameters in the locals `held` (and
+    the module instance in `me`); and the module-level names they call. `inner`:
+    the body is in a function of its own, not in the exported one."""
+    compiled = [vc for vc in t.variants if vc.region is not None]
+    sig, names = t.signature, t.local_names
+    self_ = f"{me}, " if t.is_module else ""
+    used = {"runtime_shim"}
+    lines = []
     for vc in compiled:
-        lines.append(f"{ind}if _guards_{vc.name}({self_}{t.call_text}) is None:")
+        guards = f"_guards_{vc.name}({self_}{sig.call(held, names)})"
+        lines.append(f"if {guards} is None:")
+        tree = cuda_graphs.is_tree(vc)  # a graph per segment between branches
+        # guards and variants take the parameters under the wrapper's names
+        call = f"{self_}{sig.call(held, names)}"
+        used |= {f"_guards_{vc.name}", f"_{vc.name}"}
         if cuda_graphs.uses_cuda_graph(vc):
-            owner = "self" if t.is_module else t.name  # where its graph is kept
+            owner = me if t.is_module else t.name  # where its graph is kept
             reads = f", _reads_{vc.name}" if read_params(vc) else ""
-            tree = cuda_graphs.is_tree(vc)  # a graph per segment between branches
+            used |= {owner, f"_reads_{vc.name}"} - {me}
             lines += [
-                f"{ind}    # CUDA graph{'s' if tree else ''}: {cuda_graphs.OVERWRITTEN}"
+                f"    # CUDA graph{'s' if tree else ''}: {cuda_graphs.OVERWRITTEN}"
                 " (clone to keep)",
-                f"{ind}    return runtime_shim.cuda_graph{'_tree' if tree else ''}"
-                f"({owner}, _{vc.name}{reads})({self_}{t.call_text})",
+                f"    return runtime_shim.cuda_graph{'_tree' if tree else ''}"
+                f"({owner}, _{vc.name}{reads})({call})",
             ]
         else:
-            lines.append(f"{ind}    return _{vc.name}({self_}{t.call_text})")
+            lines.append(f"    return _{vc.name}({call})")
     misses = ", ".join(
-        f'("{vc.name}", _guards_{vc.name}({self_}{t.call_text}))' for vc in compiled
+        f"({py_str(vc.name)}, _guards_{vc.name}({self_}{sig.call(held, names)}))"
+        for vc in compiled
     )
+    if not t.is_module:
+        fallback = f"{module_alias}.{t.name}({sig.call(held)})"
+        used.add(module_alias)
+    elif inner:
+        fallback = f"super({t.name}, {me}).forward({sig.call(held)})"
+        used |= {"super", t.name}
+    else:
+        fallback = f"super().forward({sig.call(held)})"
+        used.add("super")
     lines += [
-        f'{ind}runtime_shim.warn_fallback("{t.name}", [{misses}])',
-        f"{ind}return {fallback}",
+        f"runtime_shim.warn_fallback({py_str(t.name)}, [{misses}])",
+        f"return {fallback}",
     ]
-    return lines
+    return lines, used

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from transpiler.codegen.text import py_str
 from transpiler.errors import UserError, raised_at, user_file
 from transpiler.frontend.fallback import Stub
-from transpiler.frontend.interpreter import BranchPoint, Interpreter
+from transpiler.frontend.guards import (
+    GlobalGuard,
+    ModuleGuard,
+    SameTensor,
+    registered,
+    state_guards,
+)
+from transpiler.frontend.interpreter import BranchPoint, Interpreter, UserCodeError
 from transpiler.frontend.recorder import (
     GraphBuilder,
     OpaqueValue,
@@ -31,7 +41,9 @@ class Traced:
     """What the frontend learned about one variant."""
 
     region: Region | None  # None when the variant is all fallback
-    guards: tuple[str, ...]  # from module attributes read (inputs are guarded apart)
+    # what it assumes of the model and globals (inputs are guarded apart): see
+    # Note [State guards]; `compile_dynamic` adds `wrapper.RangeGuard`s
+    guards: tuple[ModuleGuard | GlobalGuard | SameTensor, ...]
     stubs: tuple[Stub, ...] = ()  # fallback code; `_fallback:N` calls stubs[N]
     fallback: Unsupported | None = None
     loops: tuple[LoopBody, ...] = ()  # `_loop:N` runs loops[N]
@@ -106,29 +118,14 @@ def direct_reads(module: nn.Module) -> dict[str, str]:
         owner, text = module, "self"
         *parents, leaf = name.split(".")
         for part in parents:
-            if not _registered(owner, part, "_modules"):
+            if not registered(owner, part, "_modules"):
                 break
-            owner, text = owner._modules[part], f'{text}._modules["{part}"]'
+            owner, text = owner._modules[part], f"{text}._modules[{py_str(part)}]"
         else:
             table = "_parameters" if leaf in owner._parameters else "_buffers"
-            if _registered(owner, leaf, table):
-                reads[self_path(name)] = f'{text}.{table}["{leaf}"]'
+            if registered(owner, leaf, table):
+                reads[self_path(name)] = f"{text}.{table}[{py_str(leaf)}]"
     return reads
-
-
-def _registered(owner: nn.Module, name: str, table: str) -> bool:
-    """Whether `owner.<name>` is `owner.<table>[name]`, by `nn.Module.__getattr__`."""
-    cls = type(owner)
-    return (
-        name in getattr(owner, table)
-        and name not in owner.__dict__
-        and cls.__getattr__ is nn.Module.__getattr__
-        and cls.__getattribute__ is object.__getattribute__
-        and inspect.getattr_static(cls, name, _MISSING) is _MISSING
-    )
-
-
-_MISSING = object()
 
 
 def _named_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
@@ -147,12 +144,13 @@ def trace(
     path through its conditions on tensor data (see Note [Regions])."""
     params: dict[int, str] = {}
     module_paths: dict[int, str] = {}
-    guards: dict[str, None] = {}
+    reads: dict[tuple, object] = {}  # what the paths read (Note [State guards])
+    tied: dict[str, str] = {}  # a tensor's other name -> the name it is read by
     if module is not None:
         for name, t in _named_tensors(module):
             first = params.setdefault(id(t), name)
-            if first != name:  # tied weights: read through the first name
-                guards[f"{self_path(name)} is {self_path(first)}"] = None
+            if first != name:
+                tied[name] = first
         for name, m in module.named_modules(remove_duplicate=False):
             module_paths.setdefault(id(m), self_path(name))
     fn = type(module).forward if module is not None else obj
@@ -165,26 +163,36 @@ def trace(
         paths[0] += 1
         if paths[0] > MAX_PATHS:
             raise Unsupported(
-                f"more than {MAX_PATHS} paths through conditions on " "tensor data"
+                f"more than {MAX_PATHS} paths through conditions on tensor data"
             )
         builder = GraphBuilder(params)
         recorder = Recorder(builder)
         interp = Interpreter(recorder, sources, module_paths, decisions, stubs, loops)
-        args = _inputs(fn, variant, builder, skip_self=module is not None)
+        args, kwargs = _inputs(fn, variant, builder, skip_self=module is not None)
         try:
             with torch.device("meta"), torch.no_grad(), recorder:
                 self_ = (module,) if module is not None else ()
-                result = interp.run_function(fn, self_, args)
+                result = interp.run_function(fn, (*self_, *args), kwargs)
                 outputs = _output_refs(result, builder, recorder)
         finally:
-            guards.update(interp.guards)
+            reads.update(interp.guards)
             comparisons.extend(interp.comparisons)
         return _Path(builder.nodes, interp.branches, outputs)
+
+    def guards(graphs: list[Graph]) -> tuple:
+        read = {n.target for g in graphs for n in g.nodes if n.op == "param"}
+        source = sys.modules.get(getattr(obj, "__module__", None) or "")
+        is_user = partial(_is_user_class, sources=sources)
+        return state_guards(module, reads, sorted(read), tied, source, is_user)
 
     try:
         region = _explore((), run(()), run)
     except Unsupported as e:
-        return Traced(None, tuple(guards), tuple(stubs), e)
+        return Traced(None, guards([]), tuple(stubs), e)
+    except UserCodeError as e:  # eager raises it too, on every call
+        where = (e.span.file, e.span.line) if e.span else (None, None)
+        message = f"{e} (when called with {variant.describe()})"
+        raise UserError(message, *where) from None
     bodies = tuple(body for _, body in sorted(loops.values(), key=lambda v: v[0]))
     for r in region.walk():
         r.graph.lint()
@@ -192,11 +200,18 @@ def trace(
         body.graph.lint()
     return Traced(
         region,
-        tuple(guards),
+        guards([r.graph for r in region.walk()] + [b.graph for b in bodies]),
         tuple(stubs),
         loops=bodies,
         comparisons=tuple(comparisons),
     )
+
+
+def _is_user_class(cls: type, sources: SourceCache) -> bool:
+    try:
+        return sources.is_user_file(inspect.getsourcefile(cls))
+    except TypeError:  # built in
+        return False
 
 
 def _explore(prefix: tuple[bool, ...], path: _Path, run) -> Region:
@@ -223,20 +238,27 @@ def _inputs_of(region: Region) -> set[str]:
     return names
 
 
-def _inputs(fn, variant: Variant, builder: GraphBuilder, skip_self: bool) -> dict:
-    params = list(inspect.signature(fn).parameters)[1 if skip_self else 0 :]
-    args = {}
+def _inputs(
+    fn, variant: Variant, builder: GraphBuilder, skip_self: bool
+) -> tuple[list, dict]:
+    """The example inputs as arguments of `fn`: positional-only parameters by
+    position, in the order `fn` declares them, the others by keyword."""
+    params = list(inspect.signature(fn).parameters.values())[1 if skip_self else 0 :]
+    kinds = {p.name: p.kind for p in params}
+    values = {}
     for name, spec in variant.inputs:
-        if name not in params:
+        if name not in kinds:
             raise UserError(f"{fn.__qualname__} has no parameter {name!r}")
         if isinstance(spec, TensorSpec):
             t = torch.empty(spec.shape, dtype=spec.dtype, device="meta")
             builder.add_input(name, t)
-            args[name] = t
+            values[name] = t
         else:
             assert isinstance(spec, ScalarSpec)
-            args[name] = spec.value
-    return args
+            values[name] = spec.value
+    positional = [n for n, kind in kinds.items() if kind is kind.POSITIONAL_ONLY]
+    args = [values.pop(n) for n in positional if n in values]
+    return args, values
 
 
 def _output_refs(value, builder: GraphBuilder, recorder: Recorder):
