@@ -18,15 +18,16 @@ from functools import partial
 from pathlib import Path
 
 import black
-import libcst as cst
 from torch import nn
 
 from runtime_shim.cpp import current_umask
 from runtime_shim.provenance import source_hash
 from transpiler.autotune import Bench, bench_for, tune_modules
 from transpiler.codegen.module import render_module
+from transpiler.codegen.signature import Signature
 from transpiler.codegen.wrapper import TargetCode
 from transpiler.errors import UserError
+from transpiler.explain import compiled_nothing
 from transpiler.frontend.fallback import Stub
 from transpiler.frontend.loader import resolve
 from transpiler.frontend.source import SourceCache
@@ -65,6 +66,8 @@ class ModuleBuild:
 def run(options: Options, bench: Bench | None = None) -> int:
     bench = bench_for(options, bench)  # --autotune without a GPU fails here
     modules = compile_modules(options)
+    for line in compiled_nothing(modules):
+        print(f"transpile: warning: {line}", file=sys.stderr)
     if options.explain:
         print(explain(modules, options))
         return 0
@@ -146,8 +149,8 @@ def _build_target(
             factory = resolve(target.factory, options.root).obj
         module = instantiate(obj, dict(target.init), factory, options.root)
     fn = type(module).forward if module is not None else obj
-    _, fdef = sources.function(fn)
-    params = _params(fdef, drop_self=is_module)
+    src, fdef = sources.function(fn)
+    params = _params(fn, is_module, src.display, src.line_of(fdef))
     variants = []
     tracer = partial(trace, obj, module, sources=sources)
     for variant in target.variants:
@@ -177,29 +180,38 @@ def _build_target(
             qual,
             target.source,
             is_module,
-            params[0],
-            params[1],
+            params,
             tuple(variants),
             reads=direct_reads(module) if module is not None else {},
         )
     )
 
 
-def _params(fdef: cst.FunctionDef, drop_self: bool) -> tuple[str, str]:
-    """The parameter list as source text, and the call passing each one on."""
-    p = fdef.params
-    positional = list(p.posonly_params) + list(p.params)
-    if drop_self:
-        positional = positional[1:]
-    p = p.with_changes(posonly_params=(), params=positional)
-    text = cst.Module([]).code_for_node(p)
-    call = [a.name.value for a in positional]
-    if isinstance(p.star_arg, cst.Param):
-        call.append("*" + p.star_arg.name.value)
-    call += [f"{a.name.value}={a.name.value}" for a in p.kwonly_params]
-    if p.star_kwarg is not None:
-        call.append("**" + p.star_kwarg.name.value)
-    return text, ", ".join(call)
+_NOT_A_FUNCTION = {  # calling such a def returns this, without running its body
+    inspect.isgeneratorfunction: "a generator function (its call returns a generator)",
+    inspect.iscoroutinefunction: "an async function (its call returns a coroutine)",
+    inspect.isasyncgenfunction: "an async generator function",
+}
+
+
+def _params(fn, is_module: bool, file: str, line: int) -> Signature:
+    """The parameters of the target's function (a module's forward), as the
+    generated module declares them; `file:line` is where it is defined."""
+    what = "forward" if is_module else fn.__qualname__
+    for test, kind in _NOT_A_FUNCTION.items():
+        if test(inspect.unwrap(fn)):
+            raise UserError(
+                f"{what} is {kind}: transpile compiles functions that compute and "
+                "return their results",
+                file,
+                line,
+            )
+    params = list(inspect.signature(fn).parameters.values())
+    if is_module and (not params or params[0].kind is params[0].VAR_POSITIONAL):
+        raise UserError(
+            "forward takes no named first parameter for the module (self)", file, line
+        )
+    return Signature.of(fn, drop_self=is_module)
 
 
 def _complete(variant: Variant, fn, is_module: bool, source: str) -> Variant:
@@ -212,9 +224,7 @@ def _complete(variant: Variant, fn, is_module: bool, source: str) -> Variant:
             continue
         if p.name in given:
             inputs.append((p.name, given.pop(p.name)))
-        elif p.default is not p.empty and isinstance(
-            p.default, (int, float, bool, type(None))
-        ):
+        elif type(p.default) in (int, float, bool, type(None)):  # not an IntEnum
             inputs.append((p.name, ScalarSpec(p.default)))
         else:
             raise UserError(f"{source}: no example for parameter {p.name!r}")
@@ -249,7 +259,7 @@ def write(files: dict[str, str], out: Path) -> None:
         for rel, text in sorted(files.items()):
             fd, tmp = tempfile.mkstemp(dir=out, prefix=".transpile-", suffix=".tmp")
             staged.append((tmp, out / rel))
-            with os.fdopen(fd, "w", newline="\n") as f:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
                 f.write(text)
             os.chmod(tmp, 0o666 & ~umask)
     except OSError as e:
@@ -270,7 +280,7 @@ def check(files: dict[str, str], options: Options) -> int:
     diffs = []
     for rel, text in sorted(files.items()):
         path = out / rel
-        old = path.read_text() if path.exists() else ""
+        old = path.read_text("utf-8", "replace") if path.exists() else ""
         if old != text:
             diffs += difflib.unified_diff(
                 old.splitlines(keepends=True),

@@ -72,3 +72,37 @@ def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
         lines.append(f"  graph break: {stub.span}: {stub.reason}")
         lines.append(f"    {stub.span.text}")
     return lines + [f"  {line}" for line in cuda_graphs.explain(vc)]
+
+
+def compiled_nothing(modules: dict) -> list[str]:
+    """One line for each variant whose every statement runs as the source: all
+    fallback, or fallback calls with not one kernel or PyTorch call around them."""
+    lines = []
+    for mb in modules.values():
+        for t in mb.targets:
+            for vc in t.variants:
+                where = f"{t.source} variant {vc.name} ({vc.describe()})"
+                if vc.region is None:
+                    lines.append(
+                        f"{where} compiles nothing: {vc.fallback_reason} "
+                        f"({vc.fallback_span}); it runs the source"
+                    )
+                    continue
+                steps = [s for p in vc.programs for s in p.steps]
+                work = [
+                    s
+                    for s in steps
+                    if isinstance(s, KernelCall)
+                    or (
+                        isinstance(s, ExternCall)
+                        and not s.is_view
+                        and s.target != "getitem"
+                        and not s.target.startswith((FALLBACK, LOOP))
+                    )
+                ]
+                if not work and vc.calls_fallback:
+                    lines.append(
+                        f"{where} compiles nothing: every statement with tensor "
+                        "work is fallback code (see --explain)"
+                    )
+    return lines

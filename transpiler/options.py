@@ -15,6 +15,7 @@ variants, inputs and init values are tuples in source order, never sets.
 from __future__ import annotations
 
 import ast
+import keyword
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from transpiler.codegen.text import is_reserved
 from transpiler.errors import UserError
 
 try:
@@ -172,7 +174,23 @@ def parse_spec(text: str) -> Spec:
     if device is not None:
         check_device(device, f" in {shown!r}")
     shape = tuple(int(d) if d.isdigit() else d for d in sizes)
+    _check_size(shown, DTYPES[dtype], shape)
     return TensorSpec(DTYPES[dtype], shape, device)
+
+
+MAX_BYTES = 2**63 - 1  # what torch can address in one tensor
+
+
+def _check_size(shown: str, dtype, shape: tuple) -> None:
+    """A tensor of `shape` must be addressable: its bytes fit in int64."""
+    size = dtype.itemsize
+    for d in shape:
+        size *= d if isinstance(d, int) else 1
+    if size > MAX_BYTES:
+        raise UserError(
+            f"bad TYPE {shown!r}: a tensor of that shape has more bytes than a "
+            "tensor can hold (2**63)"
+        )
 
 
 def _parse_scalar(shown: str, kind: str, value: str) -> ScalarSpec:
@@ -281,6 +299,30 @@ def describe_inputs(inputs: Inputs) -> str:
     return ", ".join(f"{name}={spec}" for name, spec in inputs)
 
 
+def check_dimension_names(inputs: Inputs, where: str) -> None:
+    """A named dimension becomes a local of the variant's code (`B = x.shape[0]`)
+    and an argument of its kernels: it must not be a keyword, a builtin, a name the
+    generated code uses for itself (`torch`, `empty`: `text.is_reserved`) nor an
+    input's name, which it would hide."""
+    names = {name for name, _ in inputs}
+    for _, spec in inputs:
+        if not isinstance(spec, TensorSpec):
+            continue
+        for dim in (d for d in spec.shape if isinstance(d, str)):
+            if dim in names:
+                why = "the name of an input"
+            elif keyword.iskeyword(dim):
+                why = "a Python keyword"
+            elif is_reserved(dim):
+                why = "a name the generated code uses for itself or a builtin"
+            else:
+                continue
+            raise UserError(
+                f"bad named dimension {dim!r} in {where}: it is {why}; "
+                "choose another name, e.g. B"
+            )
+
+
 def expand_variants(
     inputs: Inputs,
     devices: tuple[str, ...] = DEVICES,
@@ -292,6 +334,7 @@ def expand_variants(
     device every `@dev` tensor spec agrees on, else one variant per entry of `devices`.
     """
     where = f"variant {describe_inputs(inputs)!r}"
+    check_dimension_names(inputs, where)
     pinned = sorted(
         {s.device for _, s in inputs if isinstance(s, TensorSpec) and s.device}
     )

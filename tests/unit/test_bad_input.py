@@ -138,6 +138,27 @@ BAD_INPUT = [
         "bad TYPE 'f32[2,-1]': dimensions must be non-negative integers or names",
     ),
     (
+        "bad_type_too_many_bytes",
+        {"model.py": MODEL},
+        ["model.py::double", "--example", "x=f32[99999999999,9999999999]"],
+        "bad TYPE 'f32[99999999999,9999999999]': a tensor of that shape has more "
+        "bytes than a tensor can hold (2**63)",
+    ),
+    (
+        "bad_type_dim_beyond_int64",
+        {"model.py": MODEL},
+        ["model.py::double", "--example", "x=i8[99999999999999999999]"],
+        "bad TYPE 'i8[99999999999999999999]': a tensor of that shape has more "
+        "bytes than a tensor can hold (2**63)",
+    ),
+    (
+        "model_raises_for_the_declared_inputs",
+        {"model.py": MODEL},
+        ["model.py::Net", "--example", "x=f32[2,3]"],
+        "model.py:19: RuntimeError: a and b must have same reduction dim, but got "
+        "[2, 3] X [4, 4]. (when called with cpu: x=f32[2,3])",
+    ),
+    (
         "bad_type_syntax",
         {"model.py": MODEL},
         ["model.py::double", "--example", "x=f32(2,4)"],

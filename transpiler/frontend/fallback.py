@@ -19,6 +19,7 @@ import libcst as cst
 import torch
 from torch import nn
 
+from transpiler.codegen.text import docstring
 from transpiler.frontend.recorder import OpaqueValue, Unsupported
 from transpiler.ir.graph import ModuleRef, Span
 
@@ -63,6 +64,7 @@ class Names(_Targets):
     def __init__(self) -> None:
         self.read: dict[str, None] = {}
         self.assigned: dict[str, None] = {}
+        self.deleted: dict[str, None] = {}  # `del x`: unbound after the statement
         self._targets = 0
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
@@ -89,7 +91,30 @@ class Names(_Targets):
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         self._target(node.target)
 
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self._target(node.target)
 
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.assigned.setdefault(node.name.value)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.assigned.setdefault(node.name.value)
+
+    def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
+        if node.asname is None:  # `import a.b` binds `a`
+            name = node.name
+            while isinstance(name, cst.Attribute):
+                name = name.value
+            self.assigned.setdefault(name.value)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        targets = node.target.elements if isinstance(node.target, cst.Tuple) else ()
+        for t in (node.target, *(e.value for e in targets)):
+            if isinstance(t, cst.Name):
+                self.deleted.setdefault(t.value)
+
+
+FRAME_READERS = {"locals", "vars", "dir"}  # builtins reading the caller's frame
 INPLACE = re.compile(r"\b[a-z]\w*_\(")  # `x.add_(`: a method writing its tensor
 
 
@@ -117,14 +142,107 @@ class _Writes(_Targets):
         self.in_place = True
 
     def visit_Del(self, node: cst.Del) -> None:
-        self.in_place = True
+        targets = node.target.elements if isinstance(node.target, cst.Tuple) else ()
+        for t in (node.target, *(e.value for e in targets)):
+            if not isinstance(t, cst.Name):  # `del x[0]`, `del x.a`
+                self.in_place = True
+
+
+MUTATORS = {  # methods of Python containers that change them in place
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "popitem",
+    "remove",
+    "clear",
+    "sort",
+    "reverse",
+    "update",
+    "setdefault",
+    "add",
+    "discard",
+    "intersection_update",
+    "difference_update",
+    "symmetric_difference_update",
+    "appendleft",
+    "extendleft",
+    "popleft",
+    "rotate",
+}
+
+
+class StateWrites(_Targets):
+    """The object attributes a statement may change, as (object expression,
+    attribute) pairs: `self.steps += 1` and `self.cache[k] = v` give (self, steps),
+    `self.seen.append(x)` gives (self, seen), `setattr(self, "n", 1)` gives (self,
+    n), and (self, None) when the attribute is not a literal. Values read from
+    those attributes after the statement runs are known only at run time."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[cst.BaseExpression, str | None]] = []
+
+    def _target(self, target: cst.CSTNode | None) -> None:
+        if isinstance(target, cst.Subscript):
+            target = target.value  # `self.cache[k] = v` changes `self.cache`
+        if isinstance(target, cst.Attribute):
+            self.found.append((target.value, target.attr.value))
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for e in target.elements:
+                self._target(e.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._target(node.target)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._target(node.target)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if (
+            isinstance(func, cst.Attribute)
+            and func.attr.value in MUTATORS
+            and isinstance(func.value, cst.Attribute)
+        ):
+            self.found.append((func.value.value, func.value.attr.value))
+        if isinstance(func, cst.Name) and func.value in ("setattr", "delattr"):
+            if node.args:
+                name = node.args[1].value if len(node.args) > 1 else None
+                literal = isinstance(name, cst.SimpleString)
+                attr = name.evaluated_value if literal else None
+                self.found.append((node.args[0].value, attr))
 
 
 def statement_source(stmt: cst.CSTNode) -> str:
+    """The statement's source as libcst renders it at the top level: verbatim,
+    dedented (a string literal's lines and a comment's text are as they were)."""
     if isinstance(stmt, cst.BaseSmallStatement):  # from a one-line suite
         stmt = cst.SimpleStatementLine(body=[stmt])
     stmt = stmt.with_changes(leading_lines=[])
-    return cst.Module(body=[stmt]).code.rstrip() + "\n"
+    return cst.Module(body=[stmt]).code.rstrip(" \t\f\r\n") + "\n"
+
+
+def stub_function(name: str, stub: Stub) -> str:
+    """The stub as a module-level function: its statement, verbatim, in the body.
+
+    libcst indents the statement into the body: a multi-line string literal, or a
+    line continued by a backslash inside one, keeps its text (indenting each line
+    of the source would change it). The statement's names are its own (a parameter
+    is a local the statement reads), so nothing in the body is renamed."""
+    head = [
+        f"def {name}({', '.join(stub.params)}):",
+        f'    """{docstring(f"{stub.span}: {stub.reason}.")}"""',
+    ]
+    if stub.global_names:
+        head.append(f"    from {stub.module} import {', '.join(stub.global_names)}")
+    function = cst.parse_statement("\n".join(head) + "\n")
+    assert isinstance(function, cst.FunctionDef)
+    body = list(function.body.body) + list(cst.parse_module(stub.source).body)
+    if stub.outputs and not stub.returns:
+        outputs = ", ".join(stub.outputs) + ("," if len(stub.outputs) == 1 else "")
+        body.append(cst.parse_statement(f"return ({outputs})\n"))
+    function = function.with_changes(body=function.body.with_changes(body=body))
+    return cst.Module(body=[function]).code
 
 
 def contains_return(stmt: cst.CSTNode) -> bool:
@@ -148,6 +266,7 @@ class StubPlan:
     stub: Stub
     args: tuple[Any, ...]  # Refs, ModuleRefs and constants, one per parameter
     tensor_outputs: dict[str, torch.Tensor]  # live-outs known to stay these tensors
+    deleted: tuple[str, ...] = ()  # names the statement unbinds (`del x`)
 
 
 def plan_stub(
@@ -158,12 +277,16 @@ def plan_stub(
     reason: str,
     builder,
     module_paths: dict[int, str],
+    self_name: str = "",
 ) -> StubPlan:
     """The stub for `stmt`; raises Unsupported when its inputs cannot be passed."""
+    stmt = _explicit_super(stmt, local, globals_, self_name, span)
     source = statement_source(stmt)
     names = Names()
     stmt.visit(names)
     params = tuple(n for n in names.read if n in local)
+    if FRAME_READERS & set(names.read):  # `locals()` sees every local
+        params += tuple(n for n in local if n not in params and n != "__class__")
     returns = isinstance(stmt, cst.Return) or (
         isinstance(stmt, cst.SimpleStatementLine)
         and any(isinstance(s, cst.Return) for s in stmt.body)
@@ -173,11 +296,11 @@ def plan_stub(
     writes = _Writes()
     stmt.visit(writes)
     tensors = {n: local[n] for n in params if isinstance(local[n], torch.Tensor)}
-    outputs = list(names.assigned)
+    outputs = [n for n in names.assigned if n not in names.deleted]
     tensor_outputs = {}
     if writes.in_place or INPLACE.search(source):
         for n, t in tensors.items():  # may be written: later reads must follow it
-            if n not in outputs:
+            if n not in outputs and n not in names.deleted:
                 outputs.append(n)
             if n not in writes.rebound:  # the same tensor: its meta holds
                 tensor_outputs[n] = t
@@ -197,7 +320,52 @@ def plan_stub(
         span,
         reason,
     )
-    return StubPlan(stub, args, tensor_outputs)
+    return StubPlan(stub, args, tensor_outputs, tuple(names.deleted))
+
+
+def _explicit_super(
+    stmt: cst.CSTNode, local: dict, globals_: dict, self_name: str, span: Span
+) -> cst.CSTNode:
+    """`super()` as `super(Block, self)`: fallback code runs in a module-level
+    function, which has no `__class__` cell; the class comes from the user's
+    module like any other global the statement reads."""
+    cls = local.get("__class__")
+    if not isinstance(cls, type) or not _calls_bare_super(stmt):
+        return stmt
+    top = cls.__qualname__.split(".")[0]
+    if "<locals>" in cls.__qualname__ or globals_.get(top) is None:
+        raise Unsupported("super() in a class that is not a module global", span)
+    owner = cst.parse_expression(cls.__qualname__)
+    args = [cst.Arg(owner), cst.Arg(cst.Name(self_name))]
+
+    class _Explicit(cst.CSTTransformer):
+        def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.Call:
+            if _is_bare_super(updated):
+                return updated.with_changes(args=args)
+            return updated
+
+    return stmt.visit(_Explicit())
+
+
+def _is_bare_super(node: cst.CSTNode) -> bool:
+    return (
+        isinstance(node, cst.Call)
+        and isinstance(node.func, cst.Name)
+        and node.func.value == "super"
+        and not node.args
+    )
+
+
+def _calls_bare_super(stmt: cst.CSTNode) -> bool:
+    found = []
+
+    class _Find(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            if _is_bare_super(node):
+                found.append(node)
+
+    stmt.visit(_Find())
+    return bool(found)
 
 
 def _arg(value: Any, builder, module_paths: dict[int, str], span: Span) -> Any:
@@ -217,4 +385,4 @@ def _arg(value: Any, builder, module_paths: dict[int, str], span: Span) -> Any:
     raise Unsupported(f"passes a {type(value).__name__} to fallback code", span)
 
 
-__all__ = ["Stub", "StubPlan", "plan_stub"]
+__all__ = ["Stub", "StubPlan", "plan_stub", "stub_function"]

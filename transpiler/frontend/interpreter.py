@@ -11,10 +11,13 @@ way becomes a guard of the variant. Anything else raises `Unsupported`.
 from __future__ import annotations
 
 import builtins
+import collections
 import inspect
 import operator
+import traceback
 import types
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import libcst as cst
@@ -22,8 +25,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transpiler.frontend.fallback import Names, Stub, plan_stub
-from transpiler.frontend.recorder import OpaqueValue, Recorder, Unsupported
+from transpiler.frontend.fallback import MUTATORS, Names, StateWrites, Stub, plan_stub
+from transpiler.frontend.guards import AttrRead, GlobalRead, ModuleRead, guardable
+from transpiler.frontend.recorder import (
+    OpaqueValue,
+    Recorder,
+    Unsupported,
+    check_dtypes,
+)
 from transpiler.frontend.source import SourceCache, SourceFile
 from transpiler.ir.graph import (
     FALLBACK,
@@ -96,7 +105,6 @@ PYTHON_SIDE_EFFECTS = {
     builtins.eval,
     builtins.breakpoint,
 }
-GUARD_TYPES = (bool, int, float, str, type(None))
 # Code from these modules runs directly at transpile time (on meta tensors and Python
 # values): it has no effect outside the values it returns. Anything else (NumPy,
 # logging, I/O, C extensions) becomes fallback code that runs when the model does.
@@ -112,8 +120,60 @@ PURE_MODULES = (
     "numbers",
     "einops",
 )
+# Functions of torch (and the modules above) that act on the world or on global state
+# rather than computing a value: RNG state, files, settings, devices, processes,
+# autograd. They must run when the model does, in order, so they are graph breaks.
+EFFECT_MODULES = (
+    "torch.random",
+    "torch.serialization",
+    "torch.cuda",
+    "torch.mps",
+    "torch.xpu",
+    "torch.distributed",
+    "torch.multiprocessing",
+    "torch.profiler",
+    "torch.autograd",
+    "torch.hub",
+    "torch.utils.tensorboard",
+    "torch._tensor_str",
+    "torch.backends",
+)
+EFFECT_NAMES = {
+    "manual_seed",
+    "seed",
+    "initial_seed",
+    "get_rng_state",
+    "set_rng_state",
+    "get_state",
+    "set_state",
+    "save",
+    "load",
+    "from_file",
+    "use_deterministic_algorithms",
+    "backward",
+    "register_hook",
+    "register_post_accumulate_grad_hook",
+    "retain_grad",
+    "record_stream",
+    "share_memory_",
+    "pin_memory",
+}
+# Builtins that, called without arguments, read the calling frame: here that would be
+# the interpreter's, so they run in fallback code, in the user's.
+FRAME_READERS = {builtins.locals, builtins.globals, builtins.vars, builtins.dir}
+MUTABLE_CONTAINERS = (list, dict, set, bytearray, collections.deque)
 MAX_BRANCHES = 8  # data-dependent conditions along one path through the code
 MAX_UNROLL = 1024  # iterations of a `while` on Python values
+
+
+class UserCodeError(Exception):
+    """The user's code raised under the declared inputs: eager would raise it on
+    every call, so it is the user's error to report, not fallback code to write."""
+
+    def __init__(self, error: BaseException, span: Span | None):
+        super().__init__(f"{type(error).__name__}: {_first_line(error)}")
+        self.error = error
+        self.span = span
 
 
 class _Return(Exception):
@@ -130,10 +190,13 @@ class _Continue(Exception):
 
 
 class Frame:
-    def __init__(self, src: SourceFile, local: dict, globals_: dict):
+    def __init__(
+        self, src: SourceFile, local: dict, globals_: dict, self_name: str = ""
+    ):
         self.src = src
         self.locals = local
         self.globals = globals_
+        self.self_name = self_name  # a method's first parameter, for `super()`
 
 
 @dataclass(frozen=True)
@@ -166,7 +229,9 @@ class Interpreter:
         self.recorder = recorder
         self.sources = sources
         self.module_paths = module_paths  # id(module) -> "self.attn"
-        self.guards: dict[str, None] = {}  # ordered set of guard expressions
+        # what the variant depends on, in the order read (frontend/guards.py):
+        # AttrRead / GlobalRead -> the value, ModuleRead -> interpreted or not
+        self.guards: dict[tuple, Any] = {}
         self.depth = 0
         self.decisions = decisions
         self.branches: list[BranchPoint] = []
@@ -176,6 +241,13 @@ class Interpreter:
         # integer comparisons decided here, as (span, operator, left, right, outcome):
         # with a dynamic dimension, one whose operands change with it is a guard
         self.comparisons: list[tuple] = []
+        # Python state outside the frame: containers reached through attributes and
+        # globals (`shared`, by id), and attributes that fallback code may change
+        # (`changed`: id(object) -> names, None for any), read at run time after
+        self.shared: set[int] = set()
+        self.changed: dict[int, set[str | None]] = {}
+        self._held: list = []  # keeps the ids above valid
+        self.in_tensor_loop = 0  # depth of `while` bodies on tensor data
 
     # ---- functions ------------------------------------------------------------
 
@@ -184,12 +256,11 @@ class Interpreter:
         src, node = self.sources.function(fn)
         try:
             bound = inspect.signature(fn).bind(*args, **kwargs)
-        except TypeError as e:
-            raise Unsupported(
-                f"bad call of {fn.__qualname__}: {e}", self._span()
-            ) from e
+        except TypeError as e:  # Python raises it before the call
+            raise _users(TypeError(f"{fn.__qualname__}(): {e}")) from None
         bound.apply_defaults()
-        frame = Frame(src, dict(bound.arguments), fn.__globals__)
+        first = next(iter(bound.arguments), "")
+        frame = Frame(src, dict(bound.arguments), fn.__globals__, first)
         if fn.__closure__:
             for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
                 frame.locals.setdefault(name, cell.cell_contents)
@@ -204,7 +275,8 @@ class Interpreter:
             return r.value
         finally:
             self.depth -= 1
-            self.recorder.span = saved
+            if saved is not None:  # the outermost call keeps its last line's span
+                self.recorder.span = saved
 
     def call(self, fn, args: tuple, kwargs: dict) -> Any:
         if isinstance(fn, nn.Sequential) and not self._is_user(type(fn).forward):
@@ -214,8 +286,15 @@ class Interpreter:
             return x
         if isinstance(fn, nn.Module):
             forward = type(fn).forward
-            if self._is_user(forward):
+            interpreted = self._is_user(forward)
+            path = self.module_paths.get(id(fn))
+            if path is not None:  # its class, hooks and (for a layer) state
+                self.guards[ModuleRead(path, called=True)] = interpreted
+            if interpreted:
                 return self.run_function(forward, (fn, *args), kwargs)
+            if any(isinstance(a, OpaqueValue) for a in (*args, *kwargs.values())):
+                span = self._span()
+                raise Unsupported("uses a value computed by fallback code", span)
             return fn(*args, **kwargs)
         if isinstance(fn, types.MethodType) and self._is_user(fn.__func__):
             return self.run_function(fn.__func__, (fn.__self__, *args), kwargs)
@@ -227,6 +306,8 @@ class Interpreter:
             raise Unsupported(
                 f"calls {fn.__name__}(), a Python side effect", self._span()
             )
+        if fn in FRAME_READERS and not args:  # would see the interpreter's frame
+            raise Unsupported(f"calls {fn.__name__}(), which reads the frame")
         if any(isinstance(a, OpaqueValue) for a in (*args, *kwargs.values())):
             raise Unsupported("uses a value computed by fallback code", self._span())
         if fn in (builtins.min, builtins.max) and all(_is_int(a) for a in args):
@@ -234,7 +315,17 @@ class Interpreter:
             for a in args:  # which argument won is a comparison too
                 self.comparisons.append((self._span(), "Equal", result, a, result == a))
             return result
+        if self._mutates_shared(fn, args):
+            name = getattr(fn, "__name__", type(fn).__name__)
+            raise Unsupported(
+                f"calls {name}(), which changes state outside forward", self._span()
+            )
         owner = _owner(fn)
+        if _has_effect(fn, owner):
+            name = getattr(fn, "__name__", type(fn).__name__)
+            raise Unsupported(
+                f"calls {owner}.{name}, which acts at run time", self._span()
+            )
         if not owner.startswith(PURE_MODULES):
             name = getattr(fn, "__qualname__", type(fn).__name__)
             raise Unsupported(f"calls {owner}.{name}, outside PyTorch", self._span())
@@ -242,9 +333,33 @@ class Interpreter:
             return fn(*args, **kwargs)
         except Unsupported:
             raise
-        except (RuntimeError, NotImplementedError) as e:
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            raise Unsupported(f"needs tensor data: {msg}", self._span()) from e
+        except Exception as e:
+            if needs_data(e):
+                raise Unsupported(f"needs tensor data: {_first_line(e)}") from e
+            raise
+
+    def _mark_changed(self, stmt, frame: Frame) -> None:
+        """After fallback code: what it may assign (see StateWrites) is read at run
+        time from now on."""
+        writes = StateWrites()
+        stmt.visit(writes)
+        for expr, attr in writes.found:
+            obj = _lookup(expr, frame)
+            if obj is not _MISSING:
+                self.changed.setdefault(id(obj), set()).add(attr)
+                self._held.append(obj)
+
+    def _mutates_shared(self, fn, args: tuple) -> bool:
+        """`self.seen.append(x)`, `setattr(self, "n", 1)`: run at transpile time, the
+        change would happen once, to the traced objects, never when the model runs."""
+        if fn in (builtins.setattr, builtins.delattr, object.__setattr__):
+            return True
+        owner = getattr(fn, "__self__", None)
+        return (
+            getattr(fn, "__name__", "") in MUTATORS
+            and isinstance(owner, MUTABLE_CONTAINERS)
+            and id(owner) in self.shared
+        )
 
     def _is_user(self, fn) -> bool:
         if not isinstance(fn, types.FunctionType):
@@ -255,6 +370,7 @@ class Interpreter:
             return False
 
     def _extern(self, target: str, fn, args, kwargs):
+        check_dtypes(target, args, kwargs)
         layout = EXTERN_LAYOUT.get(target)
         with torch.utils._python_dispatch._disable_current_modes():
             out = fn(*args, **kwargs)
@@ -275,17 +391,35 @@ class Interpreter:
         span = Span(frame.src.display, line, frame.src.text_of(line))
         self.recorder.span = span
         builder = self.recorder.builder
-        mark = builder.checkpoint()
+        mark = (builder.checkpoint(), len(self.guards), len(self.comparisons))
         try:
             self._exec_stmt(stmt, frame)
-        except (_Return, _Break, _Continue):
+        except (_Return, _Break, _Continue, UserCodeError):
             raise
         except Unsupported as e:
-            builder.rollback(mark)
+            self._rollback(mark)
             self.fallback(stmt, frame, span, e.reason)
-        except Exception as e:  # the user's code fails on meta values: run it eagerly
-            builder.rollback(mark)
-            self.fallback(stmt, frame, span, f"{type(e).__name__}: {e}".strip())
+        except Exception as e:
+            self._rollback(mark)
+            if not needs_data(e) and not _ours(e) and not self.conditional:
+                raise UserCodeError(e, span) from e
+            # it fails on meta values (or maybe only on this path): run it eagerly
+            self.fallback(stmt, frame, span, f"{type(e).__name__}: {_first_line(e)}")
+
+    @property
+    def conditional(self) -> bool:
+        """Whether the statement being run may not run at all for these inputs: it
+        follows a condition on tensor data, or is in a `while` on tensor data."""
+        return bool(self.branches) or self.in_tensor_loop > 0
+
+    def _rollback(self, mark: tuple[int, int, int]) -> None:
+        """Forget what a statement that becomes fallback code recorded: its nodes,
+        and the guards and comparisons of values it read (it reads them itself)."""
+        nodes, guards, comparisons = mark
+        self.recorder.builder.rollback(nodes)
+        for guard in list(self.guards)[guards:]:
+            del self.guards[guard]
+        del self.comparisons[comparisons:]
 
     def fallback(self, stmt, frame: Frame, span: Span, reason: str) -> None:
         """Record `stmt` as fallback code (a graph break) and bind what it assigns.
@@ -297,9 +431,19 @@ class Interpreter:
         self.recorder.span = span
         builder = self.recorder.builder
         plan = plan_stub(
-            stmt, frame.locals, frame.globals, span, reason, builder, self.module_paths
+            stmt,
+            frame.locals,
+            frame.globals,
+            span,
+            reason,
+            builder,
+            self.module_paths,
+            frame.self_name,
         )
         index = self.stubs.setdefault(plan.stub, len(self.stubs))
+        self._mark_changed(stmt, frame)
+        for n in plan.deleted:
+            frame.locals.pop(n, None)
         kwargs = [("_after", self.last_stub)] if self.last_stub else []
         written = {builder.name_of(t) for t in plan.tensor_outputs.values()}
         readers = [
@@ -383,9 +527,15 @@ class Interpreter:
             if isinstance(test, torch.Tensor):
                 raise Unsupported("assert on tensor data, checked at run time")
             if not test:
-                raise Unsupported("assertion fails for this variant", self._span())
+                message = () if stmt.msg is None else (self.eval(stmt.msg, frame),)
+                raise _users(AssertionError(*message))
         else:
             raise Unsupported(f"unsupported statement: {kind}", self._span())
+
+    def eval_NamedExpr(self, expr: cst.NamedExpr, frame: Frame) -> Any:
+        value = self.eval(expr.value, frame)
+        self.assign(expr.target, value, frame)
+        return value
 
     def exec_If(self, stmt: cst.If, frame: Frame) -> None:
         if self.static(stmt.test, frame, "if"):
@@ -452,6 +602,7 @@ class Interpreter:
             self.last_stub,
         )
         before = {n: frame.locals[n] for n in carried}
+        self.in_tensor_loop += 1
         try:
             placeholders = []
             for n in carried:
@@ -485,6 +636,7 @@ class Interpreter:
                 span,
             )
         finally:
+            self.in_tensor_loop -= 1
             builder.rollback(mark)
             self.last_stub = last_stub
             frame.locals.update(before)
@@ -591,7 +743,11 @@ class Interpreter:
         if name in frame.locals:
             return frame.locals[name]
         if name in frame.globals:
-            return frame.globals[name]
+            value = frame.globals[name]
+            module = frame.globals.get("__name__")
+            if isinstance(module, str) and guardable(value):
+                self.guards[GlobalRead(module, name)] = value
+            return self._share(value)
         if name in ("True", "False", "None"):
             return {"True": True, "False": False, "None": None}[name]
         if hasattr(builtins, name):
@@ -601,11 +757,18 @@ class Interpreter:
     def eval_Attribute(self, expr: cst.Attribute, frame: Frame) -> Any:
         base = self.eval(expr.value, frame)
         attr = expr.attr.value
-        value = getattr(base, attr)
+        changed = self.changed.get(id(base), ())
+        if attr in changed or None in changed:
+            raise Unsupported(f"reads .{attr}, which fallback code may have changed")
+        value = self._share(getattr(base, attr))
         path = self.module_paths.get(id(base))
-        if path is not None and isinstance(value, GUARD_TYPES):
-            self.guards[_guard(f"{path}.{attr}", value)] = None
-        elif path is not None and _is_config(value):  # `self.config.n_head` too
+        if path is None:
+            return value
+        if guardable(value):
+            self.guards[AttrRead(path, attr)] = value
+        elif isinstance(value, nn.Module) and id(value) in self.module_paths:
+            self.guards[ModuleRead(self.module_paths[id(value)], called=False)] = None
+        elif _is_config(value):  # `self.config.n_head` too
             self.module_paths.setdefault(id(value), f"{path}.{attr}")
         return value
 
@@ -623,7 +786,17 @@ class Interpreter:
                 kwargs[arg.keyword.value] = value
             else:
                 args.append(value)
+        if fn is builtins.super and not args and not kwargs:
+            return self._super(frame)
         return self.call(fn, tuple(args), kwargs)
+
+    def _super(self, frame: Frame) -> Any:
+        """`super()` in a method: Python passes the class being defined (the
+        `__class__` cell, a free variable of the method) and the first argument."""
+        cls = frame.locals.get("__class__")
+        if not isinstance(cls, type) or frame.self_name not in frame.locals:
+            raise Unsupported("super() outside a method", self._span())
+        return super(cls, frame.locals[frame.self_name])
 
     def eval_BinaryOperation(self, expr, frame: Frame) -> Any:
         op = BINARY_OPS[type(expr.operator).__name__]
@@ -668,7 +841,15 @@ class Interpreter:
     def eval_Subscript(self, expr: cst.Subscript, frame: Frame) -> Any:
         value = self.eval(expr.value, frame)
         index = [self._slice(e.slice, frame) for e in expr.slice]
-        return value[index[0] if len(index) == 1 else tuple(index)]
+        item = value[index[0] if len(index) == 1 else tuple(index)]
+        return self._share(item) if id(value) in self.shared else item
+
+    def _share(self, value: Any) -> Any:
+        """Note a mutable container that code outside this call can see."""
+        if isinstance(value, MUTABLE_CONTAINERS):
+            self.shared.add(id(value))
+            self._held.append(value)
+        return value
 
     def _slice(self, s, frame: Frame) -> Any:
         if isinstance(s, cst.Index):
@@ -801,6 +982,83 @@ def contains_jump(body: cst.CSTNode) -> bool:
     return bool(found)
 
 
+_MISSING = object()
+# Messages of errors that meta tensors raise where real ones would compute a value
+_NEEDS_DATA = ("meta", "data-dependent", "data dependent", "no data")
+
+
+# What torch raises for bad shapes, dtypes, indices and arguments
+TORCH_ERRORS = (RuntimeError, ValueError, IndexError, TypeError)
+_HERE = Path(__file__).resolve().parents[1]  # the transpiler package
+
+
+def _users(error: BaseException) -> BaseException:
+    """Mark an error raised here on behalf of the user's code (a failed `assert`,
+    a call Python would reject) as the user's."""
+    error.transpile_users = True
+    return error
+
+
+def _ours(error: BaseException) -> bool:
+    """Whether `error` is a limit of this interpreter rather than the user's code:
+    raised inside the transpiler package (not by torch through it, nor marked by
+    `_users`). Such a statement becomes fallback code, which raises at run time if
+    the code really is wrong."""
+    if getattr(error, "transpile_users", False) or isinstance(error, TORCH_ERRORS):
+        return False
+    frames = traceback.extract_tb(error.__traceback__)
+    return bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(_HERE)
+
+
+def needs_data(error: BaseException) -> bool:
+    """Whether `error` comes from running on meta tensors (an op with no meta
+    implementation, a value that needs data) rather than from the code itself."""
+    if isinstance(error, NotImplementedError):
+        return True
+    text = str(error).lower()
+    return any(marker in text for marker in _NEEDS_DATA)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _lookup(expr: cst.BaseExpression, frame: Frame) -> Any:
+    """The object a name or attribute chain (`self.cache`) denotes, without
+    recording anything; _MISSING for any other expression."""
+    if isinstance(expr, cst.Name):
+        for scope in (frame.locals, frame.globals):
+            if expr.value in scope:
+                return scope[expr.value]
+        return _MISSING
+    if isinstance(expr, cst.Attribute):
+        base = _lookup(expr.value, frame)
+        if base is _MISSING:
+            return _MISSING
+        try:
+            return getattr(base, expr.attr.value)
+        except Exception:
+            return _MISSING
+    return _MISSING
+
+
+def _has_effect(fn, owner: str) -> bool:
+    """Whether calling `fn` (from module `owner`) changes state outside its result
+    or reads state of the run (see EFFECT_MODULES); only torch's own functions are
+    run at transpile time, so only they are checked."""
+    if not owner.startswith("torch") or fn in NO_EFFECT_CONTEXTS:
+        return False
+    name = getattr(fn, "__name__", "")
+    return (
+        owner.startswith(EFFECT_MODULES)
+        or name in EFFECT_NAMES
+        or name.startswith("set_")
+        or fn is torch.Generator  # a stateful object of the run
+        or isinstance(getattr(fn, "__self__", None), torch.Generator)
+    )
+
+
 def _owner(fn) -> str:
     """The module a callable comes from ("torch", "numpy", ...); methods of Python
     and torch objects count as their type's module."""
@@ -810,13 +1068,3 @@ def _owner(fn) -> str:
     if module is None:
         module = type(fn).__module__
     return module or "builtins"
-
-
-def _guard(path: str, value: Any) -> str:
-    if value is None:
-        return f"{path} is None"
-    if value is True:
-        return path
-    if value is False:
-        return f"not {path}"
-    return f"{path} == {value!r}"

@@ -11,8 +11,7 @@ PyTorch's decomposition of it, whose ops are recorded instead.
 
 from __future__ import annotations
 
-import builtins
-import keyword
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from transpiler.codegen.text import identifier, is_reserved, unreserved
 from transpiler.ir.graph import DEVICE, Node, Ref, Span, TensorMeta, map_refs
 
 
@@ -95,15 +95,21 @@ class GraphBuilder:
         self._used: dict[str, int] = {}
         self._taken: set[str] = set()
         self._stale: set[int] = set()
+        # storages of inputs, parameters and buffers: memory the caller owns
+        self._owned: set[int] = set()
 
     def fresh(self, base: str) -> str:
-        """A new unique name: `base`, else `base_1`, `base_2`, ...; never a Python
-        keyword or builtin (`sum` becomes `sum_`), as names become variables."""
-        base = base.replace(".", "_")
+        """A new unique name: `base`, else `base_1`, `base_2`, ...; never a name the
+        generated code has a use for (`text.is_reserved`: a keyword, a builtin, a
+        local or global of the wrapper), as names become variables there: `sum`
+        becomes `sum_`, `empty` `empty_`, `_cpu_0` `v_cpu_0`. A base that is no
+        name (a parameter's path through `nn.ModuleDict` keys: `d.a"b.weight`,
+        `d.².weight`) becomes one: `d_a_b_weight`, `d_2_weight`."""
+        text = re.sub(r"\W", "_", base)
+        base = unreserved(identifier(text) or identifier(f"v_{text}") or "v")
         n = self._used.get(base, 0)
-        shadows = keyword.iskeyword(base) or hasattr(builtins, base)
-        name = f"{base}_{n}" if n else base + "_" * shadows
-        while name in self._taken:
+        name = f"{base}_{n}" if n else base + "_" * is_reserved(base)
+        while name in self._taken or is_reserved(name):
             n += 1
             name = f"{base}_{n}"
         self._used[base] = n + 1
@@ -161,6 +167,8 @@ class GraphBuilder:
         self.nodes.append(node)
         self._taken.add(node.name)
         self.bind(tensor, node.name)
+        if node.op in ("input", "param"):
+            self._owned.add(_storage(tensor))
 
     def add(self, op, target, args=(), kwargs=(), meta=None, span=None, base=None):
         name = self.fresh(base or target.split(".")[1] if op == "call" else target)
@@ -174,6 +182,12 @@ class GraphBuilder:
 
     def add_input(self, name: str, tensor: torch.Tensor) -> None:
         self.bind(tensor, self.add("input", name, meta=TensorMeta.of(tensor)))
+        self._owned.add(_storage(tensor))
+
+    def owned_by_caller(self, tensor: torch.Tensor) -> bool:
+        """Whether `tensor` shares memory with an input, parameter or buffer (is
+        one, or a view, `detach` or alias of one): writing it writes the caller's."""
+        return _storage(tensor) in self._owned
 
     def ref(self, tensor: torch.Tensor, span: Span | None) -> Ref:
         if isinstance(tensor, OpaqueValue):
@@ -185,6 +199,7 @@ class GraphBuilder:
             path = self._params[id(tensor)]
             name = self.add("param", path, meta=TensorMeta.of(tensor), span=span)
             self.bind(tensor, name)
+            self._owned.add(_storage(tensor))
         if name is None:
             raise Unsupported("uses a tensor created outside the compiled code", span)
         return Ref(name)
@@ -199,6 +214,45 @@ class GraphBuilder:
 
     def name_of(self, tensor: torch.Tensor) -> str | None:
         return self._names.get(id(tensor))
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    """The identity of a tensor's storage (meta tensors have storages too)."""
+    return tensor.untyped_storage()._cdata
+
+
+# Ops whose CPU and CUDA kernels take tensors of one dtype only (meta kernels do not
+# check: a bf16 input into an f32 linear layer runs on meta and raises in eager).
+SAME_DTYPE = {
+    "aten.mm.default",
+    "aten.addmm.default",
+    "aten.bmm.default",
+    "aten.baddbmm.default",
+    "aten.addbmm.default",
+    "aten.mv.default",
+    "aten.addmv.default",
+    "aten.dot.default",
+    "aten.convolution.default",
+    "aten.scaled_dot_product_attention.default",
+}
+
+
+def check_dtypes(target: str, args, kwargs) -> None:
+    """Raise what eager raises for tensors of different dtypes in a SAME_DTYPE op."""
+    if target not in SAME_DTYPE:
+        return
+    flat, _ = tree_flatten((args, kwargs))
+    dtypes = list(
+        dict.fromkeys(
+            t.dtype
+            for t in flat
+            if isinstance(t, torch.Tensor) and t.dtype != torch.bool  # masks
+        )
+    )
+    if len(dtypes) > 1:
+        shown = " and ".join(str(d).removeprefix("torch.") for d in dtypes)
+        name = target.split(".")[1]
+        raise RuntimeError(f"{name} takes tensors of one dtype, got {shown}")
 
 
 def op_name(func) -> str:
@@ -220,6 +274,7 @@ class Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        check_dtypes(op_name(func), args, kwargs)
         if func in self.decompositions:
             with self:
                 out = self.decompositions[func](*args, **kwargs)
@@ -295,7 +350,16 @@ class Recorder(TorchDispatchMode):
             or (base is not None and not self.builder.knows(base))
         ):
             raise Unsupported(f"in-place {packet} on an input or parameter", self.span)
-        fn: Callable = getattr(functional, overload)
+        if self.builder.owned_by_caller(target):
+            # a view, `detach` or alias of an input, parameter or buffer: the write
+            # must reach the caller's tensor, which only eager code does for now
+            raise Unsupported(
+                f"in-place {packet} writes into an input, parameter or buffer",
+                self.span,
+            )
+        fn: Callable | None = getattr(functional, overload, None)
+        if fn is None:  # `transpose_`: changes the metadata, not the data
+            raise Unsupported(f"{func} changes its input in place", self.span)
         result = fn(*args, **kwargs)
         self.record(op_name(fn), args, kwargs, result)
         if base is not None:  # the base and its other views no longer hold this value

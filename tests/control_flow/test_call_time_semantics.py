@@ -1,0 +1,486 @@
+"""What the source does when it is called must happen when the generated code is
+called: state it writes, effects it has, names it binds, errors it raises.
+
+Each class below is a table of small modules. Every case is built with a CPU and a
+CUDA variant; the exported module (C++ kernels) and the `_cuda_0` variant (Triton's
+interpreter) are each called twice on fresh state, next to the source module, and
+must agree with it on the outputs *and* on every parameter, buffer, plain attribute
+and input after each call, with the RNG seeded the same before each call.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import re
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.compile_helpers import import_generated, unique_name
+from tests.devices import on_gpu
+from transpiler.api import build
+from transpiler.options import Options, Target, TensorSpec, Variant
+
+PRELUDE = """\
+import torch
+import torch.nn.functional as F
+from torch import nn
+"""
+
+
+def _build(source: str, inputs: dict[str, dict], root: Path):
+    """Build each class of `source` named in `inputs` for its example inputs, on
+    both devices, as one generated module (one C++ compile)."""
+    root.mkdir(parents=True, exist_ok=True)
+    stem = unique_name("src")
+    (root / f"{stem}.py").write_text(PRELUDE + textwrap.dedent(source))
+    targets = []
+    for name, example in inputs.items():
+        spec = tuple(
+            (k, TensorSpec(v.dtype, tuple(v.shape))) for k, v in example.items()
+        )
+        variants = (Variant(spec, "cpu"), Variant(spec, "cuda"))
+        targets.append(Target(f"{stem}.py::{name}", variants))
+    files = build(Options(targets=tuple(targets), root=root))
+    return import_generated(files, root, stem), files[f"{stem}.py"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory):
+    """`built(table)`: the generated module of a table of cases, built once."""
+    cache: dict[str, object] = {}
+
+    def get(table: str):
+        if table not in cache:
+            source, inputs = TABLES[table]()
+            cache[table] = _build(source, inputs, tmp_path_factory.mktemp(table))[0]
+        return cache[table]
+
+    return get
+
+
+def _state(module: torch.nn.Module) -> dict:
+    """Parameters, buffers and plain attributes, copied."""
+    plain = {
+        k: copy.deepcopy(v)
+        for k, v in vars(module).items()
+        if not k.startswith("_") and k != "training"
+    }
+    return {**plain, **{k: v.clone() for k, v in module.state_dict().items()}}
+
+
+def _same(a, b, where: str) -> None:
+    if isinstance(a, torch.Tensor):
+        torch.testing.assert_close(a, b, equal_nan=True, msg=where)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, (where, a, b)
+
+
+def _run_both(generated, name: str, inputs: Callable[[], dict], calls: int = 2) -> None:
+    """The exported module and its `_cuda_N` variant against the source, call by
+    call, on modules starting from the same weights."""
+    source_cls = getattr(generated._source, name)
+    torch.manual_seed(0)
+    eager = source_cls().eval()
+    for backend in ("cpu", "triton"):
+        mine = getattr(generated, name)().eval()
+        mine.load_state_dict(eager.state_dict())
+        reference = copy.deepcopy(eager)
+        for call in range(calls):
+            torch.manual_seed(call)
+            args = inputs()
+            theirs = {k: v.clone() for k, v in args.items()}
+            torch.manual_seed(100 + call)
+            with torch.no_grad():
+                want = reference(**theirs)
+            torch.manual_seed(100 + call)
+            with torch.no_grad():
+                if backend == "cpu":
+                    got = mine(**args)
+                else:
+                    got = _cuda_variant(generated, name)(mine, **args)
+            where = f"{name} {backend} call {call}"
+            _same(got, want, f"{where} output")
+            _same(args, theirs, f"{where} inputs")
+            _same(_state(mine), _state(reference), f"{where} state")
+
+
+def _cuda_variant(generated, name: str):
+    """The `_cuda_N` function that `name`'s dispatch calls."""
+    (variant,) = set(
+        re.findall(
+            r"_guards_(cuda_\d+)\(", inspect.getsource(getattr(generated, name).forward)
+        )
+    )
+    return on_gpu(getattr(generated, f"_{variant}"))
+
+
+# ------------------------------------------------- in-place writes into the caller's
+
+
+ALIAS_WRITES = {
+    "EmbeddingMaxNorm": (
+        """
+        class EmbeddingMaxNorm(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = nn.Parameter(torch.randn(10, 4) * 3)
+            def forward(self, x):
+                return F.embedding(x, self.weight, max_norm=1.0) * 2
+        """,
+        lambda: {"x": torch.tensor([1, 2, 1, 7])},
+    ),
+    "InstanceNormStats": (
+        """
+        class InstanceNormStats(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("rm", torch.zeros(4))
+                self.register_buffer("rv", torch.ones(4))
+            def forward(self, x):
+                y = F.instance_norm(
+                    x, running_mean=self.rm, running_var=self.rv, use_input_stats=True
+                )
+                return y + 1
+        """,
+        lambda: {"x": torch.randn(2, 4, 5)},
+    ),
+    "DetachedParamWrite": (
+        """
+        class DetachedParamWrite(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.scale = nn.Parameter(torch.ones(4))
+            def forward(self, x):
+                self.scale.detach().mul_(2)
+                return x * self.scale
+        """,
+        lambda: {"x": torch.randn(3, 4)},
+    ),
+    "InputRowWrite": (
+        """
+        class InputRowWrite(nn.Module):
+            def forward(self, x):
+                x[0].add_(1)
+                return x.sum(0)
+        """,
+        lambda: {"x": torch.randn(3, 4)},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALIAS_WRITES))
+def test_in_place_writes_through_aliases_reach_the_caller(
+    name: str, built, triton_interpreter: None
+) -> None:
+    _run_both(built("alias_writes"), name, ALIAS_WRITES[name][1])
+
+
+# ------------------------------------------------------------ torch calls with effects
+
+
+EFFECTS = """
+class SeedThenSample(nn.Module):
+    def forward(self, x):
+        a = torch.rand(4)
+        torch.manual_seed(0)
+        b = torch.rand(4)
+        y = x * 2
+        torch.manual_seed(3)
+        return y + a + b + torch.randn(4)
+
+class GeneratorSeed(nn.Module):
+    def forward(self, x):
+        g = torch.Generator()
+        g.manual_seed(5)
+        return x + torch.rand(4, generator=g)
+"""
+
+
+@pytest.mark.parametrize("name", ["SeedThenSample", "GeneratorSeed"])
+def test_rng_state_calls_run_at_call_time(
+    name: str, built, triton_interpreter: None
+) -> None:
+    _run_both(built("effects"), name, lambda: {"x": torch.randn(4)})
+
+
+def test_io_in_forward_happens_at_call_time_not_at_transpile_time(
+    tmp_path: Path,
+) -> None:
+    saved = tmp_path / "saved.pt"
+    source = f"""
+    class Saves(nn.Module):
+        def forward(self, x):
+            torch.save(x * 2, {str(saved)!r})
+            return x + 1
+    """
+    generated, text = _build(source, {"Saves": {"x": torch.randn(4)}}, tmp_path)
+    assert not saved.exists(), "torch.save ran at transpile time"
+    assert "torch.save(" in text  # in fallback code, verbatim
+    x = torch.randn(4)
+    with torch.no_grad():
+        out = generated.Saves().eval()(x)
+    torch.testing.assert_close(out, x + 1)
+    torch.testing.assert_close(torch.load(saved), x * 2)
+
+
+# ---------------------------------------------------- Python state the source changes
+
+
+STATE = {
+    "CountsSteps": """
+        class CountsSteps(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.steps = 0
+            def forward(self, x):
+                self.steps += 1
+                return x * self.steps
+        """,
+    "AppendsHistory": """
+        class AppendsHistory(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.seen = []
+            def forward(self, x):
+                self.seen.append(x.shape[0])
+                return x * len(self.seen)
+        """,
+    "SetsAttr": """
+        class SetsAttr(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.scale = 1.0
+            def forward(self, x):
+                setattr(self, "scale", self.scale * 2)
+                return x * self.scale
+        """,
+}
+
+
+@pytest.mark.parametrize("name", sorted(STATE))
+def test_state_written_by_the_source_is_read_at_call_time(
+    name: str, built, triton_interpreter: None
+) -> None:
+    _run_both(built("state"), name, lambda: {"x": torch.randn(3)}, calls=3)
+
+
+# ------------------------------------------------------- names bound by fallback code
+
+
+NAMES = """
+class Base(nn.Module):
+    def forward(self, x):
+        return x + 1
+
+class NestedDef(nn.Module):
+    def forward(self, x):
+        def twice(t):
+            return t * 2
+        return twice(x) + 1
+
+class Walrus(nn.Module):
+    def forward(self, x):
+        if (n := x.shape[0]) > 1:
+            x = x + n
+        return x * n
+
+class Deletes(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        z = x.tolist()
+        del z
+        return y + 1
+
+class LocalImport(nn.Module):
+    def forward(self, x):
+        import math
+        return x * math.pi
+
+class ReadsLocals(nn.Module):
+    def forward(self, x, scale=2.0):
+        args = locals()
+        return x * args["scale"]
+
+class SuperInFallback(Base):
+    def forward(self, x):
+        y = super().forward(x)
+        print(super().forward(y).shape)
+        return y * 2
+"""
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["NestedDef", "Walrus", "Deletes", "LocalImport", "ReadsLocals", "SuperInFallback"],
+)
+def test_fallback_code_keeps_the_names_it_binds(
+    name: str, built, triton_interpreter: None
+) -> None:
+    _run_both(built("names"), name, lambda: {"x": torch.randn(3)})
+
+
+# ------------------------------------------ errors of the user's code: exit 2, no files
+
+
+USER_ERRORS = {
+    "normalized shape": (
+        """
+        class Norm(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.ln = nn.LayerNorm(64)
+            def forward(self, x):
+                return self.ln(x) * 2
+        """,
+        "Norm",
+        "x=f32[8,32]",
+        "RuntimeError: Given normalized_shape=[64]",
+        "return self.ln(x) * 2",
+    ),
+    "heads do not divide": (
+        """
+        class Heads(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.heads = 5
+            def forward(self, x):
+                b, t, c = x.shape
+                return x.view(b, t, self.heads, c // self.heads)
+        """,
+        "Heads",
+        "x=f32[2,4,64]",
+        "RuntimeError: shape '[2, 4, 5, 12]' is invalid",
+        "return x.view(b, t, self.heads, c // self.heads)",
+    ),
+    "dtype of the weights": (
+        """
+        class Linear(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 8)
+            def forward(self, x):
+                return self.fc(x)
+        """,
+        "Linear",
+        "x=bf16[2,8]",
+        "float32 and bfloat16",
+        "return self.fc(x)",
+    ),
+    "assertion": (
+        """
+        class Checks(nn.Module):
+            def forward(self, x):
+                assert x.shape[-1] == 3, "wants 3 channels"
+                return x
+        """,
+        "Checks",
+        "x=f32[2,4]",
+        "AssertionError: wants 3 channels",
+        'assert x.shape[-1] == 3, "wants 3 channels"',
+    ),
+    "bad call of a helper": (
+        """
+        def helper(a, b):
+            return a + b
+
+        class Calls(nn.Module):
+            def forward(self, x):
+                return helper(x)
+        """,
+        "Calls",
+        "x=f32[2,4]",
+        "TypeError: helper(): missing a required argument: 'b'",
+        "return helper(x)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(USER_ERRORS))
+def test_errors_of_the_users_code_fail_the_run(case: str, tmp_path: Path) -> None:
+    source, name, example, message, line = USER_ERRORS[case]
+    text = PRELUDE + textwrap.dedent(source)
+    (tmp_path / "model.py").write_text(text)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "transpiler.cli",
+            f"model.py::{name}",
+            "--example",
+            example,
+            "--device",
+            "cpu",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    (error,) = done.stderr.strip().splitlines()
+    lineno = text.splitlines().index(textwrap.indent(line, " " * 8)) + 1
+    assert error.startswith(f"transpile: error: model.py:{lineno}: "), error
+    assert message in error and f"when called with cpu: {example}" in error, error
+    assert not (tmp_path / "generated").exists()
+
+
+def test_errors_on_a_path_chosen_by_data_stay_in_fallback_code(
+    tmp_path: Path, triton_interpreter: None
+) -> None:
+    source = """
+    class MaybeBad(nn.Module):
+        def forward(self, x):
+            if x.sum() > 1000:
+                return x.view(3, -1)
+            return x * 2
+    """
+    generated, text = _build(source, {"MaybeBad": {"x": torch.randn(2, 4)}}, tmp_path)
+    assert "_fallback_0" in text
+    _run_both(generated, "MaybeBad", lambda: {"x": torch.randn(2, 4)})
+    with torch.no_grad(), pytest.raises(RuntimeError, match="invalid for input"):
+        generated.MaybeBad().eval()(torch.full((2, 4), 1000.0))
+
+
+TABLES: dict[str, Callable[[], tuple[str, dict[str, dict]]]] = {
+    "alias_writes": lambda: (
+        "".join(textwrap.dedent(src) for src, _ in ALIAS_WRITES.values()),
+        {name: make() for name, (_, make) in ALIAS_WRITES.items()},
+    ),
+    "effects": lambda: (
+        EFFECTS,
+        {n: {"x": torch.randn(4)} for n in ("SeedThenSample", "GeneratorSeed")},
+    ),
+    "state": lambda: (
+        "".join(textwrap.dedent(src) for src in STATE.values()),
+        {name: {"x": torch.randn(3)} for name in STATE},
+    ),
+    "names": lambda: (
+        NAMES,
+        {
+            n: {"x": torch.randn(3)}
+            for n in (
+                "NestedDef",
+                "Walrus",
+                "Deletes",
+                "LocalImport",
+                "ReadsLocals",
+                "SuperInFallback",
+            )
+        },
+    ),
+}
