@@ -7,12 +7,16 @@ CPU variant (C++ kernels, compiled by runtime_shim) and the CUDA variant (Triton
 kernels; called with CPU tensors, they run in Triton's interpreter). A module's
 variants take the instance first. Many targets in one source share one generated
 module, so one C++ compile: batch cases into one call where you can.
+`Compiled.check(inputs)` runs both variants against eager on clones of `inputs` and
+compares outputs, inputs, parameters and buffers after the call (`check_call`).
 
 `trace_source` runs only the frontend, for tests of the graph passes.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
 import inspect
 import itertools
@@ -26,10 +30,13 @@ from types import ModuleType
 from typing import Any
 from unittest import mock
 
-os.environ.setdefault("TRITON_INTERPRET", "1")
+if os.environ.get("TRANSPILE_TEST_DEVICE") != "cuda":  # see tests/devices.py
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import torch
 
+from tests.devices import on_gpu
+from tests.helpers import build_pair, check_call, variant_dtype
 from transpiler import passes
 from transpiler.api import build, write
 from transpiler.frontend.loader import resolve
@@ -85,6 +92,28 @@ class Compiled:
     def eager(self) -> Callable[..., Any]:
         """The user's source function, as Python runs it."""
         return getattr(self.module._source, self.name)
+
+    def check(
+        self,
+        inputs: Mapping[str, object],
+        init: Mapping[str, object] | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        """`.cpu`, then `.cuda`, against `.eager` by `helpers.check_call`: outputs,
+        and every input, parameter, buffer and plain attribute after the call.
+
+        A module class is built once on each side from `init`, with the same seeded
+        weights (`helpers.build_pair`); both variants run on the generated instance,
+        eager's in step. `dtype` (tolerances) defaults to the inputs' f16/bf16.
+        """
+        dtype = dtype or variant_dtype(specs(inputs))
+        exported = getattr(self.module, self.name)
+        eager, mine = build_pair(self.eager, exported, init or {})
+        for backend, variant in (("cpu", self.cpu), ("triton", self.cuda)):
+            run = variant
+            if isinstance(mine, torch.nn.Module):
+                run = functools.partial(variant, mine)
+            check_call(run, eager, inputs, dtype, f"{self.name} {backend}")
 
 
 def unique_name(prefix: str) -> str:
@@ -145,7 +174,7 @@ def compile_source(
             fn,
             module,
             cpu,
-            cuda,
+            on_gpu(cuda),
             inspect.getsource(cpu),
             inspect.getsource(cuda),
             cpp_text,
@@ -182,6 +211,17 @@ class TraceResult:
         """`graph` on real inputs, by the reference interpreter."""
         module = self.obj if isinstance(self.obj, torch.nn.Module) else None
         return run_graph(graph, dict(inputs), module)
+
+    def check(self, graph: Graph, inputs: Mapping[str, object]) -> None:
+        """`run(graph)` against eager by `helpers.check_call`: outputs, inputs,
+        parameters and buffers after the call; eager runs on a copy of the module."""
+        eager = copy.deepcopy(self.obj)
+        modules = (self.obj, eager) if isinstance(eager, torch.nn.Module) else None
+
+        def run(**kwargs: object) -> Any:
+            return self.run(graph, kwargs)
+
+        check_call(run, eager, inputs, modules=modules)
 
 
 def trace_source(

@@ -7,11 +7,17 @@ same helpers to run the generated modules.
 Tolerances (DESIGN.md, "Testing"): float32 is compared with rtol=1e-4, atol=1e-5;
 f16/bf16 variants are compared, in float32, against eager run in float32 on upcast
 inputs and weights, with rtol=atol=2e-2; integer and bool outputs must be exact.
+
+`check_call` is the one differential check of a call: generated and eager each run on
+their own clones of the inputs (and their own module), then outputs, inputs,
+parameters, buffers and plain attributes must agree at those tolerances.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -253,23 +259,28 @@ def assert_close(
     got, want = flatten(actual), flatten(expected)
     assert len(got) == len(want), f"{where}: {len(got)} outputs, eager has {len(want)}"
     for i, (a, e) in enumerate(zip(got, want)):
-        at = f"{where} output {i}"
-        if not isinstance(e, torch.Tensor):
-            assert a == e, f"{at}: {a!r} != {e!r}"
-            continue
-        assert isinstance(a, torch.Tensor), f"{at}: {type(a).__name__}, not a tensor"
-        assert a.shape == e.shape, f"{at}: shape {tuple(a.shape)} != {tuple(e.shape)}"
-        if dtype in LOW_PRECISION:
-            a = a.float()
-        else:
-            assert a.dtype == e.dtype, f"{at}: dtype {a.dtype} != {e.dtype}"
-        torch.testing.assert_close(
-            a.detach().cpu(),
-            e.detach().cpu(),
-            equal_nan=True,
-            msg=lambda m, at=at: f"{at}: {m}",
-            **tolerance(dtype, e.dtype),
-        )
+        assert_value_close(a, e, dtype, f"{where} output {i}")
+
+
+def assert_value_close(a: object, e: object, dtype: torch.dtype, at: str) -> None:
+    """One leaf of `assert_close`: a tensor at the tolerance of `dtype`, any other
+    value exactly; `at` says which value it is in a failure."""
+    if not isinstance(e, torch.Tensor):
+        assert not isinstance(a, torch.Tensor) and a == e, f"{at}: {a!r} != {e!r}"
+        return
+    assert isinstance(a, torch.Tensor), f"{at}: {type(a).__name__}, not a tensor"
+    assert a.shape == e.shape, f"{at}: shape {tuple(a.shape)} != {tuple(e.shape)}"
+    if dtype in LOW_PRECISION:
+        a = a.float()
+    else:
+        assert a.dtype == e.dtype, f"{at}: dtype {a.dtype} != {e.dtype}"
+    torch.testing.assert_close(
+        a.detach().cpu(),
+        e.detach().cpu(),
+        equal_nan=True,
+        msg=lambda m: f"{at}: {m}",
+        **tolerance(dtype, e.dtype),
+    )
 
 
 def assert_same_dtypes(actual: object, expected: object, where: str = "") -> None:
@@ -277,3 +288,131 @@ def assert_same_dtypes(actual: object, expected: object, where: str = "") -> Non
     for i, (a, e) in enumerate(zip(flatten(actual), flatten(expected))):
         if isinstance(e, torch.Tensor):
             assert a.dtype == e.dtype, f"{where} output {i}: {a.dtype} != {e.dtype}"
+
+
+# ------------------------------------------------------ calls: outputs and mutations
+
+
+def check_call(
+    generated: Callable[..., Any],
+    eager: Callable[..., Any],
+    inputs: Mapping[str, object],
+    dtype: torch.dtype = torch.float32,
+    where: str = "",
+    *,
+    modules: tuple[torch.nn.Module, torch.nn.Module] | None = None,
+    device: str = "cpu",
+    context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> Any:
+    """Call `generated` and `eager` on independent clones of `inputs`; assert the same
+    outputs (structure, then `assert_close`), the same value of every input after the
+    call (in-place updates), and for modules the same parameters, buffers and plain
+    attributes after the call. Returns the generated output.
+
+    `modules` is (generated's, eager's): two instances that start from the same
+    state. By default they are found in the callables (`module_of`); calling again
+    continues from the states both reached. `generated` runs on clones moved to
+    `device`, inside `context()`; then eager, from the same CPU RNG state (code
+    that runs the source draws what eager draws). For f16/bf16 `dtype` the
+    reference is eager in float32 on upcast inputs and a float32 copy of its
+    module (see `reference`); output dtypes are eager's on another copy at the
+    low precision.
+    """
+    mine, theirs = modules or (module_of(generated), module_of(eager))
+    assert (mine is None) == (theirs is None), f"{where}: pass modules="
+    assert mine is None or mine is not theirs, f"{where}: one module on both sides"
+    args = clone(inputs, device)
+    rng = torch.get_rng_state()  # each side draws the same random numbers
+    with context():
+        actual = generated(**args)
+    want_args = clone(inputs)
+    if dtype in LOW_PRECISION:
+        assert theirs is None or eager is theirs, f"{where}: eager must be the module"
+        native = copy.deepcopy(eager) if theirs is not None else eager
+        torch.set_rng_state(rng)
+        assert_same_dtypes(actual, native(**clone(inputs)), where)
+        want_args = {name: upcast(value) for name, value in want_args.items()}
+        if theirs is not None:
+            eager = theirs = copy.deepcopy(theirs).float()
+    torch.set_rng_state(rng)
+    expected = eager(**want_args)
+    got, want = structure(actual), structure(expected)
+    assert got == want, f"{where}: output structure {got} != eager's {want}"
+    assert_close(actual, expected, dtype, where)
+    for name, value in want_args.items():
+        assert_tree_close(args[name], value, dtype, f"{where} input {name!r}")
+    if mine is not None:
+        assert_same_state(mine, theirs, dtype, where)
+    return actual
+
+
+def module_of(fn: Callable[..., Any]) -> torch.nn.Module | None:
+    """The module `fn` runs on: `fn` itself, a bound method's owner, or the first
+    argument of a `functools.partial(variant, module)`; None for a function."""
+    if isinstance(fn, functools.partial) and fn.args:
+        fn = fn.args[0]
+    fn = getattr(fn, "__self__", fn)
+    return fn if isinstance(fn, torch.nn.Module) else None
+
+
+def clone(value: Any, device: str = "cpu") -> Any:
+    """A copy of nested tensors (cloned, moved to `device`) and other values."""
+    if isinstance(value, torch.Tensor):
+        copied = value.detach().clone().to(device)
+        return copied.requires_grad_(value.requires_grad)
+    if isinstance(value, (tuple, list)):
+        return type(value)(clone(item, device) for item in value)
+    if isinstance(value, dict):
+        return {key: clone(item, device) for key, item in value.items()}
+    return copy.deepcopy(value)
+
+
+def structure(value: object) -> object:
+    """The containers of `value` (their types, lengths, keys), leaves left out."""
+    if isinstance(value, (tuple, list)):
+        return type(value), [structure(item) for item in value]
+    if isinstance(value, dict):
+        return type(value), [(key, structure(item)) for key, item in value.items()]
+    return None
+
+
+def assert_tree_close(
+    actual: object, expected: object, dtype: torch.dtype, at: str
+) -> None:
+    """Nested values leaf by leaf, as `assert_close` compares outputs."""
+    got, want = flatten(actual), flatten(expected)
+    assert len(got) == len(want), f"{at}: {len(got)} values, eager has {len(want)}"
+    for i, (a, e) in enumerate(zip(got, want)):
+        assert_value_close(a, e, dtype, at if len(want) == 1 else f"{at}[{i}]")
+
+
+def assert_same_state(
+    mine: torch.nn.Module, theirs: torch.nn.Module, dtype: torch.dtype, where: str
+) -> None:
+    """Every parameter, buffer and plain attribute of the two modules' trees."""
+    kinds = {
+        "parameter": lambda m: dict(m.named_parameters()),
+        "buffer": lambda m: dict(m.named_buffers()),
+        "attribute": plain_attributes,
+    }
+    for kind, get in kinds.items():
+        got, want = get(mine), get(theirs)
+        assert got.keys() == want.keys(), f"{where}: {kind}s {got.keys() ^ want.keys()}"
+        for name, value in want.items():
+            assert_tree_close(got[name], value, dtype, f"{where} {kind} {name!r}")
+
+
+def plain_attributes(module: torch.nn.Module) -> dict[str, object]:
+    """`vars` of every submodule (`training` included, `_private` ones not), by
+    qualified name. An object without an `==` of its own compares by identity: one
+    that each module has a copy of (deepcopy makes another) stands for its type."""
+    out = {}
+    for prefix, sub in module.named_modules():
+        for key, value in vars(sub).items():
+            if key.startswith("_"):
+                continue
+            no_eq = type(value).__eq__ is object.__eq__
+            if no_eq and copy.deepcopy(value) is not value:
+                value = type(value)
+            out[f"{prefix}.{key}" if prefix else key] = value
+    return out

@@ -1,7 +1,8 @@
 """`while` on tensor data: a Python loop around a body compiled once (LoopBody).
 
 Each case runs the generated CPU (C++) and Triton-interpreter variants against eager
-PyTorch on inputs that take zero, one and several iterations.
+PyTorch (`Compiled.check`: outputs and inputs after the call) on inputs that take
+zero, one and several iterations.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.compile_helpers import Compiled, assert_same, compile_source
+from tests.compile_helpers import Compiled, compile_source
 
 SOURCE = """
 import torch
@@ -63,11 +64,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compiled]:
 def test_loop_matches_eager_for_any_trip_count(
     scale: float, compiled: dict[str, Compiled]
 ) -> None:
-    c = compiled["halve"]
-    x = X * scale
-    want = c.eager(x)
-    assert_same(c.cpu(x), want, 1e-6, 1e-6)
-    assert_same(c.cuda(x), want, 1e-6, 1e-6)
+    compiled["halve"].check({"x": X * scale})
 
 
 def test_loop_is_compiled_not_fallback(compiled: dict[str, Compiled]) -> None:
@@ -80,11 +77,7 @@ def test_loop_is_compiled_not_fallback(compiled: dict[str, Compiled]) -> None:
 
 @pytest.mark.parametrize("n", [[0.0, 0.0], [2.0, 1.0], [3.0, -5.0]])
 def test_several_carried_values(n: list[float], compiled: dict[str, Compiled]) -> None:
-    c = compiled["two_carried"]
-    inputs = {"x": X, "n": torch.tensor(n)}
-    want = c.eager(**inputs)
-    assert_same(c.cpu(**inputs), want, 1e-6, 1e-6)
-    assert_same(c.cuda(**inputs), want, 1e-6, 1e-6)
+    compiled["two_carried"].check({"x": X, "n": torch.tensor(n)})
 
 
 @pytest.mark.parametrize("name", ["grows", "counts_in_python"])
@@ -94,7 +87,4 @@ def test_loops_that_cannot_be_compiled_run_eagerly(
     """A loop changing shapes, or a Python counter, is fallback code: still right."""
     c = compiled[name]
     assert "_fallback_" in c.cpu_source
-    inputs = INPUTS[name]
-    want = c.eager(**inputs)
-    assert_same(c.cpu(**inputs), want, 1e-6, 1e-6)
-    assert_same(c.cuda(**inputs), want, 1e-6, 1e-6)
+    c.check(INPUTS[name])

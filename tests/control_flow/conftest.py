@@ -7,6 +7,7 @@ import os
 import pytest
 
 import runtime_shim.warn
+from tests.devices import REAL_GPU
 
 
 @pytest.fixture(autouse=True)
@@ -19,5 +20,5 @@ def fresh_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
 def triton_interpreter() -> None:
     """`_cuda_N` variants run on CPU tensors in Triton's interpreter."""
     pytest.importorskip("triton")
-    if os.environ.get("TRITON_INTERPRET") != "1":
+    if os.environ.get("TRITON_INTERPRET") != "1" and not REAL_GPU:
         pytest.skip("TRITON_INTERPRET is not 1 (set by tests/conftest.py without GPU)")

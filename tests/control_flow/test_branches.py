@@ -3,13 +3,15 @@
 The examples with `if <tensor>:` (ToyModule, fn_branch, my_function) are run, from the
 checked-in `generated/`, on inputs constructed to take EACH branch: through the
 exported API on the CPU (C++ kernels, no fallback warning, the variant itself runs)
-and through the `_cuda_N` variant in Triton's interpreter. Each must equal eager.
+and through the `_cuda_N` variant in Triton's interpreter. Each must equal eager:
+outputs, inputs, parameters and buffers after the call (`helpers.check_call`).
 The reference's trace-vs-script case shows where `torch.jit.trace` is wrong and the
 generated module is not.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import pytest
@@ -26,7 +28,7 @@ from tests.control_flow.support import (
     spy_on,
     variant_of,
 )
-from tests.helpers import assert_close, generated_module
+from tests.helpers import check_call, generated_module
 
 F32 = torch.float32
 BRANCHES = ("taken", "not_taken")  # the `if` body runs / the code after or `else`
@@ -59,17 +61,16 @@ def test_toy_module_each_branch(
     x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert bool(eager.linear(x).sum() > 0) == (branch == "taken")
-        expected = eager(x)
         cpu = example_case("examples/toy.py::ToyModule", "cpu")
         calls = spy_on(monkeypatch, generated_module(cpu), variant_of(cpu).__name__)
-        with no_fallback():
-            actual = generated(x)
+        where = f"ToyModule cpu, {branch}"
+        actual = check_call(generated, eager, {"x": x}, F32, where, context=no_fallback)
         assert len(calls) == 1, "the dispatch did not reach the CPU variant"
-        assert_close(actual, expected, F32, f"ToyModule cpu, {branch}")
         # relu on the taken branch, tanh otherwise: the branch really differs
-        assert bool((expected >= 0).all()) == (branch == "taken")
+        assert bool((actual >= 0).all()) == (branch == "taken")
         cuda = variant_of(example_case("examples/toy.py::ToyModule", "cuda"))
-        assert_close(cuda(generated, x), expected, F32, f"ToyModule triton, {branch}")
+        run = functools.partial(cuda, generated)
+        check_call(run, eager, {"x": x}, F32, f"ToyModule triton, {branch}")
 
 
 @pytest.mark.parametrize("branch", BRANCHES)
@@ -88,14 +89,14 @@ def test_function_each_branch(
     generated = exported(cpu_case)
     cuda = variant_of(example_case(source, "cuda"))
     for seed in (0, 1):
-        x = signed(shape, branch, seed)
-        expected = eager(x)
-        with torch.no_grad(), no_fallback():
-            assert_close(generated(x), expected, F32, f"{source} cpu {branch}")
-        assert_close(cuda(x), expected, F32, f"{source} triton {branch}")
+        x = {"x": signed(shape, branch, seed)}
+        with torch.no_grad():
+            where = f"{source} cpu {branch}"
+            check_call(generated, eager, x, F32, where, context=no_fallback)
+        check_call(cuda, eager, x, F32, f"{source} triton {branch}")
         # with autograd enabled (nothing requires grad) the variant still runs
-        with no_fallback():
-            assert_close(generated(x), expected, F32, f"{source} cpu grad {branch}")
+        where = f"{source} cpu grad {branch}"
+        check_call(generated, eager, x, F32, where, context=no_fallback)
 
 
 def test_jit_trace_is_wrong_where_generated_is_right(triton_interpreter: None) -> None:
@@ -108,6 +109,9 @@ def test_jit_trace_is_wrong_where_generated_is_right(triton_interpreter: None) -
     assert torch.equal(expected, torch.tensor([1.0, 2.0]))
     assert not torch.equal(traced(x), expected), "torch.jit.trace got it right?"
     source = "examples/script_vs_trace.py::fn_branch"
-    with torch.no_grad(), no_fallback():
-        assert torch.equal(exported(example_case(source, "cpu"))(x), expected)
-    assert torch.equal(variant_of(example_case(source, "cuda"))(x), expected)
+    cpu = exported(example_case(source, "cpu"))
+    with torch.no_grad():
+        actual = check_call(cpu, fn_branch, {"x": x}, F32, "cpu", context=no_fallback)
+    assert torch.equal(actual, expected)
+    cuda = variant_of(example_case(source, "cuda"))
+    assert torch.equal(check_call(cuda, fn_branch, {"x": x}, F32, "triton"), expected)

@@ -8,6 +8,7 @@ becomes a range guard; code that depends on B in other ways runs its source, and
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 import warnings
@@ -18,6 +19,8 @@ import torch
 
 import generated.batch_sizes as generated_classifier
 from examples.batch_sizes import Classifier
+from tests.control_flow.support import no_fallback
+from tests.helpers import check_call
 from transpiler.api import build, write
 from transpiler.options import Options, Target, Variant, parse_spec
 
@@ -47,10 +50,9 @@ def test_named_dimension_parses() -> None:
 @pytest.mark.parametrize("batch", [1, 7, 64])
 def test_one_variant_serves_every_batch_size(batch: int) -> None:
     eager, gen = pair()
-    x = torch.randn(batch, 512)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("error")  # no fallback to eager
-        torch.testing.assert_close(gen(x), eager(x), rtol=1e-4, atol=1e-5)
+    x = {"x": torch.randn(batch, 512)}
+    with torch.no_grad():  # and no fallback to eager
+        check_call(gen, eager, x, where=f"B={batch}", context=no_fallback)
 
 
 @pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")  # masked lanes
@@ -63,7 +65,7 @@ def test_triton_variant_serves_every_batch_size(batch: int) -> None:
         generated_classifier, "_" + variant_names(generated_classifier, describe)
     )
     with torch.no_grad():
-        torch.testing.assert_close(fn(gen, x), eager(x), rtol=1e-4, atol=1e-5)
+        check_call(functools.partial(fn, gen), eager, {"x": x}, where=f"B={batch}")
 
 
 def test_kernels_take_the_size_at_run_time() -> None:
@@ -119,20 +121,18 @@ def test_condition_on_the_dimension_becomes_a_range_guard(compiled) -> None:
         or "x.shape[0] > 4" in open(gen.__file__).read()
     )
     with torch.no_grad():
-        x = torch.randn(7, 8)
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            torch.testing.assert_close(gen.big_batches(x), src.big_batches(x))
-        x = torch.randn(3, 8)
+        x = {"x": torch.randn(7, 8)}
+        check_call(gen.big_batches, src.big_batches, x, context=no_fallback)
+        x = {"x": torch.randn(3, 8)}
         with pytest.warns(RuntimeWarning, match=r"x\.shape\[0\] > 4"):
-            torch.testing.assert_close(gen.big_batches(x), src.big_batches(x))
+            check_call(gen.big_batches, src.big_batches, x)
 
 
 def test_code_depending_on_the_dimension_otherwise_runs_its_source(compiled) -> None:
     gen, src = compiled
     text = Path(gen.__file__).read_text()
     assert "the code depends on B beyond sizes" in text
-    x = torch.randn(5, 8)
+    x = {"x": torch.randn(5, 8)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.testing.assert_close(gen.loops_over_batch(x), src.loops_over_batch(x))
+        check_call(gen.loops_over_batch, src.loops_over_batch, x)

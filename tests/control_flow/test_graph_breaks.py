@@ -16,6 +16,7 @@ fallback calls in one region after rewritten arithmetic.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +35,7 @@ from tests.control_flow.support import (
     no_fallback,
     variant_of,
 )
-from tests.helpers import assert_close, randomize_parameters
+from tests.helpers import check_call, randomize_parameters
 
 F32 = torch.float32
 
@@ -46,7 +47,7 @@ def test_problematic_prints_like_eager(
 ) -> None:
     source = "examples/dynamo.py::problematic"
     x = torch.randn(8, 16, generator=torch.Generator().manual_seed(0))
-    expected = problematic(x)
+    problematic(x)
     printed = capsys.readouterr().out
     assert printed == "Shape: torch.Size([8, 16])\n"
     runs = {
@@ -54,10 +55,10 @@ def test_problematic_prints_like_eager(
         "triton": variant_of(example_case(source, "cuda")),
     }
     for backend, run in runs.items():
-        with torch.no_grad(), no_fallback():
-            actual = run(x)
-        assert capsys.readouterr().out == printed, backend
-        assert_close(actual, expected, F32, f"problematic {backend}")
+        with torch.no_grad():
+            where = f"problematic {backend}"
+            check_call(run, problematic, {"x": x}, F32, where, context=no_fallback)
+        assert capsys.readouterr().out == printed * 2, backend  # generated's, eager's
 
 
 def test_layer_loop_prints_once_per_call_between_layers(
@@ -73,19 +74,19 @@ def test_layer_loop_prints_once_per_call_between_layers(
     for seed in (0, 1):
         x = torch.randn(4, 32, generator=torch.Generator().manual_seed(seed))
         with torch.no_grad():
-            expected = eager(x)
+            eager(x)
             printed = capsys.readouterr().out
             # what layer 5 (of 0..7) gave: the print runs between the layers
             h = x
             for layer in eager.layers[:6]:
                 h = layer(h)
             assert printed == f"{h.mean()!s}\n"
-            with no_fallback():
-                actual = generated(x)
-            assert capsys.readouterr().out == printed
-            assert_close(actual, expected, F32, "LayerLoop cpu")
-            assert_close(cuda(generated, x), expected, F32, "LayerLoop triton")
-            assert capsys.readouterr().out == printed
+            where = "LayerLoop cpu"
+            check_call(generated, eager, {"x": x}, F32, where, context=no_fallback)
+            assert capsys.readouterr().out == printed * 2  # generated's, eager's
+            run = functools.partial(cuda, generated)
+            check_call(run, eager, {"x": x}, F32, "LayerLoop triton")
+            assert capsys.readouterr().out == printed * 2
 
 
 # ------------------------------------------------------------ more graph-break cases
@@ -246,15 +247,11 @@ def test_function_matches_eager(
     c = compiled[name]
     for backend, run in runners(c).items():
         for seed in (0, 1):
-            x = inputs(name, seed)
-            x_eager, x_generated = x.clone(), x.clone()
-            expected = c.eager(x_eager)
-            with torch.no_grad(), no_fallback():
-                actual = run(x_generated)
+            x = {"x": inputs(name, seed)}
             where = f"{name} {backend} seed {seed}"
-            assert_close(actual, expected, F32, where)
             # in-place updates of the caller's tensor happen as in eager
-            assert_close(x_generated, x_eager, F32, f"{where}: input after the call")
+            with torch.no_grad():
+                check_call(run, c.eager, x, F32, where, context=no_fallback)
 
 
 @pytest.mark.parametrize("name", FUNCTIONS + ["Outer"])
@@ -319,15 +316,14 @@ def test_print_in_submodule(
         assert re.search(r"_fallback_\d+\(self\.inner, ", source), source
     x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        expected = eager(x)
+        eager(x)
         printed = capsys.readouterr().out
         assert printed == "inner 4 torch.Size([2, 4])\n"
-        with no_fallback():
-            actual = generated(x)
-        assert capsys.readouterr().out == printed
-        assert_close(actual, expected, F32, "Outer cpu")
-        assert_close(c.cuda(generated, x), expected, F32, "Outer triton")
-        assert capsys.readouterr().out == printed
+        check_call(generated, eager, {"x": x}, F32, "Outer cpu", context=no_fallback)
+        assert capsys.readouterr().out == printed * 2  # generated's, eager's
+        run = functools.partial(c.cuda, generated)
+        check_call(run, eager, {"x": x}, F32, "Outer triton")
+        assert capsys.readouterr().out == printed * 2
 
 
 # ------------------------------------------------------------------------ regressions
@@ -358,7 +354,7 @@ def test_return_of_a_value_from_fallback_code(bugs: dict[str, Compiled]) -> None
     c = bugs["returns_fallback_value"]
     x = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        assert_close(c.cpu(x.clone()), c.eager(x.clone()), F32, "cpu")
+        check_call(c.cpu, c.eager, {"x": x}, F32, "cpu")
 
 
 def test_read_before_in_place_write_sees_the_old_value(
@@ -367,7 +363,7 @@ def test_read_before_in_place_write_sees_the_old_value(
     c = bugs["reads_before_in_place_write"]
     x = torch.randn(2, 4, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        assert_close(c.cpu(x.clone()), c.eager(x.clone()), F32, "cpu")
+        check_call(c.cpu, c.eager, {"x": x}, F32, "cpu")
 
 
 def test_two_breaks_after_arithmetic_compile(tmp_path: Path) -> None:

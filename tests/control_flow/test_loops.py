@@ -2,12 +2,15 @@
 
 A 4-layer `nn.ModuleList` (Linear -> LayerNorm -> GELU, same shapes in each layer)
 defines each distinct kernel once in the generated C++ and Triton files while its
-variants launch each 4 times, and matches eager on both backends. `fn_loop` (a loop
+variants launch each 4 times, and matches eager on both backends (`check_call`:
+outputs, inputs, parameters and buffers after the call). `fn_loop` (a loop
 over `x.dim()`) is unrolled for the declared rank; its shape guard keeps an input of
 another rank off that variant.
 """
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 import torch
@@ -25,7 +28,7 @@ from tests.control_flow.support import (
     variant_name,
     variant_of,
 )
-from tests.helpers import assert_close, randomize_parameters
+from tests.helpers import check_call, randomize_parameters
 
 F32 = torch.float32
 DEPTH = 4
@@ -87,12 +90,11 @@ def test_module_list_matches_eager(stack: Compiled, triton_interpreter: None) ->
     randomize_parameters(eager, 0)
     generated = stack.module.Stack()
     copy_weights(eager, generated)
-    x = torch.randn(8, 32, generator=torch.Generator().manual_seed(1))
+    x = {"x": torch.randn(8, 32, generator=torch.Generator().manual_seed(1))}
     with torch.no_grad():
-        expected = eager(x)
-        with no_fallback():
-            assert_close(generated(x), expected, F32, "Stack cpu")
-        assert_close(stack.cuda(generated, x), expected, F32, "Stack triton")
+        check_call(generated, eager, x, F32, "Stack cpu", context=no_fallback)
+        run = functools.partial(stack.cuda, generated)
+        check_call(run, eager, x, F32, "Stack triton")
 
 
 FN_LOOP = "examples/script_vs_trace.py::fn_loop"
@@ -100,12 +102,12 @@ FN_LOOP = "examples/script_vs_trace.py::fn_loop"
 
 def test_loop_over_dim_squares_once_per_dimension(triton_interpreter: None) -> None:
     x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
-    expected = fn_loop(x)
-    torch.testing.assert_close(expected, x**4)
-    with torch.no_grad(), no_fallback():
-        assert_close(exported(example_case(FN_LOOP, "cpu"))(x), expected, F32, "cpu")
+    torch.testing.assert_close(fn_loop(x), x**4)
+    cpu = exported(example_case(FN_LOOP, "cpu"))
+    with torch.no_grad():
+        check_call(cpu, fn_loop, {"x": x}, F32, "cpu", context=no_fallback)
     cuda = variant_of(example_case(FN_LOOP, "cuda"))
-    assert_close(cuda(x), expected, F32, "triton")
+    check_call(cuda, fn_loop, {"x": x}, F32, "triton")
 
 
 def test_other_rank_is_kept_off_the_variant() -> None:
@@ -113,9 +115,7 @@ def test_other_rank_is_kept_off_the_variant() -> None:
     generated = exported(example_case(FN_LOOP, "cpu"))
     variant = variant_name(variant_of(example_case(FN_LOOP, "cpu")))
     x = torch.randn(3, 4, 2, generator=torch.Generator().manual_seed(0)) * 0.5
-    expected = fn_loop(x)
-    torch.testing.assert_close(expected, x**8)
+    torch.testing.assert_close(fn_loop(x), x**8)
     with torch.no_grad(), recorded_warnings() as record:
-        actual = generated(x)
-    assert_close(actual, expected, F32, "3-D input")
+        check_call(generated, fn_loop, {"x": x}, F32, "3-D input")
     assert_one_fallback(record, variant, "x.shape == (3, 4)")

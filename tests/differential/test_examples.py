@@ -11,7 +11,9 @@ Uses the checked-in `generated/` modules (the golden test keeps them fresh).
 Each variant is checked on two freshly drawn inputs: one under `torch.no_grad()`, one
 with autograd enabled on frozen weights (`requires_grad_(False)`: nothing needs a
 gradient, so no variant has a reason to fall back). Module weights are seeded random
-(see `helpers.build_pair`). Tolerances: see `helpers`.
+(see `helpers.build_pair`). Each call is `helpers.check_call`: outputs, and every
+input, parameter, buffer and plain attribute after the call, must agree with eager's.
+Tolerances: see `helpers`.
 
 The last section checks what variants must not take: calls needing autograd, and a
 model converted to another dtype, run eager (or match it exactly).
@@ -23,7 +25,7 @@ import contextlib
 import functools
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -34,8 +36,8 @@ from tests.helpers import (
     LOW_PRECISION,
     Case,
     assert_close,
-    assert_same_dtypes,
     build_pair,
+    check_call,
     flatten,
     generated_module,
     load_cases,
@@ -79,7 +81,7 @@ def spy(monkeypatch: pytest.MonkeyPatch, case: Case) -> list[object]:
 
 
 def grad_mode(seed: int) -> contextlib.AbstractContextManager:
-    return torch.no_grad() if seed == SEEDS[0] else contextlib.nullcontext()
+    return torch.no_grad() if seed == SEEDS[0] else torch.enable_grad()
 
 
 def freeze(*modules: object) -> None:
@@ -88,25 +90,28 @@ def freeze(*modules: object) -> None:
             module.requires_grad_(False)
 
 
+@contextlib.contextmanager
+def strict(seed: int) -> Iterator[None]:
+    """The generated call's context: the seed's grad mode, every warning an error."""
+    with grad_mode(seed), warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback, or a generated-code warning
+        # NumPy under Triton's interpreter, on lanes the kernel masks off
+        warnings.filterwarnings("ignore", "(divide by zero|invalid value)")
+        yield
+
+
 def check_against_eager(
     case: Case, eager: Callable[..., Any], run: Callable[..., Any], device: str
 ) -> None:
-    """Run `run` and eager on each seed's inputs; outputs must agree."""
+    """Run `run` and eager on each seed's inputs (`check_call`): outputs, inputs,
+    parameters and buffers after the call must agree."""
     dtype = variant_dtype(case.variant.inputs)
     for seed in SEEDS:
+        inputs = make_inputs(case.variant.inputs, seed)
         where = f"{case.label} seed {seed}"
-        cpu_inputs = make_inputs(case.variant.inputs, seed)
-        inputs = make_inputs(case.variant.inputs, seed, device)
-        with torch.no_grad():
-            expected = reference(eager, cpu_inputs, dtype)
-            native = eager(**cpu_inputs)
-        with grad_mode(seed), warnings.catch_warnings():
-            warnings.simplefilter("error")  # a fallback, or a generated-code warning
-            # NumPy under Triton's interpreter, on lanes the kernel masks off
-            warnings.filterwarnings("ignore", "(divide by zero|invalid value)")
-            actual = run(**inputs)
-        assert_close(actual, expected, dtype, where)
-        assert_same_dtypes(actual, native, where)
+        with torch.no_grad():  # eager's; `strict` sets the generated call's mode
+            context = functools.partial(strict, seed)
+            check_call(run, eager, inputs, dtype, where, device=device, context=context)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.device == "cpu"], ids=ids)

@@ -2,7 +2,8 @@
 
 Each chain starts from a view the function itself takes of its input (transposed,
 stepped, narrowed, expanded: non-contiguous and offset reads), runs pointwise ops
-against operands that broadcast either way, and may end in a last-dim reduction.
+against operands that broadcast either way, and may end in a reduction or a softmax
+along the last or the first dim.
 Shapes include 0-size and size-1 dims; values include NaN, +-Inf and zeros. One
 build compiles a whole batch of chains (one C++ compile); hypothesis draws the
 batches (its `randoms()` strategy drives every choice), derandomized, so every run
@@ -10,7 +11,8 @@ checks the same chains.
 
 A variant may fall back to eager (the exported function still must equal eager);
 where one compiled, its CPU (C++) and CUDA (Triton interpreter) functions must give
-what eager gives, NaN where eager has NaN.
+what eager gives, NaN where eager has NaN, and leave the inputs as eager leaves them
+(`helpers.check_call`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.compile_helpers import assert_same, specs, unique_name
+from tests.compile_helpers import specs, unique_name
+from tests.helpers import check_call
 from transpiler.api import build, write
 from transpiler.options import Options, Target, Variant
 
@@ -84,6 +87,10 @@ REDUCE = {
     "amax": "{0}.amax(-1, keepdim=True)",
     "amin": "{0}.amin(-1, keepdim=True)",
     "sum_flat": "{0}.sum(-1)",
+    # along the first dim, over a view: decompositions copy it to contiguous
+    "sum_first": "{0}.sum(0, keepdim=True)",
+    "softmax_first": "torch.softmax({0}, 0)",
+    "log_softmax_last": "torch.log_softmax({0}, -1)",
 }
 AFTER_REDUCE = {"sub": "{0} - {1}", "mul": "{0} * {1}", None: "{1}"}
 
@@ -212,7 +219,7 @@ def test_edge_chains_match_eager(rng: random.Random) -> None:
 def check_batch(module, batch) -> None:
     failures, compiled = [], 0
     for i, (chain, inputs) in enumerate(batch):
-        want = getattr(module._source, chain.name)(**inputs)
+        eager = getattr(module._source, chain.name)
         backends = {"exported": module.__dict__[chain.name]}
         for device, label in (("cpu", "cpu"), ("cuda", "triton")):
             fn = module.__dict__.get(f"_{device}_{i}")
@@ -224,7 +231,7 @@ def check_batch(module, batch) -> None:
                 with warnings.catch_warnings():
                     if len(backends) > 1:  # compiled: its guards must hold
                         warnings.filterwarnings("error", ".*running the source")
-                    assert_same(fn(**inputs), want, 1e-4, 1e-5)
+                    check_call(fn, eager, inputs, where=label)  # inputs too
             except Exception as e:  # report every chain of the batch at once
                 failures.append(f"{label} differs for\n{chain.source()}{e}")
     assert not failures, "\n\n".join(failures)
@@ -236,4 +243,4 @@ def test_broadcast_maximum_triton(tmp_path: Path) -> None:
     source = "import torch\n\n\ndef f(x, y):\n    return torch.maximum(x, y)\n"
     x, y = torch.tensor([float("nan")]), torch.tensor([1.0, -2.0])
     module = build_batch(source, ["f"], [{"x": x, "y": y}], tmp_path)
-    assert_same(module._cuda_0(x, y), torch.maximum(x, y))
+    check_call(module._cuda_0, module._source.f, {"x": x, "y": y}, where="triton")

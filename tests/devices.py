@@ -1,0 +1,111 @@
+"""Where the tests run `_cuda_N` variants: Triton's CPU interpreter, or a real GPU.
+
+Without a GPU (CI), `_cuda_N` variants are called with CPU tensors and their Triton
+kernels run in Triton's interpreter (`TRITON_INTERPRET=1`, set by tests/conftest.py).
+With `TRANSPILE_TEST_DEVICE=cuda` on a machine with a GPU, the same tests run the
+real kernels: `on_gpu(variant)` moves the tensor arguments (and a module passed
+first, for a module's variant) to the GPU, calls the variant, copies each argument
+back into the caller's CPU tensor (so in-place updates are seen as the test expects)
+and returns the outputs on the CPU. The tests' comparisons do not change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+REAL_GPU = os.environ.get("TRANSPILE_TEST_DEVICE") == "cuda"
+
+
+def _to(value: Any, device: str) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _to(v, device) for k, v in value.items()}
+    return value
+
+
+def _copy_back(moved: Any, original: Any) -> None:
+    """Write what the variant left in `moved` (on the GPU) into `original`."""
+    if isinstance(original, torch.Tensor):
+        with torch.no_grad():
+            original.copy_(moved.cpu())
+    elif isinstance(original, (list, tuple)):
+        for m, o in zip(moved, original):
+            _copy_back(m, o)
+    elif isinstance(original, dict):
+        for k in original:
+            _copy_back(moved[k], original[k])
+
+
+def on_gpu(variant: Callable[..., Any]) -> Callable[..., Any]:
+    """`variant` as the tests call it (CPU tensors in and out), run on the GPU in
+    GPU mode; itself otherwise."""
+    if not REAL_GPU:
+        return variant
+
+    @functools.wraps(variant)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        module = args[0] if args and isinstance(args[0], torch.nn.Module) else None
+        if module is not None:
+            module.to("cuda")  # in place: parameters keep their identity
+        try:
+            gpu_args, gpu_kwargs = _to(args, "cuda"), _to(kwargs, "cuda")
+            out = variant(*gpu_args, **gpu_kwargs)
+            torch.cuda.synchronize()
+            _copy_back(gpu_args, args)
+            _copy_back(gpu_kwargs, kwargs)
+            return _to(out, "cpu")
+        finally:
+            if module is not None:
+                module.to("cpu")
+
+    return run
+
+
+def _round_to_bf16(data: np.ndarray) -> np.ndarray:
+    """f32 -> bf16 bits, round to nearest even; NaN stays NaN."""
+    f32 = np.ascontiguousarray(data, dtype=np.float32)
+    bits = f32.view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16
+    return np.where(np.isnan(f32), np.uint32(0x7FC0), rounded).astype(np.uint16)
+
+
+@contextlib.contextmanager
+def interpreter_rounds_like_gpu() -> Iterator[None]:
+    """Triton's CPU interpreter converts f32 to bf16 by cutting off the low 16 bits
+    (`InterpreterBuilder.cast_impl` passes no rounding mode, whatever
+    `fp_downcast_rounding` says), where a GPU (`cvt.rn.bf16.f32`, what
+    `x.to(tl.bfloat16)` compiles to) rounds to nearest even, as torch does. Inside
+    this context the interpreter converts as the GPU does, so bf16 results compare
+    exactly with eager, and a kernel that forgets to round still fails."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        yield
+        return
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter
+    except ImportError:
+        yield
+        return
+    builder = interpreter.InterpreterBuilder
+    cast_impl = builder.cast_impl
+
+    def rounding_cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            return interpreter.TensorHandle(_round_to_bf16(src.data), tl.bfloat16)
+        return cast_impl(self, src, dst_type)
+
+    builder.cast_impl = rounding_cast_impl
+    try:
+        yield
+    finally:
+        builder.cast_impl = cast_impl

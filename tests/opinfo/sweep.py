@@ -1,0 +1,322 @@
+"""Transpile OpInfo cases in batches, run them against eager, and classify each.
+
+Each batch of cases is one source file, one `build` (one C++ compile); a batch that
+fails to build (or whose C++ or Triton file does not compile) is split in half until
+the failing case stands alone, so one bad case hides no other. Every case runs eager,
+then the CPU variant (C++) and the CUDA variant (Triton, interpreted on CPU) on clones
+of the same inputs; results *and inputs after the call* are compared (compare.py).
+
+Each case gets one class, the worst of its two variants:
+
+    wrong         a result or an input after the call differs from eager's
+    error         the generated code raised where eager did not (or the build failed),
+                  or ran where eager raised
+    fallback      a graph break: some or all of the variant runs the source eagerly
+    partly eager  compiled, with extern calls to PyTorch ops (matmul included)
+    compiled      all ops in kernels (or views)
+    skipped       no source form ("not expressible"), eager raises too, or eager is
+                  nondeterministic (or random, and the values cannot be compared)
+
+Generated code is not black-formatted here (`unformatted`): black took most of the
+build time, and formatting changes no behaviour.
+
+Counting follows the module header (`codegen/module.py` `_summary`): extern calls
+are non-view ExternCalls other than `getitem` and fallback stubs.
+
+    python -m tests.opinfo.sweep --all               # the full sweep, a report
+    python -m tests.opinfo.sweep --ops 'softmax|add' # op names matching a regex
+    python -m tests.opinfo.sweep --case 'add/f32/transposed/s3' -v   # one case
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import inspect
+import io
+import signal
+import threading
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+from tests.compile_helpers import import_generated, specs
+from tests.opinfo.cases import Case
+from tests.opinfo.compare import Ran, call, difference
+from transpiler import api
+from transpiler.api import compile_modules, render
+from transpiler.ir.graph import FALLBACK
+from transpiler.ir.program import ExternCall, KernelCall
+from transpiler.options import Options, Target, Variant
+
+COMPILED, PARTLY, FALLBACK_CLASS = "compiled", "partly eager", "fallback"
+WRONG, ERROR, SKIPPED = "wrong", "error", "skipped"
+CLASSES = (COMPILED, PARTLY, FALLBACK_CLASS, WRONG, ERROR, SKIPPED)
+RUN_SECONDS, BUILD_SECONDS = 120, 900  # then the case or the build is an error
+_RANK = {COMPILED: 0, PARTLY: 1, FALLBACK_CLASS: 2, SKIPPED: 3, WRONG: 4, ERROR: 5}
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """What one variant of a case became."""
+
+    name: str  # "cpu_3"
+    kind: str  # COMPILED, PARTLY or FALLBACK_CLASS
+    kernels: int
+    externs: tuple[str, ...]  # targets of the extern calls, sorted
+    breaks: tuple[str, ...]  # why code runs eagerly
+    fn: Callable | None  # `_cpu_3`; None when all fallback
+    source: str = ""  # the generated variant function
+
+
+@dataclass(frozen=True)
+class Outcome:
+    case: Case
+    cls: str
+    detail: str = ""
+    # per variant: (device, class, detail)
+    variants: tuple[tuple[str, str, str], ...] = ()
+    lowered: tuple[Lowered, ...] = field(default=(), repr=False)
+
+
+def run_cases(
+    cases: Iterable[Case],
+    root: Path,
+    batch: int = 48,
+    progress: Callable[[str], None] | None = None,
+) -> list[Outcome]:
+    """Every case classified, in order; builds into folders under `root`."""
+    outcomes: list[Outcome] = []
+    pending: list[tuple[Case, Ran]] = []
+
+    def flush() -> None:
+        built = build_batch([c for c, _ in pending], root)
+        outcomes.extend(safe_judge(c, eager, built[c.id]) for c, eager in pending)
+        if progress:
+            progress(f"{len(outcomes)} cases, last {pending[-1][0].id}")
+        pending.clear()
+
+    for case in cases:
+        if case.skip:
+            outcomes.append(Outcome(case, SKIPPED, f"not expressible: {case.skip}"))
+            continue
+        try:
+            eager, why = run_eager(case)
+        except Exception as e:  # the sweep's own failure: not the compiler's
+            eager, why = None, f"sweep failed: {one_line(e)}"
+        if why:
+            outcomes.append(Outcome(case, SKIPPED, why))
+            continue
+        pending.append((case, eager))
+        if len(pending) == batch:
+            flush()
+    if pending:
+        flush()
+    return outcomes
+
+
+def run_eager(case: Case) -> tuple[Ran, str]:
+    """Eager's run, and why the case cannot be judged ("" if it can)."""
+    fn = eager_function(case)
+    first, again = run(fn, case), run(fn, case)
+    if first.exc is None and difference(again, first, exact(case)):
+        return first, "nondeterministic in eager"
+    return first, ""
+
+
+def run(fn: Callable, case: Case, seed: int = 0) -> Ran:
+    with quiet(), deadline(RUN_SECONDS):
+        return call(fn, case.inputs, seed)
+
+
+def eager_function(case: Case) -> Callable:
+    namespace = {"torch": torch}
+    exec(case.source("f"), namespace)
+    return namespace["f"]
+
+
+def safe_judge(case: Case, eager: Ran, built) -> Outcome:
+    try:
+        return judge(case, eager, built)
+    except Exception as e:  # the sweep's own failure: not the compiler's
+        return Outcome(case, SKIPPED, f"sweep failed: {one_line(e)}")
+
+
+def judge(case: Case, eager: Ran, built: list[Lowered] | BaseException) -> Outcome:
+    if isinstance(built, BaseException):
+        if eager.exc is not None:
+            return Outcome(case, SKIPPED, "eager raises")
+        return Outcome(case, ERROR, f"build: {one_line(built)}")
+    results = [(v.name.split("_")[0], *check(case, eager, v)) for v in built]
+    if eager.exc is not None and all(r[1] == SKIPPED for r in results):
+        return Outcome(case, SKIPPED, "eager raises", tuple(results), tuple(built))
+    worst = max(results, key=lambda r: _RANK[r[1]])
+    detail = f"{worst[0]}: {worst[2]}" if worst[2] else ""
+    return Outcome(case, worst[1], detail, tuple(results), tuple(built))
+
+
+def check(case: Case, eager: Ran, v: Lowered) -> tuple[str, str]:
+    """The variant's class and why."""
+    if v.fn is None:  # all fallback: the source runs, as eager did
+        return (SKIPPED, "eager raises") if eager.exc else (v.kind, v.breaks[0])
+    if v.name.startswith("cuda") and not case.inputs and not torch.cuda.is_available():
+        return SKIPPED, "no tensor input: its cuda variant makes CUDA tensors"
+    got = run(v.fn, case)
+    if got.exc is not None and eager.exc is not None:
+        return SKIPPED, "eager raises"
+    if eager.exc is not None:
+        return ERROR, f"ran where eager raised {one_line(eager.exc)}"
+    if got.exc is not None:
+        return ERROR, one_line(got.exc)
+    d = difference(got, eager, case.precision)
+    if d and is_random(case, eager):
+        return SKIPPED, "random (eager differs across seeds)"
+    if d:
+        return WRONG, d
+    return v.kind, "; ".join(v.breaks) or ", ".join(v.externs)
+
+
+def is_random(case: Case, eager: Ran) -> bool:
+    other = run(eager_function(case), case, seed=1)
+    return other.exc is None and difference(other, eager, exact(case)) is not None
+
+
+def exact(case: Case) -> str:
+    """The precision that tells a nondeterministic result from a deterministic one."""
+    return "uninitialized" if case.precision == "uninitialized" else "exact"
+
+
+def one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    first = next((ln for ln in text if ln.strip()), "")
+    return f"{type(e).__name__}: {first[:200]}"
+
+
+@contextlib.contextmanager
+def deadline(seconds: float):
+    """TimeoutError after `seconds` (SIGALRM: the main thread only, else no limit)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeoutError(f"took over {seconds:.0f} s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@contextlib.contextmanager
+def quiet():
+    """No warnings (Triton's interpreter computes masked-off lanes) and no stderr
+    chatter from fallback notices."""
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def batch_source(cases: list[Case]) -> str:
+    parts = ["import torch\n"]
+    for i, case in enumerate(cases):
+        parts.append(f"# {case.id}\n{case.source(f'f{i}')}")
+    return "\n\n".join(parts)
+
+
+def build_batch(cases: list[Case], root: Path) -> dict[str, list[Lowered] | Exception]:
+    """Per case id, its two variants; or the exception that broke its build."""
+    try:
+        with quiet(), deadline(BUILD_SECONDS):
+            return build(cases, root)
+    except Exception as e:  # any failure: bisect to find the case
+        if len(cases) == 1:
+            return {cases[0].id: e}
+        half = len(cases) // 2
+        return build_batch(cases[:half], root) | build_batch(cases[half:], root)
+
+
+def build(cases: list[Case], root: Path) -> dict[str, list[Lowered]]:
+    """Build the cases as one module; load its C++ and Triton code (they compile
+    here, not at the first call, so a bad file fails the build)."""
+    source = batch_source(cases)
+    stem = "opinfo_" + hashlib.sha256(source.encode()).hexdigest()[:12]
+    root.mkdir(parents=True, exist_ok=True)
+    (root / f"{stem}.py").write_text(source)
+    targets = []
+    for i, case in enumerate(cases):
+        inp = specs(dict(case.inputs))
+        targets.append(
+            Target(f"{stem}.py::f{i}", (Variant(inp, "cpu"), Variant(inp, "cuda")))
+        )
+    options = Options(targets=tuple(targets), root=root)
+    modules = compile_modules(options)
+    with unformatted():
+        files = render(modules, options)
+    module = import_generated(files, root, stem)
+    if f"{stem}.cpp" in files:
+        module._cpp._load()  # compiles the C++ file
+    if f"{stem}_triton.py" in files:
+        importlib.import_module(f"{module.__package__}.{stem}_triton")
+    mb = modules[stem]
+    reasons = {name: stub.reason for stub, name in mb.stubs.items()}
+    return {
+        case.id: [lowered(vc, module, reasons) for vc in target.variants]
+        for case, target in zip(cases, mb.targets)
+    }
+
+
+@contextlib.contextmanager
+def unformatted():
+    """Render without black, which takes most of a batch's build time: formatting
+    changes no behaviour, and the golden tests check it. (Should `api._black` be
+    renamed, the sweep still runs, only slower.)"""
+    if not hasattr(api, "_black"):
+        yield
+        return
+    with mock.patch.object(api, "_black", lambda text: text):
+        yield
+
+
+def lowered(vc, module, reasons: dict[str, str]) -> Lowered:
+    """The variant, counted the way the module header counts it."""
+    if vc.region is None:
+        why = f"all fallback: {vc.fallback_reason}"
+        return Lowered(vc.name, FALLBACK_CLASS, 0, (), (why,), None)
+    steps = [s for p in vc.programs for s in p.steps]
+    calls = [s for s in steps if isinstance(s, ExternCall) and not s.is_view]
+    stubs = [s.target for s in calls if s.target.startswith(FALLBACK)]
+    externs = [s.target for s in calls if s.target != "getitem"]
+    externs = sorted({t for t in externs if not t.startswith(FALLBACK)})
+    kind = FALLBACK_CLASS if stubs else PARTLY if externs else COMPILED
+    fn = module.__dict__[f"_{vc.name}"]
+    return Lowered(
+        vc.name,
+        kind,
+        sum(isinstance(s, KernelCall) for s in steps),
+        tuple(externs),
+        tuple(reasons.get(s, s) for s in stubs),
+        fn,
+        inspect_source(fn),
+    )
+
+
+def inspect_source(fn: Callable) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""
+
+
+if __name__ == "__main__":
+    from tests.opinfo.cli import main
+
+    raise SystemExit(main())
