@@ -49,105 +49,266 @@ _triton = _Triton()
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[2,16,64]): the first guard that fails, or None."""
-    if not (isinstance(x, torch.Tensor)):
-        return "isinstance(x, torch.Tensor)"
-    if not (x.is_cpu):
-        return "x.is_cpu"
-    if not (x.dtype == torch.float32):
-        return "x.dtype == torch.float32"
-    if not (x.shape == (2, 16, 64)):
-        return "x.shape == (2, 16, 64)"
-    if not (x.is_contiguous()):
-        return "x.is_contiguous()"
-    if not (self.attn.n_embd == 64):
-        return "self.attn.n_embd == 64"
-    if not (self.attn.n_head == 4):
-        return "self.attn.n_head == 4"
-    if not (not self.training):
-        return "not self.training"
-    ln_1_weight = self._modules["ln_1"]._parameters["weight"]
-    if not (ln_1_weight.is_cpu):
-        return "self.ln_1.weight.is_cpu"
-    if not (ln_1_weight.dtype == torch.float32):
-        return "self.ln_1.weight.dtype == torch.float32"
-    if not (ln_1_weight.shape == (64,)):
-        return "self.ln_1.weight.shape == (64,)"
-    if not (ln_1_weight.stride() == (1,)):
-        return "self.ln_1.weight.stride() == (1,)"
-    ln_1_bias = self._modules["ln_1"]._parameters["bias"]
-    if not (ln_1_bias.is_cpu):
-        return "self.ln_1.bias.is_cpu"
-    if not (ln_1_bias.dtype == torch.float32):
-        return "self.ln_1.bias.dtype == torch.float32"
-    if not (ln_1_bias.shape == (64,)):
-        return "self.ln_1.bias.shape == (64,)"
-    if not (ln_1_bias.stride() == (1,)):
-        return "self.ln_1.bias.stride() == (1,)"
-    attn_c_proj_bias = self._modules["attn"]._modules["c_proj"]._parameters["bias"]
-    if not (attn_c_proj_bias.is_cpu):
-        return "self.attn.c_proj.bias.is_cpu"
-    if not (attn_c_proj_bias.dtype == torch.float32):
-        return "self.attn.c_proj.bias.dtype == torch.float32"
-    if not (attn_c_proj_bias.shape == (64,)):
-        return "self.attn.c_proj.bias.shape == (64,)"
-    if not (attn_c_proj_bias.stride() == (1,)):
-        return "self.attn.c_proj.bias.stride() == (1,)"
-    ln_2_weight = self._modules["ln_2"]._parameters["weight"]
-    if not (ln_2_weight.is_cpu):
-        return "self.ln_2.weight.is_cpu"
-    if not (ln_2_weight.dtype == torch.float32):
-        return "self.ln_2.weight.dtype == torch.float32"
-    if not (ln_2_weight.shape == (64,)):
-        return "self.ln_2.weight.shape == (64,)"
-    if not (ln_2_weight.stride() == (1,)):
-        return "self.ln_2.weight.stride() == (1,)"
-    ln_2_bias = self._modules["ln_2"]._parameters["bias"]
-    if not (ln_2_bias.is_cpu):
-        return "self.ln_2.bias.is_cpu"
-    if not (ln_2_bias.dtype == torch.float32):
-        return "self.ln_2.bias.dtype == torch.float32"
-    if not (ln_2_bias.shape == (64,)):
-        return "self.ln_2.bias.shape == (64,)"
-    if not (ln_2_bias.stride() == (1,)):
-        return "self.ln_2.bias.stride() == (1,)"
-    mlp_c_fc_bias = self._modules["mlp"]._modules["c_fc"]._parameters["bias"]
-    if not (mlp_c_fc_bias.is_cpu):
-        return "self.mlp.c_fc.bias.is_cpu"
-    if not (mlp_c_fc_bias.dtype == torch.float32):
-        return "self.mlp.c_fc.bias.dtype == torch.float32"
-    if not (mlp_c_fc_bias.shape == (256,)):
-        return "self.mlp.c_fc.bias.shape == (256,)"
-    if not (mlp_c_fc_bias.stride() == (1,)):
-        return "self.mlp.c_fc.bias.stride() == (1,)"
-    mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
-    if not (mlp_c_proj_bias.is_cpu):
-        return "self.mlp.c_proj.bias.is_cpu"
-    if not (mlp_c_proj_bias.dtype == torch.float32):
-        return "self.mlp.c_proj.bias.dtype == torch.float32"
-    if not (mlp_c_proj_bias.shape == (64,)):
-        return "self.mlp.c_proj.bias.shape == (64,)"
-    if not (mlp_c_proj_bias.stride() == (1,)):
-        return "self.mlp.c_proj.bias.stride() == (1,)"
-    if not (
-        not torch.is_grad_enabled()
-        or not (
-            x.requires_grad
-            or ln_1_weight.requires_grad
-            or ln_1_bias.requires_grad
-            or self.attn.c_attn.weight.requires_grad
-            or self.attn.c_attn.bias.requires_grad
-            or self.attn.c_proj.weight.requires_grad
-            or attn_c_proj_bias.requires_grad
-            or ln_2_weight.requires_grad
-            or ln_2_bias.requires_grad
-            or self.mlp.c_fc.weight.requires_grad
-            or mlp_c_fc_bias.requires_grad
-            or self.mlp.c_proj.weight.requires_grad
-            or mlp_c_proj_bias.requires_grad
-        )
-    ):
-        return "not torch.is_grad_enabled() or nothing it reads requires grad"
-    return None
+    try:
+        if not (isinstance(x, torch.Tensor)):
+            return "isinstance(x, torch.Tensor)"
+        if not (x.is_cpu):
+            return "x.is_cpu"
+        if not (x.dtype == torch.float32):
+            return "x.dtype == torch.float32"
+        if not (x.shape == (2, 16, 64)):
+            return "x.shape == (2, 16, 64)"
+        if not (x.is_contiguous()):
+            return "x.is_contiguous()"
+        if not (not self.training):
+            return "not self.training"
+        if not (
+            not (
+                torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks
+                or torch.nn.modules.module._global_backward_hooks
+                or torch.nn.modules.module._global_backward_pre_hooks
+            )
+        ):
+            return "no global module hooks"
+        ln_1 = self._modules.get("ln_1")
+        if not (type(ln_1) is torch.nn.LayerNorm):
+            return "type(self.ln_1) is torch.nn.LayerNorm"
+        if not (
+            not ln_1.training
+            and ln_1.normalized_shape == (64,)
+            and ln_1.eps == 1e-05
+            and ln_1.elementwise_affine
+        ):
+            return "not self.ln_1.training and self.ln_1.normalized_shape == (64,) and self.ln_1.eps == 1e-05 and self.ln_1.elementwise_affine"
+        if not (
+            not (
+                ln_1._forward_hooks
+                or ln_1._forward_pre_hooks
+                or ln_1._backward_hooks
+                or ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.ln_1 has no hooks"
+        attn = self._modules.get("attn")
+        if not (type(attn) is _source.CausalSelfAttention):
+            return "type(self.attn) is _source.CausalSelfAttention"
+        if not (attn.n_embd == 64 and attn.n_head == 4):
+            return "self.attn.n_embd == 64 and self.attn.n_head == 4"
+        if not (
+            not (
+                attn._forward_hooks
+                or attn._forward_pre_hooks
+                or attn._backward_hooks
+                or attn._backward_pre_hooks
+            )
+        ):
+            return "self.attn has no hooks"
+        attn_c_attn = attn._modules.get("c_attn")
+        if not (type(attn_c_attn) is torch.nn.Linear):
+            return "type(self.attn.c_attn) is torch.nn.Linear"
+        if not (
+            not attn_c_attn.training
+            and attn_c_attn.in_features == 64
+            and attn_c_attn.out_features == 192
+        ):
+            return "not self.attn.c_attn.training and self.attn.c_attn.in_features == 64 and self.attn.c_attn.out_features == 192"
+        if not (
+            not (
+                attn_c_attn._forward_hooks
+                or attn_c_attn._forward_pre_hooks
+                or attn_c_attn._backward_hooks
+                or attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.attn.c_attn has no hooks"
+        attn_c_proj = attn._modules.get("c_proj")
+        if not (type(attn_c_proj) is torch.nn.Linear):
+            return "type(self.attn.c_proj) is torch.nn.Linear"
+        if not (
+            not attn_c_proj.training
+            and attn_c_proj.in_features == 64
+            and attn_c_proj.out_features == 64
+        ):
+            return "not self.attn.c_proj.training and self.attn.c_proj.in_features == 64 and self.attn.c_proj.out_features == 64"
+        if not (
+            not (
+                attn_c_proj._forward_hooks
+                or attn_c_proj._forward_pre_hooks
+                or attn_c_proj._backward_hooks
+                or attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.attn.c_proj has no hooks"
+        ln_2 = self._modules.get("ln_2")
+        if not (type(ln_2) is torch.nn.LayerNorm):
+            return "type(self.ln_2) is torch.nn.LayerNorm"
+        if not (
+            not ln_2.training
+            and ln_2.normalized_shape == (64,)
+            and ln_2.eps == 1e-05
+            and ln_2.elementwise_affine
+        ):
+            return "not self.ln_2.training and self.ln_2.normalized_shape == (64,) and self.ln_2.eps == 1e-05 and self.ln_2.elementwise_affine"
+        if not (
+            not (
+                ln_2._forward_hooks
+                or ln_2._forward_pre_hooks
+                or ln_2._backward_hooks
+                or ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.ln_2 has no hooks"
+        mlp = self._modules.get("mlp")
+        if not (type(mlp) is _source.MLP):
+            return "type(self.mlp) is _source.MLP"
+        if not (
+            not (
+                mlp._forward_hooks
+                or mlp._forward_pre_hooks
+                or mlp._backward_hooks
+                or mlp._backward_pre_hooks
+            )
+        ):
+            return "self.mlp has no hooks"
+        mlp_c_fc = mlp._modules.get("c_fc")
+        if not (type(mlp_c_fc) is torch.nn.Linear):
+            return "type(self.mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not mlp_c_fc.training
+            and mlp_c_fc.in_features == 64
+            and mlp_c_fc.out_features == 256
+        ):
+            return "not self.mlp.c_fc.training and self.mlp.c_fc.in_features == 64 and self.mlp.c_fc.out_features == 256"
+        if not (
+            not (
+                mlp_c_fc._forward_hooks
+                or mlp_c_fc._forward_pre_hooks
+                or mlp_c_fc._backward_hooks
+                or mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.mlp.c_fc has no hooks"
+        mlp_c_proj = mlp._modules.get("c_proj")
+        if not (type(mlp_c_proj) is torch.nn.Linear):
+            return "type(self.mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not mlp_c_proj.training
+            and mlp_c_proj.in_features == 256
+            and mlp_c_proj.out_features == 64
+        ):
+            return "not self.mlp.c_proj.training and self.mlp.c_proj.in_features == 256 and self.mlp.c_proj.out_features == 64"
+        if not (
+            not (
+                mlp_c_proj._forward_hooks
+                or mlp_c_proj._forward_pre_hooks
+                or mlp_c_proj._backward_hooks
+                or mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.mlp.c_proj has no hooks"
+        ln_1_weight = ln_1._parameters.get("weight")
+        ln_1_bias = ln_1._parameters.get("bias")
+        if not (ln_1_weight is not None and ln_1_bias is not None):
+            return "self.ln_1.weight is not None and self.ln_1.bias is not None"
+        attn_c_attn_weight = attn_c_attn._parameters.get("weight")
+        attn_c_attn_bias = attn_c_attn._parameters.get("bias")
+        if not (attn_c_attn_weight is not None and attn_c_attn_bias is not None):
+            return "self.attn.c_attn.weight is not None and self.attn.c_attn.bias is not None"
+        attn_c_proj_weight = attn_c_proj._parameters.get("weight")
+        attn_c_proj_bias = attn_c_proj._parameters.get("bias")
+        if not (attn_c_proj_weight is not None and attn_c_proj_bias is not None):
+            return "self.attn.c_proj.weight is not None and self.attn.c_proj.bias is not None"
+        ln_2_weight = ln_2._parameters.get("weight")
+        ln_2_bias = ln_2._parameters.get("bias")
+        if not (ln_2_weight is not None and ln_2_bias is not None):
+            return "self.ln_2.weight is not None and self.ln_2.bias is not None"
+        mlp_c_fc_weight = mlp_c_fc._parameters.get("weight")
+        mlp_c_fc_bias = mlp_c_fc._parameters.get("bias")
+        if not (mlp_c_fc_weight is not None and mlp_c_fc_bias is not None):
+            return "self.mlp.c_fc.weight is not None and self.mlp.c_fc.bias is not None"
+        mlp_c_proj_weight = mlp_c_proj._parameters.get("weight")
+        mlp_c_proj_bias = mlp_c_proj._parameters.get("bias")
+        if not (mlp_c_proj_weight is not None and mlp_c_proj_bias is not None):
+            return "self.mlp.c_proj.weight is not None and self.mlp.c_proj.bias is not None"
+        if not (ln_1_weight.is_cpu):
+            return "self.ln_1.weight.is_cpu"
+        if not (ln_1_weight.dtype == torch.float32):
+            return "self.ln_1.weight.dtype == torch.float32"
+        if not (ln_1_weight.shape == (64,)):
+            return "self.ln_1.weight.shape == (64,)"
+        if not (ln_1_weight.stride() == (1,)):
+            return "self.ln_1.weight.stride() == (1,)"
+        if not (ln_1_bias.is_cpu):
+            return "self.ln_1.bias.is_cpu"
+        if not (ln_1_bias.dtype == torch.float32):
+            return "self.ln_1.bias.dtype == torch.float32"
+        if not (ln_1_bias.shape == (64,)):
+            return "self.ln_1.bias.shape == (64,)"
+        if not (ln_1_bias.stride() == (1,)):
+            return "self.ln_1.bias.stride() == (1,)"
+        if not (attn_c_proj_bias.is_cpu):
+            return "self.attn.c_proj.bias.is_cpu"
+        if not (attn_c_proj_bias.dtype == torch.float32):
+            return "self.attn.c_proj.bias.dtype == torch.float32"
+        if not (attn_c_proj_bias.shape == (64,)):
+            return "self.attn.c_proj.bias.shape == (64,)"
+        if not (attn_c_proj_bias.stride() == (1,)):
+            return "self.attn.c_proj.bias.stride() == (1,)"
+        if not (ln_2_weight.is_cpu):
+            return "self.ln_2.weight.is_cpu"
+        if not (ln_2_weight.dtype == torch.float32):
+            return "self.ln_2.weight.dtype == torch.float32"
+        if not (ln_2_weight.shape == (64,)):
+            return "self.ln_2.weight.shape == (64,)"
+        if not (ln_2_weight.stride() == (1,)):
+            return "self.ln_2.weight.stride() == (1,)"
+        if not (ln_2_bias.is_cpu):
+            return "self.ln_2.bias.is_cpu"
+        if not (ln_2_bias.dtype == torch.float32):
+            return "self.ln_2.bias.dtype == torch.float32"
+        if not (ln_2_bias.shape == (64,)):
+            return "self.ln_2.bias.shape == (64,)"
+        if not (ln_2_bias.stride() == (1,)):
+            return "self.ln_2.bias.stride() == (1,)"
+        if not (mlp_c_fc_bias.is_cpu):
+            return "self.mlp.c_fc.bias.is_cpu"
+        if not (mlp_c_fc_bias.dtype == torch.float32):
+            return "self.mlp.c_fc.bias.dtype == torch.float32"
+        if not (mlp_c_fc_bias.shape == (256,)):
+            return "self.mlp.c_fc.bias.shape == (256,)"
+        if not (mlp_c_fc_bias.stride() == (1,)):
+            return "self.mlp.c_fc.bias.stride() == (1,)"
+        if not (mlp_c_proj_bias.is_cpu):
+            return "self.mlp.c_proj.bias.is_cpu"
+        if not (mlp_c_proj_bias.dtype == torch.float32):
+            return "self.mlp.c_proj.bias.dtype == torch.float32"
+        if not (mlp_c_proj_bias.shape == (64,)):
+            return "self.mlp.c_proj.bias.shape == (64,)"
+        if not (mlp_c_proj_bias.stride() == (1,)):
+            return "self.mlp.c_proj.bias.stride() == (1,)"
+        if not (
+            not torch.is_grad_enabled()
+            or not (
+                x.requires_grad
+                or ln_1_weight.requires_grad
+                or ln_1_bias.requires_grad
+                or attn_c_attn_weight.requires_grad
+                or attn_c_attn_bias.requires_grad
+                or attn_c_proj_weight.requires_grad
+                or attn_c_proj_bias.requires_grad
+                or ln_2_weight.requires_grad
+                or ln_2_bias.requires_grad
+                or mlp_c_fc_weight.requires_grad
+                or mlp_c_fc_bias.requires_grad
+                or mlp_c_proj_weight.requires_grad
+                or mlp_c_proj_bias.requires_grad
+            )
+        ):
+            return "not torch.is_grad_enabled() or nothing it reads requires grad"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cpu_0(self, x):
@@ -230,107 +391,268 @@ def _cpu_0(self, x):
 
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[2,16,64]): the first guard that fails, or None."""
-    if not (isinstance(x, torch.Tensor)):
-        return "isinstance(x, torch.Tensor)"
-    if not (x.is_cuda):
-        return "x.is_cuda"
-    if not (x.get_device() == torch.cuda.current_device()):
-        return "x.get_device() == torch.cuda.current_device()"
-    if not (x.dtype == torch.float32):
-        return "x.dtype == torch.float32"
-    if not (x.shape == (2, 16, 64)):
-        return "x.shape == (2, 16, 64)"
-    if not (x.is_contiguous()):
-        return "x.is_contiguous()"
-    if not (self.attn.n_embd == 64):
-        return "self.attn.n_embd == 64"
-    if not (self.attn.n_head == 4):
-        return "self.attn.n_head == 4"
-    if not (not self.training):
-        return "not self.training"
-    ln_1_weight = self._modules["ln_1"]._parameters["weight"]
-    if not (ln_1_weight.is_cuda):
-        return "self.ln_1.weight.is_cuda"
-    if not (ln_1_weight.dtype == torch.float32):
-        return "self.ln_1.weight.dtype == torch.float32"
-    if not (ln_1_weight.shape == (64,)):
-        return "self.ln_1.weight.shape == (64,)"
-    if not (ln_1_weight.stride() == (1,)):
-        return "self.ln_1.weight.stride() == (1,)"
-    ln_1_bias = self._modules["ln_1"]._parameters["bias"]
-    if not (ln_1_bias.is_cuda):
-        return "self.ln_1.bias.is_cuda"
-    if not (ln_1_bias.dtype == torch.float32):
-        return "self.ln_1.bias.dtype == torch.float32"
-    if not (ln_1_bias.shape == (64,)):
-        return "self.ln_1.bias.shape == (64,)"
-    if not (ln_1_bias.stride() == (1,)):
-        return "self.ln_1.bias.stride() == (1,)"
-    attn_c_proj_bias = self._modules["attn"]._modules["c_proj"]._parameters["bias"]
-    if not (attn_c_proj_bias.is_cuda):
-        return "self.attn.c_proj.bias.is_cuda"
-    if not (attn_c_proj_bias.dtype == torch.float32):
-        return "self.attn.c_proj.bias.dtype == torch.float32"
-    if not (attn_c_proj_bias.shape == (64,)):
-        return "self.attn.c_proj.bias.shape == (64,)"
-    if not (attn_c_proj_bias.stride() == (1,)):
-        return "self.attn.c_proj.bias.stride() == (1,)"
-    ln_2_weight = self._modules["ln_2"]._parameters["weight"]
-    if not (ln_2_weight.is_cuda):
-        return "self.ln_2.weight.is_cuda"
-    if not (ln_2_weight.dtype == torch.float32):
-        return "self.ln_2.weight.dtype == torch.float32"
-    if not (ln_2_weight.shape == (64,)):
-        return "self.ln_2.weight.shape == (64,)"
-    if not (ln_2_weight.stride() == (1,)):
-        return "self.ln_2.weight.stride() == (1,)"
-    ln_2_bias = self._modules["ln_2"]._parameters["bias"]
-    if not (ln_2_bias.is_cuda):
-        return "self.ln_2.bias.is_cuda"
-    if not (ln_2_bias.dtype == torch.float32):
-        return "self.ln_2.bias.dtype == torch.float32"
-    if not (ln_2_bias.shape == (64,)):
-        return "self.ln_2.bias.shape == (64,)"
-    if not (ln_2_bias.stride() == (1,)):
-        return "self.ln_2.bias.stride() == (1,)"
-    mlp_c_fc_bias = self._modules["mlp"]._modules["c_fc"]._parameters["bias"]
-    if not (mlp_c_fc_bias.is_cuda):
-        return "self.mlp.c_fc.bias.is_cuda"
-    if not (mlp_c_fc_bias.dtype == torch.float32):
-        return "self.mlp.c_fc.bias.dtype == torch.float32"
-    if not (mlp_c_fc_bias.shape == (256,)):
-        return "self.mlp.c_fc.bias.shape == (256,)"
-    if not (mlp_c_fc_bias.stride() == (1,)):
-        return "self.mlp.c_fc.bias.stride() == (1,)"
-    mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
-    if not (mlp_c_proj_bias.is_cuda):
-        return "self.mlp.c_proj.bias.is_cuda"
-    if not (mlp_c_proj_bias.dtype == torch.float32):
-        return "self.mlp.c_proj.bias.dtype == torch.float32"
-    if not (mlp_c_proj_bias.shape == (64,)):
-        return "self.mlp.c_proj.bias.shape == (64,)"
-    if not (mlp_c_proj_bias.stride() == (1,)):
-        return "self.mlp.c_proj.bias.stride() == (1,)"
-    if not (
-        not torch.is_grad_enabled()
-        or not (
-            x.requires_grad
-            or ln_1_weight.requires_grad
-            or ln_1_bias.requires_grad
-            or self.attn.c_attn.weight.requires_grad
-            or self.attn.c_attn.bias.requires_grad
-            or self.attn.c_proj.weight.requires_grad
-            or attn_c_proj_bias.requires_grad
-            or ln_2_weight.requires_grad
-            or ln_2_bias.requires_grad
-            or self.mlp.c_fc.weight.requires_grad
-            or mlp_c_fc_bias.requires_grad
-            or self.mlp.c_proj.weight.requires_grad
-            or mlp_c_proj_bias.requires_grad
-        )
-    ):
-        return "not torch.is_grad_enabled() or nothing it reads requires grad"
-    return None
+    try:
+        if not (isinstance(x, torch.Tensor)):
+            return "isinstance(x, torch.Tensor)"
+        if not (x.is_cuda):
+            return "x.is_cuda"
+        if not (x.get_device() == torch.cuda.current_device()):
+            return "x.get_device() == torch.cuda.current_device()"
+        if not (x.dtype == torch.float32):
+            return "x.dtype == torch.float32"
+        if not (x.shape == (2, 16, 64)):
+            return "x.shape == (2, 16, 64)"
+        if not (x.is_contiguous()):
+            return "x.is_contiguous()"
+        if not (not self.training):
+            return "not self.training"
+        if not (
+            not (
+                torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks
+                or torch.nn.modules.module._global_backward_hooks
+                or torch.nn.modules.module._global_backward_pre_hooks
+            )
+        ):
+            return "no global module hooks"
+        ln_1 = self._modules.get("ln_1")
+        if not (type(ln_1) is torch.nn.LayerNorm):
+            return "type(self.ln_1) is torch.nn.LayerNorm"
+        if not (
+            not ln_1.training
+            and ln_1.normalized_shape == (64,)
+            and ln_1.eps == 1e-05
+            and ln_1.elementwise_affine
+        ):
+            return "not self.ln_1.training and self.ln_1.normalized_shape == (64,) and self.ln_1.eps == 1e-05 and self.ln_1.elementwise_affine"
+        if not (
+            not (
+                ln_1._forward_hooks
+                or ln_1._forward_pre_hooks
+                or ln_1._backward_hooks
+                or ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.ln_1 has no hooks"
+        attn = self._modules.get("attn")
+        if not (type(attn) is _source.CausalSelfAttention):
+            return "type(self.attn) is _source.CausalSelfAttention"
+        if not (attn.n_embd == 64 and attn.n_head == 4):
+            return "self.attn.n_embd == 64 and self.attn.n_head == 4"
+        if not (
+            not (
+                attn._forward_hooks
+                or attn._forward_pre_hooks
+                or attn._backward_hooks
+                or attn._backward_pre_hooks
+            )
+        ):
+            return "self.attn has no hooks"
+        attn_c_attn = attn._modules.get("c_attn")
+        if not (type(attn_c_attn) is torch.nn.Linear):
+            return "type(self.attn.c_attn) is torch.nn.Linear"
+        if not (
+            not attn_c_attn.training
+            and attn_c_attn.in_features == 64
+            and attn_c_attn.out_features == 192
+        ):
+            return "not self.attn.c_attn.training and self.attn.c_attn.in_features == 64 and self.attn.c_attn.out_features == 192"
+        if not (
+            not (
+                attn_c_attn._forward_hooks
+                or attn_c_attn._forward_pre_hooks
+                or attn_c_attn._backward_hooks
+                or attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.attn.c_attn has no hooks"
+        attn_c_proj = attn._modules.get("c_proj")
+        if not (type(attn_c_proj) is torch.nn.Linear):
+            return "type(self.attn.c_proj) is torch.nn.Linear"
+        if not (
+            not attn_c_proj.training
+            and attn_c_proj.in_features == 64
+            and attn_c_proj.out_features == 64
+        ):
+            return "not self.attn.c_proj.training and self.attn.c_proj.in_features == 64 and self.attn.c_proj.out_features == 64"
+        if not (
+            not (
+                attn_c_proj._forward_hooks
+                or attn_c_proj._forward_pre_hooks
+                or attn_c_proj._backward_hooks
+                or attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.attn.c_proj has no hooks"
+        ln_2 = self._modules.get("ln_2")
+        if not (type(ln_2) is torch.nn.LayerNorm):
+            return "type(self.ln_2) is torch.nn.LayerNorm"
+        if not (
+            not ln_2.training
+            and ln_2.normalized_shape == (64,)
+            and ln_2.eps == 1e-05
+            and ln_2.elementwise_affine
+        ):
+            return "not self.ln_2.training and self.ln_2.normalized_shape == (64,) and self.ln_2.eps == 1e-05 and self.ln_2.elementwise_affine"
+        if not (
+            not (
+                ln_2._forward_hooks
+                or ln_2._forward_pre_hooks
+                or ln_2._backward_hooks
+                or ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.ln_2 has no hooks"
+        mlp = self._modules.get("mlp")
+        if not (type(mlp) is _source.MLP):
+            return "type(self.mlp) is _source.MLP"
+        if not (
+            not (
+                mlp._forward_hooks
+                or mlp._forward_pre_hooks
+                or mlp._backward_hooks
+                or mlp._backward_pre_hooks
+            )
+        ):
+            return "self.mlp has no hooks"
+        mlp_c_fc = mlp._modules.get("c_fc")
+        if not (type(mlp_c_fc) is torch.nn.Linear):
+            return "type(self.mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not mlp_c_fc.training
+            and mlp_c_fc.in_features == 64
+            and mlp_c_fc.out_features == 256
+        ):
+            return "not self.mlp.c_fc.training and self.mlp.c_fc.in_features == 64 and self.mlp.c_fc.out_features == 256"
+        if not (
+            not (
+                mlp_c_fc._forward_hooks
+                or mlp_c_fc._forward_pre_hooks
+                or mlp_c_fc._backward_hooks
+                or mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.mlp.c_fc has no hooks"
+        mlp_c_proj = mlp._modules.get("c_proj")
+        if not (type(mlp_c_proj) is torch.nn.Linear):
+            return "type(self.mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not mlp_c_proj.training
+            and mlp_c_proj.in_features == 256
+            and mlp_c_proj.out_features == 64
+        ):
+            return "not self.mlp.c_proj.training and self.mlp.c_proj.in_features == 256 and self.mlp.c_proj.out_features == 64"
+        if not (
+            not (
+                mlp_c_proj._forward_hooks
+                or mlp_c_proj._forward_pre_hooks
+                or mlp_c_proj._backward_hooks
+                or mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.mlp.c_proj has no hooks"
+        ln_1_weight = ln_1._parameters.get("weight")
+        ln_1_bias = ln_1._parameters.get("bias")
+        if not (ln_1_weight is not None and ln_1_bias is not None):
+            return "self.ln_1.weight is not None and self.ln_1.bias is not None"
+        attn_c_attn_weight = attn_c_attn._parameters.get("weight")
+        attn_c_attn_bias = attn_c_attn._parameters.get("bias")
+        if not (attn_c_attn_weight is not None and attn_c_attn_bias is not None):
+            return "self.attn.c_attn.weight is not None and self.attn.c_attn.bias is not None"
+        attn_c_proj_weight = attn_c_proj._parameters.get("weight")
+        attn_c_proj_bias = attn_c_proj._parameters.get("bias")
+        if not (attn_c_proj_weight is not None and attn_c_proj_bias is not None):
+            return "self.attn.c_proj.weight is not None and self.attn.c_proj.bias is not None"
+        ln_2_weight = ln_2._parameters.get("weight")
+        ln_2_bias = ln_2._parameters.get("bias")
+        if not (ln_2_weight is not None and ln_2_bias is not None):
+            return "self.ln_2.weight is not None and self.ln_2.bias is not None"
+        mlp_c_fc_weight = mlp_c_fc._parameters.get("weight")
+        mlp_c_fc_bias = mlp_c_fc._parameters.get("bias")
+        if not (mlp_c_fc_weight is not None and mlp_c_fc_bias is not None):
+            return "self.mlp.c_fc.weight is not None and self.mlp.c_fc.bias is not None"
+        mlp_c_proj_weight = mlp_c_proj._parameters.get("weight")
+        mlp_c_proj_bias = mlp_c_proj._parameters.get("bias")
+        if not (mlp_c_proj_weight is not None and mlp_c_proj_bias is not None):
+            return "self.mlp.c_proj.weight is not None and self.mlp.c_proj.bias is not None"
+        if not (ln_1_weight.is_cuda):
+            return "self.ln_1.weight.is_cuda"
+        if not (ln_1_weight.dtype == torch.float32):
+            return "self.ln_1.weight.dtype == torch.float32"
+        if not (ln_1_weight.shape == (64,)):
+            return "self.ln_1.weight.shape == (64,)"
+        if not (ln_1_weight.stride() == (1,)):
+            return "self.ln_1.weight.stride() == (1,)"
+        if not (ln_1_bias.is_cuda):
+            return "self.ln_1.bias.is_cuda"
+        if not (ln_1_bias.dtype == torch.float32):
+            return "self.ln_1.bias.dtype == torch.float32"
+        if not (ln_1_bias.shape == (64,)):
+            return "self.ln_1.bias.shape == (64,)"
+        if not (ln_1_bias.stride() == (1,)):
+            return "self.ln_1.bias.stride() == (1,)"
+        if not (attn_c_proj_bias.is_cuda):
+            return "self.attn.c_proj.bias.is_cuda"
+        if not (attn_c_proj_bias.dtype == torch.float32):
+            return "self.attn.c_proj.bias.dtype == torch.float32"
+        if not (attn_c_proj_bias.shape == (64,)):
+            return "self.attn.c_proj.bias.shape == (64,)"
+        if not (attn_c_proj_bias.stride() == (1,)):
+            return "self.attn.c_proj.bias.stride() == (1,)"
+        if not (ln_2_weight.is_cuda):
+            return "self.ln_2.weight.is_cuda"
+        if not (ln_2_weight.dtype == torch.float32):
+            return "self.ln_2.weight.dtype == torch.float32"
+        if not (ln_2_weight.shape == (64,)):
+            return "self.ln_2.weight.shape == (64,)"
+        if not (ln_2_weight.stride() == (1,)):
+            return "self.ln_2.weight.stride() == (1,)"
+        if not (ln_2_bias.is_cuda):
+            return "self.ln_2.bias.is_cuda"
+        if not (ln_2_bias.dtype == torch.float32):
+            return "self.ln_2.bias.dtype == torch.float32"
+        if not (ln_2_bias.shape == (64,)):
+            return "self.ln_2.bias.shape == (64,)"
+        if not (ln_2_bias.stride() == (1,)):
+            return "self.ln_2.bias.stride() == (1,)"
+        if not (mlp_c_fc_bias.is_cuda):
+            return "self.mlp.c_fc.bias.is_cuda"
+        if not (mlp_c_fc_bias.dtype == torch.float32):
+            return "self.mlp.c_fc.bias.dtype == torch.float32"
+        if not (mlp_c_fc_bias.shape == (256,)):
+            return "self.mlp.c_fc.bias.shape == (256,)"
+        if not (mlp_c_fc_bias.stride() == (1,)):
+            return "self.mlp.c_fc.bias.stride() == (1,)"
+        if not (mlp_c_proj_bias.is_cuda):
+            return "self.mlp.c_proj.bias.is_cuda"
+        if not (mlp_c_proj_bias.dtype == torch.float32):
+            return "self.mlp.c_proj.bias.dtype == torch.float32"
+        if not (mlp_c_proj_bias.shape == (64,)):
+            return "self.mlp.c_proj.bias.shape == (64,)"
+        if not (mlp_c_proj_bias.stride() == (1,)):
+            return "self.mlp.c_proj.bias.stride() == (1,)"
+        if not (
+            not torch.is_grad_enabled()
+            or not (
+                x.requires_grad
+                or ln_1_weight.requires_grad
+                or ln_1_bias.requires_grad
+                or attn_c_attn_weight.requires_grad
+                or attn_c_attn_bias.requires_grad
+                or attn_c_proj_weight.requires_grad
+                or attn_c_proj_bias.requires_grad
+                or ln_2_weight.requires_grad
+                or ln_2_bias.requires_grad
+                or mlp_c_fc_weight.requires_grad
+                or mlp_c_fc_bias.requires_grad
+                or mlp_c_proj_weight.requires_grad
+                or mlp_c_proj_bias.requires_grad
+            )
+        ):
+            return "not torch.is_grad_enabled() or nothing it reads requires grad"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cuda_0(self, x):
@@ -431,105 +753,266 @@ class Block(_source.Block):
 
 def _guards_cpu_1(self, x):
     """Variant cpu_1 (cpu: x=bf16[2,16,64]): the first guard that fails, or None."""
-    if not (isinstance(x, torch.Tensor)):
-        return "isinstance(x, torch.Tensor)"
-    if not (x.is_cpu):
-        return "x.is_cpu"
-    if not (x.dtype == torch.bfloat16):
-        return "x.dtype == torch.bfloat16"
-    if not (x.shape == (2, 16, 64)):
-        return "x.shape == (2, 16, 64)"
-    if not (x.is_contiguous()):
-        return "x.is_contiguous()"
-    if not (self.attn.n_embd == 64):
-        return "self.attn.n_embd == 64"
-    if not (self.attn.n_head == 4):
-        return "self.attn.n_head == 4"
-    if not (not self.training):
-        return "not self.training"
-    ln_1_weight = self._modules["ln_1"]._parameters["weight"]
-    if not (ln_1_weight.is_cpu):
-        return "self.ln_1.weight.is_cpu"
-    if not (ln_1_weight.dtype == torch.bfloat16):
-        return "self.ln_1.weight.dtype == torch.bfloat16"
-    if not (ln_1_weight.shape == (64,)):
-        return "self.ln_1.weight.shape == (64,)"
-    if not (ln_1_weight.stride() == (1,)):
-        return "self.ln_1.weight.stride() == (1,)"
-    ln_1_bias = self._modules["ln_1"]._parameters["bias"]
-    if not (ln_1_bias.is_cpu):
-        return "self.ln_1.bias.is_cpu"
-    if not (ln_1_bias.dtype == torch.bfloat16):
-        return "self.ln_1.bias.dtype == torch.bfloat16"
-    if not (ln_1_bias.shape == (64,)):
-        return "self.ln_1.bias.shape == (64,)"
-    if not (ln_1_bias.stride() == (1,)):
-        return "self.ln_1.bias.stride() == (1,)"
-    attn_c_proj_bias = self._modules["attn"]._modules["c_proj"]._parameters["bias"]
-    if not (attn_c_proj_bias.is_cpu):
-        return "self.attn.c_proj.bias.is_cpu"
-    if not (attn_c_proj_bias.dtype == torch.bfloat16):
-        return "self.attn.c_proj.bias.dtype == torch.bfloat16"
-    if not (attn_c_proj_bias.shape == (64,)):
-        return "self.attn.c_proj.bias.shape == (64,)"
-    if not (attn_c_proj_bias.stride() == (1,)):
-        return "self.attn.c_proj.bias.stride() == (1,)"
-    ln_2_weight = self._modules["ln_2"]._parameters["weight"]
-    if not (ln_2_weight.is_cpu):
-        return "self.ln_2.weight.is_cpu"
-    if not (ln_2_weight.dtype == torch.bfloat16):
-        return "self.ln_2.weight.dtype == torch.bfloat16"
-    if not (ln_2_weight.shape == (64,)):
-        return "self.ln_2.weight.shape == (64,)"
-    if not (ln_2_weight.stride() == (1,)):
-        return "self.ln_2.weight.stride() == (1,)"
-    ln_2_bias = self._modules["ln_2"]._parameters["bias"]
-    if not (ln_2_bias.is_cpu):
-        return "self.ln_2.bias.is_cpu"
-    if not (ln_2_bias.dtype == torch.bfloat16):
-        return "self.ln_2.bias.dtype == torch.bfloat16"
-    if not (ln_2_bias.shape == (64,)):
-        return "self.ln_2.bias.shape == (64,)"
-    if not (ln_2_bias.stride() == (1,)):
-        return "self.ln_2.bias.stride() == (1,)"
-    mlp_c_fc_bias = self._modules["mlp"]._modules["c_fc"]._parameters["bias"]
-    if not (mlp_c_fc_bias.is_cpu):
-        return "self.mlp.c_fc.bias.is_cpu"
-    if not (mlp_c_fc_bias.dtype == torch.bfloat16):
-        return "self.mlp.c_fc.bias.dtype == torch.bfloat16"
-    if not (mlp_c_fc_bias.shape == (256,)):
-        return "self.mlp.c_fc.bias.shape == (256,)"
-    if not (mlp_c_fc_bias.stride() == (1,)):
-        return "self.mlp.c_fc.bias.stride() == (1,)"
-    mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
-    if not (mlp_c_proj_bias.is_cpu):
-        return "self.mlp.c_proj.bias.is_cpu"
-    if not (mlp_c_proj_bias.dtype == torch.bfloat16):
-        return "self.mlp.c_proj.bias.dtype == torch.bfloat16"
-    if not (mlp_c_proj_bias.shape == (64,)):
-        return "self.mlp.c_proj.bias.shape == (64,)"
-    if not (mlp_c_proj_bias.stride() == (1,)):
-        return "self.mlp.c_proj.bias.stride() == (1,)"
-    if not (
-        not torch.is_grad_enabled()
-        or not (
-            x.requires_grad
-            or ln_1_weight.requires_grad
-            or ln_1_bias.requires_grad
-            or self.attn.c_attn.weight.requires_grad
-            or self.attn.c_attn.bias.requires_grad
-            or self.attn.c_proj.weight.requires_grad
-            or attn_c_proj_bias.requires_grad
-            or ln_2_weight.requires_grad
-            or ln_2_bias.requires_grad
-            or self.mlp.c_fc.weight.requires_grad
-            or mlp_c_fc_bias.requires_grad
-            or self.mlp.c_proj.weight.requires_grad
-            or mlp_c_proj_bias.requires_grad
-        )
-    ):
-        return "not torch.is_grad_enabled() or nothing it reads requires grad"
-    return None
+    try:
+        if not (isinstance(x, torch.Tensor)):
+            return "isinstance(x, torch.Tensor)"
+        if not (x.is_cpu):
+            return "x.is_cpu"
+        if not (x.dtype == torch.bfloat16):
+            return "x.dtype == torch.bfloat16"
+        if not (x.shape == (2, 16, 64)):
+            return "x.shape == (2, 16, 64)"
+        if not (x.is_contiguous()):
+            return "x.is_contiguous()"
+        if not (not self.training):
+            return "not self.training"
+        if not (
+            not (
+                torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks
+                or torch.nn.modules.module._global_backward_hooks
+                or torch.nn.modules.module._global_backward_pre_hooks
+            )
+        ):
+            return "no global module hooks"
+        ln_1 = self._modules.get("ln_1")
+        if not (type(ln_1) is torch.nn.LayerNorm):
+            return "type(self.ln_1) is torch.nn.LayerNorm"
+        if not (
+            not ln_1.training
+            and ln_1.normalized_shape == (64,)
+            and ln_1.eps == 1e-05
+            and ln_1.elementwise_affine
+        ):
+            return "not self.ln_1.training and self.ln_1.normalized_shape == (64,) and self.ln_1.eps == 1e-05 and self.ln_1.elementwise_affine"
+        if not (
+            not (
+                ln_1._forward_hooks
+                or ln_1._forward_pre_hooks
+                or ln_1._backward_hooks
+                or ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.ln_1 has no hooks"
+        attn = self._modules.get("attn")
+        if not (type(attn) is _source.CausalSelfAttention):
+            return "type(self.attn) is _source.CausalSelfAttention"
+        if not (attn.n_embd == 64 and attn.n_head == 4):
+            return "self.attn.n_embd == 64 and self.attn.n_head == 4"
+        if not (
+            not (
+                attn._forward_hooks
+                or attn._forward_pre_hooks
+                or attn._backward_hooks
+                or attn._backward_pre_hooks
+            )
+        ):
+            return "self.attn has no hooks"
+        attn_c_attn = attn._modules.get("c_attn")
+        if not (type(attn_c_attn) is torch.nn.Linear):
+            return "type(self.attn.c_attn) is torch.nn.Linear"
+        if not (
+            not attn_c_attn.training
+            and attn_c_attn.in_features == 64
+            and attn_c_attn.out_features == 192
+        ):
+            return "not self.attn.c_attn.training and self.attn.c_attn.in_features == 64 and self.attn.c_attn.out_features == 192"
+        if not (
+            not (
+                attn_c_attn._forward_hooks
+                or attn_c_attn._forward_pre_hooks
+                or attn_c_attn._backward_hooks
+                or attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.attn.c_attn has no hooks"
+        attn_c_proj = attn._modules.get("c_proj")
+        if not (type(attn_c_proj) is torch.nn.Linear):
+            return "type(self.attn.c_proj) is torch.nn.Linear"
+        if not (
+            not attn_c_proj.training
+            and attn_c_proj.in_features == 64
+            and attn_c_proj.out_features == 64
+        ):
+            return "not self.attn.c_proj.training and self.attn.c_proj.in_features == 64 and self.attn.c_proj.out_features == 64"
+        if not (
+            not (
+                attn_c_proj._forward_hooks
+                or attn_c_proj._forward_pre_hooks
+                or attn_c_proj._backward_hooks
+                or attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.attn.c_proj has no hooks"
+        ln_2 = self._modules.get("ln_2")
+        if not (type(ln_2) is torch.nn.LayerNorm):
+            return "type(self.ln_2) is torch.nn.LayerNorm"
+        if not (
+            not ln_2.training
+            and ln_2.normalized_shape == (64,)
+            and ln_2.eps == 1e-05
+            and ln_2.elementwise_affine
+        ):
+            return "not self.ln_2.training and self.ln_2.normalized_shape == (64,) and self.ln_2.eps == 1e-05 and self.ln_2.elementwise_affine"
+        if not (
+            not (
+                ln_2._forward_hooks
+                or ln_2._forward_pre_hooks
+                or ln_2._backward_hooks
+                or ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.ln_2 has no hooks"
+        mlp = self._modules.get("mlp")
+        if not (type(mlp) is _source.MLP):
+            return "type(self.mlp) is _source.MLP"
+        if not (
+            not (
+                mlp._forward_hooks
+                or mlp._forward_pre_hooks
+                or mlp._backward_hooks
+                or mlp._backward_pre_hooks
+            )
+        ):
+            return "self.mlp has no hooks"
+        mlp_c_fc = mlp._modules.get("c_fc")
+        if not (type(mlp_c_fc) is torch.nn.Linear):
+            return "type(self.mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not mlp_c_fc.training
+            and mlp_c_fc.in_features == 64
+            and mlp_c_fc.out_features == 256
+        ):
+            return "not self.mlp.c_fc.training and self.mlp.c_fc.in_features == 64 and self.mlp.c_fc.out_features == 256"
+        if not (
+            not (
+                mlp_c_fc._forward_hooks
+                or mlp_c_fc._forward_pre_hooks
+                or mlp_c_fc._backward_hooks
+                or mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.mlp.c_fc has no hooks"
+        mlp_c_proj = mlp._modules.get("c_proj")
+        if not (type(mlp_c_proj) is torch.nn.Linear):
+            return "type(self.mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not mlp_c_proj.training
+            and mlp_c_proj.in_features == 256
+            and mlp_c_proj.out_features == 64
+        ):
+            return "not self.mlp.c_proj.training and self.mlp.c_proj.in_features == 256 and self.mlp.c_proj.out_features == 64"
+        if not (
+            not (
+                mlp_c_proj._forward_hooks
+                or mlp_c_proj._forward_pre_hooks
+                or mlp_c_proj._backward_hooks
+                or mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.mlp.c_proj has no hooks"
+        ln_1_weight = ln_1._parameters.get("weight")
+        ln_1_bias = ln_1._parameters.get("bias")
+        if not (ln_1_weight is not None and ln_1_bias is not None):
+            return "self.ln_1.weight is not None and self.ln_1.bias is not None"
+        attn_c_attn_weight = attn_c_attn._parameters.get("weight")
+        attn_c_attn_bias = attn_c_attn._parameters.get("bias")
+        if not (attn_c_attn_weight is not None and attn_c_attn_bias is not None):
+            return "self.attn.c_attn.weight is not None and self.attn.c_attn.bias is not None"
+        attn_c_proj_weight = attn_c_proj._parameters.get("weight")
+        attn_c_proj_bias = attn_c_proj._parameters.get("bias")
+        if not (attn_c_proj_weight is not None and attn_c_proj_bias is not None):
+            return "self.attn.c_proj.weight is not None and self.attn.c_proj.bias is not None"
+        ln_2_weight = ln_2._parameters.get("weight")
+        ln_2_bias = ln_2._parameters.get("bias")
+        if not (ln_2_weight is not None and ln_2_bias is not None):
+            return "self.ln_2.weight is not None and self.ln_2.bias is not None"
+        mlp_c_fc_weight = mlp_c_fc._parameters.get("weight")
+        mlp_c_fc_bias = mlp_c_fc._parameters.get("bias")
+        if not (mlp_c_fc_weight is not None and mlp_c_fc_bias is not None):
+            return "self.mlp.c_fc.weight is not None and self.mlp.c_fc.bias is not None"
+        mlp_c_proj_weight = mlp_c_proj._parameters.get("weight")
+        mlp_c_proj_bias = mlp_c_proj._parameters.get("bias")
+        if not (mlp_c_proj_weight is not None and mlp_c_proj_bias is not None):
+            return "self.mlp.c_proj.weight is not None and self.mlp.c_proj.bias is not None"
+        if not (ln_1_weight.is_cpu):
+            return "self.ln_1.weight.is_cpu"
+        if not (ln_1_weight.dtype == torch.bfloat16):
+            return "self.ln_1.weight.dtype == torch.bfloat16"
+        if not (ln_1_weight.shape == (64,)):
+            return "self.ln_1.weight.shape == (64,)"
+        if not (ln_1_weight.stride() == (1,)):
+            return "self.ln_1.weight.stride() == (1,)"
+        if not (ln_1_bias.is_cpu):
+            return "self.ln_1.bias.is_cpu"
+        if not (ln_1_bias.dtype == torch.bfloat16):
+            return "self.ln_1.bias.dtype == torch.bfloat16"
+        if not (ln_1_bias.shape == (64,)):
+            return "self.ln_1.bias.shape == (64,)"
+        if not (ln_1_bias.stride() == (1,)):
+            return "self.ln_1.bias.stride() == (1,)"
+        if not (attn_c_proj_bias.is_cpu):
+            return "self.attn.c_proj.bias.is_cpu"
+        if not (attn_c_proj_bias.dtype == torch.bfloat16):
+            return "self.attn.c_proj.bias.dtype == torch.bfloat16"
+        if not (attn_c_proj_bias.shape == (64,)):
+            return "self.attn.c_proj.bias.shape == (64,)"
+        if not (attn_c_proj_bias.stride() == (1,)):
+            return "self.attn.c_proj.bias.stride() == (1,)"
+        if not (ln_2_weight.is_cpu):
+            return "self.ln_2.weight.is_cpu"
+        if not (ln_2_weight.dtype == torch.bfloat16):
+            return "self.ln_2.weight.dtype == torch.bfloat16"
+        if not (ln_2_weight.shape == (64,)):
+            return "self.ln_2.weight.shape == (64,)"
+        if not (ln_2_weight.stride() == (1,)):
+            return "self.ln_2.weight.stride() == (1,)"
+        if not (ln_2_bias.is_cpu):
+            return "self.ln_2.bias.is_cpu"
+        if not (ln_2_bias.dtype == torch.bfloat16):
+            return "self.ln_2.bias.dtype == torch.bfloat16"
+        if not (ln_2_bias.shape == (64,)):
+            return "self.ln_2.bias.shape == (64,)"
+        if not (ln_2_bias.stride() == (1,)):
+            return "self.ln_2.bias.stride() == (1,)"
+        if not (mlp_c_fc_bias.is_cpu):
+            return "self.mlp.c_fc.bias.is_cpu"
+        if not (mlp_c_fc_bias.dtype == torch.bfloat16):
+            return "self.mlp.c_fc.bias.dtype == torch.bfloat16"
+        if not (mlp_c_fc_bias.shape == (256,)):
+            return "self.mlp.c_fc.bias.shape == (256,)"
+        if not (mlp_c_fc_bias.stride() == (1,)):
+            return "self.mlp.c_fc.bias.stride() == (1,)"
+        if not (mlp_c_proj_bias.is_cpu):
+            return "self.mlp.c_proj.bias.is_cpu"
+        if not (mlp_c_proj_bias.dtype == torch.bfloat16):
+            return "self.mlp.c_proj.bias.dtype == torch.bfloat16"
+        if not (mlp_c_proj_bias.shape == (64,)):
+            return "self.mlp.c_proj.bias.shape == (64,)"
+        if not (mlp_c_proj_bias.stride() == (1,)):
+            return "self.mlp.c_proj.bias.stride() == (1,)"
+        if not (
+            not torch.is_grad_enabled()
+            or not (
+                x.requires_grad
+                or ln_1_weight.requires_grad
+                or ln_1_bias.requires_grad
+                or attn_c_attn_weight.requires_grad
+                or attn_c_attn_bias.requires_grad
+                or attn_c_proj_weight.requires_grad
+                or attn_c_proj_bias.requires_grad
+                or ln_2_weight.requires_grad
+                or ln_2_bias.requires_grad
+                or mlp_c_fc_weight.requires_grad
+                or mlp_c_fc_bias.requires_grad
+                or mlp_c_proj_weight.requires_grad
+                or mlp_c_proj_bias.requires_grad
+            )
+        ):
+            return "not torch.is_grad_enabled() or nothing it reads requires grad"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cpu_1(self, x):
@@ -612,98 +1095,260 @@ def _cpu_1(self, x):
 
 def _guards_cuda_1(self, x):
     """Variant cuda_1 (cuda: x=bf16[2,16,64]): the first guard that fails, or None."""
-    if not (isinstance(x, torch.Tensor)):
-        return "isinstance(x, torch.Tensor)"
-    if not (x.is_cuda):
-        return "x.is_cuda"
-    if not (x.get_device() == torch.cuda.current_device()):
-        return "x.get_device() == torch.cuda.current_device()"
-    if not (x.dtype == torch.bfloat16):
-        return "x.dtype == torch.bfloat16"
-    if not (x.shape == (2, 16, 64)):
-        return "x.shape == (2, 16, 64)"
-    if not (x.is_contiguous()):
-        return "x.is_contiguous()"
-    if not (self.attn.n_embd == 64):
-        return "self.attn.n_embd == 64"
-    if not (self.attn.n_head == 4):
-        return "self.attn.n_head == 4"
-    if not (not self.training):
-        return "not self.training"
-    ln_1_weight = self._modules["ln_1"]._parameters["weight"]
-    if not (ln_1_weight.is_cuda):
-        return "self.ln_1.weight.is_cuda"
-    if not (ln_1_weight.dtype == torch.bfloat16):
-        return "self.ln_1.weight.dtype == torch.bfloat16"
-    if not (ln_1_weight.shape == (64,)):
-        return "self.ln_1.weight.shape == (64,)"
-    if not (ln_1_weight.stride() == (1,)):
-        return "self.ln_1.weight.stride() == (1,)"
-    ln_1_bias = self._modules["ln_1"]._parameters["bias"]
-    if not (ln_1_bias.is_cuda):
-        return "self.ln_1.bias.is_cuda"
-    if not (ln_1_bias.dtype == torch.bfloat16):
-        return "self.ln_1.bias.dtype == torch.bfloat16"
-    if not (ln_1_bias.shape == (64,)):
-        return "self.ln_1.bias.shape == (64,)"
-    if not (ln_1_bias.stride() == (1,)):
-        return "self.ln_1.bias.stride() == (1,)"
-    attn_c_proj_bias = self._modules["attn"]._modules["c_proj"]._parameters["bias"]
-    if not (attn_c_proj_bias.is_cuda):
-        return "self.attn.c_proj.bias.is_cuda"
-    if not (attn_c_proj_bias.dtype == torch.bfloat16):
-        return "self.attn.c_proj.bias.dtype == torch.bfloat16"
-    if not (attn_c_proj_bias.shape == (64,)):
-        return "self.attn.c_proj.bias.shape == (64,)"
-    if not (attn_c_proj_bias.stride() == (1,)):
-        return "self.attn.c_proj.bias.stride() == (1,)"
-    ln_2_weight = self._modules["ln_2"]._parameters["weight"]
-    if not (ln_2_weight.is_cuda):
-        return "self.ln_2.weight.is_cuda"
-    if not (ln_2_weight.dtype == torch.bfloat16):
-        return "self.ln_2.weight.dtype == torch.bfloat16"
-    if not (ln_2_weight.shape == (64,)):
-        return "self.ln_2.weight.shape == (64,)"
-    if not (ln_2_weight.stride() == (1,)):
-        return "self.ln_2.weight.stride() == (1,)"
-    ln_2_bias = self._modules["ln_2"]._parameters["bias"]
-    if not (ln_2_bias.is_cuda):
-        return "self.ln_2.bias.is_cuda"
-    if not (ln_2_bias.dtype == torch.bfloat16):
-        return "self.ln_2.bias.dtype == torch.bfloat16"
-    if not (ln_2_bias.shape == (64,)):
-        return "self.ln_2.bias.shape == (64,)"
-    if not (ln_2_bias.stride() == (1,)):
-        return "self.ln_2.bias.stride() == (1,)"
-    mlp_c_proj_bias = self._modules["mlp"]._modules["c_proj"]._parameters["bias"]
-    if not (mlp_c_proj_bias.is_cuda):
-        return "self.mlp.c_proj.bias.is_cuda"
-    if not (mlp_c_proj_bias.dtype == torch.bfloat16):
-        return "self.mlp.c_proj.bias.dtype == torch.bfloat16"
-    if not (mlp_c_proj_bias.shape == (64,)):
-        return "self.mlp.c_proj.bias.shape == (64,)"
-    if not (mlp_c_proj_bias.stride() == (1,)):
-        return "self.mlp.c_proj.bias.stride() == (1,)"
-    if not (
-        not torch.is_grad_enabled()
-        or not (
-            x.requires_grad
-            or ln_1_weight.requires_grad
-            or ln_1_bias.requires_grad
-            or self.attn.c_attn.weight.requires_grad
-            or self.attn.c_attn.bias.requires_grad
-            or self.attn.c_proj.weight.requires_grad
-            or attn_c_proj_bias.requires_grad
-            or ln_2_weight.requires_grad
-            or ln_2_bias.requires_grad
-            or self.mlp.c_fc.weight.requires_grad
-            or self.mlp.c_fc.bias.requires_grad
-            or self.mlp.c_proj.weight.requires_grad
-            or mlp_c_proj_bias.requires_grad
-        )
-    ):
-        return "not torch.is_grad_enabled() or nothing it reads requires grad"
-    return None
+    try:
+        if not (isinstance(x, torch.Tensor)):
+            return "isinstance(x, torch.Tensor)"
+        if not (x.is_cuda):
+            return "x.is_cuda"
+        if not (x.get_device() == torch.cuda.current_device()):
+            return "x.get_device() == torch.cuda.current_device()"
+        if not (x.dtype == torch.bfloat16):
+            return "x.dtype == torch.bfloat16"
+        if not (x.shape == (2, 16, 64)):
+            return "x.shape == (2, 16, 64)"
+        if not (x.is_contiguous()):
+            return "x.is_contiguous()"
+        if not (not self.training):
+            return "not self.training"
+        if not (
+            not (
+                torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks
+                or torch.nn.modules.module._global_backward_hooks
+                or torch.nn.modules.module._global_backward_pre_hooks
+            )
+        ):
+            return "no global module hooks"
+        ln_1 = self._modules.get("ln_1")
+        if not (type(ln_1) is torch.nn.LayerNorm):
+            return "type(self.ln_1) is torch.nn.LayerNorm"
+        if not (
+            not ln_1.training
+            and ln_1.normalized_shape == (64,)
+            and ln_1.eps == 1e-05
+            and ln_1.elementwise_affine
+        ):
+            return "not self.ln_1.training and self.ln_1.normalized_shape == (64,) and self.ln_1.eps == 1e-05 and self.ln_1.elementwise_affine"
+        if not (
+            not (
+                ln_1._forward_hooks
+                or ln_1._forward_pre_hooks
+                or ln_1._backward_hooks
+                or ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.ln_1 has no hooks"
+        attn = self._modules.get("attn")
+        if not (type(attn) is _source.CausalSelfAttention):
+            return "type(self.attn) is _source.CausalSelfAttention"
+        if not (attn.n_embd == 64 and attn.n_head == 4):
+            return "self.attn.n_embd == 64 and self.attn.n_head == 4"
+        if not (
+            not (
+                attn._forward_hooks
+                or attn._forward_pre_hooks
+                or attn._backward_hooks
+                or attn._backward_pre_hooks
+            )
+        ):
+            return "self.attn has no hooks"
+        attn_c_attn = attn._modules.get("c_attn")
+        if not (type(attn_c_attn) is torch.nn.Linear):
+            return "type(self.attn.c_attn) is torch.nn.Linear"
+        if not (
+            not attn_c_attn.training
+            and attn_c_attn.in_features == 64
+            and attn_c_attn.out_features == 192
+        ):
+            return "not self.attn.c_attn.training and self.attn.c_attn.in_features == 64 and self.attn.c_attn.out_features == 192"
+        if not (
+            not (
+                attn_c_attn._forward_hooks
+                or attn_c_attn._forward_pre_hooks
+                or attn_c_attn._backward_hooks
+                or attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.attn.c_attn has no hooks"
+        attn_c_proj = attn._modules.get("c_proj")
+        if not (type(attn_c_proj) is torch.nn.Linear):
+            return "type(self.attn.c_proj) is torch.nn.Linear"
+        if not (
+            not attn_c_proj.training
+            and attn_c_proj.in_features == 64
+            and attn_c_proj.out_features == 64
+        ):
+            return "not self.attn.c_proj.training and self.attn.c_proj.in_features == 64 and self.attn.c_proj.out_features == 64"
+        if not (
+            not (
+                attn_c_proj._forward_hooks
+                or attn_c_proj._forward_pre_hooks
+                or attn_c_proj._backward_hooks
+                or attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.attn.c_proj has no hooks"
+        ln_2 = self._modules.get("ln_2")
+        if not (type(ln_2) is torch.nn.LayerNorm):
+            return "type(self.ln_2) is torch.nn.LayerNorm"
+        if not (
+            not ln_2.training
+            and ln_2.normalized_shape == (64,)
+            and ln_2.eps == 1e-05
+            and ln_2.elementwise_affine
+        ):
+            return "not self.ln_2.training and self.ln_2.normalized_shape == (64,) and self.ln_2.eps == 1e-05 and self.ln_2.elementwise_affine"
+        if not (
+            not (
+                ln_2._forward_hooks
+                or ln_2._forward_pre_hooks
+                or ln_2._backward_hooks
+                or ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.ln_2 has no hooks"
+        mlp = self._modules.get("mlp")
+        if not (type(mlp) is _source.MLP):
+            return "type(self.mlp) is _source.MLP"
+        if not (
+            not (
+                mlp._forward_hooks
+                or mlp._forward_pre_hooks
+                or mlp._backward_hooks
+                or mlp._backward_pre_hooks
+            )
+        ):
+            return "self.mlp has no hooks"
+        mlp_c_fc = mlp._modules.get("c_fc")
+        if not (type(mlp_c_fc) is torch.nn.Linear):
+            return "type(self.mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not mlp_c_fc.training
+            and mlp_c_fc.in_features == 64
+            and mlp_c_fc.out_features == 256
+        ):
+            return "not self.mlp.c_fc.training and self.mlp.c_fc.in_features == 64 and self.mlp.c_fc.out_features == 256"
+        if not (
+            not (
+                mlp_c_fc._forward_hooks
+                or mlp_c_fc._forward_pre_hooks
+                or mlp_c_fc._backward_hooks
+                or mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.mlp.c_fc has no hooks"
+        mlp_c_proj = mlp._modules.get("c_proj")
+        if not (type(mlp_c_proj) is torch.nn.Linear):
+            return "type(self.mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not mlp_c_proj.training
+            and mlp_c_proj.in_features == 256
+            and mlp_c_proj.out_features == 64
+        ):
+            return "not self.mlp.c_proj.training and self.mlp.c_proj.in_features == 256 and self.mlp.c_proj.out_features == 64"
+        if not (
+            not (
+                mlp_c_proj._forward_hooks
+                or mlp_c_proj._forward_pre_hooks
+                or mlp_c_proj._backward_hooks
+                or mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.mlp.c_proj has no hooks"
+        ln_1_weight = ln_1._parameters.get("weight")
+        ln_1_bias = ln_1._parameters.get("bias")
+        if not (ln_1_weight is not None and ln_1_bias is not None):
+            return "self.ln_1.weight is not None and self.ln_1.bias is not None"
+        attn_c_attn_weight = attn_c_attn._parameters.get("weight")
+        attn_c_attn_bias = attn_c_attn._parameters.get("bias")
+        if not (attn_c_attn_weight is not None and attn_c_attn_bias is not None):
+            return "self.attn.c_attn.weight is not None and self.attn.c_attn.bias is not None"
+        attn_c_proj_weight = attn_c_proj._parameters.get("weight")
+        attn_c_proj_bias = attn_c_proj._parameters.get("bias")
+        if not (attn_c_proj_weight is not None and attn_c_proj_bias is not None):
+            return "self.attn.c_proj.weight is not None and self.attn.c_proj.bias is not None"
+        ln_2_weight = ln_2._parameters.get("weight")
+        ln_2_bias = ln_2._parameters.get("bias")
+        if not (ln_2_weight is not None and ln_2_bias is not None):
+            return "self.ln_2.weight is not None and self.ln_2.bias is not None"
+        mlp_c_fc_weight = mlp_c_fc._parameters.get("weight")
+        mlp_c_fc_bias = mlp_c_fc._parameters.get("bias")
+        if not (mlp_c_fc_weight is not None and mlp_c_fc_bias is not None):
+            return "self.mlp.c_fc.weight is not None and self.mlp.c_fc.bias is not None"
+        mlp_c_proj_weight = mlp_c_proj._parameters.get("weight")
+        mlp_c_proj_bias = mlp_c_proj._parameters.get("bias")
+        if not (mlp_c_proj_weight is not None and mlp_c_proj_bias is not None):
+            return "self.mlp.c_proj.weight is not None and self.mlp.c_proj.bias is not None"
+        if not (ln_1_weight.is_cuda):
+            return "self.ln_1.weight.is_cuda"
+        if not (ln_1_weight.dtype == torch.bfloat16):
+            return "self.ln_1.weight.dtype == torch.bfloat16"
+        if not (ln_1_weight.shape == (64,)):
+            return "self.ln_1.weight.shape == (64,)"
+        if not (ln_1_weight.stride() == (1,)):
+            return "self.ln_1.weight.stride() == (1,)"
+        if not (ln_1_bias.is_cuda):
+            return "self.ln_1.bias.is_cuda"
+        if not (ln_1_bias.dtype == torch.bfloat16):
+            return "self.ln_1.bias.dtype == torch.bfloat16"
+        if not (ln_1_bias.shape == (64,)):
+            return "self.ln_1.bias.shape == (64,)"
+        if not (ln_1_bias.stride() == (1,)):
+            return "self.ln_1.bias.stride() == (1,)"
+        if not (attn_c_proj_bias.is_cuda):
+            return "self.attn.c_proj.bias.is_cuda"
+        if not (attn_c_proj_bias.dtype == torch.bfloat16):
+            return "self.attn.c_proj.bias.dtype == torch.bfloat16"
+        if not (attn_c_proj_bias.shape == (64,)):
+            return "self.attn.c_proj.bias.shape == (64,)"
+        if not (attn_c_proj_bias.stride() == (1,)):
+            return "self.attn.c_proj.bias.stride() == (1,)"
+        if not (ln_2_weight.is_cuda):
+            return "self.ln_2.weight.is_cuda"
+        if not (ln_2_weight.dtype == torch.bfloat16):
+            return "self.ln_2.weight.dtype == torch.bfloat16"
+        if not (ln_2_weight.shape == (64,)):
+            return "self.ln_2.weight.shape == (64,)"
+        if not (ln_2_weight.stride() == (1,)):
+            return "self.ln_2.weight.stride() == (1,)"
+        if not (ln_2_bias.is_cuda):
+            return "self.ln_2.bias.is_cuda"
+        if not (ln_2_bias.dtype == torch.bfloat16):
+            return "self.ln_2.bias.dtype == torch.bfloat16"
+        if not (ln_2_bias.shape == (64,)):
+            return "self.ln_2.bias.shape == (64,)"
+        if not (ln_2_bias.stride() == (1,)):
+            return "self.ln_2.bias.stride() == (1,)"
+        if not (mlp_c_proj_bias.is_cuda):
+            return "self.mlp.c_proj.bias.is_cuda"
+        if not (mlp_c_proj_bias.dtype == torch.bfloat16):
+            return "self.mlp.c_proj.bias.dtype == torch.bfloat16"
+        if not (mlp_c_proj_bias.shape == (64,)):
+            return "self.mlp.c_proj.bias.shape == (64,)"
+        if not (mlp_c_proj_bias.stride() == (1,)):
+            return "self.mlp.c_proj.bias.stride() == (1,)"
+        if not (
+            not torch.is_grad_enabled()
+            or not (
+                x.requires_grad
+                or ln_1_weight.requires_grad
+                or ln_1_bias.requires_grad
+                or attn_c_attn_weight.requires_grad
+                or attn_c_attn_bias.requires_grad
+                or attn_c_proj_weight.requires_grad
+                or attn_c_proj_bias.requires_grad
+                or ln_2_weight.requires_grad
+                or ln_2_bias.requires_grad
+                or mlp_c_fc_weight.requires_grad
+                or mlp_c_fc_bias.requires_grad
+                or mlp_c_proj_weight.requires_grad
+                or mlp_c_proj_bias.requires_grad
+            )
+        ):
+            return "not torch.is_grad_enabled() or nothing it reads requires grad"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cuda_1(self, x):

@@ -70,5 +70,6 @@ def triton_fused_native_layer_norm_gelu_1(
     tmp11 = tmp9 * tmp10
     tmp12 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
     tmp13 = tmp11 + tmp12
-    tmp14 = tmp13 * 0.5 * (1.0 + tl.erf(tmp13 * 0.7071067811865476))
-    tl.store(out_ptr0 + (256 * xindex + rindex), tmp14.to(tl.bfloat16), xmask & rmask)
+    tmp14 = tmp13.to(tl.bfloat16).to(tl.float32)
+    tmp15 = tmp14 * 0.5 * (1.0 + tl.erf(tmp14 * 0.7071067811865476))
+    tl.store(out_ptr0 + (256 * xindex + rindex), tmp15.to(tl.bfloat16), xmask & rmask)

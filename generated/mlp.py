@@ -46,39 +46,86 @@ _triton = _Triton()
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[8,64]): the first guard that fails, or None."""
-    if not (isinstance(x, torch.Tensor)):
-        return "isinstance(x, torch.Tensor)"
-    if not (x.is_cpu):
-        return "x.is_cpu"
-    if not (x.dtype == torch.float32):
-        return "x.dtype == torch.float32"
-    if not (x.shape == (8, 64)):
-        return "x.shape == (8, 64)"
-    if not (x.is_contiguous()):
-        return "x.is_contiguous()"
-    if not (not self.training):
-        return "not self.training"
-    fc1_bias = self._modules["fc1"]._parameters["bias"]
-    if not (fc1_bias.is_cpu):
-        return "self.fc1.bias.is_cpu"
-    if not (fc1_bias.dtype == torch.float32):
-        return "self.fc1.bias.dtype == torch.float32"
-    if not (fc1_bias.shape == (256,)):
-        return "self.fc1.bias.shape == (256,)"
-    if not (fc1_bias.stride() == (1,)):
-        return "self.fc1.bias.stride() == (1,)"
-    if not (
-        not torch.is_grad_enabled()
-        or not (
-            x.requires_grad
-            or self.fc1.weight.requires_grad
-            or fc1_bias.requires_grad
-            or self.fc2.weight.requires_grad
-            or self.fc2.bias.requires_grad
-        )
-    ):
-        return "not torch.is_grad_enabled() or nothing it reads requires grad"
-    return None
+    try:
+        if not (isinstance(x, torch.Tensor)):
+            return "isinstance(x, torch.Tensor)"
+        if not (x.is_cpu):
+            return "x.is_cpu"
+        if not (x.dtype == torch.float32):
+            return "x.dtype == torch.float32"
+        if not (x.shape == (8, 64)):
+            return "x.shape == (8, 64)"
+        if not (x.is_contiguous()):
+            return "x.is_contiguous()"
+        if not (not self.training):
+            return "not self.training"
+        if not (
+            not (
+                torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks
+                or torch.nn.modules.module._global_backward_hooks
+                or torch.nn.modules.module._global_backward_pre_hooks
+            )
+        ):
+            return "no global module hooks"
+        fc1 = self._modules.get("fc1")
+        if not (type(fc1) is torch.nn.Linear):
+            return "type(self.fc1) is torch.nn.Linear"
+        if not (not fc1.training and fc1.in_features == 64 and fc1.out_features == 256):
+            return "not self.fc1.training and self.fc1.in_features == 64 and self.fc1.out_features == 256"
+        if not (
+            not (
+                fc1._forward_hooks
+                or fc1._forward_pre_hooks
+                or fc1._backward_hooks
+                or fc1._backward_pre_hooks
+            )
+        ):
+            return "self.fc1 has no hooks"
+        fc2 = self._modules.get("fc2")
+        if not (type(fc2) is torch.nn.Linear):
+            return "type(self.fc2) is torch.nn.Linear"
+        if not (not fc2.training and fc2.in_features == 256 and fc2.out_features == 64):
+            return "not self.fc2.training and self.fc2.in_features == 256 and self.fc2.out_features == 64"
+        if not (
+            not (
+                fc2._forward_hooks
+                or fc2._forward_pre_hooks
+                or fc2._backward_hooks
+                or fc2._backward_pre_hooks
+            )
+        ):
+            return "self.fc2 has no hooks"
+        fc1_weight = fc1._parameters.get("weight")
+        fc1_bias = fc1._parameters.get("bias")
+        if not (fc1_weight is not None and fc1_bias is not None):
+            return "self.fc1.weight is not None and self.fc1.bias is not None"
+        fc2_weight = fc2._parameters.get("weight")
+        fc2_bias = fc2._parameters.get("bias")
+        if not (fc2_weight is not None and fc2_bias is not None):
+            return "self.fc2.weight is not None and self.fc2.bias is not None"
+        if not (fc1_bias.is_cpu):
+            return "self.fc1.bias.is_cpu"
+        if not (fc1_bias.dtype == torch.float32):
+            return "self.fc1.bias.dtype == torch.float32"
+        if not (fc1_bias.shape == (256,)):
+            return "self.fc1.bias.shape == (256,)"
+        if not (fc1_bias.stride() == (1,)):
+            return "self.fc1.bias.stride() == (1,)"
+        if not (
+            not torch.is_grad_enabled()
+            or not (
+                x.requires_grad
+                or fc1_weight.requires_grad
+                or fc1_bias.requires_grad
+                or fc2_weight.requires_grad
+                or fc2_bias.requires_grad
+            )
+        ):
+            return "not torch.is_grad_enabled() or nothing it reads requires grad"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cpu_0(self, x):
@@ -99,41 +146,88 @@ def _cpu_0(self, x):
 
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[8,64]): the first guard that fails, or None."""
-    if not (isinstance(x, torch.Tensor)):
-        return "isinstance(x, torch.Tensor)"
-    if not (x.is_cuda):
-        return "x.is_cuda"
-    if not (x.get_device() == torch.cuda.current_device()):
-        return "x.get_device() == torch.cuda.current_device()"
-    if not (x.dtype == torch.float32):
-        return "x.dtype == torch.float32"
-    if not (x.shape == (8, 64)):
-        return "x.shape == (8, 64)"
-    if not (x.is_contiguous()):
-        return "x.is_contiguous()"
-    if not (not self.training):
-        return "not self.training"
-    fc1_bias = self._modules["fc1"]._parameters["bias"]
-    if not (fc1_bias.is_cuda):
-        return "self.fc1.bias.is_cuda"
-    if not (fc1_bias.dtype == torch.float32):
-        return "self.fc1.bias.dtype == torch.float32"
-    if not (fc1_bias.shape == (256,)):
-        return "self.fc1.bias.shape == (256,)"
-    if not (fc1_bias.stride() == (1,)):
-        return "self.fc1.bias.stride() == (1,)"
-    if not (
-        not torch.is_grad_enabled()
-        or not (
-            x.requires_grad
-            or self.fc1.weight.requires_grad
-            or fc1_bias.requires_grad
-            or self.fc2.weight.requires_grad
-            or self.fc2.bias.requires_grad
-        )
-    ):
-        return "not torch.is_grad_enabled() or nothing it reads requires grad"
-    return None
+    try:
+        if not (isinstance(x, torch.Tensor)):
+            return "isinstance(x, torch.Tensor)"
+        if not (x.is_cuda):
+            return "x.is_cuda"
+        if not (x.get_device() == torch.cuda.current_device()):
+            return "x.get_device() == torch.cuda.current_device()"
+        if not (x.dtype == torch.float32):
+            return "x.dtype == torch.float32"
+        if not (x.shape == (8, 64)):
+            return "x.shape == (8, 64)"
+        if not (x.is_contiguous()):
+            return "x.is_contiguous()"
+        if not (not self.training):
+            return "not self.training"
+        if not (
+            not (
+                torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks
+                or torch.nn.modules.module._global_backward_hooks
+                or torch.nn.modules.module._global_backward_pre_hooks
+            )
+        ):
+            return "no global module hooks"
+        fc1 = self._modules.get("fc1")
+        if not (type(fc1) is torch.nn.Linear):
+            return "type(self.fc1) is torch.nn.Linear"
+        if not (not fc1.training and fc1.in_features == 64 and fc1.out_features == 256):
+            return "not self.fc1.training and self.fc1.in_features == 64 and self.fc1.out_features == 256"
+        if not (
+            not (
+                fc1._forward_hooks
+                or fc1._forward_pre_hooks
+                or fc1._backward_hooks
+                or fc1._backward_pre_hooks
+            )
+        ):
+            return "self.fc1 has no hooks"
+        fc2 = self._modules.get("fc2")
+        if not (type(fc2) is torch.nn.Linear):
+            return "type(self.fc2) is torch.nn.Linear"
+        if not (not fc2.training and fc2.in_features == 256 and fc2.out_features == 64):
+            return "not self.fc2.training and self.fc2.in_features == 256 and self.fc2.out_features == 64"
+        if not (
+            not (
+                fc2._forward_hooks
+                or fc2._forward_pre_hooks
+                or fc2._backward_hooks
+                or fc2._backward_pre_hooks
+            )
+        ):
+            return "self.fc2 has no hooks"
+        fc1_weight = fc1._parameters.get("weight")
+        fc1_bias = fc1._parameters.get("bias")
+        if not (fc1_weight is not None and fc1_bias is not None):
+            return "self.fc1.weight is not None and self.fc1.bias is not None"
+        fc2_weight = fc2._parameters.get("weight")
+        fc2_bias = fc2._parameters.get("bias")
+        if not (fc2_weight is not None and fc2_bias is not None):
+            return "self.fc2.weight is not None and self.fc2.bias is not None"
+        if not (fc1_bias.is_cuda):
+            return "self.fc1.bias.is_cuda"
+        if not (fc1_bias.dtype == torch.float32):
+            return "self.fc1.bias.dtype == torch.float32"
+        if not (fc1_bias.shape == (256,)):
+            return "self.fc1.bias.shape == (256,)"
+        if not (fc1_bias.stride() == (1,)):
+            return "self.fc1.bias.stride() == (1,)"
+        if not (
+            not torch.is_grad_enabled()
+            or not (
+                x.requires_grad
+                or fc1_weight.requires_grad
+                or fc1_bias.requires_grad
+                or fc2_weight.requires_grad
+                or fc2_bias.requires_grad
+            )
+        ):
+            return "not torch.is_grad_enabled() or nothing it reads requires grad"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cuda_0(self, x):

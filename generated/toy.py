@@ -49,44 +49,76 @@ _triton = _Triton()
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[2,4]): the first guard that fails, or None."""
-    if not (isinstance(x, torch.Tensor)):
-        return "isinstance(x, torch.Tensor)"
-    if not (x.is_cpu):
-        return "x.is_cpu"
-    if not (x.dtype == torch.float32):
-        return "x.dtype == torch.float32"
-    if not (x.shape == (2, 4)):
-        return "x.shape == (2, 4)"
-    if not (x.is_contiguous()):
-        return "x.is_contiguous()"
-    if not (not self.training):
-        return "not self.training"
-    linear_weight = self._modules["linear"]._parameters["weight"]
-    if not (linear_weight.is_cpu):
-        return "self.linear.weight.is_cpu"
-    if not (linear_weight.dtype == torch.float32):
-        return "self.linear.weight.dtype == torch.float32"
-    if not (linear_weight.shape == (4, 4)):
-        return "self.linear.weight.shape == (4, 4)"
-    if not (linear_weight.stride() == (4, 1)):
-        return "self.linear.weight.stride() == (4, 1)"
-    linear_bias = self._modules["linear"]._parameters["bias"]
-    if not (linear_bias.is_cpu):
-        return "self.linear.bias.is_cpu"
-    if not (linear_bias.dtype == torch.float32):
-        return "self.linear.bias.dtype == torch.float32"
-    if not (linear_bias.shape == (4,)):
-        return "self.linear.bias.shape == (4,)"
-    if not (linear_bias.stride() == (1,)):
-        return "self.linear.bias.stride() == (1,)"
-    if not (
-        not torch.is_grad_enabled()
-        or not (
-            x.requires_grad or linear_weight.requires_grad or linear_bias.requires_grad
-        )
-    ):
-        return "not torch.is_grad_enabled() or nothing it reads requires grad"
-    return None
+    try:
+        if not (isinstance(x, torch.Tensor)):
+            return "isinstance(x, torch.Tensor)"
+        if not (x.is_cpu):
+            return "x.is_cpu"
+        if not (x.dtype == torch.float32):
+            return "x.dtype == torch.float32"
+        if not (x.shape == (2, 4)):
+            return "x.shape == (2, 4)"
+        if not (x.is_contiguous()):
+            return "x.is_contiguous()"
+        if not (not self.training):
+            return "not self.training"
+        if not (
+            not (
+                torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks
+                or torch.nn.modules.module._global_backward_hooks
+                or torch.nn.modules.module._global_backward_pre_hooks
+            )
+        ):
+            return "no global module hooks"
+        linear = self._modules.get("linear")
+        if not (type(linear) is torch.nn.Linear):
+            return "type(self.linear) is torch.nn.Linear"
+        if not (
+            not linear.training and linear.in_features == 4 and linear.out_features == 4
+        ):
+            return "not self.linear.training and self.linear.in_features == 4 and self.linear.out_features == 4"
+        if not (
+            not (
+                linear._forward_hooks
+                or linear._forward_pre_hooks
+                or linear._backward_hooks
+                or linear._backward_pre_hooks
+            )
+        ):
+            return "self.linear has no hooks"
+        linear_weight = linear._parameters.get("weight")
+        linear_bias = linear._parameters.get("bias")
+        if not (linear_weight is not None and linear_bias is not None):
+            return "self.linear.weight is not None and self.linear.bias is not None"
+        if not (linear_weight.is_cpu):
+            return "self.linear.weight.is_cpu"
+        if not (linear_weight.dtype == torch.float32):
+            return "self.linear.weight.dtype == torch.float32"
+        if not (linear_weight.shape == (4, 4)):
+            return "self.linear.weight.shape == (4, 4)"
+        if not (linear_weight.stride() == (4, 1)):
+            return "self.linear.weight.stride() == (4, 1)"
+        if not (linear_bias.is_cpu):
+            return "self.linear.bias.is_cpu"
+        if not (linear_bias.dtype == torch.float32):
+            return "self.linear.bias.dtype == torch.float32"
+        if not (linear_bias.shape == (4,)):
+            return "self.linear.bias.shape == (4,)"
+        if not (linear_bias.stride() == (1,)):
+            return "self.linear.bias.stride() == (1,)"
+        if not (
+            not torch.is_grad_enabled()
+            or not (
+                x.requires_grad
+                or linear_weight.requires_grad
+                or linear_bias.requires_grad
+            )
+        ):
+            return "not torch.is_grad_enabled() or nothing it reads requires grad"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cpu_0(self, x):
@@ -103,46 +135,78 @@ def _cpu_0(self, x):
 
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[2,4]): the first guard that fails, or None."""
-    if not (isinstance(x, torch.Tensor)):
-        return "isinstance(x, torch.Tensor)"
-    if not (x.is_cuda):
-        return "x.is_cuda"
-    if not (x.get_device() == torch.cuda.current_device()):
-        return "x.get_device() == torch.cuda.current_device()"
-    if not (x.dtype == torch.float32):
-        return "x.dtype == torch.float32"
-    if not (x.shape == (2, 4)):
-        return "x.shape == (2, 4)"
-    if not (x.is_contiguous()):
-        return "x.is_contiguous()"
-    if not (not self.training):
-        return "not self.training"
-    linear_weight = self._modules["linear"]._parameters["weight"]
-    if not (linear_weight.is_cuda):
-        return "self.linear.weight.is_cuda"
-    if not (linear_weight.dtype == torch.float32):
-        return "self.linear.weight.dtype == torch.float32"
-    if not (linear_weight.shape == (4, 4)):
-        return "self.linear.weight.shape == (4, 4)"
-    if not (linear_weight.stride() == (4, 1)):
-        return "self.linear.weight.stride() == (4, 1)"
-    linear_bias = self._modules["linear"]._parameters["bias"]
-    if not (linear_bias.is_cuda):
-        return "self.linear.bias.is_cuda"
-    if not (linear_bias.dtype == torch.float32):
-        return "self.linear.bias.dtype == torch.float32"
-    if not (linear_bias.shape == (4,)):
-        return "self.linear.bias.shape == (4,)"
-    if not (linear_bias.stride() == (1,)):
-        return "self.linear.bias.stride() == (1,)"
-    if not (
-        not torch.is_grad_enabled()
-        or not (
-            x.requires_grad or linear_weight.requires_grad or linear_bias.requires_grad
-        )
-    ):
-        return "not torch.is_grad_enabled() or nothing it reads requires grad"
-    return None
+    try:
+        if not (isinstance(x, torch.Tensor)):
+            return "isinstance(x, torch.Tensor)"
+        if not (x.is_cuda):
+            return "x.is_cuda"
+        if not (x.get_device() == torch.cuda.current_device()):
+            return "x.get_device() == torch.cuda.current_device()"
+        if not (x.dtype == torch.float32):
+            return "x.dtype == torch.float32"
+        if not (x.shape == (2, 4)):
+            return "x.shape == (2, 4)"
+        if not (x.is_contiguous()):
+            return "x.is_contiguous()"
+        if not (not self.training):
+            return "not self.training"
+        if not (
+            not (
+                torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks
+                or torch.nn.modules.module._global_backward_hooks
+                or torch.nn.modules.module._global_backward_pre_hooks
+            )
+        ):
+            return "no global module hooks"
+        linear = self._modules.get("linear")
+        if not (type(linear) is torch.nn.Linear):
+            return "type(self.linear) is torch.nn.Linear"
+        if not (
+            not linear.training and linear.in_features == 4 and linear.out_features == 4
+        ):
+            return "not self.linear.training and self.linear.in_features == 4 and self.linear.out_features == 4"
+        if not (
+            not (
+                linear._forward_hooks
+                or linear._forward_pre_hooks
+                or linear._backward_hooks
+                or linear._backward_pre_hooks
+            )
+        ):
+            return "self.linear has no hooks"
+        linear_weight = linear._parameters.get("weight")
+        linear_bias = linear._parameters.get("bias")
+        if not (linear_weight is not None and linear_bias is not None):
+            return "self.linear.weight is not None and self.linear.bias is not None"
+        if not (linear_weight.is_cuda):
+            return "self.linear.weight.is_cuda"
+        if not (linear_weight.dtype == torch.float32):
+            return "self.linear.weight.dtype == torch.float32"
+        if not (linear_weight.shape == (4, 4)):
+            return "self.linear.weight.shape == (4, 4)"
+        if not (linear_weight.stride() == (4, 1)):
+            return "self.linear.weight.stride() == (4, 1)"
+        if not (linear_bias.is_cuda):
+            return "self.linear.bias.is_cuda"
+        if not (linear_bias.dtype == torch.float32):
+            return "self.linear.bias.dtype == torch.float32"
+        if not (linear_bias.shape == (4,)):
+            return "self.linear.bias.shape == (4,)"
+        if not (linear_bias.stride() == (1,)):
+            return "self.linear.bias.stride() == (1,)"
+        if not (
+            not torch.is_grad_enabled()
+            or not (
+                x.requires_grad
+                or linear_weight.requires_grad
+                or linear_bias.requires_grad
+            )
+        ):
+            return "not torch.is_grad_enabled() or nothing it reads requires grad"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cuda_0(self, x):
@@ -174,44 +238,76 @@ class ToyLinear(_source.ToyLinear):
 
 def _guards_cpu_1(self, x):
     """Variant cpu_1 (cpu: x=f32[2,4]): the first guard that fails, or None."""
-    if not (isinstance(x, torch.Tensor)):
-        return "isinstance(x, torch.Tensor)"
-    if not (x.is_cpu):
-        return "x.is_cpu"
-    if not (x.dtype == torch.float32):
-        return "x.dtype == torch.float32"
-    if not (x.shape == (2, 4)):
-        return "x.shape == (2, 4)"
-    if not (x.is_contiguous()):
-        return "x.is_contiguous()"
-    if not (not self.training):
-        return "not self.training"
-    linear_weight = self._modules["linear"]._parameters["weight"]
-    if not (linear_weight.is_cpu):
-        return "self.linear.weight.is_cpu"
-    if not (linear_weight.dtype == torch.float32):
-        return "self.linear.weight.dtype == torch.float32"
-    if not (linear_weight.shape == (4, 4)):
-        return "self.linear.weight.shape == (4, 4)"
-    if not (linear_weight.stride() == (4, 1)):
-        return "self.linear.weight.stride() == (4, 1)"
-    linear_bias = self._modules["linear"]._parameters["bias"]
-    if not (linear_bias.is_cpu):
-        return "self.linear.bias.is_cpu"
-    if not (linear_bias.dtype == torch.float32):
-        return "self.linear.bias.dtype == torch.float32"
-    if not (linear_bias.shape == (4,)):
-        return "self.linear.bias.shape == (4,)"
-    if not (linear_bias.stride() == (1,)):
-        return "self.linear.bias.stride() == (1,)"
-    if not (
-        not torch.is_grad_enabled()
-        or not (
-            x.requires_grad or linear_weight.requires_grad or linear_bias.requires_grad
-        )
-    ):
-        return "not torch.is_grad_enabled() or nothing it reads requires grad"
-    return None
+    try:
+        if not (isinstance(x, torch.Tensor)):
+            return "isinstance(x, torch.Tensor)"
+        if not (x.is_cpu):
+            return "x.is_cpu"
+        if not (x.dtype == torch.float32):
+            return "x.dtype == torch.float32"
+        if not (x.shape == (2, 4)):
+            return "x.shape == (2, 4)"
+        if not (x.is_contiguous()):
+            return "x.is_contiguous()"
+        if not (not self.training):
+            return "not self.training"
+        if not (
+            not (
+                torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks
+                or torch.nn.modules.module._global_backward_hooks
+                or torch.nn.modules.module._global_backward_pre_hooks
+            )
+        ):
+            return "no global module hooks"
+        linear = self._modules.get("linear")
+        if not (type(linear) is torch.nn.Linear):
+            return "type(self.linear) is torch.nn.Linear"
+        if not (
+            not linear.training and linear.in_features == 4 and linear.out_features == 4
+        ):
+            return "not self.linear.training and self.linear.in_features == 4 and self.linear.out_features == 4"
+        if not (
+            not (
+                linear._forward_hooks
+                or linear._forward_pre_hooks
+                or linear._backward_hooks
+                or linear._backward_pre_hooks
+            )
+        ):
+            return "self.linear has no hooks"
+        linear_weight = linear._parameters.get("weight")
+        linear_bias = linear._parameters.get("bias")
+        if not (linear_weight is not None and linear_bias is not None):
+            return "self.linear.weight is not None and self.linear.bias is not None"
+        if not (linear_weight.is_cpu):
+            return "self.linear.weight.is_cpu"
+        if not (linear_weight.dtype == torch.float32):
+            return "self.linear.weight.dtype == torch.float32"
+        if not (linear_weight.shape == (4, 4)):
+            return "self.linear.weight.shape == (4, 4)"
+        if not (linear_weight.stride() == (4, 1)):
+            return "self.linear.weight.stride() == (4, 1)"
+        if not (linear_bias.is_cpu):
+            return "self.linear.bias.is_cpu"
+        if not (linear_bias.dtype == torch.float32):
+            return "self.linear.bias.dtype == torch.float32"
+        if not (linear_bias.shape == (4,)):
+            return "self.linear.bias.shape == (4,)"
+        if not (linear_bias.stride() == (1,)):
+            return "self.linear.bias.stride() == (1,)"
+        if not (
+            not torch.is_grad_enabled()
+            or not (
+                x.requires_grad
+                or linear_weight.requires_grad
+                or linear_bias.requires_grad
+            )
+        ):
+            return "not torch.is_grad_enabled() or nothing it reads requires grad"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cpu_1(self, x):
@@ -244,46 +340,78 @@ def _cpu_1(self, x):
 
 def _guards_cuda_1(self, x):
     """Variant cuda_1 (cuda: x=f32[2,4]): the first guard that fails, or None."""
-    if not (isinstance(x, torch.Tensor)):
-        return "isinstance(x, torch.Tensor)"
-    if not (x.is_cuda):
-        return "x.is_cuda"
-    if not (x.get_device() == torch.cuda.current_device()):
-        return "x.get_device() == torch.cuda.current_device()"
-    if not (x.dtype == torch.float32):
-        return "x.dtype == torch.float32"
-    if not (x.shape == (2, 4)):
-        return "x.shape == (2, 4)"
-    if not (x.is_contiguous()):
-        return "x.is_contiguous()"
-    if not (not self.training):
-        return "not self.training"
-    linear_weight = self._modules["linear"]._parameters["weight"]
-    if not (linear_weight.is_cuda):
-        return "self.linear.weight.is_cuda"
-    if not (linear_weight.dtype == torch.float32):
-        return "self.linear.weight.dtype == torch.float32"
-    if not (linear_weight.shape == (4, 4)):
-        return "self.linear.weight.shape == (4, 4)"
-    if not (linear_weight.stride() == (4, 1)):
-        return "self.linear.weight.stride() == (4, 1)"
-    linear_bias = self._modules["linear"]._parameters["bias"]
-    if not (linear_bias.is_cuda):
-        return "self.linear.bias.is_cuda"
-    if not (linear_bias.dtype == torch.float32):
-        return "self.linear.bias.dtype == torch.float32"
-    if not (linear_bias.shape == (4,)):
-        return "self.linear.bias.shape == (4,)"
-    if not (linear_bias.stride() == (1,)):
-        return "self.linear.bias.stride() == (1,)"
-    if not (
-        not torch.is_grad_enabled()
-        or not (
-            x.requires_grad or linear_weight.requires_grad or linear_bias.requires_grad
-        )
-    ):
-        return "not torch.is_grad_enabled() or nothing it reads requires grad"
-    return None
+    try:
+        if not (isinstance(x, torch.Tensor)):
+            return "isinstance(x, torch.Tensor)"
+        if not (x.is_cuda):
+            return "x.is_cuda"
+        if not (x.get_device() == torch.cuda.current_device()):
+            return "x.get_device() == torch.cuda.current_device()"
+        if not (x.dtype == torch.float32):
+            return "x.dtype == torch.float32"
+        if not (x.shape == (2, 4)):
+            return "x.shape == (2, 4)"
+        if not (x.is_contiguous()):
+            return "x.is_contiguous()"
+        if not (not self.training):
+            return "not self.training"
+        if not (
+            not (
+                torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks
+                or torch.nn.modules.module._global_backward_hooks
+                or torch.nn.modules.module._global_backward_pre_hooks
+            )
+        ):
+            return "no global module hooks"
+        linear = self._modules.get("linear")
+        if not (type(linear) is torch.nn.Linear):
+            return "type(self.linear) is torch.nn.Linear"
+        if not (
+            not linear.training and linear.in_features == 4 and linear.out_features == 4
+        ):
+            return "not self.linear.training and self.linear.in_features == 4 and self.linear.out_features == 4"
+        if not (
+            not (
+                linear._forward_hooks
+                or linear._forward_pre_hooks
+                or linear._backward_hooks
+                or linear._backward_pre_hooks
+            )
+        ):
+            return "self.linear has no hooks"
+        linear_weight = linear._parameters.get("weight")
+        linear_bias = linear._parameters.get("bias")
+        if not (linear_weight is not None and linear_bias is not None):
+            return "self.linear.weight is not None and self.linear.bias is not None"
+        if not (linear_weight.is_cuda):
+            return "self.linear.weight.is_cuda"
+        if not (linear_weight.dtype == torch.float32):
+            return "self.linear.weight.dtype == torch.float32"
+        if not (linear_weight.shape == (4, 4)):
+            return "self.linear.weight.shape == (4, 4)"
+        if not (linear_weight.stride() == (4, 1)):
+            return "self.linear.weight.stride() == (4, 1)"
+        if not (linear_bias.is_cuda):
+            return "self.linear.bias.is_cuda"
+        if not (linear_bias.dtype == torch.float32):
+            return "self.linear.bias.dtype == torch.float32"
+        if not (linear_bias.shape == (4,)):
+            return "self.linear.bias.shape == (4,)"
+        if not (linear_bias.stride() == (1,)):
+            return "self.linear.bias.stride() == (1,)"
+        if not (
+            not torch.is_grad_enabled()
+            or not (
+                x.requires_grad
+                or linear_weight.requires_grad
+                or linear_bias.requires_grad
+            )
+        ):
+            return "not torch.is_grad_enabled() or nothing it reads requires grad"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cuda_1(self, x):

@@ -50,1314 +50,3136 @@ _triton = _Triton()
 
 def _guards_cuda_0(self, idx):
     """Variant cuda_0 (cuda: idx=i64[8,1024]): the first guard that fails, or None."""
-    if not (isinstance(idx, torch.Tensor)):
-        return "isinstance(idx, torch.Tensor)"
-    if not (idx.is_cuda):
-        return "idx.is_cuda"
-    if not (idx.get_device() == torch.cuda.current_device()):
-        return "idx.get_device() == torch.cuda.current_device()"
-    if not (idx.dtype == torch.int64):
-        return "idx.dtype == torch.int64"
-    if not (idx.shape == (8, 1024)):
-        return "idx.shape == (8, 1024)"
-    if not (idx.is_contiguous()):
-        return "idx.is_contiguous()"
-    if not (self.lm_head.weight is self.wte.weight):
-        return "self.lm_head.weight is self.wte.weight"
-    if not (self.block_size == 1024):
-        return "self.block_size == 1024"
-    if not (self.h[0].attn.n_embd == 768):
-        return "self.h[0].attn.n_embd == 768"
-    if not (self.h[0].attn.n_head == 12):
-        return "self.h[0].attn.n_head == 12"
-    if not (self.h[1].attn.n_embd == 768):
-        return "self.h[1].attn.n_embd == 768"
-    if not (self.h[1].attn.n_head == 12):
-        return "self.h[1].attn.n_head == 12"
-    if not (self.h[2].attn.n_embd == 768):
-        return "self.h[2].attn.n_embd == 768"
-    if not (self.h[2].attn.n_head == 12):
-        return "self.h[2].attn.n_head == 12"
-    if not (self.h[3].attn.n_embd == 768):
-        return "self.h[3].attn.n_embd == 768"
-    if not (self.h[3].attn.n_head == 12):
-        return "self.h[3].attn.n_head == 12"
-    if not (self.h[4].attn.n_embd == 768):
-        return "self.h[4].attn.n_embd == 768"
-    if not (self.h[4].attn.n_head == 12):
-        return "self.h[4].attn.n_head == 12"
-    if not (self.h[5].attn.n_embd == 768):
-        return "self.h[5].attn.n_embd == 768"
-    if not (self.h[5].attn.n_head == 12):
-        return "self.h[5].attn.n_head == 12"
-    if not (self.h[6].attn.n_embd == 768):
-        return "self.h[6].attn.n_embd == 768"
-    if not (self.h[6].attn.n_head == 12):
-        return "self.h[6].attn.n_head == 12"
-    if not (self.h[7].attn.n_embd == 768):
-        return "self.h[7].attn.n_embd == 768"
-    if not (self.h[7].attn.n_head == 12):
-        return "self.h[7].attn.n_head == 12"
-    if not (self.h[8].attn.n_embd == 768):
-        return "self.h[8].attn.n_embd == 768"
-    if not (self.h[8].attn.n_head == 12):
-        return "self.h[8].attn.n_head == 12"
-    if not (self.h[9].attn.n_embd == 768):
-        return "self.h[9].attn.n_embd == 768"
-    if not (self.h[9].attn.n_head == 12):
-        return "self.h[9].attn.n_head == 12"
-    if not (self.h[10].attn.n_embd == 768):
-        return "self.h[10].attn.n_embd == 768"
-    if not (self.h[10].attn.n_head == 12):
-        return "self.h[10].attn.n_head == 12"
-    if not (self.h[11].attn.n_embd == 768):
-        return "self.h[11].attn.n_embd == 768"
-    if not (self.h[11].attn.n_head == 12):
-        return "self.h[11].attn.n_head == 12"
-    if not (not self.training):
-        return "not self.training"
-    h_0_ln_1_weight = (
-        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_0_ln_1_weight.is_cuda):
-        return "self.h[0].ln_1.weight.is_cuda"
-    if not (h_0_ln_1_weight.dtype == torch.float32):
-        return "self.h[0].ln_1.weight.dtype == torch.float32"
-    if not (h_0_ln_1_weight.shape == (768,)):
-        return "self.h[0].ln_1.weight.shape == (768,)"
-    if not (h_0_ln_1_weight.stride() == (1,)):
-        return "self.h[0].ln_1.weight.stride() == (1,)"
-    h_0_ln_1_bias = (
-        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_0_ln_1_bias.is_cuda):
-        return "self.h[0].ln_1.bias.is_cuda"
-    if not (h_0_ln_1_bias.dtype == torch.float32):
-        return "self.h[0].ln_1.bias.dtype == torch.float32"
-    if not (h_0_ln_1_bias.shape == (768,)):
-        return "self.h[0].ln_1.bias.shape == (768,)"
-    if not (h_0_ln_1_bias.stride() == (1,)):
-        return "self.h[0].ln_1.bias.stride() == (1,)"
-    h_0_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_0_attn_c_proj_bias.is_cuda):
-        return "self.h[0].attn.c_proj.bias.is_cuda"
-    if not (h_0_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[0].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_0_attn_c_proj_bias.shape == (768,)):
-        return "self.h[0].attn.c_proj.bias.shape == (768,)"
-    if not (h_0_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[0].attn.c_proj.bias.stride() == (1,)"
-    h_0_ln_2_weight = (
-        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_0_ln_2_weight.is_cuda):
-        return "self.h[0].ln_2.weight.is_cuda"
-    if not (h_0_ln_2_weight.dtype == torch.float32):
-        return "self.h[0].ln_2.weight.dtype == torch.float32"
-    if not (h_0_ln_2_weight.shape == (768,)):
-        return "self.h[0].ln_2.weight.shape == (768,)"
-    if not (h_0_ln_2_weight.stride() == (1,)):
-        return "self.h[0].ln_2.weight.stride() == (1,)"
-    h_0_ln_2_bias = (
-        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_0_ln_2_bias.is_cuda):
-        return "self.h[0].ln_2.bias.is_cuda"
-    if not (h_0_ln_2_bias.dtype == torch.float32):
-        return "self.h[0].ln_2.bias.dtype == torch.float32"
-    if not (h_0_ln_2_bias.shape == (768,)):
-        return "self.h[0].ln_2.bias.shape == (768,)"
-    if not (h_0_ln_2_bias.stride() == (1,)):
-        return "self.h[0].ln_2.bias.stride() == (1,)"
-    h_0_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_0_mlp_c_fc_bias.is_cuda):
-        return "self.h[0].mlp.c_fc.bias.is_cuda"
-    if not (h_0_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[0].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_0_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[0].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_0_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[0].mlp.c_fc.bias.stride() == (1,)"
-    h_0_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_0_mlp_c_proj_bias.is_cuda):
-        return "self.h[0].mlp.c_proj.bias.is_cuda"
-    if not (h_0_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[0].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_0_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[0].mlp.c_proj.bias.shape == (768,)"
-    if not (h_0_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[0].mlp.c_proj.bias.stride() == (1,)"
-    h_1_ln_1_weight = (
-        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_1_ln_1_weight.is_cuda):
-        return "self.h[1].ln_1.weight.is_cuda"
-    if not (h_1_ln_1_weight.dtype == torch.float32):
-        return "self.h[1].ln_1.weight.dtype == torch.float32"
-    if not (h_1_ln_1_weight.shape == (768,)):
-        return "self.h[1].ln_1.weight.shape == (768,)"
-    if not (h_1_ln_1_weight.stride() == (1,)):
-        return "self.h[1].ln_1.weight.stride() == (1,)"
-    h_1_ln_1_bias = (
-        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_1_ln_1_bias.is_cuda):
-        return "self.h[1].ln_1.bias.is_cuda"
-    if not (h_1_ln_1_bias.dtype == torch.float32):
-        return "self.h[1].ln_1.bias.dtype == torch.float32"
-    if not (h_1_ln_1_bias.shape == (768,)):
-        return "self.h[1].ln_1.bias.shape == (768,)"
-    if not (h_1_ln_1_bias.stride() == (1,)):
-        return "self.h[1].ln_1.bias.stride() == (1,)"
-    h_1_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_1_attn_c_proj_bias.is_cuda):
-        return "self.h[1].attn.c_proj.bias.is_cuda"
-    if not (h_1_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[1].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_1_attn_c_proj_bias.shape == (768,)):
-        return "self.h[1].attn.c_proj.bias.shape == (768,)"
-    if not (h_1_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[1].attn.c_proj.bias.stride() == (1,)"
-    h_1_ln_2_weight = (
-        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_1_ln_2_weight.is_cuda):
-        return "self.h[1].ln_2.weight.is_cuda"
-    if not (h_1_ln_2_weight.dtype == torch.float32):
-        return "self.h[1].ln_2.weight.dtype == torch.float32"
-    if not (h_1_ln_2_weight.shape == (768,)):
-        return "self.h[1].ln_2.weight.shape == (768,)"
-    if not (h_1_ln_2_weight.stride() == (1,)):
-        return "self.h[1].ln_2.weight.stride() == (1,)"
-    h_1_ln_2_bias = (
-        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_1_ln_2_bias.is_cuda):
-        return "self.h[1].ln_2.bias.is_cuda"
-    if not (h_1_ln_2_bias.dtype == torch.float32):
-        return "self.h[1].ln_2.bias.dtype == torch.float32"
-    if not (h_1_ln_2_bias.shape == (768,)):
-        return "self.h[1].ln_2.bias.shape == (768,)"
-    if not (h_1_ln_2_bias.stride() == (1,)):
-        return "self.h[1].ln_2.bias.stride() == (1,)"
-    h_1_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_1_mlp_c_fc_bias.is_cuda):
-        return "self.h[1].mlp.c_fc.bias.is_cuda"
-    if not (h_1_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[1].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_1_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[1].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_1_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[1].mlp.c_fc.bias.stride() == (1,)"
-    h_1_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_1_mlp_c_proj_bias.is_cuda):
-        return "self.h[1].mlp.c_proj.bias.is_cuda"
-    if not (h_1_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[1].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_1_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[1].mlp.c_proj.bias.shape == (768,)"
-    if not (h_1_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[1].mlp.c_proj.bias.stride() == (1,)"
-    h_2_ln_1_weight = (
-        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_2_ln_1_weight.is_cuda):
-        return "self.h[2].ln_1.weight.is_cuda"
-    if not (h_2_ln_1_weight.dtype == torch.float32):
-        return "self.h[2].ln_1.weight.dtype == torch.float32"
-    if not (h_2_ln_1_weight.shape == (768,)):
-        return "self.h[2].ln_1.weight.shape == (768,)"
-    if not (h_2_ln_1_weight.stride() == (1,)):
-        return "self.h[2].ln_1.weight.stride() == (1,)"
-    h_2_ln_1_bias = (
-        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_2_ln_1_bias.is_cuda):
-        return "self.h[2].ln_1.bias.is_cuda"
-    if not (h_2_ln_1_bias.dtype == torch.float32):
-        return "self.h[2].ln_1.bias.dtype == torch.float32"
-    if not (h_2_ln_1_bias.shape == (768,)):
-        return "self.h[2].ln_1.bias.shape == (768,)"
-    if not (h_2_ln_1_bias.stride() == (1,)):
-        return "self.h[2].ln_1.bias.stride() == (1,)"
-    h_2_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_2_attn_c_proj_bias.is_cuda):
-        return "self.h[2].attn.c_proj.bias.is_cuda"
-    if not (h_2_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[2].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_2_attn_c_proj_bias.shape == (768,)):
-        return "self.h[2].attn.c_proj.bias.shape == (768,)"
-    if not (h_2_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[2].attn.c_proj.bias.stride() == (1,)"
-    h_2_ln_2_weight = (
-        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_2_ln_2_weight.is_cuda):
-        return "self.h[2].ln_2.weight.is_cuda"
-    if not (h_2_ln_2_weight.dtype == torch.float32):
-        return "self.h[2].ln_2.weight.dtype == torch.float32"
-    if not (h_2_ln_2_weight.shape == (768,)):
-        return "self.h[2].ln_2.weight.shape == (768,)"
-    if not (h_2_ln_2_weight.stride() == (1,)):
-        return "self.h[2].ln_2.weight.stride() == (1,)"
-    h_2_ln_2_bias = (
-        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_2_ln_2_bias.is_cuda):
-        return "self.h[2].ln_2.bias.is_cuda"
-    if not (h_2_ln_2_bias.dtype == torch.float32):
-        return "self.h[2].ln_2.bias.dtype == torch.float32"
-    if not (h_2_ln_2_bias.shape == (768,)):
-        return "self.h[2].ln_2.bias.shape == (768,)"
-    if not (h_2_ln_2_bias.stride() == (1,)):
-        return "self.h[2].ln_2.bias.stride() == (1,)"
-    h_2_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_2_mlp_c_fc_bias.is_cuda):
-        return "self.h[2].mlp.c_fc.bias.is_cuda"
-    if not (h_2_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[2].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_2_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[2].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_2_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[2].mlp.c_fc.bias.stride() == (1,)"
-    h_2_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_2_mlp_c_proj_bias.is_cuda):
-        return "self.h[2].mlp.c_proj.bias.is_cuda"
-    if not (h_2_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[2].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_2_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[2].mlp.c_proj.bias.shape == (768,)"
-    if not (h_2_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[2].mlp.c_proj.bias.stride() == (1,)"
-    h_3_ln_1_weight = (
-        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_3_ln_1_weight.is_cuda):
-        return "self.h[3].ln_1.weight.is_cuda"
-    if not (h_3_ln_1_weight.dtype == torch.float32):
-        return "self.h[3].ln_1.weight.dtype == torch.float32"
-    if not (h_3_ln_1_weight.shape == (768,)):
-        return "self.h[3].ln_1.weight.shape == (768,)"
-    if not (h_3_ln_1_weight.stride() == (1,)):
-        return "self.h[3].ln_1.weight.stride() == (1,)"
-    h_3_ln_1_bias = (
-        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_3_ln_1_bias.is_cuda):
-        return "self.h[3].ln_1.bias.is_cuda"
-    if not (h_3_ln_1_bias.dtype == torch.float32):
-        return "self.h[3].ln_1.bias.dtype == torch.float32"
-    if not (h_3_ln_1_bias.shape == (768,)):
-        return "self.h[3].ln_1.bias.shape == (768,)"
-    if not (h_3_ln_1_bias.stride() == (1,)):
-        return "self.h[3].ln_1.bias.stride() == (1,)"
-    h_3_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_3_attn_c_proj_bias.is_cuda):
-        return "self.h[3].attn.c_proj.bias.is_cuda"
-    if not (h_3_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[3].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_3_attn_c_proj_bias.shape == (768,)):
-        return "self.h[3].attn.c_proj.bias.shape == (768,)"
-    if not (h_3_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[3].attn.c_proj.bias.stride() == (1,)"
-    h_3_ln_2_weight = (
-        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_3_ln_2_weight.is_cuda):
-        return "self.h[3].ln_2.weight.is_cuda"
-    if not (h_3_ln_2_weight.dtype == torch.float32):
-        return "self.h[3].ln_2.weight.dtype == torch.float32"
-    if not (h_3_ln_2_weight.shape == (768,)):
-        return "self.h[3].ln_2.weight.shape == (768,)"
-    if not (h_3_ln_2_weight.stride() == (1,)):
-        return "self.h[3].ln_2.weight.stride() == (1,)"
-    h_3_ln_2_bias = (
-        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_3_ln_2_bias.is_cuda):
-        return "self.h[3].ln_2.bias.is_cuda"
-    if not (h_3_ln_2_bias.dtype == torch.float32):
-        return "self.h[3].ln_2.bias.dtype == torch.float32"
-    if not (h_3_ln_2_bias.shape == (768,)):
-        return "self.h[3].ln_2.bias.shape == (768,)"
-    if not (h_3_ln_2_bias.stride() == (1,)):
-        return "self.h[3].ln_2.bias.stride() == (1,)"
-    h_3_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_3_mlp_c_fc_bias.is_cuda):
-        return "self.h[3].mlp.c_fc.bias.is_cuda"
-    if not (h_3_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[3].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_3_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[3].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_3_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[3].mlp.c_fc.bias.stride() == (1,)"
-    h_3_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_3_mlp_c_proj_bias.is_cuda):
-        return "self.h[3].mlp.c_proj.bias.is_cuda"
-    if not (h_3_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[3].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_3_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[3].mlp.c_proj.bias.shape == (768,)"
-    if not (h_3_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[3].mlp.c_proj.bias.stride() == (1,)"
-    h_4_ln_1_weight = (
-        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_4_ln_1_weight.is_cuda):
-        return "self.h[4].ln_1.weight.is_cuda"
-    if not (h_4_ln_1_weight.dtype == torch.float32):
-        return "self.h[4].ln_1.weight.dtype == torch.float32"
-    if not (h_4_ln_1_weight.shape == (768,)):
-        return "self.h[4].ln_1.weight.shape == (768,)"
-    if not (h_4_ln_1_weight.stride() == (1,)):
-        return "self.h[4].ln_1.weight.stride() == (1,)"
-    h_4_ln_1_bias = (
-        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_4_ln_1_bias.is_cuda):
-        return "self.h[4].ln_1.bias.is_cuda"
-    if not (h_4_ln_1_bias.dtype == torch.float32):
-        return "self.h[4].ln_1.bias.dtype == torch.float32"
-    if not (h_4_ln_1_bias.shape == (768,)):
-        return "self.h[4].ln_1.bias.shape == (768,)"
-    if not (h_4_ln_1_bias.stride() == (1,)):
-        return "self.h[4].ln_1.bias.stride() == (1,)"
-    h_4_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_4_attn_c_proj_bias.is_cuda):
-        return "self.h[4].attn.c_proj.bias.is_cuda"
-    if not (h_4_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[4].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_4_attn_c_proj_bias.shape == (768,)):
-        return "self.h[4].attn.c_proj.bias.shape == (768,)"
-    if not (h_4_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[4].attn.c_proj.bias.stride() == (1,)"
-    h_4_ln_2_weight = (
-        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_4_ln_2_weight.is_cuda):
-        return "self.h[4].ln_2.weight.is_cuda"
-    if not (h_4_ln_2_weight.dtype == torch.float32):
-        return "self.h[4].ln_2.weight.dtype == torch.float32"
-    if not (h_4_ln_2_weight.shape == (768,)):
-        return "self.h[4].ln_2.weight.shape == (768,)"
-    if not (h_4_ln_2_weight.stride() == (1,)):
-        return "self.h[4].ln_2.weight.stride() == (1,)"
-    h_4_ln_2_bias = (
-        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_4_ln_2_bias.is_cuda):
-        return "self.h[4].ln_2.bias.is_cuda"
-    if not (h_4_ln_2_bias.dtype == torch.float32):
-        return "self.h[4].ln_2.bias.dtype == torch.float32"
-    if not (h_4_ln_2_bias.shape == (768,)):
-        return "self.h[4].ln_2.bias.shape == (768,)"
-    if not (h_4_ln_2_bias.stride() == (1,)):
-        return "self.h[4].ln_2.bias.stride() == (1,)"
-    h_4_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_4_mlp_c_fc_bias.is_cuda):
-        return "self.h[4].mlp.c_fc.bias.is_cuda"
-    if not (h_4_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[4].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_4_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[4].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_4_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[4].mlp.c_fc.bias.stride() == (1,)"
-    h_4_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_4_mlp_c_proj_bias.is_cuda):
-        return "self.h[4].mlp.c_proj.bias.is_cuda"
-    if not (h_4_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[4].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_4_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[4].mlp.c_proj.bias.shape == (768,)"
-    if not (h_4_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[4].mlp.c_proj.bias.stride() == (1,)"
-    h_5_ln_1_weight = (
-        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_5_ln_1_weight.is_cuda):
-        return "self.h[5].ln_1.weight.is_cuda"
-    if not (h_5_ln_1_weight.dtype == torch.float32):
-        return "self.h[5].ln_1.weight.dtype == torch.float32"
-    if not (h_5_ln_1_weight.shape == (768,)):
-        return "self.h[5].ln_1.weight.shape == (768,)"
-    if not (h_5_ln_1_weight.stride() == (1,)):
-        return "self.h[5].ln_1.weight.stride() == (1,)"
-    h_5_ln_1_bias = (
-        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_5_ln_1_bias.is_cuda):
-        return "self.h[5].ln_1.bias.is_cuda"
-    if not (h_5_ln_1_bias.dtype == torch.float32):
-        return "self.h[5].ln_1.bias.dtype == torch.float32"
-    if not (h_5_ln_1_bias.shape == (768,)):
-        return "self.h[5].ln_1.bias.shape == (768,)"
-    if not (h_5_ln_1_bias.stride() == (1,)):
-        return "self.h[5].ln_1.bias.stride() == (1,)"
-    h_5_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_5_attn_c_proj_bias.is_cuda):
-        return "self.h[5].attn.c_proj.bias.is_cuda"
-    if not (h_5_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[5].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_5_attn_c_proj_bias.shape == (768,)):
-        return "self.h[5].attn.c_proj.bias.shape == (768,)"
-    if not (h_5_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[5].attn.c_proj.bias.stride() == (1,)"
-    h_5_ln_2_weight = (
-        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_5_ln_2_weight.is_cuda):
-        return "self.h[5].ln_2.weight.is_cuda"
-    if not (h_5_ln_2_weight.dtype == torch.float32):
-        return "self.h[5].ln_2.weight.dtype == torch.float32"
-    if not (h_5_ln_2_weight.shape == (768,)):
-        return "self.h[5].ln_2.weight.shape == (768,)"
-    if not (h_5_ln_2_weight.stride() == (1,)):
-        return "self.h[5].ln_2.weight.stride() == (1,)"
-    h_5_ln_2_bias = (
-        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_5_ln_2_bias.is_cuda):
-        return "self.h[5].ln_2.bias.is_cuda"
-    if not (h_5_ln_2_bias.dtype == torch.float32):
-        return "self.h[5].ln_2.bias.dtype == torch.float32"
-    if not (h_5_ln_2_bias.shape == (768,)):
-        return "self.h[5].ln_2.bias.shape == (768,)"
-    if not (h_5_ln_2_bias.stride() == (1,)):
-        return "self.h[5].ln_2.bias.stride() == (1,)"
-    h_5_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_5_mlp_c_fc_bias.is_cuda):
-        return "self.h[5].mlp.c_fc.bias.is_cuda"
-    if not (h_5_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[5].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_5_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[5].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_5_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[5].mlp.c_fc.bias.stride() == (1,)"
-    h_5_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_5_mlp_c_proj_bias.is_cuda):
-        return "self.h[5].mlp.c_proj.bias.is_cuda"
-    if not (h_5_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[5].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_5_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[5].mlp.c_proj.bias.shape == (768,)"
-    if not (h_5_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[5].mlp.c_proj.bias.stride() == (1,)"
-    h_6_ln_1_weight = (
-        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_6_ln_1_weight.is_cuda):
-        return "self.h[6].ln_1.weight.is_cuda"
-    if not (h_6_ln_1_weight.dtype == torch.float32):
-        return "self.h[6].ln_1.weight.dtype == torch.float32"
-    if not (h_6_ln_1_weight.shape == (768,)):
-        return "self.h[6].ln_1.weight.shape == (768,)"
-    if not (h_6_ln_1_weight.stride() == (1,)):
-        return "self.h[6].ln_1.weight.stride() == (1,)"
-    h_6_ln_1_bias = (
-        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_6_ln_1_bias.is_cuda):
-        return "self.h[6].ln_1.bias.is_cuda"
-    if not (h_6_ln_1_bias.dtype == torch.float32):
-        return "self.h[6].ln_1.bias.dtype == torch.float32"
-    if not (h_6_ln_1_bias.shape == (768,)):
-        return "self.h[6].ln_1.bias.shape == (768,)"
-    if not (h_6_ln_1_bias.stride() == (1,)):
-        return "self.h[6].ln_1.bias.stride() == (1,)"
-    h_6_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_6_attn_c_proj_bias.is_cuda):
-        return "self.h[6].attn.c_proj.bias.is_cuda"
-    if not (h_6_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[6].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_6_attn_c_proj_bias.shape == (768,)):
-        return "self.h[6].attn.c_proj.bias.shape == (768,)"
-    if not (h_6_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[6].attn.c_proj.bias.stride() == (1,)"
-    h_6_ln_2_weight = (
-        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_6_ln_2_weight.is_cuda):
-        return "self.h[6].ln_2.weight.is_cuda"
-    if not (h_6_ln_2_weight.dtype == torch.float32):
-        return "self.h[6].ln_2.weight.dtype == torch.float32"
-    if not (h_6_ln_2_weight.shape == (768,)):
-        return "self.h[6].ln_2.weight.shape == (768,)"
-    if not (h_6_ln_2_weight.stride() == (1,)):
-        return "self.h[6].ln_2.weight.stride() == (1,)"
-    h_6_ln_2_bias = (
-        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_6_ln_2_bias.is_cuda):
-        return "self.h[6].ln_2.bias.is_cuda"
-    if not (h_6_ln_2_bias.dtype == torch.float32):
-        return "self.h[6].ln_2.bias.dtype == torch.float32"
-    if not (h_6_ln_2_bias.shape == (768,)):
-        return "self.h[6].ln_2.bias.shape == (768,)"
-    if not (h_6_ln_2_bias.stride() == (1,)):
-        return "self.h[6].ln_2.bias.stride() == (1,)"
-    h_6_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_6_mlp_c_fc_bias.is_cuda):
-        return "self.h[6].mlp.c_fc.bias.is_cuda"
-    if not (h_6_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[6].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_6_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[6].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_6_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[6].mlp.c_fc.bias.stride() == (1,)"
-    h_6_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_6_mlp_c_proj_bias.is_cuda):
-        return "self.h[6].mlp.c_proj.bias.is_cuda"
-    if not (h_6_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[6].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_6_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[6].mlp.c_proj.bias.shape == (768,)"
-    if not (h_6_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[6].mlp.c_proj.bias.stride() == (1,)"
-    h_7_ln_1_weight = (
-        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_7_ln_1_weight.is_cuda):
-        return "self.h[7].ln_1.weight.is_cuda"
-    if not (h_7_ln_1_weight.dtype == torch.float32):
-        return "self.h[7].ln_1.weight.dtype == torch.float32"
-    if not (h_7_ln_1_weight.shape == (768,)):
-        return "self.h[7].ln_1.weight.shape == (768,)"
-    if not (h_7_ln_1_weight.stride() == (1,)):
-        return "self.h[7].ln_1.weight.stride() == (1,)"
-    h_7_ln_1_bias = (
-        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_7_ln_1_bias.is_cuda):
-        return "self.h[7].ln_1.bias.is_cuda"
-    if not (h_7_ln_1_bias.dtype == torch.float32):
-        return "self.h[7].ln_1.bias.dtype == torch.float32"
-    if not (h_7_ln_1_bias.shape == (768,)):
-        return "self.h[7].ln_1.bias.shape == (768,)"
-    if not (h_7_ln_1_bias.stride() == (1,)):
-        return "self.h[7].ln_1.bias.stride() == (1,)"
-    h_7_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_7_attn_c_proj_bias.is_cuda):
-        return "self.h[7].attn.c_proj.bias.is_cuda"
-    if not (h_7_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[7].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_7_attn_c_proj_bias.shape == (768,)):
-        return "self.h[7].attn.c_proj.bias.shape == (768,)"
-    if not (h_7_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[7].attn.c_proj.bias.stride() == (1,)"
-    h_7_ln_2_weight = (
-        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_7_ln_2_weight.is_cuda):
-        return "self.h[7].ln_2.weight.is_cuda"
-    if not (h_7_ln_2_weight.dtype == torch.float32):
-        return "self.h[7].ln_2.weight.dtype == torch.float32"
-    if not (h_7_ln_2_weight.shape == (768,)):
-        return "self.h[7].ln_2.weight.shape == (768,)"
-    if not (h_7_ln_2_weight.stride() == (1,)):
-        return "self.h[7].ln_2.weight.stride() == (1,)"
-    h_7_ln_2_bias = (
-        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_7_ln_2_bias.is_cuda):
-        return "self.h[7].ln_2.bias.is_cuda"
-    if not (h_7_ln_2_bias.dtype == torch.float32):
-        return "self.h[7].ln_2.bias.dtype == torch.float32"
-    if not (h_7_ln_2_bias.shape == (768,)):
-        return "self.h[7].ln_2.bias.shape == (768,)"
-    if not (h_7_ln_2_bias.stride() == (1,)):
-        return "self.h[7].ln_2.bias.stride() == (1,)"
-    h_7_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_7_mlp_c_fc_bias.is_cuda):
-        return "self.h[7].mlp.c_fc.bias.is_cuda"
-    if not (h_7_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[7].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_7_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[7].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_7_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[7].mlp.c_fc.bias.stride() == (1,)"
-    h_7_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_7_mlp_c_proj_bias.is_cuda):
-        return "self.h[7].mlp.c_proj.bias.is_cuda"
-    if not (h_7_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[7].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_7_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[7].mlp.c_proj.bias.shape == (768,)"
-    if not (h_7_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[7].mlp.c_proj.bias.stride() == (1,)"
-    h_8_ln_1_weight = (
-        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_8_ln_1_weight.is_cuda):
-        return "self.h[8].ln_1.weight.is_cuda"
-    if not (h_8_ln_1_weight.dtype == torch.float32):
-        return "self.h[8].ln_1.weight.dtype == torch.float32"
-    if not (h_8_ln_1_weight.shape == (768,)):
-        return "self.h[8].ln_1.weight.shape == (768,)"
-    if not (h_8_ln_1_weight.stride() == (1,)):
-        return "self.h[8].ln_1.weight.stride() == (1,)"
-    h_8_ln_1_bias = (
-        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_8_ln_1_bias.is_cuda):
-        return "self.h[8].ln_1.bias.is_cuda"
-    if not (h_8_ln_1_bias.dtype == torch.float32):
-        return "self.h[8].ln_1.bias.dtype == torch.float32"
-    if not (h_8_ln_1_bias.shape == (768,)):
-        return "self.h[8].ln_1.bias.shape == (768,)"
-    if not (h_8_ln_1_bias.stride() == (1,)):
-        return "self.h[8].ln_1.bias.stride() == (1,)"
-    h_8_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_8_attn_c_proj_bias.is_cuda):
-        return "self.h[8].attn.c_proj.bias.is_cuda"
-    if not (h_8_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[8].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_8_attn_c_proj_bias.shape == (768,)):
-        return "self.h[8].attn.c_proj.bias.shape == (768,)"
-    if not (h_8_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[8].attn.c_proj.bias.stride() == (1,)"
-    h_8_ln_2_weight = (
-        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_8_ln_2_weight.is_cuda):
-        return "self.h[8].ln_2.weight.is_cuda"
-    if not (h_8_ln_2_weight.dtype == torch.float32):
-        return "self.h[8].ln_2.weight.dtype == torch.float32"
-    if not (h_8_ln_2_weight.shape == (768,)):
-        return "self.h[8].ln_2.weight.shape == (768,)"
-    if not (h_8_ln_2_weight.stride() == (1,)):
-        return "self.h[8].ln_2.weight.stride() == (1,)"
-    h_8_ln_2_bias = (
-        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_8_ln_2_bias.is_cuda):
-        return "self.h[8].ln_2.bias.is_cuda"
-    if not (h_8_ln_2_bias.dtype == torch.float32):
-        return "self.h[8].ln_2.bias.dtype == torch.float32"
-    if not (h_8_ln_2_bias.shape == (768,)):
-        return "self.h[8].ln_2.bias.shape == (768,)"
-    if not (h_8_ln_2_bias.stride() == (1,)):
-        return "self.h[8].ln_2.bias.stride() == (1,)"
-    h_8_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_8_mlp_c_fc_bias.is_cuda):
-        return "self.h[8].mlp.c_fc.bias.is_cuda"
-    if not (h_8_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[8].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_8_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[8].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_8_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[8].mlp.c_fc.bias.stride() == (1,)"
-    h_8_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_8_mlp_c_proj_bias.is_cuda):
-        return "self.h[8].mlp.c_proj.bias.is_cuda"
-    if not (h_8_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[8].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_8_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[8].mlp.c_proj.bias.shape == (768,)"
-    if not (h_8_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[8].mlp.c_proj.bias.stride() == (1,)"
-    h_9_ln_1_weight = (
-        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_9_ln_1_weight.is_cuda):
-        return "self.h[9].ln_1.weight.is_cuda"
-    if not (h_9_ln_1_weight.dtype == torch.float32):
-        return "self.h[9].ln_1.weight.dtype == torch.float32"
-    if not (h_9_ln_1_weight.shape == (768,)):
-        return "self.h[9].ln_1.weight.shape == (768,)"
-    if not (h_9_ln_1_weight.stride() == (1,)):
-        return "self.h[9].ln_1.weight.stride() == (1,)"
-    h_9_ln_1_bias = (
-        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_9_ln_1_bias.is_cuda):
-        return "self.h[9].ln_1.bias.is_cuda"
-    if not (h_9_ln_1_bias.dtype == torch.float32):
-        return "self.h[9].ln_1.bias.dtype == torch.float32"
-    if not (h_9_ln_1_bias.shape == (768,)):
-        return "self.h[9].ln_1.bias.shape == (768,)"
-    if not (h_9_ln_1_bias.stride() == (1,)):
-        return "self.h[9].ln_1.bias.stride() == (1,)"
-    h_9_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_9_attn_c_proj_bias.is_cuda):
-        return "self.h[9].attn.c_proj.bias.is_cuda"
-    if not (h_9_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[9].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_9_attn_c_proj_bias.shape == (768,)):
-        return "self.h[9].attn.c_proj.bias.shape == (768,)"
-    if not (h_9_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[9].attn.c_proj.bias.stride() == (1,)"
-    h_9_ln_2_weight = (
-        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_9_ln_2_weight.is_cuda):
-        return "self.h[9].ln_2.weight.is_cuda"
-    if not (h_9_ln_2_weight.dtype == torch.float32):
-        return "self.h[9].ln_2.weight.dtype == torch.float32"
-    if not (h_9_ln_2_weight.shape == (768,)):
-        return "self.h[9].ln_2.weight.shape == (768,)"
-    if not (h_9_ln_2_weight.stride() == (1,)):
-        return "self.h[9].ln_2.weight.stride() == (1,)"
-    h_9_ln_2_bias = (
-        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_9_ln_2_bias.is_cuda):
-        return "self.h[9].ln_2.bias.is_cuda"
-    if not (h_9_ln_2_bias.dtype == torch.float32):
-        return "self.h[9].ln_2.bias.dtype == torch.float32"
-    if not (h_9_ln_2_bias.shape == (768,)):
-        return "self.h[9].ln_2.bias.shape == (768,)"
-    if not (h_9_ln_2_bias.stride() == (1,)):
-        return "self.h[9].ln_2.bias.stride() == (1,)"
-    h_9_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_9_mlp_c_fc_bias.is_cuda):
-        return "self.h[9].mlp.c_fc.bias.is_cuda"
-    if not (h_9_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[9].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_9_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[9].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_9_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[9].mlp.c_fc.bias.stride() == (1,)"
-    h_9_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_9_mlp_c_proj_bias.is_cuda):
-        return "self.h[9].mlp.c_proj.bias.is_cuda"
-    if not (h_9_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[9].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_9_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[9].mlp.c_proj.bias.shape == (768,)"
-    if not (h_9_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[9].mlp.c_proj.bias.stride() == (1,)"
-    h_10_ln_1_weight = (
-        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_10_ln_1_weight.is_cuda):
-        return "self.h[10].ln_1.weight.is_cuda"
-    if not (h_10_ln_1_weight.dtype == torch.float32):
-        return "self.h[10].ln_1.weight.dtype == torch.float32"
-    if not (h_10_ln_1_weight.shape == (768,)):
-        return "self.h[10].ln_1.weight.shape == (768,)"
-    if not (h_10_ln_1_weight.stride() == (1,)):
-        return "self.h[10].ln_1.weight.stride() == (1,)"
-    h_10_ln_1_bias = (
-        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_10_ln_1_bias.is_cuda):
-        return "self.h[10].ln_1.bias.is_cuda"
-    if not (h_10_ln_1_bias.dtype == torch.float32):
-        return "self.h[10].ln_1.bias.dtype == torch.float32"
-    if not (h_10_ln_1_bias.shape == (768,)):
-        return "self.h[10].ln_1.bias.shape == (768,)"
-    if not (h_10_ln_1_bias.stride() == (1,)):
-        return "self.h[10].ln_1.bias.stride() == (1,)"
-    h_10_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_10_attn_c_proj_bias.is_cuda):
-        return "self.h[10].attn.c_proj.bias.is_cuda"
-    if not (h_10_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[10].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_10_attn_c_proj_bias.shape == (768,)):
-        return "self.h[10].attn.c_proj.bias.shape == (768,)"
-    if not (h_10_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[10].attn.c_proj.bias.stride() == (1,)"
-    h_10_ln_2_weight = (
-        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_10_ln_2_weight.is_cuda):
-        return "self.h[10].ln_2.weight.is_cuda"
-    if not (h_10_ln_2_weight.dtype == torch.float32):
-        return "self.h[10].ln_2.weight.dtype == torch.float32"
-    if not (h_10_ln_2_weight.shape == (768,)):
-        return "self.h[10].ln_2.weight.shape == (768,)"
-    if not (h_10_ln_2_weight.stride() == (1,)):
-        return "self.h[10].ln_2.weight.stride() == (1,)"
-    h_10_ln_2_bias = (
-        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_10_ln_2_bias.is_cuda):
-        return "self.h[10].ln_2.bias.is_cuda"
-    if not (h_10_ln_2_bias.dtype == torch.float32):
-        return "self.h[10].ln_2.bias.dtype == torch.float32"
-    if not (h_10_ln_2_bias.shape == (768,)):
-        return "self.h[10].ln_2.bias.shape == (768,)"
-    if not (h_10_ln_2_bias.stride() == (1,)):
-        return "self.h[10].ln_2.bias.stride() == (1,)"
-    h_10_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_10_mlp_c_fc_bias.is_cuda):
-        return "self.h[10].mlp.c_fc.bias.is_cuda"
-    if not (h_10_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[10].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_10_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[10].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_10_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[10].mlp.c_fc.bias.stride() == (1,)"
-    h_10_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_10_mlp_c_proj_bias.is_cuda):
-        return "self.h[10].mlp.c_proj.bias.is_cuda"
-    if not (h_10_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[10].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_10_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[10].mlp.c_proj.bias.shape == (768,)"
-    if not (h_10_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[10].mlp.c_proj.bias.stride() == (1,)"
-    h_11_ln_1_weight = (
-        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_11_ln_1_weight.is_cuda):
-        return "self.h[11].ln_1.weight.is_cuda"
-    if not (h_11_ln_1_weight.dtype == torch.float32):
-        return "self.h[11].ln_1.weight.dtype == torch.float32"
-    if not (h_11_ln_1_weight.shape == (768,)):
-        return "self.h[11].ln_1.weight.shape == (768,)"
-    if not (h_11_ln_1_weight.stride() == (1,)):
-        return "self.h[11].ln_1.weight.stride() == (1,)"
-    h_11_ln_1_bias = (
-        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_11_ln_1_bias.is_cuda):
-        return "self.h[11].ln_1.bias.is_cuda"
-    if not (h_11_ln_1_bias.dtype == torch.float32):
-        return "self.h[11].ln_1.bias.dtype == torch.float32"
-    if not (h_11_ln_1_bias.shape == (768,)):
-        return "self.h[11].ln_1.bias.shape == (768,)"
-    if not (h_11_ln_1_bias.stride() == (1,)):
-        return "self.h[11].ln_1.bias.stride() == (1,)"
-    h_11_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_11_attn_c_proj_bias.is_cuda):
-        return "self.h[11].attn.c_proj.bias.is_cuda"
-    if not (h_11_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[11].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_11_attn_c_proj_bias.shape == (768,)):
-        return "self.h[11].attn.c_proj.bias.shape == (768,)"
-    if not (h_11_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[11].attn.c_proj.bias.stride() == (1,)"
-    h_11_ln_2_weight = (
-        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_11_ln_2_weight.is_cuda):
-        return "self.h[11].ln_2.weight.is_cuda"
-    if not (h_11_ln_2_weight.dtype == torch.float32):
-        return "self.h[11].ln_2.weight.dtype == torch.float32"
-    if not (h_11_ln_2_weight.shape == (768,)):
-        return "self.h[11].ln_2.weight.shape == (768,)"
-    if not (h_11_ln_2_weight.stride() == (1,)):
-        return "self.h[11].ln_2.weight.stride() == (1,)"
-    h_11_ln_2_bias = (
-        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_11_ln_2_bias.is_cuda):
-        return "self.h[11].ln_2.bias.is_cuda"
-    if not (h_11_ln_2_bias.dtype == torch.float32):
-        return "self.h[11].ln_2.bias.dtype == torch.float32"
-    if not (h_11_ln_2_bias.shape == (768,)):
-        return "self.h[11].ln_2.bias.shape == (768,)"
-    if not (h_11_ln_2_bias.stride() == (1,)):
-        return "self.h[11].ln_2.bias.stride() == (1,)"
-    h_11_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_11_mlp_c_fc_bias.is_cuda):
-        return "self.h[11].mlp.c_fc.bias.is_cuda"
-    if not (h_11_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[11].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_11_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[11].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_11_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[11].mlp.c_fc.bias.stride() == (1,)"
-    h_11_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_11_mlp_c_proj_bias.is_cuda):
-        return "self.h[11].mlp.c_proj.bias.is_cuda"
-    if not (h_11_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[11].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_11_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[11].mlp.c_proj.bias.shape == (768,)"
-    if not (h_11_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[11].mlp.c_proj.bias.stride() == (1,)"
-    ln_f_weight = self._modules["ln_f"]._parameters["weight"]
-    if not (ln_f_weight.is_cuda):
-        return "self.ln_f.weight.is_cuda"
-    if not (ln_f_weight.dtype == torch.float32):
-        return "self.ln_f.weight.dtype == torch.float32"
-    if not (ln_f_weight.shape == (768,)):
-        return "self.ln_f.weight.shape == (768,)"
-    if not (ln_f_weight.stride() == (1,)):
-        return "self.ln_f.weight.stride() == (1,)"
-    ln_f_bias = self._modules["ln_f"]._parameters["bias"]
-    if not (ln_f_bias.is_cuda):
-        return "self.ln_f.bias.is_cuda"
-    if not (ln_f_bias.dtype == torch.float32):
-        return "self.ln_f.bias.dtype == torch.float32"
-    if not (ln_f_bias.shape == (768,)):
-        return "self.ln_f.bias.shape == (768,)"
-    if not (ln_f_bias.stride() == (1,)):
-        return "self.ln_f.bias.stride() == (1,)"
-    if not (
-        not torch.is_grad_enabled()
-        or not (
-            idx.requires_grad
-            or self.wte.weight.requires_grad
-            or self.wpe.weight.requires_grad
-            or h_0_ln_1_weight.requires_grad
-            or h_0_ln_1_bias.requires_grad
-            or self.h[0].attn.c_attn.weight.requires_grad
-            or self.h[0].attn.c_attn.bias.requires_grad
-            or self.h[0].attn.c_proj.weight.requires_grad
-            or h_0_attn_c_proj_bias.requires_grad
-            or h_0_ln_2_weight.requires_grad
-            or h_0_ln_2_bias.requires_grad
-            or self.h[0].mlp.c_fc.weight.requires_grad
-            or h_0_mlp_c_fc_bias.requires_grad
-            or self.h[0].mlp.c_proj.weight.requires_grad
-            or h_0_mlp_c_proj_bias.requires_grad
-            or h_1_ln_1_weight.requires_grad
-            or h_1_ln_1_bias.requires_grad
-            or self.h[1].attn.c_attn.weight.requires_grad
-            or self.h[1].attn.c_attn.bias.requires_grad
-            or self.h[1].attn.c_proj.weight.requires_grad
-            or h_1_attn_c_proj_bias.requires_grad
-            or h_1_ln_2_weight.requires_grad
-            or h_1_ln_2_bias.requires_grad
-            or self.h[1].mlp.c_fc.weight.requires_grad
-            or h_1_mlp_c_fc_bias.requires_grad
-            or self.h[1].mlp.c_proj.weight.requires_grad
-            or h_1_mlp_c_proj_bias.requires_grad
-            or h_2_ln_1_weight.requires_grad
-            or h_2_ln_1_bias.requires_grad
-            or self.h[2].attn.c_attn.weight.requires_grad
-            or self.h[2].attn.c_attn.bias.requires_grad
-            or self.h[2].attn.c_proj.weight.requires_grad
-            or h_2_attn_c_proj_bias.requires_grad
-            or h_2_ln_2_weight.requires_grad
-            or h_2_ln_2_bias.requires_grad
-            or self.h[2].mlp.c_fc.weight.requires_grad
-            or h_2_mlp_c_fc_bias.requires_grad
-            or self.h[2].mlp.c_proj.weight.requires_grad
-            or h_2_mlp_c_proj_bias.requires_grad
-            or h_3_ln_1_weight.requires_grad
-            or h_3_ln_1_bias.requires_grad
-            or self.h[3].attn.c_attn.weight.requires_grad
-            or self.h[3].attn.c_attn.bias.requires_grad
-            or self.h[3].attn.c_proj.weight.requires_grad
-            or h_3_attn_c_proj_bias.requires_grad
-            or h_3_ln_2_weight.requires_grad
-            or h_3_ln_2_bias.requires_grad
-            or self.h[3].mlp.c_fc.weight.requires_grad
-            or h_3_mlp_c_fc_bias.requires_grad
-            or self.h[3].mlp.c_proj.weight.requires_grad
-            or h_3_mlp_c_proj_bias.requires_grad
-            or h_4_ln_1_weight.requires_grad
-            or h_4_ln_1_bias.requires_grad
-            or self.h[4].attn.c_attn.weight.requires_grad
-            or self.h[4].attn.c_attn.bias.requires_grad
-            or self.h[4].attn.c_proj.weight.requires_grad
-            or h_4_attn_c_proj_bias.requires_grad
-            or h_4_ln_2_weight.requires_grad
-            or h_4_ln_2_bias.requires_grad
-            or self.h[4].mlp.c_fc.weight.requires_grad
-            or h_4_mlp_c_fc_bias.requires_grad
-            or self.h[4].mlp.c_proj.weight.requires_grad
-            or h_4_mlp_c_proj_bias.requires_grad
-            or h_5_ln_1_weight.requires_grad
-            or h_5_ln_1_bias.requires_grad
-            or self.h[5].attn.c_attn.weight.requires_grad
-            or self.h[5].attn.c_attn.bias.requires_grad
-            or self.h[5].attn.c_proj.weight.requires_grad
-            or h_5_attn_c_proj_bias.requires_grad
-            or h_5_ln_2_weight.requires_grad
-            or h_5_ln_2_bias.requires_grad
-            or self.h[5].mlp.c_fc.weight.requires_grad
-            or h_5_mlp_c_fc_bias.requires_grad
-            or self.h[5].mlp.c_proj.weight.requires_grad
-            or h_5_mlp_c_proj_bias.requires_grad
-            or h_6_ln_1_weight.requires_grad
-            or h_6_ln_1_bias.requires_grad
-            or self.h[6].attn.c_attn.weight.requires_grad
-            or self.h[6].attn.c_attn.bias.requires_grad
-            or self.h[6].attn.c_proj.weight.requires_grad
-            or h_6_attn_c_proj_bias.requires_grad
-            or h_6_ln_2_weight.requires_grad
-            or h_6_ln_2_bias.requires_grad
-            or self.h[6].mlp.c_fc.weight.requires_grad
-            or h_6_mlp_c_fc_bias.requires_grad
-            or self.h[6].mlp.c_proj.weight.requires_grad
-            or h_6_mlp_c_proj_bias.requires_grad
-            or h_7_ln_1_weight.requires_grad
-            or h_7_ln_1_bias.requires_grad
-            or self.h[7].attn.c_attn.weight.requires_grad
-            or self.h[7].attn.c_attn.bias.requires_grad
-            or self.h[7].attn.c_proj.weight.requires_grad
-            or h_7_attn_c_proj_bias.requires_grad
-            or h_7_ln_2_weight.requires_grad
-            or h_7_ln_2_bias.requires_grad
-            or self.h[7].mlp.c_fc.weight.requires_grad
-            or h_7_mlp_c_fc_bias.requires_grad
-            or self.h[7].mlp.c_proj.weight.requires_grad
-            or h_7_mlp_c_proj_bias.requires_grad
-            or h_8_ln_1_weight.requires_grad
-            or h_8_ln_1_bias.requires_grad
-            or self.h[8].attn.c_attn.weight.requires_grad
-            or self.h[8].attn.c_attn.bias.requires_grad
-            or self.h[8].attn.c_proj.weight.requires_grad
-            or h_8_attn_c_proj_bias.requires_grad
-            or h_8_ln_2_weight.requires_grad
-            or h_8_ln_2_bias.requires_grad
-            or self.h[8].mlp.c_fc.weight.requires_grad
-            or h_8_mlp_c_fc_bias.requires_grad
-            or self.h[8].mlp.c_proj.weight.requires_grad
-            or h_8_mlp_c_proj_bias.requires_grad
-            or h_9_ln_1_weight.requires_grad
-            or h_9_ln_1_bias.requires_grad
-            or self.h[9].attn.c_attn.weight.requires_grad
-            or self.h[9].attn.c_attn.bias.requires_grad
-            or self.h[9].attn.c_proj.weight.requires_grad
-            or h_9_attn_c_proj_bias.requires_grad
-            or h_9_ln_2_weight.requires_grad
-            or h_9_ln_2_bias.requires_grad
-            or self.h[9].mlp.c_fc.weight.requires_grad
-            or h_9_mlp_c_fc_bias.requires_grad
-            or self.h[9].mlp.c_proj.weight.requires_grad
-            or h_9_mlp_c_proj_bias.requires_grad
-            or h_10_ln_1_weight.requires_grad
-            or h_10_ln_1_bias.requires_grad
-            or self.h[10].attn.c_attn.weight.requires_grad
-            or self.h[10].attn.c_attn.bias.requires_grad
-            or self.h[10].attn.c_proj.weight.requires_grad
-            or h_10_attn_c_proj_bias.requires_grad
-            or h_10_ln_2_weight.requires_grad
-            or h_10_ln_2_bias.requires_grad
-            or self.h[10].mlp.c_fc.weight.requires_grad
-            or h_10_mlp_c_fc_bias.requires_grad
-            or self.h[10].mlp.c_proj.weight.requires_grad
-            or h_10_mlp_c_proj_bias.requires_grad
-            or h_11_ln_1_weight.requires_grad
-            or h_11_ln_1_bias.requires_grad
-            or self.h[11].attn.c_attn.weight.requires_grad
-            or self.h[11].attn.c_attn.bias.requires_grad
-            or self.h[11].attn.c_proj.weight.requires_grad
-            or h_11_attn_c_proj_bias.requires_grad
-            or h_11_ln_2_weight.requires_grad
-            or h_11_ln_2_bias.requires_grad
-            or self.h[11].mlp.c_fc.weight.requires_grad
-            or h_11_mlp_c_fc_bias.requires_grad
-            or self.h[11].mlp.c_proj.weight.requires_grad
-            or h_11_mlp_c_proj_bias.requires_grad
-            or ln_f_weight.requires_grad
-            or ln_f_bias.requires_grad
-        )
-    ):
-        return "not torch.is_grad_enabled() or nothing it reads requires grad"
-    return None
+    try:
+        import examples.gpt_block
+
+        if not (isinstance(idx, torch.Tensor)):
+            return "isinstance(idx, torch.Tensor)"
+        if not (idx.is_cuda):
+            return "idx.is_cuda"
+        if not (idx.get_device() == torch.cuda.current_device()):
+            return "idx.get_device() == torch.cuda.current_device()"
+        if not (idx.dtype == torch.int64):
+            return "idx.dtype == torch.int64"
+        if not (idx.shape == (8, 1024)):
+            return "idx.shape == (8, 1024)"
+        if not (idx.is_contiguous()):
+            return "idx.is_contiguous()"
+        if not (not self.training):
+            return "not self.training"
+        if not (
+            not (
+                torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks
+                or torch.nn.modules.module._global_backward_hooks
+                or torch.nn.modules.module._global_backward_pre_hooks
+            )
+        ):
+            return "no global module hooks"
+        if not (self.block_size == 1024):
+            return "self.block_size == 1024"
+        wte = self._modules.get("wte")
+        if not (type(wte) is torch.nn.Embedding):
+            return "type(self.wte) is torch.nn.Embedding"
+        if not (
+            not wte.training
+            and wte.num_embeddings == 50257
+            and wte.embedding_dim == 768
+            and wte.padding_idx is None
+            and wte.max_norm is None
+            and wte.norm_type == 2.0
+            and not wte.scale_grad_by_freq
+            and not wte.sparse
+        ):
+            return "not self.wte.training and self.wte.num_embeddings == 50257 and self.wte.embedding_dim == 768 and self.wte.padding_idx is None and self.wte.max_norm is None and self.wte.norm_type == 2.0 and not self.wte.scale_grad_by_freq and not self.wte.sparse"
+        if not (
+            not (
+                wte._forward_hooks
+                or wte._forward_pre_hooks
+                or wte._backward_hooks
+                or wte._backward_pre_hooks
+            )
+        ):
+            return "self.wte has no hooks"
+        wpe = self._modules.get("wpe")
+        if not (type(wpe) is torch.nn.Embedding):
+            return "type(self.wpe) is torch.nn.Embedding"
+        if not (
+            not wpe.training
+            and wpe.num_embeddings == 1024
+            and wpe.embedding_dim == 768
+            and wpe.padding_idx is None
+            and wpe.max_norm is None
+            and wpe.norm_type == 2.0
+            and not wpe.scale_grad_by_freq
+            and not wpe.sparse
+        ):
+            return "not self.wpe.training and self.wpe.num_embeddings == 1024 and self.wpe.embedding_dim == 768 and self.wpe.padding_idx is None and self.wpe.max_norm is None and self.wpe.norm_type == 2.0 and not self.wpe.scale_grad_by_freq and not self.wpe.sparse"
+        if not (
+            not (
+                wpe._forward_hooks
+                or wpe._forward_pre_hooks
+                or wpe._backward_hooks
+                or wpe._backward_pre_hooks
+            )
+        ):
+            return "self.wpe has no hooks"
+        h = self._modules.get("h")
+        if not (type(h) is torch.nn.ModuleList):
+            return "type(self.h) is torch.nn.ModuleList"
+        if not (len(h._modules) == 12):
+            return "len(self.h) == 12"
+        h_0 = h._modules.get("0")
+        if not (type(h_0) is _source.Block):
+            return "type(self.h[0]) is _source.Block"
+        if not (
+            not (
+                h_0._forward_hooks
+                or h_0._forward_pre_hooks
+                or h_0._backward_hooks
+                or h_0._backward_pre_hooks
+            )
+        ):
+            return "self.h[0] has no hooks"
+        h_0_ln_1 = h_0._modules.get("ln_1")
+        if not (type(h_0_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[0].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_0_ln_1.training
+            and h_0_ln_1.normalized_shape == (768,)
+            and h_0_ln_1.eps == 1e-05
+            and h_0_ln_1.elementwise_affine
+        ):
+            return "not self.h[0].ln_1.training and self.h[0].ln_1.normalized_shape == (768,) and self.h[0].ln_1.eps == 1e-05 and self.h[0].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_0_ln_1._forward_hooks
+                or h_0_ln_1._forward_pre_hooks
+                or h_0_ln_1._backward_hooks
+                or h_0_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].ln_1 has no hooks"
+        h_0_attn = h_0._modules.get("attn")
+        if not (type(h_0_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[0].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_0_attn.n_embd == 768 and h_0_attn.n_head == 12):
+            return "self.h[0].attn.n_embd == 768 and self.h[0].attn.n_head == 12"
+        if not (
+            not (
+                h_0_attn._forward_hooks
+                or h_0_attn._forward_pre_hooks
+                or h_0_attn._backward_hooks
+                or h_0_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].attn has no hooks"
+        h_0_attn_c_attn = h_0_attn._modules.get("c_attn")
+        if not (type(h_0_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[0].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_0_attn_c_attn.training
+            and h_0_attn_c_attn.in_features == 768
+            and h_0_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[0].attn.c_attn.training and self.h[0].attn.c_attn.in_features == 768 and self.h[0].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_0_attn_c_attn._forward_hooks
+                or h_0_attn_c_attn._forward_pre_hooks
+                or h_0_attn_c_attn._backward_hooks
+                or h_0_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].attn.c_attn has no hooks"
+        h_0_attn_c_proj = h_0_attn._modules.get("c_proj")
+        if not (type(h_0_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[0].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_0_attn_c_proj.training
+            and h_0_attn_c_proj.in_features == 768
+            and h_0_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[0].attn.c_proj.training and self.h[0].attn.c_proj.in_features == 768 and self.h[0].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_0_attn_c_proj._forward_hooks
+                or h_0_attn_c_proj._forward_pre_hooks
+                or h_0_attn_c_proj._backward_hooks
+                or h_0_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].attn.c_proj has no hooks"
+        h_0_ln_2 = h_0._modules.get("ln_2")
+        if not (type(h_0_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[0].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_0_ln_2.training
+            and h_0_ln_2.normalized_shape == (768,)
+            and h_0_ln_2.eps == 1e-05
+            and h_0_ln_2.elementwise_affine
+        ):
+            return "not self.h[0].ln_2.training and self.h[0].ln_2.normalized_shape == (768,) and self.h[0].ln_2.eps == 1e-05 and self.h[0].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_0_ln_2._forward_hooks
+                or h_0_ln_2._forward_pre_hooks
+                or h_0_ln_2._backward_hooks
+                or h_0_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].ln_2 has no hooks"
+        h_0_mlp = h_0._modules.get("mlp")
+        if not (type(h_0_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[0].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_0_mlp._forward_hooks
+                or h_0_mlp._forward_pre_hooks
+                or h_0_mlp._backward_hooks
+                or h_0_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].mlp has no hooks"
+        h_0_mlp_c_fc = h_0_mlp._modules.get("c_fc")
+        if not (type(h_0_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[0].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_0_mlp_c_fc.training
+            and h_0_mlp_c_fc.in_features == 768
+            and h_0_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[0].mlp.c_fc.training and self.h[0].mlp.c_fc.in_features == 768 and self.h[0].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_0_mlp_c_fc._forward_hooks
+                or h_0_mlp_c_fc._forward_pre_hooks
+                or h_0_mlp_c_fc._backward_hooks
+                or h_0_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].mlp.c_fc has no hooks"
+        h_0_mlp_c_proj = h_0_mlp._modules.get("c_proj")
+        if not (type(h_0_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[0].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_0_mlp_c_proj.training
+            and h_0_mlp_c_proj.in_features == 3072
+            and h_0_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[0].mlp.c_proj.training and self.h[0].mlp.c_proj.in_features == 3072 and self.h[0].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_0_mlp_c_proj._forward_hooks
+                or h_0_mlp_c_proj._forward_pre_hooks
+                or h_0_mlp_c_proj._backward_hooks
+                or h_0_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].mlp.c_proj has no hooks"
+        h_1 = h._modules.get("1")
+        if not (type(h_1) is _source.Block):
+            return "type(self.h[1]) is _source.Block"
+        if not (
+            not (
+                h_1._forward_hooks
+                or h_1._forward_pre_hooks
+                or h_1._backward_hooks
+                or h_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[1] has no hooks"
+        h_1_ln_1 = h_1._modules.get("ln_1")
+        if not (type(h_1_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[1].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_1_ln_1.training
+            and h_1_ln_1.normalized_shape == (768,)
+            and h_1_ln_1.eps == 1e-05
+            and h_1_ln_1.elementwise_affine
+        ):
+            return "not self.h[1].ln_1.training and self.h[1].ln_1.normalized_shape == (768,) and self.h[1].ln_1.eps == 1e-05 and self.h[1].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_1_ln_1._forward_hooks
+                or h_1_ln_1._forward_pre_hooks
+                or h_1_ln_1._backward_hooks
+                or h_1_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].ln_1 has no hooks"
+        h_1_attn = h_1._modules.get("attn")
+        if not (type(h_1_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[1].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_1_attn.n_embd == 768 and h_1_attn.n_head == 12):
+            return "self.h[1].attn.n_embd == 768 and self.h[1].attn.n_head == 12"
+        if not (
+            not (
+                h_1_attn._forward_hooks
+                or h_1_attn._forward_pre_hooks
+                or h_1_attn._backward_hooks
+                or h_1_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].attn has no hooks"
+        h_1_attn_c_attn = h_1_attn._modules.get("c_attn")
+        if not (type(h_1_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[1].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_1_attn_c_attn.training
+            and h_1_attn_c_attn.in_features == 768
+            and h_1_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[1].attn.c_attn.training and self.h[1].attn.c_attn.in_features == 768 and self.h[1].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_1_attn_c_attn._forward_hooks
+                or h_1_attn_c_attn._forward_pre_hooks
+                or h_1_attn_c_attn._backward_hooks
+                or h_1_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].attn.c_attn has no hooks"
+        h_1_attn_c_proj = h_1_attn._modules.get("c_proj")
+        if not (type(h_1_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[1].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_1_attn_c_proj.training
+            and h_1_attn_c_proj.in_features == 768
+            and h_1_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[1].attn.c_proj.training and self.h[1].attn.c_proj.in_features == 768 and self.h[1].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_1_attn_c_proj._forward_hooks
+                or h_1_attn_c_proj._forward_pre_hooks
+                or h_1_attn_c_proj._backward_hooks
+                or h_1_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].attn.c_proj has no hooks"
+        h_1_ln_2 = h_1._modules.get("ln_2")
+        if not (type(h_1_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[1].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_1_ln_2.training
+            and h_1_ln_2.normalized_shape == (768,)
+            and h_1_ln_2.eps == 1e-05
+            and h_1_ln_2.elementwise_affine
+        ):
+            return "not self.h[1].ln_2.training and self.h[1].ln_2.normalized_shape == (768,) and self.h[1].ln_2.eps == 1e-05 and self.h[1].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_1_ln_2._forward_hooks
+                or h_1_ln_2._forward_pre_hooks
+                or h_1_ln_2._backward_hooks
+                or h_1_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].ln_2 has no hooks"
+        h_1_mlp = h_1._modules.get("mlp")
+        if not (type(h_1_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[1].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_1_mlp._forward_hooks
+                or h_1_mlp._forward_pre_hooks
+                or h_1_mlp._backward_hooks
+                or h_1_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].mlp has no hooks"
+        h_1_mlp_c_fc = h_1_mlp._modules.get("c_fc")
+        if not (type(h_1_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[1].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_1_mlp_c_fc.training
+            and h_1_mlp_c_fc.in_features == 768
+            and h_1_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[1].mlp.c_fc.training and self.h[1].mlp.c_fc.in_features == 768 and self.h[1].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_1_mlp_c_fc._forward_hooks
+                or h_1_mlp_c_fc._forward_pre_hooks
+                or h_1_mlp_c_fc._backward_hooks
+                or h_1_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].mlp.c_fc has no hooks"
+        h_1_mlp_c_proj = h_1_mlp._modules.get("c_proj")
+        if not (type(h_1_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[1].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_1_mlp_c_proj.training
+            and h_1_mlp_c_proj.in_features == 3072
+            and h_1_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[1].mlp.c_proj.training and self.h[1].mlp.c_proj.in_features == 3072 and self.h[1].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_1_mlp_c_proj._forward_hooks
+                or h_1_mlp_c_proj._forward_pre_hooks
+                or h_1_mlp_c_proj._backward_hooks
+                or h_1_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].mlp.c_proj has no hooks"
+        h_2 = h._modules.get("2")
+        if not (type(h_2) is _source.Block):
+            return "type(self.h[2]) is _source.Block"
+        if not (
+            not (
+                h_2._forward_hooks
+                or h_2._forward_pre_hooks
+                or h_2._backward_hooks
+                or h_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[2] has no hooks"
+        h_2_ln_1 = h_2._modules.get("ln_1")
+        if not (type(h_2_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[2].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_2_ln_1.training
+            and h_2_ln_1.normalized_shape == (768,)
+            and h_2_ln_1.eps == 1e-05
+            and h_2_ln_1.elementwise_affine
+        ):
+            return "not self.h[2].ln_1.training and self.h[2].ln_1.normalized_shape == (768,) and self.h[2].ln_1.eps == 1e-05 and self.h[2].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_2_ln_1._forward_hooks
+                or h_2_ln_1._forward_pre_hooks
+                or h_2_ln_1._backward_hooks
+                or h_2_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].ln_1 has no hooks"
+        h_2_attn = h_2._modules.get("attn")
+        if not (type(h_2_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[2].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_2_attn.n_embd == 768 and h_2_attn.n_head == 12):
+            return "self.h[2].attn.n_embd == 768 and self.h[2].attn.n_head == 12"
+        if not (
+            not (
+                h_2_attn._forward_hooks
+                or h_2_attn._forward_pre_hooks
+                or h_2_attn._backward_hooks
+                or h_2_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].attn has no hooks"
+        h_2_attn_c_attn = h_2_attn._modules.get("c_attn")
+        if not (type(h_2_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[2].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_2_attn_c_attn.training
+            and h_2_attn_c_attn.in_features == 768
+            and h_2_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[2].attn.c_attn.training and self.h[2].attn.c_attn.in_features == 768 and self.h[2].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_2_attn_c_attn._forward_hooks
+                or h_2_attn_c_attn._forward_pre_hooks
+                or h_2_attn_c_attn._backward_hooks
+                or h_2_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].attn.c_attn has no hooks"
+        h_2_attn_c_proj = h_2_attn._modules.get("c_proj")
+        if not (type(h_2_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[2].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_2_attn_c_proj.training
+            and h_2_attn_c_proj.in_features == 768
+            and h_2_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[2].attn.c_proj.training and self.h[2].attn.c_proj.in_features == 768 and self.h[2].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_2_attn_c_proj._forward_hooks
+                or h_2_attn_c_proj._forward_pre_hooks
+                or h_2_attn_c_proj._backward_hooks
+                or h_2_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].attn.c_proj has no hooks"
+        h_2_ln_2 = h_2._modules.get("ln_2")
+        if not (type(h_2_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[2].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_2_ln_2.training
+            and h_2_ln_2.normalized_shape == (768,)
+            and h_2_ln_2.eps == 1e-05
+            and h_2_ln_2.elementwise_affine
+        ):
+            return "not self.h[2].ln_2.training and self.h[2].ln_2.normalized_shape == (768,) and self.h[2].ln_2.eps == 1e-05 and self.h[2].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_2_ln_2._forward_hooks
+                or h_2_ln_2._forward_pre_hooks
+                or h_2_ln_2._backward_hooks
+                or h_2_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].ln_2 has no hooks"
+        h_2_mlp = h_2._modules.get("mlp")
+        if not (type(h_2_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[2].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_2_mlp._forward_hooks
+                or h_2_mlp._forward_pre_hooks
+                or h_2_mlp._backward_hooks
+                or h_2_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].mlp has no hooks"
+        h_2_mlp_c_fc = h_2_mlp._modules.get("c_fc")
+        if not (type(h_2_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[2].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_2_mlp_c_fc.training
+            and h_2_mlp_c_fc.in_features == 768
+            and h_2_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[2].mlp.c_fc.training and self.h[2].mlp.c_fc.in_features == 768 and self.h[2].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_2_mlp_c_fc._forward_hooks
+                or h_2_mlp_c_fc._forward_pre_hooks
+                or h_2_mlp_c_fc._backward_hooks
+                or h_2_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].mlp.c_fc has no hooks"
+        h_2_mlp_c_proj = h_2_mlp._modules.get("c_proj")
+        if not (type(h_2_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[2].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_2_mlp_c_proj.training
+            and h_2_mlp_c_proj.in_features == 3072
+            and h_2_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[2].mlp.c_proj.training and self.h[2].mlp.c_proj.in_features == 3072 and self.h[2].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_2_mlp_c_proj._forward_hooks
+                or h_2_mlp_c_proj._forward_pre_hooks
+                or h_2_mlp_c_proj._backward_hooks
+                or h_2_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].mlp.c_proj has no hooks"
+        h_3 = h._modules.get("3")
+        if not (type(h_3) is _source.Block):
+            return "type(self.h[3]) is _source.Block"
+        if not (
+            not (
+                h_3._forward_hooks
+                or h_3._forward_pre_hooks
+                or h_3._backward_hooks
+                or h_3._backward_pre_hooks
+            )
+        ):
+            return "self.h[3] has no hooks"
+        h_3_ln_1 = h_3._modules.get("ln_1")
+        if not (type(h_3_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[3].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_3_ln_1.training
+            and h_3_ln_1.normalized_shape == (768,)
+            and h_3_ln_1.eps == 1e-05
+            and h_3_ln_1.elementwise_affine
+        ):
+            return "not self.h[3].ln_1.training and self.h[3].ln_1.normalized_shape == (768,) and self.h[3].ln_1.eps == 1e-05 and self.h[3].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_3_ln_1._forward_hooks
+                or h_3_ln_1._forward_pre_hooks
+                or h_3_ln_1._backward_hooks
+                or h_3_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].ln_1 has no hooks"
+        h_3_attn = h_3._modules.get("attn")
+        if not (type(h_3_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[3].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_3_attn.n_embd == 768 and h_3_attn.n_head == 12):
+            return "self.h[3].attn.n_embd == 768 and self.h[3].attn.n_head == 12"
+        if not (
+            not (
+                h_3_attn._forward_hooks
+                or h_3_attn._forward_pre_hooks
+                or h_3_attn._backward_hooks
+                or h_3_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].attn has no hooks"
+        h_3_attn_c_attn = h_3_attn._modules.get("c_attn")
+        if not (type(h_3_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[3].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_3_attn_c_attn.training
+            and h_3_attn_c_attn.in_features == 768
+            and h_3_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[3].attn.c_attn.training and self.h[3].attn.c_attn.in_features == 768 and self.h[3].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_3_attn_c_attn._forward_hooks
+                or h_3_attn_c_attn._forward_pre_hooks
+                or h_3_attn_c_attn._backward_hooks
+                or h_3_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].attn.c_attn has no hooks"
+        h_3_attn_c_proj = h_3_attn._modules.get("c_proj")
+        if not (type(h_3_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[3].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_3_attn_c_proj.training
+            and h_3_attn_c_proj.in_features == 768
+            and h_3_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[3].attn.c_proj.training and self.h[3].attn.c_proj.in_features == 768 and self.h[3].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_3_attn_c_proj._forward_hooks
+                or h_3_attn_c_proj._forward_pre_hooks
+                or h_3_attn_c_proj._backward_hooks
+                or h_3_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].attn.c_proj has no hooks"
+        h_3_ln_2 = h_3._modules.get("ln_2")
+        if not (type(h_3_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[3].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_3_ln_2.training
+            and h_3_ln_2.normalized_shape == (768,)
+            and h_3_ln_2.eps == 1e-05
+            and h_3_ln_2.elementwise_affine
+        ):
+            return "not self.h[3].ln_2.training and self.h[3].ln_2.normalized_shape == (768,) and self.h[3].ln_2.eps == 1e-05 and self.h[3].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_3_ln_2._forward_hooks
+                or h_3_ln_2._forward_pre_hooks
+                or h_3_ln_2._backward_hooks
+                or h_3_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].ln_2 has no hooks"
+        h_3_mlp = h_3._modules.get("mlp")
+        if not (type(h_3_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[3].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_3_mlp._forward_hooks
+                or h_3_mlp._forward_pre_hooks
+                or h_3_mlp._backward_hooks
+                or h_3_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].mlp has no hooks"
+        h_3_mlp_c_fc = h_3_mlp._modules.get("c_fc")
+        if not (type(h_3_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[3].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_3_mlp_c_fc.training
+            and h_3_mlp_c_fc.in_features == 768
+            and h_3_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[3].mlp.c_fc.training and self.h[3].mlp.c_fc.in_features == 768 and self.h[3].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_3_mlp_c_fc._forward_hooks
+                or h_3_mlp_c_fc._forward_pre_hooks
+                or h_3_mlp_c_fc._backward_hooks
+                or h_3_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].mlp.c_fc has no hooks"
+        h_3_mlp_c_proj = h_3_mlp._modules.get("c_proj")
+        if not (type(h_3_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[3].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_3_mlp_c_proj.training
+            and h_3_mlp_c_proj.in_features == 3072
+            and h_3_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[3].mlp.c_proj.training and self.h[3].mlp.c_proj.in_features == 3072 and self.h[3].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_3_mlp_c_proj._forward_hooks
+                or h_3_mlp_c_proj._forward_pre_hooks
+                or h_3_mlp_c_proj._backward_hooks
+                or h_3_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].mlp.c_proj has no hooks"
+        h_4 = h._modules.get("4")
+        if not (type(h_4) is _source.Block):
+            return "type(self.h[4]) is _source.Block"
+        if not (
+            not (
+                h_4._forward_hooks
+                or h_4._forward_pre_hooks
+                or h_4._backward_hooks
+                or h_4._backward_pre_hooks
+            )
+        ):
+            return "self.h[4] has no hooks"
+        h_4_ln_1 = h_4._modules.get("ln_1")
+        if not (type(h_4_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[4].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_4_ln_1.training
+            and h_4_ln_1.normalized_shape == (768,)
+            and h_4_ln_1.eps == 1e-05
+            and h_4_ln_1.elementwise_affine
+        ):
+            return "not self.h[4].ln_1.training and self.h[4].ln_1.normalized_shape == (768,) and self.h[4].ln_1.eps == 1e-05 and self.h[4].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_4_ln_1._forward_hooks
+                or h_4_ln_1._forward_pre_hooks
+                or h_4_ln_1._backward_hooks
+                or h_4_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].ln_1 has no hooks"
+        h_4_attn = h_4._modules.get("attn")
+        if not (type(h_4_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[4].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_4_attn.n_embd == 768 and h_4_attn.n_head == 12):
+            return "self.h[4].attn.n_embd == 768 and self.h[4].attn.n_head == 12"
+        if not (
+            not (
+                h_4_attn._forward_hooks
+                or h_4_attn._forward_pre_hooks
+                or h_4_attn._backward_hooks
+                or h_4_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].attn has no hooks"
+        h_4_attn_c_attn = h_4_attn._modules.get("c_attn")
+        if not (type(h_4_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[4].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_4_attn_c_attn.training
+            and h_4_attn_c_attn.in_features == 768
+            and h_4_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[4].attn.c_attn.training and self.h[4].attn.c_attn.in_features == 768 and self.h[4].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_4_attn_c_attn._forward_hooks
+                or h_4_attn_c_attn._forward_pre_hooks
+                or h_4_attn_c_attn._backward_hooks
+                or h_4_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].attn.c_attn has no hooks"
+        h_4_attn_c_proj = h_4_attn._modules.get("c_proj")
+        if not (type(h_4_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[4].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_4_attn_c_proj.training
+            and h_4_attn_c_proj.in_features == 768
+            and h_4_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[4].attn.c_proj.training and self.h[4].attn.c_proj.in_features == 768 and self.h[4].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_4_attn_c_proj._forward_hooks
+                or h_4_attn_c_proj._forward_pre_hooks
+                or h_4_attn_c_proj._backward_hooks
+                or h_4_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].attn.c_proj has no hooks"
+        h_4_ln_2 = h_4._modules.get("ln_2")
+        if not (type(h_4_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[4].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_4_ln_2.training
+            and h_4_ln_2.normalized_shape == (768,)
+            and h_4_ln_2.eps == 1e-05
+            and h_4_ln_2.elementwise_affine
+        ):
+            return "not self.h[4].ln_2.training and self.h[4].ln_2.normalized_shape == (768,) and self.h[4].ln_2.eps == 1e-05 and self.h[4].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_4_ln_2._forward_hooks
+                or h_4_ln_2._forward_pre_hooks
+                or h_4_ln_2._backward_hooks
+                or h_4_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].ln_2 has no hooks"
+        h_4_mlp = h_4._modules.get("mlp")
+        if not (type(h_4_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[4].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_4_mlp._forward_hooks
+                or h_4_mlp._forward_pre_hooks
+                or h_4_mlp._backward_hooks
+                or h_4_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].mlp has no hooks"
+        h_4_mlp_c_fc = h_4_mlp._modules.get("c_fc")
+        if not (type(h_4_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[4].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_4_mlp_c_fc.training
+            and h_4_mlp_c_fc.in_features == 768
+            and h_4_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[4].mlp.c_fc.training and self.h[4].mlp.c_fc.in_features == 768 and self.h[4].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_4_mlp_c_fc._forward_hooks
+                or h_4_mlp_c_fc._forward_pre_hooks
+                or h_4_mlp_c_fc._backward_hooks
+                or h_4_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].mlp.c_fc has no hooks"
+        h_4_mlp_c_proj = h_4_mlp._modules.get("c_proj")
+        if not (type(h_4_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[4].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_4_mlp_c_proj.training
+            and h_4_mlp_c_proj.in_features == 3072
+            and h_4_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[4].mlp.c_proj.training and self.h[4].mlp.c_proj.in_features == 3072 and self.h[4].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_4_mlp_c_proj._forward_hooks
+                or h_4_mlp_c_proj._forward_pre_hooks
+                or h_4_mlp_c_proj._backward_hooks
+                or h_4_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].mlp.c_proj has no hooks"
+        h_5 = h._modules.get("5")
+        if not (type(h_5) is _source.Block):
+            return "type(self.h[5]) is _source.Block"
+        if not (
+            not (
+                h_5._forward_hooks
+                or h_5._forward_pre_hooks
+                or h_5._backward_hooks
+                or h_5._backward_pre_hooks
+            )
+        ):
+            return "self.h[5] has no hooks"
+        h_5_ln_1 = h_5._modules.get("ln_1")
+        if not (type(h_5_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[5].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_5_ln_1.training
+            and h_5_ln_1.normalized_shape == (768,)
+            and h_5_ln_1.eps == 1e-05
+            and h_5_ln_1.elementwise_affine
+        ):
+            return "not self.h[5].ln_1.training and self.h[5].ln_1.normalized_shape == (768,) and self.h[5].ln_1.eps == 1e-05 and self.h[5].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_5_ln_1._forward_hooks
+                or h_5_ln_1._forward_pre_hooks
+                or h_5_ln_1._backward_hooks
+                or h_5_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].ln_1 has no hooks"
+        h_5_attn = h_5._modules.get("attn")
+        if not (type(h_5_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[5].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_5_attn.n_embd == 768 and h_5_attn.n_head == 12):
+            return "self.h[5].attn.n_embd == 768 and self.h[5].attn.n_head == 12"
+        if not (
+            not (
+                h_5_attn._forward_hooks
+                or h_5_attn._forward_pre_hooks
+                or h_5_attn._backward_hooks
+                or h_5_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].attn has no hooks"
+        h_5_attn_c_attn = h_5_attn._modules.get("c_attn")
+        if not (type(h_5_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[5].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_5_attn_c_attn.training
+            and h_5_attn_c_attn.in_features == 768
+            and h_5_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[5].attn.c_attn.training and self.h[5].attn.c_attn.in_features == 768 and self.h[5].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_5_attn_c_attn._forward_hooks
+                or h_5_attn_c_attn._forward_pre_hooks
+                or h_5_attn_c_attn._backward_hooks
+                or h_5_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].attn.c_attn has no hooks"
+        h_5_attn_c_proj = h_5_attn._modules.get("c_proj")
+        if not (type(h_5_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[5].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_5_attn_c_proj.training
+            and h_5_attn_c_proj.in_features == 768
+            and h_5_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[5].attn.c_proj.training and self.h[5].attn.c_proj.in_features == 768 and self.h[5].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_5_attn_c_proj._forward_hooks
+                or h_5_attn_c_proj._forward_pre_hooks
+                or h_5_attn_c_proj._backward_hooks
+                or h_5_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].attn.c_proj has no hooks"
+        h_5_ln_2 = h_5._modules.get("ln_2")
+        if not (type(h_5_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[5].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_5_ln_2.training
+            and h_5_ln_2.normalized_shape == (768,)
+            and h_5_ln_2.eps == 1e-05
+            and h_5_ln_2.elementwise_affine
+        ):
+            return "not self.h[5].ln_2.training and self.h[5].ln_2.normalized_shape == (768,) and self.h[5].ln_2.eps == 1e-05 and self.h[5].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_5_ln_2._forward_hooks
+                or h_5_ln_2._forward_pre_hooks
+                or h_5_ln_2._backward_hooks
+                or h_5_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].ln_2 has no hooks"
+        h_5_mlp = h_5._modules.get("mlp")
+        if not (type(h_5_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[5].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_5_mlp._forward_hooks
+                or h_5_mlp._forward_pre_hooks
+                or h_5_mlp._backward_hooks
+                or h_5_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].mlp has no hooks"
+        h_5_mlp_c_fc = h_5_mlp._modules.get("c_fc")
+        if not (type(h_5_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[5].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_5_mlp_c_fc.training
+            and h_5_mlp_c_fc.in_features == 768
+            and h_5_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[5].mlp.c_fc.training and self.h[5].mlp.c_fc.in_features == 768 and self.h[5].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_5_mlp_c_fc._forward_hooks
+                or h_5_mlp_c_fc._forward_pre_hooks
+                or h_5_mlp_c_fc._backward_hooks
+                or h_5_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].mlp.c_fc has no hooks"
+        h_5_mlp_c_proj = h_5_mlp._modules.get("c_proj")
+        if not (type(h_5_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[5].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_5_mlp_c_proj.training
+            and h_5_mlp_c_proj.in_features == 3072
+            and h_5_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[5].mlp.c_proj.training and self.h[5].mlp.c_proj.in_features == 3072 and self.h[5].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_5_mlp_c_proj._forward_hooks
+                or h_5_mlp_c_proj._forward_pre_hooks
+                or h_5_mlp_c_proj._backward_hooks
+                or h_5_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].mlp.c_proj has no hooks"
+        h_6 = h._modules.get("6")
+        if not (type(h_6) is _source.Block):
+            return "type(self.h[6]) is _source.Block"
+        if not (
+            not (
+                h_6._forward_hooks
+                or h_6._forward_pre_hooks
+                or h_6._backward_hooks
+                or h_6._backward_pre_hooks
+            )
+        ):
+            return "self.h[6] has no hooks"
+        h_6_ln_1 = h_6._modules.get("ln_1")
+        if not (type(h_6_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[6].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_6_ln_1.training
+            and h_6_ln_1.normalized_shape == (768,)
+            and h_6_ln_1.eps == 1e-05
+            and h_6_ln_1.elementwise_affine
+        ):
+            return "not self.h[6].ln_1.training and self.h[6].ln_1.normalized_shape == (768,) and self.h[6].ln_1.eps == 1e-05 and self.h[6].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_6_ln_1._forward_hooks
+                or h_6_ln_1._forward_pre_hooks
+                or h_6_ln_1._backward_hooks
+                or h_6_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].ln_1 has no hooks"
+        h_6_attn = h_6._modules.get("attn")
+        if not (type(h_6_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[6].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_6_attn.n_embd == 768 and h_6_attn.n_head == 12):
+            return "self.h[6].attn.n_embd == 768 and self.h[6].attn.n_head == 12"
+        if not (
+            not (
+                h_6_attn._forward_hooks
+                or h_6_attn._forward_pre_hooks
+                or h_6_attn._backward_hooks
+                or h_6_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].attn has no hooks"
+        h_6_attn_c_attn = h_6_attn._modules.get("c_attn")
+        if not (type(h_6_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[6].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_6_attn_c_attn.training
+            and h_6_attn_c_attn.in_features == 768
+            and h_6_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[6].attn.c_attn.training and self.h[6].attn.c_attn.in_features == 768 and self.h[6].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_6_attn_c_attn._forward_hooks
+                or h_6_attn_c_attn._forward_pre_hooks
+                or h_6_attn_c_attn._backward_hooks
+                or h_6_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].attn.c_attn has no hooks"
+        h_6_attn_c_proj = h_6_attn._modules.get("c_proj")
+        if not (type(h_6_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[6].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_6_attn_c_proj.training
+            and h_6_attn_c_proj.in_features == 768
+            and h_6_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[6].attn.c_proj.training and self.h[6].attn.c_proj.in_features == 768 and self.h[6].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_6_attn_c_proj._forward_hooks
+                or h_6_attn_c_proj._forward_pre_hooks
+                or h_6_attn_c_proj._backward_hooks
+                or h_6_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].attn.c_proj has no hooks"
+        h_6_ln_2 = h_6._modules.get("ln_2")
+        if not (type(h_6_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[6].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_6_ln_2.training
+            and h_6_ln_2.normalized_shape == (768,)
+            and h_6_ln_2.eps == 1e-05
+            and h_6_ln_2.elementwise_affine
+        ):
+            return "not self.h[6].ln_2.training and self.h[6].ln_2.normalized_shape == (768,) and self.h[6].ln_2.eps == 1e-05 and self.h[6].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_6_ln_2._forward_hooks
+                or h_6_ln_2._forward_pre_hooks
+                or h_6_ln_2._backward_hooks
+                or h_6_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].ln_2 has no hooks"
+        h_6_mlp = h_6._modules.get("mlp")
+        if not (type(h_6_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[6].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_6_mlp._forward_hooks
+                or h_6_mlp._forward_pre_hooks
+                or h_6_mlp._backward_hooks
+                or h_6_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].mlp has no hooks"
+        h_6_mlp_c_fc = h_6_mlp._modules.get("c_fc")
+        if not (type(h_6_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[6].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_6_mlp_c_fc.training
+            and h_6_mlp_c_fc.in_features == 768
+            and h_6_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[6].mlp.c_fc.training and self.h[6].mlp.c_fc.in_features == 768 and self.h[6].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_6_mlp_c_fc._forward_hooks
+                or h_6_mlp_c_fc._forward_pre_hooks
+                or h_6_mlp_c_fc._backward_hooks
+                or h_6_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].mlp.c_fc has no hooks"
+        h_6_mlp_c_proj = h_6_mlp._modules.get("c_proj")
+        if not (type(h_6_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[6].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_6_mlp_c_proj.training
+            and h_6_mlp_c_proj.in_features == 3072
+            and h_6_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[6].mlp.c_proj.training and self.h[6].mlp.c_proj.in_features == 3072 and self.h[6].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_6_mlp_c_proj._forward_hooks
+                or h_6_mlp_c_proj._forward_pre_hooks
+                or h_6_mlp_c_proj._backward_hooks
+                or h_6_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].mlp.c_proj has no hooks"
+        h_7 = h._modules.get("7")
+        if not (type(h_7) is _source.Block):
+            return "type(self.h[7]) is _source.Block"
+        if not (
+            not (
+                h_7._forward_hooks
+                or h_7._forward_pre_hooks
+                or h_7._backward_hooks
+                or h_7._backward_pre_hooks
+            )
+        ):
+            return "self.h[7] has no hooks"
+        h_7_ln_1 = h_7._modules.get("ln_1")
+        if not (type(h_7_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[7].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_7_ln_1.training
+            and h_7_ln_1.normalized_shape == (768,)
+            and h_7_ln_1.eps == 1e-05
+            and h_7_ln_1.elementwise_affine
+        ):
+            return "not self.h[7].ln_1.training and self.h[7].ln_1.normalized_shape == (768,) and self.h[7].ln_1.eps == 1e-05 and self.h[7].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_7_ln_1._forward_hooks
+                or h_7_ln_1._forward_pre_hooks
+                or h_7_ln_1._backward_hooks
+                or h_7_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].ln_1 has no hooks"
+        h_7_attn = h_7._modules.get("attn")
+        if not (type(h_7_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[7].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_7_attn.n_embd == 768 and h_7_attn.n_head == 12):
+            return "self.h[7].attn.n_embd == 768 and self.h[7].attn.n_head == 12"
+        if not (
+            not (
+                h_7_attn._forward_hooks
+                or h_7_attn._forward_pre_hooks
+                or h_7_attn._backward_hooks
+                or h_7_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].attn has no hooks"
+        h_7_attn_c_attn = h_7_attn._modules.get("c_attn")
+        if not (type(h_7_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[7].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_7_attn_c_attn.training
+            and h_7_attn_c_attn.in_features == 768
+            and h_7_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[7].attn.c_attn.training and self.h[7].attn.c_attn.in_features == 768 and self.h[7].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_7_attn_c_attn._forward_hooks
+                or h_7_attn_c_attn._forward_pre_hooks
+                or h_7_attn_c_attn._backward_hooks
+                or h_7_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].attn.c_attn has no hooks"
+        h_7_attn_c_proj = h_7_attn._modules.get("c_proj")
+        if not (type(h_7_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[7].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_7_attn_c_proj.training
+            and h_7_attn_c_proj.in_features == 768
+            and h_7_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[7].attn.c_proj.training and self.h[7].attn.c_proj.in_features == 768 and self.h[7].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_7_attn_c_proj._forward_hooks
+                or h_7_attn_c_proj._forward_pre_hooks
+                or h_7_attn_c_proj._backward_hooks
+                or h_7_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].attn.c_proj has no hooks"
+        h_7_ln_2 = h_7._modules.get("ln_2")
+        if not (type(h_7_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[7].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_7_ln_2.training
+            and h_7_ln_2.normalized_shape == (768,)
+            and h_7_ln_2.eps == 1e-05
+            and h_7_ln_2.elementwise_affine
+        ):
+            return "not self.h[7].ln_2.training and self.h[7].ln_2.normalized_shape == (768,) and self.h[7].ln_2.eps == 1e-05 and self.h[7].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_7_ln_2._forward_hooks
+                or h_7_ln_2._forward_pre_hooks
+                or h_7_ln_2._backward_hooks
+                or h_7_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].ln_2 has no hooks"
+        h_7_mlp = h_7._modules.get("mlp")
+        if not (type(h_7_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[7].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_7_mlp._forward_hooks
+                or h_7_mlp._forward_pre_hooks
+                or h_7_mlp._backward_hooks
+                or h_7_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].mlp has no hooks"
+        h_7_mlp_c_fc = h_7_mlp._modules.get("c_fc")
+        if not (type(h_7_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[7].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_7_mlp_c_fc.training
+            and h_7_mlp_c_fc.in_features == 768
+            and h_7_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[7].mlp.c_fc.training and self.h[7].mlp.c_fc.in_features == 768 and self.h[7].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_7_mlp_c_fc._forward_hooks
+                or h_7_mlp_c_fc._forward_pre_hooks
+                or h_7_mlp_c_fc._backward_hooks
+                or h_7_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].mlp.c_fc has no hooks"
+        h_7_mlp_c_proj = h_7_mlp._modules.get("c_proj")
+        if not (type(h_7_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[7].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_7_mlp_c_proj.training
+            and h_7_mlp_c_proj.in_features == 3072
+            and h_7_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[7].mlp.c_proj.training and self.h[7].mlp.c_proj.in_features == 3072 and self.h[7].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_7_mlp_c_proj._forward_hooks
+                or h_7_mlp_c_proj._forward_pre_hooks
+                or h_7_mlp_c_proj._backward_hooks
+                or h_7_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].mlp.c_proj has no hooks"
+        h_8 = h._modules.get("8")
+        if not (type(h_8) is _source.Block):
+            return "type(self.h[8]) is _source.Block"
+        if not (
+            not (
+                h_8._forward_hooks
+                or h_8._forward_pre_hooks
+                or h_8._backward_hooks
+                or h_8._backward_pre_hooks
+            )
+        ):
+            return "self.h[8] has no hooks"
+        h_8_ln_1 = h_8._modules.get("ln_1")
+        if not (type(h_8_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[8].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_8_ln_1.training
+            and h_8_ln_1.normalized_shape == (768,)
+            and h_8_ln_1.eps == 1e-05
+            and h_8_ln_1.elementwise_affine
+        ):
+            return "not self.h[8].ln_1.training and self.h[8].ln_1.normalized_shape == (768,) and self.h[8].ln_1.eps == 1e-05 and self.h[8].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_8_ln_1._forward_hooks
+                or h_8_ln_1._forward_pre_hooks
+                or h_8_ln_1._backward_hooks
+                or h_8_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].ln_1 has no hooks"
+        h_8_attn = h_8._modules.get("attn")
+        if not (type(h_8_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[8].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_8_attn.n_embd == 768 and h_8_attn.n_head == 12):
+            return "self.h[8].attn.n_embd == 768 and self.h[8].attn.n_head == 12"
+        if not (
+            not (
+                h_8_attn._forward_hooks
+                or h_8_attn._forward_pre_hooks
+                or h_8_attn._backward_hooks
+                or h_8_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].attn has no hooks"
+        h_8_attn_c_attn = h_8_attn._modules.get("c_attn")
+        if not (type(h_8_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[8].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_8_attn_c_attn.training
+            and h_8_attn_c_attn.in_features == 768
+            and h_8_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[8].attn.c_attn.training and self.h[8].attn.c_attn.in_features == 768 and self.h[8].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_8_attn_c_attn._forward_hooks
+                or h_8_attn_c_attn._forward_pre_hooks
+                or h_8_attn_c_attn._backward_hooks
+                or h_8_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].attn.c_attn has no hooks"
+        h_8_attn_c_proj = h_8_attn._modules.get("c_proj")
+        if not (type(h_8_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[8].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_8_attn_c_proj.training
+            and h_8_attn_c_proj.in_features == 768
+            and h_8_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[8].attn.c_proj.training and self.h[8].attn.c_proj.in_features == 768 and self.h[8].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_8_attn_c_proj._forward_hooks
+                or h_8_attn_c_proj._forward_pre_hooks
+                or h_8_attn_c_proj._backward_hooks
+                or h_8_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].attn.c_proj has no hooks"
+        h_8_ln_2 = h_8._modules.get("ln_2")
+        if not (type(h_8_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[8].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_8_ln_2.training
+            and h_8_ln_2.normalized_shape == (768,)
+            and h_8_ln_2.eps == 1e-05
+            and h_8_ln_2.elementwise_affine
+        ):
+            return "not self.h[8].ln_2.training and self.h[8].ln_2.normalized_shape == (768,) and self.h[8].ln_2.eps == 1e-05 and self.h[8].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_8_ln_2._forward_hooks
+                or h_8_ln_2._forward_pre_hooks
+                or h_8_ln_2._backward_hooks
+                or h_8_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].ln_2 has no hooks"
+        h_8_mlp = h_8._modules.get("mlp")
+        if not (type(h_8_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[8].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_8_mlp._forward_hooks
+                or h_8_mlp._forward_pre_hooks
+                or h_8_mlp._backward_hooks
+                or h_8_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].mlp has no hooks"
+        h_8_mlp_c_fc = h_8_mlp._modules.get("c_fc")
+        if not (type(h_8_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[8].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_8_mlp_c_fc.training
+            and h_8_mlp_c_fc.in_features == 768
+            and h_8_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[8].mlp.c_fc.training and self.h[8].mlp.c_fc.in_features == 768 and self.h[8].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_8_mlp_c_fc._forward_hooks
+                or h_8_mlp_c_fc._forward_pre_hooks
+                or h_8_mlp_c_fc._backward_hooks
+                or h_8_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].mlp.c_fc has no hooks"
+        h_8_mlp_c_proj = h_8_mlp._modules.get("c_proj")
+        if not (type(h_8_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[8].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_8_mlp_c_proj.training
+            and h_8_mlp_c_proj.in_features == 3072
+            and h_8_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[8].mlp.c_proj.training and self.h[8].mlp.c_proj.in_features == 3072 and self.h[8].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_8_mlp_c_proj._forward_hooks
+                or h_8_mlp_c_proj._forward_pre_hooks
+                or h_8_mlp_c_proj._backward_hooks
+                or h_8_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].mlp.c_proj has no hooks"
+        h_9 = h._modules.get("9")
+        if not (type(h_9) is _source.Block):
+            return "type(self.h[9]) is _source.Block"
+        if not (
+            not (
+                h_9._forward_hooks
+                or h_9._forward_pre_hooks
+                or h_9._backward_hooks
+                or h_9._backward_pre_hooks
+            )
+        ):
+            return "self.h[9] has no hooks"
+        h_9_ln_1 = h_9._modules.get("ln_1")
+        if not (type(h_9_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[9].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_9_ln_1.training
+            and h_9_ln_1.normalized_shape == (768,)
+            and h_9_ln_1.eps == 1e-05
+            and h_9_ln_1.elementwise_affine
+        ):
+            return "not self.h[9].ln_1.training and self.h[9].ln_1.normalized_shape == (768,) and self.h[9].ln_1.eps == 1e-05 and self.h[9].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_9_ln_1._forward_hooks
+                or h_9_ln_1._forward_pre_hooks
+                or h_9_ln_1._backward_hooks
+                or h_9_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].ln_1 has no hooks"
+        h_9_attn = h_9._modules.get("attn")
+        if not (type(h_9_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[9].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_9_attn.n_embd == 768 and h_9_attn.n_head == 12):
+            return "self.h[9].attn.n_embd == 768 and self.h[9].attn.n_head == 12"
+        if not (
+            not (
+                h_9_attn._forward_hooks
+                or h_9_attn._forward_pre_hooks
+                or h_9_attn._backward_hooks
+                or h_9_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].attn has no hooks"
+        h_9_attn_c_attn = h_9_attn._modules.get("c_attn")
+        if not (type(h_9_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[9].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_9_attn_c_attn.training
+            and h_9_attn_c_attn.in_features == 768
+            and h_9_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[9].attn.c_attn.training and self.h[9].attn.c_attn.in_features == 768 and self.h[9].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_9_attn_c_attn._forward_hooks
+                or h_9_attn_c_attn._forward_pre_hooks
+                or h_9_attn_c_attn._backward_hooks
+                or h_9_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].attn.c_attn has no hooks"
+        h_9_attn_c_proj = h_9_attn._modules.get("c_proj")
+        if not (type(h_9_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[9].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_9_attn_c_proj.training
+            and h_9_attn_c_proj.in_features == 768
+            and h_9_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[9].attn.c_proj.training and self.h[9].attn.c_proj.in_features == 768 and self.h[9].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_9_attn_c_proj._forward_hooks
+                or h_9_attn_c_proj._forward_pre_hooks
+                or h_9_attn_c_proj._backward_hooks
+                or h_9_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].attn.c_proj has no hooks"
+        h_9_ln_2 = h_9._modules.get("ln_2")
+        if not (type(h_9_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[9].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_9_ln_2.training
+            and h_9_ln_2.normalized_shape == (768,)
+            and h_9_ln_2.eps == 1e-05
+            and h_9_ln_2.elementwise_affine
+        ):
+            return "not self.h[9].ln_2.training and self.h[9].ln_2.normalized_shape == (768,) and self.h[9].ln_2.eps == 1e-05 and self.h[9].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_9_ln_2._forward_hooks
+                or h_9_ln_2._forward_pre_hooks
+                or h_9_ln_2._backward_hooks
+                or h_9_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].ln_2 has no hooks"
+        h_9_mlp = h_9._modules.get("mlp")
+        if not (type(h_9_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[9].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_9_mlp._forward_hooks
+                or h_9_mlp._forward_pre_hooks
+                or h_9_mlp._backward_hooks
+                or h_9_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].mlp has no hooks"
+        h_9_mlp_c_fc = h_9_mlp._modules.get("c_fc")
+        if not (type(h_9_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[9].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_9_mlp_c_fc.training
+            and h_9_mlp_c_fc.in_features == 768
+            and h_9_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[9].mlp.c_fc.training and self.h[9].mlp.c_fc.in_features == 768 and self.h[9].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_9_mlp_c_fc._forward_hooks
+                or h_9_mlp_c_fc._forward_pre_hooks
+                or h_9_mlp_c_fc._backward_hooks
+                or h_9_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].mlp.c_fc has no hooks"
+        h_9_mlp_c_proj = h_9_mlp._modules.get("c_proj")
+        if not (type(h_9_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[9].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_9_mlp_c_proj.training
+            and h_9_mlp_c_proj.in_features == 3072
+            and h_9_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[9].mlp.c_proj.training and self.h[9].mlp.c_proj.in_features == 3072 and self.h[9].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_9_mlp_c_proj._forward_hooks
+                or h_9_mlp_c_proj._forward_pre_hooks
+                or h_9_mlp_c_proj._backward_hooks
+                or h_9_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].mlp.c_proj has no hooks"
+        h_10 = h._modules.get("10")
+        if not (type(h_10) is _source.Block):
+            return "type(self.h[10]) is _source.Block"
+        if not (
+            not (
+                h_10._forward_hooks
+                or h_10._forward_pre_hooks
+                or h_10._backward_hooks
+                or h_10._backward_pre_hooks
+            )
+        ):
+            return "self.h[10] has no hooks"
+        h_10_ln_1 = h_10._modules.get("ln_1")
+        if not (type(h_10_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[10].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_10_ln_1.training
+            and h_10_ln_1.normalized_shape == (768,)
+            and h_10_ln_1.eps == 1e-05
+            and h_10_ln_1.elementwise_affine
+        ):
+            return "not self.h[10].ln_1.training and self.h[10].ln_1.normalized_shape == (768,) and self.h[10].ln_1.eps == 1e-05 and self.h[10].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_10_ln_1._forward_hooks
+                or h_10_ln_1._forward_pre_hooks
+                or h_10_ln_1._backward_hooks
+                or h_10_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].ln_1 has no hooks"
+        h_10_attn = h_10._modules.get("attn")
+        if not (type(h_10_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[10].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_10_attn.n_embd == 768 and h_10_attn.n_head == 12):
+            return "self.h[10].attn.n_embd == 768 and self.h[10].attn.n_head == 12"
+        if not (
+            not (
+                h_10_attn._forward_hooks
+                or h_10_attn._forward_pre_hooks
+                or h_10_attn._backward_hooks
+                or h_10_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].attn has no hooks"
+        h_10_attn_c_attn = h_10_attn._modules.get("c_attn")
+        if not (type(h_10_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[10].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_10_attn_c_attn.training
+            and h_10_attn_c_attn.in_features == 768
+            and h_10_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[10].attn.c_attn.training and self.h[10].attn.c_attn.in_features == 768 and self.h[10].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_10_attn_c_attn._forward_hooks
+                or h_10_attn_c_attn._forward_pre_hooks
+                or h_10_attn_c_attn._backward_hooks
+                or h_10_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].attn.c_attn has no hooks"
+        h_10_attn_c_proj = h_10_attn._modules.get("c_proj")
+        if not (type(h_10_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[10].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_10_attn_c_proj.training
+            and h_10_attn_c_proj.in_features == 768
+            and h_10_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[10].attn.c_proj.training and self.h[10].attn.c_proj.in_features == 768 and self.h[10].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_10_attn_c_proj._forward_hooks
+                or h_10_attn_c_proj._forward_pre_hooks
+                or h_10_attn_c_proj._backward_hooks
+                or h_10_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].attn.c_proj has no hooks"
+        h_10_ln_2 = h_10._modules.get("ln_2")
+        if not (type(h_10_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[10].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_10_ln_2.training
+            and h_10_ln_2.normalized_shape == (768,)
+            and h_10_ln_2.eps == 1e-05
+            and h_10_ln_2.elementwise_affine
+        ):
+            return "not self.h[10].ln_2.training and self.h[10].ln_2.normalized_shape == (768,) and self.h[10].ln_2.eps == 1e-05 and self.h[10].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_10_ln_2._forward_hooks
+                or h_10_ln_2._forward_pre_hooks
+                or h_10_ln_2._backward_hooks
+                or h_10_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].ln_2 has no hooks"
+        h_10_mlp = h_10._modules.get("mlp")
+        if not (type(h_10_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[10].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_10_mlp._forward_hooks
+                or h_10_mlp._forward_pre_hooks
+                or h_10_mlp._backward_hooks
+                or h_10_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].mlp has no hooks"
+        h_10_mlp_c_fc = h_10_mlp._modules.get("c_fc")
+        if not (type(h_10_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[10].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_10_mlp_c_fc.training
+            and h_10_mlp_c_fc.in_features == 768
+            and h_10_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[10].mlp.c_fc.training and self.h[10].mlp.c_fc.in_features == 768 and self.h[10].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_10_mlp_c_fc._forward_hooks
+                or h_10_mlp_c_fc._forward_pre_hooks
+                or h_10_mlp_c_fc._backward_hooks
+                or h_10_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].mlp.c_fc has no hooks"
+        h_10_mlp_c_proj = h_10_mlp._modules.get("c_proj")
+        if not (type(h_10_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[10].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_10_mlp_c_proj.training
+            and h_10_mlp_c_proj.in_features == 3072
+            and h_10_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[10].mlp.c_proj.training and self.h[10].mlp.c_proj.in_features == 3072 and self.h[10].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_10_mlp_c_proj._forward_hooks
+                or h_10_mlp_c_proj._forward_pre_hooks
+                or h_10_mlp_c_proj._backward_hooks
+                or h_10_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].mlp.c_proj has no hooks"
+        h_11 = h._modules.get("11")
+        if not (type(h_11) is _source.Block):
+            return "type(self.h[11]) is _source.Block"
+        if not (
+            not (
+                h_11._forward_hooks
+                or h_11._forward_pre_hooks
+                or h_11._backward_hooks
+                or h_11._backward_pre_hooks
+            )
+        ):
+            return "self.h[11] has no hooks"
+        h_11_ln_1 = h_11._modules.get("ln_1")
+        if not (type(h_11_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[11].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_11_ln_1.training
+            and h_11_ln_1.normalized_shape == (768,)
+            and h_11_ln_1.eps == 1e-05
+            and h_11_ln_1.elementwise_affine
+        ):
+            return "not self.h[11].ln_1.training and self.h[11].ln_1.normalized_shape == (768,) and self.h[11].ln_1.eps == 1e-05 and self.h[11].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_11_ln_1._forward_hooks
+                or h_11_ln_1._forward_pre_hooks
+                or h_11_ln_1._backward_hooks
+                or h_11_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].ln_1 has no hooks"
+        h_11_attn = h_11._modules.get("attn")
+        if not (type(h_11_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[11].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_11_attn.n_embd == 768 and h_11_attn.n_head == 12):
+            return "self.h[11].attn.n_embd == 768 and self.h[11].attn.n_head == 12"
+        if not (
+            not (
+                h_11_attn._forward_hooks
+                or h_11_attn._forward_pre_hooks
+                or h_11_attn._backward_hooks
+                or h_11_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].attn has no hooks"
+        h_11_attn_c_attn = h_11_attn._modules.get("c_attn")
+        if not (type(h_11_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[11].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_11_attn_c_attn.training
+            and h_11_attn_c_attn.in_features == 768
+            and h_11_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[11].attn.c_attn.training and self.h[11].attn.c_attn.in_features == 768 and self.h[11].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_11_attn_c_attn._forward_hooks
+                or h_11_attn_c_attn._forward_pre_hooks
+                or h_11_attn_c_attn._backward_hooks
+                or h_11_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].attn.c_attn has no hooks"
+        h_11_attn_c_proj = h_11_attn._modules.get("c_proj")
+        if not (type(h_11_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[11].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_11_attn_c_proj.training
+            and h_11_attn_c_proj.in_features == 768
+            and h_11_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[11].attn.c_proj.training and self.h[11].attn.c_proj.in_features == 768 and self.h[11].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_11_attn_c_proj._forward_hooks
+                or h_11_attn_c_proj._forward_pre_hooks
+                or h_11_attn_c_proj._backward_hooks
+                or h_11_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].attn.c_proj has no hooks"
+        h_11_ln_2 = h_11._modules.get("ln_2")
+        if not (type(h_11_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[11].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_11_ln_2.training
+            and h_11_ln_2.normalized_shape == (768,)
+            and h_11_ln_2.eps == 1e-05
+            and h_11_ln_2.elementwise_affine
+        ):
+            return "not self.h[11].ln_2.training and self.h[11].ln_2.normalized_shape == (768,) and self.h[11].ln_2.eps == 1e-05 and self.h[11].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_11_ln_2._forward_hooks
+                or h_11_ln_2._forward_pre_hooks
+                or h_11_ln_2._backward_hooks
+                or h_11_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].ln_2 has no hooks"
+        h_11_mlp = h_11._modules.get("mlp")
+        if not (type(h_11_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[11].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_11_mlp._forward_hooks
+                or h_11_mlp._forward_pre_hooks
+                or h_11_mlp._backward_hooks
+                or h_11_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].mlp has no hooks"
+        h_11_mlp_c_fc = h_11_mlp._modules.get("c_fc")
+        if not (type(h_11_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[11].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_11_mlp_c_fc.training
+            and h_11_mlp_c_fc.in_features == 768
+            and h_11_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[11].mlp.c_fc.training and self.h[11].mlp.c_fc.in_features == 768 and self.h[11].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_11_mlp_c_fc._forward_hooks
+                or h_11_mlp_c_fc._forward_pre_hooks
+                or h_11_mlp_c_fc._backward_hooks
+                or h_11_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].mlp.c_fc has no hooks"
+        h_11_mlp_c_proj = h_11_mlp._modules.get("c_proj")
+        if not (type(h_11_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[11].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_11_mlp_c_proj.training
+            and h_11_mlp_c_proj.in_features == 3072
+            and h_11_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[11].mlp.c_proj.training and self.h[11].mlp.c_proj.in_features == 3072 and self.h[11].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_11_mlp_c_proj._forward_hooks
+                or h_11_mlp_c_proj._forward_pre_hooks
+                or h_11_mlp_c_proj._backward_hooks
+                or h_11_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].mlp.c_proj has no hooks"
+        ln_f = self._modules.get("ln_f")
+        if not (type(ln_f) is torch.nn.LayerNorm):
+            return "type(self.ln_f) is torch.nn.LayerNorm"
+        if not (
+            not ln_f.training
+            and ln_f.normalized_shape == (768,)
+            and ln_f.eps == 1e-05
+            and ln_f.elementwise_affine
+        ):
+            return "not self.ln_f.training and self.ln_f.normalized_shape == (768,) and self.ln_f.eps == 1e-05 and self.ln_f.elementwise_affine"
+        if not (
+            not (
+                ln_f._forward_hooks
+                or ln_f._forward_pre_hooks
+                or ln_f._backward_hooks
+                or ln_f._backward_pre_hooks
+            )
+        ):
+            return "self.ln_f has no hooks"
+        lm_head = self._modules.get("lm_head")
+        if not (type(lm_head) is torch.nn.Linear):
+            return "type(self.lm_head) is torch.nn.Linear"
+        if not (
+            not lm_head.training
+            and lm_head.in_features == 768
+            and lm_head.out_features == 50257
+        ):
+            return "not self.lm_head.training and self.lm_head.in_features == 768 and self.lm_head.out_features == 50257"
+        if not (
+            not (
+                lm_head._forward_hooks
+                or lm_head._forward_pre_hooks
+                or lm_head._backward_hooks
+                or lm_head._backward_pre_hooks
+            )
+        ):
+            return "self.lm_head has no hooks"
+        wte_weight = wte._parameters.get("weight")
+        if not (wte_weight is not None):
+            return "self.wte.weight is not None"
+        wpe_weight = wpe._parameters.get("weight")
+        if not (wpe_weight is not None):
+            return "self.wpe.weight is not None"
+        h_0_ln_1_weight = h_0_ln_1._parameters.get("weight")
+        h_0_ln_1_bias = h_0_ln_1._parameters.get("bias")
+        if not (h_0_ln_1_weight is not None and h_0_ln_1_bias is not None):
+            return (
+                "self.h[0].ln_1.weight is not None and self.h[0].ln_1.bias is not None"
+            )
+        h_0_attn_c_attn_weight = h_0_attn_c_attn._parameters.get("weight")
+        h_0_attn_c_attn_bias = h_0_attn_c_attn._parameters.get("bias")
+        if not (
+            h_0_attn_c_attn_weight is not None and h_0_attn_c_attn_bias is not None
+        ):
+            return "self.h[0].attn.c_attn.weight is not None and self.h[0].attn.c_attn.bias is not None"
+        h_0_attn_c_proj_weight = h_0_attn_c_proj._parameters.get("weight")
+        h_0_attn_c_proj_bias = h_0_attn_c_proj._parameters.get("bias")
+        if not (
+            h_0_attn_c_proj_weight is not None and h_0_attn_c_proj_bias is not None
+        ):
+            return "self.h[0].attn.c_proj.weight is not None and self.h[0].attn.c_proj.bias is not None"
+        h_0_ln_2_weight = h_0_ln_2._parameters.get("weight")
+        h_0_ln_2_bias = h_0_ln_2._parameters.get("bias")
+        if not (h_0_ln_2_weight is not None and h_0_ln_2_bias is not None):
+            return (
+                "self.h[0].ln_2.weight is not None and self.h[0].ln_2.bias is not None"
+            )
+        h_0_mlp_c_fc_weight = h_0_mlp_c_fc._parameters.get("weight")
+        h_0_mlp_c_fc_bias = h_0_mlp_c_fc._parameters.get("bias")
+        if not (h_0_mlp_c_fc_weight is not None and h_0_mlp_c_fc_bias is not None):
+            return "self.h[0].mlp.c_fc.weight is not None and self.h[0].mlp.c_fc.bias is not None"
+        h_0_mlp_c_proj_weight = h_0_mlp_c_proj._parameters.get("weight")
+        h_0_mlp_c_proj_bias = h_0_mlp_c_proj._parameters.get("bias")
+        if not (h_0_mlp_c_proj_weight is not None and h_0_mlp_c_proj_bias is not None):
+            return "self.h[0].mlp.c_proj.weight is not None and self.h[0].mlp.c_proj.bias is not None"
+        h_1_ln_1_weight = h_1_ln_1._parameters.get("weight")
+        h_1_ln_1_bias = h_1_ln_1._parameters.get("bias")
+        if not (h_1_ln_1_weight is not None and h_1_ln_1_bias is not None):
+            return (
+                "self.h[1].ln_1.weight is not None and self.h[1].ln_1.bias is not None"
+            )
+        h_1_attn_c_attn_weight = h_1_attn_c_attn._parameters.get("weight")
+        h_1_attn_c_attn_bias = h_1_attn_c_attn._parameters.get("bias")
+        if not (
+            h_1_attn_c_attn_weight is not None and h_1_attn_c_attn_bias is not None
+        ):
+            return "self.h[1].attn.c_attn.weight is not None and self.h[1].attn.c_attn.bias is not None"
+        h_1_attn_c_proj_weight = h_1_attn_c_proj._parameters.get("weight")
+        h_1_attn_c_proj_bias = h_1_attn_c_proj._parameters.get("bias")
+        if not (
+            h_1_attn_c_proj_weight is not None and h_1_attn_c_proj_bias is not None
+        ):
+            return "self.h[1].attn.c_proj.weight is not None and self.h[1].attn.c_proj.bias is not None"
+        h_1_ln_2_weight = h_1_ln_2._parameters.get("weight")
+        h_1_ln_2_bias = h_1_ln_2._parameters.get("bias")
+        if not (h_1_ln_2_weight is not None and h_1_ln_2_bias is not None):
+            return (
+                "self.h[1].ln_2.weight is not None and self.h[1].ln_2.bias is not None"
+            )
+        h_1_mlp_c_fc_weight = h_1_mlp_c_fc._parameters.get("weight")
+        h_1_mlp_c_fc_bias = h_1_mlp_c_fc._parameters.get("bias")
+        if not (h_1_mlp_c_fc_weight is not None and h_1_mlp_c_fc_bias is not None):
+            return "self.h[1].mlp.c_fc.weight is not None and self.h[1].mlp.c_fc.bias is not None"
+        h_1_mlp_c_proj_weight = h_1_mlp_c_proj._parameters.get("weight")
+        h_1_mlp_c_proj_bias = h_1_mlp_c_proj._parameters.get("bias")
+        if not (h_1_mlp_c_proj_weight is not None and h_1_mlp_c_proj_bias is not None):
+            return "self.h[1].mlp.c_proj.weight is not None and self.h[1].mlp.c_proj.bias is not None"
+        h_2_ln_1_weight = h_2_ln_1._parameters.get("weight")
+        h_2_ln_1_bias = h_2_ln_1._parameters.get("bias")
+        if not (h_2_ln_1_weight is not None and h_2_ln_1_bias is not None):
+            return (
+                "self.h[2].ln_1.weight is not None and self.h[2].ln_1.bias is not None"
+            )
+        h_2_attn_c_attn_weight = h_2_attn_c_attn._parameters.get("weight")
+        h_2_attn_c_attn_bias = h_2_attn_c_attn._parameters.get("bias")
+        if not (
+            h_2_attn_c_attn_weight is not None and h_2_attn_c_attn_bias is not None
+        ):
+            return "self.h[2].attn.c_attn.weight is not None and self.h[2].attn.c_attn.bias is not None"
+        h_2_attn_c_proj_weight = h_2_attn_c_proj._parameters.get("weight")
+        h_2_attn_c_proj_bias = h_2_attn_c_proj._parameters.get("bias")
+        if not (
+            h_2_attn_c_proj_weight is not None and h_2_attn_c_proj_bias is not None
+        ):
+            return "self.h[2].attn.c_proj.weight is not None and self.h[2].attn.c_proj.bias is not None"
+        h_2_ln_2_weight = h_2_ln_2._parameters.get("weight")
+        h_2_ln_2_bias = h_2_ln_2._parameters.get("bias")
+        if not (h_2_ln_2_weight is not None and h_2_ln_2_bias is not None):
+            return (
+                "self.h[2].ln_2.weight is not None and self.h[2].ln_2.bias is not None"
+            )
+        h_2_mlp_c_fc_weight = h_2_mlp_c_fc._parameters.get("weight")
+        h_2_mlp_c_fc_bias = h_2_mlp_c_fc._parameters.get("bias")
+        if not (h_2_mlp_c_fc_weight is not None and h_2_mlp_c_fc_bias is not None):
+            return "self.h[2].mlp.c_fc.weight is not None and self.h[2].mlp.c_fc.bias is not None"
+        h_2_mlp_c_proj_weight = h_2_mlp_c_proj._parameters.get("weight")
+        h_2_mlp_c_proj_bias = h_2_mlp_c_proj._parameters.get("bias")
+        if not (h_2_mlp_c_proj_weight is not None and h_2_mlp_c_proj_bias is not None):
+            return "self.h[2].mlp.c_proj.weight is not None and self.h[2].mlp.c_proj.bias is not None"
+        h_3_ln_1_weight = h_3_ln_1._parameters.get("weight")
+        h_3_ln_1_bias = h_3_ln_1._parameters.get("bias")
+        if not (h_3_ln_1_weight is not None and h_3_ln_1_bias is not None):
+            return (
+                "self.h[3].ln_1.weight is not None and self.h[3].ln_1.bias is not None"
+            )
+        h_3_attn_c_attn_weight = h_3_attn_c_attn._parameters.get("weight")
+        h_3_attn_c_attn_bias = h_3_attn_c_attn._parameters.get("bias")
+        if not (
+            h_3_attn_c_attn_weight is not None and h_3_attn_c_attn_bias is not None
+        ):
+            return "self.h[3].attn.c_attn.weight is not None and self.h[3].attn.c_attn.bias is not None"
+        h_3_attn_c_proj_weight = h_3_attn_c_proj._parameters.get("weight")
+        h_3_attn_c_proj_bias = h_3_attn_c_proj._parameters.get("bias")
+        if not (
+            h_3_attn_c_proj_weight is not None and h_3_attn_c_proj_bias is not None
+        ):
+            return "self.h[3].attn.c_proj.weight is not None and self.h[3].attn.c_proj.bias is not None"
+        h_3_ln_2_weight = h_3_ln_2._parameters.get("weight")
+        h_3_ln_2_bias = h_3_ln_2._parameters.get("bias")
+        if not (h_3_ln_2_weight is not None and h_3_ln_2_bias is not None):
+            return (
+                "self.h[3].ln_2.weight is not None and self.h[3].ln_2.bias is not None"
+            )
+        h_3_mlp_c_fc_weight = h_3_mlp_c_fc._parameters.get("weight")
+        h_3_mlp_c_fc_bias = h_3_mlp_c_fc._parameters.get("bias")
+        if not (h_3_mlp_c_fc_weight is not None and h_3_mlp_c_fc_bias is not None):
+            return "self.h[3].mlp.c_fc.weight is not None and self.h[3].mlp.c_fc.bias is not None"
+        h_3_mlp_c_proj_weight = h_3_mlp_c_proj._parameters.get("weight")
+        h_3_mlp_c_proj_bias = h_3_mlp_c_proj._parameters.get("bias")
+        if not (h_3_mlp_c_proj_weight is not None and h_3_mlp_c_proj_bias is not None):
+            return "self.h[3].mlp.c_proj.weight is not None and self.h[3].mlp.c_proj.bias is not None"
+        h_4_ln_1_weight = h_4_ln_1._parameters.get("weight")
+        h_4_ln_1_bias = h_4_ln_1._parameters.get("bias")
+        if not (h_4_ln_1_weight is not None and h_4_ln_1_bias is not None):
+            return (
+                "self.h[4].ln_1.weight is not None and self.h[4].ln_1.bias is not None"
+            )
+        h_4_attn_c_attn_weight = h_4_attn_c_attn._parameters.get("weight")
+        h_4_attn_c_attn_bias = h_4_attn_c_attn._parameters.get("bias")
+        if not (
+            h_4_attn_c_attn_weight is not None and h_4_attn_c_attn_bias is not None
+        ):
+            return "self.h[4].attn.c_attn.weight is not None and self.h[4].attn.c_attn.bias is not None"
+        h_4_attn_c_proj_weight = h_4_attn_c_proj._parameters.get("weight")
+        h_4_attn_c_proj_bias = h_4_attn_c_proj._parameters.get("bias")
+        if not (
+            h_4_attn_c_proj_weight is not None and h_4_attn_c_proj_bias is not None
+        ):
+            return "self.h[4].attn.c_proj.weight is not None and self.h[4].attn.c_proj.bias is not None"
+        h_4_ln_2_weight = h_4_ln_2._parameters.get("weight")
+        h_4_ln_2_bias = h_4_ln_2._parameters.get("bias")
+        if not (h_4_ln_2_weight is not None and h_4_ln_2_bias is not None):
+            return (
+                "self.h[4].ln_2.weight is not None and self.h[4].ln_2.bias is not None"
+            )
+        h_4_mlp_c_fc_weight = h_4_mlp_c_fc._parameters.get("weight")
+        h_4_mlp_c_fc_bias = h_4_mlp_c_fc._parameters.get("bias")
+        if not (h_4_mlp_c_fc_weight is not None and h_4_mlp_c_fc_bias is not None):
+            return "self.h[4].mlp.c_fc.weight is not None and self.h[4].mlp.c_fc.bias is not None"
+        h_4_mlp_c_proj_weight = h_4_mlp_c_proj._parameters.get("weight")
+        h_4_mlp_c_proj_bias = h_4_mlp_c_proj._parameters.get("bias")
+        if not (h_4_mlp_c_proj_weight is not None and h_4_mlp_c_proj_bias is not None):
+            return "self.h[4].mlp.c_proj.weight is not None and self.h[4].mlp.c_proj.bias is not None"
+        h_5_ln_1_weight = h_5_ln_1._parameters.get("weight")
+        h_5_ln_1_bias = h_5_ln_1._parameters.get("bias")
+        if not (h_5_ln_1_weight is not None and h_5_ln_1_bias is not None):
+            return (
+                "self.h[5].ln_1.weight is not None and self.h[5].ln_1.bias is not None"
+            )
+        h_5_attn_c_attn_weight = h_5_attn_c_attn._parameters.get("weight")
+        h_5_attn_c_attn_bias = h_5_attn_c_attn._parameters.get("bias")
+        if not (
+            h_5_attn_c_attn_weight is not None and h_5_attn_c_attn_bias is not None
+        ):
+            return "self.h[5].attn.c_attn.weight is not None and self.h[5].attn.c_attn.bias is not None"
+        h_5_attn_c_proj_weight = h_5_attn_c_proj._parameters.get("weight")
+        h_5_attn_c_proj_bias = h_5_attn_c_proj._parameters.get("bias")
+        if not (
+            h_5_attn_c_proj_weight is not None and h_5_attn_c_proj_bias is not None
+        ):
+            return "self.h[5].attn.c_proj.weight is not None and self.h[5].attn.c_proj.bias is not None"
+        h_5_ln_2_weight = h_5_ln_2._parameters.get("weight")
+        h_5_ln_2_bias = h_5_ln_2._parameters.get("bias")
+        if not (h_5_ln_2_weight is not None and h_5_ln_2_bias is not None):
+            return (
+                "self.h[5].ln_2.weight is not None and self.h[5].ln_2.bias is not None"
+            )
+        h_5_mlp_c_fc_weight = h_5_mlp_c_fc._parameters.get("weight")
+        h_5_mlp_c_fc_bias = h_5_mlp_c_fc._parameters.get("bias")
+        if not (h_5_mlp_c_fc_weight is not None and h_5_mlp_c_fc_bias is not None):
+            return "self.h[5].mlp.c_fc.weight is not None and self.h[5].mlp.c_fc.bias is not None"
+        h_5_mlp_c_proj_weight = h_5_mlp_c_proj._parameters.get("weight")
+        h_5_mlp_c_proj_bias = h_5_mlp_c_proj._parameters.get("bias")
+        if not (h_5_mlp_c_proj_weight is not None and h_5_mlp_c_proj_bias is not None):
+            return "self.h[5].mlp.c_proj.weight is not None and self.h[5].mlp.c_proj.bias is not None"
+        h_6_ln_1_weight = h_6_ln_1._parameters.get("weight")
+        h_6_ln_1_bias = h_6_ln_1._parameters.get("bias")
+        if not (h_6_ln_1_weight is not None and h_6_ln_1_bias is not None):
+            return (
+                "self.h[6].ln_1.weight is not None and self.h[6].ln_1.bias is not None"
+            )
+        h_6_attn_c_attn_weight = h_6_attn_c_attn._parameters.get("weight")
+        h_6_attn_c_attn_bias = h_6_attn_c_attn._parameters.get("bias")
+        if not (
+            h_6_attn_c_attn_weight is not None and h_6_attn_c_attn_bias is not None
+        ):
+            return "self.h[6].attn.c_attn.weight is not None and self.h[6].attn.c_attn.bias is not None"
+        h_6_attn_c_proj_weight = h_6_attn_c_proj._parameters.get("weight")
+        h_6_attn_c_proj_bias = h_6_attn_c_proj._parameters.get("bias")
+        if not (
+            h_6_attn_c_proj_weight is not None and h_6_attn_c_proj_bias is not None
+        ):
+            return "self.h[6].attn.c_proj.weight is not None and self.h[6].attn.c_proj.bias is not None"
+        h_6_ln_2_weight = h_6_ln_2._parameters.get("weight")
+        h_6_ln_2_bias = h_6_ln_2._parameters.get("bias")
+        if not (h_6_ln_2_weight is not None and h_6_ln_2_bias is not None):
+            return (
+                "self.h[6].ln_2.weight is not None and self.h[6].ln_2.bias is not None"
+            )
+        h_6_mlp_c_fc_weight = h_6_mlp_c_fc._parameters.get("weight")
+        h_6_mlp_c_fc_bias = h_6_mlp_c_fc._parameters.get("bias")
+        if not (h_6_mlp_c_fc_weight is not None and h_6_mlp_c_fc_bias is not None):
+            return "self.h[6].mlp.c_fc.weight is not None and self.h[6].mlp.c_fc.bias is not None"
+        h_6_mlp_c_proj_weight = h_6_mlp_c_proj._parameters.get("weight")
+        h_6_mlp_c_proj_bias = h_6_mlp_c_proj._parameters.get("bias")
+        if not (h_6_mlp_c_proj_weight is not None and h_6_mlp_c_proj_bias is not None):
+            return "self.h[6].mlp.c_proj.weight is not None and self.h[6].mlp.c_proj.bias is not None"
+        h_7_ln_1_weight = h_7_ln_1._parameters.get("weight")
+        h_7_ln_1_bias = h_7_ln_1._parameters.get("bias")
+        if not (h_7_ln_1_weight is not None and h_7_ln_1_bias is not None):
+            return (
+                "self.h[7].ln_1.weight is not None and self.h[7].ln_1.bias is not None"
+            )
+        h_7_attn_c_attn_weight = h_7_attn_c_attn._parameters.get("weight")
+        h_7_attn_c_attn_bias = h_7_attn_c_attn._parameters.get("bias")
+        if not (
+            h_7_attn_c_attn_weight is not None and h_7_attn_c_attn_bias is not None
+        ):
+            return "self.h[7].attn.c_attn.weight is not None and self.h[7].attn.c_attn.bias is not None"
+        h_7_attn_c_proj_weight = h_7_attn_c_proj._parameters.get("weight")
+        h_7_attn_c_proj_bias = h_7_attn_c_proj._parameters.get("bias")
+        if not (
+            h_7_attn_c_proj_weight is not None and h_7_attn_c_proj_bias is not None
+        ):
+            return "self.h[7].attn.c_proj.weight is not None and self.h[7].attn.c_proj.bias is not None"
+        h_7_ln_2_weight = h_7_ln_2._parameters.get("weight")
+        h_7_ln_2_bias = h_7_ln_2._parameters.get("bias")
+        if not (h_7_ln_2_weight is not None and h_7_ln_2_bias is not None):
+            return (
+                "self.h[7].ln_2.weight is not None and self.h[7].ln_2.bias is not None"
+            )
+        h_7_mlp_c_fc_weight = h_7_mlp_c_fc._parameters.get("weight")
+        h_7_mlp_c_fc_bias = h_7_mlp_c_fc._parameters.get("bias")
+        if not (h_7_mlp_c_fc_weight is not None and h_7_mlp_c_fc_bias is not None):
+            return "self.h[7].mlp.c_fc.weight is not None and self.h[7].mlp.c_fc.bias is not None"
+        h_7_mlp_c_proj_weight = h_7_mlp_c_proj._parameters.get("weight")
+        h_7_mlp_c_proj_bias = h_7_mlp_c_proj._parameters.get("bias")
+        if not (h_7_mlp_c_proj_weight is not None and h_7_mlp_c_proj_bias is not None):
+            return "self.h[7].mlp.c_proj.weight is not None and self.h[7].mlp.c_proj.bias is not None"
+        h_8_ln_1_weight = h_8_ln_1._parameters.get("weight")
+        h_8_ln_1_bias = h_8_ln_1._parameters.get("bias")
+        if not (h_8_ln_1_weight is not None and h_8_ln_1_bias is not None):
+            return (
+                "self.h[8].ln_1.weight is not None and self.h[8].ln_1.bias is not None"
+            )
+        h_8_attn_c_attn_weight = h_8_attn_c_attn._parameters.get("weight")
+        h_8_attn_c_attn_bias = h_8_attn_c_attn._parameters.get("bias")
+        if not (
+            h_8_attn_c_attn_weight is not None and h_8_attn_c_attn_bias is not None
+        ):
+            return "self.h[8].attn.c_attn.weight is not None and self.h[8].attn.c_attn.bias is not None"
+        h_8_attn_c_proj_weight = h_8_attn_c_proj._parameters.get("weight")
+        h_8_attn_c_proj_bias = h_8_attn_c_proj._parameters.get("bias")
+        if not (
+            h_8_attn_c_proj_weight is not None and h_8_attn_c_proj_bias is not None
+        ):
+            return "self.h[8].attn.c_proj.weight is not None and self.h[8].attn.c_proj.bias is not None"
+        h_8_ln_2_weight = h_8_ln_2._parameters.get("weight")
+        h_8_ln_2_bias = h_8_ln_2._parameters.get("bias")
+        if not (h_8_ln_2_weight is not None and h_8_ln_2_bias is not None):
+            return (
+                "self.h[8].ln_2.weight is not None and self.h[8].ln_2.bias is not None"
+            )
+        h_8_mlp_c_fc_weight = h_8_mlp_c_fc._parameters.get("weight")
+        h_8_mlp_c_fc_bias = h_8_mlp_c_fc._parameters.get("bias")
+        if not (h_8_mlp_c_fc_weight is not None and h_8_mlp_c_fc_bias is not None):
+            return "self.h[8].mlp.c_fc.weight is not None and self.h[8].mlp.c_fc.bias is not None"
+        h_8_mlp_c_proj_weight = h_8_mlp_c_proj._parameters.get("weight")
+        h_8_mlp_c_proj_bias = h_8_mlp_c_proj._parameters.get("bias")
+        if not (h_8_mlp_c_proj_weight is not None and h_8_mlp_c_proj_bias is not None):
+            return "self.h[8].mlp.c_proj.weight is not None and self.h[8].mlp.c_proj.bias is not None"
+        h_9_ln_1_weight = h_9_ln_1._parameters.get("weight")
+        h_9_ln_1_bias = h_9_ln_1._parameters.get("bias")
+        if not (h_9_ln_1_weight is not None and h_9_ln_1_bias is not None):
+            return (
+                "self.h[9].ln_1.weight is not None and self.h[9].ln_1.bias is not None"
+            )
+        h_9_attn_c_attn_weight = h_9_attn_c_attn._parameters.get("weight")
+        h_9_attn_c_attn_bias = h_9_attn_c_attn._parameters.get("bias")
+        if not (
+            h_9_attn_c_attn_weight is not None and h_9_attn_c_attn_bias is not None
+        ):
+            return "self.h[9].attn.c_attn.weight is not None and self.h[9].attn.c_attn.bias is not None"
+        h_9_attn_c_proj_weight = h_9_attn_c_proj._parameters.get("weight")
+        h_9_attn_c_proj_bias = h_9_attn_c_proj._parameters.get("bias")
+        if not (
+            h_9_attn_c_proj_weight is not None and h_9_attn_c_proj_bias is not None
+        ):
+            return "self.h[9].attn.c_proj.weight is not None and self.h[9].attn.c_proj.bias is not None"
+        h_9_ln_2_weight = h_9_ln_2._parameters.get("weight")
+        h_9_ln_2_bias = h_9_ln_2._parameters.get("bias")
+        if not (h_9_ln_2_weight is not None and h_9_ln_2_bias is not None):
+            return (
+                "self.h[9].ln_2.weight is not None and self.h[9].ln_2.bias is not None"
+            )
+        h_9_mlp_c_fc_weight = h_9_mlp_c_fc._parameters.get("weight")
+        h_9_mlp_c_fc_bias = h_9_mlp_c_fc._parameters.get("bias")
+        if not (h_9_mlp_c_fc_weight is not None and h_9_mlp_c_fc_bias is not None):
+            return "self.h[9].mlp.c_fc.weight is not None and self.h[9].mlp.c_fc.bias is not None"
+        h_9_mlp_c_proj_weight = h_9_mlp_c_proj._parameters.get("weight")
+        h_9_mlp_c_proj_bias = h_9_mlp_c_proj._parameters.get("bias")
+        if not (h_9_mlp_c_proj_weight is not None and h_9_mlp_c_proj_bias is not None):
+            return "self.h[9].mlp.c_proj.weight is not None and self.h[9].mlp.c_proj.bias is not None"
+        h_10_ln_1_weight = h_10_ln_1._parameters.get("weight")
+        h_10_ln_1_bias = h_10_ln_1._parameters.get("bias")
+        if not (h_10_ln_1_weight is not None and h_10_ln_1_bias is not None):
+            return "self.h[10].ln_1.weight is not None and self.h[10].ln_1.bias is not None"
+        h_10_attn_c_attn_weight = h_10_attn_c_attn._parameters.get("weight")
+        h_10_attn_c_attn_bias = h_10_attn_c_attn._parameters.get("bias")
+        if not (
+            h_10_attn_c_attn_weight is not None and h_10_attn_c_attn_bias is not None
+        ):
+            return "self.h[10].attn.c_attn.weight is not None and self.h[10].attn.c_attn.bias is not None"
+        h_10_attn_c_proj_weight = h_10_attn_c_proj._parameters.get("weight")
+        h_10_attn_c_proj_bias = h_10_attn_c_proj._parameters.get("bias")
+        if not (
+            h_10_attn_c_proj_weight is not None and h_10_attn_c_proj_bias is not None
+        ):
+            return "self.h[10].attn.c_proj.weight is not None and self.h[10].attn.c_proj.bias is not None"
+        h_10_ln_2_weight = h_10_ln_2._parameters.get("weight")
+        h_10_ln_2_bias = h_10_ln_2._parameters.get("bias")
+        if not (h_10_ln_2_weight is not None and h_10_ln_2_bias is not None):
+            return "self.h[10].ln_2.weight is not None and self.h[10].ln_2.bias is not None"
+        h_10_mlp_c_fc_weight = h_10_mlp_c_fc._parameters.get("weight")
+        h_10_mlp_c_fc_bias = h_10_mlp_c_fc._parameters.get("bias")
+        if not (h_10_mlp_c_fc_weight is not None and h_10_mlp_c_fc_bias is not None):
+            return "self.h[10].mlp.c_fc.weight is not None and self.h[10].mlp.c_fc.bias is not None"
+        h_10_mlp_c_proj_weight = h_10_mlp_c_proj._parameters.get("weight")
+        h_10_mlp_c_proj_bias = h_10_mlp_c_proj._parameters.get("bias")
+        if not (
+            h_10_mlp_c_proj_weight is not None and h_10_mlp_c_proj_bias is not None
+        ):
+            return "self.h[10].mlp.c_proj.weight is not None and self.h[10].mlp.c_proj.bias is not None"
+        h_11_ln_1_weight = h_11_ln_1._parameters.get("weight")
+        h_11_ln_1_bias = h_11_ln_1._parameters.get("bias")
+        if not (h_11_ln_1_weight is not None and h_11_ln_1_bias is not None):
+            return "self.h[11].ln_1.weight is not None and self.h[11].ln_1.bias is not None"
+        h_11_attn_c_attn_weight = h_11_attn_c_attn._parameters.get("weight")
+        h_11_attn_c_attn_bias = h_11_attn_c_attn._parameters.get("bias")
+        if not (
+            h_11_attn_c_attn_weight is not None and h_11_attn_c_attn_bias is not None
+        ):
+            return "self.h[11].attn.c_attn.weight is not None and self.h[11].attn.c_attn.bias is not None"
+        h_11_attn_c_proj_weight = h_11_attn_c_proj._parameters.get("weight")
+        h_11_attn_c_proj_bias = h_11_attn_c_proj._parameters.get("bias")
+        if not (
+            h_11_attn_c_proj_weight is not None and h_11_attn_c_proj_bias is not None
+        ):
+            return "self.h[11].attn.c_proj.weight is not None and self.h[11].attn.c_proj.bias is not None"
+        h_11_ln_2_weight = h_11_ln_2._parameters.get("weight")
+        h_11_ln_2_bias = h_11_ln_2._parameters.get("bias")
+        if not (h_11_ln_2_weight is not None and h_11_ln_2_bias is not None):
+            return "self.h[11].ln_2.weight is not None and self.h[11].ln_2.bias is not None"
+        h_11_mlp_c_fc_weight = h_11_mlp_c_fc._parameters.get("weight")
+        h_11_mlp_c_fc_bias = h_11_mlp_c_fc._parameters.get("bias")
+        if not (h_11_mlp_c_fc_weight is not None and h_11_mlp_c_fc_bias is not None):
+            return "self.h[11].mlp.c_fc.weight is not None and self.h[11].mlp.c_fc.bias is not None"
+        h_11_mlp_c_proj_weight = h_11_mlp_c_proj._parameters.get("weight")
+        h_11_mlp_c_proj_bias = h_11_mlp_c_proj._parameters.get("bias")
+        if not (
+            h_11_mlp_c_proj_weight is not None and h_11_mlp_c_proj_bias is not None
+        ):
+            return "self.h[11].mlp.c_proj.weight is not None and self.h[11].mlp.c_proj.bias is not None"
+        ln_f_weight = ln_f._parameters.get("weight")
+        ln_f_bias = ln_f._parameters.get("bias")
+        if not (ln_f_weight is not None and ln_f_bias is not None):
+            return "self.ln_f.weight is not None and self.ln_f.bias is not None"
+        if not (h_0_ln_1_weight.is_cuda):
+            return "self.h[0].ln_1.weight.is_cuda"
+        if not (h_0_ln_1_weight.dtype == torch.float32):
+            return "self.h[0].ln_1.weight.dtype == torch.float32"
+        if not (h_0_ln_1_weight.shape == (768,)):
+            return "self.h[0].ln_1.weight.shape == (768,)"
+        if not (h_0_ln_1_weight.stride() == (1,)):
+            return "self.h[0].ln_1.weight.stride() == (1,)"
+        if not (h_0_ln_1_bias.is_cuda):
+            return "self.h[0].ln_1.bias.is_cuda"
+        if not (h_0_ln_1_bias.dtype == torch.float32):
+            return "self.h[0].ln_1.bias.dtype == torch.float32"
+        if not (h_0_ln_1_bias.shape == (768,)):
+            return "self.h[0].ln_1.bias.shape == (768,)"
+        if not (h_0_ln_1_bias.stride() == (1,)):
+            return "self.h[0].ln_1.bias.stride() == (1,)"
+        if not (h_0_attn_c_proj_bias.is_cuda):
+            return "self.h[0].attn.c_proj.bias.is_cuda"
+        if not (h_0_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[0].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_0_attn_c_proj_bias.shape == (768,)):
+            return "self.h[0].attn.c_proj.bias.shape == (768,)"
+        if not (h_0_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[0].attn.c_proj.bias.stride() == (1,)"
+        if not (h_0_ln_2_weight.is_cuda):
+            return "self.h[0].ln_2.weight.is_cuda"
+        if not (h_0_ln_2_weight.dtype == torch.float32):
+            return "self.h[0].ln_2.weight.dtype == torch.float32"
+        if not (h_0_ln_2_weight.shape == (768,)):
+            return "self.h[0].ln_2.weight.shape == (768,)"
+        if not (h_0_ln_2_weight.stride() == (1,)):
+            return "self.h[0].ln_2.weight.stride() == (1,)"
+        if not (h_0_ln_2_bias.is_cuda):
+            return "self.h[0].ln_2.bias.is_cuda"
+        if not (h_0_ln_2_bias.dtype == torch.float32):
+            return "self.h[0].ln_2.bias.dtype == torch.float32"
+        if not (h_0_ln_2_bias.shape == (768,)):
+            return "self.h[0].ln_2.bias.shape == (768,)"
+        if not (h_0_ln_2_bias.stride() == (1,)):
+            return "self.h[0].ln_2.bias.stride() == (1,)"
+        if not (h_0_mlp_c_fc_bias.is_cuda):
+            return "self.h[0].mlp.c_fc.bias.is_cuda"
+        if not (h_0_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[0].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_0_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[0].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_0_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[0].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_0_mlp_c_proj_bias.is_cuda):
+            return "self.h[0].mlp.c_proj.bias.is_cuda"
+        if not (h_0_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[0].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_0_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[0].mlp.c_proj.bias.shape == (768,)"
+        if not (h_0_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[0].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_1_ln_1_weight.is_cuda):
+            return "self.h[1].ln_1.weight.is_cuda"
+        if not (h_1_ln_1_weight.dtype == torch.float32):
+            return "self.h[1].ln_1.weight.dtype == torch.float32"
+        if not (h_1_ln_1_weight.shape == (768,)):
+            return "self.h[1].ln_1.weight.shape == (768,)"
+        if not (h_1_ln_1_weight.stride() == (1,)):
+            return "self.h[1].ln_1.weight.stride() == (1,)"
+        if not (h_1_ln_1_bias.is_cuda):
+            return "self.h[1].ln_1.bias.is_cuda"
+        if not (h_1_ln_1_bias.dtype == torch.float32):
+            return "self.h[1].ln_1.bias.dtype == torch.float32"
+        if not (h_1_ln_1_bias.shape == (768,)):
+            return "self.h[1].ln_1.bias.shape == (768,)"
+        if not (h_1_ln_1_bias.stride() == (1,)):
+            return "self.h[1].ln_1.bias.stride() == (1,)"
+        if not (h_1_attn_c_proj_bias.is_cuda):
+            return "self.h[1].attn.c_proj.bias.is_cuda"
+        if not (h_1_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[1].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_1_attn_c_proj_bias.shape == (768,)):
+            return "self.h[1].attn.c_proj.bias.shape == (768,)"
+        if not (h_1_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[1].attn.c_proj.bias.stride() == (1,)"
+        if not (h_1_ln_2_weight.is_cuda):
+            return "self.h[1].ln_2.weight.is_cuda"
+        if not (h_1_ln_2_weight.dtype == torch.float32):
+            return "self.h[1].ln_2.weight.dtype == torch.float32"
+        if not (h_1_ln_2_weight.shape == (768,)):
+            return "self.h[1].ln_2.weight.shape == (768,)"
+        if not (h_1_ln_2_weight.stride() == (1,)):
+            return "self.h[1].ln_2.weight.stride() == (1,)"
+        if not (h_1_ln_2_bias.is_cuda):
+            return "self.h[1].ln_2.bias.is_cuda"
+        if not (h_1_ln_2_bias.dtype == torch.float32):
+            return "self.h[1].ln_2.bias.dtype == torch.float32"
+        if not (h_1_ln_2_bias.shape == (768,)):
+            return "self.h[1].ln_2.bias.shape == (768,)"
+        if not (h_1_ln_2_bias.stride() == (1,)):
+            return "self.h[1].ln_2.bias.stride() == (1,)"
+        if not (h_1_mlp_c_fc_bias.is_cuda):
+            return "self.h[1].mlp.c_fc.bias.is_cuda"
+        if not (h_1_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[1].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_1_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[1].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_1_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[1].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_1_mlp_c_proj_bias.is_cuda):
+            return "self.h[1].mlp.c_proj.bias.is_cuda"
+        if not (h_1_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[1].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_1_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[1].mlp.c_proj.bias.shape == (768,)"
+        if not (h_1_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[1].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_2_ln_1_weight.is_cuda):
+            return "self.h[2].ln_1.weight.is_cuda"
+        if not (h_2_ln_1_weight.dtype == torch.float32):
+            return "self.h[2].ln_1.weight.dtype == torch.float32"
+        if not (h_2_ln_1_weight.shape == (768,)):
+            return "self.h[2].ln_1.weight.shape == (768,)"
+        if not (h_2_ln_1_weight.stride() == (1,)):
+            return "self.h[2].ln_1.weight.stride() == (1,)"
+        if not (h_2_ln_1_bias.is_cuda):
+            return "self.h[2].ln_1.bias.is_cuda"
+        if not (h_2_ln_1_bias.dtype == torch.float32):
+            return "self.h[2].ln_1.bias.dtype == torch.float32"
+        if not (h_2_ln_1_bias.shape == (768,)):
+            return "self.h[2].ln_1.bias.shape == (768,)"
+        if not (h_2_ln_1_bias.stride() == (1,)):
+            return "self.h[2].ln_1.bias.stride() == (1,)"
+        if not (h_2_attn_c_proj_bias.is_cuda):
+            return "self.h[2].attn.c_proj.bias.is_cuda"
+        if not (h_2_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[2].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_2_attn_c_proj_bias.shape == (768,)):
+            return "self.h[2].attn.c_proj.bias.shape == (768,)"
+        if not (h_2_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[2].attn.c_proj.bias.stride() == (1,)"
+        if not (h_2_ln_2_weight.is_cuda):
+            return "self.h[2].ln_2.weight.is_cuda"
+        if not (h_2_ln_2_weight.dtype == torch.float32):
+            return "self.h[2].ln_2.weight.dtype == torch.float32"
+        if not (h_2_ln_2_weight.shape == (768,)):
+            return "self.h[2].ln_2.weight.shape == (768,)"
+        if not (h_2_ln_2_weight.stride() == (1,)):
+            return "self.h[2].ln_2.weight.stride() == (1,)"
+        if not (h_2_ln_2_bias.is_cuda):
+            return "self.h[2].ln_2.bias.is_cuda"
+        if not (h_2_ln_2_bias.dtype == torch.float32):
+            return "self.h[2].ln_2.bias.dtype == torch.float32"
+        if not (h_2_ln_2_bias.shape == (768,)):
+            return "self.h[2].ln_2.bias.shape == (768,)"
+        if not (h_2_ln_2_bias.stride() == (1,)):
+            return "self.h[2].ln_2.bias.stride() == (1,)"
+        if not (h_2_mlp_c_fc_bias.is_cuda):
+            return "self.h[2].mlp.c_fc.bias.is_cuda"
+        if not (h_2_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[2].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_2_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[2].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_2_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[2].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_2_mlp_c_proj_bias.is_cuda):
+            return "self.h[2].mlp.c_proj.bias.is_cuda"
+        if not (h_2_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[2].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_2_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[2].mlp.c_proj.bias.shape == (768,)"
+        if not (h_2_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[2].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_3_ln_1_weight.is_cuda):
+            return "self.h[3].ln_1.weight.is_cuda"
+        if not (h_3_ln_1_weight.dtype == torch.float32):
+            return "self.h[3].ln_1.weight.dtype == torch.float32"
+        if not (h_3_ln_1_weight.shape == (768,)):
+            return "self.h[3].ln_1.weight.shape == (768,)"
+        if not (h_3_ln_1_weight.stride() == (1,)):
+            return "self.h[3].ln_1.weight.stride() == (1,)"
+        if not (h_3_ln_1_bias.is_cuda):
+            return "self.h[3].ln_1.bias.is_cuda"
+        if not (h_3_ln_1_bias.dtype == torch.float32):
+            return "self.h[3].ln_1.bias.dtype == torch.float32"
+        if not (h_3_ln_1_bias.shape == (768,)):
+            return "self.h[3].ln_1.bias.shape == (768,)"
+        if not (h_3_ln_1_bias.stride() == (1,)):
+            return "self.h[3].ln_1.bias.stride() == (1,)"
+        if not (h_3_attn_c_proj_bias.is_cuda):
+            return "self.h[3].attn.c_proj.bias.is_cuda"
+        if not (h_3_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[3].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_3_attn_c_proj_bias.shape == (768,)):
+            return "self.h[3].attn.c_proj.bias.shape == (768,)"
+        if not (h_3_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[3].attn.c_proj.bias.stride() == (1,)"
+        if not (h_3_ln_2_weight.is_cuda):
+            return "self.h[3].ln_2.weight.is_cuda"
+        if not (h_3_ln_2_weight.dtype == torch.float32):
+            return "self.h[3].ln_2.weight.dtype == torch.float32"
+        if not (h_3_ln_2_weight.shape == (768,)):
+            return "self.h[3].ln_2.weight.shape == (768,)"
+        if not (h_3_ln_2_weight.stride() == (1,)):
+            return "self.h[3].ln_2.weight.stride() == (1,)"
+        if not (h_3_ln_2_bias.is_cuda):
+            return "self.h[3].ln_2.bias.is_cuda"
+        if not (h_3_ln_2_bias.dtype == torch.float32):
+            return "self.h[3].ln_2.bias.dtype == torch.float32"
+        if not (h_3_ln_2_bias.shape == (768,)):
+            return "self.h[3].ln_2.bias.shape == (768,)"
+        if not (h_3_ln_2_bias.stride() == (1,)):
+            return "self.h[3].ln_2.bias.stride() == (1,)"
+        if not (h_3_mlp_c_fc_bias.is_cuda):
+            return "self.h[3].mlp.c_fc.bias.is_cuda"
+        if not (h_3_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[3].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_3_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[3].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_3_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[3].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_3_mlp_c_proj_bias.is_cuda):
+            return "self.h[3].mlp.c_proj.bias.is_cuda"
+        if not (h_3_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[3].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_3_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[3].mlp.c_proj.bias.shape == (768,)"
+        if not (h_3_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[3].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_4_ln_1_weight.is_cuda):
+            return "self.h[4].ln_1.weight.is_cuda"
+        if not (h_4_ln_1_weight.dtype == torch.float32):
+            return "self.h[4].ln_1.weight.dtype == torch.float32"
+        if not (h_4_ln_1_weight.shape == (768,)):
+            return "self.h[4].ln_1.weight.shape == (768,)"
+        if not (h_4_ln_1_weight.stride() == (1,)):
+            return "self.h[4].ln_1.weight.stride() == (1,)"
+        if not (h_4_ln_1_bias.is_cuda):
+            return "self.h[4].ln_1.bias.is_cuda"
+        if not (h_4_ln_1_bias.dtype == torch.float32):
+            return "self.h[4].ln_1.bias.dtype == torch.float32"
+        if not (h_4_ln_1_bias.shape == (768,)):
+            return "self.h[4].ln_1.bias.shape == (768,)"
+        if not (h_4_ln_1_bias.stride() == (1,)):
+            return "self.h[4].ln_1.bias.stride() == (1,)"
+        if not (h_4_attn_c_proj_bias.is_cuda):
+            return "self.h[4].attn.c_proj.bias.is_cuda"
+        if not (h_4_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[4].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_4_attn_c_proj_bias.shape == (768,)):
+            return "self.h[4].attn.c_proj.bias.shape == (768,)"
+        if not (h_4_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[4].attn.c_proj.bias.stride() == (1,)"
+        if not (h_4_ln_2_weight.is_cuda):
+            return "self.h[4].ln_2.weight.is_cuda"
+        if not (h_4_ln_2_weight.dtype == torch.float32):
+            return "self.h[4].ln_2.weight.dtype == torch.float32"
+        if not (h_4_ln_2_weight.shape == (768,)):
+            return "self.h[4].ln_2.weight.shape == (768,)"
+        if not (h_4_ln_2_weight.stride() == (1,)):
+            return "self.h[4].ln_2.weight.stride() == (1,)"
+        if not (h_4_ln_2_bias.is_cuda):
+            return "self.h[4].ln_2.bias.is_cuda"
+        if not (h_4_ln_2_bias.dtype == torch.float32):
+            return "self.h[4].ln_2.bias.dtype == torch.float32"
+        if not (h_4_ln_2_bias.shape == (768,)):
+            return "self.h[4].ln_2.bias.shape == (768,)"
+        if not (h_4_ln_2_bias.stride() == (1,)):
+            return "self.h[4].ln_2.bias.stride() == (1,)"
+        if not (h_4_mlp_c_fc_bias.is_cuda):
+            return "self.h[4].mlp.c_fc.bias.is_cuda"
+        if not (h_4_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[4].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_4_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[4].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_4_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[4].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_4_mlp_c_proj_bias.is_cuda):
+            return "self.h[4].mlp.c_proj.bias.is_cuda"
+        if not (h_4_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[4].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_4_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[4].mlp.c_proj.bias.shape == (768,)"
+        if not (h_4_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[4].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_5_ln_1_weight.is_cuda):
+            return "self.h[5].ln_1.weight.is_cuda"
+        if not (h_5_ln_1_weight.dtype == torch.float32):
+            return "self.h[5].ln_1.weight.dtype == torch.float32"
+        if not (h_5_ln_1_weight.shape == (768,)):
+            return "self.h[5].ln_1.weight.shape == (768,)"
+        if not (h_5_ln_1_weight.stride() == (1,)):
+            return "self.h[5].ln_1.weight.stride() == (1,)"
+        if not (h_5_ln_1_bias.is_cuda):
+            return "self.h[5].ln_1.bias.is_cuda"
+        if not (h_5_ln_1_bias.dtype == torch.float32):
+            return "self.h[5].ln_1.bias.dtype == torch.float32"
+        if not (h_5_ln_1_bias.shape == (768,)):
+            return "self.h[5].ln_1.bias.shape == (768,)"
+        if not (h_5_ln_1_bias.stride() == (1,)):
+            return "self.h[5].ln_1.bias.stride() == (1,)"
+        if not (h_5_attn_c_proj_bias.is_cuda):
+            return "self.h[5].attn.c_proj.bias.is_cuda"
+        if not (h_5_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[5].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_5_attn_c_proj_bias.shape == (768,)):
+            return "self.h[5].attn.c_proj.bias.shape == (768,)"
+        if not (h_5_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[5].attn.c_proj.bias.stride() == (1,)"
+        if not (h_5_ln_2_weight.is_cuda):
+            return "self.h[5].ln_2.weight.is_cuda"
+        if not (h_5_ln_2_weight.dtype == torch.float32):
+            return "self.h[5].ln_2.weight.dtype == torch.float32"
+        if not (h_5_ln_2_weight.shape == (768,)):
+            return "self.h[5].ln_2.weight.shape == (768,)"
+        if not (h_5_ln_2_weight.stride() == (1,)):
+            return "self.h[5].ln_2.weight.stride() == (1,)"
+        if not (h_5_ln_2_bias.is_cuda):
+            return "self.h[5].ln_2.bias.is_cuda"
+        if not (h_5_ln_2_bias.dtype == torch.float32):
+            return "self.h[5].ln_2.bias.dtype == torch.float32"
+        if not (h_5_ln_2_bias.shape == (768,)):
+            return "self.h[5].ln_2.bias.shape == (768,)"
+        if not (h_5_ln_2_bias.stride() == (1,)):
+            return "self.h[5].ln_2.bias.stride() == (1,)"
+        if not (h_5_mlp_c_fc_bias.is_cuda):
+            return "self.h[5].mlp.c_fc.bias.is_cuda"
+        if not (h_5_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[5].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_5_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[5].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_5_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[5].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_5_mlp_c_proj_bias.is_cuda):
+            return "self.h[5].mlp.c_proj.bias.is_cuda"
+        if not (h_5_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[5].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_5_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[5].mlp.c_proj.bias.shape == (768,)"
+        if not (h_5_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[5].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_6_ln_1_weight.is_cuda):
+            return "self.h[6].ln_1.weight.is_cuda"
+        if not (h_6_ln_1_weight.dtype == torch.float32):
+            return "self.h[6].ln_1.weight.dtype == torch.float32"
+        if not (h_6_ln_1_weight.shape == (768,)):
+            return "self.h[6].ln_1.weight.shape == (768,)"
+        if not (h_6_ln_1_weight.stride() == (1,)):
+            return "self.h[6].ln_1.weight.stride() == (1,)"
+        if not (h_6_ln_1_bias.is_cuda):
+            return "self.h[6].ln_1.bias.is_cuda"
+        if not (h_6_ln_1_bias.dtype == torch.float32):
+            return "self.h[6].ln_1.bias.dtype == torch.float32"
+        if not (h_6_ln_1_bias.shape == (768,)):
+            return "self.h[6].ln_1.bias.shape == (768,)"
+        if not (h_6_ln_1_bias.stride() == (1,)):
+            return "self.h[6].ln_1.bias.stride() == (1,)"
+        if not (h_6_attn_c_proj_bias.is_cuda):
+            return "self.h[6].attn.c_proj.bias.is_cuda"
+        if not (h_6_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[6].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_6_attn_c_proj_bias.shape == (768,)):
+            return "self.h[6].attn.c_proj.bias.shape == (768,)"
+        if not (h_6_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[6].attn.c_proj.bias.stride() == (1,)"
+        if not (h_6_ln_2_weight.is_cuda):
+            return "self.h[6].ln_2.weight.is_cuda"
+        if not (h_6_ln_2_weight.dtype == torch.float32):
+            return "self.h[6].ln_2.weight.dtype == torch.float32"
+        if not (h_6_ln_2_weight.shape == (768,)):
+            return "self.h[6].ln_2.weight.shape == (768,)"
+        if not (h_6_ln_2_weight.stride() == (1,)):
+            return "self.h[6].ln_2.weight.stride() == (1,)"
+        if not (h_6_ln_2_bias.is_cuda):
+            return "self.h[6].ln_2.bias.is_cuda"
+        if not (h_6_ln_2_bias.dtype == torch.float32):
+            return "self.h[6].ln_2.bias.dtype == torch.float32"
+        if not (h_6_ln_2_bias.shape == (768,)):
+            return "self.h[6].ln_2.bias.shape == (768,)"
+        if not (h_6_ln_2_bias.stride() == (1,)):
+            return "self.h[6].ln_2.bias.stride() == (1,)"
+        if not (h_6_mlp_c_fc_bias.is_cuda):
+            return "self.h[6].mlp.c_fc.bias.is_cuda"
+        if not (h_6_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[6].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_6_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[6].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_6_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[6].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_6_mlp_c_proj_bias.is_cuda):
+            return "self.h[6].mlp.c_proj.bias.is_cuda"
+        if not (h_6_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[6].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_6_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[6].mlp.c_proj.bias.shape == (768,)"
+        if not (h_6_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[6].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_7_ln_1_weight.is_cuda):
+            return "self.h[7].ln_1.weight.is_cuda"
+        if not (h_7_ln_1_weight.dtype == torch.float32):
+            return "self.h[7].ln_1.weight.dtype == torch.float32"
+        if not (h_7_ln_1_weight.shape == (768,)):
+            return "self.h[7].ln_1.weight.shape == (768,)"
+        if not (h_7_ln_1_weight.stride() == (1,)):
+            return "self.h[7].ln_1.weight.stride() == (1,)"
+        if not (h_7_ln_1_bias.is_cuda):
+            return "self.h[7].ln_1.bias.is_cuda"
+        if not (h_7_ln_1_bias.dtype == torch.float32):
+            return "self.h[7].ln_1.bias.dtype == torch.float32"
+        if not (h_7_ln_1_bias.shape == (768,)):
+            return "self.h[7].ln_1.bias.shape == (768,)"
+        if not (h_7_ln_1_bias.stride() == (1,)):
+            return "self.h[7].ln_1.bias.stride() == (1,)"
+        if not (h_7_attn_c_proj_bias.is_cuda):
+            return "self.h[7].attn.c_proj.bias.is_cuda"
+        if not (h_7_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[7].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_7_attn_c_proj_bias.shape == (768,)):
+            return "self.h[7].attn.c_proj.bias.shape == (768,)"
+        if not (h_7_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[7].attn.c_proj.bias.stride() == (1,)"
+        if not (h_7_ln_2_weight.is_cuda):
+            return "self.h[7].ln_2.weight.is_cuda"
+        if not (h_7_ln_2_weight.dtype == torch.float32):
+            return "self.h[7].ln_2.weight.dtype == torch.float32"
+        if not (h_7_ln_2_weight.shape == (768,)):
+            return "self.h[7].ln_2.weight.shape == (768,)"
+        if not (h_7_ln_2_weight.stride() == (1,)):
+            return "self.h[7].ln_2.weight.stride() == (1,)"
+        if not (h_7_ln_2_bias.is_cuda):
+            return "self.h[7].ln_2.bias.is_cuda"
+        if not (h_7_ln_2_bias.dtype == torch.float32):
+            return "self.h[7].ln_2.bias.dtype == torch.float32"
+        if not (h_7_ln_2_bias.shape == (768,)):
+            return "self.h[7].ln_2.bias.shape == (768,)"
+        if not (h_7_ln_2_bias.stride() == (1,)):
+            return "self.h[7].ln_2.bias.stride() == (1,)"
+        if not (h_7_mlp_c_fc_bias.is_cuda):
+            return "self.h[7].mlp.c_fc.bias.is_cuda"
+        if not (h_7_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[7].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_7_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[7].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_7_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[7].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_7_mlp_c_proj_bias.is_cuda):
+            return "self.h[7].mlp.c_proj.bias.is_cuda"
+        if not (h_7_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[7].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_7_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[7].mlp.c_proj.bias.shape == (768,)"
+        if not (h_7_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[7].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_8_ln_1_weight.is_cuda):
+            return "self.h[8].ln_1.weight.is_cuda"
+        if not (h_8_ln_1_weight.dtype == torch.float32):
+            return "self.h[8].ln_1.weight.dtype == torch.float32"
+        if not (h_8_ln_1_weight.shape == (768,)):
+            return "self.h[8].ln_1.weight.shape == (768,)"
+        if not (h_8_ln_1_weight.stride() == (1,)):
+            return "self.h[8].ln_1.weight.stride() == (1,)"
+        if not (h_8_ln_1_bias.is_cuda):
+            return "self.h[8].ln_1.bias.is_cuda"
+        if not (h_8_ln_1_bias.dtype == torch.float32):
+            return "self.h[8].ln_1.bias.dtype == torch.float32"
+        if not (h_8_ln_1_bias.shape == (768,)):
+            return "self.h[8].ln_1.bias.shape == (768,)"
+        if not (h_8_ln_1_bias.stride() == (1,)):
+            return "self.h[8].ln_1.bias.stride() == (1,)"
+        if not (h_8_attn_c_proj_bias.is_cuda):
+            return "self.h[8].attn.c_proj.bias.is_cuda"
+        if not (h_8_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[8].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_8_attn_c_proj_bias.shape == (768,)):
+            return "self.h[8].attn.c_proj.bias.shape == (768,)"
+        if not (h_8_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[8].attn.c_proj.bias.stride() == (1,)"
+        if not (h_8_ln_2_weight.is_cuda):
+            return "self.h[8].ln_2.weight.is_cuda"
+        if not (h_8_ln_2_weight.dtype == torch.float32):
+            return "self.h[8].ln_2.weight.dtype == torch.float32"
+        if not (h_8_ln_2_weight.shape == (768,)):
+            return "self.h[8].ln_2.weight.shape == (768,)"
+        if not (h_8_ln_2_weight.stride() == (1,)):
+            return "self.h[8].ln_2.weight.stride() == (1,)"
+        if not (h_8_ln_2_bias.is_cuda):
+            return "self.h[8].ln_2.bias.is_cuda"
+        if not (h_8_ln_2_bias.dtype == torch.float32):
+            return "self.h[8].ln_2.bias.dtype == torch.float32"
+        if not (h_8_ln_2_bias.shape == (768,)):
+            return "self.h[8].ln_2.bias.shape == (768,)"
+        if not (h_8_ln_2_bias.stride() == (1,)):
+            return "self.h[8].ln_2.bias.stride() == (1,)"
+        if not (h_8_mlp_c_fc_bias.is_cuda):
+            return "self.h[8].mlp.c_fc.bias.is_cuda"
+        if not (h_8_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[8].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_8_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[8].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_8_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[8].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_8_mlp_c_proj_bias.is_cuda):
+            return "self.h[8].mlp.c_proj.bias.is_cuda"
+        if not (h_8_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[8].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_8_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[8].mlp.c_proj.bias.shape == (768,)"
+        if not (h_8_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[8].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_9_ln_1_weight.is_cuda):
+            return "self.h[9].ln_1.weight.is_cuda"
+        if not (h_9_ln_1_weight.dtype == torch.float32):
+            return "self.h[9].ln_1.weight.dtype == torch.float32"
+        if not (h_9_ln_1_weight.shape == (768,)):
+            return "self.h[9].ln_1.weight.shape == (768,)"
+        if not (h_9_ln_1_weight.stride() == (1,)):
+            return "self.h[9].ln_1.weight.stride() == (1,)"
+        if not (h_9_ln_1_bias.is_cuda):
+            return "self.h[9].ln_1.bias.is_cuda"
+        if not (h_9_ln_1_bias.dtype == torch.float32):
+            return "self.h[9].ln_1.bias.dtype == torch.float32"
+        if not (h_9_ln_1_bias.shape == (768,)):
+            return "self.h[9].ln_1.bias.shape == (768,)"
+        if not (h_9_ln_1_bias.stride() == (1,)):
+            return "self.h[9].ln_1.bias.stride() == (1,)"
+        if not (h_9_attn_c_proj_bias.is_cuda):
+            return "self.h[9].attn.c_proj.bias.is_cuda"
+        if not (h_9_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[9].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_9_attn_c_proj_bias.shape == (768,)):
+            return "self.h[9].attn.c_proj.bias.shape == (768,)"
+        if not (h_9_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[9].attn.c_proj.bias.stride() == (1,)"
+        if not (h_9_ln_2_weight.is_cuda):
+            return "self.h[9].ln_2.weight.is_cuda"
+        if not (h_9_ln_2_weight.dtype == torch.float32):
+            return "self.h[9].ln_2.weight.dtype == torch.float32"
+        if not (h_9_ln_2_weight.shape == (768,)):
+            return "self.h[9].ln_2.weight.shape == (768,)"
+        if not (h_9_ln_2_weight.stride() == (1,)):
+            return "self.h[9].ln_2.weight.stride() == (1,)"
+        if not (h_9_ln_2_bias.is_cuda):
+            return "self.h[9].ln_2.bias.is_cuda"
+        if not (h_9_ln_2_bias.dtype == torch.float32):
+            return "self.h[9].ln_2.bias.dtype == torch.float32"
+        if not (h_9_ln_2_bias.shape == (768,)):
+            return "self.h[9].ln_2.bias.shape == (768,)"
+        if not (h_9_ln_2_bias.stride() == (1,)):
+            return "self.h[9].ln_2.bias.stride() == (1,)"
+        if not (h_9_mlp_c_fc_bias.is_cuda):
+            return "self.h[9].mlp.c_fc.bias.is_cuda"
+        if not (h_9_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[9].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_9_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[9].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_9_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[9].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_9_mlp_c_proj_bias.is_cuda):
+            return "self.h[9].mlp.c_proj.bias.is_cuda"
+        if not (h_9_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[9].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_9_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[9].mlp.c_proj.bias.shape == (768,)"
+        if not (h_9_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[9].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_10_ln_1_weight.is_cuda):
+            return "self.h[10].ln_1.weight.is_cuda"
+        if not (h_10_ln_1_weight.dtype == torch.float32):
+            return "self.h[10].ln_1.weight.dtype == torch.float32"
+        if not (h_10_ln_1_weight.shape == (768,)):
+            return "self.h[10].ln_1.weight.shape == (768,)"
+        if not (h_10_ln_1_weight.stride() == (1,)):
+            return "self.h[10].ln_1.weight.stride() == (1,)"
+        if not (h_10_ln_1_bias.is_cuda):
+            return "self.h[10].ln_1.bias.is_cuda"
+        if not (h_10_ln_1_bias.dtype == torch.float32):
+            return "self.h[10].ln_1.bias.dtype == torch.float32"
+        if not (h_10_ln_1_bias.shape == (768,)):
+            return "self.h[10].ln_1.bias.shape == (768,)"
+        if not (h_10_ln_1_bias.stride() == (1,)):
+            return "self.h[10].ln_1.bias.stride() == (1,)"
+        if not (h_10_attn_c_proj_bias.is_cuda):
+            return "self.h[10].attn.c_proj.bias.is_cuda"
+        if not (h_10_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[10].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_10_attn_c_proj_bias.shape == (768,)):
+            return "self.h[10].attn.c_proj.bias.shape == (768,)"
+        if not (h_10_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[10].attn.c_proj.bias.stride() == (1,)"
+        if not (h_10_ln_2_weight.is_cuda):
+            return "self.h[10].ln_2.weight.is_cuda"
+        if not (h_10_ln_2_weight.dtype == torch.float32):
+            return "self.h[10].ln_2.weight.dtype == torch.float32"
+        if not (h_10_ln_2_weight.shape == (768,)):
+            return "self.h[10].ln_2.weight.shape == (768,)"
+        if not (h_10_ln_2_weight.stride() == (1,)):
+            return "self.h[10].ln_2.weight.stride() == (1,)"
+        if not (h_10_ln_2_bias.is_cuda):
+            return "self.h[10].ln_2.bias.is_cuda"
+        if not (h_10_ln_2_bias.dtype == torch.float32):
+            return "self.h[10].ln_2.bias.dtype == torch.float32"
+        if not (h_10_ln_2_bias.shape == (768,)):
+            return "self.h[10].ln_2.bias.shape == (768,)"
+        if not (h_10_ln_2_bias.stride() == (1,)):
+            return "self.h[10].ln_2.bias.stride() == (1,)"
+        if not (h_10_mlp_c_fc_bias.is_cuda):
+            return "self.h[10].mlp.c_fc.bias.is_cuda"
+        if not (h_10_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[10].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_10_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[10].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_10_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[10].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_10_mlp_c_proj_bias.is_cuda):
+            return "self.h[10].mlp.c_proj.bias.is_cuda"
+        if not (h_10_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[10].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_10_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[10].mlp.c_proj.bias.shape == (768,)"
+        if not (h_10_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[10].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_11_ln_1_weight.is_cuda):
+            return "self.h[11].ln_1.weight.is_cuda"
+        if not (h_11_ln_1_weight.dtype == torch.float32):
+            return "self.h[11].ln_1.weight.dtype == torch.float32"
+        if not (h_11_ln_1_weight.shape == (768,)):
+            return "self.h[11].ln_1.weight.shape == (768,)"
+        if not (h_11_ln_1_weight.stride() == (1,)):
+            return "self.h[11].ln_1.weight.stride() == (1,)"
+        if not (h_11_ln_1_bias.is_cuda):
+            return "self.h[11].ln_1.bias.is_cuda"
+        if not (h_11_ln_1_bias.dtype == torch.float32):
+            return "self.h[11].ln_1.bias.dtype == torch.float32"
+        if not (h_11_ln_1_bias.shape == (768,)):
+            return "self.h[11].ln_1.bias.shape == (768,)"
+        if not (h_11_ln_1_bias.stride() == (1,)):
+            return "self.h[11].ln_1.bias.stride() == (1,)"
+        if not (h_11_attn_c_proj_bias.is_cuda):
+            return "self.h[11].attn.c_proj.bias.is_cuda"
+        if not (h_11_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[11].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_11_attn_c_proj_bias.shape == (768,)):
+            return "self.h[11].attn.c_proj.bias.shape == (768,)"
+        if not (h_11_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[11].attn.c_proj.bias.stride() == (1,)"
+        if not (h_11_ln_2_weight.is_cuda):
+            return "self.h[11].ln_2.weight.is_cuda"
+        if not (h_11_ln_2_weight.dtype == torch.float32):
+            return "self.h[11].ln_2.weight.dtype == torch.float32"
+        if not (h_11_ln_2_weight.shape == (768,)):
+            return "self.h[11].ln_2.weight.shape == (768,)"
+        if not (h_11_ln_2_weight.stride() == (1,)):
+            return "self.h[11].ln_2.weight.stride() == (1,)"
+        if not (h_11_ln_2_bias.is_cuda):
+            return "self.h[11].ln_2.bias.is_cuda"
+        if not (h_11_ln_2_bias.dtype == torch.float32):
+            return "self.h[11].ln_2.bias.dtype == torch.float32"
+        if not (h_11_ln_2_bias.shape == (768,)):
+            return "self.h[11].ln_2.bias.shape == (768,)"
+        if not (h_11_ln_2_bias.stride() == (1,)):
+            return "self.h[11].ln_2.bias.stride() == (1,)"
+        if not (h_11_mlp_c_fc_bias.is_cuda):
+            return "self.h[11].mlp.c_fc.bias.is_cuda"
+        if not (h_11_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[11].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_11_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[11].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_11_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[11].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_11_mlp_c_proj_bias.is_cuda):
+            return "self.h[11].mlp.c_proj.bias.is_cuda"
+        if not (h_11_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[11].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_11_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[11].mlp.c_proj.bias.shape == (768,)"
+        if not (h_11_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[11].mlp.c_proj.bias.stride() == (1,)"
+        if not (ln_f_weight.is_cuda):
+            return "self.ln_f.weight.is_cuda"
+        if not (ln_f_weight.dtype == torch.float32):
+            return "self.ln_f.weight.dtype == torch.float32"
+        if not (ln_f_weight.shape == (768,)):
+            return "self.ln_f.weight.shape == (768,)"
+        if not (ln_f_weight.stride() == (1,)):
+            return "self.ln_f.weight.stride() == (1,)"
+        if not (ln_f_bias.is_cuda):
+            return "self.ln_f.bias.is_cuda"
+        if not (ln_f_bias.dtype == torch.float32):
+            return "self.ln_f.bias.dtype == torch.float32"
+        if not (ln_f_bias.shape == (768,)):
+            return "self.ln_f.bias.shape == (768,)"
+        if not (ln_f_bias.stride() == (1,)):
+            return "self.ln_f.bias.stride() == (1,)"
+        if not (lm_head._parameters.get("weight") is wte_weight):
+            return "self.lm_head.weight is self.wte.weight"
+        if not (
+            not torch.is_grad_enabled()
+            or not (
+                idx.requires_grad
+                or wte_weight.requires_grad
+                or wpe_weight.requires_grad
+                or h_0_ln_1_weight.requires_grad
+                or h_0_ln_1_bias.requires_grad
+                or h_0_attn_c_attn_weight.requires_grad
+                or h_0_attn_c_attn_bias.requires_grad
+                or h_0_attn_c_proj_weight.requires_grad
+                or h_0_attn_c_proj_bias.requires_grad
+                or h_0_ln_2_weight.requires_grad
+                or h_0_ln_2_bias.requires_grad
+                or h_0_mlp_c_fc_weight.requires_grad
+                or h_0_mlp_c_fc_bias.requires_grad
+                or h_0_mlp_c_proj_weight.requires_grad
+                or h_0_mlp_c_proj_bias.requires_grad
+                or h_1_ln_1_weight.requires_grad
+                or h_1_ln_1_bias.requires_grad
+                or h_1_attn_c_attn_weight.requires_grad
+                or h_1_attn_c_attn_bias.requires_grad
+                or h_1_attn_c_proj_weight.requires_grad
+                or h_1_attn_c_proj_bias.requires_grad
+                or h_1_ln_2_weight.requires_grad
+                or h_1_ln_2_bias.requires_grad
+                or h_1_mlp_c_fc_weight.requires_grad
+                or h_1_mlp_c_fc_bias.requires_grad
+                or h_1_mlp_c_proj_weight.requires_grad
+                or h_1_mlp_c_proj_bias.requires_grad
+                or h_2_ln_1_weight.requires_grad
+                or h_2_ln_1_bias.requires_grad
+                or h_2_attn_c_attn_weight.requires_grad
+                or h_2_attn_c_attn_bias.requires_grad
+                or h_2_attn_c_proj_weight.requires_grad
+                or h_2_attn_c_proj_bias.requires_grad
+                or h_2_ln_2_weight.requires_grad
+                or h_2_ln_2_bias.requires_grad
+                or h_2_mlp_c_fc_weight.requires_grad
+                or h_2_mlp_c_fc_bias.requires_grad
+                or h_2_mlp_c_proj_weight.requires_grad
+                or h_2_mlp_c_proj_bias.requires_grad
+                or h_3_ln_1_weight.requires_grad
+                or h_3_ln_1_bias.requires_grad
+                or h_3_attn_c_attn_weight.requires_grad
+                or h_3_attn_c_attn_bias.requires_grad
+                or h_3_attn_c_proj_weight.requires_grad
+                or h_3_attn_c_proj_bias.requires_grad
+                or h_3_ln_2_weight.requires_grad
+                or h_3_ln_2_bias.requires_grad
+                or h_3_mlp_c_fc_weight.requires_grad
+                or h_3_mlp_c_fc_bias.requires_grad
+                or h_3_mlp_c_proj_weight.requires_grad
+                or h_3_mlp_c_proj_bias.requires_grad
+                or h_4_ln_1_weight.requires_grad
+                or h_4_ln_1_bias.requires_grad
+                or h_4_attn_c_attn_weight.requires_grad
+                or h_4_attn_c_attn_bias.requires_grad
+                or h_4_attn_c_proj_weight.requires_grad
+                or h_4_attn_c_proj_bias.requires_grad
+                or h_4_ln_2_weight.requires_grad
+                or h_4_ln_2_bias.requires_grad
+                or h_4_mlp_c_fc_weight.requires_grad
+                or h_4_mlp_c_fc_bias.requires_grad
+                or h_4_mlp_c_proj_weight.requires_grad
+                or h_4_mlp_c_proj_bias.requires_grad
+                or h_5_ln_1_weight.requires_grad
+                or h_5_ln_1_bias.requires_grad
+                or h_5_attn_c_attn_weight.requires_grad
+                or h_5_attn_c_attn_bias.requires_grad
+                or h_5_attn_c_proj_weight.requires_grad
+                or h_5_attn_c_proj_bias.requires_grad
+                or h_5_ln_2_weight.requires_grad
+                or h_5_ln_2_bias.requires_grad
+                or h_5_mlp_c_fc_weight.requires_grad
+                or h_5_mlp_c_fc_bias.requires_grad
+                or h_5_mlp_c_proj_weight.requires_grad
+                or h_5_mlp_c_proj_bias.requires_grad
+                or h_6_ln_1_weight.requires_grad
+                or h_6_ln_1_bias.requires_grad
+                or h_6_attn_c_attn_weight.requires_grad
+                or h_6_attn_c_attn_bias.requires_grad
+                or h_6_attn_c_proj_weight.requires_grad
+                or h_6_attn_c_proj_bias.requires_grad
+                or h_6_ln_2_weight.requires_grad
+                or h_6_ln_2_bias.requires_grad
+                or h_6_mlp_c_fc_weight.requires_grad
+                or h_6_mlp_c_fc_bias.requires_grad
+                or h_6_mlp_c_proj_weight.requires_grad
+                or h_6_mlp_c_proj_bias.requires_grad
+                or h_7_ln_1_weight.requires_grad
+                or h_7_ln_1_bias.requires_grad
+                or h_7_attn_c_attn_weight.requires_grad
+                or h_7_attn_c_attn_bias.requires_grad
+                or h_7_attn_c_proj_weight.requires_grad
+                or h_7_attn_c_proj_bias.requires_grad
+                or h_7_ln_2_weight.requires_grad
+                or h_7_ln_2_bias.requires_grad
+                or h_7_mlp_c_fc_weight.requires_grad
+                or h_7_mlp_c_fc_bias.requires_grad
+                or h_7_mlp_c_proj_weight.requires_grad
+                or h_7_mlp_c_proj_bias.requires_grad
+                or h_8_ln_1_weight.requires_grad
+                or h_8_ln_1_bias.requires_grad
+                or h_8_attn_c_attn_weight.requires_grad
+                or h_8_attn_c_attn_bias.requires_grad
+                or h_8_attn_c_proj_weight.requires_grad
+                or h_8_attn_c_proj_bias.requires_grad
+                or h_8_ln_2_weight.requires_grad
+                or h_8_ln_2_bias.requires_grad
+                or h_8_mlp_c_fc_weight.requires_grad
+                or h_8_mlp_c_fc_bias.requires_grad
+                or h_8_mlp_c_proj_weight.requires_grad
+                or h_8_mlp_c_proj_bias.requires_grad
+                or h_9_ln_1_weight.requires_grad
+                or h_9_ln_1_bias.requires_grad
+                or h_9_attn_c_attn_weight.requires_grad
+                or h_9_attn_c_attn_bias.requires_grad
+                or h_9_attn_c_proj_weight.requires_grad
+                or h_9_attn_c_proj_bias.requires_grad
+                or h_9_ln_2_weight.requires_grad
+                or h_9_ln_2_bias.requires_grad
+                or h_9_mlp_c_fc_weight.requires_grad
+                or h_9_mlp_c_fc_bias.requires_grad
+                or h_9_mlp_c_proj_weight.requires_grad
+                or h_9_mlp_c_proj_bias.requires_grad
+                or h_10_ln_1_weight.requires_grad
+                or h_10_ln_1_bias.requires_grad
+                or h_10_attn_c_attn_weight.requires_grad
+                or h_10_attn_c_attn_bias.requires_grad
+                or h_10_attn_c_proj_weight.requires_grad
+                or h_10_attn_c_proj_bias.requires_grad
+                or h_10_ln_2_weight.requires_grad
+                or h_10_ln_2_bias.requires_grad
+                or h_10_mlp_c_fc_weight.requires_grad
+                or h_10_mlp_c_fc_bias.requires_grad
+                or h_10_mlp_c_proj_weight.requires_grad
+                or h_10_mlp_c_proj_bias.requires_grad
+                or h_11_ln_1_weight.requires_grad
+                or h_11_ln_1_bias.requires_grad
+                or h_11_attn_c_attn_weight.requires_grad
+                or h_11_attn_c_attn_bias.requires_grad
+                or h_11_attn_c_proj_weight.requires_grad
+                or h_11_attn_c_proj_bias.requires_grad
+                or h_11_ln_2_weight.requires_grad
+                or h_11_ln_2_bias.requires_grad
+                or h_11_mlp_c_fc_weight.requires_grad
+                or h_11_mlp_c_fc_bias.requires_grad
+                or h_11_mlp_c_proj_weight.requires_grad
+                or h_11_mlp_c_proj_bias.requires_grad
+                or ln_f_weight.requires_grad
+                or ln_f_bias.requires_grad
+            )
+        ):
+            return "not torch.is_grad_enabled() or nothing it reads requires grad"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cuda_0(self, idx):
@@ -3047,1312 +4869,3134 @@ def _cuda_0(self, idx):
 
 def _guards_cpu_0(self, idx):
     """Variant cpu_0 (cpu: idx=i64[1,64]): the first guard that fails, or None."""
-    if not (isinstance(idx, torch.Tensor)):
-        return "isinstance(idx, torch.Tensor)"
-    if not (idx.is_cpu):
-        return "idx.is_cpu"
-    if not (idx.dtype == torch.int64):
-        return "idx.dtype == torch.int64"
-    if not (idx.shape == (1, 64)):
-        return "idx.shape == (1, 64)"
-    if not (idx.is_contiguous()):
-        return "idx.is_contiguous()"
-    if not (self.lm_head.weight is self.wte.weight):
-        return "self.lm_head.weight is self.wte.weight"
-    if not (self.block_size == 1024):
-        return "self.block_size == 1024"
-    if not (self.h[0].attn.n_embd == 768):
-        return "self.h[0].attn.n_embd == 768"
-    if not (self.h[0].attn.n_head == 12):
-        return "self.h[0].attn.n_head == 12"
-    if not (self.h[1].attn.n_embd == 768):
-        return "self.h[1].attn.n_embd == 768"
-    if not (self.h[1].attn.n_head == 12):
-        return "self.h[1].attn.n_head == 12"
-    if not (self.h[2].attn.n_embd == 768):
-        return "self.h[2].attn.n_embd == 768"
-    if not (self.h[2].attn.n_head == 12):
-        return "self.h[2].attn.n_head == 12"
-    if not (self.h[3].attn.n_embd == 768):
-        return "self.h[3].attn.n_embd == 768"
-    if not (self.h[3].attn.n_head == 12):
-        return "self.h[3].attn.n_head == 12"
-    if not (self.h[4].attn.n_embd == 768):
-        return "self.h[4].attn.n_embd == 768"
-    if not (self.h[4].attn.n_head == 12):
-        return "self.h[4].attn.n_head == 12"
-    if not (self.h[5].attn.n_embd == 768):
-        return "self.h[5].attn.n_embd == 768"
-    if not (self.h[5].attn.n_head == 12):
-        return "self.h[5].attn.n_head == 12"
-    if not (self.h[6].attn.n_embd == 768):
-        return "self.h[6].attn.n_embd == 768"
-    if not (self.h[6].attn.n_head == 12):
-        return "self.h[6].attn.n_head == 12"
-    if not (self.h[7].attn.n_embd == 768):
-        return "self.h[7].attn.n_embd == 768"
-    if not (self.h[7].attn.n_head == 12):
-        return "self.h[7].attn.n_head == 12"
-    if not (self.h[8].attn.n_embd == 768):
-        return "self.h[8].attn.n_embd == 768"
-    if not (self.h[8].attn.n_head == 12):
-        return "self.h[8].attn.n_head == 12"
-    if not (self.h[9].attn.n_embd == 768):
-        return "self.h[9].attn.n_embd == 768"
-    if not (self.h[9].attn.n_head == 12):
-        return "self.h[9].attn.n_head == 12"
-    if not (self.h[10].attn.n_embd == 768):
-        return "self.h[10].attn.n_embd == 768"
-    if not (self.h[10].attn.n_head == 12):
-        return "self.h[10].attn.n_head == 12"
-    if not (self.h[11].attn.n_embd == 768):
-        return "self.h[11].attn.n_embd == 768"
-    if not (self.h[11].attn.n_head == 12):
-        return "self.h[11].attn.n_head == 12"
-    if not (not self.training):
-        return "not self.training"
-    h_0_ln_1_weight = (
-        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_0_ln_1_weight.is_cpu):
-        return "self.h[0].ln_1.weight.is_cpu"
-    if not (h_0_ln_1_weight.dtype == torch.float32):
-        return "self.h[0].ln_1.weight.dtype == torch.float32"
-    if not (h_0_ln_1_weight.shape == (768,)):
-        return "self.h[0].ln_1.weight.shape == (768,)"
-    if not (h_0_ln_1_weight.stride() == (1,)):
-        return "self.h[0].ln_1.weight.stride() == (1,)"
-    h_0_ln_1_bias = (
-        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_0_ln_1_bias.is_cpu):
-        return "self.h[0].ln_1.bias.is_cpu"
-    if not (h_0_ln_1_bias.dtype == torch.float32):
-        return "self.h[0].ln_1.bias.dtype == torch.float32"
-    if not (h_0_ln_1_bias.shape == (768,)):
-        return "self.h[0].ln_1.bias.shape == (768,)"
-    if not (h_0_ln_1_bias.stride() == (1,)):
-        return "self.h[0].ln_1.bias.stride() == (1,)"
-    h_0_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_0_attn_c_proj_bias.is_cpu):
-        return "self.h[0].attn.c_proj.bias.is_cpu"
-    if not (h_0_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[0].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_0_attn_c_proj_bias.shape == (768,)):
-        return "self.h[0].attn.c_proj.bias.shape == (768,)"
-    if not (h_0_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[0].attn.c_proj.bias.stride() == (1,)"
-    h_0_ln_2_weight = (
-        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_0_ln_2_weight.is_cpu):
-        return "self.h[0].ln_2.weight.is_cpu"
-    if not (h_0_ln_2_weight.dtype == torch.float32):
-        return "self.h[0].ln_2.weight.dtype == torch.float32"
-    if not (h_0_ln_2_weight.shape == (768,)):
-        return "self.h[0].ln_2.weight.shape == (768,)"
-    if not (h_0_ln_2_weight.stride() == (1,)):
-        return "self.h[0].ln_2.weight.stride() == (1,)"
-    h_0_ln_2_bias = (
-        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_0_ln_2_bias.is_cpu):
-        return "self.h[0].ln_2.bias.is_cpu"
-    if not (h_0_ln_2_bias.dtype == torch.float32):
-        return "self.h[0].ln_2.bias.dtype == torch.float32"
-    if not (h_0_ln_2_bias.shape == (768,)):
-        return "self.h[0].ln_2.bias.shape == (768,)"
-    if not (h_0_ln_2_bias.stride() == (1,)):
-        return "self.h[0].ln_2.bias.stride() == (1,)"
-    h_0_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_0_mlp_c_fc_bias.is_cpu):
-        return "self.h[0].mlp.c_fc.bias.is_cpu"
-    if not (h_0_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[0].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_0_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[0].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_0_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[0].mlp.c_fc.bias.stride() == (1,)"
-    h_0_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_0_mlp_c_proj_bias.is_cpu):
-        return "self.h[0].mlp.c_proj.bias.is_cpu"
-    if not (h_0_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[0].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_0_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[0].mlp.c_proj.bias.shape == (768,)"
-    if not (h_0_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[0].mlp.c_proj.bias.stride() == (1,)"
-    h_1_ln_1_weight = (
-        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_1_ln_1_weight.is_cpu):
-        return "self.h[1].ln_1.weight.is_cpu"
-    if not (h_1_ln_1_weight.dtype == torch.float32):
-        return "self.h[1].ln_1.weight.dtype == torch.float32"
-    if not (h_1_ln_1_weight.shape == (768,)):
-        return "self.h[1].ln_1.weight.shape == (768,)"
-    if not (h_1_ln_1_weight.stride() == (1,)):
-        return "self.h[1].ln_1.weight.stride() == (1,)"
-    h_1_ln_1_bias = (
-        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_1_ln_1_bias.is_cpu):
-        return "self.h[1].ln_1.bias.is_cpu"
-    if not (h_1_ln_1_bias.dtype == torch.float32):
-        return "self.h[1].ln_1.bias.dtype == torch.float32"
-    if not (h_1_ln_1_bias.shape == (768,)):
-        return "self.h[1].ln_1.bias.shape == (768,)"
-    if not (h_1_ln_1_bias.stride() == (1,)):
-        return "self.h[1].ln_1.bias.stride() == (1,)"
-    h_1_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_1_attn_c_proj_bias.is_cpu):
-        return "self.h[1].attn.c_proj.bias.is_cpu"
-    if not (h_1_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[1].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_1_attn_c_proj_bias.shape == (768,)):
-        return "self.h[1].attn.c_proj.bias.shape == (768,)"
-    if not (h_1_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[1].attn.c_proj.bias.stride() == (1,)"
-    h_1_ln_2_weight = (
-        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_1_ln_2_weight.is_cpu):
-        return "self.h[1].ln_2.weight.is_cpu"
-    if not (h_1_ln_2_weight.dtype == torch.float32):
-        return "self.h[1].ln_2.weight.dtype == torch.float32"
-    if not (h_1_ln_2_weight.shape == (768,)):
-        return "self.h[1].ln_2.weight.shape == (768,)"
-    if not (h_1_ln_2_weight.stride() == (1,)):
-        return "self.h[1].ln_2.weight.stride() == (1,)"
-    h_1_ln_2_bias = (
-        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_1_ln_2_bias.is_cpu):
-        return "self.h[1].ln_2.bias.is_cpu"
-    if not (h_1_ln_2_bias.dtype == torch.float32):
-        return "self.h[1].ln_2.bias.dtype == torch.float32"
-    if not (h_1_ln_2_bias.shape == (768,)):
-        return "self.h[1].ln_2.bias.shape == (768,)"
-    if not (h_1_ln_2_bias.stride() == (1,)):
-        return "self.h[1].ln_2.bias.stride() == (1,)"
-    h_1_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_1_mlp_c_fc_bias.is_cpu):
-        return "self.h[1].mlp.c_fc.bias.is_cpu"
-    if not (h_1_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[1].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_1_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[1].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_1_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[1].mlp.c_fc.bias.stride() == (1,)"
-    h_1_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_1_mlp_c_proj_bias.is_cpu):
-        return "self.h[1].mlp.c_proj.bias.is_cpu"
-    if not (h_1_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[1].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_1_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[1].mlp.c_proj.bias.shape == (768,)"
-    if not (h_1_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[1].mlp.c_proj.bias.stride() == (1,)"
-    h_2_ln_1_weight = (
-        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_2_ln_1_weight.is_cpu):
-        return "self.h[2].ln_1.weight.is_cpu"
-    if not (h_2_ln_1_weight.dtype == torch.float32):
-        return "self.h[2].ln_1.weight.dtype == torch.float32"
-    if not (h_2_ln_1_weight.shape == (768,)):
-        return "self.h[2].ln_1.weight.shape == (768,)"
-    if not (h_2_ln_1_weight.stride() == (1,)):
-        return "self.h[2].ln_1.weight.stride() == (1,)"
-    h_2_ln_1_bias = (
-        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_2_ln_1_bias.is_cpu):
-        return "self.h[2].ln_1.bias.is_cpu"
-    if not (h_2_ln_1_bias.dtype == torch.float32):
-        return "self.h[2].ln_1.bias.dtype == torch.float32"
-    if not (h_2_ln_1_bias.shape == (768,)):
-        return "self.h[2].ln_1.bias.shape == (768,)"
-    if not (h_2_ln_1_bias.stride() == (1,)):
-        return "self.h[2].ln_1.bias.stride() == (1,)"
-    h_2_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_2_attn_c_proj_bias.is_cpu):
-        return "self.h[2].attn.c_proj.bias.is_cpu"
-    if not (h_2_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[2].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_2_attn_c_proj_bias.shape == (768,)):
-        return "self.h[2].attn.c_proj.bias.shape == (768,)"
-    if not (h_2_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[2].attn.c_proj.bias.stride() == (1,)"
-    h_2_ln_2_weight = (
-        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_2_ln_2_weight.is_cpu):
-        return "self.h[2].ln_2.weight.is_cpu"
-    if not (h_2_ln_2_weight.dtype == torch.float32):
-        return "self.h[2].ln_2.weight.dtype == torch.float32"
-    if not (h_2_ln_2_weight.shape == (768,)):
-        return "self.h[2].ln_2.weight.shape == (768,)"
-    if not (h_2_ln_2_weight.stride() == (1,)):
-        return "self.h[2].ln_2.weight.stride() == (1,)"
-    h_2_ln_2_bias = (
-        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_2_ln_2_bias.is_cpu):
-        return "self.h[2].ln_2.bias.is_cpu"
-    if not (h_2_ln_2_bias.dtype == torch.float32):
-        return "self.h[2].ln_2.bias.dtype == torch.float32"
-    if not (h_2_ln_2_bias.shape == (768,)):
-        return "self.h[2].ln_2.bias.shape == (768,)"
-    if not (h_2_ln_2_bias.stride() == (1,)):
-        return "self.h[2].ln_2.bias.stride() == (1,)"
-    h_2_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_2_mlp_c_fc_bias.is_cpu):
-        return "self.h[2].mlp.c_fc.bias.is_cpu"
-    if not (h_2_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[2].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_2_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[2].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_2_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[2].mlp.c_fc.bias.stride() == (1,)"
-    h_2_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_2_mlp_c_proj_bias.is_cpu):
-        return "self.h[2].mlp.c_proj.bias.is_cpu"
-    if not (h_2_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[2].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_2_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[2].mlp.c_proj.bias.shape == (768,)"
-    if not (h_2_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[2].mlp.c_proj.bias.stride() == (1,)"
-    h_3_ln_1_weight = (
-        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_3_ln_1_weight.is_cpu):
-        return "self.h[3].ln_1.weight.is_cpu"
-    if not (h_3_ln_1_weight.dtype == torch.float32):
-        return "self.h[3].ln_1.weight.dtype == torch.float32"
-    if not (h_3_ln_1_weight.shape == (768,)):
-        return "self.h[3].ln_1.weight.shape == (768,)"
-    if not (h_3_ln_1_weight.stride() == (1,)):
-        return "self.h[3].ln_1.weight.stride() == (1,)"
-    h_3_ln_1_bias = (
-        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_3_ln_1_bias.is_cpu):
-        return "self.h[3].ln_1.bias.is_cpu"
-    if not (h_3_ln_1_bias.dtype == torch.float32):
-        return "self.h[3].ln_1.bias.dtype == torch.float32"
-    if not (h_3_ln_1_bias.shape == (768,)):
-        return "self.h[3].ln_1.bias.shape == (768,)"
-    if not (h_3_ln_1_bias.stride() == (1,)):
-        return "self.h[3].ln_1.bias.stride() == (1,)"
-    h_3_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_3_attn_c_proj_bias.is_cpu):
-        return "self.h[3].attn.c_proj.bias.is_cpu"
-    if not (h_3_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[3].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_3_attn_c_proj_bias.shape == (768,)):
-        return "self.h[3].attn.c_proj.bias.shape == (768,)"
-    if not (h_3_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[3].attn.c_proj.bias.stride() == (1,)"
-    h_3_ln_2_weight = (
-        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_3_ln_2_weight.is_cpu):
-        return "self.h[3].ln_2.weight.is_cpu"
-    if not (h_3_ln_2_weight.dtype == torch.float32):
-        return "self.h[3].ln_2.weight.dtype == torch.float32"
-    if not (h_3_ln_2_weight.shape == (768,)):
-        return "self.h[3].ln_2.weight.shape == (768,)"
-    if not (h_3_ln_2_weight.stride() == (1,)):
-        return "self.h[3].ln_2.weight.stride() == (1,)"
-    h_3_ln_2_bias = (
-        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_3_ln_2_bias.is_cpu):
-        return "self.h[3].ln_2.bias.is_cpu"
-    if not (h_3_ln_2_bias.dtype == torch.float32):
-        return "self.h[3].ln_2.bias.dtype == torch.float32"
-    if not (h_3_ln_2_bias.shape == (768,)):
-        return "self.h[3].ln_2.bias.shape == (768,)"
-    if not (h_3_ln_2_bias.stride() == (1,)):
-        return "self.h[3].ln_2.bias.stride() == (1,)"
-    h_3_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_3_mlp_c_fc_bias.is_cpu):
-        return "self.h[3].mlp.c_fc.bias.is_cpu"
-    if not (h_3_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[3].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_3_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[3].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_3_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[3].mlp.c_fc.bias.stride() == (1,)"
-    h_3_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_3_mlp_c_proj_bias.is_cpu):
-        return "self.h[3].mlp.c_proj.bias.is_cpu"
-    if not (h_3_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[3].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_3_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[3].mlp.c_proj.bias.shape == (768,)"
-    if not (h_3_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[3].mlp.c_proj.bias.stride() == (1,)"
-    h_4_ln_1_weight = (
-        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_4_ln_1_weight.is_cpu):
-        return "self.h[4].ln_1.weight.is_cpu"
-    if not (h_4_ln_1_weight.dtype == torch.float32):
-        return "self.h[4].ln_1.weight.dtype == torch.float32"
-    if not (h_4_ln_1_weight.shape == (768,)):
-        return "self.h[4].ln_1.weight.shape == (768,)"
-    if not (h_4_ln_1_weight.stride() == (1,)):
-        return "self.h[4].ln_1.weight.stride() == (1,)"
-    h_4_ln_1_bias = (
-        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_4_ln_1_bias.is_cpu):
-        return "self.h[4].ln_1.bias.is_cpu"
-    if not (h_4_ln_1_bias.dtype == torch.float32):
-        return "self.h[4].ln_1.bias.dtype == torch.float32"
-    if not (h_4_ln_1_bias.shape == (768,)):
-        return "self.h[4].ln_1.bias.shape == (768,)"
-    if not (h_4_ln_1_bias.stride() == (1,)):
-        return "self.h[4].ln_1.bias.stride() == (1,)"
-    h_4_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_4_attn_c_proj_bias.is_cpu):
-        return "self.h[4].attn.c_proj.bias.is_cpu"
-    if not (h_4_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[4].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_4_attn_c_proj_bias.shape == (768,)):
-        return "self.h[4].attn.c_proj.bias.shape == (768,)"
-    if not (h_4_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[4].attn.c_proj.bias.stride() == (1,)"
-    h_4_ln_2_weight = (
-        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_4_ln_2_weight.is_cpu):
-        return "self.h[4].ln_2.weight.is_cpu"
-    if not (h_4_ln_2_weight.dtype == torch.float32):
-        return "self.h[4].ln_2.weight.dtype == torch.float32"
-    if not (h_4_ln_2_weight.shape == (768,)):
-        return "self.h[4].ln_2.weight.shape == (768,)"
-    if not (h_4_ln_2_weight.stride() == (1,)):
-        return "self.h[4].ln_2.weight.stride() == (1,)"
-    h_4_ln_2_bias = (
-        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_4_ln_2_bias.is_cpu):
-        return "self.h[4].ln_2.bias.is_cpu"
-    if not (h_4_ln_2_bias.dtype == torch.float32):
-        return "self.h[4].ln_2.bias.dtype == torch.float32"
-    if not (h_4_ln_2_bias.shape == (768,)):
-        return "self.h[4].ln_2.bias.shape == (768,)"
-    if not (h_4_ln_2_bias.stride() == (1,)):
-        return "self.h[4].ln_2.bias.stride() == (1,)"
-    h_4_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_4_mlp_c_fc_bias.is_cpu):
-        return "self.h[4].mlp.c_fc.bias.is_cpu"
-    if not (h_4_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[4].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_4_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[4].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_4_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[4].mlp.c_fc.bias.stride() == (1,)"
-    h_4_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_4_mlp_c_proj_bias.is_cpu):
-        return "self.h[4].mlp.c_proj.bias.is_cpu"
-    if not (h_4_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[4].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_4_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[4].mlp.c_proj.bias.shape == (768,)"
-    if not (h_4_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[4].mlp.c_proj.bias.stride() == (1,)"
-    h_5_ln_1_weight = (
-        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_5_ln_1_weight.is_cpu):
-        return "self.h[5].ln_1.weight.is_cpu"
-    if not (h_5_ln_1_weight.dtype == torch.float32):
-        return "self.h[5].ln_1.weight.dtype == torch.float32"
-    if not (h_5_ln_1_weight.shape == (768,)):
-        return "self.h[5].ln_1.weight.shape == (768,)"
-    if not (h_5_ln_1_weight.stride() == (1,)):
-        return "self.h[5].ln_1.weight.stride() == (1,)"
-    h_5_ln_1_bias = (
-        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_5_ln_1_bias.is_cpu):
-        return "self.h[5].ln_1.bias.is_cpu"
-    if not (h_5_ln_1_bias.dtype == torch.float32):
-        return "self.h[5].ln_1.bias.dtype == torch.float32"
-    if not (h_5_ln_1_bias.shape == (768,)):
-        return "self.h[5].ln_1.bias.shape == (768,)"
-    if not (h_5_ln_1_bias.stride() == (1,)):
-        return "self.h[5].ln_1.bias.stride() == (1,)"
-    h_5_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_5_attn_c_proj_bias.is_cpu):
-        return "self.h[5].attn.c_proj.bias.is_cpu"
-    if not (h_5_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[5].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_5_attn_c_proj_bias.shape == (768,)):
-        return "self.h[5].attn.c_proj.bias.shape == (768,)"
-    if not (h_5_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[5].attn.c_proj.bias.stride() == (1,)"
-    h_5_ln_2_weight = (
-        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_5_ln_2_weight.is_cpu):
-        return "self.h[5].ln_2.weight.is_cpu"
-    if not (h_5_ln_2_weight.dtype == torch.float32):
-        return "self.h[5].ln_2.weight.dtype == torch.float32"
-    if not (h_5_ln_2_weight.shape == (768,)):
-        return "self.h[5].ln_2.weight.shape == (768,)"
-    if not (h_5_ln_2_weight.stride() == (1,)):
-        return "self.h[5].ln_2.weight.stride() == (1,)"
-    h_5_ln_2_bias = (
-        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_5_ln_2_bias.is_cpu):
-        return "self.h[5].ln_2.bias.is_cpu"
-    if not (h_5_ln_2_bias.dtype == torch.float32):
-        return "self.h[5].ln_2.bias.dtype == torch.float32"
-    if not (h_5_ln_2_bias.shape == (768,)):
-        return "self.h[5].ln_2.bias.shape == (768,)"
-    if not (h_5_ln_2_bias.stride() == (1,)):
-        return "self.h[5].ln_2.bias.stride() == (1,)"
-    h_5_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_5_mlp_c_fc_bias.is_cpu):
-        return "self.h[5].mlp.c_fc.bias.is_cpu"
-    if not (h_5_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[5].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_5_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[5].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_5_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[5].mlp.c_fc.bias.stride() == (1,)"
-    h_5_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_5_mlp_c_proj_bias.is_cpu):
-        return "self.h[5].mlp.c_proj.bias.is_cpu"
-    if not (h_5_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[5].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_5_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[5].mlp.c_proj.bias.shape == (768,)"
-    if not (h_5_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[5].mlp.c_proj.bias.stride() == (1,)"
-    h_6_ln_1_weight = (
-        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_6_ln_1_weight.is_cpu):
-        return "self.h[6].ln_1.weight.is_cpu"
-    if not (h_6_ln_1_weight.dtype == torch.float32):
-        return "self.h[6].ln_1.weight.dtype == torch.float32"
-    if not (h_6_ln_1_weight.shape == (768,)):
-        return "self.h[6].ln_1.weight.shape == (768,)"
-    if not (h_6_ln_1_weight.stride() == (1,)):
-        return "self.h[6].ln_1.weight.stride() == (1,)"
-    h_6_ln_1_bias = (
-        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_6_ln_1_bias.is_cpu):
-        return "self.h[6].ln_1.bias.is_cpu"
-    if not (h_6_ln_1_bias.dtype == torch.float32):
-        return "self.h[6].ln_1.bias.dtype == torch.float32"
-    if not (h_6_ln_1_bias.shape == (768,)):
-        return "self.h[6].ln_1.bias.shape == (768,)"
-    if not (h_6_ln_1_bias.stride() == (1,)):
-        return "self.h[6].ln_1.bias.stride() == (1,)"
-    h_6_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_6_attn_c_proj_bias.is_cpu):
-        return "self.h[6].attn.c_proj.bias.is_cpu"
-    if not (h_6_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[6].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_6_attn_c_proj_bias.shape == (768,)):
-        return "self.h[6].attn.c_proj.bias.shape == (768,)"
-    if not (h_6_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[6].attn.c_proj.bias.stride() == (1,)"
-    h_6_ln_2_weight = (
-        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_6_ln_2_weight.is_cpu):
-        return "self.h[6].ln_2.weight.is_cpu"
-    if not (h_6_ln_2_weight.dtype == torch.float32):
-        return "self.h[6].ln_2.weight.dtype == torch.float32"
-    if not (h_6_ln_2_weight.shape == (768,)):
-        return "self.h[6].ln_2.weight.shape == (768,)"
-    if not (h_6_ln_2_weight.stride() == (1,)):
-        return "self.h[6].ln_2.weight.stride() == (1,)"
-    h_6_ln_2_bias = (
-        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_6_ln_2_bias.is_cpu):
-        return "self.h[6].ln_2.bias.is_cpu"
-    if not (h_6_ln_2_bias.dtype == torch.float32):
-        return "self.h[6].ln_2.bias.dtype == torch.float32"
-    if not (h_6_ln_2_bias.shape == (768,)):
-        return "self.h[6].ln_2.bias.shape == (768,)"
-    if not (h_6_ln_2_bias.stride() == (1,)):
-        return "self.h[6].ln_2.bias.stride() == (1,)"
-    h_6_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_6_mlp_c_fc_bias.is_cpu):
-        return "self.h[6].mlp.c_fc.bias.is_cpu"
-    if not (h_6_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[6].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_6_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[6].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_6_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[6].mlp.c_fc.bias.stride() == (1,)"
-    h_6_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_6_mlp_c_proj_bias.is_cpu):
-        return "self.h[6].mlp.c_proj.bias.is_cpu"
-    if not (h_6_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[6].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_6_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[6].mlp.c_proj.bias.shape == (768,)"
-    if not (h_6_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[6].mlp.c_proj.bias.stride() == (1,)"
-    h_7_ln_1_weight = (
-        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_7_ln_1_weight.is_cpu):
-        return "self.h[7].ln_1.weight.is_cpu"
-    if not (h_7_ln_1_weight.dtype == torch.float32):
-        return "self.h[7].ln_1.weight.dtype == torch.float32"
-    if not (h_7_ln_1_weight.shape == (768,)):
-        return "self.h[7].ln_1.weight.shape == (768,)"
-    if not (h_7_ln_1_weight.stride() == (1,)):
-        return "self.h[7].ln_1.weight.stride() == (1,)"
-    h_7_ln_1_bias = (
-        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_7_ln_1_bias.is_cpu):
-        return "self.h[7].ln_1.bias.is_cpu"
-    if not (h_7_ln_1_bias.dtype == torch.float32):
-        return "self.h[7].ln_1.bias.dtype == torch.float32"
-    if not (h_7_ln_1_bias.shape == (768,)):
-        return "self.h[7].ln_1.bias.shape == (768,)"
-    if not (h_7_ln_1_bias.stride() == (1,)):
-        return "self.h[7].ln_1.bias.stride() == (1,)"
-    h_7_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_7_attn_c_proj_bias.is_cpu):
-        return "self.h[7].attn.c_proj.bias.is_cpu"
-    if not (h_7_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[7].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_7_attn_c_proj_bias.shape == (768,)):
-        return "self.h[7].attn.c_proj.bias.shape == (768,)"
-    if not (h_7_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[7].attn.c_proj.bias.stride() == (1,)"
-    h_7_ln_2_weight = (
-        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_7_ln_2_weight.is_cpu):
-        return "self.h[7].ln_2.weight.is_cpu"
-    if not (h_7_ln_2_weight.dtype == torch.float32):
-        return "self.h[7].ln_2.weight.dtype == torch.float32"
-    if not (h_7_ln_2_weight.shape == (768,)):
-        return "self.h[7].ln_2.weight.shape == (768,)"
-    if not (h_7_ln_2_weight.stride() == (1,)):
-        return "self.h[7].ln_2.weight.stride() == (1,)"
-    h_7_ln_2_bias = (
-        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_7_ln_2_bias.is_cpu):
-        return "self.h[7].ln_2.bias.is_cpu"
-    if not (h_7_ln_2_bias.dtype == torch.float32):
-        return "self.h[7].ln_2.bias.dtype == torch.float32"
-    if not (h_7_ln_2_bias.shape == (768,)):
-        return "self.h[7].ln_2.bias.shape == (768,)"
-    if not (h_7_ln_2_bias.stride() == (1,)):
-        return "self.h[7].ln_2.bias.stride() == (1,)"
-    h_7_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_7_mlp_c_fc_bias.is_cpu):
-        return "self.h[7].mlp.c_fc.bias.is_cpu"
-    if not (h_7_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[7].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_7_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[7].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_7_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[7].mlp.c_fc.bias.stride() == (1,)"
-    h_7_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_7_mlp_c_proj_bias.is_cpu):
-        return "self.h[7].mlp.c_proj.bias.is_cpu"
-    if not (h_7_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[7].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_7_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[7].mlp.c_proj.bias.shape == (768,)"
-    if not (h_7_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[7].mlp.c_proj.bias.stride() == (1,)"
-    h_8_ln_1_weight = (
-        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_8_ln_1_weight.is_cpu):
-        return "self.h[8].ln_1.weight.is_cpu"
-    if not (h_8_ln_1_weight.dtype == torch.float32):
-        return "self.h[8].ln_1.weight.dtype == torch.float32"
-    if not (h_8_ln_1_weight.shape == (768,)):
-        return "self.h[8].ln_1.weight.shape == (768,)"
-    if not (h_8_ln_1_weight.stride() == (1,)):
-        return "self.h[8].ln_1.weight.stride() == (1,)"
-    h_8_ln_1_bias = (
-        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_8_ln_1_bias.is_cpu):
-        return "self.h[8].ln_1.bias.is_cpu"
-    if not (h_8_ln_1_bias.dtype == torch.float32):
-        return "self.h[8].ln_1.bias.dtype == torch.float32"
-    if not (h_8_ln_1_bias.shape == (768,)):
-        return "self.h[8].ln_1.bias.shape == (768,)"
-    if not (h_8_ln_1_bias.stride() == (1,)):
-        return "self.h[8].ln_1.bias.stride() == (1,)"
-    h_8_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_8_attn_c_proj_bias.is_cpu):
-        return "self.h[8].attn.c_proj.bias.is_cpu"
-    if not (h_8_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[8].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_8_attn_c_proj_bias.shape == (768,)):
-        return "self.h[8].attn.c_proj.bias.shape == (768,)"
-    if not (h_8_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[8].attn.c_proj.bias.stride() == (1,)"
-    h_8_ln_2_weight = (
-        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_8_ln_2_weight.is_cpu):
-        return "self.h[8].ln_2.weight.is_cpu"
-    if not (h_8_ln_2_weight.dtype == torch.float32):
-        return "self.h[8].ln_2.weight.dtype == torch.float32"
-    if not (h_8_ln_2_weight.shape == (768,)):
-        return "self.h[8].ln_2.weight.shape == (768,)"
-    if not (h_8_ln_2_weight.stride() == (1,)):
-        return "self.h[8].ln_2.weight.stride() == (1,)"
-    h_8_ln_2_bias = (
-        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_8_ln_2_bias.is_cpu):
-        return "self.h[8].ln_2.bias.is_cpu"
-    if not (h_8_ln_2_bias.dtype == torch.float32):
-        return "self.h[8].ln_2.bias.dtype == torch.float32"
-    if not (h_8_ln_2_bias.shape == (768,)):
-        return "self.h[8].ln_2.bias.shape == (768,)"
-    if not (h_8_ln_2_bias.stride() == (1,)):
-        return "self.h[8].ln_2.bias.stride() == (1,)"
-    h_8_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_8_mlp_c_fc_bias.is_cpu):
-        return "self.h[8].mlp.c_fc.bias.is_cpu"
-    if not (h_8_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[8].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_8_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[8].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_8_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[8].mlp.c_fc.bias.stride() == (1,)"
-    h_8_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_8_mlp_c_proj_bias.is_cpu):
-        return "self.h[8].mlp.c_proj.bias.is_cpu"
-    if not (h_8_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[8].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_8_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[8].mlp.c_proj.bias.shape == (768,)"
-    if not (h_8_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[8].mlp.c_proj.bias.stride() == (1,)"
-    h_9_ln_1_weight = (
-        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_9_ln_1_weight.is_cpu):
-        return "self.h[9].ln_1.weight.is_cpu"
-    if not (h_9_ln_1_weight.dtype == torch.float32):
-        return "self.h[9].ln_1.weight.dtype == torch.float32"
-    if not (h_9_ln_1_weight.shape == (768,)):
-        return "self.h[9].ln_1.weight.shape == (768,)"
-    if not (h_9_ln_1_weight.stride() == (1,)):
-        return "self.h[9].ln_1.weight.stride() == (1,)"
-    h_9_ln_1_bias = (
-        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_9_ln_1_bias.is_cpu):
-        return "self.h[9].ln_1.bias.is_cpu"
-    if not (h_9_ln_1_bias.dtype == torch.float32):
-        return "self.h[9].ln_1.bias.dtype == torch.float32"
-    if not (h_9_ln_1_bias.shape == (768,)):
-        return "self.h[9].ln_1.bias.shape == (768,)"
-    if not (h_9_ln_1_bias.stride() == (1,)):
-        return "self.h[9].ln_1.bias.stride() == (1,)"
-    h_9_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_9_attn_c_proj_bias.is_cpu):
-        return "self.h[9].attn.c_proj.bias.is_cpu"
-    if not (h_9_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[9].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_9_attn_c_proj_bias.shape == (768,)):
-        return "self.h[9].attn.c_proj.bias.shape == (768,)"
-    if not (h_9_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[9].attn.c_proj.bias.stride() == (1,)"
-    h_9_ln_2_weight = (
-        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_9_ln_2_weight.is_cpu):
-        return "self.h[9].ln_2.weight.is_cpu"
-    if not (h_9_ln_2_weight.dtype == torch.float32):
-        return "self.h[9].ln_2.weight.dtype == torch.float32"
-    if not (h_9_ln_2_weight.shape == (768,)):
-        return "self.h[9].ln_2.weight.shape == (768,)"
-    if not (h_9_ln_2_weight.stride() == (1,)):
-        return "self.h[9].ln_2.weight.stride() == (1,)"
-    h_9_ln_2_bias = (
-        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_9_ln_2_bias.is_cpu):
-        return "self.h[9].ln_2.bias.is_cpu"
-    if not (h_9_ln_2_bias.dtype == torch.float32):
-        return "self.h[9].ln_2.bias.dtype == torch.float32"
-    if not (h_9_ln_2_bias.shape == (768,)):
-        return "self.h[9].ln_2.bias.shape == (768,)"
-    if not (h_9_ln_2_bias.stride() == (1,)):
-        return "self.h[9].ln_2.bias.stride() == (1,)"
-    h_9_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_9_mlp_c_fc_bias.is_cpu):
-        return "self.h[9].mlp.c_fc.bias.is_cpu"
-    if not (h_9_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[9].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_9_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[9].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_9_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[9].mlp.c_fc.bias.stride() == (1,)"
-    h_9_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_9_mlp_c_proj_bias.is_cpu):
-        return "self.h[9].mlp.c_proj.bias.is_cpu"
-    if not (h_9_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[9].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_9_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[9].mlp.c_proj.bias.shape == (768,)"
-    if not (h_9_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[9].mlp.c_proj.bias.stride() == (1,)"
-    h_10_ln_1_weight = (
-        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_10_ln_1_weight.is_cpu):
-        return "self.h[10].ln_1.weight.is_cpu"
-    if not (h_10_ln_1_weight.dtype == torch.float32):
-        return "self.h[10].ln_1.weight.dtype == torch.float32"
-    if not (h_10_ln_1_weight.shape == (768,)):
-        return "self.h[10].ln_1.weight.shape == (768,)"
-    if not (h_10_ln_1_weight.stride() == (1,)):
-        return "self.h[10].ln_1.weight.stride() == (1,)"
-    h_10_ln_1_bias = (
-        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_10_ln_1_bias.is_cpu):
-        return "self.h[10].ln_1.bias.is_cpu"
-    if not (h_10_ln_1_bias.dtype == torch.float32):
-        return "self.h[10].ln_1.bias.dtype == torch.float32"
-    if not (h_10_ln_1_bias.shape == (768,)):
-        return "self.h[10].ln_1.bias.shape == (768,)"
-    if not (h_10_ln_1_bias.stride() == (1,)):
-        return "self.h[10].ln_1.bias.stride() == (1,)"
-    h_10_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_10_attn_c_proj_bias.is_cpu):
-        return "self.h[10].attn.c_proj.bias.is_cpu"
-    if not (h_10_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[10].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_10_attn_c_proj_bias.shape == (768,)):
-        return "self.h[10].attn.c_proj.bias.shape == (768,)"
-    if not (h_10_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[10].attn.c_proj.bias.stride() == (1,)"
-    h_10_ln_2_weight = (
-        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_10_ln_2_weight.is_cpu):
-        return "self.h[10].ln_2.weight.is_cpu"
-    if not (h_10_ln_2_weight.dtype == torch.float32):
-        return "self.h[10].ln_2.weight.dtype == torch.float32"
-    if not (h_10_ln_2_weight.shape == (768,)):
-        return "self.h[10].ln_2.weight.shape == (768,)"
-    if not (h_10_ln_2_weight.stride() == (1,)):
-        return "self.h[10].ln_2.weight.stride() == (1,)"
-    h_10_ln_2_bias = (
-        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_10_ln_2_bias.is_cpu):
-        return "self.h[10].ln_2.bias.is_cpu"
-    if not (h_10_ln_2_bias.dtype == torch.float32):
-        return "self.h[10].ln_2.bias.dtype == torch.float32"
-    if not (h_10_ln_2_bias.shape == (768,)):
-        return "self.h[10].ln_2.bias.shape == (768,)"
-    if not (h_10_ln_2_bias.stride() == (1,)):
-        return "self.h[10].ln_2.bias.stride() == (1,)"
-    h_10_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_10_mlp_c_fc_bias.is_cpu):
-        return "self.h[10].mlp.c_fc.bias.is_cpu"
-    if not (h_10_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[10].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_10_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[10].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_10_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[10].mlp.c_fc.bias.stride() == (1,)"
-    h_10_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_10_mlp_c_proj_bias.is_cpu):
-        return "self.h[10].mlp.c_proj.bias.is_cpu"
-    if not (h_10_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[10].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_10_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[10].mlp.c_proj.bias.shape == (768,)"
-    if not (h_10_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[10].mlp.c_proj.bias.stride() == (1,)"
-    h_11_ln_1_weight = (
-        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["weight"]
-    )
-    if not (h_11_ln_1_weight.is_cpu):
-        return "self.h[11].ln_1.weight.is_cpu"
-    if not (h_11_ln_1_weight.dtype == torch.float32):
-        return "self.h[11].ln_1.weight.dtype == torch.float32"
-    if not (h_11_ln_1_weight.shape == (768,)):
-        return "self.h[11].ln_1.weight.shape == (768,)"
-    if not (h_11_ln_1_weight.stride() == (1,)):
-        return "self.h[11].ln_1.weight.stride() == (1,)"
-    h_11_ln_1_bias = (
-        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["bias"]
-    )
-    if not (h_11_ln_1_bias.is_cpu):
-        return "self.h[11].ln_1.bias.is_cpu"
-    if not (h_11_ln_1_bias.dtype == torch.float32):
-        return "self.h[11].ln_1.bias.dtype == torch.float32"
-    if not (h_11_ln_1_bias.shape == (768,)):
-        return "self.h[11].ln_1.bias.shape == (768,)"
-    if not (h_11_ln_1_bias.stride() == (1,)):
-        return "self.h[11].ln_1.bias.stride() == (1,)"
-    h_11_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_11_attn_c_proj_bias.is_cpu):
-        return "self.h[11].attn.c_proj.bias.is_cpu"
-    if not (h_11_attn_c_proj_bias.dtype == torch.float32):
-        return "self.h[11].attn.c_proj.bias.dtype == torch.float32"
-    if not (h_11_attn_c_proj_bias.shape == (768,)):
-        return "self.h[11].attn.c_proj.bias.shape == (768,)"
-    if not (h_11_attn_c_proj_bias.stride() == (1,)):
-        return "self.h[11].attn.c_proj.bias.stride() == (1,)"
-    h_11_ln_2_weight = (
-        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["weight"]
-    )
-    if not (h_11_ln_2_weight.is_cpu):
-        return "self.h[11].ln_2.weight.is_cpu"
-    if not (h_11_ln_2_weight.dtype == torch.float32):
-        return "self.h[11].ln_2.weight.dtype == torch.float32"
-    if not (h_11_ln_2_weight.shape == (768,)):
-        return "self.h[11].ln_2.weight.shape == (768,)"
-    if not (h_11_ln_2_weight.stride() == (1,)):
-        return "self.h[11].ln_2.weight.stride() == (1,)"
-    h_11_ln_2_bias = (
-        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["bias"]
-    )
-    if not (h_11_ln_2_bias.is_cpu):
-        return "self.h[11].ln_2.bias.is_cpu"
-    if not (h_11_ln_2_bias.dtype == torch.float32):
-        return "self.h[11].ln_2.bias.dtype == torch.float32"
-    if not (h_11_ln_2_bias.shape == (768,)):
-        return "self.h[11].ln_2.bias.shape == (768,)"
-    if not (h_11_ln_2_bias.stride() == (1,)):
-        return "self.h[11].ln_2.bias.stride() == (1,)"
-    h_11_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    if not (h_11_mlp_c_fc_bias.is_cpu):
-        return "self.h[11].mlp.c_fc.bias.is_cpu"
-    if not (h_11_mlp_c_fc_bias.dtype == torch.float32):
-        return "self.h[11].mlp.c_fc.bias.dtype == torch.float32"
-    if not (h_11_mlp_c_fc_bias.shape == (3072,)):
-        return "self.h[11].mlp.c_fc.bias.shape == (3072,)"
-    if not (h_11_mlp_c_fc_bias.stride() == (1,)):
-        return "self.h[11].mlp.c_fc.bias.stride() == (1,)"
-    h_11_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    if not (h_11_mlp_c_proj_bias.is_cpu):
-        return "self.h[11].mlp.c_proj.bias.is_cpu"
-    if not (h_11_mlp_c_proj_bias.dtype == torch.float32):
-        return "self.h[11].mlp.c_proj.bias.dtype == torch.float32"
-    if not (h_11_mlp_c_proj_bias.shape == (768,)):
-        return "self.h[11].mlp.c_proj.bias.shape == (768,)"
-    if not (h_11_mlp_c_proj_bias.stride() == (1,)):
-        return "self.h[11].mlp.c_proj.bias.stride() == (1,)"
-    ln_f_weight = self._modules["ln_f"]._parameters["weight"]
-    if not (ln_f_weight.is_cpu):
-        return "self.ln_f.weight.is_cpu"
-    if not (ln_f_weight.dtype == torch.float32):
-        return "self.ln_f.weight.dtype == torch.float32"
-    if not (ln_f_weight.shape == (768,)):
-        return "self.ln_f.weight.shape == (768,)"
-    if not (ln_f_weight.stride() == (1,)):
-        return "self.ln_f.weight.stride() == (1,)"
-    ln_f_bias = self._modules["ln_f"]._parameters["bias"]
-    if not (ln_f_bias.is_cpu):
-        return "self.ln_f.bias.is_cpu"
-    if not (ln_f_bias.dtype == torch.float32):
-        return "self.ln_f.bias.dtype == torch.float32"
-    if not (ln_f_bias.shape == (768,)):
-        return "self.ln_f.bias.shape == (768,)"
-    if not (ln_f_bias.stride() == (1,)):
-        return "self.ln_f.bias.stride() == (1,)"
-    if not (
-        not torch.is_grad_enabled()
-        or not (
-            idx.requires_grad
-            or self.wte.weight.requires_grad
-            or self.wpe.weight.requires_grad
-            or h_0_ln_1_weight.requires_grad
-            or h_0_ln_1_bias.requires_grad
-            or self.h[0].attn.c_attn.weight.requires_grad
-            or self.h[0].attn.c_attn.bias.requires_grad
-            or self.h[0].attn.c_proj.weight.requires_grad
-            or h_0_attn_c_proj_bias.requires_grad
-            or h_0_ln_2_weight.requires_grad
-            or h_0_ln_2_bias.requires_grad
-            or self.h[0].mlp.c_fc.weight.requires_grad
-            or h_0_mlp_c_fc_bias.requires_grad
-            or self.h[0].mlp.c_proj.weight.requires_grad
-            or h_0_mlp_c_proj_bias.requires_grad
-            or h_1_ln_1_weight.requires_grad
-            or h_1_ln_1_bias.requires_grad
-            or self.h[1].attn.c_attn.weight.requires_grad
-            or self.h[1].attn.c_attn.bias.requires_grad
-            or self.h[1].attn.c_proj.weight.requires_grad
-            or h_1_attn_c_proj_bias.requires_grad
-            or h_1_ln_2_weight.requires_grad
-            or h_1_ln_2_bias.requires_grad
-            or self.h[1].mlp.c_fc.weight.requires_grad
-            or h_1_mlp_c_fc_bias.requires_grad
-            or self.h[1].mlp.c_proj.weight.requires_grad
-            or h_1_mlp_c_proj_bias.requires_grad
-            or h_2_ln_1_weight.requires_grad
-            or h_2_ln_1_bias.requires_grad
-            or self.h[2].attn.c_attn.weight.requires_grad
-            or self.h[2].attn.c_attn.bias.requires_grad
-            or self.h[2].attn.c_proj.weight.requires_grad
-            or h_2_attn_c_proj_bias.requires_grad
-            or h_2_ln_2_weight.requires_grad
-            or h_2_ln_2_bias.requires_grad
-            or self.h[2].mlp.c_fc.weight.requires_grad
-            or h_2_mlp_c_fc_bias.requires_grad
-            or self.h[2].mlp.c_proj.weight.requires_grad
-            or h_2_mlp_c_proj_bias.requires_grad
-            or h_3_ln_1_weight.requires_grad
-            or h_3_ln_1_bias.requires_grad
-            or self.h[3].attn.c_attn.weight.requires_grad
-            or self.h[3].attn.c_attn.bias.requires_grad
-            or self.h[3].attn.c_proj.weight.requires_grad
-            or h_3_attn_c_proj_bias.requires_grad
-            or h_3_ln_2_weight.requires_grad
-            or h_3_ln_2_bias.requires_grad
-            or self.h[3].mlp.c_fc.weight.requires_grad
-            or h_3_mlp_c_fc_bias.requires_grad
-            or self.h[3].mlp.c_proj.weight.requires_grad
-            or h_3_mlp_c_proj_bias.requires_grad
-            or h_4_ln_1_weight.requires_grad
-            or h_4_ln_1_bias.requires_grad
-            or self.h[4].attn.c_attn.weight.requires_grad
-            or self.h[4].attn.c_attn.bias.requires_grad
-            or self.h[4].attn.c_proj.weight.requires_grad
-            or h_4_attn_c_proj_bias.requires_grad
-            or h_4_ln_2_weight.requires_grad
-            or h_4_ln_2_bias.requires_grad
-            or self.h[4].mlp.c_fc.weight.requires_grad
-            or h_4_mlp_c_fc_bias.requires_grad
-            or self.h[4].mlp.c_proj.weight.requires_grad
-            or h_4_mlp_c_proj_bias.requires_grad
-            or h_5_ln_1_weight.requires_grad
-            or h_5_ln_1_bias.requires_grad
-            or self.h[5].attn.c_attn.weight.requires_grad
-            or self.h[5].attn.c_attn.bias.requires_grad
-            or self.h[5].attn.c_proj.weight.requires_grad
-            or h_5_attn_c_proj_bias.requires_grad
-            or h_5_ln_2_weight.requires_grad
-            or h_5_ln_2_bias.requires_grad
-            or self.h[5].mlp.c_fc.weight.requires_grad
-            or h_5_mlp_c_fc_bias.requires_grad
-            or self.h[5].mlp.c_proj.weight.requires_grad
-            or h_5_mlp_c_proj_bias.requires_grad
-            or h_6_ln_1_weight.requires_grad
-            or h_6_ln_1_bias.requires_grad
-            or self.h[6].attn.c_attn.weight.requires_grad
-            or self.h[6].attn.c_attn.bias.requires_grad
-            or self.h[6].attn.c_proj.weight.requires_grad
-            or h_6_attn_c_proj_bias.requires_grad
-            or h_6_ln_2_weight.requires_grad
-            or h_6_ln_2_bias.requires_grad
-            or self.h[6].mlp.c_fc.weight.requires_grad
-            or h_6_mlp_c_fc_bias.requires_grad
-            or self.h[6].mlp.c_proj.weight.requires_grad
-            or h_6_mlp_c_proj_bias.requires_grad
-            or h_7_ln_1_weight.requires_grad
-            or h_7_ln_1_bias.requires_grad
-            or self.h[7].attn.c_attn.weight.requires_grad
-            or self.h[7].attn.c_attn.bias.requires_grad
-            or self.h[7].attn.c_proj.weight.requires_grad
-            or h_7_attn_c_proj_bias.requires_grad
-            or h_7_ln_2_weight.requires_grad
-            or h_7_ln_2_bias.requires_grad
-            or self.h[7].mlp.c_fc.weight.requires_grad
-            or h_7_mlp_c_fc_bias.requires_grad
-            or self.h[7].mlp.c_proj.weight.requires_grad
-            or h_7_mlp_c_proj_bias.requires_grad
-            or h_8_ln_1_weight.requires_grad
-            or h_8_ln_1_bias.requires_grad
-            or self.h[8].attn.c_attn.weight.requires_grad
-            or self.h[8].attn.c_attn.bias.requires_grad
-            or self.h[8].attn.c_proj.weight.requires_grad
-            or h_8_attn_c_proj_bias.requires_grad
-            or h_8_ln_2_weight.requires_grad
-            or h_8_ln_2_bias.requires_grad
-            or self.h[8].mlp.c_fc.weight.requires_grad
-            or h_8_mlp_c_fc_bias.requires_grad
-            or self.h[8].mlp.c_proj.weight.requires_grad
-            or h_8_mlp_c_proj_bias.requires_grad
-            or h_9_ln_1_weight.requires_grad
-            or h_9_ln_1_bias.requires_grad
-            or self.h[9].attn.c_attn.weight.requires_grad
-            or self.h[9].attn.c_attn.bias.requires_grad
-            or self.h[9].attn.c_proj.weight.requires_grad
-            or h_9_attn_c_proj_bias.requires_grad
-            or h_9_ln_2_weight.requires_grad
-            or h_9_ln_2_bias.requires_grad
-            or self.h[9].mlp.c_fc.weight.requires_grad
-            or h_9_mlp_c_fc_bias.requires_grad
-            or self.h[9].mlp.c_proj.weight.requires_grad
-            or h_9_mlp_c_proj_bias.requires_grad
-            or h_10_ln_1_weight.requires_grad
-            or h_10_ln_1_bias.requires_grad
-            or self.h[10].attn.c_attn.weight.requires_grad
-            or self.h[10].attn.c_attn.bias.requires_grad
-            or self.h[10].attn.c_proj.weight.requires_grad
-            or h_10_attn_c_proj_bias.requires_grad
-            or h_10_ln_2_weight.requires_grad
-            or h_10_ln_2_bias.requires_grad
-            or self.h[10].mlp.c_fc.weight.requires_grad
-            or h_10_mlp_c_fc_bias.requires_grad
-            or self.h[10].mlp.c_proj.weight.requires_grad
-            or h_10_mlp_c_proj_bias.requires_grad
-            or h_11_ln_1_weight.requires_grad
-            or h_11_ln_1_bias.requires_grad
-            or self.h[11].attn.c_attn.weight.requires_grad
-            or self.h[11].attn.c_attn.bias.requires_grad
-            or self.h[11].attn.c_proj.weight.requires_grad
-            or h_11_attn_c_proj_bias.requires_grad
-            or h_11_ln_2_weight.requires_grad
-            or h_11_ln_2_bias.requires_grad
-            or self.h[11].mlp.c_fc.weight.requires_grad
-            or h_11_mlp_c_fc_bias.requires_grad
-            or self.h[11].mlp.c_proj.weight.requires_grad
-            or h_11_mlp_c_proj_bias.requires_grad
-            or ln_f_weight.requires_grad
-            or ln_f_bias.requires_grad
-        )
-    ):
-        return "not torch.is_grad_enabled() or nothing it reads requires grad"
-    return None
+    try:
+        import examples.gpt_block
+
+        if not (isinstance(idx, torch.Tensor)):
+            return "isinstance(idx, torch.Tensor)"
+        if not (idx.is_cpu):
+            return "idx.is_cpu"
+        if not (idx.dtype == torch.int64):
+            return "idx.dtype == torch.int64"
+        if not (idx.shape == (1, 64)):
+            return "idx.shape == (1, 64)"
+        if not (idx.is_contiguous()):
+            return "idx.is_contiguous()"
+        if not (not self.training):
+            return "not self.training"
+        if not (
+            not (
+                torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks
+                or torch.nn.modules.module._global_backward_hooks
+                or torch.nn.modules.module._global_backward_pre_hooks
+            )
+        ):
+            return "no global module hooks"
+        if not (self.block_size == 1024):
+            return "self.block_size == 1024"
+        wte = self._modules.get("wte")
+        if not (type(wte) is torch.nn.Embedding):
+            return "type(self.wte) is torch.nn.Embedding"
+        if not (
+            not wte.training
+            and wte.num_embeddings == 50257
+            and wte.embedding_dim == 768
+            and wte.padding_idx is None
+            and wte.max_norm is None
+            and wte.norm_type == 2.0
+            and not wte.scale_grad_by_freq
+            and not wte.sparse
+        ):
+            return "not self.wte.training and self.wte.num_embeddings == 50257 and self.wte.embedding_dim == 768 and self.wte.padding_idx is None and self.wte.max_norm is None and self.wte.norm_type == 2.0 and not self.wte.scale_grad_by_freq and not self.wte.sparse"
+        if not (
+            not (
+                wte._forward_hooks
+                or wte._forward_pre_hooks
+                or wte._backward_hooks
+                or wte._backward_pre_hooks
+            )
+        ):
+            return "self.wte has no hooks"
+        wpe = self._modules.get("wpe")
+        if not (type(wpe) is torch.nn.Embedding):
+            return "type(self.wpe) is torch.nn.Embedding"
+        if not (
+            not wpe.training
+            and wpe.num_embeddings == 1024
+            and wpe.embedding_dim == 768
+            and wpe.padding_idx is None
+            and wpe.max_norm is None
+            and wpe.norm_type == 2.0
+            and not wpe.scale_grad_by_freq
+            and not wpe.sparse
+        ):
+            return "not self.wpe.training and self.wpe.num_embeddings == 1024 and self.wpe.embedding_dim == 768 and self.wpe.padding_idx is None and self.wpe.max_norm is None and self.wpe.norm_type == 2.0 and not self.wpe.scale_grad_by_freq and not self.wpe.sparse"
+        if not (
+            not (
+                wpe._forward_hooks
+                or wpe._forward_pre_hooks
+                or wpe._backward_hooks
+                or wpe._backward_pre_hooks
+            )
+        ):
+            return "self.wpe has no hooks"
+        h = self._modules.get("h")
+        if not (type(h) is torch.nn.ModuleList):
+            return "type(self.h) is torch.nn.ModuleList"
+        if not (len(h._modules) == 12):
+            return "len(self.h) == 12"
+        h_0 = h._modules.get("0")
+        if not (type(h_0) is _source.Block):
+            return "type(self.h[0]) is _source.Block"
+        if not (
+            not (
+                h_0._forward_hooks
+                or h_0._forward_pre_hooks
+                or h_0._backward_hooks
+                or h_0._backward_pre_hooks
+            )
+        ):
+            return "self.h[0] has no hooks"
+        h_0_ln_1 = h_0._modules.get("ln_1")
+        if not (type(h_0_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[0].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_0_ln_1.training
+            and h_0_ln_1.normalized_shape == (768,)
+            and h_0_ln_1.eps == 1e-05
+            and h_0_ln_1.elementwise_affine
+        ):
+            return "not self.h[0].ln_1.training and self.h[0].ln_1.normalized_shape == (768,) and self.h[0].ln_1.eps == 1e-05 and self.h[0].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_0_ln_1._forward_hooks
+                or h_0_ln_1._forward_pre_hooks
+                or h_0_ln_1._backward_hooks
+                or h_0_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].ln_1 has no hooks"
+        h_0_attn = h_0._modules.get("attn")
+        if not (type(h_0_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[0].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_0_attn.n_embd == 768 and h_0_attn.n_head == 12):
+            return "self.h[0].attn.n_embd == 768 and self.h[0].attn.n_head == 12"
+        if not (
+            not (
+                h_0_attn._forward_hooks
+                or h_0_attn._forward_pre_hooks
+                or h_0_attn._backward_hooks
+                or h_0_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].attn has no hooks"
+        h_0_attn_c_attn = h_0_attn._modules.get("c_attn")
+        if not (type(h_0_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[0].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_0_attn_c_attn.training
+            and h_0_attn_c_attn.in_features == 768
+            and h_0_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[0].attn.c_attn.training and self.h[0].attn.c_attn.in_features == 768 and self.h[0].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_0_attn_c_attn._forward_hooks
+                or h_0_attn_c_attn._forward_pre_hooks
+                or h_0_attn_c_attn._backward_hooks
+                or h_0_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].attn.c_attn has no hooks"
+        h_0_attn_c_proj = h_0_attn._modules.get("c_proj")
+        if not (type(h_0_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[0].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_0_attn_c_proj.training
+            and h_0_attn_c_proj.in_features == 768
+            and h_0_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[0].attn.c_proj.training and self.h[0].attn.c_proj.in_features == 768 and self.h[0].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_0_attn_c_proj._forward_hooks
+                or h_0_attn_c_proj._forward_pre_hooks
+                or h_0_attn_c_proj._backward_hooks
+                or h_0_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].attn.c_proj has no hooks"
+        h_0_ln_2 = h_0._modules.get("ln_2")
+        if not (type(h_0_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[0].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_0_ln_2.training
+            and h_0_ln_2.normalized_shape == (768,)
+            and h_0_ln_2.eps == 1e-05
+            and h_0_ln_2.elementwise_affine
+        ):
+            return "not self.h[0].ln_2.training and self.h[0].ln_2.normalized_shape == (768,) and self.h[0].ln_2.eps == 1e-05 and self.h[0].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_0_ln_2._forward_hooks
+                or h_0_ln_2._forward_pre_hooks
+                or h_0_ln_2._backward_hooks
+                or h_0_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].ln_2 has no hooks"
+        h_0_mlp = h_0._modules.get("mlp")
+        if not (type(h_0_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[0].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_0_mlp._forward_hooks
+                or h_0_mlp._forward_pre_hooks
+                or h_0_mlp._backward_hooks
+                or h_0_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].mlp has no hooks"
+        h_0_mlp_c_fc = h_0_mlp._modules.get("c_fc")
+        if not (type(h_0_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[0].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_0_mlp_c_fc.training
+            and h_0_mlp_c_fc.in_features == 768
+            and h_0_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[0].mlp.c_fc.training and self.h[0].mlp.c_fc.in_features == 768 and self.h[0].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_0_mlp_c_fc._forward_hooks
+                or h_0_mlp_c_fc._forward_pre_hooks
+                or h_0_mlp_c_fc._backward_hooks
+                or h_0_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].mlp.c_fc has no hooks"
+        h_0_mlp_c_proj = h_0_mlp._modules.get("c_proj")
+        if not (type(h_0_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[0].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_0_mlp_c_proj.training
+            and h_0_mlp_c_proj.in_features == 3072
+            and h_0_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[0].mlp.c_proj.training and self.h[0].mlp.c_proj.in_features == 3072 and self.h[0].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_0_mlp_c_proj._forward_hooks
+                or h_0_mlp_c_proj._forward_pre_hooks
+                or h_0_mlp_c_proj._backward_hooks
+                or h_0_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[0].mlp.c_proj has no hooks"
+        h_1 = h._modules.get("1")
+        if not (type(h_1) is _source.Block):
+            return "type(self.h[1]) is _source.Block"
+        if not (
+            not (
+                h_1._forward_hooks
+                or h_1._forward_pre_hooks
+                or h_1._backward_hooks
+                or h_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[1] has no hooks"
+        h_1_ln_1 = h_1._modules.get("ln_1")
+        if not (type(h_1_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[1].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_1_ln_1.training
+            and h_1_ln_1.normalized_shape == (768,)
+            and h_1_ln_1.eps == 1e-05
+            and h_1_ln_1.elementwise_affine
+        ):
+            return "not self.h[1].ln_1.training and self.h[1].ln_1.normalized_shape == (768,) and self.h[1].ln_1.eps == 1e-05 and self.h[1].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_1_ln_1._forward_hooks
+                or h_1_ln_1._forward_pre_hooks
+                or h_1_ln_1._backward_hooks
+                or h_1_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].ln_1 has no hooks"
+        h_1_attn = h_1._modules.get("attn")
+        if not (type(h_1_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[1].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_1_attn.n_embd == 768 and h_1_attn.n_head == 12):
+            return "self.h[1].attn.n_embd == 768 and self.h[1].attn.n_head == 12"
+        if not (
+            not (
+                h_1_attn._forward_hooks
+                or h_1_attn._forward_pre_hooks
+                or h_1_attn._backward_hooks
+                or h_1_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].attn has no hooks"
+        h_1_attn_c_attn = h_1_attn._modules.get("c_attn")
+        if not (type(h_1_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[1].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_1_attn_c_attn.training
+            and h_1_attn_c_attn.in_features == 768
+            and h_1_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[1].attn.c_attn.training and self.h[1].attn.c_attn.in_features == 768 and self.h[1].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_1_attn_c_attn._forward_hooks
+                or h_1_attn_c_attn._forward_pre_hooks
+                or h_1_attn_c_attn._backward_hooks
+                or h_1_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].attn.c_attn has no hooks"
+        h_1_attn_c_proj = h_1_attn._modules.get("c_proj")
+        if not (type(h_1_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[1].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_1_attn_c_proj.training
+            and h_1_attn_c_proj.in_features == 768
+            and h_1_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[1].attn.c_proj.training and self.h[1].attn.c_proj.in_features == 768 and self.h[1].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_1_attn_c_proj._forward_hooks
+                or h_1_attn_c_proj._forward_pre_hooks
+                or h_1_attn_c_proj._backward_hooks
+                or h_1_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].attn.c_proj has no hooks"
+        h_1_ln_2 = h_1._modules.get("ln_2")
+        if not (type(h_1_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[1].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_1_ln_2.training
+            and h_1_ln_2.normalized_shape == (768,)
+            and h_1_ln_2.eps == 1e-05
+            and h_1_ln_2.elementwise_affine
+        ):
+            return "not self.h[1].ln_2.training and self.h[1].ln_2.normalized_shape == (768,) and self.h[1].ln_2.eps == 1e-05 and self.h[1].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_1_ln_2._forward_hooks
+                or h_1_ln_2._forward_pre_hooks
+                or h_1_ln_2._backward_hooks
+                or h_1_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].ln_2 has no hooks"
+        h_1_mlp = h_1._modules.get("mlp")
+        if not (type(h_1_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[1].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_1_mlp._forward_hooks
+                or h_1_mlp._forward_pre_hooks
+                or h_1_mlp._backward_hooks
+                or h_1_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].mlp has no hooks"
+        h_1_mlp_c_fc = h_1_mlp._modules.get("c_fc")
+        if not (type(h_1_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[1].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_1_mlp_c_fc.training
+            and h_1_mlp_c_fc.in_features == 768
+            and h_1_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[1].mlp.c_fc.training and self.h[1].mlp.c_fc.in_features == 768 and self.h[1].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_1_mlp_c_fc._forward_hooks
+                or h_1_mlp_c_fc._forward_pre_hooks
+                or h_1_mlp_c_fc._backward_hooks
+                or h_1_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].mlp.c_fc has no hooks"
+        h_1_mlp_c_proj = h_1_mlp._modules.get("c_proj")
+        if not (type(h_1_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[1].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_1_mlp_c_proj.training
+            and h_1_mlp_c_proj.in_features == 3072
+            and h_1_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[1].mlp.c_proj.training and self.h[1].mlp.c_proj.in_features == 3072 and self.h[1].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_1_mlp_c_proj._forward_hooks
+                or h_1_mlp_c_proj._forward_pre_hooks
+                or h_1_mlp_c_proj._backward_hooks
+                or h_1_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[1].mlp.c_proj has no hooks"
+        h_2 = h._modules.get("2")
+        if not (type(h_2) is _source.Block):
+            return "type(self.h[2]) is _source.Block"
+        if not (
+            not (
+                h_2._forward_hooks
+                or h_2._forward_pre_hooks
+                or h_2._backward_hooks
+                or h_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[2] has no hooks"
+        h_2_ln_1 = h_2._modules.get("ln_1")
+        if not (type(h_2_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[2].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_2_ln_1.training
+            and h_2_ln_1.normalized_shape == (768,)
+            and h_2_ln_1.eps == 1e-05
+            and h_2_ln_1.elementwise_affine
+        ):
+            return "not self.h[2].ln_1.training and self.h[2].ln_1.normalized_shape == (768,) and self.h[2].ln_1.eps == 1e-05 and self.h[2].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_2_ln_1._forward_hooks
+                or h_2_ln_1._forward_pre_hooks
+                or h_2_ln_1._backward_hooks
+                or h_2_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].ln_1 has no hooks"
+        h_2_attn = h_2._modules.get("attn")
+        if not (type(h_2_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[2].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_2_attn.n_embd == 768 and h_2_attn.n_head == 12):
+            return "self.h[2].attn.n_embd == 768 and self.h[2].attn.n_head == 12"
+        if not (
+            not (
+                h_2_attn._forward_hooks
+                or h_2_attn._forward_pre_hooks
+                or h_2_attn._backward_hooks
+                or h_2_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].attn has no hooks"
+        h_2_attn_c_attn = h_2_attn._modules.get("c_attn")
+        if not (type(h_2_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[2].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_2_attn_c_attn.training
+            and h_2_attn_c_attn.in_features == 768
+            and h_2_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[2].attn.c_attn.training and self.h[2].attn.c_attn.in_features == 768 and self.h[2].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_2_attn_c_attn._forward_hooks
+                or h_2_attn_c_attn._forward_pre_hooks
+                or h_2_attn_c_attn._backward_hooks
+                or h_2_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].attn.c_attn has no hooks"
+        h_2_attn_c_proj = h_2_attn._modules.get("c_proj")
+        if not (type(h_2_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[2].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_2_attn_c_proj.training
+            and h_2_attn_c_proj.in_features == 768
+            and h_2_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[2].attn.c_proj.training and self.h[2].attn.c_proj.in_features == 768 and self.h[2].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_2_attn_c_proj._forward_hooks
+                or h_2_attn_c_proj._forward_pre_hooks
+                or h_2_attn_c_proj._backward_hooks
+                or h_2_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].attn.c_proj has no hooks"
+        h_2_ln_2 = h_2._modules.get("ln_2")
+        if not (type(h_2_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[2].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_2_ln_2.training
+            and h_2_ln_2.normalized_shape == (768,)
+            and h_2_ln_2.eps == 1e-05
+            and h_2_ln_2.elementwise_affine
+        ):
+            return "not self.h[2].ln_2.training and self.h[2].ln_2.normalized_shape == (768,) and self.h[2].ln_2.eps == 1e-05 and self.h[2].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_2_ln_2._forward_hooks
+                or h_2_ln_2._forward_pre_hooks
+                or h_2_ln_2._backward_hooks
+                or h_2_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].ln_2 has no hooks"
+        h_2_mlp = h_2._modules.get("mlp")
+        if not (type(h_2_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[2].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_2_mlp._forward_hooks
+                or h_2_mlp._forward_pre_hooks
+                or h_2_mlp._backward_hooks
+                or h_2_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].mlp has no hooks"
+        h_2_mlp_c_fc = h_2_mlp._modules.get("c_fc")
+        if not (type(h_2_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[2].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_2_mlp_c_fc.training
+            and h_2_mlp_c_fc.in_features == 768
+            and h_2_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[2].mlp.c_fc.training and self.h[2].mlp.c_fc.in_features == 768 and self.h[2].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_2_mlp_c_fc._forward_hooks
+                or h_2_mlp_c_fc._forward_pre_hooks
+                or h_2_mlp_c_fc._backward_hooks
+                or h_2_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].mlp.c_fc has no hooks"
+        h_2_mlp_c_proj = h_2_mlp._modules.get("c_proj")
+        if not (type(h_2_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[2].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_2_mlp_c_proj.training
+            and h_2_mlp_c_proj.in_features == 3072
+            and h_2_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[2].mlp.c_proj.training and self.h[2].mlp.c_proj.in_features == 3072 and self.h[2].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_2_mlp_c_proj._forward_hooks
+                or h_2_mlp_c_proj._forward_pre_hooks
+                or h_2_mlp_c_proj._backward_hooks
+                or h_2_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[2].mlp.c_proj has no hooks"
+        h_3 = h._modules.get("3")
+        if not (type(h_3) is _source.Block):
+            return "type(self.h[3]) is _source.Block"
+        if not (
+            not (
+                h_3._forward_hooks
+                or h_3._forward_pre_hooks
+                or h_3._backward_hooks
+                or h_3._backward_pre_hooks
+            )
+        ):
+            return "self.h[3] has no hooks"
+        h_3_ln_1 = h_3._modules.get("ln_1")
+        if not (type(h_3_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[3].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_3_ln_1.training
+            and h_3_ln_1.normalized_shape == (768,)
+            and h_3_ln_1.eps == 1e-05
+            and h_3_ln_1.elementwise_affine
+        ):
+            return "not self.h[3].ln_1.training and self.h[3].ln_1.normalized_shape == (768,) and self.h[3].ln_1.eps == 1e-05 and self.h[3].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_3_ln_1._forward_hooks
+                or h_3_ln_1._forward_pre_hooks
+                or h_3_ln_1._backward_hooks
+                or h_3_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].ln_1 has no hooks"
+        h_3_attn = h_3._modules.get("attn")
+        if not (type(h_3_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[3].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_3_attn.n_embd == 768 and h_3_attn.n_head == 12):
+            return "self.h[3].attn.n_embd == 768 and self.h[3].attn.n_head == 12"
+        if not (
+            not (
+                h_3_attn._forward_hooks
+                or h_3_attn._forward_pre_hooks
+                or h_3_attn._backward_hooks
+                or h_3_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].attn has no hooks"
+        h_3_attn_c_attn = h_3_attn._modules.get("c_attn")
+        if not (type(h_3_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[3].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_3_attn_c_attn.training
+            and h_3_attn_c_attn.in_features == 768
+            and h_3_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[3].attn.c_attn.training and self.h[3].attn.c_attn.in_features == 768 and self.h[3].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_3_attn_c_attn._forward_hooks
+                or h_3_attn_c_attn._forward_pre_hooks
+                or h_3_attn_c_attn._backward_hooks
+                or h_3_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].attn.c_attn has no hooks"
+        h_3_attn_c_proj = h_3_attn._modules.get("c_proj")
+        if not (type(h_3_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[3].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_3_attn_c_proj.training
+            and h_3_attn_c_proj.in_features == 768
+            and h_3_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[3].attn.c_proj.training and self.h[3].attn.c_proj.in_features == 768 and self.h[3].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_3_attn_c_proj._forward_hooks
+                or h_3_attn_c_proj._forward_pre_hooks
+                or h_3_attn_c_proj._backward_hooks
+                or h_3_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].attn.c_proj has no hooks"
+        h_3_ln_2 = h_3._modules.get("ln_2")
+        if not (type(h_3_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[3].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_3_ln_2.training
+            and h_3_ln_2.normalized_shape == (768,)
+            and h_3_ln_2.eps == 1e-05
+            and h_3_ln_2.elementwise_affine
+        ):
+            return "not self.h[3].ln_2.training and self.h[3].ln_2.normalized_shape == (768,) and self.h[3].ln_2.eps == 1e-05 and self.h[3].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_3_ln_2._forward_hooks
+                or h_3_ln_2._forward_pre_hooks
+                or h_3_ln_2._backward_hooks
+                or h_3_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].ln_2 has no hooks"
+        h_3_mlp = h_3._modules.get("mlp")
+        if not (type(h_3_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[3].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_3_mlp._forward_hooks
+                or h_3_mlp._forward_pre_hooks
+                or h_3_mlp._backward_hooks
+                or h_3_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].mlp has no hooks"
+        h_3_mlp_c_fc = h_3_mlp._modules.get("c_fc")
+        if not (type(h_3_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[3].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_3_mlp_c_fc.training
+            and h_3_mlp_c_fc.in_features == 768
+            and h_3_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[3].mlp.c_fc.training and self.h[3].mlp.c_fc.in_features == 768 and self.h[3].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_3_mlp_c_fc._forward_hooks
+                or h_3_mlp_c_fc._forward_pre_hooks
+                or h_3_mlp_c_fc._backward_hooks
+                or h_3_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].mlp.c_fc has no hooks"
+        h_3_mlp_c_proj = h_3_mlp._modules.get("c_proj")
+        if not (type(h_3_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[3].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_3_mlp_c_proj.training
+            and h_3_mlp_c_proj.in_features == 3072
+            and h_3_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[3].mlp.c_proj.training and self.h[3].mlp.c_proj.in_features == 3072 and self.h[3].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_3_mlp_c_proj._forward_hooks
+                or h_3_mlp_c_proj._forward_pre_hooks
+                or h_3_mlp_c_proj._backward_hooks
+                or h_3_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[3].mlp.c_proj has no hooks"
+        h_4 = h._modules.get("4")
+        if not (type(h_4) is _source.Block):
+            return "type(self.h[4]) is _source.Block"
+        if not (
+            not (
+                h_4._forward_hooks
+                or h_4._forward_pre_hooks
+                or h_4._backward_hooks
+                or h_4._backward_pre_hooks
+            )
+        ):
+            return "self.h[4] has no hooks"
+        h_4_ln_1 = h_4._modules.get("ln_1")
+        if not (type(h_4_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[4].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_4_ln_1.training
+            and h_4_ln_1.normalized_shape == (768,)
+            and h_4_ln_1.eps == 1e-05
+            and h_4_ln_1.elementwise_affine
+        ):
+            return "not self.h[4].ln_1.training and self.h[4].ln_1.normalized_shape == (768,) and self.h[4].ln_1.eps == 1e-05 and self.h[4].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_4_ln_1._forward_hooks
+                or h_4_ln_1._forward_pre_hooks
+                or h_4_ln_1._backward_hooks
+                or h_4_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].ln_1 has no hooks"
+        h_4_attn = h_4._modules.get("attn")
+        if not (type(h_4_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[4].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_4_attn.n_embd == 768 and h_4_attn.n_head == 12):
+            return "self.h[4].attn.n_embd == 768 and self.h[4].attn.n_head == 12"
+        if not (
+            not (
+                h_4_attn._forward_hooks
+                or h_4_attn._forward_pre_hooks
+                or h_4_attn._backward_hooks
+                or h_4_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].attn has no hooks"
+        h_4_attn_c_attn = h_4_attn._modules.get("c_attn")
+        if not (type(h_4_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[4].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_4_attn_c_attn.training
+            and h_4_attn_c_attn.in_features == 768
+            and h_4_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[4].attn.c_attn.training and self.h[4].attn.c_attn.in_features == 768 and self.h[4].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_4_attn_c_attn._forward_hooks
+                or h_4_attn_c_attn._forward_pre_hooks
+                or h_4_attn_c_attn._backward_hooks
+                or h_4_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].attn.c_attn has no hooks"
+        h_4_attn_c_proj = h_4_attn._modules.get("c_proj")
+        if not (type(h_4_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[4].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_4_attn_c_proj.training
+            and h_4_attn_c_proj.in_features == 768
+            and h_4_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[4].attn.c_proj.training and self.h[4].attn.c_proj.in_features == 768 and self.h[4].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_4_attn_c_proj._forward_hooks
+                or h_4_attn_c_proj._forward_pre_hooks
+                or h_4_attn_c_proj._backward_hooks
+                or h_4_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].attn.c_proj has no hooks"
+        h_4_ln_2 = h_4._modules.get("ln_2")
+        if not (type(h_4_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[4].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_4_ln_2.training
+            and h_4_ln_2.normalized_shape == (768,)
+            and h_4_ln_2.eps == 1e-05
+            and h_4_ln_2.elementwise_affine
+        ):
+            return "not self.h[4].ln_2.training and self.h[4].ln_2.normalized_shape == (768,) and self.h[4].ln_2.eps == 1e-05 and self.h[4].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_4_ln_2._forward_hooks
+                or h_4_ln_2._forward_pre_hooks
+                or h_4_ln_2._backward_hooks
+                or h_4_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].ln_2 has no hooks"
+        h_4_mlp = h_4._modules.get("mlp")
+        if not (type(h_4_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[4].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_4_mlp._forward_hooks
+                or h_4_mlp._forward_pre_hooks
+                or h_4_mlp._backward_hooks
+                or h_4_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].mlp has no hooks"
+        h_4_mlp_c_fc = h_4_mlp._modules.get("c_fc")
+        if not (type(h_4_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[4].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_4_mlp_c_fc.training
+            and h_4_mlp_c_fc.in_features == 768
+            and h_4_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[4].mlp.c_fc.training and self.h[4].mlp.c_fc.in_features == 768 and self.h[4].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_4_mlp_c_fc._forward_hooks
+                or h_4_mlp_c_fc._forward_pre_hooks
+                or h_4_mlp_c_fc._backward_hooks
+                or h_4_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].mlp.c_fc has no hooks"
+        h_4_mlp_c_proj = h_4_mlp._modules.get("c_proj")
+        if not (type(h_4_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[4].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_4_mlp_c_proj.training
+            and h_4_mlp_c_proj.in_features == 3072
+            and h_4_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[4].mlp.c_proj.training and self.h[4].mlp.c_proj.in_features == 3072 and self.h[4].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_4_mlp_c_proj._forward_hooks
+                or h_4_mlp_c_proj._forward_pre_hooks
+                or h_4_mlp_c_proj._backward_hooks
+                or h_4_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[4].mlp.c_proj has no hooks"
+        h_5 = h._modules.get("5")
+        if not (type(h_5) is _source.Block):
+            return "type(self.h[5]) is _source.Block"
+        if not (
+            not (
+                h_5._forward_hooks
+                or h_5._forward_pre_hooks
+                or h_5._backward_hooks
+                or h_5._backward_pre_hooks
+            )
+        ):
+            return "self.h[5] has no hooks"
+        h_5_ln_1 = h_5._modules.get("ln_1")
+        if not (type(h_5_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[5].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_5_ln_1.training
+            and h_5_ln_1.normalized_shape == (768,)
+            and h_5_ln_1.eps == 1e-05
+            and h_5_ln_1.elementwise_affine
+        ):
+            return "not self.h[5].ln_1.training and self.h[5].ln_1.normalized_shape == (768,) and self.h[5].ln_1.eps == 1e-05 and self.h[5].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_5_ln_1._forward_hooks
+                or h_5_ln_1._forward_pre_hooks
+                or h_5_ln_1._backward_hooks
+                or h_5_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].ln_1 has no hooks"
+        h_5_attn = h_5._modules.get("attn")
+        if not (type(h_5_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[5].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_5_attn.n_embd == 768 and h_5_attn.n_head == 12):
+            return "self.h[5].attn.n_embd == 768 and self.h[5].attn.n_head == 12"
+        if not (
+            not (
+                h_5_attn._forward_hooks
+                or h_5_attn._forward_pre_hooks
+                or h_5_attn._backward_hooks
+                or h_5_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].attn has no hooks"
+        h_5_attn_c_attn = h_5_attn._modules.get("c_attn")
+        if not (type(h_5_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[5].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_5_attn_c_attn.training
+            and h_5_attn_c_attn.in_features == 768
+            and h_5_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[5].attn.c_attn.training and self.h[5].attn.c_attn.in_features == 768 and self.h[5].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_5_attn_c_attn._forward_hooks
+                or h_5_attn_c_attn._forward_pre_hooks
+                or h_5_attn_c_attn._backward_hooks
+                or h_5_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].attn.c_attn has no hooks"
+        h_5_attn_c_proj = h_5_attn._modules.get("c_proj")
+        if not (type(h_5_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[5].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_5_attn_c_proj.training
+            and h_5_attn_c_proj.in_features == 768
+            and h_5_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[5].attn.c_proj.training and self.h[5].attn.c_proj.in_features == 768 and self.h[5].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_5_attn_c_proj._forward_hooks
+                or h_5_attn_c_proj._forward_pre_hooks
+                or h_5_attn_c_proj._backward_hooks
+                or h_5_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].attn.c_proj has no hooks"
+        h_5_ln_2 = h_5._modules.get("ln_2")
+        if not (type(h_5_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[5].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_5_ln_2.training
+            and h_5_ln_2.normalized_shape == (768,)
+            and h_5_ln_2.eps == 1e-05
+            and h_5_ln_2.elementwise_affine
+        ):
+            return "not self.h[5].ln_2.training and self.h[5].ln_2.normalized_shape == (768,) and self.h[5].ln_2.eps == 1e-05 and self.h[5].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_5_ln_2._forward_hooks
+                or h_5_ln_2._forward_pre_hooks
+                or h_5_ln_2._backward_hooks
+                or h_5_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].ln_2 has no hooks"
+        h_5_mlp = h_5._modules.get("mlp")
+        if not (type(h_5_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[5].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_5_mlp._forward_hooks
+                or h_5_mlp._forward_pre_hooks
+                or h_5_mlp._backward_hooks
+                or h_5_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].mlp has no hooks"
+        h_5_mlp_c_fc = h_5_mlp._modules.get("c_fc")
+        if not (type(h_5_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[5].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_5_mlp_c_fc.training
+            and h_5_mlp_c_fc.in_features == 768
+            and h_5_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[5].mlp.c_fc.training and self.h[5].mlp.c_fc.in_features == 768 and self.h[5].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_5_mlp_c_fc._forward_hooks
+                or h_5_mlp_c_fc._forward_pre_hooks
+                or h_5_mlp_c_fc._backward_hooks
+                or h_5_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].mlp.c_fc has no hooks"
+        h_5_mlp_c_proj = h_5_mlp._modules.get("c_proj")
+        if not (type(h_5_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[5].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_5_mlp_c_proj.training
+            and h_5_mlp_c_proj.in_features == 3072
+            and h_5_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[5].mlp.c_proj.training and self.h[5].mlp.c_proj.in_features == 3072 and self.h[5].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_5_mlp_c_proj._forward_hooks
+                or h_5_mlp_c_proj._forward_pre_hooks
+                or h_5_mlp_c_proj._backward_hooks
+                or h_5_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[5].mlp.c_proj has no hooks"
+        h_6 = h._modules.get("6")
+        if not (type(h_6) is _source.Block):
+            return "type(self.h[6]) is _source.Block"
+        if not (
+            not (
+                h_6._forward_hooks
+                or h_6._forward_pre_hooks
+                or h_6._backward_hooks
+                or h_6._backward_pre_hooks
+            )
+        ):
+            return "self.h[6] has no hooks"
+        h_6_ln_1 = h_6._modules.get("ln_1")
+        if not (type(h_6_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[6].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_6_ln_1.training
+            and h_6_ln_1.normalized_shape == (768,)
+            and h_6_ln_1.eps == 1e-05
+            and h_6_ln_1.elementwise_affine
+        ):
+            return "not self.h[6].ln_1.training and self.h[6].ln_1.normalized_shape == (768,) and self.h[6].ln_1.eps == 1e-05 and self.h[6].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_6_ln_1._forward_hooks
+                or h_6_ln_1._forward_pre_hooks
+                or h_6_ln_1._backward_hooks
+                or h_6_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].ln_1 has no hooks"
+        h_6_attn = h_6._modules.get("attn")
+        if not (type(h_6_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[6].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_6_attn.n_embd == 768 and h_6_attn.n_head == 12):
+            return "self.h[6].attn.n_embd == 768 and self.h[6].attn.n_head == 12"
+        if not (
+            not (
+                h_6_attn._forward_hooks
+                or h_6_attn._forward_pre_hooks
+                or h_6_attn._backward_hooks
+                or h_6_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].attn has no hooks"
+        h_6_attn_c_attn = h_6_attn._modules.get("c_attn")
+        if not (type(h_6_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[6].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_6_attn_c_attn.training
+            and h_6_attn_c_attn.in_features == 768
+            and h_6_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[6].attn.c_attn.training and self.h[6].attn.c_attn.in_features == 768 and self.h[6].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_6_attn_c_attn._forward_hooks
+                or h_6_attn_c_attn._forward_pre_hooks
+                or h_6_attn_c_attn._backward_hooks
+                or h_6_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].attn.c_attn has no hooks"
+        h_6_attn_c_proj = h_6_attn._modules.get("c_proj")
+        if not (type(h_6_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[6].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_6_attn_c_proj.training
+            and h_6_attn_c_proj.in_features == 768
+            and h_6_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[6].attn.c_proj.training and self.h[6].attn.c_proj.in_features == 768 and self.h[6].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_6_attn_c_proj._forward_hooks
+                or h_6_attn_c_proj._forward_pre_hooks
+                or h_6_attn_c_proj._backward_hooks
+                or h_6_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].attn.c_proj has no hooks"
+        h_6_ln_2 = h_6._modules.get("ln_2")
+        if not (type(h_6_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[6].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_6_ln_2.training
+            and h_6_ln_2.normalized_shape == (768,)
+            and h_6_ln_2.eps == 1e-05
+            and h_6_ln_2.elementwise_affine
+        ):
+            return "not self.h[6].ln_2.training and self.h[6].ln_2.normalized_shape == (768,) and self.h[6].ln_2.eps == 1e-05 and self.h[6].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_6_ln_2._forward_hooks
+                or h_6_ln_2._forward_pre_hooks
+                or h_6_ln_2._backward_hooks
+                or h_6_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].ln_2 has no hooks"
+        h_6_mlp = h_6._modules.get("mlp")
+        if not (type(h_6_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[6].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_6_mlp._forward_hooks
+                or h_6_mlp._forward_pre_hooks
+                or h_6_mlp._backward_hooks
+                or h_6_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].mlp has no hooks"
+        h_6_mlp_c_fc = h_6_mlp._modules.get("c_fc")
+        if not (type(h_6_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[6].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_6_mlp_c_fc.training
+            and h_6_mlp_c_fc.in_features == 768
+            and h_6_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[6].mlp.c_fc.training and self.h[6].mlp.c_fc.in_features == 768 and self.h[6].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_6_mlp_c_fc._forward_hooks
+                or h_6_mlp_c_fc._forward_pre_hooks
+                or h_6_mlp_c_fc._backward_hooks
+                or h_6_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].mlp.c_fc has no hooks"
+        h_6_mlp_c_proj = h_6_mlp._modules.get("c_proj")
+        if not (type(h_6_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[6].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_6_mlp_c_proj.training
+            and h_6_mlp_c_proj.in_features == 3072
+            and h_6_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[6].mlp.c_proj.training and self.h[6].mlp.c_proj.in_features == 3072 and self.h[6].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_6_mlp_c_proj._forward_hooks
+                or h_6_mlp_c_proj._forward_pre_hooks
+                or h_6_mlp_c_proj._backward_hooks
+                or h_6_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[6].mlp.c_proj has no hooks"
+        h_7 = h._modules.get("7")
+        if not (type(h_7) is _source.Block):
+            return "type(self.h[7]) is _source.Block"
+        if not (
+            not (
+                h_7._forward_hooks
+                or h_7._forward_pre_hooks
+                or h_7._backward_hooks
+                or h_7._backward_pre_hooks
+            )
+        ):
+            return "self.h[7] has no hooks"
+        h_7_ln_1 = h_7._modules.get("ln_1")
+        if not (type(h_7_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[7].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_7_ln_1.training
+            and h_7_ln_1.normalized_shape == (768,)
+            and h_7_ln_1.eps == 1e-05
+            and h_7_ln_1.elementwise_affine
+        ):
+            return "not self.h[7].ln_1.training and self.h[7].ln_1.normalized_shape == (768,) and self.h[7].ln_1.eps == 1e-05 and self.h[7].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_7_ln_1._forward_hooks
+                or h_7_ln_1._forward_pre_hooks
+                or h_7_ln_1._backward_hooks
+                or h_7_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].ln_1 has no hooks"
+        h_7_attn = h_7._modules.get("attn")
+        if not (type(h_7_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[7].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_7_attn.n_embd == 768 and h_7_attn.n_head == 12):
+            return "self.h[7].attn.n_embd == 768 and self.h[7].attn.n_head == 12"
+        if not (
+            not (
+                h_7_attn._forward_hooks
+                or h_7_attn._forward_pre_hooks
+                or h_7_attn._backward_hooks
+                or h_7_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].attn has no hooks"
+        h_7_attn_c_attn = h_7_attn._modules.get("c_attn")
+        if not (type(h_7_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[7].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_7_attn_c_attn.training
+            and h_7_attn_c_attn.in_features == 768
+            and h_7_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[7].attn.c_attn.training and self.h[7].attn.c_attn.in_features == 768 and self.h[7].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_7_attn_c_attn._forward_hooks
+                or h_7_attn_c_attn._forward_pre_hooks
+                or h_7_attn_c_attn._backward_hooks
+                or h_7_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].attn.c_attn has no hooks"
+        h_7_attn_c_proj = h_7_attn._modules.get("c_proj")
+        if not (type(h_7_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[7].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_7_attn_c_proj.training
+            and h_7_attn_c_proj.in_features == 768
+            and h_7_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[7].attn.c_proj.training and self.h[7].attn.c_proj.in_features == 768 and self.h[7].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_7_attn_c_proj._forward_hooks
+                or h_7_attn_c_proj._forward_pre_hooks
+                or h_7_attn_c_proj._backward_hooks
+                or h_7_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].attn.c_proj has no hooks"
+        h_7_ln_2 = h_7._modules.get("ln_2")
+        if not (type(h_7_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[7].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_7_ln_2.training
+            and h_7_ln_2.normalized_shape == (768,)
+            and h_7_ln_2.eps == 1e-05
+            and h_7_ln_2.elementwise_affine
+        ):
+            return "not self.h[7].ln_2.training and self.h[7].ln_2.normalized_shape == (768,) and self.h[7].ln_2.eps == 1e-05 and self.h[7].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_7_ln_2._forward_hooks
+                or h_7_ln_2._forward_pre_hooks
+                or h_7_ln_2._backward_hooks
+                or h_7_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].ln_2 has no hooks"
+        h_7_mlp = h_7._modules.get("mlp")
+        if not (type(h_7_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[7].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_7_mlp._forward_hooks
+                or h_7_mlp._forward_pre_hooks
+                or h_7_mlp._backward_hooks
+                or h_7_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].mlp has no hooks"
+        h_7_mlp_c_fc = h_7_mlp._modules.get("c_fc")
+        if not (type(h_7_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[7].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_7_mlp_c_fc.training
+            and h_7_mlp_c_fc.in_features == 768
+            and h_7_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[7].mlp.c_fc.training and self.h[7].mlp.c_fc.in_features == 768 and self.h[7].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_7_mlp_c_fc._forward_hooks
+                or h_7_mlp_c_fc._forward_pre_hooks
+                or h_7_mlp_c_fc._backward_hooks
+                or h_7_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].mlp.c_fc has no hooks"
+        h_7_mlp_c_proj = h_7_mlp._modules.get("c_proj")
+        if not (type(h_7_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[7].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_7_mlp_c_proj.training
+            and h_7_mlp_c_proj.in_features == 3072
+            and h_7_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[7].mlp.c_proj.training and self.h[7].mlp.c_proj.in_features == 3072 and self.h[7].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_7_mlp_c_proj._forward_hooks
+                or h_7_mlp_c_proj._forward_pre_hooks
+                or h_7_mlp_c_proj._backward_hooks
+                or h_7_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[7].mlp.c_proj has no hooks"
+        h_8 = h._modules.get("8")
+        if not (type(h_8) is _source.Block):
+            return "type(self.h[8]) is _source.Block"
+        if not (
+            not (
+                h_8._forward_hooks
+                or h_8._forward_pre_hooks
+                or h_8._backward_hooks
+                or h_8._backward_pre_hooks
+            )
+        ):
+            return "self.h[8] has no hooks"
+        h_8_ln_1 = h_8._modules.get("ln_1")
+        if not (type(h_8_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[8].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_8_ln_1.training
+            and h_8_ln_1.normalized_shape == (768,)
+            and h_8_ln_1.eps == 1e-05
+            and h_8_ln_1.elementwise_affine
+        ):
+            return "not self.h[8].ln_1.training and self.h[8].ln_1.normalized_shape == (768,) and self.h[8].ln_1.eps == 1e-05 and self.h[8].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_8_ln_1._forward_hooks
+                or h_8_ln_1._forward_pre_hooks
+                or h_8_ln_1._backward_hooks
+                or h_8_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].ln_1 has no hooks"
+        h_8_attn = h_8._modules.get("attn")
+        if not (type(h_8_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[8].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_8_attn.n_embd == 768 and h_8_attn.n_head == 12):
+            return "self.h[8].attn.n_embd == 768 and self.h[8].attn.n_head == 12"
+        if not (
+            not (
+                h_8_attn._forward_hooks
+                or h_8_attn._forward_pre_hooks
+                or h_8_attn._backward_hooks
+                or h_8_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].attn has no hooks"
+        h_8_attn_c_attn = h_8_attn._modules.get("c_attn")
+        if not (type(h_8_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[8].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_8_attn_c_attn.training
+            and h_8_attn_c_attn.in_features == 768
+            and h_8_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[8].attn.c_attn.training and self.h[8].attn.c_attn.in_features == 768 and self.h[8].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_8_attn_c_attn._forward_hooks
+                or h_8_attn_c_attn._forward_pre_hooks
+                or h_8_attn_c_attn._backward_hooks
+                or h_8_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].attn.c_attn has no hooks"
+        h_8_attn_c_proj = h_8_attn._modules.get("c_proj")
+        if not (type(h_8_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[8].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_8_attn_c_proj.training
+            and h_8_attn_c_proj.in_features == 768
+            and h_8_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[8].attn.c_proj.training and self.h[8].attn.c_proj.in_features == 768 and self.h[8].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_8_attn_c_proj._forward_hooks
+                or h_8_attn_c_proj._forward_pre_hooks
+                or h_8_attn_c_proj._backward_hooks
+                or h_8_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].attn.c_proj has no hooks"
+        h_8_ln_2 = h_8._modules.get("ln_2")
+        if not (type(h_8_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[8].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_8_ln_2.training
+            and h_8_ln_2.normalized_shape == (768,)
+            and h_8_ln_2.eps == 1e-05
+            and h_8_ln_2.elementwise_affine
+        ):
+            return "not self.h[8].ln_2.training and self.h[8].ln_2.normalized_shape == (768,) and self.h[8].ln_2.eps == 1e-05 and self.h[8].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_8_ln_2._forward_hooks
+                or h_8_ln_2._forward_pre_hooks
+                or h_8_ln_2._backward_hooks
+                or h_8_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].ln_2 has no hooks"
+        h_8_mlp = h_8._modules.get("mlp")
+        if not (type(h_8_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[8].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_8_mlp._forward_hooks
+                or h_8_mlp._forward_pre_hooks
+                or h_8_mlp._backward_hooks
+                or h_8_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].mlp has no hooks"
+        h_8_mlp_c_fc = h_8_mlp._modules.get("c_fc")
+        if not (type(h_8_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[8].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_8_mlp_c_fc.training
+            and h_8_mlp_c_fc.in_features == 768
+            and h_8_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[8].mlp.c_fc.training and self.h[8].mlp.c_fc.in_features == 768 and self.h[8].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_8_mlp_c_fc._forward_hooks
+                or h_8_mlp_c_fc._forward_pre_hooks
+                or h_8_mlp_c_fc._backward_hooks
+                or h_8_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].mlp.c_fc has no hooks"
+        h_8_mlp_c_proj = h_8_mlp._modules.get("c_proj")
+        if not (type(h_8_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[8].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_8_mlp_c_proj.training
+            and h_8_mlp_c_proj.in_features == 3072
+            and h_8_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[8].mlp.c_proj.training and self.h[8].mlp.c_proj.in_features == 3072 and self.h[8].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_8_mlp_c_proj._forward_hooks
+                or h_8_mlp_c_proj._forward_pre_hooks
+                or h_8_mlp_c_proj._backward_hooks
+                or h_8_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[8].mlp.c_proj has no hooks"
+        h_9 = h._modules.get("9")
+        if not (type(h_9) is _source.Block):
+            return "type(self.h[9]) is _source.Block"
+        if not (
+            not (
+                h_9._forward_hooks
+                or h_9._forward_pre_hooks
+                or h_9._backward_hooks
+                or h_9._backward_pre_hooks
+            )
+        ):
+            return "self.h[9] has no hooks"
+        h_9_ln_1 = h_9._modules.get("ln_1")
+        if not (type(h_9_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[9].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_9_ln_1.training
+            and h_9_ln_1.normalized_shape == (768,)
+            and h_9_ln_1.eps == 1e-05
+            and h_9_ln_1.elementwise_affine
+        ):
+            return "not self.h[9].ln_1.training and self.h[9].ln_1.normalized_shape == (768,) and self.h[9].ln_1.eps == 1e-05 and self.h[9].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_9_ln_1._forward_hooks
+                or h_9_ln_1._forward_pre_hooks
+                or h_9_ln_1._backward_hooks
+                or h_9_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].ln_1 has no hooks"
+        h_9_attn = h_9._modules.get("attn")
+        if not (type(h_9_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[9].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_9_attn.n_embd == 768 and h_9_attn.n_head == 12):
+            return "self.h[9].attn.n_embd == 768 and self.h[9].attn.n_head == 12"
+        if not (
+            not (
+                h_9_attn._forward_hooks
+                or h_9_attn._forward_pre_hooks
+                or h_9_attn._backward_hooks
+                or h_9_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].attn has no hooks"
+        h_9_attn_c_attn = h_9_attn._modules.get("c_attn")
+        if not (type(h_9_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[9].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_9_attn_c_attn.training
+            and h_9_attn_c_attn.in_features == 768
+            and h_9_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[9].attn.c_attn.training and self.h[9].attn.c_attn.in_features == 768 and self.h[9].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_9_attn_c_attn._forward_hooks
+                or h_9_attn_c_attn._forward_pre_hooks
+                or h_9_attn_c_attn._backward_hooks
+                or h_9_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].attn.c_attn has no hooks"
+        h_9_attn_c_proj = h_9_attn._modules.get("c_proj")
+        if not (type(h_9_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[9].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_9_attn_c_proj.training
+            and h_9_attn_c_proj.in_features == 768
+            and h_9_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[9].attn.c_proj.training and self.h[9].attn.c_proj.in_features == 768 and self.h[9].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_9_attn_c_proj._forward_hooks
+                or h_9_attn_c_proj._forward_pre_hooks
+                or h_9_attn_c_proj._backward_hooks
+                or h_9_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].attn.c_proj has no hooks"
+        h_9_ln_2 = h_9._modules.get("ln_2")
+        if not (type(h_9_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[9].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_9_ln_2.training
+            and h_9_ln_2.normalized_shape == (768,)
+            and h_9_ln_2.eps == 1e-05
+            and h_9_ln_2.elementwise_affine
+        ):
+            return "not self.h[9].ln_2.training and self.h[9].ln_2.normalized_shape == (768,) and self.h[9].ln_2.eps == 1e-05 and self.h[9].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_9_ln_2._forward_hooks
+                or h_9_ln_2._forward_pre_hooks
+                or h_9_ln_2._backward_hooks
+                or h_9_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].ln_2 has no hooks"
+        h_9_mlp = h_9._modules.get("mlp")
+        if not (type(h_9_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[9].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_9_mlp._forward_hooks
+                or h_9_mlp._forward_pre_hooks
+                or h_9_mlp._backward_hooks
+                or h_9_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].mlp has no hooks"
+        h_9_mlp_c_fc = h_9_mlp._modules.get("c_fc")
+        if not (type(h_9_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[9].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_9_mlp_c_fc.training
+            and h_9_mlp_c_fc.in_features == 768
+            and h_9_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[9].mlp.c_fc.training and self.h[9].mlp.c_fc.in_features == 768 and self.h[9].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_9_mlp_c_fc._forward_hooks
+                or h_9_mlp_c_fc._forward_pre_hooks
+                or h_9_mlp_c_fc._backward_hooks
+                or h_9_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].mlp.c_fc has no hooks"
+        h_9_mlp_c_proj = h_9_mlp._modules.get("c_proj")
+        if not (type(h_9_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[9].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_9_mlp_c_proj.training
+            and h_9_mlp_c_proj.in_features == 3072
+            and h_9_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[9].mlp.c_proj.training and self.h[9].mlp.c_proj.in_features == 3072 and self.h[9].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_9_mlp_c_proj._forward_hooks
+                or h_9_mlp_c_proj._forward_pre_hooks
+                or h_9_mlp_c_proj._backward_hooks
+                or h_9_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[9].mlp.c_proj has no hooks"
+        h_10 = h._modules.get("10")
+        if not (type(h_10) is _source.Block):
+            return "type(self.h[10]) is _source.Block"
+        if not (
+            not (
+                h_10._forward_hooks
+                or h_10._forward_pre_hooks
+                or h_10._backward_hooks
+                or h_10._backward_pre_hooks
+            )
+        ):
+            return "self.h[10] has no hooks"
+        h_10_ln_1 = h_10._modules.get("ln_1")
+        if not (type(h_10_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[10].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_10_ln_1.training
+            and h_10_ln_1.normalized_shape == (768,)
+            and h_10_ln_1.eps == 1e-05
+            and h_10_ln_1.elementwise_affine
+        ):
+            return "not self.h[10].ln_1.training and self.h[10].ln_1.normalized_shape == (768,) and self.h[10].ln_1.eps == 1e-05 and self.h[10].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_10_ln_1._forward_hooks
+                or h_10_ln_1._forward_pre_hooks
+                or h_10_ln_1._backward_hooks
+                or h_10_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].ln_1 has no hooks"
+        h_10_attn = h_10._modules.get("attn")
+        if not (type(h_10_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[10].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_10_attn.n_embd == 768 and h_10_attn.n_head == 12):
+            return "self.h[10].attn.n_embd == 768 and self.h[10].attn.n_head == 12"
+        if not (
+            not (
+                h_10_attn._forward_hooks
+                or h_10_attn._forward_pre_hooks
+                or h_10_attn._backward_hooks
+                or h_10_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].attn has no hooks"
+        h_10_attn_c_attn = h_10_attn._modules.get("c_attn")
+        if not (type(h_10_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[10].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_10_attn_c_attn.training
+            and h_10_attn_c_attn.in_features == 768
+            and h_10_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[10].attn.c_attn.training and self.h[10].attn.c_attn.in_features == 768 and self.h[10].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_10_attn_c_attn._forward_hooks
+                or h_10_attn_c_attn._forward_pre_hooks
+                or h_10_attn_c_attn._backward_hooks
+                or h_10_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].attn.c_attn has no hooks"
+        h_10_attn_c_proj = h_10_attn._modules.get("c_proj")
+        if not (type(h_10_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[10].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_10_attn_c_proj.training
+            and h_10_attn_c_proj.in_features == 768
+            and h_10_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[10].attn.c_proj.training and self.h[10].attn.c_proj.in_features == 768 and self.h[10].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_10_attn_c_proj._forward_hooks
+                or h_10_attn_c_proj._forward_pre_hooks
+                or h_10_attn_c_proj._backward_hooks
+                or h_10_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].attn.c_proj has no hooks"
+        h_10_ln_2 = h_10._modules.get("ln_2")
+        if not (type(h_10_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[10].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_10_ln_2.training
+            and h_10_ln_2.normalized_shape == (768,)
+            and h_10_ln_2.eps == 1e-05
+            and h_10_ln_2.elementwise_affine
+        ):
+            return "not self.h[10].ln_2.training and self.h[10].ln_2.normalized_shape == (768,) and self.h[10].ln_2.eps == 1e-05 and self.h[10].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_10_ln_2._forward_hooks
+                or h_10_ln_2._forward_pre_hooks
+                or h_10_ln_2._backward_hooks
+                or h_10_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].ln_2 has no hooks"
+        h_10_mlp = h_10._modules.get("mlp")
+        if not (type(h_10_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[10].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_10_mlp._forward_hooks
+                or h_10_mlp._forward_pre_hooks
+                or h_10_mlp._backward_hooks
+                or h_10_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].mlp has no hooks"
+        h_10_mlp_c_fc = h_10_mlp._modules.get("c_fc")
+        if not (type(h_10_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[10].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_10_mlp_c_fc.training
+            and h_10_mlp_c_fc.in_features == 768
+            and h_10_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[10].mlp.c_fc.training and self.h[10].mlp.c_fc.in_features == 768 and self.h[10].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_10_mlp_c_fc._forward_hooks
+                or h_10_mlp_c_fc._forward_pre_hooks
+                or h_10_mlp_c_fc._backward_hooks
+                or h_10_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].mlp.c_fc has no hooks"
+        h_10_mlp_c_proj = h_10_mlp._modules.get("c_proj")
+        if not (type(h_10_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[10].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_10_mlp_c_proj.training
+            and h_10_mlp_c_proj.in_features == 3072
+            and h_10_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[10].mlp.c_proj.training and self.h[10].mlp.c_proj.in_features == 3072 and self.h[10].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_10_mlp_c_proj._forward_hooks
+                or h_10_mlp_c_proj._forward_pre_hooks
+                or h_10_mlp_c_proj._backward_hooks
+                or h_10_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[10].mlp.c_proj has no hooks"
+        h_11 = h._modules.get("11")
+        if not (type(h_11) is _source.Block):
+            return "type(self.h[11]) is _source.Block"
+        if not (
+            not (
+                h_11._forward_hooks
+                or h_11._forward_pre_hooks
+                or h_11._backward_hooks
+                or h_11._backward_pre_hooks
+            )
+        ):
+            return "self.h[11] has no hooks"
+        h_11_ln_1 = h_11._modules.get("ln_1")
+        if not (type(h_11_ln_1) is torch.nn.LayerNorm):
+            return "type(self.h[11].ln_1) is torch.nn.LayerNorm"
+        if not (
+            not h_11_ln_1.training
+            and h_11_ln_1.normalized_shape == (768,)
+            and h_11_ln_1.eps == 1e-05
+            and h_11_ln_1.elementwise_affine
+        ):
+            return "not self.h[11].ln_1.training and self.h[11].ln_1.normalized_shape == (768,) and self.h[11].ln_1.eps == 1e-05 and self.h[11].ln_1.elementwise_affine"
+        if not (
+            not (
+                h_11_ln_1._forward_hooks
+                or h_11_ln_1._forward_pre_hooks
+                or h_11_ln_1._backward_hooks
+                or h_11_ln_1._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].ln_1 has no hooks"
+        h_11_attn = h_11._modules.get("attn")
+        if not (type(h_11_attn) is examples.gpt_block.CausalSelfAttention):
+            return "type(self.h[11].attn) is examples.gpt_block.CausalSelfAttention"
+        if not (h_11_attn.n_embd == 768 and h_11_attn.n_head == 12):
+            return "self.h[11].attn.n_embd == 768 and self.h[11].attn.n_head == 12"
+        if not (
+            not (
+                h_11_attn._forward_hooks
+                or h_11_attn._forward_pre_hooks
+                or h_11_attn._backward_hooks
+                or h_11_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].attn has no hooks"
+        h_11_attn_c_attn = h_11_attn._modules.get("c_attn")
+        if not (type(h_11_attn_c_attn) is torch.nn.Linear):
+            return "type(self.h[11].attn.c_attn) is torch.nn.Linear"
+        if not (
+            not h_11_attn_c_attn.training
+            and h_11_attn_c_attn.in_features == 768
+            and h_11_attn_c_attn.out_features == 2304
+        ):
+            return "not self.h[11].attn.c_attn.training and self.h[11].attn.c_attn.in_features == 768 and self.h[11].attn.c_attn.out_features == 2304"
+        if not (
+            not (
+                h_11_attn_c_attn._forward_hooks
+                or h_11_attn_c_attn._forward_pre_hooks
+                or h_11_attn_c_attn._backward_hooks
+                or h_11_attn_c_attn._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].attn.c_attn has no hooks"
+        h_11_attn_c_proj = h_11_attn._modules.get("c_proj")
+        if not (type(h_11_attn_c_proj) is torch.nn.Linear):
+            return "type(self.h[11].attn.c_proj) is torch.nn.Linear"
+        if not (
+            not h_11_attn_c_proj.training
+            and h_11_attn_c_proj.in_features == 768
+            and h_11_attn_c_proj.out_features == 768
+        ):
+            return "not self.h[11].attn.c_proj.training and self.h[11].attn.c_proj.in_features == 768 and self.h[11].attn.c_proj.out_features == 768"
+        if not (
+            not (
+                h_11_attn_c_proj._forward_hooks
+                or h_11_attn_c_proj._forward_pre_hooks
+                or h_11_attn_c_proj._backward_hooks
+                or h_11_attn_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].attn.c_proj has no hooks"
+        h_11_ln_2 = h_11._modules.get("ln_2")
+        if not (type(h_11_ln_2) is torch.nn.LayerNorm):
+            return "type(self.h[11].ln_2) is torch.nn.LayerNorm"
+        if not (
+            not h_11_ln_2.training
+            and h_11_ln_2.normalized_shape == (768,)
+            and h_11_ln_2.eps == 1e-05
+            and h_11_ln_2.elementwise_affine
+        ):
+            return "not self.h[11].ln_2.training and self.h[11].ln_2.normalized_shape == (768,) and self.h[11].ln_2.eps == 1e-05 and self.h[11].ln_2.elementwise_affine"
+        if not (
+            not (
+                h_11_ln_2._forward_hooks
+                or h_11_ln_2._forward_pre_hooks
+                or h_11_ln_2._backward_hooks
+                or h_11_ln_2._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].ln_2 has no hooks"
+        h_11_mlp = h_11._modules.get("mlp")
+        if not (type(h_11_mlp) is examples.gpt_block.MLP):
+            return "type(self.h[11].mlp) is examples.gpt_block.MLP"
+        if not (
+            not (
+                h_11_mlp._forward_hooks
+                or h_11_mlp._forward_pre_hooks
+                or h_11_mlp._backward_hooks
+                or h_11_mlp._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].mlp has no hooks"
+        h_11_mlp_c_fc = h_11_mlp._modules.get("c_fc")
+        if not (type(h_11_mlp_c_fc) is torch.nn.Linear):
+            return "type(self.h[11].mlp.c_fc) is torch.nn.Linear"
+        if not (
+            not h_11_mlp_c_fc.training
+            and h_11_mlp_c_fc.in_features == 768
+            and h_11_mlp_c_fc.out_features == 3072
+        ):
+            return "not self.h[11].mlp.c_fc.training and self.h[11].mlp.c_fc.in_features == 768 and self.h[11].mlp.c_fc.out_features == 3072"
+        if not (
+            not (
+                h_11_mlp_c_fc._forward_hooks
+                or h_11_mlp_c_fc._forward_pre_hooks
+                or h_11_mlp_c_fc._backward_hooks
+                or h_11_mlp_c_fc._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].mlp.c_fc has no hooks"
+        h_11_mlp_c_proj = h_11_mlp._modules.get("c_proj")
+        if not (type(h_11_mlp_c_proj) is torch.nn.Linear):
+            return "type(self.h[11].mlp.c_proj) is torch.nn.Linear"
+        if not (
+            not h_11_mlp_c_proj.training
+            and h_11_mlp_c_proj.in_features == 3072
+            and h_11_mlp_c_proj.out_features == 768
+        ):
+            return "not self.h[11].mlp.c_proj.training and self.h[11].mlp.c_proj.in_features == 3072 and self.h[11].mlp.c_proj.out_features == 768"
+        if not (
+            not (
+                h_11_mlp_c_proj._forward_hooks
+                or h_11_mlp_c_proj._forward_pre_hooks
+                or h_11_mlp_c_proj._backward_hooks
+                or h_11_mlp_c_proj._backward_pre_hooks
+            )
+        ):
+            return "self.h[11].mlp.c_proj has no hooks"
+        ln_f = self._modules.get("ln_f")
+        if not (type(ln_f) is torch.nn.LayerNorm):
+            return "type(self.ln_f) is torch.nn.LayerNorm"
+        if not (
+            not ln_f.training
+            and ln_f.normalized_shape == (768,)
+            and ln_f.eps == 1e-05
+            and ln_f.elementwise_affine
+        ):
+            return "not self.ln_f.training and self.ln_f.normalized_shape == (768,) and self.ln_f.eps == 1e-05 and self.ln_f.elementwise_affine"
+        if not (
+            not (
+                ln_f._forward_hooks
+                or ln_f._forward_pre_hooks
+                or ln_f._backward_hooks
+                or ln_f._backward_pre_hooks
+            )
+        ):
+            return "self.ln_f has no hooks"
+        lm_head = self._modules.get("lm_head")
+        if not (type(lm_head) is torch.nn.Linear):
+            return "type(self.lm_head) is torch.nn.Linear"
+        if not (
+            not lm_head.training
+            and lm_head.in_features == 768
+            and lm_head.out_features == 50257
+        ):
+            return "not self.lm_head.training and self.lm_head.in_features == 768 and self.lm_head.out_features == 50257"
+        if not (
+            not (
+                lm_head._forward_hooks
+                or lm_head._forward_pre_hooks
+                or lm_head._backward_hooks
+                or lm_head._backward_pre_hooks
+            )
+        ):
+            return "self.lm_head has no hooks"
+        wte_weight = wte._parameters.get("weight")
+        if not (wte_weight is not None):
+            return "self.wte.weight is not None"
+        wpe_weight = wpe._parameters.get("weight")
+        if not (wpe_weight is not None):
+            return "self.wpe.weight is not None"
+        h_0_ln_1_weight = h_0_ln_1._parameters.get("weight")
+        h_0_ln_1_bias = h_0_ln_1._parameters.get("bias")
+        if not (h_0_ln_1_weight is not None and h_0_ln_1_bias is not None):
+            return (
+                "self.h[0].ln_1.weight is not None and self.h[0].ln_1.bias is not None"
+            )
+        h_0_attn_c_attn_weight = h_0_attn_c_attn._parameters.get("weight")
+        h_0_attn_c_attn_bias = h_0_attn_c_attn._parameters.get("bias")
+        if not (
+            h_0_attn_c_attn_weight is not None and h_0_attn_c_attn_bias is not None
+        ):
+            return "self.h[0].attn.c_attn.weight is not None and self.h[0].attn.c_attn.bias is not None"
+        h_0_attn_c_proj_weight = h_0_attn_c_proj._parameters.get("weight")
+        h_0_attn_c_proj_bias = h_0_attn_c_proj._parameters.get("bias")
+        if not (
+            h_0_attn_c_proj_weight is not None and h_0_attn_c_proj_bias is not None
+        ):
+            return "self.h[0].attn.c_proj.weight is not None and self.h[0].attn.c_proj.bias is not None"
+        h_0_ln_2_weight = h_0_ln_2._parameters.get("weight")
+        h_0_ln_2_bias = h_0_ln_2._parameters.get("bias")
+        if not (h_0_ln_2_weight is not None and h_0_ln_2_bias is not None):
+            return (
+                "self.h[0].ln_2.weight is not None and self.h[0].ln_2.bias is not None"
+            )
+        h_0_mlp_c_fc_weight = h_0_mlp_c_fc._parameters.get("weight")
+        h_0_mlp_c_fc_bias = h_0_mlp_c_fc._parameters.get("bias")
+        if not (h_0_mlp_c_fc_weight is not None and h_0_mlp_c_fc_bias is not None):
+            return "self.h[0].mlp.c_fc.weight is not None and self.h[0].mlp.c_fc.bias is not None"
+        h_0_mlp_c_proj_weight = h_0_mlp_c_proj._parameters.get("weight")
+        h_0_mlp_c_proj_bias = h_0_mlp_c_proj._parameters.get("bias")
+        if not (h_0_mlp_c_proj_weight is not None and h_0_mlp_c_proj_bias is not None):
+            return "self.h[0].mlp.c_proj.weight is not None and self.h[0].mlp.c_proj.bias is not None"
+        h_1_ln_1_weight = h_1_ln_1._parameters.get("weight")
+        h_1_ln_1_bias = h_1_ln_1._parameters.get("bias")
+        if not (h_1_ln_1_weight is not None and h_1_ln_1_bias is not None):
+            return (
+                "self.h[1].ln_1.weight is not None and self.h[1].ln_1.bias is not None"
+            )
+        h_1_attn_c_attn_weight = h_1_attn_c_attn._parameters.get("weight")
+        h_1_attn_c_attn_bias = h_1_attn_c_attn._parameters.get("bias")
+        if not (
+            h_1_attn_c_attn_weight is not None and h_1_attn_c_attn_bias is not None
+        ):
+            return "self.h[1].attn.c_attn.weight is not None and self.h[1].attn.c_attn.bias is not None"
+        h_1_attn_c_proj_weight = h_1_attn_c_proj._parameters.get("weight")
+        h_1_attn_c_proj_bias = h_1_attn_c_proj._parameters.get("bias")
+        if not (
+            h_1_attn_c_proj_weight is not None and h_1_attn_c_proj_bias is not None
+        ):
+            return "self.h[1].attn.c_proj.weight is not None and self.h[1].attn.c_proj.bias is not None"
+        h_1_ln_2_weight = h_1_ln_2._parameters.get("weight")
+        h_1_ln_2_bias = h_1_ln_2._parameters.get("bias")
+        if not (h_1_ln_2_weight is not None and h_1_ln_2_bias is not None):
+            return (
+                "self.h[1].ln_2.weight is not None and self.h[1].ln_2.bias is not None"
+            )
+        h_1_mlp_c_fc_weight = h_1_mlp_c_fc._parameters.get("weight")
+        h_1_mlp_c_fc_bias = h_1_mlp_c_fc._parameters.get("bias")
+        if not (h_1_mlp_c_fc_weight is not None and h_1_mlp_c_fc_bias is not None):
+            return "self.h[1].mlp.c_fc.weight is not None and self.h[1].mlp.c_fc.bias is not None"
+        h_1_mlp_c_proj_weight = h_1_mlp_c_proj._parameters.get("weight")
+        h_1_mlp_c_proj_bias = h_1_mlp_c_proj._parameters.get("bias")
+        if not (h_1_mlp_c_proj_weight is not None and h_1_mlp_c_proj_bias is not None):
+            return "self.h[1].mlp.c_proj.weight is not None and self.h[1].mlp.c_proj.bias is not None"
+        h_2_ln_1_weight = h_2_ln_1._parameters.get("weight")
+        h_2_ln_1_bias = h_2_ln_1._parameters.get("bias")
+        if not (h_2_ln_1_weight is not None and h_2_ln_1_bias is not None):
+            return (
+                "self.h[2].ln_1.weight is not None and self.h[2].ln_1.bias is not None"
+            )
+        h_2_attn_c_attn_weight = h_2_attn_c_attn._parameters.get("weight")
+        h_2_attn_c_attn_bias = h_2_attn_c_attn._parameters.get("bias")
+        if not (
+            h_2_attn_c_attn_weight is not None and h_2_attn_c_attn_bias is not None
+        ):
+            return "self.h[2].attn.c_attn.weight is not None and self.h[2].attn.c_attn.bias is not None"
+        h_2_attn_c_proj_weight = h_2_attn_c_proj._parameters.get("weight")
+        h_2_attn_c_proj_bias = h_2_attn_c_proj._parameters.get("bias")
+        if not (
+            h_2_attn_c_proj_weight is not None and h_2_attn_c_proj_bias is not None
+        ):
+            return "self.h[2].attn.c_proj.weight is not None and self.h[2].attn.c_proj.bias is not None"
+        h_2_ln_2_weight = h_2_ln_2._parameters.get("weight")
+        h_2_ln_2_bias = h_2_ln_2._parameters.get("bias")
+        if not (h_2_ln_2_weight is not None and h_2_ln_2_bias is not None):
+            return (
+                "self.h[2].ln_2.weight is not None and self.h[2].ln_2.bias is not None"
+            )
+        h_2_mlp_c_fc_weight = h_2_mlp_c_fc._parameters.get("weight")
+        h_2_mlp_c_fc_bias = h_2_mlp_c_fc._parameters.get("bias")
+        if not (h_2_mlp_c_fc_weight is not None and h_2_mlp_c_fc_bias is not None):
+            return "self.h[2].mlp.c_fc.weight is not None and self.h[2].mlp.c_fc.bias is not None"
+        h_2_mlp_c_proj_weight = h_2_mlp_c_proj._parameters.get("weight")
+        h_2_mlp_c_proj_bias = h_2_mlp_c_proj._parameters.get("bias")
+        if not (h_2_mlp_c_proj_weight is not None and h_2_mlp_c_proj_bias is not None):
+            return "self.h[2].mlp.c_proj.weight is not None and self.h[2].mlp.c_proj.bias is not None"
+        h_3_ln_1_weight = h_3_ln_1._parameters.get("weight")
+        h_3_ln_1_bias = h_3_ln_1._parameters.get("bias")
+        if not (h_3_ln_1_weight is not None and h_3_ln_1_bias is not None):
+            return (
+                "self.h[3].ln_1.weight is not None and self.h[3].ln_1.bias is not None"
+            )
+        h_3_attn_c_attn_weight = h_3_attn_c_attn._parameters.get("weight")
+        h_3_attn_c_attn_bias = h_3_attn_c_attn._parameters.get("bias")
+        if not (
+            h_3_attn_c_attn_weight is not None and h_3_attn_c_attn_bias is not None
+        ):
+            return "self.h[3].attn.c_attn.weight is not None and self.h[3].attn.c_attn.bias is not None"
+        h_3_attn_c_proj_weight = h_3_attn_c_proj._parameters.get("weight")
+        h_3_attn_c_proj_bias = h_3_attn_c_proj._parameters.get("bias")
+        if not (
+            h_3_attn_c_proj_weight is not None and h_3_attn_c_proj_bias is not None
+        ):
+            return "self.h[3].attn.c_proj.weight is not None and self.h[3].attn.c_proj.bias is not None"
+        h_3_ln_2_weight = h_3_ln_2._parameters.get("weight")
+        h_3_ln_2_bias = h_3_ln_2._parameters.get("bias")
+        if not (h_3_ln_2_weight is not None and h_3_ln_2_bias is not None):
+            return (
+                "self.h[3].ln_2.weight is not None and self.h[3].ln_2.bias is not None"
+            )
+        h_3_mlp_c_fc_weight = h_3_mlp_c_fc._parameters.get("weight")
+        h_3_mlp_c_fc_bias = h_3_mlp_c_fc._parameters.get("bias")
+        if not (h_3_mlp_c_fc_weight is not None and h_3_mlp_c_fc_bias is not None):
+            return "self.h[3].mlp.c_fc.weight is not None and self.h[3].mlp.c_fc.bias is not None"
+        h_3_mlp_c_proj_weight = h_3_mlp_c_proj._parameters.get("weight")
+        h_3_mlp_c_proj_bias = h_3_mlp_c_proj._parameters.get("bias")
+        if not (h_3_mlp_c_proj_weight is not None and h_3_mlp_c_proj_bias is not None):
+            return "self.h[3].mlp.c_proj.weight is not None and self.h[3].mlp.c_proj.bias is not None"
+        h_4_ln_1_weight = h_4_ln_1._parameters.get("weight")
+        h_4_ln_1_bias = h_4_ln_1._parameters.get("bias")
+        if not (h_4_ln_1_weight is not None and h_4_ln_1_bias is not None):
+            return (
+                "self.h[4].ln_1.weight is not None and self.h[4].ln_1.bias is not None"
+            )
+        h_4_attn_c_attn_weight = h_4_attn_c_attn._parameters.get("weight")
+        h_4_attn_c_attn_bias = h_4_attn_c_attn._parameters.get("bias")
+        if not (
+            h_4_attn_c_attn_weight is not None and h_4_attn_c_attn_bias is not None
+        ):
+            return "self.h[4].attn.c_attn.weight is not None and self.h[4].attn.c_attn.bias is not None"
+        h_4_attn_c_proj_weight = h_4_attn_c_proj._parameters.get("weight")
+        h_4_attn_c_proj_bias = h_4_attn_c_proj._parameters.get("bias")
+        if not (
+            h_4_attn_c_proj_weight is not None and h_4_attn_c_proj_bias is not None
+        ):
+            return "self.h[4].attn.c_proj.weight is not None and self.h[4].attn.c_proj.bias is not None"
+        h_4_ln_2_weight = h_4_ln_2._parameters.get("weight")
+        h_4_ln_2_bias = h_4_ln_2._parameters.get("bias")
+        if not (h_4_ln_2_weight is not None and h_4_ln_2_bias is not None):
+            return (
+                "self.h[4].ln_2.weight is not None and self.h[4].ln_2.bias is not None"
+            )
+        h_4_mlp_c_fc_weight = h_4_mlp_c_fc._parameters.get("weight")
+        h_4_mlp_c_fc_bias = h_4_mlp_c_fc._parameters.get("bias")
+        if not (h_4_mlp_c_fc_weight is not None and h_4_mlp_c_fc_bias is not None):
+            return "self.h[4].mlp.c_fc.weight is not None and self.h[4].mlp.c_fc.bias is not None"
+        h_4_mlp_c_proj_weight = h_4_mlp_c_proj._parameters.get("weight")
+        h_4_mlp_c_proj_bias = h_4_mlp_c_proj._parameters.get("bias")
+        if not (h_4_mlp_c_proj_weight is not None and h_4_mlp_c_proj_bias is not None):
+            return "self.h[4].mlp.c_proj.weight is not None and self.h[4].mlp.c_proj.bias is not None"
+        h_5_ln_1_weight = h_5_ln_1._parameters.get("weight")
+        h_5_ln_1_bias = h_5_ln_1._parameters.get("bias")
+        if not (h_5_ln_1_weight is not None and h_5_ln_1_bias is not None):
+            return (
+                "self.h[5].ln_1.weight is not None and self.h[5].ln_1.bias is not None"
+            )
+        h_5_attn_c_attn_weight = h_5_attn_c_attn._parameters.get("weight")
+        h_5_attn_c_attn_bias = h_5_attn_c_attn._parameters.get("bias")
+        if not (
+            h_5_attn_c_attn_weight is not None and h_5_attn_c_attn_bias is not None
+        ):
+            return "self.h[5].attn.c_attn.weight is not None and self.h[5].attn.c_attn.bias is not None"
+        h_5_attn_c_proj_weight = h_5_attn_c_proj._parameters.get("weight")
+        h_5_attn_c_proj_bias = h_5_attn_c_proj._parameters.get("bias")
+        if not (
+            h_5_attn_c_proj_weight is not None and h_5_attn_c_proj_bias is not None
+        ):
+            return "self.h[5].attn.c_proj.weight is not None and self.h[5].attn.c_proj.bias is not None"
+        h_5_ln_2_weight = h_5_ln_2._parameters.get("weight")
+        h_5_ln_2_bias = h_5_ln_2._parameters.get("bias")
+        if not (h_5_ln_2_weight is not None and h_5_ln_2_bias is not None):
+            return (
+                "self.h[5].ln_2.weight is not None and self.h[5].ln_2.bias is not None"
+            )
+        h_5_mlp_c_fc_weight = h_5_mlp_c_fc._parameters.get("weight")
+        h_5_mlp_c_fc_bias = h_5_mlp_c_fc._parameters.get("bias")
+        if not (h_5_mlp_c_fc_weight is not None and h_5_mlp_c_fc_bias is not None):
+            return "self.h[5].mlp.c_fc.weight is not None and self.h[5].mlp.c_fc.bias is not None"
+        h_5_mlp_c_proj_weight = h_5_mlp_c_proj._parameters.get("weight")
+        h_5_mlp_c_proj_bias = h_5_mlp_c_proj._parameters.get("bias")
+        if not (h_5_mlp_c_proj_weight is not None and h_5_mlp_c_proj_bias is not None):
+            return "self.h[5].mlp.c_proj.weight is not None and self.h[5].mlp.c_proj.bias is not None"
+        h_6_ln_1_weight = h_6_ln_1._parameters.get("weight")
+        h_6_ln_1_bias = h_6_ln_1._parameters.get("bias")
+        if not (h_6_ln_1_weight is not None and h_6_ln_1_bias is not None):
+            return (
+                "self.h[6].ln_1.weight is not None and self.h[6].ln_1.bias is not None"
+            )
+        h_6_attn_c_attn_weight = h_6_attn_c_attn._parameters.get("weight")
+        h_6_attn_c_attn_bias = h_6_attn_c_attn._parameters.get("bias")
+        if not (
+            h_6_attn_c_attn_weight is not None and h_6_attn_c_attn_bias is not None
+        ):
+            return "self.h[6].attn.c_attn.weight is not None and self.h[6].attn.c_attn.bias is not None"
+        h_6_attn_c_proj_weight = h_6_attn_c_proj._parameters.get("weight")
+        h_6_attn_c_proj_bias = h_6_attn_c_proj._parameters.get("bias")
+        if not (
+            h_6_attn_c_proj_weight is not None and h_6_attn_c_proj_bias is not None
+        ):
+            return "self.h[6].attn.c_proj.weight is not None and self.h[6].attn.c_proj.bias is not None"
+        h_6_ln_2_weight = h_6_ln_2._parameters.get("weight")
+        h_6_ln_2_bias = h_6_ln_2._parameters.get("bias")
+        if not (h_6_ln_2_weight is not None and h_6_ln_2_bias is not None):
+            return (
+                "self.h[6].ln_2.weight is not None and self.h[6].ln_2.bias is not None"
+            )
+        h_6_mlp_c_fc_weight = h_6_mlp_c_fc._parameters.get("weight")
+        h_6_mlp_c_fc_bias = h_6_mlp_c_fc._parameters.get("bias")
+        if not (h_6_mlp_c_fc_weight is not None and h_6_mlp_c_fc_bias is not None):
+            return "self.h[6].mlp.c_fc.weight is not None and self.h[6].mlp.c_fc.bias is not None"
+        h_6_mlp_c_proj_weight = h_6_mlp_c_proj._parameters.get("weight")
+        h_6_mlp_c_proj_bias = h_6_mlp_c_proj._parameters.get("bias")
+        if not (h_6_mlp_c_proj_weight is not None and h_6_mlp_c_proj_bias is not None):
+            return "self.h[6].mlp.c_proj.weight is not None and self.h[6].mlp.c_proj.bias is not None"
+        h_7_ln_1_weight = h_7_ln_1._parameters.get("weight")
+        h_7_ln_1_bias = h_7_ln_1._parameters.get("bias")
+        if not (h_7_ln_1_weight is not None and h_7_ln_1_bias is not None):
+            return (
+                "self.h[7].ln_1.weight is not None and self.h[7].ln_1.bias is not None"
+            )
+        h_7_attn_c_attn_weight = h_7_attn_c_attn._parameters.get("weight")
+        h_7_attn_c_attn_bias = h_7_attn_c_attn._parameters.get("bias")
+        if not (
+            h_7_attn_c_attn_weight is not None and h_7_attn_c_attn_bias is not None
+        ):
+            return "self.h[7].attn.c_attn.weight is not None and self.h[7].attn.c_attn.bias is not None"
+        h_7_attn_c_proj_weight = h_7_attn_c_proj._parameters.get("weight")
+        h_7_attn_c_proj_bias = h_7_attn_c_proj._parameters.get("bias")
+        if not (
+            h_7_attn_c_proj_weight is not None and h_7_attn_c_proj_bias is not None
+        ):
+            return "self.h[7].attn.c_proj.weight is not None and self.h[7].attn.c_proj.bias is not None"
+        h_7_ln_2_weight = h_7_ln_2._parameters.get("weight")
+        h_7_ln_2_bias = h_7_ln_2._parameters.get("bias")
+        if not (h_7_ln_2_weight is not None and h_7_ln_2_bias is not None):
+            return (
+                "self.h[7].ln_2.weight is not None and self.h[7].ln_2.bias is not None"
+            )
+        h_7_mlp_c_fc_weight = h_7_mlp_c_fc._parameters.get("weight")
+        h_7_mlp_c_fc_bias = h_7_mlp_c_fc._parameters.get("bias")
+        if not (h_7_mlp_c_fc_weight is not None and h_7_mlp_c_fc_bias is not None):
+            return "self.h[7].mlp.c_fc.weight is not None and self.h[7].mlp.c_fc.bias is not None"
+        h_7_mlp_c_proj_weight = h_7_mlp_c_proj._parameters.get("weight")
+        h_7_mlp_c_proj_bias = h_7_mlp_c_proj._parameters.get("bias")
+        if not (h_7_mlp_c_proj_weight is not None and h_7_mlp_c_proj_bias is not None):
+            return "self.h[7].mlp.c_proj.weight is not None and self.h[7].mlp.c_proj.bias is not None"
+        h_8_ln_1_weight = h_8_ln_1._parameters.get("weight")
+        h_8_ln_1_bias = h_8_ln_1._parameters.get("bias")
+        if not (h_8_ln_1_weight is not None and h_8_ln_1_bias is not None):
+            return (
+                "self.h[8].ln_1.weight is not None and self.h[8].ln_1.bias is not None"
+            )
+        h_8_attn_c_attn_weight = h_8_attn_c_attn._parameters.get("weight")
+        h_8_attn_c_attn_bias = h_8_attn_c_attn._parameters.get("bias")
+        if not (
+            h_8_attn_c_attn_weight is not None and h_8_attn_c_attn_bias is not None
+        ):
+            return "self.h[8].attn.c_attn.weight is not None and self.h[8].attn.c_attn.bias is not None"
+        h_8_attn_c_proj_weight = h_8_attn_c_proj._parameters.get("weight")
+        h_8_attn_c_proj_bias = h_8_attn_c_proj._parameters.get("bias")
+        if not (
+            h_8_attn_c_proj_weight is not None and h_8_attn_c_proj_bias is not None
+        ):
+            return "self.h[8].attn.c_proj.weight is not None and self.h[8].attn.c_proj.bias is not None"
+        h_8_ln_2_weight = h_8_ln_2._parameters.get("weight")
+        h_8_ln_2_bias = h_8_ln_2._parameters.get("bias")
+        if not (h_8_ln_2_weight is not None and h_8_ln_2_bias is not None):
+            return (
+                "self.h[8].ln_2.weight is not None and self.h[8].ln_2.bias is not None"
+            )
+        h_8_mlp_c_fc_weight = h_8_mlp_c_fc._parameters.get("weight")
+        h_8_mlp_c_fc_bias = h_8_mlp_c_fc._parameters.get("bias")
+        if not (h_8_mlp_c_fc_weight is not None and h_8_mlp_c_fc_bias is not None):
+            return "self.h[8].mlp.c_fc.weight is not None and self.h[8].mlp.c_fc.bias is not None"
+        h_8_mlp_c_proj_weight = h_8_mlp_c_proj._parameters.get("weight")
+        h_8_mlp_c_proj_bias = h_8_mlp_c_proj._parameters.get("bias")
+        if not (h_8_mlp_c_proj_weight is not None and h_8_mlp_c_proj_bias is not None):
+            return "self.h[8].mlp.c_proj.weight is not None and self.h[8].mlp.c_proj.bias is not None"
+        h_9_ln_1_weight = h_9_ln_1._parameters.get("weight")
+        h_9_ln_1_bias = h_9_ln_1._parameters.get("bias")
+        if not (h_9_ln_1_weight is not None and h_9_ln_1_bias is not None):
+            return (
+                "self.h[9].ln_1.weight is not None and self.h[9].ln_1.bias is not None"
+            )
+        h_9_attn_c_attn_weight = h_9_attn_c_attn._parameters.get("weight")
+        h_9_attn_c_attn_bias = h_9_attn_c_attn._parameters.get("bias")
+        if not (
+            h_9_attn_c_attn_weight is not None and h_9_attn_c_attn_bias is not None
+        ):
+            return "self.h[9].attn.c_attn.weight is not None and self.h[9].attn.c_attn.bias is not None"
+        h_9_attn_c_proj_weight = h_9_attn_c_proj._parameters.get("weight")
+        h_9_attn_c_proj_bias = h_9_attn_c_proj._parameters.get("bias")
+        if not (
+            h_9_attn_c_proj_weight is not None and h_9_attn_c_proj_bias is not None
+        ):
+            return "self.h[9].attn.c_proj.weight is not None and self.h[9].attn.c_proj.bias is not None"
+        h_9_ln_2_weight = h_9_ln_2._parameters.get("weight")
+        h_9_ln_2_bias = h_9_ln_2._parameters.get("bias")
+        if not (h_9_ln_2_weight is not None and h_9_ln_2_bias is not None):
+            return (
+                "self.h[9].ln_2.weight is not None and self.h[9].ln_2.bias is not None"
+            )
+        h_9_mlp_c_fc_weight = h_9_mlp_c_fc._parameters.get("weight")
+        h_9_mlp_c_fc_bias = h_9_mlp_c_fc._parameters.get("bias")
+        if not (h_9_mlp_c_fc_weight is not None and h_9_mlp_c_fc_bias is not None):
+            return "self.h[9].mlp.c_fc.weight is not None and self.h[9].mlp.c_fc.bias is not None"
+        h_9_mlp_c_proj_weight = h_9_mlp_c_proj._parameters.get("weight")
+        h_9_mlp_c_proj_bias = h_9_mlp_c_proj._parameters.get("bias")
+        if not (h_9_mlp_c_proj_weight is not None and h_9_mlp_c_proj_bias is not None):
+            return "self.h[9].mlp.c_proj.weight is not None and self.h[9].mlp.c_proj.bias is not None"
+        h_10_ln_1_weight = h_10_ln_1._parameters.get("weight")
+        h_10_ln_1_bias = h_10_ln_1._parameters.get("bias")
+        if not (h_10_ln_1_weight is not None and h_10_ln_1_bias is not None):
+            return "self.h[10].ln_1.weight is not None and self.h[10].ln_1.bias is not None"
+        h_10_attn_c_attn_weight = h_10_attn_c_attn._parameters.get("weight")
+        h_10_attn_c_attn_bias = h_10_attn_c_attn._parameters.get("bias")
+        if not (
+            h_10_attn_c_attn_weight is not None and h_10_attn_c_attn_bias is not None
+        ):
+            return "self.h[10].attn.c_attn.weight is not None and self.h[10].attn.c_attn.bias is not None"
+        h_10_attn_c_proj_weight = h_10_attn_c_proj._parameters.get("weight")
+        h_10_attn_c_proj_bias = h_10_attn_c_proj._parameters.get("bias")
+        if not (
+            h_10_attn_c_proj_weight is not None and h_10_attn_c_proj_bias is not None
+        ):
+            return "self.h[10].attn.c_proj.weight is not None and self.h[10].attn.c_proj.bias is not None"
+        h_10_ln_2_weight = h_10_ln_2._parameters.get("weight")
+        h_10_ln_2_bias = h_10_ln_2._parameters.get("bias")
+        if not (h_10_ln_2_weight is not None and h_10_ln_2_bias is not None):
+            return "self.h[10].ln_2.weight is not None and self.h[10].ln_2.bias is not None"
+        h_10_mlp_c_fc_weight = h_10_mlp_c_fc._parameters.get("weight")
+        h_10_mlp_c_fc_bias = h_10_mlp_c_fc._parameters.get("bias")
+        if not (h_10_mlp_c_fc_weight is not None and h_10_mlp_c_fc_bias is not None):
+            return "self.h[10].mlp.c_fc.weight is not None and self.h[10].mlp.c_fc.bias is not None"
+        h_10_mlp_c_proj_weight = h_10_mlp_c_proj._parameters.get("weight")
+        h_10_mlp_c_proj_bias = h_10_mlp_c_proj._parameters.get("bias")
+        if not (
+            h_10_mlp_c_proj_weight is not None and h_10_mlp_c_proj_bias is not None
+        ):
+            return "self.h[10].mlp.c_proj.weight is not None and self.h[10].mlp.c_proj.bias is not None"
+        h_11_ln_1_weight = h_11_ln_1._parameters.get("weight")
+        h_11_ln_1_bias = h_11_ln_1._parameters.get("bias")
+        if not (h_11_ln_1_weight is not None and h_11_ln_1_bias is not None):
+            return "self.h[11].ln_1.weight is not None and self.h[11].ln_1.bias is not None"
+        h_11_attn_c_attn_weight = h_11_attn_c_attn._parameters.get("weight")
+        h_11_attn_c_attn_bias = h_11_attn_c_attn._parameters.get("bias")
+        if not (
+            h_11_attn_c_attn_weight is not None and h_11_attn_c_attn_bias is not None
+        ):
+            return "self.h[11].attn.c_attn.weight is not None and self.h[11].attn.c_attn.bias is not None"
+        h_11_attn_c_proj_weight = h_11_attn_c_proj._parameters.get("weight")
+        h_11_attn_c_proj_bias = h_11_attn_c_proj._parameters.get("bias")
+        if not (
+            h_11_attn_c_proj_weight is not None and h_11_attn_c_proj_bias is not None
+        ):
+            return "self.h[11].attn.c_proj.weight is not None and self.h[11].attn.c_proj.bias is not None"
+        h_11_ln_2_weight = h_11_ln_2._parameters.get("weight")
+        h_11_ln_2_bias = h_11_ln_2._parameters.get("bias")
+        if not (h_11_ln_2_weight is not None and h_11_ln_2_bias is not None):
+            return "self.h[11].ln_2.weight is not None and self.h[11].ln_2.bias is not None"
+        h_11_mlp_c_fc_weight = h_11_mlp_c_fc._parameters.get("weight")
+        h_11_mlp_c_fc_bias = h_11_mlp_c_fc._parameters.get("bias")
+        if not (h_11_mlp_c_fc_weight is not None and h_11_mlp_c_fc_bias is not None):
+            return "self.h[11].mlp.c_fc.weight is not None and self.h[11].mlp.c_fc.bias is not None"
+        h_11_mlp_c_proj_weight = h_11_mlp_c_proj._parameters.get("weight")
+        h_11_mlp_c_proj_bias = h_11_mlp_c_proj._parameters.get("bias")
+        if not (
+            h_11_mlp_c_proj_weight is not None and h_11_mlp_c_proj_bias is not None
+        ):
+            return "self.h[11].mlp.c_proj.weight is not None and self.h[11].mlp.c_proj.bias is not None"
+        ln_f_weight = ln_f._parameters.get("weight")
+        ln_f_bias = ln_f._parameters.get("bias")
+        if not (ln_f_weight is not None and ln_f_bias is not None):
+            return "self.ln_f.weight is not None and self.ln_f.bias is not None"
+        if not (h_0_ln_1_weight.is_cpu):
+            return "self.h[0].ln_1.weight.is_cpu"
+        if not (h_0_ln_1_weight.dtype == torch.float32):
+            return "self.h[0].ln_1.weight.dtype == torch.float32"
+        if not (h_0_ln_1_weight.shape == (768,)):
+            return "self.h[0].ln_1.weight.shape == (768,)"
+        if not (h_0_ln_1_weight.stride() == (1,)):
+            return "self.h[0].ln_1.weight.stride() == (1,)"
+        if not (h_0_ln_1_bias.is_cpu):
+            return "self.h[0].ln_1.bias.is_cpu"
+        if not (h_0_ln_1_bias.dtype == torch.float32):
+            return "self.h[0].ln_1.bias.dtype == torch.float32"
+        if not (h_0_ln_1_bias.shape == (768,)):
+            return "self.h[0].ln_1.bias.shape == (768,)"
+        if not (h_0_ln_1_bias.stride() == (1,)):
+            return "self.h[0].ln_1.bias.stride() == (1,)"
+        if not (h_0_attn_c_proj_bias.is_cpu):
+            return "self.h[0].attn.c_proj.bias.is_cpu"
+        if not (h_0_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[0].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_0_attn_c_proj_bias.shape == (768,)):
+            return "self.h[0].attn.c_proj.bias.shape == (768,)"
+        if not (h_0_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[0].attn.c_proj.bias.stride() == (1,)"
+        if not (h_0_ln_2_weight.is_cpu):
+            return "self.h[0].ln_2.weight.is_cpu"
+        if not (h_0_ln_2_weight.dtype == torch.float32):
+            return "self.h[0].ln_2.weight.dtype == torch.float32"
+        if not (h_0_ln_2_weight.shape == (768,)):
+            return "self.h[0].ln_2.weight.shape == (768,)"
+        if not (h_0_ln_2_weight.stride() == (1,)):
+            return "self.h[0].ln_2.weight.stride() == (1,)"
+        if not (h_0_ln_2_bias.is_cpu):
+            return "self.h[0].ln_2.bias.is_cpu"
+        if not (h_0_ln_2_bias.dtype == torch.float32):
+            return "self.h[0].ln_2.bias.dtype == torch.float32"
+        if not (h_0_ln_2_bias.shape == (768,)):
+            return "self.h[0].ln_2.bias.shape == (768,)"
+        if not (h_0_ln_2_bias.stride() == (1,)):
+            return "self.h[0].ln_2.bias.stride() == (1,)"
+        if not (h_0_mlp_c_fc_bias.is_cpu):
+            return "self.h[0].mlp.c_fc.bias.is_cpu"
+        if not (h_0_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[0].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_0_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[0].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_0_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[0].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_0_mlp_c_proj_bias.is_cpu):
+            return "self.h[0].mlp.c_proj.bias.is_cpu"
+        if not (h_0_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[0].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_0_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[0].mlp.c_proj.bias.shape == (768,)"
+        if not (h_0_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[0].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_1_ln_1_weight.is_cpu):
+            return "self.h[1].ln_1.weight.is_cpu"
+        if not (h_1_ln_1_weight.dtype == torch.float32):
+            return "self.h[1].ln_1.weight.dtype == torch.float32"
+        if not (h_1_ln_1_weight.shape == (768,)):
+            return "self.h[1].ln_1.weight.shape == (768,)"
+        if not (h_1_ln_1_weight.stride() == (1,)):
+            return "self.h[1].ln_1.weight.stride() == (1,)"
+        if not (h_1_ln_1_bias.is_cpu):
+            return "self.h[1].ln_1.bias.is_cpu"
+        if not (h_1_ln_1_bias.dtype == torch.float32):
+            return "self.h[1].ln_1.bias.dtype == torch.float32"
+        if not (h_1_ln_1_bias.shape == (768,)):
+            return "self.h[1].ln_1.bias.shape == (768,)"
+        if not (h_1_ln_1_bias.stride() == (1,)):
+            return "self.h[1].ln_1.bias.stride() == (1,)"
+        if not (h_1_attn_c_proj_bias.is_cpu):
+            return "self.h[1].attn.c_proj.bias.is_cpu"
+        if not (h_1_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[1].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_1_attn_c_proj_bias.shape == (768,)):
+            return "self.h[1].attn.c_proj.bias.shape == (768,)"
+        if not (h_1_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[1].attn.c_proj.bias.stride() == (1,)"
+        if not (h_1_ln_2_weight.is_cpu):
+            return "self.h[1].ln_2.weight.is_cpu"
+        if not (h_1_ln_2_weight.dtype == torch.float32):
+            return "self.h[1].ln_2.weight.dtype == torch.float32"
+        if not (h_1_ln_2_weight.shape == (768,)):
+            return "self.h[1].ln_2.weight.shape == (768,)"
+        if not (h_1_ln_2_weight.stride() == (1,)):
+            return "self.h[1].ln_2.weight.stride() == (1,)"
+        if not (h_1_ln_2_bias.is_cpu):
+            return "self.h[1].ln_2.bias.is_cpu"
+        if not (h_1_ln_2_bias.dtype == torch.float32):
+            return "self.h[1].ln_2.bias.dtype == torch.float32"
+        if not (h_1_ln_2_bias.shape == (768,)):
+            return "self.h[1].ln_2.bias.shape == (768,)"
+        if not (h_1_ln_2_bias.stride() == (1,)):
+            return "self.h[1].ln_2.bias.stride() == (1,)"
+        if not (h_1_mlp_c_fc_bias.is_cpu):
+            return "self.h[1].mlp.c_fc.bias.is_cpu"
+        if not (h_1_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[1].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_1_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[1].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_1_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[1].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_1_mlp_c_proj_bias.is_cpu):
+            return "self.h[1].mlp.c_proj.bias.is_cpu"
+        if not (h_1_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[1].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_1_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[1].mlp.c_proj.bias.shape == (768,)"
+        if not (h_1_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[1].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_2_ln_1_weight.is_cpu):
+            return "self.h[2].ln_1.weight.is_cpu"
+        if not (h_2_ln_1_weight.dtype == torch.float32):
+            return "self.h[2].ln_1.weight.dtype == torch.float32"
+        if not (h_2_ln_1_weight.shape == (768,)):
+            return "self.h[2].ln_1.weight.shape == (768,)"
+        if not (h_2_ln_1_weight.stride() == (1,)):
+            return "self.h[2].ln_1.weight.stride() == (1,)"
+        if not (h_2_ln_1_bias.is_cpu):
+            return "self.h[2].ln_1.bias.is_cpu"
+        if not (h_2_ln_1_bias.dtype == torch.float32):
+            return "self.h[2].ln_1.bias.dtype == torch.float32"
+        if not (h_2_ln_1_bias.shape == (768,)):
+            return "self.h[2].ln_1.bias.shape == (768,)"
+        if not (h_2_ln_1_bias.stride() == (1,)):
+            return "self.h[2].ln_1.bias.stride() == (1,)"
+        if not (h_2_attn_c_proj_bias.is_cpu):
+            return "self.h[2].attn.c_proj.bias.is_cpu"
+        if not (h_2_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[2].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_2_attn_c_proj_bias.shape == (768,)):
+            return "self.h[2].attn.c_proj.bias.shape == (768,)"
+        if not (h_2_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[2].attn.c_proj.bias.stride() == (1,)"
+        if not (h_2_ln_2_weight.is_cpu):
+            return "self.h[2].ln_2.weight.is_cpu"
+        if not (h_2_ln_2_weight.dtype == torch.float32):
+            return "self.h[2].ln_2.weight.dtype == torch.float32"
+        if not (h_2_ln_2_weight.shape == (768,)):
+            return "self.h[2].ln_2.weight.shape == (768,)"
+        if not (h_2_ln_2_weight.stride() == (1,)):
+            return "self.h[2].ln_2.weight.stride() == (1,)"
+        if not (h_2_ln_2_bias.is_cpu):
+            return "self.h[2].ln_2.bias.is_cpu"
+        if not (h_2_ln_2_bias.dtype == torch.float32):
+            return "self.h[2].ln_2.bias.dtype == torch.float32"
+        if not (h_2_ln_2_bias.shape == (768,)):
+            return "self.h[2].ln_2.bias.shape == (768,)"
+        if not (h_2_ln_2_bias.stride() == (1,)):
+            return "self.h[2].ln_2.bias.stride() == (1,)"
+        if not (h_2_mlp_c_fc_bias.is_cpu):
+            return "self.h[2].mlp.c_fc.bias.is_cpu"
+        if not (h_2_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[2].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_2_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[2].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_2_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[2].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_2_mlp_c_proj_bias.is_cpu):
+            return "self.h[2].mlp.c_proj.bias.is_cpu"
+        if not (h_2_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[2].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_2_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[2].mlp.c_proj.bias.shape == (768,)"
+        if not (h_2_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[2].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_3_ln_1_weight.is_cpu):
+            return "self.h[3].ln_1.weight.is_cpu"
+        if not (h_3_ln_1_weight.dtype == torch.float32):
+            return "self.h[3].ln_1.weight.dtype == torch.float32"
+        if not (h_3_ln_1_weight.shape == (768,)):
+            return "self.h[3].ln_1.weight.shape == (768,)"
+        if not (h_3_ln_1_weight.stride() == (1,)):
+            return "self.h[3].ln_1.weight.stride() == (1,)"
+        if not (h_3_ln_1_bias.is_cpu):
+            return "self.h[3].ln_1.bias.is_cpu"
+        if not (h_3_ln_1_bias.dtype == torch.float32):
+            return "self.h[3].ln_1.bias.dtype == torch.float32"
+        if not (h_3_ln_1_bias.shape == (768,)):
+            return "self.h[3].ln_1.bias.shape == (768,)"
+        if not (h_3_ln_1_bias.stride() == (1,)):
+            return "self.h[3].ln_1.bias.stride() == (1,)"
+        if not (h_3_attn_c_proj_bias.is_cpu):
+            return "self.h[3].attn.c_proj.bias.is_cpu"
+        if not (h_3_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[3].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_3_attn_c_proj_bias.shape == (768,)):
+            return "self.h[3].attn.c_proj.bias.shape == (768,)"
+        if not (h_3_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[3].attn.c_proj.bias.stride() == (1,)"
+        if not (h_3_ln_2_weight.is_cpu):
+            return "self.h[3].ln_2.weight.is_cpu"
+        if not (h_3_ln_2_weight.dtype == torch.float32):
+            return "self.h[3].ln_2.weight.dtype == torch.float32"
+        if not (h_3_ln_2_weight.shape == (768,)):
+            return "self.h[3].ln_2.weight.shape == (768,)"
+        if not (h_3_ln_2_weight.stride() == (1,)):
+            return "self.h[3].ln_2.weight.stride() == (1,)"
+        if not (h_3_ln_2_bias.is_cpu):
+            return "self.h[3].ln_2.bias.is_cpu"
+        if not (h_3_ln_2_bias.dtype == torch.float32):
+            return "self.h[3].ln_2.bias.dtype == torch.float32"
+        if not (h_3_ln_2_bias.shape == (768,)):
+            return "self.h[3].ln_2.bias.shape == (768,)"
+        if not (h_3_ln_2_bias.stride() == (1,)):
+            return "self.h[3].ln_2.bias.stride() == (1,)"
+        if not (h_3_mlp_c_fc_bias.is_cpu):
+            return "self.h[3].mlp.c_fc.bias.is_cpu"
+        if not (h_3_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[3].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_3_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[3].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_3_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[3].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_3_mlp_c_proj_bias.is_cpu):
+            return "self.h[3].mlp.c_proj.bias.is_cpu"
+        if not (h_3_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[3].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_3_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[3].mlp.c_proj.bias.shape == (768,)"
+        if not (h_3_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[3].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_4_ln_1_weight.is_cpu):
+            return "self.h[4].ln_1.weight.is_cpu"
+        if not (h_4_ln_1_weight.dtype == torch.float32):
+            return "self.h[4].ln_1.weight.dtype == torch.float32"
+        if not (h_4_ln_1_weight.shape == (768,)):
+            return "self.h[4].ln_1.weight.shape == (768,)"
+        if not (h_4_ln_1_weight.stride() == (1,)):
+            return "self.h[4].ln_1.weight.stride() == (1,)"
+        if not (h_4_ln_1_bias.is_cpu):
+            return "self.h[4].ln_1.bias.is_cpu"
+        if not (h_4_ln_1_bias.dtype == torch.float32):
+            return "self.h[4].ln_1.bias.dtype == torch.float32"
+        if not (h_4_ln_1_bias.shape == (768,)):
+            return "self.h[4].ln_1.bias.shape == (768,)"
+        if not (h_4_ln_1_bias.stride() == (1,)):
+            return "self.h[4].ln_1.bias.stride() == (1,)"
+        if not (h_4_attn_c_proj_bias.is_cpu):
+            return "self.h[4].attn.c_proj.bias.is_cpu"
+        if not (h_4_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[4].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_4_attn_c_proj_bias.shape == (768,)):
+            return "self.h[4].attn.c_proj.bias.shape == (768,)"
+        if not (h_4_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[4].attn.c_proj.bias.stride() == (1,)"
+        if not (h_4_ln_2_weight.is_cpu):
+            return "self.h[4].ln_2.weight.is_cpu"
+        if not (h_4_ln_2_weight.dtype == torch.float32):
+            return "self.h[4].ln_2.weight.dtype == torch.float32"
+        if not (h_4_ln_2_weight.shape == (768,)):
+            return "self.h[4].ln_2.weight.shape == (768,)"
+        if not (h_4_ln_2_weight.stride() == (1,)):
+            return "self.h[4].ln_2.weight.stride() == (1,)"
+        if not (h_4_ln_2_bias.is_cpu):
+            return "self.h[4].ln_2.bias.is_cpu"
+        if not (h_4_ln_2_bias.dtype == torch.float32):
+            return "self.h[4].ln_2.bias.dtype == torch.float32"
+        if not (h_4_ln_2_bias.shape == (768,)):
+            return "self.h[4].ln_2.bias.shape == (768,)"
+        if not (h_4_ln_2_bias.stride() == (1,)):
+            return "self.h[4].ln_2.bias.stride() == (1,)"
+        if not (h_4_mlp_c_fc_bias.is_cpu):
+            return "self.h[4].mlp.c_fc.bias.is_cpu"
+        if not (h_4_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[4].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_4_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[4].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_4_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[4].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_4_mlp_c_proj_bias.is_cpu):
+            return "self.h[4].mlp.c_proj.bias.is_cpu"
+        if not (h_4_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[4].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_4_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[4].mlp.c_proj.bias.shape == (768,)"
+        if not (h_4_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[4].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_5_ln_1_weight.is_cpu):
+            return "self.h[5].ln_1.weight.is_cpu"
+        if not (h_5_ln_1_weight.dtype == torch.float32):
+            return "self.h[5].ln_1.weight.dtype == torch.float32"
+        if not (h_5_ln_1_weight.shape == (768,)):
+            return "self.h[5].ln_1.weight.shape == (768,)"
+        if not (h_5_ln_1_weight.stride() == (1,)):
+            return "self.h[5].ln_1.weight.stride() == (1,)"
+        if not (h_5_ln_1_bias.is_cpu):
+            return "self.h[5].ln_1.bias.is_cpu"
+        if not (h_5_ln_1_bias.dtype == torch.float32):
+            return "self.h[5].ln_1.bias.dtype == torch.float32"
+        if not (h_5_ln_1_bias.shape == (768,)):
+            return "self.h[5].ln_1.bias.shape == (768,)"
+        if not (h_5_ln_1_bias.stride() == (1,)):
+            return "self.h[5].ln_1.bias.stride() == (1,)"
+        if not (h_5_attn_c_proj_bias.is_cpu):
+            return "self.h[5].attn.c_proj.bias.is_cpu"
+        if not (h_5_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[5].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_5_attn_c_proj_bias.shape == (768,)):
+            return "self.h[5].attn.c_proj.bias.shape == (768,)"
+        if not (h_5_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[5].attn.c_proj.bias.stride() == (1,)"
+        if not (h_5_ln_2_weight.is_cpu):
+            return "self.h[5].ln_2.weight.is_cpu"
+        if not (h_5_ln_2_weight.dtype == torch.float32):
+            return "self.h[5].ln_2.weight.dtype == torch.float32"
+        if not (h_5_ln_2_weight.shape == (768,)):
+            return "self.h[5].ln_2.weight.shape == (768,)"
+        if not (h_5_ln_2_weight.stride() == (1,)):
+            return "self.h[5].ln_2.weight.stride() == (1,)"
+        if not (h_5_ln_2_bias.is_cpu):
+            return "self.h[5].ln_2.bias.is_cpu"
+        if not (h_5_ln_2_bias.dtype == torch.float32):
+            return "self.h[5].ln_2.bias.dtype == torch.float32"
+        if not (h_5_ln_2_bias.shape == (768,)):
+            return "self.h[5].ln_2.bias.shape == (768,)"
+        if not (h_5_ln_2_bias.stride() == (1,)):
+            return "self.h[5].ln_2.bias.stride() == (1,)"
+        if not (h_5_mlp_c_fc_bias.is_cpu):
+            return "self.h[5].mlp.c_fc.bias.is_cpu"
+        if not (h_5_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[5].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_5_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[5].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_5_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[5].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_5_mlp_c_proj_bias.is_cpu):
+            return "self.h[5].mlp.c_proj.bias.is_cpu"
+        if not (h_5_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[5].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_5_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[5].mlp.c_proj.bias.shape == (768,)"
+        if not (h_5_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[5].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_6_ln_1_weight.is_cpu):
+            return "self.h[6].ln_1.weight.is_cpu"
+        if not (h_6_ln_1_weight.dtype == torch.float32):
+            return "self.h[6].ln_1.weight.dtype == torch.float32"
+        if not (h_6_ln_1_weight.shape == (768,)):
+            return "self.h[6].ln_1.weight.shape == (768,)"
+        if not (h_6_ln_1_weight.stride() == (1,)):
+            return "self.h[6].ln_1.weight.stride() == (1,)"
+        if not (h_6_ln_1_bias.is_cpu):
+            return "self.h[6].ln_1.bias.is_cpu"
+        if not (h_6_ln_1_bias.dtype == torch.float32):
+            return "self.h[6].ln_1.bias.dtype == torch.float32"
+        if not (h_6_ln_1_bias.shape == (768,)):
+            return "self.h[6].ln_1.bias.shape == (768,)"
+        if not (h_6_ln_1_bias.stride() == (1,)):
+            return "self.h[6].ln_1.bias.stride() == (1,)"
+        if not (h_6_attn_c_proj_bias.is_cpu):
+            return "self.h[6].attn.c_proj.bias.is_cpu"
+        if not (h_6_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[6].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_6_attn_c_proj_bias.shape == (768,)):
+            return "self.h[6].attn.c_proj.bias.shape == (768,)"
+        if not (h_6_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[6].attn.c_proj.bias.stride() == (1,)"
+        if not (h_6_ln_2_weight.is_cpu):
+            return "self.h[6].ln_2.weight.is_cpu"
+        if not (h_6_ln_2_weight.dtype == torch.float32):
+            return "self.h[6].ln_2.weight.dtype == torch.float32"
+        if not (h_6_ln_2_weight.shape == (768,)):
+            return "self.h[6].ln_2.weight.shape == (768,)"
+        if not (h_6_ln_2_weight.stride() == (1,)):
+            return "self.h[6].ln_2.weight.stride() == (1,)"
+        if not (h_6_ln_2_bias.is_cpu):
+            return "self.h[6].ln_2.bias.is_cpu"
+        if not (h_6_ln_2_bias.dtype == torch.float32):
+            return "self.h[6].ln_2.bias.dtype == torch.float32"
+        if not (h_6_ln_2_bias.shape == (768,)):
+            return "self.h[6].ln_2.bias.shape == (768,)"
+        if not (h_6_ln_2_bias.stride() == (1,)):
+            return "self.h[6].ln_2.bias.stride() == (1,)"
+        if not (h_6_mlp_c_fc_bias.is_cpu):
+            return "self.h[6].mlp.c_fc.bias.is_cpu"
+        if not (h_6_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[6].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_6_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[6].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_6_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[6].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_6_mlp_c_proj_bias.is_cpu):
+            return "self.h[6].mlp.c_proj.bias.is_cpu"
+        if not (h_6_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[6].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_6_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[6].mlp.c_proj.bias.shape == (768,)"
+        if not (h_6_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[6].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_7_ln_1_weight.is_cpu):
+            return "self.h[7].ln_1.weight.is_cpu"
+        if not (h_7_ln_1_weight.dtype == torch.float32):
+            return "self.h[7].ln_1.weight.dtype == torch.float32"
+        if not (h_7_ln_1_weight.shape == (768,)):
+            return "self.h[7].ln_1.weight.shape == (768,)"
+        if not (h_7_ln_1_weight.stride() == (1,)):
+            return "self.h[7].ln_1.weight.stride() == (1,)"
+        if not (h_7_ln_1_bias.is_cpu):
+            return "self.h[7].ln_1.bias.is_cpu"
+        if not (h_7_ln_1_bias.dtype == torch.float32):
+            return "self.h[7].ln_1.bias.dtype == torch.float32"
+        if not (h_7_ln_1_bias.shape == (768,)):
+            return "self.h[7].ln_1.bias.shape == (768,)"
+        if not (h_7_ln_1_bias.stride() == (1,)):
+            return "self.h[7].ln_1.bias.stride() == (1,)"
+        if not (h_7_attn_c_proj_bias.is_cpu):
+            return "self.h[7].attn.c_proj.bias.is_cpu"
+        if not (h_7_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[7].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_7_attn_c_proj_bias.shape == (768,)):
+            return "self.h[7].attn.c_proj.bias.shape == (768,)"
+        if not (h_7_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[7].attn.c_proj.bias.stride() == (1,)"
+        if not (h_7_ln_2_weight.is_cpu):
+            return "self.h[7].ln_2.weight.is_cpu"
+        if not (h_7_ln_2_weight.dtype == torch.float32):
+            return "self.h[7].ln_2.weight.dtype == torch.float32"
+        if not (h_7_ln_2_weight.shape == (768,)):
+            return "self.h[7].ln_2.weight.shape == (768,)"
+        if not (h_7_ln_2_weight.stride() == (1,)):
+            return "self.h[7].ln_2.weight.stride() == (1,)"
+        if not (h_7_ln_2_bias.is_cpu):
+            return "self.h[7].ln_2.bias.is_cpu"
+        if not (h_7_ln_2_bias.dtype == torch.float32):
+            return "self.h[7].ln_2.bias.dtype == torch.float32"
+        if not (h_7_ln_2_bias.shape == (768,)):
+            return "self.h[7].ln_2.bias.shape == (768,)"
+        if not (h_7_ln_2_bias.stride() == (1,)):
+            return "self.h[7].ln_2.bias.stride() == (1,)"
+        if not (h_7_mlp_c_fc_bias.is_cpu):
+            return "self.h[7].mlp.c_fc.bias.is_cpu"
+        if not (h_7_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[7].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_7_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[7].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_7_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[7].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_7_mlp_c_proj_bias.is_cpu):
+            return "self.h[7].mlp.c_proj.bias.is_cpu"
+        if not (h_7_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[7].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_7_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[7].mlp.c_proj.bias.shape == (768,)"
+        if not (h_7_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[7].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_8_ln_1_weight.is_cpu):
+            return "self.h[8].ln_1.weight.is_cpu"
+        if not (h_8_ln_1_weight.dtype == torch.float32):
+            return "self.h[8].ln_1.weight.dtype == torch.float32"
+        if not (h_8_ln_1_weight.shape == (768,)):
+            return "self.h[8].ln_1.weight.shape == (768,)"
+        if not (h_8_ln_1_weight.stride() == (1,)):
+            return "self.h[8].ln_1.weight.stride() == (1,)"
+        if not (h_8_ln_1_bias.is_cpu):
+            return "self.h[8].ln_1.bias.is_cpu"
+        if not (h_8_ln_1_bias.dtype == torch.float32):
+            return "self.h[8].ln_1.bias.dtype == torch.float32"
+        if not (h_8_ln_1_bias.shape == (768,)):
+            return "self.h[8].ln_1.bias.shape == (768,)"
+        if not (h_8_ln_1_bias.stride() == (1,)):
+            return "self.h[8].ln_1.bias.stride() == (1,)"
+        if not (h_8_attn_c_proj_bias.is_cpu):
+            return "self.h[8].attn.c_proj.bias.is_cpu"
+        if not (h_8_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[8].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_8_attn_c_proj_bias.shape == (768,)):
+            return "self.h[8].attn.c_proj.bias.shape == (768,)"
+        if not (h_8_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[8].attn.c_proj.bias.stride() == (1,)"
+        if not (h_8_ln_2_weight.is_cpu):
+            return "self.h[8].ln_2.weight.is_cpu"
+        if not (h_8_ln_2_weight.dtype == torch.float32):
+            return "self.h[8].ln_2.weight.dtype == torch.float32"
+        if not (h_8_ln_2_weight.shape == (768,)):
+            return "self.h[8].ln_2.weight.shape == (768,)"
+        if not (h_8_ln_2_weight.stride() == (1,)):
+            return "self.h[8].ln_2.weight.stride() == (1,)"
+        if not (h_8_ln_2_bias.is_cpu):
+            return "self.h[8].ln_2.bias.is_cpu"
+        if not (h_8_ln_2_bias.dtype == torch.float32):
+            return "self.h[8].ln_2.bias.dtype == torch.float32"
+        if not (h_8_ln_2_bias.shape == (768,)):
+            return "self.h[8].ln_2.bias.shape == (768,)"
+        if not (h_8_ln_2_bias.stride() == (1,)):
+            return "self.h[8].ln_2.bias.stride() == (1,)"
+        if not (h_8_mlp_c_fc_bias.is_cpu):
+            return "self.h[8].mlp.c_fc.bias.is_cpu"
+        if not (h_8_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[8].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_8_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[8].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_8_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[8].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_8_mlp_c_proj_bias.is_cpu):
+            return "self.h[8].mlp.c_proj.bias.is_cpu"
+        if not (h_8_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[8].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_8_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[8].mlp.c_proj.bias.shape == (768,)"
+        if not (h_8_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[8].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_9_ln_1_weight.is_cpu):
+            return "self.h[9].ln_1.weight.is_cpu"
+        if not (h_9_ln_1_weight.dtype == torch.float32):
+            return "self.h[9].ln_1.weight.dtype == torch.float32"
+        if not (h_9_ln_1_weight.shape == (768,)):
+            return "self.h[9].ln_1.weight.shape == (768,)"
+        if not (h_9_ln_1_weight.stride() == (1,)):
+            return "self.h[9].ln_1.weight.stride() == (1,)"
+        if not (h_9_ln_1_bias.is_cpu):
+            return "self.h[9].ln_1.bias.is_cpu"
+        if not (h_9_ln_1_bias.dtype == torch.float32):
+            return "self.h[9].ln_1.bias.dtype == torch.float32"
+        if not (h_9_ln_1_bias.shape == (768,)):
+            return "self.h[9].ln_1.bias.shape == (768,)"
+        if not (h_9_ln_1_bias.stride() == (1,)):
+            return "self.h[9].ln_1.bias.stride() == (1,)"
+        if not (h_9_attn_c_proj_bias.is_cpu):
+            return "self.h[9].attn.c_proj.bias.is_cpu"
+        if not (h_9_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[9].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_9_attn_c_proj_bias.shape == (768,)):
+            return "self.h[9].attn.c_proj.bias.shape == (768,)"
+        if not (h_9_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[9].attn.c_proj.bias.stride() == (1,)"
+        if not (h_9_ln_2_weight.is_cpu):
+            return "self.h[9].ln_2.weight.is_cpu"
+        if not (h_9_ln_2_weight.dtype == torch.float32):
+            return "self.h[9].ln_2.weight.dtype == torch.float32"
+        if not (h_9_ln_2_weight.shape == (768,)):
+            return "self.h[9].ln_2.weight.shape == (768,)"
+        if not (h_9_ln_2_weight.stride() == (1,)):
+            return "self.h[9].ln_2.weight.stride() == (1,)"
+        if not (h_9_ln_2_bias.is_cpu):
+            return "self.h[9].ln_2.bias.is_cpu"
+        if not (h_9_ln_2_bias.dtype == torch.float32):
+            return "self.h[9].ln_2.bias.dtype == torch.float32"
+        if not (h_9_ln_2_bias.shape == (768,)):
+            return "self.h[9].ln_2.bias.shape == (768,)"
+        if not (h_9_ln_2_bias.stride() == (1,)):
+            return "self.h[9].ln_2.bias.stride() == (1,)"
+        if not (h_9_mlp_c_fc_bias.is_cpu):
+            return "self.h[9].mlp.c_fc.bias.is_cpu"
+        if not (h_9_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[9].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_9_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[9].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_9_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[9].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_9_mlp_c_proj_bias.is_cpu):
+            return "self.h[9].mlp.c_proj.bias.is_cpu"
+        if not (h_9_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[9].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_9_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[9].mlp.c_proj.bias.shape == (768,)"
+        if not (h_9_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[9].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_10_ln_1_weight.is_cpu):
+            return "self.h[10].ln_1.weight.is_cpu"
+        if not (h_10_ln_1_weight.dtype == torch.float32):
+            return "self.h[10].ln_1.weight.dtype == torch.float32"
+        if not (h_10_ln_1_weight.shape == (768,)):
+            return "self.h[10].ln_1.weight.shape == (768,)"
+        if not (h_10_ln_1_weight.stride() == (1,)):
+            return "self.h[10].ln_1.weight.stride() == (1,)"
+        if not (h_10_ln_1_bias.is_cpu):
+            return "self.h[10].ln_1.bias.is_cpu"
+        if not (h_10_ln_1_bias.dtype == torch.float32):
+            return "self.h[10].ln_1.bias.dtype == torch.float32"
+        if not (h_10_ln_1_bias.shape == (768,)):
+            return "self.h[10].ln_1.bias.shape == (768,)"
+        if not (h_10_ln_1_bias.stride() == (1,)):
+            return "self.h[10].ln_1.bias.stride() == (1,)"
+        if not (h_10_attn_c_proj_bias.is_cpu):
+            return "self.h[10].attn.c_proj.bias.is_cpu"
+        if not (h_10_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[10].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_10_attn_c_proj_bias.shape == (768,)):
+            return "self.h[10].attn.c_proj.bias.shape == (768,)"
+        if not (h_10_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[10].attn.c_proj.bias.stride() == (1,)"
+        if not (h_10_ln_2_weight.is_cpu):
+            return "self.h[10].ln_2.weight.is_cpu"
+        if not (h_10_ln_2_weight.dtype == torch.float32):
+            return "self.h[10].ln_2.weight.dtype == torch.float32"
+        if not (h_10_ln_2_weight.shape == (768,)):
+            return "self.h[10].ln_2.weight.shape == (768,)"
+        if not (h_10_ln_2_weight.stride() == (1,)):
+            return "self.h[10].ln_2.weight.stride() == (1,)"
+        if not (h_10_ln_2_bias.is_cpu):
+            return "self.h[10].ln_2.bias.is_cpu"
+        if not (h_10_ln_2_bias.dtype == torch.float32):
+            return "self.h[10].ln_2.bias.dtype == torch.float32"
+        if not (h_10_ln_2_bias.shape == (768,)):
+            return "self.h[10].ln_2.bias.shape == (768,)"
+        if not (h_10_ln_2_bias.stride() == (1,)):
+            return "self.h[10].ln_2.bias.stride() == (1,)"
+        if not (h_10_mlp_c_fc_bias.is_cpu):
+            return "self.h[10].mlp.c_fc.bias.is_cpu"
+        if not (h_10_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[10].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_10_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[10].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_10_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[10].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_10_mlp_c_proj_bias.is_cpu):
+            return "self.h[10].mlp.c_proj.bias.is_cpu"
+        if not (h_10_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[10].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_10_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[10].mlp.c_proj.bias.shape == (768,)"
+        if not (h_10_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[10].mlp.c_proj.bias.stride() == (1,)"
+        if not (h_11_ln_1_weight.is_cpu):
+            return "self.h[11].ln_1.weight.is_cpu"
+        if not (h_11_ln_1_weight.dtype == torch.float32):
+            return "self.h[11].ln_1.weight.dtype == torch.float32"
+        if not (h_11_ln_1_weight.shape == (768,)):
+            return "self.h[11].ln_1.weight.shape == (768,)"
+        if not (h_11_ln_1_weight.stride() == (1,)):
+            return "self.h[11].ln_1.weight.stride() == (1,)"
+        if not (h_11_ln_1_bias.is_cpu):
+            return "self.h[11].ln_1.bias.is_cpu"
+        if not (h_11_ln_1_bias.dtype == torch.float32):
+            return "self.h[11].ln_1.bias.dtype == torch.float32"
+        if not (h_11_ln_1_bias.shape == (768,)):
+            return "self.h[11].ln_1.bias.shape == (768,)"
+        if not (h_11_ln_1_bias.stride() == (1,)):
+            return "self.h[11].ln_1.bias.stride() == (1,)"
+        if not (h_11_attn_c_proj_bias.is_cpu):
+            return "self.h[11].attn.c_proj.bias.is_cpu"
+        if not (h_11_attn_c_proj_bias.dtype == torch.float32):
+            return "self.h[11].attn.c_proj.bias.dtype == torch.float32"
+        if not (h_11_attn_c_proj_bias.shape == (768,)):
+            return "self.h[11].attn.c_proj.bias.shape == (768,)"
+        if not (h_11_attn_c_proj_bias.stride() == (1,)):
+            return "self.h[11].attn.c_proj.bias.stride() == (1,)"
+        if not (h_11_ln_2_weight.is_cpu):
+            return "self.h[11].ln_2.weight.is_cpu"
+        if not (h_11_ln_2_weight.dtype == torch.float32):
+            return "self.h[11].ln_2.weight.dtype == torch.float32"
+        if not (h_11_ln_2_weight.shape == (768,)):
+            return "self.h[11].ln_2.weight.shape == (768,)"
+        if not (h_11_ln_2_weight.stride() == (1,)):
+            return "self.h[11].ln_2.weight.stride() == (1,)"
+        if not (h_11_ln_2_bias.is_cpu):
+            return "self.h[11].ln_2.bias.is_cpu"
+        if not (h_11_ln_2_bias.dtype == torch.float32):
+            return "self.h[11].ln_2.bias.dtype == torch.float32"
+        if not (h_11_ln_2_bias.shape == (768,)):
+            return "self.h[11].ln_2.bias.shape == (768,)"
+        if not (h_11_ln_2_bias.stride() == (1,)):
+            return "self.h[11].ln_2.bias.stride() == (1,)"
+        if not (h_11_mlp_c_fc_bias.is_cpu):
+            return "self.h[11].mlp.c_fc.bias.is_cpu"
+        if not (h_11_mlp_c_fc_bias.dtype == torch.float32):
+            return "self.h[11].mlp.c_fc.bias.dtype == torch.float32"
+        if not (h_11_mlp_c_fc_bias.shape == (3072,)):
+            return "self.h[11].mlp.c_fc.bias.shape == (3072,)"
+        if not (h_11_mlp_c_fc_bias.stride() == (1,)):
+            return "self.h[11].mlp.c_fc.bias.stride() == (1,)"
+        if not (h_11_mlp_c_proj_bias.is_cpu):
+            return "self.h[11].mlp.c_proj.bias.is_cpu"
+        if not (h_11_mlp_c_proj_bias.dtype == torch.float32):
+            return "self.h[11].mlp.c_proj.bias.dtype == torch.float32"
+        if not (h_11_mlp_c_proj_bias.shape == (768,)):
+            return "self.h[11].mlp.c_proj.bias.shape == (768,)"
+        if not (h_11_mlp_c_proj_bias.stride() == (1,)):
+            return "self.h[11].mlp.c_proj.bias.stride() == (1,)"
+        if not (ln_f_weight.is_cpu):
+            return "self.ln_f.weight.is_cpu"
+        if not (ln_f_weight.dtype == torch.float32):
+            return "self.ln_f.weight.dtype == torch.float32"
+        if not (ln_f_weight.shape == (768,)):
+            return "self.ln_f.weight.shape == (768,)"
+        if not (ln_f_weight.stride() == (1,)):
+            return "self.ln_f.weight.stride() == (1,)"
+        if not (ln_f_bias.is_cpu):
+            return "self.ln_f.bias.is_cpu"
+        if not (ln_f_bias.dtype == torch.float32):
+            return "self.ln_f.bias.dtype == torch.float32"
+        if not (ln_f_bias.shape == (768,)):
+            return "self.ln_f.bias.shape == (768,)"
+        if not (ln_f_bias.stride() == (1,)):
+            return "self.ln_f.bias.stride() == (1,)"
+        if not (lm_head._parameters.get("weight") is wte_weight):
+            return "self.lm_head.weight is self.wte.weight"
+        if not (
+            not torch.is_grad_enabled()
+            or not (
+                idx.requires_grad
+                or wte_weight.requires_grad
+                or wpe_weight.requires_grad
+                or h_0_ln_1_weight.requires_grad
+                or h_0_ln_1_bias.requires_grad
+                or h_0_attn_c_attn_weight.requires_grad
+                or h_0_attn_c_attn_bias.requires_grad
+                or h_0_attn_c_proj_weight.requires_grad
+                or h_0_attn_c_proj_bias.requires_grad
+                or h_0_ln_2_weight.requires_grad
+                or h_0_ln_2_bias.requires_grad
+                or h_0_mlp_c_fc_weight.requires_grad
+                or h_0_mlp_c_fc_bias.requires_grad
+                or h_0_mlp_c_proj_weight.requires_grad
+                or h_0_mlp_c_proj_bias.requires_grad
+                or h_1_ln_1_weight.requires_grad
+                or h_1_ln_1_bias.requires_grad
+                or h_1_attn_c_attn_weight.requires_grad
+                or h_1_attn_c_attn_bias.requires_grad
+                or h_1_attn_c_proj_weight.requires_grad
+                or h_1_attn_c_proj_bias.requires_grad
+                or h_1_ln_2_weight.requires_grad
+                or h_1_ln_2_bias.requires_grad
+                or h_1_mlp_c_fc_weight.requires_grad
+                or h_1_mlp_c_fc_bias.requires_grad
+                or h_1_mlp_c_proj_weight.requires_grad
+                or h_1_mlp_c_proj_bias.requires_grad
+                or h_2_ln_1_weight.requires_grad
+                or h_2_ln_1_bias.requires_grad
+                or h_2_attn_c_attn_weight.requires_grad
+                or h_2_attn_c_attn_bias.requires_grad
+                or h_2_attn_c_proj_weight.requires_grad
+                or h_2_attn_c_proj_bias.requires_grad
+                or h_2_ln_2_weight.requires_grad
+                or h_2_ln_2_bias.requires_grad
+                or h_2_mlp_c_fc_weight.requires_grad
+                or h_2_mlp_c_fc_bias.requires_grad
+                or h_2_mlp_c_proj_weight.requires_grad
+                or h_2_mlp_c_proj_bias.requires_grad
+                or h_3_ln_1_weight.requires_grad
+                or h_3_ln_1_bias.requires_grad
+                or h_3_attn_c_attn_weight.requires_grad
+                or h_3_attn_c_attn_bias.requires_grad
+                or h_3_attn_c_proj_weight.requires_grad
+                or h_3_attn_c_proj_bias.requires_grad
+                or h_3_ln_2_weight.requires_grad
+                or h_3_ln_2_bias.requires_grad
+                or h_3_mlp_c_fc_weight.requires_grad
+                or h_3_mlp_c_fc_bias.requires_grad
+                or h_3_mlp_c_proj_weight.requires_grad
+                or h_3_mlp_c_proj_bias.requires_grad
+                or h_4_ln_1_weight.requires_grad
+                or h_4_ln_1_bias.requires_grad
+                or h_4_attn_c_attn_weight.requires_grad
+                or h_4_attn_c_attn_bias.requires_grad
+                or h_4_attn_c_proj_weight.requires_grad
+                or h_4_attn_c_proj_bias.requires_grad
+                or h_4_ln_2_weight.requires_grad
+                or h_4_ln_2_bias.requires_grad
+                or h_4_mlp_c_fc_weight.requires_grad
+                or h_4_mlp_c_fc_bias.requires_grad
+                or h_4_mlp_c_proj_weight.requires_grad
+                or h_4_mlp_c_proj_bias.requires_grad
+                or h_5_ln_1_weight.requires_grad
+                or h_5_ln_1_bias.requires_grad
+                or h_5_attn_c_attn_weight.requires_grad
+                or h_5_attn_c_attn_bias.requires_grad
+                or h_5_attn_c_proj_weight.requires_grad
+                or h_5_attn_c_proj_bias.requires_grad
+                or h_5_ln_2_weight.requires_grad
+                or h_5_ln_2_bias.requires_grad
+                or h_5_mlp_c_fc_weight.requires_grad
+                or h_5_mlp_c_fc_bias.requires_grad
+                or h_5_mlp_c_proj_weight.requires_grad
+                or h_5_mlp_c_proj_bias.requires_grad
+                or h_6_ln_1_weight.requires_grad
+                or h_6_ln_1_bias.requires_grad
+                or h_6_attn_c_attn_weight.requires_grad
+                or h_6_attn_c_attn_bias.requires_grad
+                or h_6_attn_c_proj_weight.requires_grad
+                or h_6_attn_c_proj_bias.requires_grad
+                or h_6_ln_2_weight.requires_grad
+                or h_6_ln_2_bias.requires_grad
+                or h_6_mlp_c_fc_weight.requires_grad
+                or h_6_mlp_c_fc_bias.requires_grad
+                or h_6_mlp_c_proj_weight.requires_grad
+                or h_6_mlp_c_proj_bias.requires_grad
+                or h_7_ln_1_weight.requires_grad
+                or h_7_ln_1_bias.requires_grad
+                or h_7_attn_c_attn_weight.requires_grad
+                or h_7_attn_c_attn_bias.requires_grad
+                or h_7_attn_c_proj_weight.requires_grad
+                or h_7_attn_c_proj_bias.requires_grad
+                or h_7_ln_2_weight.requires_grad
+                or h_7_ln_2_bias.requires_grad
+                or h_7_mlp_c_fc_weight.requires_grad
+                or h_7_mlp_c_fc_bias.requires_grad
+                or h_7_mlp_c_proj_weight.requires_grad
+                or h_7_mlp_c_proj_bias.requires_grad
+                or h_8_ln_1_weight.requires_grad
+                or h_8_ln_1_bias.requires_grad
+                or h_8_attn_c_attn_weight.requires_grad
+                or h_8_attn_c_attn_bias.requires_grad
+                or h_8_attn_c_proj_weight.requires_grad
+                or h_8_attn_c_proj_bias.requires_grad
+                or h_8_ln_2_weight.requires_grad
+                or h_8_ln_2_bias.requires_grad
+                or h_8_mlp_c_fc_weight.requires_grad
+                or h_8_mlp_c_fc_bias.requires_grad
+                or h_8_mlp_c_proj_weight.requires_grad
+                or h_8_mlp_c_proj_bias.requires_grad
+                or h_9_ln_1_weight.requires_grad
+                or h_9_ln_1_bias.requires_grad
+                or h_9_attn_c_attn_weight.requires_grad
+                or h_9_attn_c_attn_bias.requires_grad
+                or h_9_attn_c_proj_weight.requires_grad
+                or h_9_attn_c_proj_bias.requires_grad
+                or h_9_ln_2_weight.requires_grad
+                or h_9_ln_2_bias.requires_grad
+                or h_9_mlp_c_fc_weight.requires_grad
+                or h_9_mlp_c_fc_bias.requires_grad
+                or h_9_mlp_c_proj_weight.requires_grad
+                or h_9_mlp_c_proj_bias.requires_grad
+                or h_10_ln_1_weight.requires_grad
+                or h_10_ln_1_bias.requires_grad
+                or h_10_attn_c_attn_weight.requires_grad
+                or h_10_attn_c_attn_bias.requires_grad
+                or h_10_attn_c_proj_weight.requires_grad
+                or h_10_attn_c_proj_bias.requires_grad
+                or h_10_ln_2_weight.requires_grad
+                or h_10_ln_2_bias.requires_grad
+                or h_10_mlp_c_fc_weight.requires_grad
+                or h_10_mlp_c_fc_bias.requires_grad
+                or h_10_mlp_c_proj_weight.requires_grad
+                or h_10_mlp_c_proj_bias.requires_grad
+                or h_11_ln_1_weight.requires_grad
+                or h_11_ln_1_bias.requires_grad
+                or h_11_attn_c_attn_weight.requires_grad
+                or h_11_attn_c_attn_bias.requires_grad
+                or h_11_attn_c_proj_weight.requires_grad
+                or h_11_attn_c_proj_bias.requires_grad
+                or h_11_ln_2_weight.requires_grad
+                or h_11_ln_2_bias.requires_grad
+                or h_11_mlp_c_fc_weight.requires_grad
+                or h_11_mlp_c_fc_bias.requires_grad
+                or h_11_mlp_c_proj_weight.requires_grad
+                or h_11_mlp_c_proj_bias.requires_grad
+                or ln_f_weight.requires_grad
+                or ln_f_bias.requires_grad
+            )
+        ):
+            return "not torch.is_grad_enabled() or nothing it reads requires grad"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cpu_0(self, idx):

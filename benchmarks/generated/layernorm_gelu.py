@@ -47,44 +47,79 @@ _triton = _Triton()
 
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[16384,4096]): the first guard that fails, or None."""
-    if not (isinstance(x, torch.Tensor)):
-        return "isinstance(x, torch.Tensor)"
-    if not (x.is_cuda):
-        return "x.is_cuda"
-    if not (x.get_device() == torch.cuda.current_device()):
-        return "x.get_device() == torch.cuda.current_device()"
-    if not (x.dtype == torch.float32):
-        return "x.dtype == torch.float32"
-    if not (x.shape == (16384, 4096)):
-        return "x.shape == (16384, 4096)"
-    if not (x.is_contiguous()):
-        return "x.is_contiguous()"
-    if not (not self.training):
-        return "not self.training"
-    norm_weight = self._modules["norm"]._parameters["weight"]
-    if not (norm_weight.is_cuda):
-        return "self.norm.weight.is_cuda"
-    if not (norm_weight.dtype == torch.float32):
-        return "self.norm.weight.dtype == torch.float32"
-    if not (norm_weight.shape == (4096,)):
-        return "self.norm.weight.shape == (4096,)"
-    if not (norm_weight.stride() == (1,)):
-        return "self.norm.weight.stride() == (1,)"
-    norm_bias = self._modules["norm"]._parameters["bias"]
-    if not (norm_bias.is_cuda):
-        return "self.norm.bias.is_cuda"
-    if not (norm_bias.dtype == torch.float32):
-        return "self.norm.bias.dtype == torch.float32"
-    if not (norm_bias.shape == (4096,)):
-        return "self.norm.bias.shape == (4096,)"
-    if not (norm_bias.stride() == (1,)):
-        return "self.norm.bias.stride() == (1,)"
-    if not (
-        not torch.is_grad_enabled()
-        or not (x.requires_grad or norm_weight.requires_grad or norm_bias.requires_grad)
-    ):
-        return "not torch.is_grad_enabled() or nothing it reads requires grad"
-    return None
+    try:
+        if not (isinstance(x, torch.Tensor)):
+            return "isinstance(x, torch.Tensor)"
+        if not (x.is_cuda):
+            return "x.is_cuda"
+        if not (x.get_device() == torch.cuda.current_device()):
+            return "x.get_device() == torch.cuda.current_device()"
+        if not (x.dtype == torch.float32):
+            return "x.dtype == torch.float32"
+        if not (x.shape == (16384, 4096)):
+            return "x.shape == (16384, 4096)"
+        if not (x.is_contiguous()):
+            return "x.is_contiguous()"
+        if not (not self.training):
+            return "not self.training"
+        if not (
+            not (
+                torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks
+                or torch.nn.modules.module._global_backward_hooks
+                or torch.nn.modules.module._global_backward_pre_hooks
+            )
+        ):
+            return "no global module hooks"
+        norm = self._modules.get("norm")
+        if not (type(norm) is torch.nn.LayerNorm):
+            return "type(self.norm) is torch.nn.LayerNorm"
+        if not (
+            not norm.training
+            and norm.normalized_shape == (4096,)
+            and norm.eps == 1e-05
+            and norm.elementwise_affine
+        ):
+            return "not self.norm.training and self.norm.normalized_shape == (4096,) and self.norm.eps == 1e-05 and self.norm.elementwise_affine"
+        if not (
+            not (
+                norm._forward_hooks
+                or norm._forward_pre_hooks
+                or norm._backward_hooks
+                or norm._backward_pre_hooks
+            )
+        ):
+            return "self.norm has no hooks"
+        norm_weight = norm._parameters.get("weight")
+        norm_bias = norm._parameters.get("bias")
+        if not (norm_weight is not None and norm_bias is not None):
+            return "self.norm.weight is not None and self.norm.bias is not None"
+        if not (norm_weight.is_cuda):
+            return "self.norm.weight.is_cuda"
+        if not (norm_weight.dtype == torch.float32):
+            return "self.norm.weight.dtype == torch.float32"
+        if not (norm_weight.shape == (4096,)):
+            return "self.norm.weight.shape == (4096,)"
+        if not (norm_weight.stride() == (1,)):
+            return "self.norm.weight.stride() == (1,)"
+        if not (norm_bias.is_cuda):
+            return "self.norm.bias.is_cuda"
+        if not (norm_bias.dtype == torch.float32):
+            return "self.norm.bias.dtype == torch.float32"
+        if not (norm_bias.shape == (4096,)):
+            return "self.norm.bias.shape == (4096,)"
+        if not (norm_bias.stride() == (1,)):
+            return "self.norm.bias.stride() == (1,)"
+        if not (
+            not torch.is_grad_enabled()
+            or not (
+                x.requires_grad or norm_weight.requires_grad or norm_bias.requires_grad
+            )
+        ):
+            return "not torch.is_grad_enabled() or nothing it reads requires grad"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cuda_0(self, x):
@@ -101,42 +136,77 @@ def _cuda_0(self, x):
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[512,4096]): the first guard that fails, or None."""
-    if not (isinstance(x, torch.Tensor)):
-        return "isinstance(x, torch.Tensor)"
-    if not (x.is_cpu):
-        return "x.is_cpu"
-    if not (x.dtype == torch.float32):
-        return "x.dtype == torch.float32"
-    if not (x.shape == (512, 4096)):
-        return "x.shape == (512, 4096)"
-    if not (x.is_contiguous()):
-        return "x.is_contiguous()"
-    if not (not self.training):
-        return "not self.training"
-    norm_weight = self._modules["norm"]._parameters["weight"]
-    if not (norm_weight.is_cpu):
-        return "self.norm.weight.is_cpu"
-    if not (norm_weight.dtype == torch.float32):
-        return "self.norm.weight.dtype == torch.float32"
-    if not (norm_weight.shape == (4096,)):
-        return "self.norm.weight.shape == (4096,)"
-    if not (norm_weight.stride() == (1,)):
-        return "self.norm.weight.stride() == (1,)"
-    norm_bias = self._modules["norm"]._parameters["bias"]
-    if not (norm_bias.is_cpu):
-        return "self.norm.bias.is_cpu"
-    if not (norm_bias.dtype == torch.float32):
-        return "self.norm.bias.dtype == torch.float32"
-    if not (norm_bias.shape == (4096,)):
-        return "self.norm.bias.shape == (4096,)"
-    if not (norm_bias.stride() == (1,)):
-        return "self.norm.bias.stride() == (1,)"
-    if not (
-        not torch.is_grad_enabled()
-        or not (x.requires_grad or norm_weight.requires_grad or norm_bias.requires_grad)
-    ):
-        return "not torch.is_grad_enabled() or nothing it reads requires grad"
-    return None
+    try:
+        if not (isinstance(x, torch.Tensor)):
+            return "isinstance(x, torch.Tensor)"
+        if not (x.is_cpu):
+            return "x.is_cpu"
+        if not (x.dtype == torch.float32):
+            return "x.dtype == torch.float32"
+        if not (x.shape == (512, 4096)):
+            return "x.shape == (512, 4096)"
+        if not (x.is_contiguous()):
+            return "x.is_contiguous()"
+        if not (not self.training):
+            return "not self.training"
+        if not (
+            not (
+                torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks
+                or torch.nn.modules.module._global_backward_hooks
+                or torch.nn.modules.module._global_backward_pre_hooks
+            )
+        ):
+            return "no global module hooks"
+        norm = self._modules.get("norm")
+        if not (type(norm) is torch.nn.LayerNorm):
+            return "type(self.norm) is torch.nn.LayerNorm"
+        if not (
+            not norm.training
+            and norm.normalized_shape == (4096,)
+            and norm.eps == 1e-05
+            and norm.elementwise_affine
+        ):
+            return "not self.norm.training and self.norm.normalized_shape == (4096,) and self.norm.eps == 1e-05 and self.norm.elementwise_affine"
+        if not (
+            not (
+                norm._forward_hooks
+                or norm._forward_pre_hooks
+                or norm._backward_hooks
+                or norm._backward_pre_hooks
+            )
+        ):
+            return "self.norm has no hooks"
+        norm_weight = norm._parameters.get("weight")
+        norm_bias = norm._parameters.get("bias")
+        if not (norm_weight is not None and norm_bias is not None):
+            return "self.norm.weight is not None and self.norm.bias is not None"
+        if not (norm_weight.is_cpu):
+            return "self.norm.weight.is_cpu"
+        if not (norm_weight.dtype == torch.float32):
+            return "self.norm.weight.dtype == torch.float32"
+        if not (norm_weight.shape == (4096,)):
+            return "self.norm.weight.shape == (4096,)"
+        if not (norm_weight.stride() == (1,)):
+            return "self.norm.weight.stride() == (1,)"
+        if not (norm_bias.is_cpu):
+            return "self.norm.bias.is_cpu"
+        if not (norm_bias.dtype == torch.float32):
+            return "self.norm.bias.dtype == torch.float32"
+        if not (norm_bias.shape == (4096,)):
+            return "self.norm.bias.shape == (4096,)"
+        if not (norm_bias.stride() == (1,)):
+            return "self.norm.bias.stride() == (1,)"
+        if not (
+            not torch.is_grad_enabled()
+            or not (
+                x.requires_grad or norm_weight.requires_grad or norm_bias.requires_grad
+            )
+        ):
+            return "not torch.is_grad_enabled() or nothing it reads requires grad"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cpu_0(self, x):

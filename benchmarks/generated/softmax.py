@@ -46,56 +46,62 @@ _triton = _Triton()
 
 def _guards_cuda_0(x):
     """Variant cuda_0 (cuda: x=f32[16384,4096]): the first guard that fails, or None."""
-    if not (isinstance(x, torch.Tensor)):
-        return "isinstance(x, torch.Tensor)"
-    if not (x.is_cuda):
-        return "x.is_cuda"
-    if not (x.get_device() == torch.cuda.current_device()):
-        return "x.get_device() == torch.cuda.current_device()"
-    if not (x.dtype == torch.float32):
-        return "x.dtype == torch.float32"
-    if not (x.shape == (16384, 4096)):
-        return "x.shape == (16384, 4096)"
-    if not (x.is_contiguous()):
-        return "x.is_contiguous()"
-    if not (not torch.is_grad_enabled() or not (x.requires_grad)):
-        return "not torch.is_grad_enabled() or not (x.requires_grad)"
-    return None
+    try:
+        if not (isinstance(x, torch.Tensor)):
+            return "isinstance(x, torch.Tensor)"
+        if not (x.is_cuda):
+            return "x.is_cuda"
+        if not (x.get_device() == torch.cuda.current_device()):
+            return "x.get_device() == torch.cuda.current_device()"
+        if not (x.dtype == torch.float32):
+            return "x.dtype == torch.float32"
+        if not (x.shape == (16384, 4096)):
+            return "x.shape == (16384, 4096)"
+        if not (x.is_contiguous()):
+            return "x.is_contiguous()"
+        if not (not torch.is_grad_enabled() or not (x.requires_grad)):
+            return "not torch.is_grad_enabled() or not (x.requires_grad)"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cuda_0(x):
     empty = runtime_shim.allocator(x.device)
     # examples/softmax.py:11: return torch.softmax(x, dim=-1)
-    div = empty((16384, 4096), (4096, 1), torch.float32)
+    _softmax = empty((16384, 4096), (4096, 1), torch.float32)
     _triton.triton_fused_softmax_0[(16384,)](
-        x, div, XBLOCK=1, RBLOCK=4096, num_warps=16
+        x, _softmax, XBLOCK=1, RBLOCK=4096, num_warps=16
     )
-    return div
+    return _softmax
 
 
 def _guards_cpu_0(x):
     """Variant cpu_0 (cpu: x=f32[2048,1024]): the first guard that fails, or None."""
-    if not (isinstance(x, torch.Tensor)):
-        return "isinstance(x, torch.Tensor)"
-    if not (x.is_cpu):
-        return "x.is_cpu"
-    if not (x.dtype == torch.float32):
-        return "x.dtype == torch.float32"
-    if not (x.shape == (2048, 1024)):
-        return "x.shape == (2048, 1024)"
-    if not (x.is_contiguous()):
-        return "x.is_contiguous()"
-    if not (not torch.is_grad_enabled() or not (x.requires_grad)):
-        return "not torch.is_grad_enabled() or not (x.requires_grad)"
-    return None
+    try:
+        if not (isinstance(x, torch.Tensor)):
+            return "isinstance(x, torch.Tensor)"
+        if not (x.is_cpu):
+            return "x.is_cpu"
+        if not (x.dtype == torch.float32):
+            return "x.dtype == torch.float32"
+        if not (x.shape == (2048, 1024)):
+            return "x.shape == (2048, 1024)"
+        if not (x.is_contiguous()):
+            return "x.is_contiguous()"
+        if not (not torch.is_grad_enabled() or not (x.requires_grad)):
+            return "not torch.is_grad_enabled() or not (x.requires_grad)"
+        return None
+    except Exception as e:  # a state no guard foresaw: the source runs
+        return f"guards that read without error ({type(e).__name__}: {e})"
 
 
 def _cpu_0(x):
     empty = runtime_shim.allocator(x.device)
     # examples/softmax.py:11: return torch.softmax(x, dim=-1)
-    div = empty((2048, 1024), (1024, 1), torch.float32)
-    _cpp.function("cpp_fused_softmax_0", "pp")(x.data_ptr(), div.data_ptr())
-    return div
+    _softmax = empty((2048, 1024), (1024, 1), torch.float32)
+    _cpp.function("cpp_fused_softmax_0", "pp")(x.data_ptr(), _softmax.data_ptr())
+    return _softmax
 
 
 def softmax(x):
