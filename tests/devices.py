@@ -37,7 +37,10 @@ def _copy_back(moved: Any, original: Any) -> None:
     """Write what the variant left in `moved` (on the GPU) into `original`."""
     if isinstance(original, torch.Tensor):
         with torch.no_grad():
-            original.copy_(moved.cpu())
+            if moved.shape != original.shape:  # `x.unsqueeze_(0)` changed its shape
+                original.set_(moved.cpu())
+            else:
+                original.copy_(moved.cpu())
     elif isinstance(original, (list, tuple)):
         for m, o in zip(moved, original):
             _copy_back(m, o)

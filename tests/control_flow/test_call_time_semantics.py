@@ -105,8 +105,8 @@ def _run_both(generated, name: str, inputs: Callable[[], dict], calls: int = 2) 
             args = inputs()
             theirs = {k: v.clone() for k, v in args.items()}
             torch.manual_seed(100 + call)
-            with torch.no_grad():
-                want = reference(**theirs)
+            with torch.no_grad():  # on the variant's device: the same RNG
+                want = _on(backend, _call)(reference, **theirs)
             torch.manual_seed(100 + call)
             with torch.no_grad():
                 if backend == "cpu":
@@ -117,6 +117,15 @@ def _run_both(generated, name: str, inputs: Callable[[], dict], calls: int = 2) 
             _same(got, want, f"{where} output")
             _same(args, theirs, f"{where} inputs")
             _same(_state(mine), _state(reference), f"{where} state")
+
+
+def _call(module, **inputs):
+    return module(**inputs)
+
+
+def _on(backend: str, fn):
+    """`fn` run where the backend's variant runs (tests/devices.py)."""
+    return on_gpu(fn) if backend == "triton" else fn
 
 
 def _cuda_variant(generated, name: str):
@@ -196,18 +205,18 @@ def test_in_place_writes_through_aliases_reach_the_caller(
 EFFECTS = """
 class SeedThenSample(nn.Module):
     def forward(self, x):
-        a = torch.rand(4)
+        a = torch.rand(4, device=x.device)
         torch.manual_seed(0)
-        b = torch.rand(4)
+        b = torch.rand(4, device=x.device)
         y = x * 2
         torch.manual_seed(3)
-        return y + a + b + torch.randn(4)
+        return y + a + b + torch.randn(4, device=x.device)
 
 class GeneratorSeed(nn.Module):
     def forward(self, x):
-        g = torch.Generator()
+        g = torch.Generator(x.device)
         g.manual_seed(5)
-        return x + torch.rand(4, generator=g)
+        return x + torch.rand(4, generator=g, device=x.device)
 """
 
 

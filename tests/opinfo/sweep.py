@@ -46,6 +46,7 @@ from unittest import mock
 import torch
 
 from tests.compile_helpers import import_generated, specs
+from tests.devices import on_gpu
 from tests.opinfo.cases import Case
 from tests.opinfo.compare import Ran, call, difference
 from transpiler import api
@@ -304,7 +305,7 @@ def lowered(vc, module, reasons: dict[str, str]) -> Lowered:
         sum(isinstance(s, KernelCall) for s in steps),
         tuple(externs),
         tuple(reasons.get(s, s) for s in stubs),
-        fn,
+        on_gpu(fn) if vc.name.startswith("cuda") else fn,
         inspect_source(fn),
     )
 

@@ -30,6 +30,7 @@ from tests.compile_helpers import (
     import_generated,
     unique_name,
 )
+from tests.devices import REAL_GPU, on_gpu
 from tests.helpers import build_pair, check_call
 from transpiler.api import build
 from transpiler.cli import build_options, build_parser, main
@@ -587,10 +588,14 @@ def test_cuda_graph_segments_quote_the_branch_as_text(tmp_path: Path, monkeypatc
     assert "def _cuda_0_seg0(input_, y):" in py
     assert "def _cuda_0(graphs, input_, y):" in py
     module = import_generated(files, tmp_path, stem)
-    monkeypatch.setattr(CudaGraphRunner, "_record", lambda r, run: Replayer()(r, run))
-    monkeypatch.setattr(module, "_guards_cuda_0", lambda *args: None)  # CPU tensors
+    device = "cuda" if REAL_GPU else "cpu"  # real graphs on a GPU (tests/devices.py)
+    if not REAL_GPU:
+        monkeypatch.setattr(
+            CudaGraphRunner, "_record", lambda r, run: Replayer()(r, run)
+        )
+        monkeypatch.setattr(module, "_guards_cuda_0", lambda *args: None)
     for sign in (1, -1, 1):
-        inputs = rand("input", "y")
+        inputs = {k: v.to(device) for k, v in rand("input", "y").items()}
         inputs["input"] = inputs["input"].abs() * sign
         inputs["y"] = inputs["y"].abs()
         got = module.branchy(**inputs).clone()  # the graph's buffer: a copy
@@ -652,7 +657,7 @@ def test_dimension_named_like_a_kernels_own_name(tmp_path: Path, dim: str, code:
     assert "    W_1 = inp.shape[0]  # dynamic" in py
     module = import_generated(files, tmp_path, stem)
     x, y = rand("x", "y", shape=(5, 4)).values()
-    for variant in (module._cpu_1, module._cuda_1):  # cpu_0: size 1 of the dim
+    for variant in (module._cpu_1, on_gpu(module._cuda_1)):  # cpu_0: size 1 of B
         torch.testing.assert_close(variant(x, y), (x + 1) * y)
     torch.manual_seed(0)
     eager = module._source.Scale().eval()
