@@ -302,6 +302,22 @@ class NestedDef(nn.Module):
             return t * 2
         return twice(x) + 1
 
+class NestedDefLocals(nn.Module):
+    def forward(self, x):
+        def inner(t, *args):
+            for e in args:
+                t = t + e
+            return t
+        return inner(x, x)
+
+class ExceptAs(nn.Module):
+    def forward(self, x):
+        try:
+            y = x.view(7)
+        except RuntimeError as e:
+            y = x * 2
+        return y
+
 class Walrus(nn.Module):
     def forward(self, x):
         if (n := x.shape[0]) > 1:
@@ -335,7 +351,16 @@ class SuperInFallback(Base):
 
 @pytest.mark.parametrize(
     "name",
-    ["NestedDef", "Walrus", "Deletes", "LocalImport", "ReadsLocals", "SuperInFallback"],
+    [
+        "NestedDef",
+        "NestedDefLocals",
+        "ExceptAs",
+        "Walrus",
+        "Deletes",
+        "LocalImport",
+        "ReadsLocals",
+        "SuperInFallback",
+    ],
 )
 def test_fallback_code_keeps_the_names_it_binds(
     name: str, built, triton_interpreter: None
@@ -484,6 +509,8 @@ TABLES: dict[str, Callable[[], tuple[str, dict[str, dict]]]] = {
             n: {"x": torch.randn(3)}
             for n in (
                 "NestedDef",
+                "NestedDefLocals",
+                "ExceptAs",
                 "Walrus",
                 "Deletes",
                 "LocalImport",

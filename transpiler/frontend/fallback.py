@@ -94,11 +94,28 @@ class Names(_Targets):
     def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
         self._target(node.target)
 
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        """A nested def binds its name; what its body assigns is its own, what its
+        body and defaults read may come from the enclosing frame."""
         self.assigned.setdefault(node.name.value)
+        inner = Names()
+        for part in (node.params, node.body, *node.decorators):
+            part.visit(inner)
+        self.read.update(dict.fromkeys(inner.read))
+        return False
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         self.assigned.setdefault(node.name.value)
+        inner = Names()
+        for part in (node.body, *node.bases, *node.keywords, *node.decorators):
+            part.visit(inner)
+        self.read.update(dict.fromkeys(inner.read))
+        return False
+
+    def leave_ExceptHandler(self, node: cst.ExceptHandler) -> None:
+        """`except E as e`: Python unbinds `e` when the handler ends."""
+        if node.name is not None and isinstance(node.name.name, cst.Name):
+            self.deleted.setdefault(node.name.name.value)
 
     def visit_ImportAlias(self, node: cst.ImportAlias) -> None:
         if node.asname is None:  # `import a.b` binds `a`
