@@ -349,19 +349,19 @@ class SuperInFallback(Base):
 """
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        "NestedDef",
-        "NestedDefLocals",
-        "ExceptAs",
-        "Walrus",
-        "Deletes",
-        "LocalImport",
-        "ReadsLocals",
-        "SuperInFallback",
-    ],
+NAMED = (
+    "NestedDef",
+    "NestedDefLocals",
+    "ExceptAs",
+    "Walrus",
+    "Deletes",
+    "LocalImport",
+    "ReadsLocals",
+    "SuperInFallback",
 )
+
+
+@pytest.mark.parametrize("name", NAMED)
 def test_fallback_code_keeps_the_names_it_binds(
     name: str, built, triton_interpreter: None
 ) -> None:
@@ -503,20 +503,5 @@ TABLES: dict[str, Callable[[], tuple[str, dict[str, dict]]]] = {
         "".join(textwrap.dedent(src) for src in STATE.values()),
         {name: {"x": torch.randn(3)} for name in STATE},
     ),
-    "names": lambda: (
-        NAMES,
-        {
-            n: {"x": torch.randn(3)}
-            for n in (
-                "NestedDef",
-                "NestedDefLocals",
-                "ExceptAs",
-                "Walrus",
-                "Deletes",
-                "LocalImport",
-                "ReadsLocals",
-                "SuperInFallback",
-            )
-        },
-    ),
+    "names": lambda: (NAMES, {n: {"x": torch.randn(3)} for n in NAMED}),
 }
