@@ -19,7 +19,8 @@ import contextlib
 import copy
 import functools
 import importlib
-from collections.abc import Callable, Iterable, Mapping
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -416,3 +417,13 @@ def plain_attributes(module: torch.nn.Module) -> dict[str, object]:
                 value = type(value)
             out[f"{prefix}.{key}" if prefix else key] = value
     return out
+
+
+@contextlib.contextmanager
+def umask(mask: int) -> Iterator[None]:
+    """This process's umask is `mask` inside the block."""
+    old = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(old)

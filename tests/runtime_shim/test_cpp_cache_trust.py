@@ -11,13 +11,12 @@ from __future__ import annotations
 import ctypes
 import os
 import stat
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from runtime_shim import RuntimeShimError, cpp, load_cpp
+from tests.helpers import umask
 
 SOURCE = """\
 #include <cstdint>
@@ -35,15 +34,6 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A private cache dir and a fresh library memo for every test."""
     monkeypatch.setenv("TRANSPILE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(cpp, "_LIBRARIES", {})
-
-
-@contextmanager
-def umask(mask: int) -> Iterator[None]:
-    old = os.umask(mask)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def mode(path: Path) -> int:

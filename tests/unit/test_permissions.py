@@ -12,12 +12,12 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from runtime_shim.__main__ import build
+from tests.helpers import umask
 from transpiler.api import write
 
 NOBODY = 65534
@@ -45,15 +45,6 @@ extern "C" void add_one(float* x, int64_t n) {
 }
 """,
 }
-
-
-@contextmanager
-def umask(mask: int) -> Iterator[None]:
-    old = os.umask(mask)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def modes(folder: Path) -> dict[str, int]:
