@@ -183,19 +183,24 @@ extern "C" void cpp_fused_add_native_layer_norm_0(
             tmp3 += tmp2;
         }
         float tmp4 = tmp3 / 64.0f;
-        float tmp5_row[64];
         float tmp7 = 0;
-        #pragma omp simd reduction(+:tmp7)
+        float tmp8 = 0;
+        #pragma omp simd reduction(+:tmp7) reduction(+:tmp8)
         for (int64_t r = 0; r < 64; ++r) {
             float tmp2 = tmp2_row[r];
             float tmp5 = tmp2 - tmp4;
-            tmp5_row[r] = tmp5;
             float tmp6 = tmp5 * tmp5;
             tmp7 += tmp6;
+            tmp8 += tmp5;
         }
-        float tmp8 = tmp7 / 64.0f;
-        float tmp9 = tmp8 + 1e-05f;
-        float tmp10 = 1 / std::sqrt(tmp9);
+        float tmp9 = tmp8 / 64.0f;
+        float tmp10 = tmp8 * tmp9;
+        float tmp11 = tmp7 - tmp10;
+        float tmp12 = tmp11 < 0 ? 0 : tmp11;
+        float tmp13 = tmp4 + tmp9;
+        float tmp14 = tmp12 / 64.0f;
+        float tmp15 = tmp14 + 1e-05f;
+        float tmp16 = 1 / std::sqrt(tmp15);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 64; r += 16) {
             __builtin_prefetch(&in_ptr0[64 * (x + 1) + r]);
@@ -204,14 +209,14 @@ extern "C" void cpp_fused_add_native_layer_norm_0(
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
             float tmp2 = tmp2_row[r];
-            float tmp5 = tmp5_row[r];
-            float tmp11 = tmp5 * tmp10;
-            float tmp12 = in_ptr2[r];
-            float tmp13 = tmp11 * tmp12;
-            float tmp14 = in_ptr3[r];
-            float tmp15 = tmp13 + tmp14;
+            float tmp17 = tmp2 - tmp13;
+            float tmp18 = tmp17 * tmp16;
+            float tmp19 = in_ptr2[r];
+            float tmp20 = tmp18 * tmp19;
+            float tmp21 = in_ptr3[r];
+            float tmp22 = tmp20 + tmp21;
             out_ptr0[64 * x + r] = tmp2;
-            out_ptr1[64 * x + r] = tmp15;
+            out_ptr1[64 * x + r] = tmp22;
         }
     }
 }
@@ -242,19 +247,24 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
             tmp5 += tmp4;
         }
         float tmp6 = tmp5 / 64.0f;
-        float tmp7_row[64];
         float tmp9 = 0;
-        #pragma omp simd reduction(+:tmp9)
+        float tmp10 = 0;
+        #pragma omp simd reduction(+:tmp9) reduction(+:tmp10)
         for (int64_t r = 0; r < 64; ++r) {
             float tmp4 = tmp4_row[r];
             float tmp7 = tmp4 - tmp6;
-            tmp7_row[r] = tmp7;
             float tmp8 = tmp7 * tmp7;
             tmp9 += tmp8;
+            tmp10 += tmp7;
         }
-        float tmp10 = tmp9 / 64.0f;
-        float tmp11 = tmp10 + 1e-05f;
-        float tmp12 = 1 / std::sqrt(tmp11);
+        float tmp11 = tmp10 / 64.0f;
+        float tmp12 = tmp10 * tmp11;
+        float tmp13 = tmp9 - tmp12;
+        float tmp14 = tmp13 < 0 ? 0 : tmp13;
+        float tmp15 = tmp6 + tmp11;
+        float tmp16 = tmp14 / 64.0f;
+        float tmp17 = tmp16 + 1e-05f;
+        float tmp18 = 1 / std::sqrt(tmp17);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 64; r += 16) {
             __builtin_prefetch(&in_ptr0[64 * (x + 1) + r]);
@@ -263,14 +273,14 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
             float tmp4 = tmp4_row[r];
-            float tmp7 = tmp7_row[r];
-            float tmp13 = tmp7 * tmp12;
-            float tmp14 = in_ptr3[r];
-            float tmp15 = tmp13 * tmp14;
-            float tmp16 = in_ptr4[r];
-            float tmp17 = tmp15 + tmp16;
+            float tmp19 = tmp4 - tmp15;
+            float tmp20 = tmp19 * tmp18;
+            float tmp21 = in_ptr3[r];
+            float tmp22 = tmp20 * tmp21;
+            float tmp23 = in_ptr4[r];
+            float tmp24 = tmp22 + tmp23;
             out_ptr0[64 * x + r] = tmp4;
-            out_ptr1[64 * x + r] = tmp17;
+            out_ptr1[64 * x + r] = tmp24;
         }
     }
 }
@@ -327,19 +337,24 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
             tmp5 += tmp4;
         }
         float tmp6 = tmp5 / 64.0f;
-        float tmp7_row[64];
         float tmp9 = 0;
-        #pragma omp simd reduction(+:tmp9)
+        float tmp10 = 0;
+        #pragma omp simd reduction(+:tmp9) reduction(+:tmp10)
         for (int64_t r = 0; r < 64; ++r) {
             float tmp4 = tmp4_row[r];
             float tmp7 = tmp4 - tmp6;
-            tmp7_row[r] = tmp7;
             float tmp8 = tmp7 * tmp7;
             tmp9 += tmp8;
+            tmp10 += tmp7;
         }
-        float tmp10 = tmp9 / 64.0f;
-        float tmp11 = tmp10 + 1e-05f;
-        float tmp12 = 1 / std::sqrt(tmp11);
+        float tmp11 = tmp10 / 64.0f;
+        float tmp12 = tmp10 * tmp11;
+        float tmp13 = tmp9 - tmp12;
+        float tmp14 = tmp13 < 0 ? 0 : tmp13;
+        float tmp15 = tmp6 + tmp11;
+        float tmp16 = tmp14 / 64.0f;
+        float tmp17 = tmp16 + 1e-05f;
+        float tmp18 = 1 / std::sqrt(tmp17);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 64; r += 16) {
             __builtin_prefetch(&in_ptr0[64 * (x + 1) + r]);
@@ -347,13 +362,14 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
         }
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp7 = tmp7_row[r];
-            float tmp13 = tmp7 * tmp12;
-            float tmp14 = in_ptr3[r];
-            float tmp15 = tmp13 * tmp14;
-            float tmp16 = in_ptr4[r];
-            float tmp17 = tmp15 + tmp16;
-            out_ptr0[64 * x + r] = tmp17;
+            float tmp4 = tmp4_row[r];
+            float tmp19 = tmp4 - tmp15;
+            float tmp20 = tmp19 * tmp18;
+            float tmp21 = in_ptr3[r];
+            float tmp22 = tmp20 * tmp21;
+            float tmp23 = in_ptr4[r];
+            float tmp24 = tmp22 + tmp23;
+            out_ptr0[64 * x + r] = tmp24;
         }
     }
 }

@@ -41,19 +41,28 @@ def triton_fused_native_layer_norm_0(
     tmp1 = tl.sum(acc0_0, 1)[:, None]
     tmp2 = tmp1 / 64.0
     acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp3 = tmp0 - tmp2
     tmp4 = tmp3 * tmp3
     acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp4, 0)
+    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp3, 0)
     tmp5 = tl.sum(acc1_0, 1)[:, None]
-    tmp6 = tmp5 / 64.0
-    tmp7 = tmp6 + 1e-05
-    tmp8 = tl.rsqrt(tmp7)
-    tmp9 = tmp3 * tmp8
-    tmp10 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
-    tmp11 = tmp9 * tmp10
-    tmp12 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
-    tmp13 = tmp11 + tmp12
-    tl.store(out_ptr0 + (64 * xindex + rindex), tmp13, xmask & rmask)
+    tmp6 = tl.sum(acc1_1, 1)[:, None]
+    tmp7 = tmp6 / 64.0
+    tmp8 = tmp6 * tmp7
+    tmp9 = tmp5 - tmp8
+    tmp10 = tl.where(tmp9 < 0, 0, tmp9)
+    tmp11 = tmp2 + tmp7
+    tmp12 = tmp10 / 64.0
+    tmp13 = tmp12 + 1e-05
+    tmp14 = tl.rsqrt(tmp13)
+    tmp15 = tmp0 - tmp11
+    tmp16 = tmp15 * tmp14
+    tmp17 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp18 = tmp16 * tmp17
+    tmp19 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
+    tmp20 = tmp18 + tmp19
+    tl.store(out_ptr0 + (64 * xindex + rindex), tmp20, xmask & rmask)
 
 
 @triton.jit
@@ -88,20 +97,29 @@ def triton_fused_addmm_add_native_layer_norm_0(
     tmp5 = tl.sum(acc0_0, 1)[:, None]
     tmp6 = tmp5 / 64.0
     acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp7 = tmp4 - tmp6
     tmp8 = tmp7 * tmp7
     acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp8, 0)
+    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp7, 0)
     tmp9 = tl.sum(acc1_0, 1)[:, None]
-    tmp10 = tmp9 / 64.0
-    tmp11 = tmp10 + 1e-05
-    tmp12 = tl.rsqrt(tmp11)
-    tmp13 = tmp7 * tmp12
-    tmp14 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
-    tmp15 = tmp13 * tmp14
-    tmp16 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
-    tmp17 = tmp15 + tmp16
+    tmp10 = tl.sum(acc1_1, 1)[:, None]
+    tmp11 = tmp10 / 64.0
+    tmp12 = tmp10 * tmp11
+    tmp13 = tmp9 - tmp12
+    tmp14 = tl.where(tmp13 < 0, 0, tmp13)
+    tmp15 = tmp6 + tmp11
+    tmp16 = tmp14 / 64.0
+    tmp17 = tmp16 + 1e-05
+    tmp18 = tl.rsqrt(tmp17)
+    tmp19 = tmp4 - tmp15
+    tmp20 = tmp19 * tmp18
+    tmp21 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
+    tmp22 = tmp20 * tmp21
+    tmp23 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
+    tmp24 = tmp22 + tmp23
     tl.store(out_ptr0 + (64 * xindex + rindex), tmp4, xmask & rmask)
-    tl.store(out_ptr1 + (64 * xindex + rindex), tmp17, xmask & rmask)
+    tl.store(out_ptr1 + (64 * xindex + rindex), tmp24, xmask & rmask)
 
 
 @triton.jit
@@ -161,19 +179,28 @@ def triton_fused_native_layer_norm_1(
     tmp1 = tl.sum(acc0_0, 1)[:, None]
     tmp2 = tmp1 / 64.0
     acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp3 = tmp0 - tmp2
     tmp4 = tmp3 * tmp3
     acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp4, 0)
+    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp3, 0)
     tmp5 = tl.sum(acc1_0, 1)[:, None]
-    tmp6 = tmp5 / 64.0
-    tmp7 = tmp6 + 1e-05
-    tmp8 = tl.rsqrt(tmp7)
-    tmp9 = tmp3 * tmp8
-    tmp10 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0).to(tl.float32)
-    tmp11 = tmp9 * tmp10
-    tmp12 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0).to(tl.float32)
-    tmp13 = tmp11 + tmp12
-    tl.store(out_ptr0 + (64 * xindex + rindex), tmp13.to(tl.bfloat16), xmask & rmask)
+    tmp6 = tl.sum(acc1_1, 1)[:, None]
+    tmp7 = tmp6 / 64.0
+    tmp8 = tmp6 * tmp7
+    tmp9 = tmp5 - tmp8
+    tmp10 = tl.where(tmp9 < 0, 0, tmp9)
+    tmp11 = tmp2 + tmp7
+    tmp12 = tmp10 / 64.0
+    tmp13 = tmp12 + 1e-05
+    tmp14 = tl.rsqrt(tmp13)
+    tmp15 = tmp0 - tmp11
+    tmp16 = tmp15 * tmp14
+    tmp17 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp18 = tmp16 * tmp17
+    tmp19 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp20 = tmp18 + tmp19
+    tl.store(out_ptr0 + (64 * xindex + rindex), tmp20.to(tl.bfloat16), xmask & rmask)
 
 
 @triton.jit
@@ -212,20 +239,29 @@ def triton_fused_addmm_add_native_layer_norm_1(
     tmp5 = tl.sum(acc0_0, 1)[:, None]
     tmp6 = tmp5 / 64.0
     acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp7 = tmp4 - tmp6
     tmp8 = tmp7 * tmp7
     acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp8, 0)
+    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp7, 0)
     tmp9 = tl.sum(acc1_0, 1)[:, None]
-    tmp10 = tmp9 / 64.0
-    tmp11 = tmp10 + 1e-05
-    tmp12 = tl.rsqrt(tmp11)
-    tmp13 = tmp7 * tmp12
-    tmp14 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0).to(tl.float32)
-    tmp15 = tmp13 * tmp14
-    tmp16 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0).to(tl.float32)
-    tmp17 = tmp15 + tmp16
+    tmp10 = tl.sum(acc1_1, 1)[:, None]
+    tmp11 = tmp10 / 64.0
+    tmp12 = tmp10 * tmp11
+    tmp13 = tmp9 - tmp12
+    tmp14 = tl.where(tmp13 < 0, 0, tmp13)
+    tmp15 = tmp6 + tmp11
+    tmp16 = tmp14 / 64.0
+    tmp17 = tmp16 + 1e-05
+    tmp18 = tl.rsqrt(tmp17)
+    tmp19 = tmp4 - tmp15
+    tmp20 = tmp19 * tmp18
+    tmp21 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp22 = tmp20 * tmp21
+    tmp23 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp24 = tmp22 + tmp23
     tl.store(out_ptr0 + (64 * xindex + rindex), tmp4.to(tl.bfloat16), xmask & rmask)
-    tl.store(out_ptr1 + (64 * xindex + rindex), tmp17.to(tl.bfloat16), xmask & rmask)
+    tl.store(out_ptr1 + (64 * xindex + rindex), tmp24.to(tl.bfloat16), xmask & rmask)
 
 
 @triton.jit

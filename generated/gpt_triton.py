@@ -51,20 +51,29 @@ def triton_fused_add_native_layer_norm_0(
     tmp3 = tl.sum(acc0_0, 1)[:, None]
     tmp4 = tmp3 / 64.0
     acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp5 = tmp2 - tmp4
     tmp6 = tmp5 * tmp5
     acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp6, 0)
+    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp5, 0)
     tmp7 = tl.sum(acc1_0, 1)[:, None]
-    tmp8 = tmp7 / 64.0
-    tmp9 = tmp8 + 1e-05
-    tmp10 = tl.rsqrt(tmp9)
-    tmp11 = tmp5 * tmp10
-    tmp12 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
-    tmp13 = tmp11 * tmp12
-    tmp14 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
-    tmp15 = tmp13 + tmp14
+    tmp8 = tl.sum(acc1_1, 1)[:, None]
+    tmp9 = tmp8 / 64.0
+    tmp10 = tmp8 * tmp9
+    tmp11 = tmp7 - tmp10
+    tmp12 = tl.where(tmp11 < 0, 0, tmp11)
+    tmp13 = tmp4 + tmp9
+    tmp14 = tmp12 / 64.0
+    tmp15 = tmp14 + 1e-05
+    tmp16 = tl.rsqrt(tmp15)
+    tmp17 = tmp2 - tmp13
+    tmp18 = tmp17 * tmp16
+    tmp19 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
+    tmp20 = tmp18 * tmp19
+    tmp21 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
+    tmp22 = tmp20 + tmp21
     tl.store(out_ptr0 + (64 * xindex + rindex), tmp2, xmask & rmask)
-    tl.store(out_ptr1 + (64 * xindex + rindex), tmp15, xmask & rmask)
+    tl.store(out_ptr1 + (64 * xindex + rindex), tmp22, xmask & rmask)
 
 
 @triton.jit
@@ -99,20 +108,29 @@ def triton_fused_addmm_add_native_layer_norm_0(
     tmp5 = tl.sum(acc0_0, 1)[:, None]
     tmp6 = tmp5 / 64.0
     acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp7 = tmp4 - tmp6
     tmp8 = tmp7 * tmp7
     acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp8, 0)
+    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp7, 0)
     tmp9 = tl.sum(acc1_0, 1)[:, None]
-    tmp10 = tmp9 / 64.0
-    tmp11 = tmp10 + 1e-05
-    tmp12 = tl.rsqrt(tmp11)
-    tmp13 = tmp7 * tmp12
-    tmp14 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
-    tmp15 = tmp13 * tmp14
-    tmp16 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
-    tmp17 = tmp15 + tmp16
+    tmp10 = tl.sum(acc1_1, 1)[:, None]
+    tmp11 = tmp10 / 64.0
+    tmp12 = tmp10 * tmp11
+    tmp13 = tmp9 - tmp12
+    tmp14 = tl.where(tmp13 < 0, 0, tmp13)
+    tmp15 = tmp6 + tmp11
+    tmp16 = tmp14 / 64.0
+    tmp17 = tmp16 + 1e-05
+    tmp18 = tl.rsqrt(tmp17)
+    tmp19 = tmp4 - tmp15
+    tmp20 = tmp19 * tmp18
+    tmp21 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
+    tmp22 = tmp20 * tmp21
+    tmp23 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
+    tmp24 = tmp22 + tmp23
     tl.store(out_ptr0 + (64 * xindex + rindex), tmp4, xmask & rmask)
-    tl.store(out_ptr1 + (64 * xindex + rindex), tmp17, xmask & rmask)
+    tl.store(out_ptr1 + (64 * xindex + rindex), tmp24, xmask & rmask)
 
 
 @triton.jit
@@ -168,16 +186,25 @@ def triton_fused_addmm_add_native_layer_norm_1(
     tmp5 = tl.sum(acc0_0, 1)[:, None]
     tmp6 = tmp5 / 64.0
     acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp7 = tmp4 - tmp6
     tmp8 = tmp7 * tmp7
     acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp8, 0)
+    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp7, 0)
     tmp9 = tl.sum(acc1_0, 1)[:, None]
-    tmp10 = tmp9 / 64.0
-    tmp11 = tmp10 + 1e-05
-    tmp12 = tl.rsqrt(tmp11)
-    tmp13 = tmp7 * tmp12
-    tmp14 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
-    tmp15 = tmp13 * tmp14
-    tmp16 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
-    tmp17 = tmp15 + tmp16
-    tl.store(out_ptr0 + (64 * xindex + rindex), tmp17, xmask & rmask)
+    tmp10 = tl.sum(acc1_1, 1)[:, None]
+    tmp11 = tmp10 / 64.0
+    tmp12 = tmp10 * tmp11
+    tmp13 = tmp9 - tmp12
+    tmp14 = tl.where(tmp13 < 0, 0, tmp13)
+    tmp15 = tmp6 + tmp11
+    tmp16 = tmp14 / 64.0
+    tmp17 = tmp16 + 1e-05
+    tmp18 = tl.rsqrt(tmp17)
+    tmp19 = tmp4 - tmp15
+    tmp20 = tmp19 * tmp18
+    tmp21 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
+    tmp22 = tmp20 * tmp21
+    tmp23 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
+    tmp24 = tmp22 + tmp23
+    tl.store(out_ptr0 + (64 * xindex + rindex), tmp24, xmask & rmask)

@@ -176,33 +176,39 @@ extern "C" void cpp_fused_native_layer_norm_gelu_0(
             tmp1 += tmp0;
         }
         float tmp2 = tmp1 / 256.0f;
-        float tmp3_row[256];
         float tmp5 = 0;
-        #pragma omp simd reduction(+:tmp5)
+        float tmp6 = 0;
+        #pragma omp simd reduction(+:tmp5) reduction(+:tmp6)
         for (int64_t r = 0; r < 256; ++r) {
             float tmp0 = in_ptr0[256 * x + r];
             float tmp3 = tmp0 - tmp2;
-            tmp3_row[r] = tmp3;
             float tmp4 = tmp3 * tmp3;
             tmp5 += tmp4;
+            tmp6 += tmp3;
         }
-        float tmp6 = tmp5 / 256.0f;
-        float tmp7 = tmp6 + 1e-05f;
-        float tmp8 = 1 / std::sqrt(tmp7);
+        float tmp7 = tmp6 / 256.0f;
+        float tmp8 = tmp6 * tmp7;
+        float tmp9 = tmp5 - tmp8;
+        float tmp10 = tmp9 < 0 ? 0 : tmp9;
+        float tmp11 = tmp2 + tmp7;
+        float tmp12 = tmp10 / 256.0f;
+        float tmp13 = tmp12 + 1e-05f;
+        float tmp14 = 1 / std::sqrt(tmp13);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 256; r += 16) {
             __builtin_prefetch(&in_ptr0[256 * (x + 1) + r]);
         }
         #pragma omp simd
         for (int64_t r = 0; r < 256; ++r) {
-            float tmp3 = tmp3_row[r];
-            float tmp9 = tmp3 * tmp8;
-            float tmp10 = in_ptr1[r];
-            float tmp11 = tmp9 * tmp10;
-            float tmp12 = in_ptr2[r];
-            float tmp13 = tmp11 + tmp12;
-            float tmp14 = gelu_f32(tmp13);
-            out_ptr0[256 * x + r] = tmp14;
+            float tmp0 = in_ptr0[256 * x + r];
+            float tmp15 = tmp0 - tmp11;
+            float tmp16 = tmp15 * tmp14;
+            float tmp17 = in_ptr1[r];
+            float tmp18 = tmp16 * tmp17;
+            float tmp19 = in_ptr2[r];
+            float tmp20 = tmp18 + tmp19;
+            float tmp21 = gelu_f32(tmp20);
+            out_ptr0[256 * x + r] = tmp21;
         }
     }
 }
@@ -222,34 +228,40 @@ extern "C" void cpp_fused_native_layer_norm_gelu_1(
             tmp1 += tmp0;
         }
         float tmp2 = tmp1 / 256.0f;
-        float tmp3_row[256];
         float tmp5 = 0;
-        #pragma omp simd reduction(+:tmp5)
+        float tmp6 = 0;
+        #pragma omp simd reduction(+:tmp5) reduction(+:tmp6)
         for (int64_t r = 0; r < 256; ++r) {
             float tmp0 = bf16_to_float(in_ptr0[256 * x + r]);
             float tmp3 = tmp0 - tmp2;
-            tmp3_row[r] = tmp3;
             float tmp4 = tmp3 * tmp3;
             tmp5 += tmp4;
+            tmp6 += tmp3;
         }
-        float tmp6 = tmp5 / 256.0f;
-        float tmp7 = tmp6 + 1e-05f;
-        float tmp8 = 1 / std::sqrt(tmp7);
+        float tmp7 = tmp6 / 256.0f;
+        float tmp8 = tmp6 * tmp7;
+        float tmp9 = tmp5 - tmp8;
+        float tmp10 = tmp9 < 0 ? 0 : tmp9;
+        float tmp11 = tmp2 + tmp7;
+        float tmp12 = tmp10 / 256.0f;
+        float tmp13 = tmp12 + 1e-05f;
+        float tmp14 = 1 / std::sqrt(tmp13);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 256; r += 32) {
             __builtin_prefetch(&in_ptr0[256 * (x + 1) + r]);
         }
         #pragma omp simd
         for (int64_t r = 0; r < 256; ++r) {
-            float tmp3 = tmp3_row[r];
-            float tmp9 = tmp3 * tmp8;
-            float tmp10 = in_ptr1[r];
-            float tmp11 = tmp9 * tmp10;
-            float tmp12 = in_ptr2[r];
-            float tmp13 = tmp11 + tmp12;
-            float tmp14 = bf16_to_float(float_to_bf16(tmp13));
-            float tmp15 = gelu_f32(tmp14);
-            out_ptr0[256 * x + r] = float_to_bf16(tmp15);
+            float tmp0 = bf16_to_float(in_ptr0[256 * x + r]);
+            float tmp15 = tmp0 - tmp11;
+            float tmp16 = tmp15 * tmp14;
+            float tmp17 = in_ptr1[r];
+            float tmp18 = tmp16 * tmp17;
+            float tmp19 = in_ptr2[r];
+            float tmp20 = tmp18 + tmp19;
+            float tmp21 = bf16_to_float(float_to_bf16(tmp20));
+            float tmp22 = gelu_f32(tmp21);
+            out_ptr0[256 * x + r] = float_to_bf16(tmp22);
         }
     }
 }

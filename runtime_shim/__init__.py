@@ -9,11 +9,13 @@ from runtime_shim.cuda_graphs import cuda_graph, cuda_graph_tree
 from runtime_shim.layout import allocator, as_layout, view
 from runtime_shim.provenance import check_sources
 from runtime_shim.triton_launch import TritonKernels
+from runtime_shim.unbound import UNBOUND
 from runtime_shim.warn import warn_fallback, warn_once
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "UNBOUND",
     "CppLibrary",
     "RuntimeShimError",
     "TritonKernels",

@@ -28,7 +28,9 @@ except ImportError:  # pragma: no cover - a torch without them
 
 def as_layout(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
     """`t` itself when it has `stride` already (the usual case), else a copy that
-    has it: attention, say, lays its output out by the backend it picks."""
+    has it: an op's kernel on a device may lay its result out otherwise than its
+    meta kernel did when the code was generated (attention by the backend it picks,
+    `log_sigmoid_forward` of a transposed tensor contiguous on the CPU)."""
     if t.stride() == stride:
         return t
     out = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)

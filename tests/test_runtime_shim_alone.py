@@ -45,6 +45,7 @@ def test_wheel_holds_runtime_shim_alone(tmp_path: Path) -> None:
         "runtime_shim/layout.py",
         "runtime_shim/provenance.py",
         "runtime_shim/triton_launch.py",
+        "runtime_shim/unbound.py",
         "runtime_shim/warn.py",
     }
     metadata = next(n for n in names if n.endswith("METADATA"))

@@ -20,6 +20,7 @@ from transpiler.ir.region import CompiledRegion, map_programs, programs_of
 from transpiler.options import TensorSpec, Variant
 from transpiler.passes import lower_region, map_graphs, name_stubs
 from transpiler.passes.direct_views import direct_views
+from transpiler.passes.extern_layouts import pin_extern_layouts
 from transpiler.passes.schedule import KernelNames, body_key
 
 Tracer = Callable[[Variant], Traced]
@@ -40,7 +41,7 @@ def compile_variant(name: str, variant: Variant, tracer: Tracer, mb) -> VariantC
         return VariantCode(name, variant, traced.guards, None, fb.reason, fb.span)
     names = mb.names[variant.device]
     before = set(names.by_body.values())
-    compiled = _lower(traced, mb, names, variant.device)
+    compiled = pin_extern_layouts(_lower(traced, mb, names, variant.device))
     compiled = direct_views(compiled, tuple(compiled.program.inputs))
     mb.kernels[variant.device] += [
         k for p in programs_of(compiled) for k in p.kernels if k.name not in before
@@ -72,6 +73,7 @@ def compile_dynamic(name: str, variant: Variant, tracer: Tracer, mb) -> VariantC
         if isinstance(c[2], Dim) or isinstance(c[3], Dim)
     ]
     compiled = _register_kernels(compiled, mb.names[variant.device], mb, variant)
+    compiled = pin_extern_layouts(compiled)
     return VariantCode(
         name, variant, (*guards, *ranges), compiled, dynamic=((dim, code),)
     )

@@ -181,23 +181,30 @@ extern "C" void cpp_fused_native_layer_norm_0(
             tmp1 += tmp1_part;
         }
         float tmp2 = tmp1 / 768.0f;
-        float tmp3_row[768];
         float tmp5 = 0;
+        float tmp6 = 0;
         for (int64_t r0 = 0; r0 < 768; r0 += 512) {
             float tmp5_part = 0;
-            #pragma omp simd reduction(+:tmp5_part)
+            float tmp6_part = 0;
+            #pragma omp simd reduction(+:tmp5_part) reduction(+:tmp6_part)
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
                 float tmp0 = in_ptr0[768 * x + r];
                 float tmp3 = tmp0 - tmp2;
-                tmp3_row[r] = tmp3;
                 float tmp4 = tmp3 * tmp3;
                 tmp5_part += tmp4;
+                tmp6_part += tmp3;
             }
             tmp5 += tmp5_part;
+            tmp6 += tmp6_part;
         }
-        float tmp6 = tmp5 / 768.0f;
-        float tmp7 = tmp6 + 1e-05f;
-        float tmp8 = 1 / std::sqrt(tmp7);
+        float tmp7 = tmp6 / 768.0f;
+        float tmp8 = tmp6 * tmp7;
+        float tmp9 = tmp5 - tmp8;
+        float tmp10 = tmp9 < 0 ? 0 : tmp9;
+        float tmp11 = tmp2 + tmp7;
+        float tmp12 = tmp10 / 768.0f;
+        float tmp13 = tmp12 + 1e-05f;
+        float tmp14 = 1 / std::sqrt(tmp13);
         // while computing, fetch the next row into cache
         for (int64_t r0 = 0; r0 < 768; r0 += 512) {
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); r += 16) {
@@ -205,13 +212,14 @@ extern "C" void cpp_fused_native_layer_norm_0(
             }
             #pragma omp simd
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
-                float tmp3 = tmp3_row[r];
-                float tmp9 = tmp3 * tmp8;
-                float tmp10 = in_ptr1[r];
-                float tmp11 = tmp9 * tmp10;
-                float tmp12 = in_ptr2[r];
-                float tmp13 = tmp11 + tmp12;
-                out_ptr0[768 * x + r] = tmp13;
+                float tmp0 = in_ptr0[768 * x + r];
+                float tmp15 = tmp0 - tmp11;
+                float tmp16 = tmp15 * tmp14;
+                float tmp17 = in_ptr1[r];
+                float tmp18 = tmp16 * tmp17;
+                float tmp19 = in_ptr2[r];
+                float tmp20 = tmp18 + tmp19;
+                out_ptr0[768 * x + r] = tmp20;
             }
         }
     }
@@ -248,23 +256,30 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
             tmp5 += tmp5_part;
         }
         float tmp6 = tmp5 / 768.0f;
-        float tmp7_row[768];
         float tmp9 = 0;
+        float tmp10 = 0;
         for (int64_t r0 = 0; r0 < 768; r0 += 512) {
             float tmp9_part = 0;
-            #pragma omp simd reduction(+:tmp9_part)
+            float tmp10_part = 0;
+            #pragma omp simd reduction(+:tmp9_part) reduction(+:tmp10_part)
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
                 float tmp4 = tmp4_row[r];
                 float tmp7 = tmp4 - tmp6;
-                tmp7_row[r] = tmp7;
                 float tmp8 = tmp7 * tmp7;
                 tmp9_part += tmp8;
+                tmp10_part += tmp7;
             }
             tmp9 += tmp9_part;
+            tmp10 += tmp10_part;
         }
-        float tmp10 = tmp9 / 768.0f;
-        float tmp11 = tmp10 + 1e-05f;
-        float tmp12 = 1 / std::sqrt(tmp11);
+        float tmp11 = tmp10 / 768.0f;
+        float tmp12 = tmp10 * tmp11;
+        float tmp13 = tmp9 - tmp12;
+        float tmp14 = tmp13 < 0 ? 0 : tmp13;
+        float tmp15 = tmp6 + tmp11;
+        float tmp16 = tmp14 / 768.0f;
+        float tmp17 = tmp16 + 1e-05f;
+        float tmp18 = 1 / std::sqrt(tmp17);
         // while computing, fetch the next row into cache
         for (int64_t r0 = 0; r0 < 768; r0 += 512) {
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); r += 16) {
@@ -274,14 +289,14 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
             #pragma omp simd
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
                 float tmp4 = tmp4_row[r];
-                float tmp7 = tmp7_row[r];
-                float tmp13 = tmp7 * tmp12;
-                float tmp14 = in_ptr3[r];
-                float tmp15 = tmp13 * tmp14;
-                float tmp16 = in_ptr4[r];
-                float tmp17 = tmp15 + tmp16;
+                float tmp19 = tmp4 - tmp15;
+                float tmp20 = tmp19 * tmp18;
+                float tmp21 = in_ptr3[r];
+                float tmp22 = tmp20 * tmp21;
+                float tmp23 = in_ptr4[r];
+                float tmp24 = tmp22 + tmp23;
                 out_ptr0[768 * x + r] = tmp4;
-                out_ptr1[768 * x + r] = tmp17;
+                out_ptr1[768 * x + r] = tmp24;
             }
         }
     }

@@ -181,23 +181,30 @@ extern "C" void cpp_fused_native_layer_norm_gelu_0(
             tmp1 += tmp1_part;
         }
         float tmp2 = tmp1 / 4096.0f;
-        float tmp3_row[4096];
         float tmp5 = 0;
+        float tmp6 = 0;
         for (int64_t r0 = 0; r0 < 4096; r0 += 512) {
             float tmp5_part = 0;
-            #pragma omp simd reduction(+:tmp5_part)
+            float tmp6_part = 0;
+            #pragma omp simd reduction(+:tmp5_part) reduction(+:tmp6_part)
             for (int64_t r = r0; r < r0 + 512; ++r) {
                 float tmp0 = in_ptr0[4096 * x + r];
                 float tmp3 = tmp0 - tmp2;
-                tmp3_row[r] = tmp3;
                 float tmp4 = tmp3 * tmp3;
                 tmp5_part += tmp4;
+                tmp6_part += tmp3;
             }
             tmp5 += tmp5_part;
+            tmp6 += tmp6_part;
         }
-        float tmp6 = tmp5 / 4096.0f;
-        float tmp7 = tmp6 + 1e-05f;
-        float tmp8 = 1 / std::sqrt(tmp7);
+        float tmp7 = tmp6 / 4096.0f;
+        float tmp8 = tmp6 * tmp7;
+        float tmp9 = tmp5 - tmp8;
+        float tmp10 = tmp9 < 0 ? 0 : tmp9;
+        float tmp11 = tmp2 + tmp7;
+        float tmp12 = tmp10 / 4096.0f;
+        float tmp13 = tmp12 + 1e-05f;
+        float tmp14 = 1 / std::sqrt(tmp13);
         // while computing, fetch the next row into cache
         for (int64_t r0 = 0; r0 < 4096; r0 += 512) {
             for (int64_t r = r0; r < r0 + 512; r += 16) {
@@ -205,14 +212,15 @@ extern "C" void cpp_fused_native_layer_norm_gelu_0(
             }
             #pragma omp simd
             for (int64_t r = r0; r < r0 + 512; ++r) {
-                float tmp3 = tmp3_row[r];
-                float tmp9 = tmp3 * tmp8;
-                float tmp10 = in_ptr1[r];
-                float tmp11 = tmp9 * tmp10;
-                float tmp12 = in_ptr2[r];
-                float tmp13 = tmp11 + tmp12;
-                float tmp14 = gelu_f32(tmp13);
-                out_ptr0[4096 * x + r] = tmp14;
+                float tmp0 = in_ptr0[4096 * x + r];
+                float tmp15 = tmp0 - tmp11;
+                float tmp16 = tmp15 * tmp14;
+                float tmp17 = in_ptr1[r];
+                float tmp18 = tmp16 * tmp17;
+                float tmp19 = in_ptr2[r];
+                float tmp20 = tmp18 + tmp19;
+                float tmp21 = gelu_f32(tmp20);
+                out_ptr0[4096 * x + r] = tmp21;
             }
         }
     }

@@ -22,17 +22,26 @@ def triton_fused_native_layer_norm_gelu_0(
     tmp1 = tl.sum(acc0_0, 1)[:, None]
     tmp2 = tmp1 / 4096.0
     acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp3 = tmp0 - tmp2
     tmp4 = tmp3 * tmp3
     acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp4, 0)
+    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp3, 0)
     tmp5 = tl.sum(acc1_0, 1)[:, None]
-    tmp6 = tmp5 / 4096.0
-    tmp7 = tmp6 + 1e-05
-    tmp8 = tl.rsqrt(tmp7)
-    tmp9 = tmp3 * tmp8
-    tmp10 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
-    tmp11 = tmp9 * tmp10
-    tmp12 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
-    tmp13 = tmp11 + tmp12
-    tmp14 = tmp13 * 0.5 * (1.0 + tl.erf(tmp13 * 0.7071067811865476))
-    tl.store(out_ptr0 + (4096 * xindex + rindex), tmp14, xmask & rmask)
+    tmp6 = tl.sum(acc1_1, 1)[:, None]
+    tmp7 = tmp6 / 4096.0
+    tmp8 = tmp6 * tmp7
+    tmp9 = tmp5 - tmp8
+    tmp10 = tl.where(tmp9 < 0, 0, tmp9)
+    tmp11 = tmp2 + tmp7
+    tmp12 = tmp10 / 4096.0
+    tmp13 = tmp12 + 1e-05
+    tmp14 = tl.rsqrt(tmp13)
+    tmp15 = tmp0 - tmp11
+    tmp16 = tmp15 * tmp14
+    tmp17 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp18 = tmp16 * tmp17
+    tmp19 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
+    tmp20 = tmp18 + tmp19
+    tmp21 = tmp20 * 0.5 * (1.0 + tl.erf(tmp20 * 0.7071067811865476))
+    tl.store(out_ptr0 + (4096 * xindex + rindex), tmp21, xmask & rmask)

@@ -15,14 +15,18 @@ one run; inputs must be unchanged after the call.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.compile_helpers import Compiled, compile_source
-from transpiler.ir.ops import POINTWISE
+from transpiler.frontend.recorder import resolve_op
+from transpiler.ir.device_outputs import DEVICE_OUTPUTS
+from transpiler.ir.ops import POINTWISE, bind_args
 
 pytestmark = [  # masked-off lanes of Triton's interpreter compute log(0) and such
     pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),
@@ -252,3 +256,161 @@ def test_every_pointwise_row_is_swept() -> None:
     reaches (eager takes it for no dtype here) would go unchecked."""
     missing = sorted(set(POINTWISE) - {c.op for c in CASES} - set(ELSEWHERE))
     assert not missing, f"rows no case reaches: {missing}"
+
+
+# Normalizations whose statistics a device returns in another dtype or shape than
+# the meta kernel (Note [Device outputs] in ir/device_outputs.py): their arguments
+STATISTICS = {
+    "aten.native_layer_norm.default": "x, [4], w[:4], b[:4], 0.1",
+    "aten.native_group_norm.default": "x, w, b, 2, 6, 4, 3, 0.1",
+    "aten.native_batch_norm.default": "x, w, b, rm, rv, training, 0.1, 0.1",
+    "aten._native_batch_norm_legit.no_stats": "x, w, b, True, 0.1, 0.1",
+    "aten._native_batch_norm_legit_no_training.default": "x, w, b, rm, rv, 0.1, 0.1",
+    "aten._batch_norm_no_update.default": "x, w, b, rm, rv, 0.1, 0.1",
+}
+
+
+def _statistics_arguments() -> list[dict]:
+    """An f16/bf16 input `x`; weights of its dtype, float32 or none (running
+    statistics of the weights' dtype, or the input's); training or not."""
+    out = []
+    for x, params, training in itertools.product(
+        (torch.bfloat16, torch.float16), ("input", torch.float32, None), (True, False)
+    ):
+        dtype = x if params == "input" else params
+        running = dtype or x
+        out.append(
+            {
+                "x": torch.randn(2, 6, 4).to(x),
+                "w": None if dtype is None else torch.rand(6).to(dtype) + 0.5,
+                "b": None if dtype is None else torch.rand(6).to(dtype),
+                "rm": torch.zeros(6).to(running),
+                "rv": torch.ones(6).to(running),
+                "training": training,
+            }
+        )
+    return out
+
+
+def _call(op: str, args: dict, device: str) -> tuple:
+    on = {
+        k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in args.items()
+    }
+    text = STATISTICS[op]
+    if on["w"] is None:  # no weights, for a layer norm too
+        text = text.replace("w[:4]", "w").replace("b[:4]", "b")
+    return eval(f"op({text})", {"op": resolve_op(op)}, on)
+
+
+class _Bound(TorchDispatchMode):
+    """Records the arguments, by name, of a call of `op` under it."""
+
+    def __init__(self, op: str):
+        super().__init__()
+        self.op = op
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if str(func) == self.op:
+            self.arguments = bind_args(self.op, args, tuple(kwargs.items()))
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("op", STATISTICS)
+def test_device_outputs_say_what_eager_returns(op: str, device: str) -> None:
+    """`DEVICE_OUTPUTS` names each result that the device's eager returns unlike
+    the meta kernel, and what it returns; the others are as the meta kernel says."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    rule = DEVICE_OUTPUTS[device].get(op)
+    for args in _statistics_arguments():
+        try:
+            with _Bound(op) as bound:
+                meta = _call(op, args, "meta")
+        except TypeError:  # the meta kernel takes no None weights: never traced
+            continue
+        want = [(t.dtype, t.shape) for t in meta]
+        if rule is not None:
+            dtypes = {k: getattr(v, "dtype", v) for k, v in bound.arguments.items()}
+            for i, r in rule.results(dtypes).items():
+                want[i] = (r.dtype, (0,) if r.empty else want[i][1])
+        try:
+            got = [(t.dtype, t.shape) for t in _call(op, args, device)]
+        except RuntimeError:  # CUDA's kernels take no mixed types: eager raises
+            assert device == "cuda", f"{op}({STATISTICS[op]}) raises on {device}"
+            continue
+        where = [getattr(v, "dtype", v) for v in args.values()]
+        assert got == want, f"{op}({STATISTICS[op]}) on {device}: {where}"
+
+
+# Statistics that the code after the op reads or returns, where the CPU's differ
+# from the meta kernel's: bf16 (not float32), empty (not [C]), float32 (not bf16)
+READ_STATISTICS = {
+    "layer_norm": "torch.native_layer_norm(x, [4], w[:4], b[:4], 1e-5)",
+    "batch_norm": "torch.native_batch_norm(x, w, b, w * 0, w.abs(), True, 0.1, 1e-5)",
+    "batch_norm_eval": (
+        "torch.native_batch_norm(x, w, b, w * 0, w.abs(), False, 0.1, 1e-5)"
+    ),
+    "group_norm_mixed": (
+        "torch.native_group_norm(x, w.float(), b.float(), 2, 6, 4, 3, 1e-5)"
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def read_statistics(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compiled]:
+    lines = ["import torch", ""]
+    for name, call in READ_STATISTICS.items():
+        lines += ["", f"def {name}(x, w, b):", f"    y, m, r = {call}"]
+        lines += ["    return y, m * 2, r", ""]
+    inputs = {"x": torch.empty(2, 6, 4), "w": torch.empty(6), "b": torch.empty(6)}
+    inputs = {k: v.bfloat16() for k, v in inputs.items()}
+    root = tmp_path_factory.mktemp("read_statistics")
+    return compile_source(
+        "\n".join(lines), dict.fromkeys(READ_STATISTICS, inputs), root
+    )
+
+
+@pytest.mark.parametrize("name", READ_STATISTICS)
+def test_results_a_device_returns_unlike_the_meta_kernel(
+    name: str, read_statistics: dict[str, Compiled]
+) -> None:
+    """The CPU variant returns, and computes on, what CPU eager returns; a CUDA
+    variant what CUDA eager returns (float32 statistics of a layer norm), where
+    the op runs in its kernels (Note [Device outputs] in ir/device_outputs.py)."""
+    c = read_statistics[name]
+    gen = torch.Generator().manual_seed(0)
+    args = [torch.randn(s, generator=gen).bfloat16() for s in ((2, 6, 4), (6,), (6,))]
+    want = c.eager(*args)
+    variants = [("cpu", c.cpu, want)]
+    if name == "layer_norm":  # on CUDA: eager's statistics in float32
+        f32 = c.eager(*(a.float() for a in args))
+        variants.append(("triton", c.cuda, (want[0], f32[1], f32[2])))
+    for backend, fn, expected in variants:
+        got = fn(*(a.clone() for a in args))
+        for i, (g, e) in enumerate(zip(got, expected)):
+            where = f"{name} ({backend}) result {i}"
+            assert (g.dtype, g.shape) == (e.dtype, e.shape), where
+            torch.testing.assert_close(g, e, rtol=2e-2, atol=2e-2, msg=where)
+
+
+@pytest.fixture(scope="module")
+def dot(tmp_path_factory: pytest.TempPathFactory) -> Compiled:
+    source = "import torch\n\n\ndef dot(a, b):\n    return torch.linalg.vecdot(a, b)\n"
+    spec = torch.empty(8, 512, dtype=torch.bfloat16)
+    root = tmp_path_factory.mktemp("dot")
+    return compile_source(source, {"dot": {"a": spec, "b": spec}}, root)["dot"]
+
+
+def test_low_precision_reductions_accumulate_in_float32(dot: Compiled) -> None:
+    """A bf16 sum of products that cancel: the kernels multiply and add in float32
+    and round once, so the result is float32's, rounded to bf16 (eager rounds each
+    product to bf16 first, and a bf16 accumulator would be off by far more)."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(8, 512, generator=gen).bfloat16() for _ in range(2))
+    want = (a.float() * b.float()).sum(-1).bfloat16()
+    for backend, fn in (("cpu", dot.cpu), ("triton", dot.cuda)):
+        got = fn(a.clone(), b.clone())
+        assert got.dtype == torch.bfloat16, backend
+        torch.testing.assert_close(got, want, rtol=2**-8, atol=1e-3, msg=backend)

@@ -145,7 +145,8 @@ def test_each_layernorm_is_one_kernel(program: Program) -> None:
         assert f"{ln}_bias" in launch.reads
         assert LAYERNORM in launch.kernel.name
         assert (launch.kernel.xnumel, launch.kernel.rnumel) == (32, 64)
-        assert launch.reductions() == ["sum", "sum"], "mean and variance"
+        # the mean, then the squared deviations and the deviations (Note [Variance])
+        assert launch.reductions() == ["sum", "sum", "sum"], "mean and variance"
         assert "rsqrt" in launch.ops()
     # no other kernel reduces: each layernorm is whole in its kernel
     reducing = [launch.kernel.name for launch in found if launch.reductions()]
@@ -278,10 +279,11 @@ def test_generated_kernels(backend: str) -> None:
     bound = dict(zip(ln_2.args, params))
     for name in ("x", "attn_c_proj_bias"):
         assert re.search(rf"\b{bound[name]}\b", body), f"{name} is not loaded"
-    assert body.count(reduction) == 2, body
+    # the mean, then the squared deviations and the deviations (Note [Variance])
+    assert body.count(reduction) == 3, body
     assert rsqrt in body
     for norm in norms:
-        assert kernel_text(backend, norm.kernel)[1].count(reduction) == 2
+        assert kernel_text(backend, norm.kernel)[1].count(reduction) == 3
     others = [c for c in calls if c not in norms]
     assert all(reduction not in kernel_text(backend, c.kernel)[1] for c in others)
 

@@ -138,3 +138,44 @@ def test_a_copy_to_contiguous_is_computed_in_the_kernel(
     c = compiled["softmax_t_1"]
     assert "torch.ops.aten" not in c.cpu_source, c.cpu_source
     assert c.cpu_source.count("_cpp.function(") == 1, c.cpu_source
+
+
+# Extern ops whose result on the CPU is laid out otherwise than their meta kernel
+# says, each read by a kernel (Note [Extern layouts] in passes/extern_layouts.py),
+# and a matmul, whose layout is the same everywhere (no check)
+EXTERN_RESULTS = {
+    # transposed on meta, contiguous on the CPU
+    "logsigmoid": ("torch.nn.functional.logsigmoid(x.t()) * 2", (6, 9)),
+    # channels first on meta, as the input's on the CPU
+    "batch_norm": (
+        "torch.nn.functional.batch_norm(x.transpose(-2, -1), x[0, :, 0, 0], "
+        "x[0, :, 0, 0].abs() + 1) + 1",
+        (3, 2, 4, 3),
+    ),
+    "matmul": ("(x @ x.t()).relu()", (6, 9)),
+}
+
+
+@pytest.fixture(scope="module")
+def extern_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compiled]:
+    lines = ["import torch", ""]
+    for name, (expr, _) in EXTERN_RESULTS.items():
+        lines += ["", f"def {name}(x):", f"    return {expr}", ""]
+    inputs = {
+        name: {"x": torch.empty(shape)} for name, (_, shape) in EXTERN_RESULTS.items()
+    }
+    root = tmp_path_factory.mktemp("extern_results")
+    return compile_source("\n".join(lines), inputs, root)
+
+
+@pytest.mark.parametrize("name", EXTERN_RESULTS)
+def test_kernels_read_extern_results_by_their_traced_layout(
+    name: str, extern_results: dict[str, Compiled]
+) -> None:
+    """An extern result that a kernel reads has its traced strides at run time:
+    the wrapper copies it into them where the op laid it out otherwise."""
+    c = extern_results[name]
+    shape = EXTERN_RESULTS[name][1]
+    checked = "runtime_shim.as_layout(" in c.cpu_source
+    assert checked == (name != "matmul"), c.cpu_source
+    c.check({"x": torch.randn(shape, generator=torch.Generator().manual_seed(0))})

@@ -11,6 +11,7 @@ float32 reference computed from the same bf16 inputs.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -557,3 +558,48 @@ def test_each_exported_function_runs_its_own_variant(
         c = compiled[case.name]
         args = list(case.inputs.values())
         assert_same(c(*args), c.cpu(*args))
+
+
+# Rows of values far from their mean: 1000 + 1e-3 * randn, a row reduced in registers
+# (Triton's persistent reduction) and one reduced in a loop (Note [Variance])
+FAR_FROM_MEAN = {
+    "var_mean": "torch.var_mean(x, -1)",
+    "var": "x.var(-1, correction=0)",
+    "layer_norm_rstd": "torch.native_layer_norm(x, x.shape[-1:], None, None, 0.0)[2]",
+}
+FAR_SHAPES = ((4, 1024), (2, 9000))
+
+
+@pytest.fixture(scope="module")
+def far_from_mean(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compiled]:
+    lines = ["import torch", ""]
+    functions = {}
+    for (name, expr), shape in itertools.product(FAR_FROM_MEAN.items(), FAR_SHAPES):
+        fn = f"{name}_{shape[1]}"
+        lines += ["", f"def {fn}(x):", f"    return {expr}", ""]
+        functions[fn] = {"x": torch.empty(shape)}
+    root = tmp_path_factory.mktemp("far_from_mean")
+    return compile_source("\n".join(lines), functions, root)
+
+
+@pytest.mark.parametrize("shape", FAR_SHAPES, ids=lambda s: str(s[1]))
+@pytest.mark.parametrize("name", FAR_FROM_MEAN)
+def test_variance_of_values_far_from_their_mean(
+    name: str, shape: tuple[int, int], far_from_mean: dict[str, Compiled]
+) -> None:
+    """The variance of values whose mean is large against their spread loses no
+    digits (E[x^2] - E[x]^2 loses all, a plain two-pass form a few): relative to
+    the variance, not to the mean, like eager's Welford reductions."""
+    c = far_from_mean[f"{name}_{shape[1]}"]
+    x = 1000 + 1e-3 * torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    want = _flat(c.eager(x.double()))
+    for backend, fn in (("cpu", c.cpu), ("triton", c.cuda)):
+        got = _flat(fn(x.clone()))
+        for g, w in zip(got, want):
+            torch.testing.assert_close(
+                g.double(),
+                w,
+                rtol=1e-6,
+                atol=0,
+                msg=lambda m, b=backend: f"{name} of {shape} ({b}): {m}",
+            )

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from tests.compile_helpers import import_generated, unique_name
+from tests.devices import on_gpu
 from tests.helpers import Case, generated_module, load_cases, variant_function
 from transpiler.api import build
 from transpiler.options import Options, Target, Variant
@@ -50,8 +51,10 @@ def exported(case: Case) -> Any:
 
 def variant_of(case: Case) -> Callable[..., Any]:
     """The case's `_cpu_N` / `_cuda_N` function (a `_cuda_N` runs its Triton kernels
-    in Triton's interpreter when called with CPU tensors)."""
-    return variant_function(case)
+    in Triton's interpreter when called with CPU tensors, on the GPU in GPU mode:
+    tests/devices.py)."""
+    fn = variant_function(case)
+    return on_gpu(fn) if case.device == "cuda" else fn
 
 
 def spy_on(

@@ -192,6 +192,68 @@ ALIAS_WRITES = {
 }
 
 
+ALIASES_SEE_WRITES = """
+class WriteAfterFallbackWrite(nn.Module):
+    def forward(self, x):
+        x.mul_(0.5)
+        y = x * 2
+        x.add_(1)
+        return y
+
+class ViewBeforeWrite(nn.Module):
+    def forward(self, x):
+        h = x * 2
+        v = h.t()
+        h.mul_(3)
+        return v + 1
+
+class DetachBeforeWrite(nn.Module):
+    def forward(self, x):
+        h = x * 2
+        d = h.detach()
+        h.add_(1)
+        return d * h
+
+class RowWriteThenBase(nn.Module):
+    def forward(self, x):
+        h = x * 2
+        h[0].add_(1)
+        return h + 1
+
+class FallbackWritesViewedBuffer(nn.Module):
+    def forward(self, x):
+        h = x * 2
+        first = h[0]
+        h[h > 0] = 0.0
+        return first + 1, h
+
+class SplitThenFallbackWrite(nn.Module):
+    def forward(self, x):
+        h = x * 2
+        a, b, c = h.unbind(0)
+        h[h < 0] = 1.0
+        return a * b + c
+"""
+ALIASED = (
+    "WriteAfterFallbackWrite",
+    "ViewBeforeWrite",
+    "DetachBeforeWrite",
+    "RowWriteThenBase",
+    "FallbackWritesViewedBuffer",
+    "SplitThenFallbackWrite",
+)
+
+
+@pytest.mark.parametrize("name", ALIASED)
+def test_aliases_see_in_place_writes_made_after_them(
+    name: str, built, triton_interpreter: None
+) -> None:
+    """A view, `detach` or unpacked piece of a tensor taken before an in-place write
+    to it (compiled or fallback code) reads the written values, and an input that
+    fallback code wrote is still the caller's for later writes."""
+    _run_both(built("aliases"), name, lambda: {"x": torch.randn(3, 4)})
+
+
 @pytest.mark.parametrize("name", sorted(ALIAS_WRITES))
 def test_in_place_writes_through_aliases_reach_the_caller(
     name: str, built, triton_interpreter: None
@@ -349,7 +411,63 @@ class SuperInFallback(Base):
 """
 
 
+NAMES += """
+class AssignedOnOnePath(nn.Module):
+    def forward(self, x):
+        try:
+            t = x.view(7)
+        except RuntimeError:
+            pass
+        return x * 2
+
+class ReadsNameAssignedInTry(nn.Module):
+    def forward(self, x):
+        try:
+            t = x.view(-1) * 2
+        except RuntimeError:
+            pass
+        return t + 1
+
+class BreakInFallback(nn.Module):
+    def forward(self, x):
+        for i in range(3):
+            try:
+                x = x + 1
+                if i == 1:
+                    break
+            except RuntimeError:
+                pass
+        return x * 2
+
+class NoneFromFallbackCode(nn.Module):
+    def forward(self, x):
+        s = x.sum().item()
+        y = None if s < 1e9 else x * 2
+        if y is not None:
+            x = x + y
+        return x * 3
+
+class FallbackFillsDict(nn.Module):
+    def forward(self, x):
+        opts = {}
+        rows = x.tolist()
+        opts["n"] = len(rows)
+        return x * opts.get("n", 0)
+
+class NotOfTensorInFallback(nn.Module):
+    def forward(self, x):
+        print(not (x > 5).any())
+        return x * 2
+"""
+
+
 NAMED = (
+    "AssignedOnOnePath",
+    "ReadsNameAssignedInTry",
+    "BreakInFallback",
+    "NotOfTensorInFallback",
+    "NoneFromFallbackCode",
+    "FallbackFillsDict",
     "NestedDef",
     "NestedDefLocals",
     "ExceptAs",
@@ -444,6 +562,34 @@ USER_ERRORS = {
 }
 
 
+USER_ERRORS.update(
+    {
+        f"{what} decided by Python values": (
+            f"""
+            class Fails(nn.Module):
+                def forward(self, x):
+                    n = x.shape[0]
+                    table = {{"a": [1, 2]}}
+                    {statement}
+                    return x
+            """,
+            "Fails",
+            "x=f32[2,4]",
+            message,
+            statement,
+        )
+        for what, statement, message in (
+            ("raise", 'raise ValueError(f"batch of {n}")', "ValueError: batch of 2"),
+            ("KeyError", 'k = table["b"]', "KeyError: 'b'"),
+            ("IndexError", 'k = table["a"][n]', "IndexError: list index out of"),
+            ("ZeroDivisionError", "k = n // (n - 2)", "ZeroDivisionError"),
+            ("AttributeError", "y = x.no_such_method()", "AttributeError: 'Tensor'"),
+            ("NameError", "y = x * undefined_name", "NameError: name 'undefined_name'"),
+        )
+    }
+)
+
+
 @pytest.mark.parametrize("case", sorted(USER_ERRORS))
 def test_errors_of_the_users_code_fail_the_run(case: str, tmp_path: Path) -> None:
     source, name, example, message, line = USER_ERRORS[case]
@@ -490,6 +636,94 @@ def test_errors_on_a_path_chosen_by_data_stay_in_fallback_code(
         generated.MaybeBad().eval()(torch.full((2, 4), 1000.0))
 
 
+def test_a_name_fallback_code_left_unassigned_raises_when_read(
+    tmp_path: Path, triton_interpreter: None
+) -> None:
+    source = """
+    class MaybeUnbound(nn.Module):
+        def forward(self, x):
+            try:
+                if x.sum() > 0:
+                    raise ValueError("positive")
+                t = x * 2
+            except ValueError:
+                pass
+            return t + 1
+    """
+    generated, _ = _build(source, {"MaybeUnbound": {"x": torch.randn(4)}}, tmp_path)
+    _run_both(generated, "MaybeUnbound", lambda: {"x": -torch.rand(4)})
+    for model in (generated._source.MaybeUnbound(), generated.MaybeUnbound()):
+        with torch.no_grad(), pytest.raises(UnboundLocalError, match="'t'"):
+            model.eval()(torch.rand(4))
+
+
+LIBRARY = {
+    "mylib/__init__.py": "",
+    "mylib/ops.py": """
+import functools
+
+import torch
+
+
+def logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        return out * 1.0
+    return wrapper
+
+
+@logged
+def gate(x, y):
+    return torch.sigmoid(x) * y
+""",
+}
+
+
+def test_library_functions_are_interpreted_with_their_decorators(
+    tmp_path: Path, triton_interpreter: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A function of a package outside the project (installed elsewhere on
+    sys.path) is compiled like the project's own, through its decorator's wrapper,
+    and spans name it by its import path, not by a path of this machine."""
+    site = tmp_path / "site"
+    for name, text in LIBRARY.items():
+        (site / name).parent.mkdir(parents=True, exist_ok=True)
+        (site / name).write_text(text)
+    monkeypatch.syspath_prepend(str(site))
+    source = """
+    from mylib.ops import gate
+
+    class UsesLibrary(nn.Module):
+        def forward(self, x):
+            return gate(x, x + 1) * 2
+    """
+    generated, text = _build(
+        source, {"UsesLibrary": {"x": torch.randn(4)}}, tmp_path / "project"
+    )
+    assert "_fallback_" not in text, text
+    assert "# mylib/ops.py:" in text and str(tmp_path) not in text, text
+    _run_both(generated, "UsesLibrary", lambda: {"x": torch.randn(4)})
+
+
+def test_an_unused_index_still_checks_its_range(
+    tmp_path: Path, triton_interpreter: None
+) -> None:
+    source = """
+    class UnusedIndex(nn.Module):
+        def forward(self, x, idx):
+            picked = x[idx]
+            return x * 2
+    """
+    example = {"x": torch.randn(4, 3), "idx": torch.tensor([1, 2])}
+    generated, _ = _build(source, {"UnusedIndex": example}, tmp_path)
+    _run_both(generated, "UnusedIndex", lambda: dict(example))
+    bad = {"x": torch.randn(4, 3), "idx": torch.tensor([1, 5])}
+    for model in (generated._source.UnusedIndex(), generated.UnusedIndex()):
+        with torch.no_grad(), pytest.raises(IndexError, match="out of bounds"):
+            model.eval()(**bad)
+
+
 TABLES: dict[str, Callable[[], tuple[str, dict[str, dict]]]] = {
     "alias_writes": lambda: (
         "".join(textwrap.dedent(src) for src, _ in ALIAS_WRITES.values()),
@@ -504,4 +738,8 @@ TABLES: dict[str, Callable[[], tuple[str, dict[str, dict]]]] = {
         {name: {"x": torch.randn(3)} for name in STATE},
     ),
     "names": lambda: (NAMES, {n: {"x": torch.randn(3)} for n in NAMED}),
+    "aliases": lambda: (
+        ALIASES_SEE_WRITES,
+        {n: {"x": torch.randn(3, 4)} for n in ALIASED},
+    ),
 }

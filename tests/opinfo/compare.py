@@ -5,7 +5,8 @@ runs agree when both raised, or when neither did and their results and inputs af
 the call agree: same structure (a named tuple stays one), same tensor dtypes and
 shapes, integers and bools exactly, floats within a tolerance of the result's dtype
 (NaN equal to NaN), complex numbers as pairs of floats. Low-precision results are
-compared with eager's in the same dtype. A case's `precision` picks the tolerance:
+compared with eager's in the same dtype (the sweep may also compare them with an
+eager run in float32, rounded: `like`). A case's `precision` picks the tolerance:
 "pointwise", "loose" (reductions), "exact" (casts) or "uninitialized" (`torch.empty`:
 dtypes and shapes only).
 """
@@ -28,6 +29,7 @@ TOLERANCE = {
     torch.float16: (1e-2, 1e-3),
 }
 LOOSER = {torch.float32: 10, torch.float64: 10, torch.bfloat16: 2, torch.float16: 2}
+LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 @dataclass
@@ -44,6 +46,41 @@ def call(fn: Callable, inputs: tuple[tuple[str, torch.Tensor], ...], seed: int =
         return Ran(fn(**args), args, None)
     except Exception as e:  # the op's own error is a result
         return Ran(None, args, e)
+
+
+def upcast_inputs(
+    inputs: tuple[tuple[str, torch.Tensor], ...],
+) -> tuple[tuple[str, torch.Tensor], ...]:
+    """The inputs with f16/bf16 tensors in float32."""
+    return tuple(
+        (name, t.float() if t.dtype in LOW_PRECISION else t) for name, t in inputs
+    )
+
+
+def on_meta(
+    inputs: tuple[tuple[str, torch.Tensor], ...],
+) -> tuple[tuple[str, torch.Tensor], ...]:
+    return tuple((name, t.to("meta")) for name, t in inputs)
+
+
+def like(run: Ran, model: Ran) -> Ran:
+    """`run`'s results and inputs after the call in the dtypes of `model`'s (the
+    same structure), wherever the shapes agree."""
+    return Ran(_like(run.out, model.out), _like(run.after, model.after), run.exc)
+
+
+def _like(value: Any, model: Any) -> Any:
+    if isinstance(value, torch.Tensor) and isinstance(model, torch.Tensor):
+        same = value.shape == model.shape and value.layout == torch.strided
+        return value.to(model.dtype) if same else value
+    if isinstance(value, dict) and isinstance(model, dict):
+        return {k: _like(v, model.get(k)) for k, v in value.items()}
+    if isinstance(value, (tuple, list)) and isinstance(model, (tuple, list)):
+        if len(value) != len(model):
+            return value
+        items = [_like(v, m) for v, m in zip(value, model)]
+        return value._make(items) if hasattr(value, "_make") else type(value)(items)
+    return value
 
 
 def difference(got: Ran, want: Ran, precision: str) -> str | None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
-from tests.opinfo.cases import find_op, sweep_cases
+from tests.opinfo.cases import case_by_id, find_op, sweep_cases
 from tests.opinfo.report import describe, report
 from tests.opinfo.sweep import ERROR, WRONG, Outcome, run_cases
 from transpiler.options import DTYPES
@@ -137,3 +138,29 @@ def test_op_matches_eager(op: str, outcomes: dict[str, list[Outcome]]) -> None:
         lines = [line for o in bad for line in describe(o)]
         message = f"{len(bad)} of {len(ran)} cases of {op}:\n" + "\n".join(lines)
         pytest.fail(message, pytrace=False)
+
+
+def judge(case_id: str, root: Path) -> Outcome:
+    (outcome,) = run_cases([case_by_id(case_id)], root)
+    return outcome
+
+
+def test_low_precision_is_judged_against_eager_in_float32_too(tmp_path: Path) -> None:
+    """bf16 `vecdot` of values that cancel: eager rounds each product to bf16
+    before summing, the kernel sums float32 products, closer to the exact dot
+    product; it agrees with eager run in float32 (see `sweep.others`)."""
+    outcome = judge("linalg.vecdot/bf16/contiguous/s43", tmp_path)
+    assert outcome.cls not in (WRONG, ERROR), describe(outcome)
+    for device, cls, _ in outcome.variants:
+        assert cls not in (WRONG, ERROR), device
+
+
+def test_cuda_variants_are_judged_by_what_cuda_returns(tmp_path: Path) -> None:
+    """`native_layer_norm` of bf16 returns float32 statistics on CUDA and bf16
+    ones on the CPU: each variant returns its device's."""
+    outcome = judge("native_layer_norm/bf16/contiguous/s0", tmp_path)
+    assert outcome.cls not in (WRONG, ERROR), describe(outcome)
+    lowered_cpu, lowered_cuda = outcome.lowered
+    inputs = dict(outcome.case.inputs)
+    assert lowered_cpu.fn(**inputs)[1].dtype == torch.bfloat16
+    assert lowered_cuda.fn(**inputs)[1].dtype == torch.float32

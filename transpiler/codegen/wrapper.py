@@ -31,7 +31,6 @@ from transpiler.frontend import fallback
 from transpiler.frontend.fallback import Stub
 from transpiler.ir.dynamic import Dim, dims_in
 from transpiler.ir.graph import DEVICE, FALLBACK, LOOP, Ref, Span, self_path
-from transpiler.ir.ops import EXTERN_LAYOUT
 from transpiler.ir.program import (
     Alloc,
     ExternCall,
@@ -473,17 +472,26 @@ def _step_lines(step) -> list[str]:
         ]
     if isinstance(step, ExternCall):
         if step.target == "getitem":
-            return [f"{step.out} = {step.args[0].name}[{step.args[1]}]"]
+            item = f"{step.args[0].name}[{step.args[1]}]"
+            return [f"{step.out} = {_laid_out(item, step)}"]
         args = [literal(a) for a in step.args]
         kwargs = [f"{k}={literal(v)}" for k, v in step.kwargs if not k.startswith("_")]
         if step.target.startswith(FALLBACK):  # the user's code, run eagerly
             call = f"{step.target}({', '.join(args + kwargs)})"
             return [f"{step.out} = {call}" if step.meta else call]
         call = _extern_call(step.target, list(step.args), kwargs)
-        if step.target in EXTERN_LAYOUT:  # a copy only if the backend differs
-            call = f"runtime_shim.as_layout({call}, {literal(step.meta.stride)})"
-        return [f"{step.out} = {call}"]
+        if step.meta == ():  # a check of tensor data: it returns nothing
+            return [call]
+        return [f"{step.out} = {_laid_out(call, step)}"]
     raise AssertionError(step)
+
+
+def _laid_out(value: str, step: ExternCall) -> str:
+    """`value` with the strides compiled code reads it with, where its op may give
+    it others: a copy only if they differ (passes/extern_layouts.py)."""
+    if step.layout is None:
+        return value
+    return f"runtime_shim.as_layout({value}, {literal(step.layout)})"
 
 
 def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]:

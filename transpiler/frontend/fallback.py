@@ -11,6 +11,7 @@ fallback code too.
 
 from __future__ import annotations
 
+import collections
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,10 @@ class Stub:
     global_names: tuple[str, ...]  # the names it reads from that module
     span: Span
     reason: str
+    # params that earlier fallback code may have left unassigned, and outputs that
+    # this statement assigns on some paths only (and that had no value before)
+    unbound_params: tuple[str, ...] = ()
+    unbound_outputs: tuple[str, ...] = ()
 
 
 class _Targets(cst.CSTVisitor):
@@ -189,6 +194,42 @@ MUTATORS = {  # methods of Python containers that change them in place
 }
 
 
+CONTAINERS = (list, dict, set, bytearray, collections.deque)  # mutable ones
+
+
+class ContainerWrites(_Targets):
+    """The names a statement may change the container of: item assignment and
+    deletion (`d[k] = v`), augmented assignment, a mutating method (`xs.append`,
+    see MUTATORS), or passing it to a call (`f(xs)`, `f(**kw)`), which may change
+    it too."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def _target(self, target: cst.CSTNode | None) -> None:
+        while isinstance(target, (cst.Subscript, cst.Attribute)):
+            target = target.value
+        if isinstance(target, cst.Name):
+            self.names.add(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for e in target.elements:
+                self._target(e.value)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self._target(node.target)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self._target(node.target)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in MUTATORS:
+            self._target(func.value)
+        for arg in node.args:
+            if isinstance(arg.value, cst.Name):
+                self.names.add(arg.value.value)
+
+
 class StateWrites(_Targets):
     """The object attributes a statement may change, as (object expression,
     attribute) pairs: `self.steps += 1` and `self.cache[k] = v` give (self, steps),
@@ -254,9 +295,22 @@ def stub_function(name: str, stub: Stub) -> str:
         head.append(f"    from {stub.module} import {', '.join(stub.global_names)}")
     function = cst.parse_statement("\n".join(head) + "\n")
     assert isinstance(function, cst.FunctionDef)
-    body = list(function.body.body) + list(cst.parse_module(stub.source).body)
+    body = list(function.body.body)
+    for n in stub.unbound_params:  # unassigned in the source too: reading it raises
+        body.append(
+            cst.parse_statement(f"if {n} is runtime_shim.UNBOUND:\n    del {n}\n")
+        )
+    body += list(cst.parse_module(stub.source).body)
     if stub.outputs and not stub.returns:
-        outputs = ", ".join(stub.outputs) + ("," if len(stub.outputs) == 1 else "")
+        outputs = ", ".join(
+            (
+                f'locals().get("{n}", runtime_shim.UNBOUND)'
+                if n in stub.unbound_outputs
+                else n
+            )
+            for n in stub.outputs
+        )
+        outputs += "," if len(stub.outputs) == 1 else ""
         body.append(cst.parse_statement(f"return ({outputs})\n"))
     function = function.with_changes(body=function.body.with_changes(body=body))
     return cst.Module(body=[function]).code
@@ -271,6 +325,36 @@ def contains_return(stmt: cst.CSTNode) -> bool:
 
         def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return False  # a nested def's return is its own
+
+    stmt.visit(_Find())
+    return bool(found)
+
+
+def leaves_loop(stmt: cst.CSTNode) -> bool:
+    """Whether `stmt` has a `break` or `continue` of a loop around it (a function
+    of its own could not run it)."""
+    found = []
+
+    class _Find(cst.CSTVisitor):
+        def visit_Break(self, node: cst.Break) -> None:
+            found.append(node)
+
+        visit_Continue = visit_Break
+
+        def visit_For(self, node: cst.For) -> bool:
+            node.iter.visit(self)
+            if node.orelse is not None:  # `else:` runs after the loop, outside it
+                node.orelse.visit(self)
+            return False
+
+        def visit_While(self, node: cst.While) -> bool:
+            node.test.visit(self)
+            if node.orelse is not None:
+                node.orelse.visit(self)
+            return False
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return False
 
     stmt.visit(_Find())
     return bool(found)
@@ -310,6 +394,8 @@ def plan_stub(
     )
     if not returns and contains_return(stmt):
         raise Unsupported(f"{reason}, in a statement that may return", span)
+    if leaves_loop(stmt):  # the loop around it becomes fallback code instead
+        raise Unsupported(f"{reason}, in a statement that may leave its loop", span)
     writes = _Writes()
     stmt.visit(writes)
     tensors = {n: local[n] for n in params if isinstance(local[n], torch.Tensor)}
@@ -321,7 +407,19 @@ def plan_stub(
                 outputs.append(n)
             if n not in writes.rebound:  # the same tensor: its meta holds
                 tensor_outputs[n] = t
+    changed = ContainerWrites()
+    stmt.visit(changed)
+    for n in params:  # a list or dict it may change: later reads see the change
+        if isinstance(local[n], CONTAINERS) and n in changed.names and n not in outputs:
+            outputs.append(n)
     args = tuple(_arg(local[n], builder, module_paths, span) for n in params)
+    unbound_params = tuple(
+        n for n in params if getattr(local[n], "maybe_unbound", False)
+    )
+    sure = always_assigned(stmt)
+    unbound_outputs = tuple(
+        n for n in outputs if n not in sure and (n not in local or n in unbound_params)
+    )
     global_names = tuple(
         n
         for n in names.read
@@ -336,8 +434,45 @@ def plan_stub(
         global_names,
         span,
         reason,
+        unbound_params,
+        unbound_outputs,
     )
     return StubPlan(stub, args, tensor_outputs, tuple(names.deleted))
+
+
+def always_assigned(stmt: cst.CSTNode) -> set[str]:
+    """The names `stmt` assigns on every path through it that ends normally (what
+    Python's compiler calls definitely assigned): both branches of an `if`, none of
+    a loop's body (it may run no time), a `try`'s `finally` only."""
+    if isinstance(stmt, cst.If):
+        if stmt.orelse is None:
+            return set()
+        other = stmt.orelse if isinstance(stmt.orelse, cst.If) else stmt.orelse.body
+        return _block(stmt.body) & (
+            always_assigned(other) if isinstance(other, cst.If) else _block(other)
+        )
+    if isinstance(stmt, (cst.For, cst.While)):
+        return set()
+    if isinstance(stmt, cst.Try):
+        return set() if stmt.finalbody is None else _block(stmt.finalbody.body)
+    if isinstance(stmt, cst.With):
+        names = Names()
+        for item in stmt.items:
+            item.visit(names)
+        return set(names.assigned) | _block(stmt.body)
+    names = Names()
+    stmt.visit(names)
+    return set(names.assigned) - set(names.deleted)
+
+
+def _block(body) -> set[str]:
+    stmts = body.body if isinstance(body, cst.BaseSuite) else body
+    sure: set[str] = set()
+    for stmt in stmts:
+        names = Names()
+        stmt.visit(names)
+        sure = (sure - set(names.deleted)) | always_assigned(stmt)
+    return sure
 
 
 def _explicit_super(

@@ -11,7 +11,6 @@ way becomes a guard of the variant. Anything else raises `Unsupported`.
 from __future__ import annotations
 
 import builtins
-import collections
 import inspect
 import operator
 import traceback
@@ -25,25 +24,36 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transpiler.frontend.fallback import MUTATORS, Names, StateWrites, Stub, plan_stub
+from transpiler.frontend.fallback import (
+    CONTAINERS,
+    MUTATORS,
+    Names,
+    StateWrites,
+    Stub,
+    plan_stub,
+)
 from transpiler.frontend.guards import AttrRead, GlobalRead, ModuleRead, guardable
 from transpiler.frontend.recorder import (
+    Checkpoint,
     OpaqueValue,
     Recorder,
     Unsupported,
     check_dtypes,
+    covers,
+    memory_of,
 )
 from transpiler.frontend.source import SourceCache, SourceFile
 from transpiler.ir.graph import (
     FALLBACK,
     LOOP,
+    Node,
     Opaque,
     Ref,
     Span,
     TensorMeta,
     subgraph,
 )
-from transpiler.ir.ops import EXTERN_LAYOUT
+from transpiler.ir.ops import CHECKS_DATA, EXTERN_LAYOUT
 from transpiler.ir.region import LoopBody
 
 BINARY_OPS = {
@@ -161,7 +171,6 @@ EFFECT_NAMES = {
 # Builtins that, called without arguments, read the calling frame: here that would be
 # the interpreter's, so they run in fallback code, in the user's.
 FRAME_READERS = {builtins.locals, builtins.globals, builtins.vars, builtins.dir}
-MUTABLE_CONTAINERS = (list, dict, set, bytearray, collections.deque)
 MAX_BRANCHES = 8  # data-dependent conditions along one path through the code
 MAX_UNROLL = 1024  # iterations of a `while` on Python values
 
@@ -181,6 +190,11 @@ class _Return(Exception):
         self.value = value
 
 
+class Retrace(Exception):
+    """Trace again from the start: a statement became fallback code on every path
+    (see `Interpreter._give_up`)."""
+
+
 class _Break(Exception):
     pass
 
@@ -197,6 +211,18 @@ class Frame:
         self.locals = local
         self.globals = globals_
         self.self_name = self_name  # a method's first parameter, for `super()`
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """Where the interpreter stood before a statement (see `_rollback`)."""
+
+    nodes: Checkpoint
+    guards: int
+    comparisons: int
+    branches: int
+    last_stub: Ref | None
+    locals: dict
 
 
 @dataclass(frozen=True)
@@ -225,6 +251,7 @@ class Interpreter:
         decisions: tuple[bool, ...] = (),
         stubs: dict[Stub, int] | None = None,
         loops: dict[str, tuple[int, LoopBody]] | None = None,
+        whole: dict[int, str] | None = None,
     ):
         self.recorder = recorder
         self.sources = sources
@@ -237,6 +264,8 @@ class Interpreter:
         self.branches: list[BranchPoint] = []
         self.stubs = stubs if stubs is not None else {}
         self.loops = loops if loops is not None else {}
+        # statements (by id) that are fallback code on every path, with the reason
+        self.whole = whole if whole is not None else {}
         self.last_stub: Ref | None = None
         # integer comparisons decided here, as (span, operator, left, right, outcome):
         # with a dynamic dimension, one whose operands change with it is a guard
@@ -252,10 +281,13 @@ class Interpreter:
     # ---- functions ------------------------------------------------------------
 
     def run_function(self, fn, args: tuple, kwargs: dict) -> Any:
-        """Interpret a user-defined Python function with the given arguments."""
-        src, node = self.sources.function(fn)
+        """Interpret a Python function with the given arguments: of a decorated
+        one, the outermost layer that is interpreted (a library's wrapper decides
+        what the function it wraps gets), with that layer's globals and closure."""
+        fn = self._layer(fn)
+        src, node = self.sources.function(fn, unwrap=False)
         try:
-            bound = inspect.signature(fn).bind(*args, **kwargs)
+            bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
         except TypeError as e:  # Python raises it before the call
             raise _users(TypeError(f"{fn.__qualname__}(): {e}")) from None
         bound.apply_defaults()
@@ -300,6 +332,8 @@ class Interpreter:
             return self.run_function(fn.__func__, (fn.__self__, *args), kwargs)
         if isinstance(fn, types.FunctionType) and self._is_user(fn):
             return self.run_function(fn, args, kwargs)
+        if any(isinstance(a, OpaqueValue) for a in (*args, *kwargs.values())):
+            raise Unsupported("uses a value computed by fallback code", self._span())
         if fn in EXTERN_FUNCTIONS:
             return self._extern(EXTERN_FUNCTIONS[fn], fn, args, kwargs)
         if fn in PYTHON_SIDE_EFFECTS:
@@ -308,8 +342,6 @@ class Interpreter:
             )
         if fn in FRAME_READERS and not args:  # would see the interpreter's frame
             raise Unsupported(f"calls {fn.__name__}(), which reads the frame")
-        if any(isinstance(a, OpaqueValue) for a in (*args, *kwargs.values())):
-            raise Unsupported("uses a value computed by fallback code", self._span())
         if fn in (builtins.min, builtins.max) and all(_is_int(a) for a in args):
             result = fn(*args)
             for a in args:  # which argument won is a comparison too
@@ -336,6 +368,7 @@ class Interpreter:
         except Exception as e:
             if needs_data(e):
                 raise Unsupported(f"needs tensor data: {_first_line(e)}") from e
+            _users(e)
             raise
 
     def _mark_changed(self, stmt, frame: Frame) -> None:
@@ -357,11 +390,23 @@ class Interpreter:
         owner = getattr(fn, "__self__", None)
         return (
             getattr(fn, "__name__", "") in MUTATORS
-            and isinstance(owner, MUTABLE_CONTAINERS)
+            and isinstance(owner, CONTAINERS)
             and id(owner) in self.shared
         )
 
     def _is_user(self, fn) -> bool:
+        """Whether `fn`, or a function it wraps, is interpreted (Note [What is
+        interpreted] in source.py)."""
+        return self._interprets(self._layer(fn))
+
+    def _layer(self, fn):
+        """The layer of a decorator chain (`__wrapped__`) that runs here: the
+        outermost one interpreted, else the innermost function."""
+        while not self._interprets(fn) and hasattr(fn, "__wrapped__"):
+            fn = fn.__wrapped__
+        return fn
+
+    def _interprets(self, fn) -> bool:
         if not isinstance(fn, types.FunctionType):
             return False
         try:
@@ -391,20 +436,40 @@ class Interpreter:
         span = Span(frame.src.display, line, frame.src.text_of(line))
         self.recorder.span = span
         builder = self.recorder.builder
-        mark = (builder.checkpoint(), len(self.guards), len(self.comparisons))
+        mark = _Mark(
+            builder.checkpoint(),
+            len(self.guards),
+            len(self.comparisons),
+            len(self.branches),
+            self.last_stub,
+            dict(frame.locals),
+        )
+        if id(stmt) in self.whole:
+            self.fallback(stmt, frame, span, self.whole[id(stmt)])
+            return
         try:
             self._exec_stmt(stmt, frame)
-        except (_Return, _Break, _Continue, UserCodeError):
+        except (_Return, _Break, _Continue, UserCodeError, Retrace):
             raise
         except Unsupported as e:
-            self._rollback(mark)
-            self.fallback(stmt, frame, span, e.reason)
+            self._give_up(stmt, frame, span, mark, e.reason)
         except Exception as e:
-            self._rollback(mark)
             if not needs_data(e) and not _ours(e) and not self.conditional:
                 raise UserCodeError(e, span) from e
             # it fails on meta values (or maybe only on this path): run it eagerly
-            self.fallback(stmt, frame, span, f"{type(e).__name__}: {_first_line(e)}")
+            reason = f"{type(e).__name__}: {_first_line(e)}"
+            self._give_up(stmt, frame, span, mark, reason)
+
+    def _give_up(self, stmt, frame: Frame, span: Span, mark: _Mark, why: str) -> None:
+        """`stmt` becomes fallback code. Where it met conditions on tensor data, the
+        paths through them are gone with it; the paths `trace` enumerates must stay
+        the same on every run, so tracing starts again with `stmt` as fallback code
+        from the outset (`whole`)."""
+        if len(self.branches) > mark.branches:
+            self.whole[id(stmt)] = why
+            raise Retrace()
+        self._rollback(mark, frame)
+        self.fallback(stmt, frame, span, why)
 
     @property
     def conditional(self) -> bool:
@@ -412,14 +477,18 @@ class Interpreter:
         follows a condition on tensor data, or is in a `while` on tensor data."""
         return bool(self.branches) or self.in_tensor_loop > 0
 
-    def _rollback(self, mark: tuple[int, int, int]) -> None:
-        """Forget what a statement that becomes fallback code recorded: its nodes,
-        and the guards and comparisons of values it read (it reads them itself)."""
-        nodes, guards, comparisons = mark
-        self.recorder.builder.rollback(nodes)
-        for guard in list(self.guards)[guards:]:
+    def _rollback(self, mark: _Mark, frame: Frame) -> None:
+        """Forget what a statement that becomes fallback code did here: the nodes it
+        recorded, the guards and comparisons of values it read and the conditions
+        on data it met (it reads and decides them itself), the names it bound."""
+        self.recorder.builder.rollback(mark.nodes)
+        for guard in list(self.guards)[mark.guards :]:
             del self.guards[guard]
-        del self.comparisons[comparisons:]
+        del self.comparisons[mark.comparisons :]
+        del self.branches[mark.branches :]
+        self.last_stub = mark.last_stub
+        frame.locals.clear()
+        frame.locals.update(mark.locals)
 
     def fallback(self, stmt, frame: Frame, span: Span, reason: str) -> None:
         """Record `stmt` as fallback code (a graph break) and bind what it assigns.
@@ -446,11 +515,7 @@ class Interpreter:
             frame.locals.pop(n, None)
         kwargs = [("_after", self.last_stub)] if self.last_stub else []
         written = {builder.name_of(t) for t in plan.tensor_outputs.values()}
-        readers = [
-            Ref(n.name)
-            for n in builder.nodes
-            if any(r.name in written for r in n.refs())
-        ]
+        readers = _readers(builder.nodes, written)
         if readers:
             kwargs.append(("_reads", readers))
         target = f"{FALLBACK}:{index}"
@@ -472,16 +537,59 @@ class Interpreter:
             "call", target, plan.args, kwargs, metas, span, base="fallback"
         )
         self.last_stub = Ref(name)
+        fresh = _fresh_memory(list(plan.tensor_outputs.values()))
+        stale = {
+            id(alias): alias
+            for old in plan.tensor_outputs.values()
+            for alias in builder.aliases(old)
+            if id(alias) not in fresh
+        }
         for i, (n, meta) in enumerate(zip(plan.stub.outputs, metas)):
             item = builder.add(
                 "call", "getitem", (Ref(name), i), (), meta, span, base=n
             )
             if isinstance(meta, TensorMeta):
-                value = _like(plan.tensor_outputs[n])
+                old = plan.tensor_outputs[n]
+                value = fresh[id(old)]
+                if builder.owned_by_caller(old):  # still the caller's memory
+                    builder.own(value)
                 builder.bind(value, item)
             else:
-                value = OpaqueValue(item)
+                value = OpaqueValue(item, n in plan.stub.unbound_outputs)
             frame.locals[n] = value
+        self._rederive(
+            stale.values(),
+            [(t, fresh[id(t)]) for t in plan.tensor_outputs.values()],
+        )
+
+    def _rederive(self, aliases, written: list[tuple[torch.Tensor, torch.Tensor]]):
+        """Tensors sharing memory with what fallback code wrote in place (views
+        taken before it) hold new values: each is re-derived from the new value of
+        a written tensor (`written`: old and new) that covered all of that memory
+        (`as_strided` with its own strides and offset). Memory the caller owns may
+        start elsewhere at run time, and some memory no tensor covers: reading
+        those is a graph break."""
+        builder = self.recorder.builder
+        for alias in aliases:
+            memory = memory_of(alias)
+            whole = next(
+                (
+                    new
+                    for old, new in written
+                    if memory_of(old) == memory
+                    and covers(old)
+                    and old.dtype == alias.dtype
+                    and not builder.owned_by_caller(old)
+                ),
+                None,
+            )
+            if whole is None:
+                builder.mark_stale(alias)
+                continue
+            view = torch.ops.aten.as_strided.default(
+                whole, list(alias.shape), list(alias.stride()), alias.storage_offset()
+            )
+            builder.bind(alias, builder.name_of(view))
 
     def _exec_stmt(self, stmt: cst.CSTNode, frame: Frame) -> None:
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -522,6 +630,10 @@ class Interpreter:
             raise _Break()
         elif kind == "Continue":
             raise _Continue()
+        elif kind == "Raise":
+            error = _users(self._exception(stmt, frame))
+            error.transpile_raised = True  # by the source, whatever its type
+            raise error
         elif kind == "Assert":
             test = self.eval(stmt.test, frame)
             if isinstance(test, torch.Tensor):
@@ -531,6 +643,21 @@ class Interpreter:
                 raise _users(AssertionError(*message))
         else:
             raise Unsupported(f"unsupported statement: {kind}", self._span())
+
+    def _exception(self, stmt: cst.Raise, frame: Frame) -> BaseException:
+        """What `raise E(...)` raises (`raise E` makes an instance, `from` sets the
+        cause); a bare `raise` re-raises what only fallback code would be handling."""
+        if stmt.exc is None:
+            raise Unsupported("`raise` of the exception being handled")
+        error = self.eval(stmt.exc, frame)
+        if isinstance(error, type) and issubclass(error, BaseException):
+            error = error()
+        if not isinstance(error, BaseException):
+            return TypeError("exceptions must derive from BaseException")
+        if stmt.cause is not None:
+            cause = self.eval(stmt.cause.item, frame)
+            error.__cause__ = cause() if isinstance(cause, type) else cause
+        return error
 
     def eval_NamedExpr(self, expr: cst.NamedExpr, frame: Frame) -> Any:
         value = self.eval(expr.value, frame)
@@ -614,7 +741,7 @@ class Interpreter:
                 frame.locals[n] = t
             self.exec_block(stmt.body, frame)
             after = self.eval(stmt.test, frame)
-            nested = any(n.is_loop for n in builder.nodes[mark:])
+            nested = any(n.is_loop for n in builder.nodes[mark.nodes :])
             if (
                 not isinstance(after, torch.Tensor)
                 or len(self.branches) != branches
@@ -631,7 +758,7 @@ class Interpreter:
                 builder.ref(after, span),
             )
             body = LoopBody(
-                subgraph(builder.nodes, mark, len(builder.nodes), outputs),
+                subgraph(builder.nodes, mark.nodes, len(builder.nodes), outputs),
                 tuple(placeholders),
                 span,
             )
@@ -668,6 +795,67 @@ class Interpreter:
                 ),
             )
             frame.locals[n] = t
+
+    def exec_Try(self, stmt: cst.Try, frame: Frame) -> None:
+        """`try` on the path being traced, as Python runs it: the body; a handler
+        when the body raises for these inputs (it would on every call); `else`;
+        `finally` on the way out, a `return` included.
+
+        Compiled code cannot catch what fallback code or an op checking tensor
+        data raises when it runs, so a body with handlers that holds either
+        becomes fallback code whole."""
+        start, last_stub = len(self.recorder.builder.nodes), self.last_stub
+        try:
+            try:
+                self.exec_block(stmt.body, frame)
+            except UserCodeError as e:
+                handler = self._handler(stmt, e.error, frame)
+                if handler is None:
+                    raise
+                self._handle(handler, e.error, frame)
+            else:
+                if stmt.handlers and self._may_raise_later(start, last_stub):
+                    raise Unsupported("`try` around code that may raise when run")
+                if stmt.orelse is not None:
+                    self.exec_block(stmt.orelse.body, frame)
+        except (Unsupported, Retrace, UserCodeError):
+            raise  # the statement is undone, or the run fails: no `finally` here
+        except BaseException:
+            self._finally(stmt, frame)
+            raise
+        self._finally(stmt, frame)
+
+    def _finally(self, stmt: cst.Try, frame: Frame) -> None:
+        if stmt.finalbody is not None:
+            self.exec_block(stmt.finalbody.body, frame)
+
+    def _may_raise_later(self, start: int, last_stub: Ref | None) -> bool:
+        """Whether what the body recorded since node `start` may raise at run time:
+        fallback code, or an op that checks tensor data."""
+        nodes = self.recorder.builder.nodes[start:]
+        return self.last_stub != last_stub or any(
+            n.target in CHECKS_DATA or n.is_fallback or n.is_loop for n in nodes
+        )
+
+    def _handler(self, stmt: cst.Try, error: BaseException, frame: Frame):
+        """The first `except` clause of `stmt` that catches `error`, or None."""
+        for handler in stmt.handlers:
+            if handler.type is None:
+                return handler
+            caught = self.eval(handler.type, frame)
+            if isinstance(error, caught):
+                return handler
+        return None
+
+    def _handle(self, handler: cst.ExceptHandler, error, frame: Frame) -> None:
+        name = handler.name.name.value if handler.name is not None else None
+        if name is not None:
+            frame.locals[name] = error
+        try:
+            self.exec_block(handler.body, frame)
+        finally:
+            if name is not None:  # Python unbinds it when the handler ends
+                frame.locals.pop(name, None)
 
     def exec_With(self, stmt: cst.With, frame: Frame) -> None:
         for item in stmt.items:
@@ -741,7 +929,10 @@ class Interpreter:
     def eval_Name(self, expr: cst.Name, frame: Frame) -> Any:
         name = expr.value
         if name in frame.locals:
-            return frame.locals[name]
+            value = frame.locals[name]
+            if isinstance(value, OpaqueValue) and value.maybe_unbound:
+                raise Unsupported(f"reads {name}, which may be unassigned")
+            return value
         if name in frame.globals:
             value = frame.globals[name]
             module = frame.globals.get("__name__")
@@ -752,7 +943,7 @@ class Interpreter:
             return {"True": True, "False": False, "None": None}[name]
         if hasattr(builtins, name):
             return getattr(builtins, name)
-        raise Unsupported(f"name {name!r} is not defined", self._span())
+        raise _users(NameError(f"name {name!r} is not defined"))
 
     def eval_Attribute(self, expr: cst.Attribute, frame: Frame) -> Any:
         base = self.eval(expr.value, frame)
@@ -760,7 +951,7 @@ class Interpreter:
         changed = self.changed.get(id(base), ())
         if attr in changed or None in changed:
             raise Unsupported(f"reads .{attr}, which fallback code may have changed")
-        value = self._share(getattr(base, attr))
+        value = self._share(_apply(getattr, base, attr))
         path = self.module_paths.get(id(base))
         if path is None:
             return value
@@ -800,13 +991,13 @@ class Interpreter:
 
     def eval_BinaryOperation(self, expr, frame: Frame) -> Any:
         op = BINARY_OPS[type(expr.operator).__name__]
-        return op(self.eval(expr.left, frame), self.eval(expr.right, frame))
+        return _apply(op, self.eval(expr.left, frame), self.eval(expr.right, frame))
 
     def eval_UnaryOperation(self, expr, frame: Frame) -> Any:
         value = self.eval(expr.expression, frame)
         if isinstance(expr.operator, cst.Not) and isinstance(value, torch.Tensor):
             return not self.decide(value)
-        return UNARY_OPS[type(expr.operator).__name__](value)
+        return _apply(UNARY_OPS[type(expr.operator).__name__], value)
 
     def eval_BooleanOperation(self, expr, frame: Frame) -> Any:
         left = self.eval(expr.left, frame)
@@ -821,7 +1012,10 @@ class Interpreter:
         for target in expr.comparisons:
             right = self.eval(target.comparator, frame)
             op = type(target.operator).__name__
-            result = COMPARE_OPS[op](left, right)
+            if isinstance(left, OpaqueValue) or isinstance(right, OpaqueValue):
+                # `is None` included: only the run-time value can say
+                raise Unsupported("compares a value computed by fallback code")
+            result = _apply(COMPARE_OPS[op], left, right)
             if _is_int(left) and _is_int(right):
                 self.comparisons.append((self._span(), op, left, right, result))
             if isinstance(result, torch.Tensor):
@@ -841,12 +1035,14 @@ class Interpreter:
     def eval_Subscript(self, expr: cst.Subscript, frame: Frame) -> Any:
         value = self.eval(expr.value, frame)
         index = [self._slice(e.slice, frame) for e in expr.slice]
-        item = value[index[0] if len(index) == 1 else tuple(index)]
+        item = _apply(
+            operator.getitem, value, index[0] if len(index) == 1 else tuple(index)
+        )
         return self._share(item) if id(value) in self.shared else item
 
     def _share(self, value: Any) -> Any:
         """Note a mutable container that code outside this call can see."""
-        if isinstance(value, MUTABLE_CONTAINERS):
+        if isinstance(value, CONTAINERS):
             self.shared.add(id(value))
             self._held.append(value)
         return value
@@ -960,6 +1156,36 @@ def _like(t: torch.Tensor) -> torch.Tensor:
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
 
+def _readers(nodes: list[Node], names: set[str | None]) -> list[Ref]:
+    """The tensor values computed from any of `names`: an op with several results
+    counts as the `getitem`s that pick them."""
+    reads = {n.name for n in nodes if any(r.name in names for r in n.refs())}
+    return [
+        Ref(n.name)
+        for n in nodes
+        if isinstance(n.meta, TensorMeta)
+        and (n.name in reads or (n.target == "getitem" and n.args[0].name in reads))
+    ]
+
+
+def _fresh_memory(tensors: list[torch.Tensor]) -> dict[int, torch.Tensor]:
+    """New meta tensors with the metadata of `tensors` (by id), which share memory
+    where the old ones did: tensors that fallback code returns after writing them
+    in place stay aliases of each other."""
+    out: dict[int, torch.Tensor] = {}
+    memory: dict[int, torch.Tensor] = {}
+    with torch.utils._python_dispatch._disable_current_modes():
+        for t in tensors:
+            storage = t.untyped_storage()
+            if storage._cdata not in memory:
+                memory[storage._cdata] = torch.empty(
+                    storage.nbytes(), dtype=torch.uint8, device="meta"
+                )
+            raw = memory[storage._cdata].view(t.dtype)
+            out[id(t)] = raw.as_strided(t.shape, t.stride(), t.storage_offset())
+    return out
+
+
 def contains_jump(body: cst.CSTNode) -> bool:
     """Whether a loop body has a `break`, `continue` or `return` of its own."""
     found = []
@@ -999,6 +1225,18 @@ def _users(error: BaseException) -> BaseException:
     return error
 
 
+def _apply(op, *args) -> Any:
+    """One Python operation of the user's code (`a + b`, `obj.attr`, `d[k]`), run
+    here: what it raises is the user's error (see `_ours`)."""
+    try:
+        return op(*args)
+    except Unsupported:
+        raise
+    except Exception as e:
+        _users(e)
+        raise
+
+
 def _ours(error: BaseException) -> bool:
     """Whether `error` is a limit of this interpreter rather than the user's code:
     raised inside the transpiler package (not by torch through it, nor marked by
@@ -1013,6 +1251,8 @@ def _ours(error: BaseException) -> bool:
 def needs_data(error: BaseException) -> bool:
     """Whether `error` comes from running on meta tensors (an op with no meta
     implementation, a value that needs data) rather than from the code itself."""
+    if getattr(error, "transpile_raised", False):
+        return False
     if isinstance(error, NotImplementedError):
         return True
     text = str(error).lower()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -21,6 +22,7 @@ from torch.utils._pytree import tree_flatten
 
 from transpiler.codegen.text import identifier, is_reserved, unreserved
 from transpiler.ir.graph import DEVICE, Node, Ref, Span, TensorMeta, map_refs
+from transpiler.ir.ops import CHECKS_DATA
 
 
 class Unsupported(Exception):
@@ -40,8 +42,11 @@ class OpaqueValue:
     which turns the statement doing it into fallback code as well.
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, maybe_unbound: bool = False):
         self.name = name
+        # fallback code may have left the name holding it unassigned (an `if` that
+        # assigns it on one branch only): run time holds `runtime_shim.UNBOUND`
+        self.maybe_unbound = maybe_unbound
 
     def _needs_value(self, *args, **kwargs):
         raise Unsupported("uses a value computed by fallback code")
@@ -84,6 +89,14 @@ class OpaqueValue:
         return f"<run-time value {self.name}>"
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where a GraphBuilder stood: its node count and journal length."""
+
+    nodes: int
+    binds: int
+
+
 class GraphBuilder:
     """Accumulates nodes; maps live meta tensors to the node names that hold them."""
 
@@ -95,6 +108,8 @@ class GraphBuilder:
         self._used: dict[str, int] = {}
         self._taken: set[str] = set()
         self._stale: set[int] = set()
+        # (id, name it had, stale it was) before each bind and mark_stale
+        self._journal: list[tuple[int, str | None, bool]] = []
         # storages of inputs, parameters and buffers: memory the caller owns
         self._owned: set[int] = set()
 
@@ -147,15 +162,28 @@ class GraphBuilder:
                 self._names[key] = new
         self._taken.add(new)
 
-    def checkpoint(self) -> int:
-        return len(self.nodes)
+    def checkpoint(self) -> Checkpoint:
+        return Checkpoint(len(self.nodes), len(self._journal))
 
-    def rollback(self, mark: int) -> None:
-        """Forget the nodes added since `checkpoint()` returned `mark`."""
-        dropped = {n.name for n in self.nodes[mark:]}
-        del self.nodes[mark:]
-        for key in [k for k, name in self._names.items() if name in dropped]:
-            del self._names[key]
+    def rollback(self, mark: Checkpoint) -> None:
+        """Forget the nodes added since `checkpoint()` returned `mark`, and give
+        each tensor bound or marked stale since the node it held then."""
+        del self.nodes[mark.nodes :]
+        while len(self._journal) > mark.binds:
+            key, name, stale = self._journal.pop()
+            if name is None:
+                self._names.pop(key, None)
+            else:
+                self._names[key] = name
+            if stale:
+                self._stale.add(key)
+            else:
+                self._stale.discard(key)
+
+    def _note(self, tensor: torch.Tensor) -> None:
+        """Journal what `tensor` holds before it changes (see `rollback`)."""
+        key = id(tensor)
+        self._journal.append((key, self._names.get(key), key in self._stale))
 
     def keep_opaque(self, node: Node) -> None:
         """Add an existing node whose value is known only at run time."""
@@ -168,7 +196,7 @@ class GraphBuilder:
         self._taken.add(node.name)
         self.bind(tensor, node.name)
         if node.op in ("input", "param"):
-            self._owned.add(_storage(tensor))
+            self._owned.add(memory_of(tensor))
 
     def add(self, op, target, args=(), kwargs=(), meta=None, span=None, base=None):
         name = self.fresh(base or target.split(".")[1] if op == "call" else target)
@@ -176,18 +204,19 @@ class GraphBuilder:
         return name
 
     def bind(self, tensor: torch.Tensor, name: str) -> None:
+        self._note(tensor)
         self._stale.discard(id(tensor))
         self._names[id(tensor)] = name
         self._alive.append(tensor)
 
     def add_input(self, name: str, tensor: torch.Tensor) -> None:
         self.bind(tensor, self.add("input", name, meta=TensorMeta.of(tensor)))
-        self._owned.add(_storage(tensor))
+        self._owned.add(memory_of(tensor))
 
     def owned_by_caller(self, tensor: torch.Tensor) -> bool:
         """Whether `tensor` shares memory with an input, parameter or buffer (is
         one, or a view, `detach` or alias of one): writing it writes the caller's."""
-        return _storage(tensor) in self._owned
+        return memory_of(tensor) in self._owned
 
     def ref(self, tensor: torch.Tensor, span: Span | None) -> Ref:
         if isinstance(tensor, OpaqueValue):
@@ -199,15 +228,31 @@ class GraphBuilder:
             path = self._params[id(tensor)]
             name = self.add("param", path, meta=TensorMeta.of(tensor), span=span)
             self.bind(tensor, name)
-            self._owned.add(_storage(tensor))
+            self._owned.add(memory_of(tensor))
         if name is None:
             raise Unsupported("uses a tensor created outside the compiled code", span)
         return Ref(name)
 
-    def mark_stale(self, base: torch.Tensor) -> None:
-        for t in [base, *self._alive]:
-            if t is base or t._base is base:
-                self._stale.add(id(t))
+    def own(self, tensor: torch.Tensor) -> None:
+        """Count `tensor`'s memory as the caller's (fallback code returned a tensor
+        that is an input, parameter or buffer, or a view of one)."""
+        self._owned.add(memory_of(tensor))
+
+    def aliases(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """The live tensors other than `tensor` that share its memory: views taken
+        from it or from its base, `detach`es and other aliases."""
+        memory, seen, found = memory_of(tensor), {id(tensor)}, []
+        for t in self._alive:
+            if id(t) not in seen and id(t) in self._names and memory_of(t) == memory:
+                seen.add(id(t))
+                found.append(t)
+        return found
+
+    def mark_stale(self, tensor: torch.Tensor) -> None:
+        """`tensor` no longer holds the value its node computed: reading it is a
+        graph break (fallback code reads the real one)."""
+        self._note(tensor)
+        self._stale.add(id(tensor))
 
     def knows(self, tensor: torch.Tensor) -> bool:
         return id(tensor) in self._names or id(tensor) in self._params
@@ -216,7 +261,16 @@ class GraphBuilder:
         return self._names.get(id(tensor))
 
 
-def _storage(tensor: torch.Tensor) -> int:
+def covers(tensor: torch.Tensor) -> bool:
+    """Whether `tensor` is all of its memory, laid out contiguously."""
+    return (
+        tensor.storage_offset() == 0
+        and tensor.is_contiguous()
+        and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.itemsize
+    )
+
+
+def memory_of(tensor: torch.Tensor) -> int:
     """The identity of a tensor's storage (meta tensors have storages too)."""
     return tensor.untyped_storage()._cdata
 
@@ -288,11 +342,15 @@ class Recorder(TorchDispatchMode):
 
     def record(self, target: str, args, kwargs, out) -> None:
         flat, _ = tree_flatten(out)
-        if not any(isinstance(t, torch.Tensor) for t in flat):
+        checks = target in CHECKS_DATA  # may return nothing: `_linalg_check_errors`
+        if not checks and not any(isinstance(t, torch.Tensor) for t in flat):
             return  # metadata-only query; nothing to compute at run time
         ir_args = self._to_ir(tuple(args))
         ir_kwargs = tuple((k, self._to_ir(v)) for k, v in kwargs.items())
         b = self.builder
+        if out is None:  # a check of tensor data, run for the error it may raise
+            b.add("call", target, ir_args, ir_kwargs, (), self.span)
+            return
         if isinstance(out, torch.Tensor):
             meta = TensorMeta.of(out)
             b.bind(out, b.add("call", target, ir_args, ir_kwargs, meta, self.span))
@@ -362,8 +420,55 @@ class Recorder(TorchDispatchMode):
             raise Unsupported(f"{func} changes its input in place", self.span)
         result = fn(*args, **kwargs)
         self.record(op_name(fn), args, kwargs, result)
-        if base is not None:  # the base and its other views no longer hold this value
-            self.builder.mark_stale(base)
+        self._update_aliases(target, result)
         # The mutated tensor now holds the functional result.
         self.builder.bind(target, self.builder._names[id(result)])
         return target
+
+    def _update_aliases(self, target: torch.Tensor, result: torch.Tensor) -> None:
+        """After `target` was written (its new value is `result`), every other live
+        tensor sharing its memory (a view taken before the write, its base, a
+        `detach`) holds new values too: each is re-derived with its own strides and
+        offset (`as_strided`) from the new value of the whole memory, which is
+        `result` when `target` is all of it and `result` is laid out alike, and
+        `result` scattered into the old whole (`as_strided_scatter`) when `target`
+        is a part of it. Otherwise (memory no tensor covers, a change of dtype)
+        reading one is a graph break. Only memory the variant allocated gets here
+        (`owned_by_caller`), so traced offsets are the run-time ones."""
+        aliases = self.builder.aliases(target)
+        if not aliases:
+            return
+        whole = next((t for t in [target, *aliases] if covers(t)), None)
+        if whole is target and covers(result):
+            new = result
+        elif whole is not None and whole.dtype == target.dtype:
+            new = self._call(
+                torch.ops.aten.as_strided_scatter.default,
+                whole,
+                result,
+                list(target.shape),
+                list(target.stride()),
+                target.storage_offset(),
+            )
+            if not covers(new):
+                new = None
+        else:
+            new = None
+        for alias in aliases:
+            if new is None or alias.dtype != target.dtype:
+                self.builder.mark_stale(alias)
+                continue
+            view = self._call(
+                torch.ops.aten.as_strided.default,
+                new,
+                list(alias.shape),
+                list(alias.stride()),
+                alias.storage_offset(),
+            )
+            self.builder.bind(alias, self.builder._names[id(view)])
+
+    def _call(self, op, *args) -> torch.Tensor:
+        """Run `op` on meta tensors and record it."""
+        out = op(*args)
+        self.record(op_name(op), args, {}, out)
+        return out

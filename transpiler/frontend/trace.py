@@ -13,6 +13,7 @@ from torch import nn
 
 from transpiler.codegen.text import py_str
 from transpiler.errors import UserError, raised_at, user_file
+from transpiler.frontend.device_recorder import DeviceRecorder
 from transpiler.frontend.fallback import Stub
 from transpiler.frontend.guards import (
     GlobalGuard,
@@ -21,7 +22,12 @@ from transpiler.frontend.guards import (
     registered,
     state_guards,
 )
-from transpiler.frontend.interpreter import BranchPoint, Interpreter, UserCodeError
+from transpiler.frontend.interpreter import (
+    BranchPoint,
+    Interpreter,
+    Retrace,
+    UserCodeError,
+)
 from transpiler.frontend.recorder import (
     GraphBuilder,
     OpaqueValue,
@@ -158,6 +164,7 @@ def trace(
     loops: dict[str, tuple[int, LoopBody]] = {}
     comparisons: list[tuple] = []
     paths = [0]
+    whole: dict[int, str] = {}  # statements that are fallback code on every path
 
     def run(decisions: tuple[bool, ...]) -> _Path:
         paths[0] += 1
@@ -166,13 +173,18 @@ def trace(
                 f"more than {MAX_PATHS} paths through conditions on tensor data"
             )
         builder = GraphBuilder(params)
-        recorder = Recorder(builder)
-        interp = Interpreter(recorder, sources, module_paths, decisions, stubs, loops)
+        recorder = DeviceRecorder(builder, variant.device)
+        interp = Interpreter(
+            recorder, sources, module_paths, decisions, stubs, loops, whole
+        )
         args, kwargs = _inputs(fn, variant, builder, skip_self=module is not None)
         try:
             with torch.device("meta"), torch.no_grad(), recorder:
                 self_ = (module,) if module is not None else ()
-                result = interp.run_function(fn, (*self_, *args), kwargs)
+                # the variant takes the parameters of the decorated function, so
+                # its decorators' wrappers are not run (Note [Entry decorators])
+                entry = inspect.unwrap(fn)
+                result = interp.run_function(entry, (*self_, *args), kwargs)
                 outputs = _output_refs(result, builder, recorder)
         finally:
             reads.update(interp.guards)
@@ -186,7 +198,14 @@ def trace(
         return state_guards(module, reads, sorted(read), tied, source, is_user)
 
     try:
-        region = _explore((), run(()), run)
+        while True:
+            try:
+                region = _explore((), run(()), run)
+                break
+            except Retrace:  # from the start, with one more statement in `whole`
+                for state in (stubs, loops, comparisons, reads):
+                    state.clear()
+                paths[0] = 0
     except Unsupported as e:
         return Traced(None, guards([]), tuple(stubs), e)
     except UserCodeError as e:  # eager raises it too, on every call
@@ -205,6 +224,17 @@ def trace(
         loops=bodies,
         comparisons=tuple(comparisons),
     )
+
+
+# Note [Entry decorators]
+# ~~~~~~~~~~~~~~~~~~~~~~~
+# A variant is called with the parameters of the target's own function (a
+# `forward`), so that is where interpreting starts: decorators around it
+# (transformers' `merge_with_config_defaults`, `capture_outputs`, `torch.no_grad`)
+# are not run, and what they would add (config defaults for `use_cache`, captured
+# hidden states) is not in the variant. Decorated functions the target calls are
+# interpreted from their outermost wrapper that is Python source (see
+# `Interpreter._layer`).
 
 
 def _is_user_class(cls: type, sources: SourceCache) -> bool:

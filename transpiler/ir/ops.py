@@ -109,6 +109,28 @@ FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 HALF_TYPES = (torch.float16, torch.bfloat16)
 
 
+# Ops that raise on tensor data (an index out of range), which meta tensors cannot
+# check: they run even when nothing uses their result, as eager runs them.
+CHECKS_DATA = frozenset(
+    {
+        "aten.index.Tensor",
+        "aten.index_select.default",
+        "aten.gather.default",
+        "aten.take.default",
+        "aten.take_along_dim.default",
+        "aten.embedding.default",
+        "aten.embedding_bag.default",
+        "aten._embedding_bag.default",
+        "aten.one_hot.default",
+        "aten.bincount.default",
+        "aten.multinomial.default",
+        "aten._assert_async.default",
+        "aten._assert_async.msg",
+        "aten._linalg_check_errors.default",  # `linalg.inv` of a singular matrix
+    }
+)
+
+
 # Ops that return a fresh tensor which is nonetheless a reinterpretation of one input.
 EXTRA_VIEWS = ("aten._unsafe_view.default",)
 
@@ -211,6 +233,23 @@ def attention_layout(shape: tuple[int, ...]) -> tuple[int, ...]:
 # Extern ops whose run-time layout depends on the backend they pick: compiled code
 # assumes this layout, and the wrapper copies into it only when the result differs.
 EXTERN_LAYOUT = {"aten.scaled_dot_product_attention.default": attention_layout}
+
+# Extern ops that return a new dense tensor laid out the same on every device, as
+# their meta kernels say; other extern results may be laid out otherwise at run time
+# (passes/extern_layouts.py)
+FIXED_LAYOUT = frozenset(
+    {
+        "aten.mm.default",
+        "aten.addmm.default",
+        "aten.bmm.default",
+        "aten.baddbmm.default",
+        "aten.linear.default",
+        "aten._addmm_activation.default",
+        "aten.embedding.default",
+        "aten.arange.start",
+        *EXTERN_LAYOUT,
+    }
+)
 
 
 def bind_args(target: str, args: tuple, kwargs: tuple) -> dict:

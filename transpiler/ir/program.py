@@ -175,7 +175,9 @@ class KernelCall:
 
 @dataclass(frozen=True)
 class ExternCall:
-    """`out = target(*args, **kwargs)` with `Ref`s to wrapper names; views included."""
+    """`out = target(*args, **kwargs)` with `Ref`s to wrapper names; views included.
+    With `layout`, the result gets those strides, copied only if its own differ
+    (passes/extern_layouts.py)."""
 
     out: str
     target: str
@@ -184,6 +186,7 @@ class ExternCall:
     meta: Any
     span: Span | None
     is_view: bool = False
+    layout: tuple[Any, ...] | None = None
 
 
 Step = Alloc | KernelCall | ExternCall

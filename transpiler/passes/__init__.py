@@ -11,6 +11,7 @@ from transpiler.passes.addmm_activation import addmm_activation
 from transpiler.passes.constant_fold import constant_fold
 from transpiler.passes.dce import dce
 from transpiler.passes.decompose import decompose
+from transpiler.passes.device_outputs import fold_device_outputs
 from transpiler.passes.drop_copies import drop_copies
 from transpiler.passes.fold_linear import fold_linear
 from transpiler.passes.fuse import fuse
@@ -39,6 +40,8 @@ def optimize(graph: Graph, device: str = "cpu") -> Graph:
     for run, _why in DEVICE_PASSES.get(device, ()) + PIPELINE:
         graph = run(graph)
         graph.lint()
+    graph = fold_device_outputs(graph, device)  # last: a retrace would undo it
+    graph.lint()
     return graph
 
 

@@ -23,7 +23,7 @@ That is sound only where the root's layout at run time is the traced one:
 - a tensor input (guarded contiguous, of a static shape);
 - a parameter a kernel reads (its strides are guarded: see wrapper.param_guards);
 - the result of an extern op that returns a new dense tensor of the same layout on
-  every device (`FIXED_LAYOUT`), or whose layout the wrapper enforces (`EXTERN_LAYOUT`).
+  every device, or whose layout the wrapper enforces (`ir.ops.FIXED_LAYOUT`).
 Offsets are relative to the root's own storage offset, so an input that is a
 contiguous slice of a larger tensor is still read right.
 
@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from transpiler.ir.graph import Ref, TensorMeta, iter_refs
-from transpiler.ir.ops import EXTERN_LAYOUT
+from transpiler.ir.ops import FIXED_LAYOUT
 from transpiler.ir.program import (
     Alloc,
     ExternCall,
@@ -52,20 +52,6 @@ from transpiler.ir.region import CompiledRegion, map_programs, programs_of
 # What the wrapper calls a direct view: `runtime_shim.view(root, size, stride, offset)`
 DIRECT_VIEW = "runtime_shim.view"
 
-# Extern ops that return a new dense tensor laid out the same on every device
-FIXED_LAYOUT = frozenset(
-    {
-        "aten.mm.default",
-        "aten.addmm.default",
-        "aten.bmm.default",
-        "aten.baddbmm.default",
-        "aten.linear.default",
-        "aten._addmm_activation.default",
-        "aten.embedding.default",
-        "aten.arange.start",
-        *EXTERN_LAYOUT,
-    }
-)
 # Views that keep the dtype and address memory as strides and an offset
 LINKS = frozenset(
     {

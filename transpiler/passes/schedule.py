@@ -19,6 +19,18 @@ unrounded in `values` (a store to its f16/bf16 buffer rounds anyway) and marked 
 `round_f16` statement (`tmp1 = tmp0.to(tl.bfloat16).to(tl.float32)`), emitted once.
 A literal is rounded here instead. Other narrowing casts (f64 to f32, float to int,
 int64 to int32, anything to bool) change the computed dtype: a `cast` statement.
+
+Note [Variance]
+~~~~~~~~~~~~~~~
+A variance is computed in two passes over the row, never as E[x^2] - E[x]^2, which
+loses every digit to cancellation when the mean is large against the spread. The
+plain two-pass form, sum((x - m)^2) with m = sum(x) / k, still loses some: an f32 sum
+of values near 1000 is off by a few ulps of the total, so m is off by some e, and
+the sum of squares grows by k * e^2 (0.1% of the variance of 1000 + 1e-3 * randn).
+The corrected two-pass algorithm (Chan, Golub and LeVeque, "Algorithms for computing
+the sample variance", 1983) also sums the deviations d = x - m, in the same pass:
+sum(d) / k is e, the mean is m + e, and sum(d^2) - sum(d) * e is the sum of squares
+about it, as accurate as eager's Welford reductions.
 """
 
 from __future__ import annotations
@@ -396,17 +408,9 @@ class KernelBuilder:
         if kind == "mean":
             self.values[node.name] = mean
             return
-        bound = bind_args(node.target, node.args, node.kwargs)
-        correction = bound.get("correction")
-        if "unbiased" in bound:
-            correction = 1 if bound["unbiased"] else 0
-        correction = 1 if correction is None else correction
-        centered = self.emit("sub", (x, mean), dtype, "r")
-        square = self.emit("mul", (centered, centered), dtype, "r")
-        ss = self.emit("reduce", (square,), dtype, "x", "sum")
-        var = self.emit(
-            "truediv", (ss, Const(max(k - correction, 0), dtype)), dtype, "x"
-        )
+        mean, ss = self.centered_squares(x, mean, k, dtype)
+        divisor = Const(max(k - _correction(node), 0), dtype)
+        var = self.emit("truediv", (ss, divisor), dtype, "x")
         if kind == "var":
             self.values[node.name] = var
             return
@@ -414,6 +418,19 @@ class KernelBuilder:
             n = self.nodes[item]
             if n.target == "getitem" and n.args[0].name == node.name:
                 self.values[item] = (var, mean)[n.args[1]]
+
+    def centered_squares(self, x: str, mean: str, k: int, dtype) -> tuple[str, str]:
+        """A row's mean, from its first estimate `mean`, and the sum of squared
+        deviations from it: the corrected two-pass algorithm (Note [Variance])."""
+        centered = self.emit("sub", (x, mean), dtype, "r")
+        square = self.emit("mul", (centered, centered), dtype, "r")
+        ss = self.emit("reduce", (square,), dtype, "x", "sum")
+        residual = self.emit("reduce", (centered,), dtype, "x", "sum")
+        error = self.emit("truediv", (residual, Const(k, dtype)), dtype, "x")
+        excess = self.emit("mul", (residual, error), dtype, "x")
+        ss = self.emit("sub", (ss, excess), dtype, "x")
+        ss = self.emit("relu", (ss,), dtype, "x")  # rounding may leave it below 0
+        return self.emit("add", (mean, error), dtype, "x"), ss
 
     def store(self, node: Node) -> None:
         meta = node.tensor_meta
@@ -438,6 +455,15 @@ def _coalesce(terms) -> list[Term]:
                 continue
         out.append(t)
     return out
+
+
+def _correction(node: Node) -> int:
+    """The degrees of freedom a var / var_mean node subtracts (Bessel's: 1)."""
+    bound = bind_args(node.target, node.args, node.kwargs)
+    if "unbiased" in bound:
+        return 1 if bound["unbiased"] else 0
+    correction = bound.get("correction")
+    return 1 if correction is None else correction
 
 
 def _rounded(value: Const, dtype: torch.dtype) -> Const:

@@ -12,12 +12,6 @@ Every program must end one of three ways:
   the build succeeds and both backends raise the same exception type when called.
 A raise decided by shapes and Python values alone must be a user error.
 
-Run it by name (pytest collects only test_*.py files, so it is not part of the
-suite yet: it still finds the failure classes listed in the project's correctness
-issue, and joins the suite as test_source_constructs.py once they are fixed):
-
-    python -m pytest -q tests/property/fuzz_source_constructs.py
-
 The test counts outcomes and checks the generator reaches every kind. It runs
 CI_EXAMPLES derandomized programs (each is a build and a small C++ compile) and stops
 at the first failure, printing the program whole (TRANSPILE_FUZZ_SHRINK=1 shrinks it
