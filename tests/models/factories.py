@@ -1,0 +1,226 @@
+"""Tiny random-weight library models, for `transpile --factory`.
+
+Each factory builds a small instance of a Hugging Face transformers or timm model
+class, straight from the library (no hub access, no weights downloaded):
+
+    transpile transformers.models.gpt2.modeling_gpt2::GPT2Model \
+        --factory tests/models/factories.py::gpt2 --example input_ids=i64[2,16] ...
+
+`MODELS` (below) lists, for each, the target, the factory and the example inputs;
+benchmarks/models_baseline.py runs them all.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_STUBS = Path(__file__).resolve().parent / "_stubs"
+
+
+def _torchvision_for_timm() -> None:
+    """timm imports torchvision at import time; PyPI's torchvision does not import
+    with the CPU build of torch here, so fall back to a stub (see _stubs/)."""
+    try:
+        import torchvision.ops.misc  # noqa: F401
+    except Exception:
+        for name in [m for m in sys.modules if m.split(".")[0] == "torchvision"]:
+            del sys.modules[name]
+        if str(_STUBS) not in sys.path:
+            sys.path.insert(0, str(_STUBS))
+
+
+# Sizes shared by the transformers models
+VOCAB = 128
+HIDDEN = 64
+HEADS = 4
+LAYERS = 2
+FFN = 128
+POSITIONS = 64
+
+
+# ---------------------------------------------------------------- transformers
+
+
+def gpt2_config():
+    from transformers import GPT2Config
+
+    return GPT2Config(
+        vocab_size=VOCAB, n_positions=POSITIONS, n_embd=HIDDEN, n_layer=LAYERS,
+        n_head=HEADS, n_inner=FFN, use_cache=False, bos_token_id=None,
+        eos_token_id=None,
+    )  # fmt: skip
+
+
+def gpt2():
+    from transformers import GPT2Model
+
+    return GPT2Model(gpt2_config())
+
+
+def llama_config():
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+        num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=2,
+        max_position_embeddings=POSITIONS, use_cache=False,
+    )  # fmt: skip
+
+
+def llama():
+    from transformers import LlamaModel
+
+    return LlamaModel(llama_config())
+
+
+def bert_config():
+    from transformers import BertConfig
+
+    return BertConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, intermediate_size=FFN,
+        max_position_embeddings=POSITIONS,
+    )  # fmt: skip
+
+
+def bert():
+    from transformers import BertModel
+
+    return BertModel(bert_config(), add_pooling_layer=True)
+
+
+def t5_config():
+    from transformers import T5Config
+
+    return T5Config(
+        vocab_size=VOCAB, d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=FFN,
+        num_layers=LAYERS, num_heads=HEADS, use_cache=False,
+    )  # fmt: skip
+
+
+def t5_encoder():
+    from transformers import T5EncoderModel
+
+    return T5EncoderModel(t5_config())
+
+
+def vit_config():
+    from transformers import ViTConfig
+
+    return ViTConfig(
+        hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+        intermediate_size=FFN, image_size=32, patch_size=8, num_channels=3,
+    )  # fmt: skip
+
+
+def vit():
+    from transformers import ViTModel
+
+    return ViTModel(vit_config(), add_pooling_layer=True)
+
+
+# ------------------------------------------------------------------------ timm
+
+
+def timm_resnet():
+    """resnet18's layout (BasicBlock, [2, 2, 2, 2]) with 10 classes."""
+    _torchvision_for_timm()
+    import timm
+
+    return timm.create_model("resnet18", pretrained=False, num_classes=10)
+
+
+def timm_vit():
+    """A tiny VisionTransformer (vit_tiny_patch16_224's layout, smaller)."""
+    _torchvision_for_timm()
+    from timm.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(
+        img_size=32, patch_size=8, embed_dim=HIDDEN, depth=LAYERS, num_heads=HEADS,
+        mlp_ratio=2.0, num_classes=10,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------- table
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    target: str  # `module.path::Class` of the library class
+    factory: str  # `tests/models/factories.py::fn`
+    inputs: dict[str, str] = field(default_factory=dict)  # name -> TYPE spec
+    timm: bool = False  # needs the torchvision stand-in on sys.path
+
+
+def _f(fn: str) -> str:
+    return f"tests/models/factories.py::{fn}"
+
+
+MODELS = [
+    Model(
+        "gpt2",
+        "transformers.models.gpt2.modeling_gpt2::GPT2Model",
+        _f("gpt2"),
+        {"input_ids": "i64[2,16]"},
+    ),
+    Model(
+        "llama",
+        "transformers.models.llama.modeling_llama::LlamaModel",
+        _f("llama"),
+        {"input_ids": "i64[2,16]"},
+    ),
+    Model(
+        "bert",
+        "transformers.models.bert.modeling_bert::BertModel",
+        _f("bert"),
+        {"input_ids": "i64[2,16]"},
+    ),
+    Model(
+        "bert_mask",
+        "transformers.models.bert.modeling_bert::BertModel",
+        _f("bert"),
+        {"input_ids": "i64[2,16]", "attention_mask": "i64[2,16]"},
+    ),
+    Model(
+        "t5_encoder",
+        "transformers.models.t5.modeling_t5::T5EncoderModel",
+        _f("t5_encoder"),
+        {"input_ids": "i64[2,16]"},
+    ),
+    Model(
+        "vit",
+        "transformers.models.vit.modeling_vit::ViTModel",
+        _f("vit"),
+        {"pixel_values": "f32[2,3,32,32]"},
+    ),
+    Model(
+        "timm_resnet",
+        "timm.models.resnet::ResNet",
+        _f("timm_resnet"),
+        {"x": "f32[2,3,32,32]"},
+        timm=True,
+    ),
+    Model(
+        "timm_vit",
+        "timm.models.vision_transformer::VisionTransformer",
+        _f("timm_vit"),
+        {"x": "f32[2,3,32,32]"},
+        timm=True,
+    ),
+]
+
+STUBS = _STUBS
+
+
+def has_real_torchvision() -> bool:
+    if importlib.util.find_spec("torchvision") is None:
+        return False
+    try:
+        import torchvision.ops.misc  # noqa: F401
+    except Exception:
+        return False
+    return True
