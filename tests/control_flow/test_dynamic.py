@@ -20,6 +20,7 @@ import torch
 import generated.batch_sizes as generated_classifier
 from examples.batch_sizes import Classifier
 from tests.control_flow.support import no_fallback
+from tests.devices import on_gpu
 from tests.helpers import check_call
 from transpiler.api import build, write
 from transpiler.options import Options, Target, Variant, parse_spec
@@ -65,7 +66,8 @@ def test_triton_variant_serves_every_batch_size(batch: int) -> None:
         generated_classifier, "_" + variant_names(generated_classifier, describe)
     )
     with torch.no_grad():
-        check_call(functools.partial(fn, gen), eager, {"x": x}, where=f"B={batch}")
+        run = functools.partial(on_gpu(fn), gen)
+        check_call(run, eager, {"x": x}, where=f"B={batch}")
 
 
 def test_kernels_take_the_size_at_run_time() -> None:

@@ -50,11 +50,11 @@ def call(fn: Callable, inputs: tuple[tuple[str, torch.Tensor], ...], seed: int =
 
 def upcast_inputs(
     inputs: tuple[tuple[str, torch.Tensor], ...],
+    kinds: tuple[torch.dtype, ...] = LOW_PRECISION,
+    to: torch.dtype = torch.float32,
 ) -> tuple[tuple[str, torch.Tensor], ...]:
-    """The inputs with f16/bf16 tensors in float32."""
-    return tuple(
-        (name, t.float() if t.dtype in LOW_PRECISION else t) for name, t in inputs
-    )
+    """The inputs with tensors of `kinds` (f16/bf16) in `to` (float32)."""
+    return tuple((name, t.to(to) if t.dtype in kinds else t) for name, t in inputs)
 
 
 def on_meta(
