@@ -439,6 +439,28 @@ class BreakInFallback(nn.Module):
                 pass
         return x * 2
 
+def doubled(t):
+    return t * 2
+
+class LocalDictItems(nn.Module):
+    def forward(self, x):
+        opts = {}
+        opts["scale"] = 2.0
+        return x * opts["scale"]
+
+class RunStateQueries(nn.Module):
+    def forward(self, x):
+        if torch.compiler.is_compiling() or torch.jit.is_tracing():
+            return x
+        return x * 2
+
+class FallbackImportsWhatItReads(nn.Module):
+    def forward(self, x):
+        import math as m
+        fn = doubled
+        rows = x.tolist()
+        return fn(torch.tensor(rows)) * m.pi
+
 class NoneFromFallbackCode(nn.Module):
     def forward(self, x):
         s = x.sum().item()
@@ -468,6 +490,9 @@ NAMED = (
     "NotOfTensorInFallback",
     "NoneFromFallbackCode",
     "FallbackFillsDict",
+    "LocalDictItems",
+    "RunStateQueries",
+    "FallbackImportsWhatItReads",
     "NestedDef",
     "NestedDefLocals",
     "ExceptAs",

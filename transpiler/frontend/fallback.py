@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import collections
 import re
+import sys
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +24,7 @@ from torch import nn
 
 from transpiler.codegen.text import docstring
 from transpiler.frontend.recorder import OpaqueValue, Unsupported
-from transpiler.ir.graph import ModuleRef, Span
+from transpiler.ir.graph import DEVICE, ModuleRef, Span
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class Stub:
     # this statement assigns on some paths only (and that had no value before)
     unbound_params: tuple[str, ...] = ()
     unbound_outputs: tuple[str, ...] = ()
+    # locals holding a module's function or class: (local, module, its name there)
+    imports: tuple[tuple[str, str, str], ...] = ()
 
 
 class _Targets(cst.CSTVisitor):
@@ -293,6 +297,12 @@ def stub_function(name: str, stub: Stub) -> str:
     ]
     if stub.global_names:
         head.append(f"    from {stub.module} import {', '.join(stub.global_names)}")
+    for local, module, name in stub.imports:
+        alias = "" if local == (name or module) else f" as {local}"
+        if name:
+            head.append(f"    from {module} import {name}{alias}")
+        else:  # the module itself
+            head.append(f"    import {module}{alias}")
     function = cst.parse_statement("\n".join(head) + "\n")
     assert isinstance(function, cst.FunctionDef)
     body = list(function.body.body)
@@ -412,6 +422,8 @@ def plan_stub(
     for n in params:  # a list or dict it may change: later reads see the change
         if isinstance(local[n], CONTAINERS) and n in changed.names and n not in outputs:
             outputs.append(n)
+    imports = tuple((n, *where) for n in params if (where := importable(local[n])))
+    params = tuple(n for n in params if not importable(local[n]))
     args = tuple(_arg(local[n], builder, module_paths, span) for n in params)
     unbound_params = tuple(
         n for n in params if getattr(local[n], "maybe_unbound", False)
@@ -436,8 +448,25 @@ def plan_stub(
         reason,
         unbound_params,
         unbound_outputs,
+        imports,
     )
     return StubPlan(stub, args, tensor_outputs, tuple(names.deleted))
+
+
+def importable(value: Any) -> tuple[str, str] | None:
+    """(module, name) where `value`, a function or class, is a global of a module
+    that fallback code can import it from, (module, "") for a module itself; None
+    for anything else (a closure, a method, a value)."""
+    if isinstance(value, types.ModuleType):
+        name = getattr(value, "__name__", "")
+        return (name, "") if sys.modules.get(name) is value else None
+    if not isinstance(value, (types.FunctionType, type)):
+        return None
+    module, name = getattr(value, "__module__", None), value.__qualname__
+    if not module or not name.isidentifier() or module == "__main__":
+        return None
+    found = getattr(sys.modules.get(module), name, None)
+    return (module, name) if found is value else None
 
 
 def always_assigned(stmt: cst.CSTNode) -> set[str]:
@@ -524,10 +553,12 @@ def _arg(value: Any, builder, module_paths: dict[int, str], span: Span) -> Any:
     """A live-in as a graph argument: a tensor's Ref, a module's path, a constant."""
     if isinstance(value, (torch.Tensor, OpaqueValue)):
         return builder.ref(value, span)
-    if isinstance(value, nn.Module):
-        if id(value) not in module_paths:
-            raise Unsupported("passes a module that is not part of the model", span)
+    if isinstance(value, torch.device):  # meta here: the variant's at run time
+        return DEVICE
+    if id(value) in module_paths:  # a submodule, a config: `self.config`
         return ModuleRef(module_paths[id(value)])
+    if isinstance(value, nn.Module):
+        raise Unsupported("passes a module that is not part of the model", span)
     if value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
         return value
     if isinstance(value, (list, tuple)):

@@ -11,8 +11,11 @@ way becomes a guard of the variant. Anything else raises `Unsupported`.
 from __future__ import annotations
 
 import builtins
+import importlib
+import importlib.util
 import inspect
 import operator
+import sys
 import traceback
 import types
 from dataclasses import dataclass
@@ -167,6 +170,17 @@ EFFECT_NAMES = {
     "record_stream",
     "share_memory_",
     "pin_memory",
+}
+# Queries of how the code is being run whose answer for generated code is known:
+# it is not traced by torch.compile, TorchScript or FX, and its fallback code is not
+# run inside a CUDA graph capture (a variant captures its own kernels only).
+RUN_STATE = {
+    torch.compiler.is_compiling: False,
+    torch.compiler.is_dynamo_compiling: False,
+    torch.jit.is_tracing: False,
+    torch.jit.is_scripting: False,
+    torch.cuda.is_current_stream_capturing: False,
+    **({torch.xpu.is_current_stream_capturing: False} if hasattr(torch, "xpu") else {}),
 }
 # Builtins that, called without arguments, read the calling frame: here that would be
 # the interpreter's, so they run in fallback code, in the user's.
@@ -334,6 +348,8 @@ class Interpreter:
             return self.run_function(fn, args, kwargs)
         if any(isinstance(a, OpaqueValue) for a in (*args, *kwargs.values())):
             raise Unsupported("uses a value computed by fallback code", self._span())
+        if fn in RUN_STATE and not args and not kwargs:
+            return RUN_STATE[fn]
         if fn in EXTERN_FUNCTIONS:
             return self._extern(EXTERN_FUNCTIONS[fn], fn, args, kwargs)
         if fn in PYTHON_SIDE_EFFECTS:
@@ -630,6 +646,8 @@ class Interpreter:
             raise _Break()
         elif kind == "Continue":
             raise _Continue()
+        elif kind in ("Import", "ImportFrom"):
+            self._import(stmt, frame)
         elif kind == "Raise":
             error = _users(self._exception(stmt, frame))
             error.transpile_raised = True  # by the source, whatever its type
@@ -643,6 +661,37 @@ class Interpreter:
                 raise _users(AssertionError(*message))
         else:
             raise Unsupported(f"unsupported statement: {kind}", self._span())
+
+    def _import(self, stmt, frame: Frame) -> None:
+        """`import m`, `from .m import n as k`: Python imports a module once, so
+        importing it here gives what every call of the source gets."""
+        if isinstance(stmt, cst.Import):
+            for alias in stmt.names:
+                dotted = cst.Module([]).code_for_node(alias.name)
+                module = _users_import(dotted)
+                if alias.asname is None:  # `import a.b` binds `a`
+                    frame.locals[dotted.split(".")[0]] = sys.modules[
+                        dotted.split(".")[0]
+                    ]
+                else:
+                    frame.locals[alias.asname.name.value] = module
+            return
+        if isinstance(stmt.names, cst.ImportStar):
+            raise Unsupported("`from ... import *`", self._span())
+        dotted = (
+            "" if stmt.module is None else cst.Module([]).code_for_node(stmt.module)
+        )
+        relative = "." * len(stmt.relative)
+        package = frame.globals.get("__package__") or ""
+        module = _users_import(importlib.util.resolve_name(relative + dotted, package))
+        for alias in stmt.names:
+            name = alias.name.value
+            if not hasattr(module, name):  # a submodule not imported yet
+                _users_import(f"{module.__name__}.{name}")
+            value = _apply(getattr, module, name)
+            frame.locals[name if alias.asname is None else alias.asname.name.value] = (
+                value
+            )
 
     def _exception(self, stmt: cst.Raise, frame: Frame) -> BaseException:
         """What `raise E(...)` raises (`raise E` makes an instance, `from` sets the
@@ -893,11 +942,28 @@ class Interpreter:
             frame.locals[target.value] = value
         elif isinstance(target, (cst.Tuple, cst.List)):
             self._unpack(target.elements, value, frame)
+        elif isinstance(target, cst.Subscript) and self._local_item(target, frame):
+            container = self.eval(target.value, frame)
+            index = [self._slice(e.slice, frame) for e in target.slice]
+            key = index[0] if len(index) == 1 else tuple(index)
+            _apply(operator.setitem, container, key, value)
         else:
             raise Unsupported(
                 f"assignment to {type(target).__name__.lower()} is not compiled",
                 self._span(),
             )
+
+    def _local_item(self, target: cst.Subscript, frame: Frame) -> bool:
+        """Whether `target` is an item of a dict or list that this call made (not
+        one that code outside it can see): setting it is Python state of the
+        call, set here as on every call."""
+        container = _lookup(target.value, frame)
+        return (
+            isinstance(container, (dict, list))
+            and id(container) not in self.shared
+            and isinstance(target.value, cst.Name)
+            and target.value.value in frame.locals
+        )
 
     def _unpack(self, elements, value, frame: Frame) -> None:
         values = list(value)
@@ -1223,6 +1289,15 @@ def _users(error: BaseException) -> BaseException:
     a call Python would reject) as the user's."""
     error.transpile_users = True
     return error
+
+
+def _users_import(name: str):
+    """The module `name`, imported; an ImportError is the user's."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        _users(e)
+        raise
 
 
 def _apply(op, *args) -> Any:
