@@ -234,7 +234,15 @@ class SplitThenFallbackWrite(nn.Module):
         h[h < 0] = 1.0
         return a * b + c
 """
+ALIASES_SEE_WRITES += """
+class CopyBeforeFallbackWrite(nn.Module):
+    def forward(self, x):
+        scaled = [x * i for i in range(2)]
+        x[0].mul_(3)
+        return torch.stack([e.relu() for e in scaled]), scaled
+"""
 ALIASED = (
+    "CopyBeforeFallbackWrite",
     "WriteAfterFallbackWrite",
     "ViewBeforeWrite",
     "DetachBeforeWrite",

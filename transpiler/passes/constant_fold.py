@@ -9,14 +9,16 @@ decompose has made it `_to_copy` (a fusable cast) or `x`, by torch's own kernel.
 
 A general `pow` has no kernel lowering; the common exponents become multiplies and
 roots that do. Identity arithmetic is removed only where it changes neither dtype
-nor shape.
+nor shape, and where its result need not be a copy: fallback code that writes a
+tensor in place lists the values computed from it (`_reads`), and `x * 1` among
+them must keep its own memory, not become `x`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from transpiler.ir.graph import Graph, Node
+from transpiler.ir.graph import Graph, Node, iter_refs
 from transpiler.passes.retrace import retrace
 
 POW_RULES = {
@@ -88,4 +90,25 @@ REWRITES = {
 def constant_fold(graph: Graph) -> Graph:
     if not any(n.target in REWRITES for n in graph.nodes):
         return graph
-    return retrace(graph, rewrites=REWRITES)
+    copies = _must_copy(graph)
+
+    def keep_copies(rewrite):
+        def rewritten(node: Node, args, kwargs):
+            out = rewrite(node, args, kwargs)
+            return NotImplemented if node.name in copies and out is args[0] else out
+
+        return rewritten
+
+    return retrace(graph, rewrites={t: keep_copies(r) for t, r in REWRITES.items()})
+
+
+def _must_copy(graph: Graph) -> set[str]:
+    """Values read before fallback code writes what they were computed from."""
+    return {
+        r.name
+        for n in graph.nodes
+        if n.is_fallback
+        for key, value in n.kwargs
+        if key == "_reads"
+        for r in iter_refs(value)
+    }
