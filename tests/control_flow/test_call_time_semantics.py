@@ -469,6 +469,14 @@ class FallbackImportsWhatItReads(nn.Module):
         rows = x.tolist()
         return fn(torch.tensor(rows)) * m.pi
 
+class FallbackGetsAMethod(nn.Module):
+    def scale(self, t):
+        return t * 3
+    def forward(self, x):
+        fn = self.scale
+        rows = x.tolist()
+        return fn(torch.tensor(rows))
+
 class NoneFromFallbackCode(nn.Module):
     def forward(self, x):
         s = x.sum().item()
@@ -501,6 +509,7 @@ NAMED = (
     "LocalDictItems",
     "RunStateQueries",
     "FallbackImportsWhatItReads",
+    "FallbackGetsAMethod",
     "NestedDef",
     "NestedDefLocals",
     "ExceptAs",

@@ -557,6 +557,11 @@ def _arg(value: Any, builder, module_paths: dict[int, str], span: Span) -> Any:
         return DEVICE
     if id(value) in module_paths:  # a submodule, a config: `self.config`
         return ModuleRef(module_paths[id(value)])
+    owner = getattr(value, "__self__", None)
+    if isinstance(value, types.MethodType) and id(owner) in module_paths:
+        name = value.__func__.__name__  # `self.attn._split_heads`
+        if name.isidentifier() and getattr(owner, name, None) == value:
+            return ModuleRef(f"{module_paths[id(owner)]}.{name}")
     if isinstance(value, nn.Module):
         raise Unsupported("passes a module that is not part of the model", span)
     if value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
