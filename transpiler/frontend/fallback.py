@@ -422,8 +422,9 @@ def plan_stub(
     for n in params:  # a list or dict it may change: later reads see the change
         if isinstance(local[n], CONTAINERS) and n in changed.names and n not in outputs:
             outputs.append(n)
-    imports = tuple((n, *where) for n in params if (where := importable(local[n])))
-    params = tuple(n for n in params if not importable(local[n]))
+    where = {n: importable(local[n]) for n in params}
+    imports = tuple((n, *where[n]) for n in params if where[n])
+    params = tuple(n for n in params if not where[n])
     args = tuple(_arg(local[n], builder, module_paths, span) for n in params)
     unbound_params = tuple(
         n for n in params if getattr(local[n], "maybe_unbound", False)

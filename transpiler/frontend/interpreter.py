@@ -573,12 +573,14 @@ class Interpreter:
             else:
                 value = OpaqueValue(item, n in plan.stub.unbound_outputs)
             frame.locals[n] = value
-        self._rederive(
+        self._rederive_aliases(
             stale.values(),
             [(t, fresh[id(t)]) for t in plan.tensor_outputs.values()],
         )
 
-    def _rederive(self, aliases, written: list[tuple[torch.Tensor, torch.Tensor]]):
+    def _rederive_aliases(
+        self, aliases, written: list[tuple[torch.Tensor, torch.Tensor]]
+    ):
         """Tensors sharing memory with what fallback code wrote in place (views
         taken before it) hold new values: each is re-derived from the new value of
         a written tensor (`written`: old and new) that covered all of that memory
@@ -601,11 +603,8 @@ class Interpreter:
             )
             if whole is None:
                 builder.mark_stale(alias)
-                continue
-            view = torch.ops.aten.as_strided.default(
-                whole, list(alias.shape), list(alias.stride()), alias.storage_offset()
-            )
-            builder.bind(alias, builder.name_of(view))
+            else:
+                self.recorder.rederive(alias, whole)
 
     def _exec_stmt(self, stmt: cst.CSTNode, frame: Frame) -> None:
         if isinstance(stmt, cst.SimpleStatementLine):
@@ -853,7 +852,7 @@ class Interpreter:
         Compiled code cannot catch what fallback code or an op checking tensor
         data raises when it runs, so a body with handlers that holds either
         becomes fallback code whole."""
-        start, last_stub = len(self.recorder.builder.nodes), self.last_stub
+        start = len(self.recorder.builder.nodes)
         try:
             try:
                 self.exec_block(stmt.body, frame)
@@ -863,7 +862,7 @@ class Interpreter:
                     raise
                 self._handle(handler, e.error, frame)
             else:
-                if stmt.handlers and self._may_raise_later(start, last_stub):
+                if stmt.handlers and self._may_raise_later(start):
                     raise Unsupported("`try` around code that may raise when run")
                 if stmt.orelse is not None:
                     self.exec_block(stmt.orelse.body, frame)
@@ -878,12 +877,13 @@ class Interpreter:
         if stmt.finalbody is not None:
             self.exec_block(stmt.finalbody.body, frame)
 
-    def _may_raise_later(self, start: int, last_stub: Ref | None) -> bool:
+    def _may_raise_later(self, start: int) -> bool:
         """Whether what the body recorded since node `start` may raise at run time:
-        fallback code, or an op that checks tensor data."""
-        nodes = self.recorder.builder.nodes[start:]
-        return self.last_stub != last_stub or any(
-            n.target in CHECKS_DATA or n.is_fallback or n.is_loop for n in nodes
+        fallback code (loops on tensor data hold some), or an op that checks
+        tensor data."""
+        return any(
+            n.target in CHECKS_DATA or n.is_fallback or n.is_loop
+            for n in self.recorder.builder.nodes[start:]
         )
 
     def _handler(self, stmt: cst.Try, error: BaseException, frame: Frame):
@@ -1242,12 +1242,11 @@ def _fresh_memory(tensors: list[torch.Tensor]) -> dict[int, torch.Tensor]:
     memory: dict[int, torch.Tensor] = {}
     with torch.utils._python_dispatch._disable_current_modes():
         for t in tensors:
-            storage = t.untyped_storage()
-            if storage._cdata not in memory:
-                memory[storage._cdata] = torch.empty(
-                    storage.nbytes(), dtype=torch.uint8, device="meta"
+            if memory_of(t) not in memory:
+                memory[memory_of(t)] = torch.empty(
+                    t.untyped_storage().nbytes(), dtype=torch.uint8, device="meta"
                 )
-            raw = memory[storage._cdata].view(t.dtype)
+            raw = memory[memory_of(t)].view(t.dtype)
             out[id(t)] = raw.as_strided(t.shape, t.stride(), t.storage_offset())
     return out
 

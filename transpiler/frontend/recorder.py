@@ -457,15 +457,20 @@ class Recorder(TorchDispatchMode):
         for alias in aliases:
             if new is None or alias.dtype != target.dtype:
                 self.builder.mark_stale(alias)
-                continue
-            view = self._call(
-                torch.ops.aten.as_strided.default,
-                new,
-                list(alias.shape),
-                list(alias.stride()),
-                alias.storage_offset(),
-            )
-            self.builder.bind(alias, self.builder._names[id(view)])
+            else:
+                self.rederive(alias, new)
+
+    def rederive(self, alias: torch.Tensor, memory: torch.Tensor) -> None:
+        """`alias` read again from `memory`, the new value of all of its memory:
+        with its own size, strides and offset (`as_strided`)."""
+        view = self._call(
+            torch.ops.aten.as_strided.default,
+            memory,
+            list(alias.shape),
+            list(alias.stride()),
+            alias.storage_offset(),
+        )
+        self.builder.bind(alias, self.builder.name_of(view))
 
     def _call(self, op, *args) -> torch.Tensor:
         """Run `op` on meta tensors and record it."""
