@@ -11,6 +11,7 @@ and input after each call, with the RNG seeded the same before each call.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import re
 import subprocess
@@ -76,6 +77,9 @@ def _state(module: torch.nn.Module) -> dict:
 
 
 def _same(a, b, where: str) -> None:
+    assert type(a) is type(b), (where, type(a), type(b))
+    if dataclasses.is_dataclass(a):
+        a, b = vars(a), vars(b)
     if isinstance(a, torch.Tensor):
         torch.testing.assert_close(a, b, equal_nan=True, msg=where)
     elif isinstance(a, dict):
@@ -477,6 +481,12 @@ class FallbackGetsAMethod(nn.Module):
         rows = x.tolist()
         return fn(torch.tensor(rows))
 
+class FallbackGetsASlice(nn.Module):
+    def forward(self, x):
+        keep = slice(-2, None)
+        rows = x[keep].tolist()
+        return x[keep] * len(rows)
+
 class NoneFromFallbackCode(nn.Module):
     def forward(self, x):
         s = x.sum().item()
@@ -510,6 +520,7 @@ NAMED = (
     "RunStateQueries",
     "FallbackImportsWhatItReads",
     "FallbackGetsAMethod",
+    "FallbackGetsASlice",
     "NestedDef",
     "NestedDefLocals",
     "ExceptAs",
@@ -526,6 +537,176 @@ def test_fallback_code_keeps_the_names_it_binds(
     name: str, built, triton_interpreter: None
 ) -> None:
     _run_both(built("names"), name, lambda: {"x": torch.randn(3)})
+
+
+# Python that real model code is written in, compiled whole: no fallback code.
+COMPILED_PYTHON = """
+import contextvars
+import dataclasses
+import functools
+import inspect
+from typing import NamedTuple
+
+_scale = contextvars.ContextVar("scale", default=1.0)
+
+
+def and_all(*fns):
+    if not all(callable(f) for f in fns):
+        raise ValueError("not callable")
+    def both(t):
+        out = t > -1e9
+        for f in fns:
+            out = out & f(t)
+        return out
+    return both
+
+
+def above(k):
+    def inner(t):
+        return t > k
+    return inner
+
+
+class ClosureFactories(nn.Module):
+    def forward(self, x):
+        keep = and_all(above(-1.0), lambda t, k=2.0: t < k)
+        return x.masked_fill(~keep(x), 0.0)
+
+
+class LateBinding(nn.Module):
+    def forward(self, x):
+        def shifted(t):
+            return t + offset
+        offset = 1.0
+        a = shifted(x)
+        offset = 2.0
+        return a * shifted(x)
+
+
+class NonlocalCounter(nn.Module):
+    def forward(self, x):
+        calls = 0
+        def step(t):
+            nonlocal calls
+            calls += 1
+            return t * calls
+        return step(step(x)) + calls
+
+
+class DecoratorInForward(nn.Module):
+    def forward(self, x):
+        def doubled(fn):
+            @functools.wraps(fn)
+            def wrapper(t):
+                return fn(t) * 2
+            return wrapper
+        @doubled
+        def plus_one(t):
+            return t + 1
+        return plus_one(x) + len(plus_one.__name__)
+
+
+class Generators(nn.Module):
+    def forward(self, x):
+        parts = [x, x * 2, x * 3]
+        total = sum(p for p in parts[1:])
+        n = sum(1 for p in parts if p.dim() == 1)
+        lazy = any(p.shape[0] > 2 for p in parts) or parts[99]
+        return total + n + lazy
+
+
+class ComprehensionScopes(nn.Module):
+    def forward(self, x):
+        k = 5
+        squares = {k: k * k for k in range(3)}
+        seen = {k % 2 for k in range(4)}
+        pairs = [(i, j) for i in range(2) for j in range(i + 1)]
+        return x * k + squares[2] + len(seen) + len(pairs)
+
+
+class Output(NamedTuple):
+    value: torch.Tensor
+    count: int
+
+
+@dataclasses.dataclass
+class Result:
+    hidden: torch.Tensor
+    extra: torch.Tensor | None = None
+    note: str = "ok"
+
+
+class ReturnsRecords(nn.Module):
+    def forward(self, x):
+        return Result(hidden=x * 2), Output(x + 1, 3)
+
+
+class Registry(dict):
+    def get(self, key):
+        return super().get(key) or 1.0
+
+
+REGISTRY = Registry(weight=3.0)
+
+
+class ScopedContext(nn.Module):
+    def forward(self, x):
+        token = _scale.set(REGISTRY.get("weight"))
+        try:
+            y = x * _scale.get()
+        finally:
+            _scale.reset(token)
+        return y * _scale.get() + REGISTRY.get("missing")
+
+
+class SignatureQueries(nn.Module):
+    def chunk(self, a, b):
+        return a * b
+    def forward(self, x):
+        n = len(inspect.signature(self.chunk).parameters)
+        return self.chunk(*([x] * n))
+"""
+
+COMPILED_CASES = (
+    "ClosureFactories",
+    "LateBinding",
+    "NonlocalCounter",
+    "DecoratorInForward",
+    "Generators",
+    "ComprehensionScopes",
+    "ReturnsRecords",
+    "ScopedContext",
+    "SignatureQueries",
+)
+
+
+@pytest.mark.parametrize("name", COMPILED_CASES)
+def test_python_of_real_models_compiles_without_fallback_code(
+    name: str, built, triton_interpreter: None
+) -> None:
+    """Closures, decorators defined in forward, generators, comprehension scopes,
+    dataclass and named-tuple results, context variables set and reset, queries
+    of signatures: compiled, with the values eager Python computes."""
+    generated = built("compiled_python")
+    assert "_fallback_" not in inspect.getsource(generated), name
+    _run_both(generated, name, lambda: {"x": torch.randn(3)})
+
+
+def test_a_context_variable_left_set_is_an_effect(tmp_path: Path) -> None:
+    source = """
+    import contextvars
+
+    flag = contextvars.ContextVar("flag", default=0)
+
+    class LeavesItSet(nn.Module):
+        def forward(self, x):
+            flag.set(1)
+            return x * 2
+    """
+    generated, text = _build(source, {"LeavesItSet": {"x": torch.randn(3)}}, tmp_path)
+    assert "_fallback_" in text
+    _run_both(generated, "LeavesItSet", lambda: {"x": torch.randn(3)})
+    assert generated._source.flag.get() == 1
 
 
 # ------------------------------------------ errors of the user's code: exit 2, no files
@@ -780,6 +961,10 @@ TABLES: dict[str, Callable[[], tuple[str, dict[str, dict]]]] = {
         {name: {"x": torch.randn(3)} for name in STATE},
     ),
     "names": lambda: (NAMES, {n: {"x": torch.randn(3)} for n in NAMED}),
+    "compiled_python": lambda: (
+        COMPILED_PYTHON,
+        {n: {"x": torch.randn(3)} for n in COMPILED_CASES},
+    ),
     "aliases": lambda: (
         ALIASES_SEE_WRITES,
         {n: {"x": torch.randn(3, 4)} for n in ALIASED},

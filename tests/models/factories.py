@@ -122,6 +122,79 @@ def vit():
     return ViTModel(vit_config(), add_pooling_layer=True)
 
 
+def qwen2():
+    from transformers import Qwen2Config, Qwen2Model
+
+    return Qwen2Model(
+        Qwen2Config(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+            num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+            num_key_value_heads=2, max_position_embeddings=POSITIONS, use_cache=False,
+        )
+    )  # fmt: skip
+
+
+def mistral():
+    """With a sliding window shorter than the example sequence."""
+    from transformers import MistralConfig, MistralModel
+
+    return MistralModel(
+        MistralConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+            num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+            num_key_value_heads=2, max_position_embeddings=POSITIONS,
+            sliding_window=8, use_cache=False,
+        )
+    )  # fmt: skip
+
+
+def gemma():
+    from transformers import GemmaConfig, GemmaModel
+
+    return GemmaModel(
+        GemmaConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+            num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+            num_key_value_heads=2, head_dim=HIDDEN // HEADS,
+            max_position_embeddings=POSITIONS, use_cache=False,
+        )
+    )  # fmt: skip
+
+
+def distilbert():
+    from transformers import DistilBertConfig, DistilBertModel
+
+    return DistilBertModel(
+        DistilBertConfig(
+            vocab_size=VOCAB, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS,
+            hidden_dim=FFN, max_position_embeddings=POSITIONS,
+        )
+    )  # fmt: skip
+
+
+def roberta():
+    from transformers import RobertaConfig, RobertaModel
+
+    return RobertaModel(
+        RobertaConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS, intermediate_size=FFN,
+            max_position_embeddings=POSITIONS,
+        )
+    )  # fmt: skip
+
+
+def clip_vision():
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    return CLIPVisionModel(
+        CLIPVisionConfig(
+            hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+            num_attention_heads=HEADS, image_size=32, patch_size=8,
+        )
+    )  # fmt: skip
+
+
 # ------------------------------------------------------------------------ timm
 
 
@@ -144,6 +217,32 @@ def timm_vit():
     )  # fmt: skip
 
 
+def timm_convnext():
+    _torchvision_for_timm()
+    import timm
+
+    return timm.create_model("convnext_atto", pretrained=False, num_classes=10)
+
+
+def timm_efficientnet():
+    _torchvision_for_timm()
+    import timm
+
+    return timm.create_model("efficientnet_b0", pretrained=False, num_classes=10)
+
+
+def timm_swin():
+    """Swin's layout, small: windows of 4 on a 64x64 image."""
+    _torchvision_for_timm()
+    import timm
+
+    return timm.create_model(
+        "swin_tiny_patch4_window7_224", pretrained=False, num_classes=10,
+        img_size=64, window_size=4, embed_dim=32, depths=(1, 1, 1, 1),
+        num_heads=(1, 2, 2, 4),
+    )  # fmt: skip
+
+
 # ---------------------------------------------------------------------- table
 
 
@@ -154,6 +253,7 @@ class Model:
     factory: str  # `tests/models/factories.py::fn`
     inputs: dict[str, str] = field(default_factory=dict)  # name -> TYPE spec
     timm: bool = False  # needs the torchvision stand-in on sys.path
+    vocab: int = VOCAB  # token ids are drawn below it
 
 
 def _f(fn: str) -> str:
@@ -198,6 +298,42 @@ MODELS = [
         {"pixel_values": "f32[2,3,32,32]"},
     ),
     Model(
+        "qwen2",
+        "transformers.models.qwen2.modeling_qwen2::Qwen2Model",
+        _f("qwen2"),
+        {"input_ids": "i64[2,16]"},
+    ),
+    Model(
+        "mistral_mask",
+        "transformers.models.mistral.modeling_mistral::MistralModel",
+        _f("mistral"),
+        {"input_ids": "i64[2,16]", "attention_mask": "i64[2,16]"},
+    ),
+    Model(
+        "gemma",
+        "transformers.models.gemma.modeling_gemma::GemmaModel",
+        _f("gemma"),
+        {"input_ids": "i64[2,16]"},
+    ),
+    Model(
+        "distilbert_mask",
+        "transformers.models.distilbert.modeling_distilbert::DistilBertModel",
+        _f("distilbert"),
+        {"input_ids": "i64[2,16]", "attention_mask": "i64[2,16]"},
+    ),
+    Model(
+        "roberta",
+        "transformers.models.roberta.modeling_roberta::RobertaModel",
+        _f("roberta"),
+        {"input_ids": "i64[2,16]"},
+    ),
+    Model(
+        "clip_vision",
+        "transformers.models.clip.modeling_clip::CLIPVisionModel",
+        _f("clip_vision"),
+        {"pixel_values": "f32[2,3,32,32]"},
+    ),
+    Model(
         "timm_resnet",
         "timm.models.resnet::ResNet",
         _f("timm_resnet"),
@@ -209,6 +345,27 @@ MODELS = [
         "timm.models.vision_transformer::VisionTransformer",
         _f("timm_vit"),
         {"x": "f32[2,3,32,32]"},
+        timm=True,
+    ),
+    Model(
+        "timm_convnext",
+        "timm.models.convnext::ConvNeXt",
+        _f("timm_convnext"),
+        {"x": "f32[2,3,64,64]"},
+        timm=True,
+    ),
+    Model(
+        "timm_efficientnet",
+        "timm.models.efficientnet::EfficientNet",
+        _f("timm_efficientnet"),
+        {"x": "f32[2,3,64,64]"},
+        timm=True,
+    ),
+    Model(
+        "timm_swin",
+        "timm.models.swin_transformer::SwinTransformer",
+        _f("timm_swin"),
+        {"x": "f32[2,3,64,64]"},
         timm=True,
     ),
 ]

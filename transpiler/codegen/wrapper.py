@@ -30,7 +30,16 @@ from transpiler.errors import UserError
 from transpiler.frontend import fallback
 from transpiler.frontend.fallback import Stub
 from transpiler.ir.dynamic import Dim, dims_in
-from transpiler.ir.graph import DEVICE, FALLBACK, LOOP, Ref, Span, self_path
+from transpiler.ir.graph import (
+    DEVICE,
+    FALLBACK,
+    LOOP,
+    Record,
+    Ref,
+    Span,
+    records_in,
+    self_path,
+)
 from transpiler.ir.program import (
     Alloc,
     ExternCall,
@@ -189,6 +198,9 @@ def literal(value) -> str:
     if isinstance(value, dict):
         items = ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items())
         return "{" + items + "}"
+    if isinstance(value, Record):
+        inner = ", ".join(f"{k}={literal(v)}" for k, v in value.fields)
+        return f"{value.module}.{value.qualname}({inner})"
     if isinstance(value, tuple):
         inner = ", ".join(literal(v) for v in value)
         inner = f"({inner},)" if len(value) == 1 else f"({inner})"
@@ -593,7 +605,13 @@ def _region_lines(
     """One region's steps; a branch on tensor data becomes a Python `if`."""
     lines = straight_lines(r, kernels, device, reads, ind)
     if r.cond is None:
-        return [*lines, f"{ind}return {literal(r.program.outputs)}"]
+        outputs = r.program.outputs
+        imports = sorted({rec.module for rec in records_in(outputs)})
+        return [
+            *lines,
+            *(f"{ind}import {m}" for m in imports),
+            f"{ind}return {literal(outputs)}",
+        ]
     lines += [
         f"{ind}# sync: {sync_comment(r)}",
         f"{ind}if {r.cond}:",

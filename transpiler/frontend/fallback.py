@@ -12,6 +12,7 @@ fallback code too.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 import sys
 import types
@@ -470,6 +471,27 @@ def importable(value: Any) -> tuple[str, str] | None:
     return (module, name) if found is value else None
 
 
+def is_record(cls: Any) -> bool:
+    """A class whose instances are their fields (a dataclass, a named tuple):
+    building one at transpile time has no effect beyond the object."""
+    return isinstance(cls, type) and (
+        dataclasses.is_dataclass(cls)
+        or (issubclass(cls, tuple) and hasattr(cls, "_fields"))
+    )
+
+
+def record_fields(value: Any) -> list[tuple[str, Any]] | None:
+    """(name, value) of each field a record instance is built from, by keyword;
+    None for anything else."""
+    if isinstance(value, type) or not is_record(type(value)):
+        return None
+    if isinstance(value, tuple):
+        return list(zip(value._fields, value))
+    return [
+        (f.name, getattr(value, f.name)) for f in dataclasses.fields(value) if f.init
+    ]
+
+
 def always_assigned(stmt: cst.CSTNode) -> set[str]:
     """The names `stmt` assigns on every path through it that ends normally (what
     Python's compiler calls definitely assigned): both branches of an `if`, none of
@@ -567,6 +589,9 @@ def _arg(value: Any, builder, module_paths: dict[int, str], span: Span) -> Any:
         raise Unsupported("passes a module that is not part of the model", span)
     if value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
         return value
+    parts = (value.start, value.stop, value.step) if isinstance(value, slice) else ()
+    if parts and all(p is None or type(p) is int for p in parts):
+        return value  # `hidden[:, slice_indices, :]`: a constant
     if isinstance(value, (list, tuple)):
         return type(value)(_arg(v, builder, module_paths, span) for v in value)
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):

@@ -11,6 +11,8 @@ way becomes a guard of the variant. Anything else raises `Unsupported`.
 from __future__ import annotations
 
 import builtins
+import contextvars
+import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -33,6 +35,7 @@ from transpiler.frontend.fallback import (
     Names,
     StateWrites,
     Stub,
+    is_record,
     plan_stub,
 )
 from transpiler.frontend.guards import AttrRead, GlobalRead, ModuleRead, guardable
@@ -45,7 +48,7 @@ from transpiler.frontend.recorder import (
     covers,
     memory_of,
 )
-from transpiler.frontend.source import SourceCache, SourceFile
+from transpiler.frontend.source import OPAQUE_PACKAGES, SourceCache, SourceFile
 from transpiler.ir.graph import (
     FALLBACK,
     LOOP,
@@ -133,6 +136,17 @@ PURE_MODULES = (
     "numbers",
     "einops",
 )
+# Queries from the rest of the standard library that only read the objects given.
+PURE_FUNCTIONS = {
+    inspect.signature,
+    inspect.isclass,
+    inspect.isfunction,
+    inspect.ismethod,
+    inspect.isroutine,
+    inspect.unwrap,
+    dataclasses.fields,
+    dataclasses.is_dataclass,
+}
 # Functions of torch (and the modules above) that act on the world or on global state
 # rather than computing a value: RNG state, files, settings, devices, processes,
 # autograd. They must run when the model does, in order, so they are graph breaks.
@@ -219,12 +233,76 @@ class _Continue(Exception):
 
 class Frame:
     def __init__(
-        self, src: SourceFile, local: dict, globals_: dict, self_name: str = ""
+        self,
+        src: SourceFile,
+        local: dict,
+        globals_: dict,
+        self_name: str = "",
+        enclosing: tuple[dict, ...] = (),
     ):
         self.src = src
         self.locals = local
         self.globals = globals_
         self.self_name = self_name  # a method's first parameter, for `super()`
+        # the locals of the functions around a nested one, innermost first: live,
+        # so a closure sees what its enclosing function binds later, as in Python
+        self.enclosing = enclosing
+        self.nonlocals: set[str] = set()
+
+    def visible(self) -> dict:
+        """Every name the frame can read without a global: its own and those of
+        the functions around it."""
+        out: dict = {}
+        for scope in reversed(self.enclosing):
+            out.update(scope)
+        out.update(self.locals)
+        return out
+
+
+class Closure:
+    """A function defined while the forward runs (a nested `def`, a `lambda`):
+    the interpreter runs its source with its defining frame around it. Library
+    code may call it too (`sorted(key=...)`, `functools.reduce`): it is then run
+    through the same interpreter.
+
+    What it runs is kept in slots, outside `__dict__`, which decorators copy
+    from function to wrapper (`functools.wraps`); `__dict__` holds what a
+    function's does (`__name__`, `__wrapped__`, ...)."""
+
+    __slots__ = (
+        "__dict__",
+        "_enclosing",
+        "_globals",
+        "_interpreter",
+        "_node",
+        "_params",
+        "_src",
+    )
+
+    def __init__(
+        self,
+        interpreter: Interpreter,
+        node: cst.FunctionDef | cst.Lambda,
+        frame: Frame,
+        signature: inspect.Signature,
+        name: str,
+    ):
+        self._interpreter = interpreter
+        self._node = node
+        self._src = frame.src
+        self._globals = frame.globals
+        self._enclosing = (frame.locals, *frame.enclosing)
+        self._params = signature
+        self.__signature__ = signature
+        self.__name__ = self.__qualname__ = name
+        self.__module__ = frame.globals.get("__name__")
+        self.__doc__ = None
+
+    def __call__(self, *args, **kwargs):
+        return self._interpreter.run_closure(self, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"<function {self.__qualname__}>"
 
 
 @dataclass(frozen=True)
@@ -237,6 +315,7 @@ class _Mark:
     branches: int
     last_stub: Ref | None
     locals: dict
+    contexts: int
 
 
 @dataclass(frozen=True)
@@ -247,6 +326,71 @@ class BranchPoint:
     cond: Ref
     span: Span | None
     taken: bool
+
+
+class _Token:
+    def __init__(self, var, previous):
+        self.var = var
+        self.previous = previous
+
+
+class ContextVars:
+    """Context variables (`contextvars.ContextVar`) as the traced call sees them.
+
+    A call that sets one and resets it before it returns (transformers' output
+    capture around a forward) changes nothing its caller can see: the pair runs
+    here, on values kept beside the real variables, and generated code has
+    neither. One still set when the call returns is an effect of the call, and
+    fallback code run while one is set would not see it: both are unsupported."""
+
+    def __init__(self):
+        self.values: dict = {}  # variable -> value set here
+        self.journal: list[tuple] = []  # (variable, value before), to roll back
+        self.setter: dict = {}  # variable -> the statement that last set it
+
+    def call(self, var, method: str, args: tuple, stmt) -> Any:
+        if method == "get":
+            if var in self.values:
+                return self.values[var]
+            return var.get(*args)
+        if method == "set":
+            (value,) = args
+            token = _Token(var, self.values.get(var, _MISSING))
+            self._put(var, value)
+            self.setter[var] = stmt
+            return token
+        (token,) = args  # reset
+        if not isinstance(token, _Token) or token.var is not var:
+            raise Unsupported("resets a context variable with a token of another")
+        self._put(var, token.previous)
+        return None
+
+    def _put(self, var, value) -> None:
+        self.journal.append((var, self.values.get(var, _MISSING)))
+        if value is _MISSING:
+            self.values.pop(var, None)
+        else:
+            self.values[var] = value
+
+    def rollback(self, length: int) -> None:
+        while len(self.journal) > length:
+            var, value = self.journal.pop()
+            if value is _MISSING:
+                self.values.pop(var, None)
+            else:
+                self.values[var] = value
+
+    def check_none_set(self, what: str) -> None:
+        if self.values:
+            name = next(iter(self.values)).name
+            raise Unsupported(f"{what} while context variable {name!r} is set")
+
+    def left_set(self) -> tuple[Any, str] | None:
+        """The statement that set a variable still set, and why it is an effect."""
+        if not self.values:
+            return None
+        var = next(iter(self.values))
+        return self.setter[var], f"sets context variable {var.name!r} for later"
 
 
 class Interpreter:
@@ -291,6 +435,8 @@ class Interpreter:
         self.changed: dict[int, set[str | None]] = {}
         self._held: list = []  # keeps the ids above valid
         self.in_tensor_loop = 0  # depth of `while` bodies on tensor data
+        self.contexts = ContextVars()
+        self.statements: list = [None]  # being run, innermost last
 
     # ---- functions ------------------------------------------------------------
 
@@ -310,12 +456,29 @@ class Interpreter:
         if fn.__closure__:
             for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
                 frame.locals.setdefault(name, cell.cell_contents)
+        return self._run(node.body, frame)
+
+    def run_closure(self, fn: Closure, args: tuple, kwargs: dict) -> Any:
+        try:
+            bound = fn._params.bind(*args, **kwargs)
+        except TypeError as e:
+            raise _users(TypeError(f"{fn.__qualname__}(): {e}")) from None
+        bound.apply_defaults()
+        first = next(iter(bound.arguments), "")
+        local = dict(bound.arguments)
+        frame = Frame(fn._src, local, fn._globals, first, fn._enclosing)
+        return self._run(fn._node.body, frame)
+
+    def _run(self, body, frame: Frame) -> Any:
+        """Run a function's body (a lambda's expression) in `frame`."""
         self.depth += 1
         if self.depth > 64:
             raise Unsupported("recursion too deep to inline", self._span())
         saved = self.recorder.span
         try:
-            self.exec_block(node.body, frame)
+            if isinstance(body, cst.BaseExpression):
+                return self.eval(body, frame)
+            self.exec_block(body, frame)
             return None
         except _Return as r:
             return r.value
@@ -342,6 +505,13 @@ class Interpreter:
                 span = self._span()
                 raise Unsupported("uses a value computed by fallback code", span)
             return fn(*args, **kwargs)
+        if isinstance(fn, Closure):
+            return self.run_closure(fn, args, kwargs)
+        owner = getattr(fn, "__self__", None)
+        if isinstance(owner, contextvars.ContextVar) and not kwargs:
+            return self.contexts.call(owner, fn.__name__, args, self.statements[-1])
+        if is_record(fn) and fn.__module__.split(".")[0] not in OPAQUE_PACKAGES:
+            return self._record(fn, args, kwargs)
         if isinstance(fn, types.MethodType) and self._is_user(fn.__func__):
             return self.run_function(fn.__func__, (fn.__self__, *args), kwargs)
         if isinstance(fn, types.FunctionType) and self._is_user(fn):
@@ -374,7 +544,7 @@ class Interpreter:
             raise Unsupported(
                 f"calls {owner}.{name}, which acts at run time", self._span()
             )
-        if not owner.startswith(PURE_MODULES):
+        if not owner.startswith(PURE_MODULES) and fn not in PURE_FUNCTIONS:
             name = getattr(fn, "__qualname__", type(fn).__name__)
             raise Unsupported(f"calls {owner}.{name}, outside PyTorch", self._span())
         try:
@@ -386,6 +556,18 @@ class Interpreter:
                 raise Unsupported(f"needs tensor data: {_first_line(e)}") from e
             _users(e)
             raise
+
+    def _record(self, cls: type, args: tuple, kwargs: dict) -> Any:
+        """A dataclass or named tuple (transformers' `ModelOutput`s): built here,
+        as every call builds it; its fields hold what the call computed."""
+        if any(isinstance(a, OpaqueValue) for a in (*args, *kwargs.values())):
+            raise Unsupported("uses a value computed by fallback code", self._span())
+        try:
+            return cls(*args, **kwargs)
+        except Exception as e:
+            if needs_data(e):
+                raise Unsupported(f"needs tensor data: {_first_line(e)}") from e
+            raise _users(e) from None
 
     def _mark_changed(self, stmt, frame: Frame) -> None:
         """After fallback code: what it may assign (see StateWrites) is read at run
@@ -459,10 +641,12 @@ class Interpreter:
             len(self.branches),
             self.last_stub,
             dict(frame.locals),
+            len(self.contexts.journal),
         )
         if id(stmt) in self.whole:
             self.fallback(stmt, frame, span, self.whole[id(stmt)])
             return
+        self.statements.append(stmt)
         try:
             self._exec_stmt(stmt, frame)
         except (_Return, _Break, _Continue, UserCodeError, Retrace):
@@ -475,6 +659,18 @@ class Interpreter:
             # it fails on meta values (or maybe only on this path): run it eagerly
             reason = f"{type(e).__name__}: {_first_line(e)}"
             self._give_up(stmt, frame, span, mark, reason)
+        finally:
+            self.statements.pop()
+
+    def returned(self) -> None:
+        """The traced call has returned: a context variable it set and left set
+        is state for later code, so the statement that set it is fallback code
+        from the outset (`whole`)."""
+        left = self.contexts.left_set()
+        if left is not None:
+            stmt, why = left
+            self.whole[id(stmt)] = why
+            raise Retrace()
 
     def _give_up(self, stmt, frame: Frame, span: Span, mark: _Mark, why: str) -> None:
         """`stmt` becomes fallback code. Where it met conditions on tensor data, the
@@ -503,6 +699,7 @@ class Interpreter:
         del self.comparisons[mark.comparisons :]
         del self.branches[mark.branches :]
         self.last_stub = mark.last_stub
+        self.contexts.rollback(mark.contexts)
         frame.locals.clear()
         frame.locals.update(mark.locals)
 
@@ -514,10 +711,11 @@ class Interpreter:
         values runs before it (`_reads`), and later reads see what it returns.
         """
         self.recorder.span = span
+        self.contexts.check_none_set("runs fallback code")
         builder = self.recorder.builder
         plan = plan_stub(
             stmt,
-            frame.locals,
+            frame.visible(),
             frame.globals,
             span,
             reason,
@@ -647,6 +845,10 @@ class Interpreter:
             raise _Continue()
         elif kind in ("Import", "ImportFrom"):
             self._import(stmt, frame)
+        elif kind == "Nonlocal":
+            frame.nonlocals.update(n.name.value for n in stmt.names)
+        elif kind == "Global":
+            raise Unsupported("`global`: assigns module state", self._span())
         elif kind == "Raise":
             error = _users(self._exception(stmt, frame))
             error.transpile_raised = True  # by the source, whatever its type
@@ -711,6 +913,45 @@ class Interpreter:
         value = self.eval(expr.value, frame)
         self.assign(expr.target, value, frame)
         return value
+
+    def exec_FunctionDef(self, stmt: cst.FunctionDef, frame: Frame) -> None:
+        """A nested `def`: a `Closure` over this frame, decorated as Python does
+        (the decorators evaluated first, applied innermost first)."""
+        if stmt.asynchronous is not None:
+            raise Unsupported("`async def`", self._span())
+        decorators = [self.eval(d.decorator, frame) for d in stmt.decorators]
+        name = stmt.name.value
+        fn: Any = Closure(self, stmt, frame, self._signature(stmt.params, frame), name)
+        for decorator in reversed(decorators):
+            fn = self.call(decorator, (fn,), {})
+        self.assign(stmt.name, fn, frame)
+
+    def eval_Lambda(self, expr: cst.Lambda, frame: Frame) -> Closure:
+        signature = self._signature(expr.params, frame)
+        return Closure(self, expr, frame, signature, "<lambda>")
+
+    def _signature(self, params: cst.Parameters, frame: Frame) -> inspect.Signature:
+        """The signature of a nested function, its defaults evaluated now."""
+        P = inspect.Parameter
+        out = []
+
+        def add(param: cst.Param, kind) -> None:
+            default = P.empty
+            if param.default is not None:
+                default = self.eval(param.default, frame)
+            out.append(P(param.name.value, kind, default=default))
+
+        for param in params.posonly_params:
+            add(param, P.POSITIONAL_ONLY)
+        for param in params.params:
+            add(param, P.POSITIONAL_OR_KEYWORD)
+        if isinstance(params.star_arg, cst.Param):
+            add(params.star_arg, P.VAR_POSITIONAL)
+        for param in params.kwonly_params:
+            add(param, P.KEYWORD_ONLY)
+        if params.star_kwarg is not None:
+            add(params.star_kwarg, P.VAR_KEYWORD)
+        return inspect.Signature(out)
 
     def exec_If(self, stmt: cst.If, frame: Frame) -> None:
         if self.static(stmt.test, frame, "if"):
@@ -939,7 +1180,11 @@ class Interpreter:
 
     def assign(self, target, value, frame: Frame) -> None:
         if isinstance(target, cst.Name):
-            frame.locals[target.value] = value
+            name = target.value
+            scope = frame.locals
+            if name in frame.nonlocals:  # the enclosing function's own binding
+                scope = next((s for s in frame.enclosing if name in s), scope)
+            scope[name] = value
         elif isinstance(target, (cst.Tuple, cst.List)):
             self._unpack(target.elements, value, frame)
         elif isinstance(target, cst.Subscript) and self._local_item(target, frame):
@@ -994,8 +1239,9 @@ class Interpreter:
 
     def eval_Name(self, expr: cst.Name, frame: Frame) -> Any:
         name = expr.value
-        if name in frame.locals:
-            value = frame.locals[name]
+        scope = next((s for s in (frame.locals, *frame.enclosing) if name in s), None)
+        if scope is not None:
+            value = scope[name]
             if isinstance(value, OpaqueValue) and value.maybe_unbound:
                 raise Unsupported(f"reads {name}, which may be unassigned")
             return value
@@ -1050,10 +1296,11 @@ class Interpreter:
     def _super(self, frame: Frame) -> Any:
         """`super()` in a method: Python passes the class being defined (the
         `__class__` cell, a free variable of the method) and the first argument."""
-        cls = frame.locals.get("__class__")
-        if not isinstance(cls, type) or frame.self_name not in frame.locals:
+        visible = frame.visible()
+        cls = visible.get("__class__")
+        if not isinstance(cls, type) or frame.self_name not in visible:
             raise Unsupported("super() outside a method", self._span())
-        return super(cls, frame.locals[frame.self_name])
+        return super(cls, visible[frame.self_name])
 
     def eval_BinaryOperation(self, expr, frame: Frame) -> Any:
         op = BINARY_OPS[type(expr.operator).__name__]
@@ -1150,23 +1397,49 @@ class Interpreter:
         return out
 
     def eval_ListComp(self, expr: cst.ListComp, frame: Frame) -> list:
-        out: list = []
-        self._comprehend(
-            expr.for_in, lambda: out.append(self.eval(expr.elt, frame)), frame
-        )
-        return out
+        return list(self._comprehend(expr.for_in, expr.elt, frame))
 
-    def _comprehend(self, for_in, emit, frame: Frame) -> None:
+    def eval_SetComp(self, expr: cst.SetComp, frame: Frame) -> set:
+        return set(self._comprehend(expr.for_in, expr.elt, frame))
+
+    def eval_DictComp(self, expr: cst.DictComp, frame: Frame) -> dict:
+        pair = cst.Tuple([cst.Element(expr.key), cst.Element(expr.value)])
+        return dict(self._comprehend(expr.for_in, pair, frame))
+
+    def eval_GeneratorExp(self, expr: cst.GeneratorExp, frame: Frame):
+        """A generator, as lazy as Python's: `all(...)` stops at the first false
+        element and evaluates no more."""
+        return self._comprehend(expr.for_in, expr.elt, frame)
+
+    def _comprehend(self, for_in, elt, frame: Frame):
+        """The elements of a comprehension, from a generator. As in Python, the
+        outermost iterable is evaluated at once, in the enclosing frame, and the
+        rest in a scope of the comprehension's own."""
         iterable = self.eval(for_in.iter, frame)
         if isinstance(iterable, torch.Tensor):
             raise Unsupported("comprehension over a tensor", self._span())
+        scope = Frame(
+            frame.src,
+            {},
+            frame.globals,
+            frame.self_name,
+            (frame.locals, *frame.enclosing),
+        )
+        return self._elements_of(for_in, iter(iterable), elt, scope)
+
+    def _elements_of(self, for_in, iterable, elt, scope: Frame):
         for item in iterable:
-            self.assign(for_in.target, item, frame)
-            if all(self.static(c.test, frame, "if") for c in for_in.ifs):
-                if for_in.inner_for_in is not None:
-                    self._comprehend(for_in.inner_for_in, emit, frame)
-                else:
-                    emit()
+            self.assign(for_in.target, item, scope)
+            if not all(self.static(c.test, scope, "if") for c in for_in.ifs):
+                continue
+            inner = for_in.inner_for_in
+            if inner is None:
+                yield self.eval(elt, scope)
+                continue
+            values = self.eval(inner.iter, scope)
+            if isinstance(values, torch.Tensor):
+                raise Unsupported("comprehension over a tensor", self._span())
+            yield from self._elements_of(inner, iter(values), elt, scope)
 
     def eval_Integer(self, expr, frame: Frame) -> Any:
         return expr.evaluated_value
@@ -1342,7 +1615,7 @@ def _lookup(expr: cst.BaseExpression, frame: Frame) -> Any:
     """The object a name or attribute chain (`self.cache`) denotes, without
     recording anything; _MISSING for any other expression."""
     if isinstance(expr, cst.Name):
-        for scope in (frame.locals, frame.globals):
+        for scope in (frame.locals, *frame.enclosing, frame.globals):
             if expr.value in scope:
                 return scope[expr.value]
         return _MISSING
@@ -1378,7 +1651,19 @@ def _owner(fn) -> str:
     and torch objects count as their type's module."""
     module = getattr(fn, "__module__", None)
     if module is None and hasattr(fn, "__self__"):
-        module = type(fn.__self__).__module__
+        owner = fn.__self__
+        mro = (owner if isinstance(owner, type) else type(owner)).__mro__
+        # a built-in method: of the built-in class that defines it (`dict.get`
+        # for a subclass's `super().get`), not of the subclass
+        name = getattr(fn, "__name__", "")
+        module = next(
+            (
+                c.__module__
+                for c in mro
+                if name in vars(c) and not isinstance(vars(c)[name], types.FunctionType)
+            ),
+            type(owner).__module__,
+        )
     if module is None:
         module = type(fn).__module__
     return module or "builtins"

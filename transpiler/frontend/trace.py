@@ -14,7 +14,7 @@ from torch import nn
 from transpiler.codegen.text import py_str
 from transpiler.errors import UserError, raised_at, user_file
 from transpiler.frontend.device_recorder import DeviceRecorder
-from transpiler.frontend.fallback import Stub
+from transpiler.frontend.fallback import Stub, importable, record_fields
 from transpiler.frontend.guards import (
     GlobalGuard,
     ModuleGuard,
@@ -35,7 +35,7 @@ from transpiler.frontend.recorder import (
     Unsupported,
 )
 from transpiler.frontend.source import SourceCache
-from transpiler.ir.graph import Graph, Node, Ref, self_path, subgraph
+from transpiler.ir.graph import Graph, Node, Record, Ref, self_path, subgraph
 from transpiler.ir.region import Branch, LoopBody, Region
 from transpiler.options import ScalarSpec, TensorSpec, Variant
 
@@ -185,6 +185,7 @@ def trace(
                 # its decorators' wrappers are not run (Note [Entry decorators])
                 entry = inspect.unwrap(fn)
                 result = interp.run_function(entry, (*self_, *args), kwargs)
+                interp.returned()
                 outputs = _output_refs(result, builder, recorder)
         finally:
             reads.update(interp.guards)
@@ -295,6 +296,19 @@ def _output_refs(value, builder: GraphBuilder, recorder: Recorder):
     """Replace result tensors by `Ref`s to the nodes computing them."""
     if isinstance(value, (torch.Tensor, OpaqueValue)):
         return builder.ref(value, recorder.span)
+    fields = record_fields(value)
+    if fields is not None:
+        where = importable(type(value))
+        if where is None or not where[1]:
+            raise Unsupported(
+                f"returns a {type(value).__qualname__}, a class generated code "
+                "cannot import",
+                recorder.span,
+            )
+        return Record(
+            *where,
+            tuple((k, _output_refs(v, builder, recorder)) for k, v in fields),
+        )
     if isinstance(value, (tuple, list)):
         return type(value)(_output_refs(v, builder, recorder) for v in value)
     if isinstance(value, dict):

@@ -169,6 +169,21 @@ def _fmt(value: Any) -> str:
     return repr(value)
 
 
+@dataclass(frozen=True)
+class Record:
+    """A result object made of named fields (a dataclass such as transformers'
+    `ModelOutput`, a named tuple): generated code builds it by keyword from the
+    class it imports, `module.qualname(field=value, ...)`."""
+
+    module: str
+    qualname: str
+    fields: tuple[tuple[str, Any], ...]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={_fmt(v)}" for k, v in self.fields)
+        return f"{self.qualname}({inner})"
+
+
 FALLBACK = "_fallback"  # target prefix of fallback calls
 LOOP = "_loop"  # target prefix of loops on tensor data
 
@@ -182,6 +197,22 @@ def iter_refs(value: Any) -> Iterator[Ref]:
     elif isinstance(value, dict):
         for v in value.values():
             yield from iter_refs(v)
+    elif isinstance(value, Record):
+        for _, v in value.fields:
+            yield from iter_refs(v)
+
+
+def records_in(value: Any) -> Iterator[Record]:
+    """The `Record`s in a nested output structure, outermost first."""
+    if isinstance(value, Record):
+        yield value
+        value = [v for _, v in value.fields]
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            yield from records_in(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from records_in(v)
 
 
 def map_refs(value: Any, fn) -> Any:
@@ -197,6 +228,9 @@ def map_refs(value: Any, fn) -> Any:
         return tuple(items) if type(value) is tuple else type(value)(items)
     if isinstance(value, dict):
         return {k: map_refs(v, fn) for k, v in value.items()}
+    if isinstance(value, Record):
+        fields = tuple((k, map_refs(v, fn)) for k, v in value.fields)
+        return replace(value, fields=fields)
     return value
 
 

@@ -1,0 +1,206 @@
+"""Run a generated library model against eager, in a process without the compiler.
+
+    python -m tests.models.check MODEL PACKAGE.MODULE
+
+(run with the directory holding PACKAGE on sys.path). It refuses imports of the
+compiler's packages (`transpiler`, libcst, black), imports the generated module,
+builds the model with its factory (seeded), gives the same instance the generated
+class, and calls both on inputs the compiler never saw (`inputs`):
+
+- through the exported class: the dispatch must pick a compiled `_cpu_N` variant
+  (no eager fallback), and no ATen op may run inside fallback code;
+- each `_cuda_N` variant directly, on CPU tensors: its Triton kernels run in
+  Triton's interpreter when TRITON_INTERPRET=1 (on a GPU machine, on the GPU).
+
+Outputs must match eager's in type and values, and the inputs, parameters and
+buffers must be unchanged by the call as by eager's. It prints one JSON line: what
+it found, with `problems` empty when all of that holds.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib
+import json
+import os
+import re
+import sys
+import warnings
+from typing import Any
+
+BLOCKED = ("transpiler", "libcst", "black")
+RTOL, ATOL = 1e-4, 1e-5
+SEEDS = (1234, 4321)  # inputs the compiler never saw
+
+
+class NoCompiler:
+    """A meta path finder that refuses the compiler's own packages."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is blocked: generated code must not need it")
+        return None
+
+
+def inputs(model, seed: int) -> dict:
+    """Random inputs for the model's declared examples; an `attention_mask` pads
+    the second half of the last row."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, spec in model.inputs.items():
+        m = re.fullmatch(r"(\w+)\[([\d,]*)\]", spec)
+        shape = tuple(int(d) for d in m[2].split(",") if d)
+        if name == "attention_mask":
+            mask = torch.ones(shape, dtype=torch.int64)
+            mask[-1, shape[-1] // 2 :] = 0
+            out[name] = mask
+        elif m[1] == "i64":
+            out[name] = torch.randint(0, model.vocab, shape, generator=gen)
+        else:
+            out[name] = torch.randn(shape, generator=gen)
+    return out
+
+
+def differences(want: Any, got: Any, where: str = "output") -> list[str]:
+    """Where `got` differs from `want`: type, structure, shape, dtype, values."""
+    import torch
+
+    if type(want) is not type(got):
+        return [f"{where}: {type(got).__name__}, not {type(want).__name__}"]
+    if isinstance(want, torch.Tensor):
+        if want.shape != got.shape or want.dtype != got.dtype:
+            return [
+                f"{where}: {got.dtype}{list(got.shape)}, not "
+                f"{want.dtype}{list(want.shape)}"
+            ]
+        if not torch.allclose(want, got, rtol=RTOL, atol=ATOL, equal_nan=True):
+            err = (want.double() - got.double()).abs().max().item()
+            return [f"{where}: values differ by up to {err:.3g}"]
+        return []
+    if dataclasses.is_dataclass(want):
+        want, got = vars(want), vars(got)
+    if isinstance(want, dict):
+        if list(want) != list(got):
+            return [f"{where}: keys {list(got)}, not {list(want)}"]
+        return [d for k in want for d in differences(want[k], got[k], f"{where}.{k}")]
+    if isinstance(want, (list, tuple)):
+        if len(want) != len(got):
+            return [f"{where}: {len(got)} items, not {len(want)}"]
+        return [
+            d
+            for i, (a, b) in enumerate(zip(want, got))
+            for d in differences(a, b, f"{where}[{i}]")
+        ]
+    return [] if want == got else [f"{where}: {got!r}, not {want!r}"]
+
+
+def _counting(gen, pattern: str, counts: dict, key: str, depth: dict | None = None):
+    """Wrap every function of `gen` whose name matches `pattern`, counting calls."""
+    for name, fn in list(vars(gen).items()):
+        if not (callable(fn) and re.fullmatch(pattern, name)):
+            continue
+
+        def wrapper(*args, __fn=fn, **kwargs):
+            counts[key] += 1
+            if depth is not None:
+                depth["n"] += 1
+            try:
+                return __fn(*args, **kwargs)
+            finally:
+                if depth is not None:
+                    depth["n"] -= 1
+
+        setattr(gen, name, wrapper)
+
+
+def _on_device(variant, module, kwargs: dict):
+    """A `_cuda_N` variant called as the tests call one (tests/devices.py): on CPU
+    tensors in Triton's interpreter, or on the GPU in GPU mode, outputs back on
+    the CPU and inputs written back."""
+    import torch
+
+    if os.environ.get("TRANSPILE_TEST_DEVICE") != "cuda":
+        return variant(module, **kwargs)
+    from tests.devices import on_gpu
+
+    def run(module, **kw):
+        return variant(module, **kw)
+
+    out = on_gpu(run)(module, **kwargs)
+    torch.cuda.synchronize()
+    return out
+
+
+def check(name: str, module: str) -> dict:
+    sys.meta_path.insert(0, NoCompiler())
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tests.models import factories
+
+    model = next(m for m in factories.MODELS if m.name == name)
+    result: dict = {"model": name, "problems": []}
+    problems = result["problems"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gen = importlib.import_module(module)
+    result["import_warnings"] = [str(w.message) for w in caught]
+    if any(m.split(".")[0] in BLOCKED for m in sys.modules):
+        problems.append("importing the generated module loaded the compiler")
+
+    counts = {"variant": 0, "fallback": 0}
+    depth = {"n": 0}
+    _counting(gen, r"_cpu_\d+", counts, "variant")
+    _counting(gen, r"_fallback_\d+", counts, "fallback", depth)
+
+    class FallbackOps(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            FallbackOps.ops += depth["n"] > 0
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    eager = getattr(factories, model.factory.split("::")[1])().eval()
+    compiled = copy.deepcopy(eager)
+    compiled.__class__ = getattr(gen, model.target.split("::")[1])
+    cuda = sorted(n for n in vars(gen) if re.fullmatch(r"_cuda_\d+", n))
+    result["cuda_variants"] = cuda
+    runs = [("cpu", lambda m, kw: m(**kw))]
+    runs += [(v, lambda m, kw, v=v: _on_device(getattr(gen, v), m, kw)) for v in cuda]
+    for seed in SEEDS:
+        args = inputs(model, seed)
+        with torch.no_grad():
+            want = eager(**copy.deepcopy(args))
+        for label, call in runs:
+            given = copy.deepcopy(args)
+            with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                with FallbackOps():
+                    got = call(compiled, given)
+            where = f"{label}, seed {seed}"
+            eager_ran = [str(w.message) for w in caught if "(eager)" in str(w.message)]
+            if eager_ran:
+                problems.append(f"{where}: ran the source: {eager_ran[0]}")
+            problems += [f"{where}: {d}" for d in differences(want, got)]
+            problems += [f"{where}: {d}" for d in differences(args, given, "inputs")]
+            problems += [
+                f"{where}: {d}"
+                for d in differences(eager.state_dict(), compiled.state_dict(), "state")
+            ]
+    result["cpu_variant_calls"] = counts["variant"]
+    result["fallback_calls"] = counts["fallback"]
+    result["fallback_ops"] = FallbackOps.ops
+    if counts["variant"] != len(SEEDS):
+        problems.append(f"{counts['variant']} compiled CPU calls of {len(SEEDS)}")
+    if FallbackOps.ops:
+        problems.append(f"{FallbackOps.ops} ATen ops ran inside fallback code")
+    return result
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    print(json.dumps(check(sys.argv[1], sys.argv[2])))
