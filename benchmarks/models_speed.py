@@ -19,11 +19,14 @@ each one it
    f16/bf16: 2e-2, against eager in the same dtype), and that a compiled variant
    ran rather than the guards sending the call to the source;
 3. compiles the eager model with `torch.compile` (default mode), timing its first
-   call (the compile) on its own, and checks it the same way;
+   call on its own (a cold compile: a fresh TORCHINDUCTOR_CACHE_DIR, unless one is
+   set), and checks it the same way;
 4. times eager, compiled and generated under `torch.no_grad()` in eval mode, with
    the same `torch.set_num_threads` (and OMP_NUM_THREADS) for all: warmup, then
    `--rounds` rounds, each timing all of them once in a rotating order
    (`benchmarks.common.interleaved`); each figure is the median over the rounds.
+   Another busy process on the machine skews CPU timings far more than it slows
+   them (OpenMP threads wait on a descheduled one): measure on an idle machine.
 
 It prints one markdown table: per model the input shape, transpile seconds,
 torch.compile's compile seconds, eager / compiled / generated milliseconds per call,
@@ -574,7 +577,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", choices=("f32", "bf16", "f16"), default="f32")
     p.add_argument("--threads", type=int, help="torch and OpenMP threads (CPU)")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
-    p.add_argument("--reps", type=int, default=2, help="calls per round (CPU)")
+    p.add_argument("--reps", type=int, default=3, help="calls per round (CPU)")
     p.add_argument("--warmup", type=int, default=1, help="calls before the rounds")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     p.add_argument("--profile", action="store_true", help="print top ops per model")
@@ -606,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
         how += ", glibc malloc thresholds pinned" if pinned else ""
     work = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="ms_"))
     work.mkdir(parents=True, exist_ok=True)
+    # a cold compile, unless the caller points inductor at a cache of their own
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(work / "inductor_cache"))
     start = time.perf_counter()
     rows = []
     try:

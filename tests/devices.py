@@ -12,6 +12,7 @@ and returns the outputs on the CPU. The tests' comparisons do not change.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 from collections.abc import Callable, Iterator
@@ -24,8 +25,16 @@ REAL_GPU = os.environ.get("TRANSPILE_TEST_DEVICE") == "cuda"
 
 
 def _to(value: Any, device: str) -> Any:
+    """`value` with its tensors on `device`, of the same types (a dataclass such as
+    a `ModelOutput`, a named tuple)."""
     if isinstance(value, torch.Tensor):
         return value.to(device)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = [f.name for f in dataclasses.fields(value) if f.init]
+        moved = {n: _to(getattr(value, n), device) for n in fields}
+        return dataclasses.replace(value, **moved)
+    if isinstance(value, tuple) and hasattr(value, "_make"):
+        return value._make(_to(v, device) for v in value)
     if isinstance(value, (list, tuple)):
         return type(value)(_to(v, device) for v in value)
     if isinstance(value, dict):
