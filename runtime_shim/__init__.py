@@ -7,6 +7,7 @@ from runtime_shim.blas import addmm_activation
 from runtime_shim.cpp import CppLibrary, RuntimeShimError, load_cpp
 from runtime_shim.cuda_graphs import cuda_graph, cuda_graph_tree
 from runtime_shim.layout import allocator, as_layout, view
+from runtime_shim.objects import rebuild
 from runtime_shim.provenance import check_sources
 from runtime_shim.triton_launch import TritonKernels
 from runtime_shim.unbound import UNBOUND
@@ -27,6 +28,7 @@ __all__ = [
     "cuda_graph",
     "cuda_graph_tree",
     "load_cpp",
+    "rebuild",
     "view",
     "warn_fallback",
     "warn_once",

@@ -78,7 +78,7 @@ def _state(module: torch.nn.Module) -> dict:
 
 def _same(a, b, where: str) -> None:
     assert type(a) is type(b), (where, type(a), type(b))
-    if dataclasses.is_dataclass(a):
+    if dataclasses.is_dataclass(a) or hasattr(a, "__dict__"):  # an object's state
         a, b = vars(a), vars(b)
     if isinstance(a, torch.Tensor):
         torch.testing.assert_close(a, b, equal_nan=True, msg=where)
@@ -487,6 +487,11 @@ class FallbackGetsASlice(nn.Module):
         rows = x[keep].tolist()
         return x[keep] * len(rows)
 
+class FallbackValueInAList(nn.Module):
+    def forward(self, x):
+        rows = torch.tensor(x.tolist())
+        return torch.cat([rows, x]) * 2
+
 class NoneFromFallbackCode(nn.Module):
     def forward(self, x):
         s = x.sum().item()
@@ -521,6 +526,7 @@ NAMED = (
     "FallbackImportsWhatItReads",
     "FallbackGetsAMethod",
     "FallbackGetsASlice",
+    "FallbackValueInAList",
     "NestedDef",
     "NestedDefLocals",
     "ExceptAs",
@@ -659,6 +665,46 @@ class ScopedContext(nn.Module):
         return y * _scale.get() + REGISTRY.get("missing")
 
 
+class KeyValueStore:
+    def __init__(self, n):
+        self.layers = []
+        self.n = n
+
+    def update(self, i, t):
+        while len(self.layers) <= i:
+            self.layers.append(Layer())
+        return self.layers[i].update(t)
+
+
+class Layer:
+    def __init__(self):
+        self.ready = False
+
+    def update(self, t):
+        if not self.ready:
+            self.seen = torch.tensor([], dtype=t.dtype, device=t.device)
+            self.ready = True
+        self.seen = torch.cat([self.seen, t])
+        return self.seen
+
+
+class BuildsAndReturnsState(nn.Module):
+    def forward(self, x):
+        store = KeyValueStore(2)
+        a = store.update(0, x)
+        b = store.update(1, x * 2)
+        c = store.update(0, b)
+        return c.sum() + a, store
+
+
+class TensorLiterals(nn.Module):
+    def forward(self, x):
+        empty = torch.tensor([], dtype=x.dtype, device=x.device)
+        w = torch.tensor([[1.0, 2.0, 3.0]], device=x.device)
+        k = torch.as_tensor(2, device=x.device)
+        return torch.cat([empty, x]) * w[0] + k + torch.tensor(True)
+
+
 class SignatureQueries(nn.Module):
     def chunk(self, a, b):
         return a * b
@@ -677,6 +723,8 @@ COMPILED_CASES = (
     "ReturnsRecords",
     "ScopedContext",
     "SignatureQueries",
+    "BuildsAndReturnsState",
+    "TensorLiterals",
 )
 
 

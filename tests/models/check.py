@@ -1,6 +1,7 @@
 """Run a generated library model against eager, in a process without the compiler.
 
     python -m tests.models.check MODEL PACKAGE.MODULE
+    python -m tests.models.check --generate MODEL PACKAGE.MODULE
 
 (run with the directory holding PACKAGE on sys.path). It refuses imports of the
 compiler's packages (`transpiler`, libcst, black), imports the generated module,
@@ -14,7 +15,8 @@ class, and calls both on inputs the compiler never saw (`inputs`):
 
 Outputs must match eager's in type and values, and the inputs, parameters and
 buffers must be unchanged by the call as by eager's. It prints one JSON line: what
-it found, with `problems` empty when all of that holds.
+it found, with `problems` empty when all of that holds. With --generate, it
+checks greedy generation instead (`check_generation`).
 """
 
 from __future__ import annotations
@@ -174,6 +176,7 @@ def check(name: str, module: str) -> dict:
     compiled.__class__ = getattr(gen, model.target.split("::")[1])
     cuda = sorted(n for n in vars(gen) if re.fullmatch(r"_cuda_\d+", n))
     result["cuda_variants"] = cuda
+
     def source(module, **kw):
         return module(**kw)
 
@@ -217,6 +220,64 @@ def check(name: str, module: str) -> dict:
     return result
 
 
+NEW_TOKENS = 32
+
+
+def check_generation(name: str, module: str) -> dict:
+    """Greedy generation of NEW_TOKENS tokens from a random prompt: the prompt
+    through the generated module (its prefill variant, which builds the key/value
+    cache), each later token through the model's source with that cache, against
+    eager all the way; the tokens must be the same."""
+    sys.meta_path.insert(0, NoCompiler())
+    import torch
+
+    from tests.models import factories
+
+    model = next(m for m in factories.GENERATORS if m.name == name)
+    gen = importlib.import_module(module)
+    counts = {"variant": 0}
+    _counting(gen, r"_cpu_\d+", counts, "variant")
+    torch.manual_seed(0)
+    eager = getattr(factories, model.factory.split("::")[1])().eval()
+    compiled = copy.deepcopy(eager)
+    compiled.__class__ = getattr(gen, model.target.split("::")[1])
+    shape = re.fullmatch(r"i64\[(\d+),(\d+)\]", model.inputs["input_ids"])
+    prompt = torch.randint(
+        0, model.vocab, (int(shape[1]), int(shape[2])),
+        generator=torch.Generator().manual_seed(SEEDS[0]),
+    )  # fmt: skip
+
+    def greedy(first) -> tuple[torch.Tensor, list]:
+        out = first(input_ids=prompt, use_cache=True)
+        prefill = out
+        tokens = [out.logits[:, -1:].argmax(-1)]
+        for _ in range(NEW_TOKENS - 1):
+            out = eager(
+                input_ids=tokens[-1], past_key_values=out.past_key_values,
+                use_cache=True,
+            )  # fmt: skip
+            tokens.append(out.logits[:, -1:].argmax(-1))
+        return torch.cat(tokens, dim=1), prefill
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want, want_prefill = greedy(eager)
+        got, got_prefill = greedy(compiled)
+    problems = []
+    if counts["variant"] != 1:
+        problems.append(f"the prompt ran {counts['variant']} compiled calls, not 1")
+    problems += differences(want_prefill.logits, got_prefill.logits, "prefill logits")
+    cache = type(got_prefill.past_key_values).__name__
+    if cache != type(want_prefill.past_key_values).__name__:
+        problems.append(f"the prefill returned a {cache}")
+    if not torch.equal(want, got):
+        problems.append(f"tokens {got.tolist()}, not {want.tolist()}")
+    return {"model": name, "problems": problems, "tokens": got.shape[1]}
+
+
 if __name__ == "__main__":
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    print(json.dumps(check(sys.argv[1], sys.argv[2])))
+    if sys.argv[1] == "--generate":
+        print(json.dumps(check_generation(sys.argv[2], sys.argv[3])))
+    else:
+        print(json.dumps(check(sys.argv[1], sys.argv[2])))

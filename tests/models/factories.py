@@ -76,6 +76,18 @@ def llama():
     return LlamaModel(llama_config())
 
 
+def gpt2_lm():
+    from transformers import GPT2LMHeadModel
+
+    return GPT2LMHeadModel(gpt2_config())
+
+
+def llama_lm():
+    from transformers import LlamaForCausalLM
+
+    return LlamaForCausalLM(llama_config())
+
+
 def bert_config():
     from transformers import BertConfig
 
@@ -367,6 +379,23 @@ MODELS = [
         _f("timm_swin"),
         {"x": "f32[2,3,64,64]"},
         timm=True,
+    ),
+]
+
+# Causal language models for greedy generation (tests/models/test_generation.py):
+# the prefill variant takes the prompt and returns the key/value cache it built.
+GENERATORS = [
+    Model(
+        "gpt2_lm",
+        "transformers.models.gpt2.modeling_gpt2::GPT2LMHeadModel",
+        _f("gpt2_lm"),
+        {"input_ids": "i64[1,8]", "use_cache": "bool=True"},
+    ),
+    Model(
+        "llama_lm",
+        "transformers.models.llama.modeling_llama::LlamaForCausalLM",
+        _f("llama_lm"),
+        {"input_ids": "i64[1,8]", "use_cache": "bool=True"},
     ),
 ]
 

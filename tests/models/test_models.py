@@ -36,9 +36,12 @@ def _env(model: Model, *paths: Path) -> dict[str, str]:
     return env
 
 
-def _transpile(model: Model, out: Path) -> subprocess.CompletedProcess:
+def _transpile(
+    model: Model, out: Path, devices: tuple[str, ...] = ("cpu", "cuda")
+) -> subprocess.CompletedProcess:
     args = [model.target, "--factory", model.factory, "-o", str(out)]
-    args += ["--device", "cpu", "--device", "cuda"]
+    for device in devices:
+        args += ["--device", device]
     for name, spec in model.inputs.items():
         args += ["--example", f"{name}={spec}"]
     command = "import sys; from transpiler.cli import main; sys.exit(main())"

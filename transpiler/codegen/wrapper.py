@@ -34,9 +34,11 @@ from transpiler.ir.graph import (
     DEVICE,
     FALLBACK,
     LOOP,
+    Global,
     Record,
     Ref,
     Span,
+    leaves,
     records_in,
     self_path,
 )
@@ -198,9 +200,15 @@ def literal(value) -> str:
     if isinstance(value, dict):
         items = ", ".join(f"{literal(k)}: {literal(v)}" for k, v in value.items())
         return "{" + items + "}"
+    if isinstance(value, Record) and value.built == "state":
+        state = ", ".join(f"{py_str(k)}: {literal(v)}" for k, v in value.fields)
+        return f"runtime_shim.rebuild({value.module}.{value.qualname}, {{{state}}})"
     if isinstance(value, Record):
         inner = ", ".join(f"{k}={literal(v)}" for k, v in value.fields)
         return f"{value.module}.{value.qualname}({inner})"
+    if isinstance(value, Global):
+        return f"{value.module}.{value.qualname}"
+
     if isinstance(value, tuple):
         inner = ", ".join(literal(v) for v in value)
         inner = f"({inner},)" if len(value) == 1 else f"({inner})"
@@ -570,7 +578,7 @@ def device_locals(device: str, programs: list[Program]) -> list[str]:
         for step in steps
         if isinstance(step, ExternCall)
         for v in _flat([*step.args, *(v for _, v in step.kwargs)])
-    ):
+    ) or any(v is DEVICE for p in programs for v in leaves(p.outputs)):
         lines.append(f"    device = {device}")
     return lines
 

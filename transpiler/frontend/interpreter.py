@@ -10,6 +10,7 @@ way becomes a guard of the variant. Anything else raises `Unsupported`.
 
 from __future__ import annotations
 
+import abc
 import builtins
 import contextvars
 import dataclasses
@@ -316,6 +317,7 @@ class _Mark:
     last_stub: Ref | None
     locals: dict
     contexts: int
+    attr_writes: int
 
 
 @dataclass(frozen=True)
@@ -436,6 +438,10 @@ class Interpreter:
         self._held: list = []  # keeps the ids above valid
         self.in_tensor_loop = 0  # depth of `while` bodies on tensor data
         self.contexts = ContextVars()
+        # objects of interpreted classes made by this call (by id), whose
+        # attributes it sets here, and the journal of those writes (to roll back)
+        self.created: dict[int, object] = {}
+        self.attr_writes: list[tuple[object, str, Any]] = []
         self.statements: list = [None]  # being run, innermost last
 
     # ---- functions ------------------------------------------------------------
@@ -501,7 +507,7 @@ class Interpreter:
                 self.guards[ModuleRead(path, called=True)] = interpreted
             if interpreted:
                 return self.run_function(forward, (fn, *args), kwargs)
-            if any(isinstance(a, OpaqueValue) for a in (*args, *kwargs.values())):
+            if _has_opaque((args, kwargs)):
                 span = self._span()
                 raise Unsupported("uses a value computed by fallback code", span)
             return fn(*args, **kwargs)
@@ -512,14 +518,21 @@ class Interpreter:
             return self.contexts.call(owner, fn.__name__, args, self.statements[-1])
         if is_record(fn) and fn.__module__.split(".")[0] not in OPAQUE_PACKAGES:
             return self._record(fn, args, kwargs)
+        if self._constructs(fn):
+            obj = object.__new__(fn)
+            self.created[id(obj)] = obj
+            self.run_function(fn.__init__, (obj, *args), kwargs)
+            return obj
         if isinstance(fn, types.MethodType) and self._is_user(fn.__func__):
             return self.run_function(fn.__func__, (fn.__self__, *args), kwargs)
         if isinstance(fn, types.FunctionType) and self._is_user(fn):
             return self.run_function(fn, args, kwargs)
-        if any(isinstance(a, OpaqueValue) for a in (*args, *kwargs.values())):
+        if _has_opaque((args, kwargs)):
             raise Unsupported("uses a value computed by fallback code", self._span())
         if fn in RUN_STATE and not args and not kwargs:
             return RUN_STATE[fn]
+        if fn in (torch.tensor, torch.as_tensor) and args and _python_data(args[0]):
+            return _tensor_of_data(*args, **kwargs)
         if fn in EXTERN_FUNCTIONS:
             return self._extern(EXTERN_FUNCTIONS[fn], fn, args, kwargs)
         if fn in PYTHON_SIDE_EFFECTS:
@@ -557,10 +570,29 @@ class Interpreter:
             _users(e)
             raise
 
+    def _constructs(self, cls) -> bool:
+        """Whether calling `cls` is interpreted: a plain class (not a module, not
+        a record) whose `__init__` is Python source and that Python makes with
+        `object.__new__`. The object is Python state of the call (`created`)."""
+        return (
+            isinstance(cls, type)
+            and type(cls) in (type, abc.ABCMeta)
+            and not issubclass(cls, (nn.Module, BaseException, torch.Tensor))
+            and cls.__new__ is object.__new__
+            and cls.__setattr__ is object.__setattr__
+            and "__slots__" not in vars(cls)
+            and self._is_user(cls.__init__)
+        )
+
+    def _set_attribute(self, obj, name: str, value) -> None:
+        """`obj.name = value` for an object this call made: done here, journaled."""
+        self.attr_writes.append((obj, name, vars(obj).get(name, _MISSING)))
+        object.__setattr__(obj, name, value)
+
     def _record(self, cls: type, args: tuple, kwargs: dict) -> Any:
         """A dataclass or named tuple (transformers' `ModelOutput`s): built here,
         as every call builds it; its fields hold what the call computed."""
-        if any(isinstance(a, OpaqueValue) for a in (*args, *kwargs.values())):
+        if _has_opaque((args, kwargs)):
             raise Unsupported("uses a value computed by fallback code", self._span())
         try:
             return cls(*args, **kwargs)
@@ -642,6 +674,7 @@ class Interpreter:
             self.last_stub,
             dict(frame.locals),
             len(self.contexts.journal),
+            len(self.attr_writes),
         )
         if id(stmt) in self.whole:
             self.fallback(stmt, frame, span, self.whole[id(stmt)])
@@ -700,6 +733,12 @@ class Interpreter:
         del self.branches[mark.branches :]
         self.last_stub = mark.last_stub
         self.contexts.rollback(mark.contexts)
+        while len(self.attr_writes) > mark.attr_writes:
+            obj, name, old = self.attr_writes.pop()
+            if old is _MISSING:
+                object.__delattr__(obj, name)
+            else:
+                object.__setattr__(obj, name, old)
         frame.locals.clear()
         frame.locals.update(mark.locals)
 
@@ -1187,6 +1226,11 @@ class Interpreter:
             scope[name] = value
         elif isinstance(target, (cst.Tuple, cst.List)):
             self._unpack(target.elements, value, frame)
+        elif (
+            isinstance(target, cst.Attribute)
+            and id(obj := _lookup(target.value, frame)) in self.created
+        ):
+            self._set_attribute(obj, target.attr.value, value)
         elif isinstance(target, cst.Subscript) and self._local_item(target, frame):
             container = self.eval(target.value, frame)
             index = [self._slice(e.slice, frame) for e in target.slice]
@@ -1263,7 +1307,9 @@ class Interpreter:
         changed = self.changed.get(id(base), ())
         if attr in changed or None in changed:
             raise Unsupported(f"reads .{attr}, which fallback code may have changed")
-        value = self._share(_apply(getattr, base, attr))
+        value = _apply(getattr, base, attr)
+        if id(base) not in self.created:  # state outside the call
+            value = self._share(value)
         path = self.module_paths.get(id(base))
         if path is None:
             return value
@@ -1467,6 +1513,48 @@ class Interpreter:
 
     def _span(self) -> Span | None:
         return self.recorder.span
+
+
+def _has_opaque(value: Any) -> bool:
+    """Whether a value computed by fallback code is in `value`, or in a list,
+    tuple or dict inside it (`torch.cat([t, x])`)."""
+    if isinstance(value, OpaqueValue):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_has_opaque(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_opaque(v) for v in value.values())
+    return False
+
+
+MAX_LITERAL = 64  # elements of a `torch.tensor([...])` built from scalars
+
+
+def _python_data(data: Any) -> bool:
+    """Numbers, or (nested) lists and tuples of them: no tensor inside."""
+    if isinstance(data, (list, tuple)):
+        return all(_python_data(d) for d in data)
+    return isinstance(data, (bool, int, float)) and not isinstance(data, torch.Tensor)
+
+
+def _tensor_of_data(data, dtype=None, device=None, requires_grad=False, **kwargs):
+    """`torch.tensor(data)` of Python numbers, made of ops the recorder sees (on
+    meta, `torch.tensor` makes its data where no op records it): `empty` for no
+    elements, `scalar_tensor` for one, a `stack` of them for a few."""
+    if requires_grad or kwargs.get("pin_memory"):
+        raise Unsupported("torch.tensor(..., requires_grad/pin_memory)")
+    with torch.utils._python_dispatch._disable_current_modes():
+        real = torch.tensor(data, dtype=dtype, device="cpu")
+        shape, values = tuple(real.shape), real.flatten().tolist()
+    like = {"dtype": real.dtype, "device": device}
+    if not values:
+        return torch.empty(shape, **like)
+    if len(values) > MAX_LITERAL:
+        raise Unsupported(f"torch.tensor of more than {MAX_LITERAL} numbers")
+    items = [torch.scalar_tensor(v, **like) for v in values]
+    if not shape:
+        return items[0]
+    return torch.stack(items).reshape(shape)
 
 
 def _is_config(value: Any) -> bool:

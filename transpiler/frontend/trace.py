@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+import types
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -35,7 +36,17 @@ from transpiler.frontend.recorder import (
     Unsupported,
 )
 from transpiler.frontend.source import SourceCache
-from transpiler.ir.graph import Graph, Node, Record, Ref, self_path, subgraph
+from transpiler.ir.graph import (
+    DEVICE,
+    Global,
+    Graph,
+    ModuleRef,
+    Node,
+    Record,
+    Ref,
+    self_path,
+    subgraph,
+)
 from transpiler.ir.region import Branch, LoopBody, Region
 from transpiler.options import ScalarSpec, TensorSpec, Variant
 
@@ -186,7 +197,7 @@ def trace(
                 entry = inspect.unwrap(fn)
                 result = interp.run_function(entry, (*self_, *args), kwargs)
                 interp.returned()
-                outputs = _output_refs(result, builder, recorder)
+                outputs = _output_refs(result, builder, recorder, interp)
         finally:
             reads.update(interp.guards)
             comparisons.extend(interp.comparisons)
@@ -292,12 +303,22 @@ def _inputs(
     return args, values
 
 
-def _output_refs(value, builder: GraphBuilder, recorder: Recorder):
-    """Replace result tensors by `Ref`s to the nodes computing them."""
+def _output_refs(value, builder: GraphBuilder, recorder: Recorder, interp):
+    """Replace result tensors by `Ref`s to the nodes computing them, and objects
+    by how generated code builds them (`Record`, `Global`, `ModuleRef`)."""
+
+    def out(v):
+        return _output_refs(v, builder, recorder, interp)
+
     if isinstance(value, (torch.Tensor, OpaqueValue)):
         return builder.ref(value, recorder.span)
+    if isinstance(value, torch.device):  # meta here: the variant's at run time
+        return DEVICE
+    if id(value) in interp.module_paths:  # the model's config, a submodule
+        return ModuleRef(interp.module_paths[id(value)])
     fields = record_fields(value)
-    if fields is not None:
+    made = id(value) in interp.created
+    if fields is not None or made:
         where = importable(type(value))
         if where is None or not where[1]:
             raise Unsupported(
@@ -305,15 +326,19 @@ def _output_refs(value, builder: GraphBuilder, recorder: Recorder):
                 "cannot import",
                 recorder.span,
             )
+        if fields is None:
+            fields = list(vars(value).items())
+        pairs = tuple((k, out(v)) for k, v in fields)
         return Record(
-            *where,
-            tuple((k, _output_refs(v, builder, recorder)) for k, v in fields),
+            *where, pairs, "state" if made and not record_fields(value) else "init"
         )
+    if isinstance(value, (type, types.FunctionType)) and importable(value):
+        return Global(*importable(value))
     if isinstance(value, (tuple, list)):
-        return type(value)(_output_refs(v, builder, recorder) for v in value)
+        return type(value)(out(v) for v in value)
     if isinstance(value, dict):
-        return {k: _output_refs(v, builder, recorder) for k, v in value.items()}
-    if isinstance(value, (int, float, bool, str, type(None))):
+        return {k: out(v) for k, v in value.items()}
+    if isinstance(value, (int, float, bool, str, type(None), torch.dtype)):
         return value
     raise Unsupported(f"returns a {type(value).__name__}", recorder.span)
 

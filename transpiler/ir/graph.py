@@ -171,17 +171,31 @@ def _fmt(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Record:
-    """A result object made of named fields (a dataclass such as transformers'
-    `ModelOutput`, a named tuple): generated code builds it by keyword from the
-    class it imports, `module.qualname(field=value, ...)`."""
+    """A result object made of named fields, built by generated code from the
+    class it imports. `built="init"`: by keyword, `module.qualname(field=value,
+    ...)` (a dataclass such as transformers' `ModelOutput`, a named tuple);
+    `built="state"`: an object the forward made and filled (a key/value cache),
+    from its attributes as they stood at the return (`runtime_shim.rebuild`)."""
 
     module: str
     qualname: str
     fields: tuple[tuple[str, Any], ...]
+    built: str = "init"
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={_fmt(v)}" for k, v in self.fields)
         return f"{self.qualname}({inner})"
+
+
+@dataclass(frozen=True)
+class Global:
+    """A class or function in a result, as its module's global."""
+
+    module: str
+    qualname: str
+
+    def __repr__(self) -> str:
+        return f"{self.module}.{self.qualname}"
 
 
 FALLBACK = "_fallback"  # target prefix of fallback calls
@@ -202,8 +216,24 @@ def iter_refs(value: Any) -> Iterator[Ref]:
             yield from iter_refs(v)
 
 
-def records_in(value: Any) -> Iterator[Record]:
-    """The `Record`s in a nested output structure, outermost first."""
+def leaves(value: Any) -> Iterator[Any]:
+    """Every value in a nested output structure that holds no other."""
+    if isinstance(value, Record):
+        value = [v for _, v in value.fields]
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            yield from leaves(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from leaves(v)
+    else:
+        yield value
+
+
+def records_in(value: Any) -> Iterator[Record | Global]:
+    """The `Record`s and `Global`s in a nested output structure, outermost first."""
+    if isinstance(value, Global):
+        yield value
     if isinstance(value, Record):
         yield value
         value = [v for _, v in value.fields]
