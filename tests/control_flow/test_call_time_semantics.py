@@ -489,7 +489,7 @@ class FallbackGetsASlice(nn.Module):
 
 class FallbackValueInAList(nn.Module):
     def forward(self, x):
-        rows = torch.tensor(x.tolist())
+        rows = torch.tensor(x.tolist(), device=x.device)
         return torch.cat([rows, x]) * 2
 
 class NoneFromFallbackCode(nn.Module):

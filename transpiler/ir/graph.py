@@ -245,6 +245,19 @@ def records_in(value: Any) -> Iterator[Record | Global]:
             yield from records_in(v)
 
 
+def read_before_fallback(graph: Graph) -> set[str]:
+    """Values read before fallback code writes what they were computed from (the
+    `_reads` of fallback calls): a copy among them must stay a copy."""
+    return {
+        r.name
+        for n in graph.nodes
+        if n.is_fallback
+        for key, value in n.kwargs
+        if key == "_reads"
+        for r in iter_refs(value)
+    }
+
+
 def map_refs(value: Any, fn) -> Any:
     """Rebuild `value` with every `Ref` replaced by `fn(ref)`."""
     if isinstance(value, Ref):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from transpiler.ir.graph import Graph, Node, iter_refs
+from transpiler.ir.graph import Graph, Node, read_before_fallback
 from transpiler.passes.retrace import retrace
 
 POW_RULES = {
@@ -90,7 +90,7 @@ REWRITES = {
 def constant_fold(graph: Graph) -> Graph:
     if not any(n.target in REWRITES for n in graph.nodes):
         return graph
-    copies = _must_copy(graph)
+    copies = read_before_fallback(graph)
 
     def keep_copies(rewrite):
         def rewritten(node: Node, args, kwargs):
@@ -100,15 +100,3 @@ def constant_fold(graph: Graph) -> Graph:
         return rewritten
 
     return retrace(graph, rewrites={t: keep_copies(r) for t, r in REWRITES.items()})
-
-
-def _must_copy(graph: Graph) -> set[str]:
-    """Values read before fallback code writes what they were computed from."""
-    return {
-        r.name
-        for n in graph.nodes
-        if n.is_fallback
-        for key, value in n.kwargs
-        if key == "_reads"
-        for r in iter_refs(value)
-    }

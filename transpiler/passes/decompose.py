@@ -24,6 +24,7 @@ from torch._decomp import get_decompositions
 
 from transpiler.ir.graph import Graph, Node
 from transpiler.ir.ops import POINTWISE, copies_that_may_alias, may_copy
+from transpiler.passes.dce import dce
 from transpiler.passes.retrace import retrace
 
 aten = torch.ops.aten
@@ -41,7 +42,9 @@ DECOMPOSE = (
     aten.lerp.Scalar,
     aten.zeros_like.default,
     aten.ones_like.default,
+    aten.native_batch_norm.default,
 )
+BATCH_NORM = "aten.native_batch_norm.default"
 
 
 def decompose(graph: Graph) -> Graph:
@@ -51,8 +54,47 @@ def decompose(graph: Graph) -> Graph:
     for op in DECOMPOSE:
         if str(op) in POINTWISE:
             table[op] = _unless_kernel_op(str(op), table[op])
+    if _reads_statistics(dce(graph)):
+        del table[aten.native_batch_norm.default]
+    else:
+        table[aten.native_batch_norm.default] = _in_eval(
+            table[aten.native_batch_norm.default]
+        )
     table.update({op: op.decompose for op in copies_that_may_alias()})
     return retrace(graph, decompositions=table)
+
+
+# Note [Batch norm in eval]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~
+# With its running statistics (eval mode), batch norm is a per-channel scale and
+# shift: decomposed, it fuses into the kernel of what follows it, after a
+# convolution that is its ReLU and residual add, so the normalized activation is
+# never written on its own. In training it updates the running statistics in
+# place and stays whole. The statistics it also returns differ between devices
+# (Note in ir/device_outputs.py): a graph that reads them keeps the op whole.
+
+
+def _in_eval(decomposition):
+    def decompose_in_eval(*args, **kwargs):
+        if _argument(args, kwargs, 5, "training"):
+            return NotImplemented
+        return decomposition(*args, **kwargs)
+
+    return decompose_in_eval
+
+
+def _argument(args: tuple, kwargs: dict, index: int, name: str):
+    return args[index] if len(args) > index else kwargs.get(name)
+
+
+def _reads_statistics(graph: Graph) -> bool:
+    """Whether a batch norm's mean or inverse standard deviation is read (in a
+    graph without dead code)."""
+    norms = {n.name for n in graph.nodes if n.target == BATCH_NORM}
+    return any(
+        n.target == "getitem" and n.args[0].name in norms and n.args[1] != 0
+        for n in graph.nodes
+    )
 
 
 def _decomposes(node: Node) -> bool:
@@ -62,6 +104,8 @@ def _decomposes(node: Node) -> bool:
         return True
     if _op(node.target) not in DECOMPOSE:
         return False
+    if node.target == BATCH_NORM:
+        return not _argument(node.args, dict(node.kwargs), 5, "training")
     return not _kernel_op(node.target, dict(node.kwargs))
 
 

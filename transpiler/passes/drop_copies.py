@@ -1,4 +1,5 @@
-"""Drop copies that change nothing: `clone` of a value already laid out as asked.
+"""Drop copies that change nothing: `clone` or `_to_copy` of a value already laid
+out as asked (a decomposition's `running_mean.to(torch.float32)` of a float32 buffer).
 
 Before:  t = aten.transpose.int(attn, 1, 2)      # contiguous: attention's layout
          c = aten.clone.default(t, memory_format=torch.contiguous_format)
@@ -6,26 +7,38 @@ Before:  t = aten.transpose.int(attn, 1, 2)      # contiguous: attention's layou
 After:   v = aten.view.default(t, [B, T, C]);  mm = aten.mm.default(v, w)
 
 The graph is functional, so an internal value and its copy can be the same memory.
-A copy the function returns stays: the caller may write into it.
+A copy the function returns stays: the caller may write into it. So does one read
+before fallback code writes what it copies.
 """
 
 from __future__ import annotations
 
-from transpiler.ir.graph import Graph, Node, TensorMeta, iter_refs
+from transpiler.ir.graph import (
+    Graph,
+    Node,
+    TensorMeta,
+    iter_refs,
+    read_before_fallback,
+)
 from transpiler.ir.ops import is_view
 from transpiler.passes.retrace import retrace
 
-COPIES = ("aten.clone.default",)
+COPIES = ("aten.clone.default", "aten._to_copy.default")
+# what a `_to_copy` may be asked for and still copy nothing: the same dtype and
+# layout (checked on the metas), no device given
+SAME_PLACE = {"dtype", "layout", "memory_format", "pin_memory"}
 
 
 def drop_copies(graph: Graph) -> Graph:
     nodes = graph.by_name()
-    returned = _returned(graph, nodes)
+    returned = _returned(graph, nodes) | read_before_fallback(graph)
     chosen = {
         n.name
         for n in graph.nodes
         if n.target in COPIES
         and n.name not in returned
+        and {k for k, _ in n.kwargs} <= SAME_PLACE
+        and dict(n.kwargs).get("pin_memory") in (None, False)
         and _same_layout(nodes[n.args[0].name].meta, n.meta)
     }
     if not chosen:
