@@ -245,6 +245,23 @@ CASES: list[Case] = [
         for op in ("eq", "ne", "lt", "le", "gt", "ge")
         for c in compare_scalar(f"aten.{op}.Scalar", f"aten.{op}.Scalar(a, 1.0)")
     ),
+    # bitwise ops: booleans and integers (with negatives: two's complement)
+    *(
+        c
+        for op in ("bitwise_and", "bitwise_or", "bitwise_xor")
+        for c in (
+            Case(
+                f"aten.{op}.Tensor",
+                f"aten.{op}.Tensor(a, b)",
+                {"a": bools(*X), "b": bools(*X)},
+            ),
+            Case(
+                f"aten.{op}.Tensor",
+                f"aten.{op}.Tensor(a, b)",
+                {"a": ints(*X), "b": ints(*X) - 3},
+            ),
+        )
+    ),
     # logical ops: any dtype, nonzero is true
     *(
         c

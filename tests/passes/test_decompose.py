@@ -104,6 +104,18 @@ def contiguous_of_contiguous(x):
 
 def to_dtype(x):
     return x.to(torch.float64, copy=True)
+
+
+def batch_norm_eval(x, m, v, w, b):
+    return F.batch_norm(x, m, v, w, b)
+
+
+def batch_norm_train(x):
+    return F.batch_norm(x, None, None, training=True)
+
+
+def batch_norm_statistics(x, m, v):
+    return torch.native_batch_norm(x, None, None, m, v, False, 0.1, 1e-5)
 """
 
 g = torch.Generator().manual_seed(0)
@@ -125,6 +137,11 @@ CASES = [  # function, inputs, the composite op the trace records
     ("lerp", {"x": X, "w": W}, "aten.lerp.Scalar"),
     ("zeros_like", {"x": X}, "aten.zeros_like.default"),
     ("ones_like", {"x": X}, "aten.ones_like.default"),
+    (
+        "batch_norm_eval",
+        {"x": X, "m": B, "v": W.abs() + 0.5, "w": W, "b": B},
+        "aten.native_batch_norm.default",
+    ),
 ]
 
 
@@ -282,3 +299,22 @@ def test_to_dtype_from_a_decomposition_becomes_a_fusable_cast(tmp_path: Path) ->
     assert_same(result.run(after, inputs), want)
     program = lower(optimize(result.graph), KernelNames())
     assert not [s for s in program.steps if isinstance(s, ExternCall)], str(program)
+
+
+@pytest.mark.parametrize(
+    "name, inputs",
+    [
+        ("batch_norm_train", {"x": X}),
+        ("batch_norm_statistics", {"x": X, "m": B, "v": W.abs() + 0.5}),
+    ],
+)
+def test_batch_norm_stays_whole_in_training_or_when_its_statistics_are_read(
+    name: str, inputs: dict, tmp_path: Path
+) -> None:
+    """Training updates the running statistics in place; the statistics it
+    returns differ between devices (Note [Batch norm in eval])."""
+    result = trace_source(SOURCE, name, inputs, tmp_path)
+    after = decompose(result.graph)
+    targets = {n.target for n in after.nodes}
+    assert any("batch_norm" in t for t in targets), str(after)
+    assert_same(result.run(after, inputs), result.eager(inputs))

@@ -78,6 +78,10 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.ge.Scalar": P("ge", (0, 1), "compare"),
     "aten.logical_and.default": P("logical_and", (0, 1), "compare"),
     "aten.logical_or.default": P("logical_or", (0, 1), "compare"),
+    # on booleans and integers (floats raise in eager, at the meta call)
+    "aten.bitwise_and.Tensor": P("bitwise_and", (0, 1)),
+    "aten.bitwise_or.Tensor": P("bitwise_or", (0, 1)),
+    "aten.bitwise_xor.Tensor": P("bitwise_xor", (0, 1)),
     "aten.where.self": P("where", (0, 1, 2), "where"),
     "aten.clone.default": P("identity"),
     "aten._to_copy.default": P("identity", (0,), "cast"),
