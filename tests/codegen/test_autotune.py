@@ -257,8 +257,8 @@ def test_bf16_int_and_bool_buffers(tmp_path: Path, loops: None) -> None:
     looped, narrow = LaunchConfig(1, 512, 4), LaunchConfig(256, 1, 2)
     built = transpile(tmp_path, OTHER_DTYPES, fake_bench(FakeTimer(looped, narrow)))
     assert "XBLOCK=1, RBLOCK=512, num_warps=4" in built.launch(SOFTMAX_KERNEL)
-    for comparison in ("fused_gt_0", "fused_gt_1"):  # f32 and i32 in, bool out
-        assert "XBLOCK=256, num_warps=2" in built.launch(comparison)
+    # f32 and i32 in, bool out: both comparisons and their `|` in one kernel
+    assert "XBLOCK=256, num_warps=2" in built.launch("fused_gt_bitwise_or_0")
     torch.manual_seed(0)
     x = torch.randn(4, 1024, dtype=torch.bfloat16)
     a, n = torch.randn(64, 64), torch.randint(0, 8, (64, 64), dtype=torch.int32)
