@@ -37,8 +37,9 @@ the generated variant's C++/Triton kernels and extern calls (from its module
 docstring); then a geomean row over the models where both sides are timed and
 correct, and a note per failure.
 `--json FILE` also writes the rows. Progress goes to stderr; so does `--profile`:
-for each model, the top ops by self time of one generated and one eager call
-(torch.profiler), the generated module's C++ kernels among them by name.
+for each model, the top ops by self time of one generated, one compiled and one eager
+call (torch.profiler), the generated module's C++ kernels among them by name; then
+the generated call's Python functions with the most host time (cProfile).
 
 Defaults are CPU-sized (batch 1, sequence 128; ResNet-50 batch 2); on a GPU machine,
 `--device cuda --batch 8 --seq 512` and the same file. timm needs torchvision at
@@ -480,6 +481,24 @@ def profile(
     return f"--- {label}: {summary}\n{table}"
 
 
+def host_profile(label: str, fn: Callable[[], object], calls: int = 20) -> str:
+    """The Python functions with the most host time of their own over `calls`
+    calls of `fn` (cProfile, which adds its own cost to each call: compare counts
+    and relative costs)."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(15)
+    return f"--- {label}, generated: host time of {calls} calls\n{out.getvalue()}"
+
+
 # ------------------------------------------------------------------------- run
 
 
@@ -588,12 +607,14 @@ def run_model(model: Model, args: argparse.Namespace, work: Path, since: float) 
         row.compile_ms = ms.get("compile")
         row.generated_ms = ms.get("generated")
         if args.profile:
-            for name in ("generated", "eager"):
+            for name in ("generated", "compile", "eager"):
                 if name in timed:
                     label = f"{model.name}, {name}"
                     gen_module = module if name == "generated" else None
                     report = profile(label, timed[name], args.device, gen_module)
                     print(report, file=sys.stderr)
+            if "generated" in timed:
+                print(host_profile(model.name, timed["generated"]), file=sys.stderr)
     torch._dynamo.reset()  # drop the compiled code and its memory
     if args.device == "cuda":
         torch.cuda.empty_cache()

@@ -649,7 +649,7 @@ class Interpreter:
         layout = EXTERN_LAYOUT.get(target)
         with torch.utils._python_dispatch._disable_current_modes():
             out = fn(*args, **kwargs)
-            stride = layout(tuple(out.shape)) if layout else out.stride()
+            stride = layout(tuple(out.shape), args) if layout else out.stride()
             out = torch.empty_strided(out.shape, stride, dtype=out.dtype, device="meta")
         self.recorder.record(target, args, kwargs, out)
         return out

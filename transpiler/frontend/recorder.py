@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_flatten
 
 from transpiler.codegen.text import identifier, is_reserved, unreserved
 from transpiler.ir.graph import DEVICE, Node, Ref, Span, TensorMeta, map_refs
-from transpiler.ir.ops import CHECKS_DATA
+from transpiler.ir.ops import CHECKS_DATA, EXTERN_LAYOUT
 
 
 class Unsupported(Exception):
@@ -337,6 +337,13 @@ class Recorder(TorchDispatchMode):
         if func._schema.is_mutable:
             return self._functionalize(func, args, kwargs)
         out = func(*args, **kwargs)
+        layout = EXTERN_LAYOUT.get(op_name(func))
+        if layout is not None and isinstance(out, torch.Tensor):
+            stride = layout(tuple(out.shape), args)
+            if stride != out.stride():  # the layout the device's kernel gives it
+                out = torch.empty_strided(
+                    out.shape, stride, dtype=out.dtype, device=out.device
+                )
         self.record(op_name(func), args, kwargs, out)
         return out
 

@@ -224,7 +224,7 @@ SUPPORTED_DTYPES = (
 )
 
 
-def attention_layout(shape: tuple[int, ...]) -> tuple[int, ...]:
+def attention_layout(shape: tuple[int, ...], args: tuple) -> tuple[int, ...]:
     """Strides of attention's output as its fused kernels (flash, memory-efficient)
     write it: (B, H, L, D) stored as (B, L, H, D), so `y.transpose(1, 2)` is
     contiguous for free."""
@@ -234,9 +234,34 @@ def attention_layout(shape: tuple[int, ...]) -> tuple[int, ...]:
     return (length * heads * dim, dim, heads * dim, 1)
 
 
-# Extern ops whose run-time layout depends on the backend they pick: compiled code
-# assumes this layout, and the wrapper copies into it only when the result differs.
-EXTERN_LAYOUT = {"aten.scaled_dot_product_attention.default": attention_layout}
+def convolution_layout(shape: tuple[int, ...], args: tuple) -> tuple[int, ...]:
+    """Strides of a convolution's output as oneDNN and cuDNN write it: channels-last
+    (NHWC in memory) when its input or weight is, contiguous otherwise. The meta
+    kernel says contiguous for any input (Note [Channels-last convolutions] in
+    passes/channels_last.py)."""
+    x, w = args[0], args[1]
+    if len(shape) == 4 and any(_channels_last(t) for t in (x, w)):
+        n, c, h, width = shape
+        return (h * width * c, 1, width * c, c)
+    return contiguous_strides(shape)
+
+
+def _channels_last(t) -> bool:
+    return (
+        isinstance(t, torch.Tensor)
+        and t.dim() == 4
+        and not t.is_contiguous()
+        and t.is_contiguous(memory_format=torch.channels_last)
+    )
+
+
+# Extern ops whose run-time layout depends on the backend they pick, as a function of
+# the result's shape and the op's arguments: compiled code assumes this layout, and
+# the wrapper copies into it only when the result differs.
+EXTERN_LAYOUT = {
+    "aten.scaled_dot_product_attention.default": attention_layout,
+    "aten.convolution.default": convolution_layout,
+}
 
 # Extern ops that return a new dense tensor laid out the same on every device, as
 # their meta kernels say; other extern results may be laid out otherwise at run time

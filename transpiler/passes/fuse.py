@@ -194,6 +194,8 @@ def fuse(graph: Graph) -> Fusion:
     groups: list[_State] = []
     group_of: dict[str, int] = {}
     reads_from: dict[int, set[int]] = {}  # group -> groups whose values it reads
+    order = {n.name: i for i, n in enumerate(graph.nodes)}
+    users = graph.users()
     for node in graph.nodes:
         kind = kinds[node.name]
         if kind == "item":
@@ -205,7 +207,8 @@ def fuse(graph: Graph) -> Fusion:
         best, best_score = None, 0
         reads = _buffer_reads(node, nodes, kinds)
         candidates = _producer_groups(node, nodes, kinds, group_of)
-        candidates |= {g.id for g in groups if g.reads & reads.keys()}
+        if not _broadcasts_only(node, nodes, kinds):
+            candidates |= {g.id for g in groups if g.reads & reads.keys()}
         for gid in sorted(candidates):
             g = groups[gid]
             if can_fuse(g, node, nodes, kinds, group_of, ancestors, reads_from):
@@ -224,11 +227,75 @@ def fuse(graph: Graph) -> Fusion:
             best.nodes.append(node.name)
             if kind == "reduction":
                 best.rows, best.rnumel = reduction_spec(node, nodes)
+            through_memory = {
+                group_of.get(root)
+                for how, _, root in (resolve(r, nodes, kinds) for r in node.refs())
+                if how == "buffer"
+            }
+            for gid in sorted(candidates - {best.id} - through_memory):
+                g = groups[gid]
+                if _mergeable(g, best, nodes, reads_from, ancestors) and not (
+                    _read_elsewhere(g, node, users, kinds)
+                ):
+                    _merge(g, best, group_of, order)
         best.reads |= reads.keys()
         group_of[node.name] = best.id
         producers = {group_of.get(resolve(r, nodes, kinds)[2]) for r in node.refs()}
         reads_from.setdefault(best.id, set()).update(producers - {None, best.id})
-    frozen = tuple(Group(g.id, tuple(g.nodes), g.rows, g.rnumel) for g in groups)
+    return _frozen(graph, nodes, kinds, groups, group_of)
+
+
+def _mergeable(g: _State, into: _State, nodes, reads_from, ancestors) -> bool:
+    """Whether pointwise group `g`, which reads only memory no kernel writes and
+    which no kernel reads yet, can be computed in `into`, per row or per element of
+    it: a value recomputed at its reader's shape (passes/recompute.py) starts a
+    group of its own, having no producer to join, and belongs in its reader's
+    kernel."""
+    if g.rnumel != 1 or not g.nodes:
+        return False
+    at = level(into, g.rows)
+    if at is None or (
+        at == "r" and not all(splits(_meta(nodes, m).shape, into.rnumel) for m in g.nodes)
+    ):
+        return False
+    if reads_from.get(g.id) or any(g.id in r for r in reads_from.values()):
+        return False
+    members, others = set(g.nodes), set(into.nodes[:-1])
+    return not any(ancestors[m] & members for m in others) and not any(
+        ancestors[m] & others for m in members
+    )
+
+
+def _read_elsewhere(g: _State, node: Node, users, kinds) -> bool:
+    """Whether anything but `node`, `g`'s own members and the graph's result
+    reads a value of `g`, directly or through views (an extern call reading it
+    could not run between the parts of one kernel)."""
+    members = set(g.nodes)
+    todo = [u for m in g.nodes for u in users.get(m, ())]
+    while todo:
+        user = todo.pop()
+        if kinds.get(user) == "view":
+            todo += users.get(user, ())
+        elif user not in members and user not in (node.name, "<output>"):
+            return True
+    return False
+
+
+def _merge(g: _State, into: _State, group_of: dict[str, int], order) -> None:
+    into.nodes = sorted(into.nodes + g.nodes, key=order.__getitem__)
+    into.reads |= g.reads
+    for m in g.nodes:
+        group_of[m] = into.id
+    g.nodes = []
+
+
+def _frozen(graph: Graph, nodes, kinds, groups: list[_State], group_of) -> Fusion:
+    """The groups left after merges, numbered in order."""
+    ids = {g.id: i for i, g in enumerate(g for g in groups if g.nodes)}
+    group_of = {name: ids[gid] for name, gid in group_of.items()}
+    frozen = tuple(
+        Group(ids[g.id], tuple(g.nodes), g.rows, g.rnumel) for g in groups if g.nodes
+    )
     realized = _realized(graph, nodes, kinds, group_of)
     return Fusion(kinds, frozen, group_of, realized)
 
@@ -241,6 +308,17 @@ def _buffer_reads(node: Node, nodes, kinds) -> dict[str, int]:
         if how == "buffer":
             out[root] = max(out.get(root, 0), _meta(nodes, via).numel)
     return out
+
+
+def _broadcasts_only(node: Node, nodes, kinds) -> bool:
+    """Whether every buffer `node` reads, it reads broadcast (a few values, each at
+    many positions: batch norm's statistics read per channel). Sharing such reads
+    with another kernel saves nothing; its values belong in the kernel of their
+    reader (`_mergeable`)."""
+    reads = [resolve(r, nodes, kinds) for r in node.refs()]
+    return bool(reads) and all(
+        how == "buffer" and 0 in _meta(nodes, via).stride for how, via, _ in reads
+    )
 
 
 def _producer_groups(node, nodes, kinds, group_of) -> set[int]:

@@ -8,6 +8,7 @@ do it by running each node's op, or its replacement, on meta tensors under a fre
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
@@ -24,15 +25,28 @@ from transpiler.ir.ops import EXTERN_LAYOUT
 Rewrite = Callable[[Node, tuple, dict], object]  # returns NotImplemented to keep
 
 
+@dataclass(frozen=True)
+class SameOp:
+    """What a rewrite returns to keep a node's op whole, with other arguments."""
+
+    args: tuple
+    kwargs: dict
+
+
 def retrace(
     graph: Graph,
     rewrites: dict[str, Rewrite] | None = None,
     decompositions: dict | None = None,
+    values: dict[str, object] | None = None,
 ) -> Graph:
+    """`graph` rerun node by node, with `rewrites` (by target) and `decompositions`
+    applied. `values`, when given, is filled with each node's value as it is rerun
+    (meta tensors, by the original node's name): rewrites read earlier values there.
+    """
     builder = GraphBuilder()
     builder.reserve(n.name for n in graph.nodes)  # values that survive keep names
     recorder = Recorder(builder, decompositions)
-    values: dict[str, object] = {}
+    values = {} if values is None else values
     rewrites = rewrites or {}
     with torch.device("meta"), torch.no_grad(), recorder:
         for node in graph.nodes:
@@ -90,15 +104,19 @@ def _run(
     rewrite = rewrites.get(node.target)
     out = rewrite(node, args, kwargs) if rewrite else NotImplemented
     op = resolve_op(node.target)
-    if out is NotImplemented and op in recorder.decompositions:
+    whole = isinstance(out, SameOp)
+    if whole:
+        args, kwargs, out = out.args, out.kwargs, NotImplemented
+    if out is NotImplemented and op in recorder.decompositions and not whole:
         out = op(*args, **kwargs)
     elif out is NotImplemented:  # keep the op whole, even a composite one
         with _disable_current_modes():
             out = op(*args, **kwargs)
-            if node.target in EXTERN_LAYOUT:  # the layout it was recorded with
-                m = node.meta
+            layout = EXTERN_LAYOUT.get(node.target)
+            if layout is not None:  # the layout the device's kernel gives it
+                stride = layout(tuple(out.shape), args)
                 out = torch.empty_strided(
-                    m.shape, m.stride, dtype=m.dtype, device="meta"
+                    out.shape, stride, dtype=out.dtype, device="meta"
                 )
         recorder.record(node.target, args, kwargs, out)
     origin = node.origin
@@ -166,4 +184,4 @@ def _stub_result(node: Node, stub: _StubResults, builder: GraphBuilder):
     return value
 
 
-__all__ = ["retrace"]
+__all__ = ["SameOp", "retrace"]

@@ -243,6 +243,7 @@ class KernelBuilder:
         self.rounded: dict[str, torch.dtype] = {}  # Note [Rounding casts]
         self.inputs: dict[str, KernelArg] = {}
         self.outputs: list[KernelArg] = []
+        self.order = _memory_order(group, fusion, nodes)
 
     def build(self) -> Kernel:
         g = self.group
@@ -341,7 +342,8 @@ class KernelBuilder:
         pad = len(shape) - len(view.shape)
         terms: list[Term] = []
         inner = 1
-        for d in reversed(range(len(shape))):
+        order = self.order if len(shape) == len(self.order) else range(len(shape))
+        for d in reversed(order):
             size, vd = shape[d], d - pad
             stride = view.stride[vd] if vd >= 0 and view.shape[vd] != 1 else 0
             if size != 1 and stride != 0:
@@ -439,6 +441,28 @@ class KernelBuilder:
         self.outputs.append(KernelArg(param, node.name, meta.dtype))
         index = self.index(meta.shape, level, meta, 0)
         self.body.append(Store(param, index, self.values[node.name], level, meta.dtype))
+
+
+def _memory_order(group: Group, fusion: Fusion, nodes) -> tuple[int, ...]:
+    """The order of dimensions (outermost first) a pointwise kernel enumerates its
+    elements in: that of the memory of the values it stores, when they all have one
+    dense layout and one shape, as every value of the kernel has (a channels-last
+    activation: N, H, W, C); row-major otherwise. Stores are then contiguous and
+    loads of values laid out alike too, whatever the layout."""
+    metas = [nodes[n].meta for n in group.nodes if fusion.kinds[n] == "pointwise"]
+    stored = [nodes[n].meta for n in group.nodes if n in fusion.realized]
+    if group.rnumel != 1 or not stored or not metas:
+        return ()
+    shape, stride = stored[0].shape, stored[0].stride
+    if any(m.shape != shape for m in metas) or any(m.stride != stride for m in stored):
+        return ()
+    order = tuple(sorted(range(len(shape)), key=lambda d: (shape[d] != 1, -stride[d])))
+    expect = 1
+    for d in reversed(order):
+        if shape[d] != 1 and stride[d] != expect:
+            return ()  # not dense in any order of dimensions
+        expect *= shape[d]
+    return order
 
 
 def _coalesce(terms) -> list[Term]:

@@ -1,0 +1,160 @@
+"""Recompute small pointwise values inside the larger kernels that read them broadcast.
+
+Before:  add: f32[8] = aten.add.Tensor(v, 1e-05);  rsqrt: f32[8] = aten.rsqrt.default(add)
+         unsqueeze: f32[8,1,1] = aten.unsqueeze.default(rsqrt, -1) ...
+         mul: f32[2,8,6,6] = aten.mul.Tensor(sub, unsqueeze)
+After:   unsqueeze_1: f32[8,1,1] = aten.unsqueeze.default(v, -1) ...
+         expand: f32[2,8,6,6] = aten.expand.default(unsqueeze_1, [2, 8, 6, 6])
+         add_1: f32[2,8,6,6] = aten.add.Tensor(expand, 1e-05);  rsqrt_1 = rsqrt(add_1)
+         mul: f32[2,8,6,6] = aten.mul.Tensor(sub, rsqrt_1)
+
+A value computed from parameters alone (batch norm's per-channel scale, Gemma's
+`1 + weight`, a mask built from a padding mask) is small next to the activations
+that read it, and computed on its own it is a kernel launch and a store for a few
+elements. Recomputed where it is read, at the reader's shape, its operands become
+broadcast loads (stride-0 views) in the reader's kernel: a few more arithmetic
+instructions per element of a memory-bound kernel instead of a launch. This is the
+"inline pointwise producers into consumers" decision of TorchInductor's scheduler,
+made here on the graph so that fusion sees same-shape pointwise chains.
+
+A value is recomputable ("cheap") when it is a pointwise kernel op whose shape is
+the broadcast of its tensor operands' (not a factory), draws no random numbers, and
+each operand is a buffer (input, parameter, extern result, or a view of one) or
+another cheap value, at most `MAX_NODES` ops in all. It is not recomputed when
+recomputing would change its dtype (a 0-dim operand of a wider dtype takes part in
+type promotion once broadcast) or when fallback code writes what it reads after it
+was computed (`read_before_fallback`): then it stays as it is. The original stays
+in the graph for any reader that does not broadcast it; `dce` drops it when none
+is left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from transpiler.frontend.recorder import resolve_op
+from transpiler.ir.graph import Graph, Node, Ref, read_before_fallback
+from transpiler.passes.fuse import classify, resolve
+from transpiler.passes.retrace import retrace
+
+MAX_NODES = 16  # ops recomputed for one operand, views not counted
+KERNEL_VALUES = ("pointwise", "reduction", "item")
+
+
+class _KeepOperand(Exception):
+    """Recomputing this operand would not compute the same values."""
+
+
+def recompute_broadcasts(graph: Graph) -> Graph:
+    nodes = graph.by_name()
+    kinds = {n.name: classify(n, nodes) for n in graph.nodes}
+    cheap = _cheap(graph, nodes, kinds)
+
+    def broadcast(node: Node, arg) -> bool:
+        if not isinstance(arg, Ref):
+            return False
+        root = nodes[_views(arg, nodes, kinds)[1]]
+        return root.name in cheap and root.tensor_meta.numel < node.tensor_meta.numel
+
+    chosen = {
+        n.name
+        for n in graph.nodes
+        if kinds[n.name] == "pointwise" and any(broadcast(n, a) for a in n.args)
+    }
+    if not chosen:
+        return graph
+    values: dict[str, object] = {}
+
+    def recompute(ref: Ref, transform: Callable) -> torch.Tensor:
+        """transform(value of `ref`), with cheap values computed after `transform`."""
+        views, name = _views(ref, nodes, kinds)
+        if name not in cheap:
+            return transform(values[ref.name])
+        root = nodes[name]
+        shape = root.tensor_meta.shape
+
+        def through(t: torch.Tensor) -> torch.Tensor:
+            for view in views:
+                t = resolve_op(view.target)(t, *view.args[1:], **dict(view.kwargs))
+            return transform(t)
+
+        def operand(t: torch.Tensor) -> torch.Tensor:
+            return through(_expand(t, shape))
+
+        args = [recompute(a, operand) if isinstance(a, Ref) else a for a in root.args]
+        out = resolve_op(root.target)(*args, **dict(root.kwargs))
+        if out.dtype != root.tensor_meta.dtype:
+            raise _KeepOperand(name)
+        return out
+
+    def rewrite(node: Node, args, kwargs):
+        if node.name not in chosen:
+            return NotImplemented
+        shape = node.tensor_meta.shape
+        args = list(args)
+        for i, a in enumerate(node.args):
+            if broadcast(node, a):
+                try:
+                    args[i] = recompute(a, lambda t: _expand(t, shape))
+                except _KeepOperand:
+                    pass  # ops recorded on the way are dead: dce drops them
+        return resolve_op(node.target)(*args, **kwargs)
+
+    rewrites = {n.target: rewrite for n in graph.nodes if n.name in chosen}
+    return retrace(graph, rewrites=rewrites, values=values)
+
+
+def _expand(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    return t if tuple(t.shape) == tuple(shape) else t.expand(shape)
+
+
+def _views(ref: Ref, nodes: dict[str, Node], kinds) -> tuple[list[Node], str]:
+    """The views from the value `ref` reads to `ref` (outermost last), and that
+    value's name. Views that cannot be replayed on another tensor end the walk."""
+    chain, name = [], ref.name
+    while kinds[name] == "view" and _replayable(nodes[name]):
+        chain.append(nodes[name])
+        name = nodes[name].args[0].name
+    return chain[::-1], name
+
+
+def _replayable(view: Node) -> bool:
+    rest = list(view.args[1:]) + [v for _, v in view.kwargs]
+    return (
+        view.target.startswith("aten.")
+        and isinstance(view.args[0], Ref)
+        and not any(isinstance(a, Ref) for a in rest)
+    )
+
+
+def _random(node: Node) -> bool:
+    """Whether the op draws random numbers: computed twice, it draws twice."""
+    return torch.Tag.nondeterministic_seeded in resolve_op(node.target).tags
+
+
+def _cheap(graph: Graph, nodes, kinds) -> dict[str, int]:
+    """Recomputable values, with the number of ops recomputing each takes."""
+    pinned = read_before_fallback(graph)
+    sizes: dict[str, int] = {}
+    for node in graph.nodes:
+        if kinds[node.name] != "pointwise" or node.name in pinned:
+            continue
+        if not any(isinstance(a, Ref) for a in node.args):
+            continue  # a factory: its size is an argument, not a broadcast
+        if any(isinstance(v, Ref) for _, v in node.kwargs) or _random(node):
+            continue
+        shapes = [nodes[r.name].tensor_meta.shape for r in node.refs()]
+        if torch.broadcast_shapes(*shapes) != node.tensor_meta.shape:
+            continue  # `new_full(x, size)`: its shape is an argument
+        total, ok = 1, True
+        for r in node.refs():
+            _, name = _views(r, nodes, kinds)
+            if name in sizes:
+                total += sizes[name]
+            elif kinds[resolve(r, nodes, kinds)[2]] in KERNEL_VALUES:
+                ok = False
+        if ok and total <= MAX_NODES:
+            sizes[node.name] = total
+    return sizes
