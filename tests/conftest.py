@@ -32,6 +32,17 @@ if not torch.cuda.is_available():
 
 
 @pytest.fixture(autouse=True, scope="session")
+def f32_without_tf32():
+    """On a real GPU, float32 means float32, as the CPU references compute it:
+    cuDNN's default TF32 convolutions (and TF32 matmuls where enabled) round
+    operands to 10 mantissa bits."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+@pytest.fixture(autouse=True, scope="session")
 def gpu_bf16_rounding():
     """In Triton's interpreter, f32 -> bf16 rounds as a GPU does (see above)."""
     with interpreter_rounds_like_gpu():
