@@ -326,12 +326,11 @@ def _output_refs(value, builder: GraphBuilder, recorder: Recorder, interp):
                 "cannot import",
                 recorder.span,
             )
+        built = "init" if fields is not None else "state"
         if fields is None:
             fields = list(vars(value).items())
         pairs = tuple((k, out(v)) for k, v in fields)
-        return Record(
-            *where, pairs, "state" if made and not record_fields(value) else "init"
-        )
+        return Record(*where, pairs, built)
     if isinstance(value, (type, types.FunctionType)) and importable(value):
         return Global(*importable(value))
     if isinstance(value, (tuple, list)):

@@ -203,17 +203,7 @@ LOOP = "_loop"  # target prefix of loops on tensor data
 
 
 def iter_refs(value: Any) -> Iterator[Ref]:
-    if isinstance(value, Ref):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from iter_refs(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from iter_refs(v)
-    elif isinstance(value, Record):
-        for _, v in value.fields:
-            yield from iter_refs(v)
+    return (v for v in leaves(value) if isinstance(v, Ref))
 
 
 def leaves(value: Any) -> Iterator[Any]:
