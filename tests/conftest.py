@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:  # `import generated.<stem>`, `examples`, `tests.h
 import pytest  # noqa: E402
 import torch  # noqa: E402  (after sys.path; torch itself does not import triton)
 
-from tests.devices import interpreter_rounds_like_gpu  # noqa: E402
+from tests.devices import REAL_GPU, interpreter_rounds_like_gpu  # noqa: E402
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -36,10 +36,20 @@ def f32_without_tf32():
     """On a real GPU, float32 means float32, as the CPU references compute it:
     cuDNN's default TF32 convolutions (and TF32 matmuls where enabled) round
     operands to 10 mantissa bits."""
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+    if not REAL_GPU:
+        yield
+        return
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    saved = matmul.allow_tf32
+    matmul.allow_tf32 = False
+    with cudnn.flags(
+        enabled=cudnn.enabled,
+        benchmark=cudnn.benchmark,
+        deterministic=cudnn.deterministic,
+        allow_tf32=False,
+    ):
+        yield
+    matmul.allow_tf32 = saved
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -143,13 +143,29 @@ def _row_cases(target: str) -> list[Case]:
         elif row.kind == "where":
             a, b = pairs(dtype, dtype)
             c = torch.arange(a.numel()) % 3 == 0
-            expr = f"{target}(c, a, b)"
-            out.append(Case(name, target, expr, {"c": c, "a": a, "b": b}))
+            for s, (x, y) in enumerate(_where_operands(target)):
+                expr = f"{target}(c, {x}, {y})"
+                inputs = {"c": c, "a": a, "b": b}
+                inputs = {k: v for k, v in inputs.items() if k in ("c", x, y)}
+                out.append(Case(f"{name}_{s}", target, expr, inputs))
         elif row.operands == (0,):
             out.append(Case(name, target, f"{target}(a)", {"a": a}))
         else:
             out += _binary_cases(target, dtype, a)
     return out
+
+
+def _where_operands(target: str) -> list[tuple[str, str]]:
+    """The value operands of a `where` overload: tensors `a`, `b`, or Python scalars
+    of every kind where its schema takes a Scalar."""
+    scalar = {"aten.where.ScalarSelf": (0,), "aten.where.ScalarOther": (1,)}.get(
+        target, (0, 1) if target == "aten.where.Scalar" else ()
+    )
+    options = [
+        [repr(s) for s in SCALARS] if i in scalar else [name]
+        for i, name in enumerate(("a", "b"))
+    ]
+    return [(x, y) for x in options[0] for y in options[1]]
 
 
 def _binary_cases(target: str, dtype: torch.dtype, a: torch.Tensor) -> list[Case]:

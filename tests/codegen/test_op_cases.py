@@ -184,10 +184,35 @@ CASES: list[Case] = [
         BF16_TOL,
     ),
     Case("aten.logical_not.default", "aten.logical_not.default(a)", {"a": bools(*X)}),
+    # log1p and expm1 near 0, where log(1 + x) and exp(x) - 1 lose every digit
+    *(
+        Case(f"aten.{op}.default", f"aten.{op}.default(a)", {"a": a}, (1e-5, 1e-7))
+        for op in ("log1p", "expm1")
+        for a in (
+            torch.tensor([1e-8, -1e-8, 3e-6, -2e-5, 1e-3, 0.5, -0.9, 2.0, 40.0]),
+            randn(*X).abs() * 0.01,
+            torch.tensor([0.0, -0.0, -1.0, float("inf"), float("-inf"), float("nan")]),
+        )
+    ),
+    *(
+        Case(f"aten.{op}.default", f"aten.{op}.default(a)", {"a": 4 * randn(*X)})
+        for op in ("log2", "exp2", "trunc", "sign")
+    ),
+    Case("aten.log2.default", "aten.log2.default(a)", {"a": positive(*X)}),
+    Case("aten.trunc.default", "aten.trunc.default(a)", {"a": EDGE_A}),
+    Case("aten.sign.default", "aten.sign.default(a)", {"a": EDGE_A}),
+    Case("aten.sign.default", "aten.sign.default(a)", {"a": ints(*X)}),
+    Case("aten.sgn.default", "aten.sgn.default(a)", {"a": EDGE_A}),
+    Case("aten.isnan.default", "aten.isnan.default(a)", {"a": EDGE_A}),
+    Case("aten.isnan.default", "aten.isnan.default(a)", {"a": ints(*X)}),
     Case("aten.logical_not.default", "aten.logical_not.default(a)", {"a": ints(*X)}),
     Case("aten.logical_not.default", "aten.logical_not.default(a)", {"a": EDGE_A}),
     # arithmetic
     *binary("aten.add.Tensor", "aten.add.Tensor(a, b)"),
+    *binary("aten.true_divide.Tensor", "aten.true_divide.Tensor(a, b)")[:2],
+    Case("aten.__and__.Tensor", "aten.__and__.Tensor(a, b)", {"a": ints(*X), "b": ints(33)}),
+    Case("aten.__or__.Tensor", "aten.__or__.Tensor(a, b)", {"a": bools(*X), "b": bools(*X)}),
+    Case("aten.__xor__.Tensor", "aten.__xor__.Tensor(a, b)", {"a": ints(*X), "b": ints(*X)}),
     Case(
         "aten.add.Tensor",
         "aten.add.Tensor(a, b)",
@@ -289,6 +314,18 @@ CASES: list[Case] = [
         "aten.where.self(c, a, b)",
         {"c": bools(*X), "a": randn(*X), "b": randn(33)},
     ),
+    Case(
+        "aten.where.ScalarSelf",
+        "aten.where.ScalarSelf(c, -1.5, b)",
+        {"c": bools(*X), "b": randn(33)},
+    ),
+    Case(
+        "aten.where.ScalarOther",
+        "aten.where.ScalarOther(c, a, 7)",
+        {"c": bools(*X), "a": ints(*X)},
+    ),
+    Case("aten.where.Scalar", "aten.where.Scalar(c, 2.5, 0)", {"c": bools(*X)}),
+    Case("aten.where.ScalarOther", "a.masked_fill(c, -3.0)", {"c": bools(33), "a": randn(*X)}),
     Case(
         "aten.where.self",
         "aten.where.self(c, a, b)",

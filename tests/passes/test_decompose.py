@@ -106,6 +106,57 @@ def to_dtype(x):
     return x.to(torch.float64, copy=True)
 
 
+def hardswish(x):
+    return F.hardswish(x) + F.hardsigmoid(x)
+
+
+def shrink(x):
+    return F.hardshrink(x, 0.3) * F.softshrink(x, 0.2) + F.threshold(x, 0.1, -1.0)
+
+
+def elu(x):
+    return F.elu(x) + F.celu(x, 0.5) + F.selu(x)
+
+
+def softplus(x):
+    return F.softplus(x) + F.mish(x)
+
+
+def glu(x):
+    return F.glu(x)
+
+
+def logit(x):
+    p = x.sigmoid()
+    return torch.logit(p, 1e-3)
+
+
+def masked_fill(x, w):
+    mask = w > 0
+    return x.masked_fill(mask, -1e4)
+
+
+def lerp_tensor(x, w):
+    return torch.lerp(x, w, w.sigmoid())
+
+
+def addcdiv(x, w, b):
+    return torch.addcdiv(x, w, b.abs() + 1, value=0.5)
+
+
+def xlogy(x, w):
+    return torch.xlogy(x.abs(), w.abs()) + torch.heaviside(x, w)
+
+
+def sinc(x):
+    return torch.sinc(x) + torch.isinf(x / 0.0) + torch.frac(x * 3) + torch.rad2deg(x)
+
+
+def logical_xor(x, w):
+    a, b = x > 0, w > 0
+    return torch.logical_xor(a, b)
+
+
 def batch_norm_eval(x, m, v, w, b):
     return F.batch_norm(x, m, v, w, b)
 
@@ -137,6 +188,18 @@ CASES = [  # function, inputs, the composite op the trace records
     ("lerp", {"x": X, "w": W}, "aten.lerp.Scalar"),
     ("zeros_like", {"x": X}, "aten.zeros_like.default"),
     ("ones_like", {"x": X}, "aten.ones_like.default"),
+    ("hardswish", {"x": X}, "aten.hardswish.default"),
+    ("shrink", {"x": X}, "aten.hardshrink.default"),
+    ("elu", {"x": X}, "aten.elu.default"),
+    ("softplus", {"x": X}, "aten.softplus.default"),
+    ("glu", {"x": X}, "aten.glu.default"),
+    ("logit", {"x": X}, "aten.logit.default"),
+    ("masked_fill", {"x": X, "w": W}, "aten.masked_fill.Scalar"),
+    ("lerp_tensor", {"x": X, "w": W}, "aten.lerp.Tensor"),
+    ("addcdiv", {"x": X, "w": W, "b": B}, "aten.addcdiv.default"),
+    ("xlogy", {"x": X, "w": W}, "aten.xlogy.Tensor"),
+    ("sinc", {"x": X}, "aten.sinc.default"),
+    ("logical_xor", {"x": X, "w": W}, "aten.logical_xor.default"),
     (
         "batch_norm_eval",
         {"x": X, "m": B, "v": W.abs() + 0.5, "w": W, "b": B},

@@ -49,6 +49,13 @@ TRITON: dict[str, str] = {
     "ceil": "tl.ceil({0})",
     "reciprocal": "1.0 / {0}",
     "logical_not": "{0} == 0",
+    "log2": "tl.log2({0})",
+    "exp2": "tl.exp2({0})",
+    "log1p": "_log1p({0})",
+    "expm1": "_expm1({0})",
+    "trunc": "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))",
+    "sign": "tl.where({0} > 0, 1.0, tl.where({0} < 0, -1.0, 0.0))",  # NaN: 0
+    "isnan": "{0} != {0}",
     "maximum": "_maximum({0}, {1})",
     "minimum": "_minimum({0}, {1})",
     "eq": "{0} == {1}",
@@ -91,6 +98,13 @@ CPP: dict[str, str] = {
     "ceil": "std::ceil({0})",
     "reciprocal": "1 / {0}",
     "logical_not": "!{0}",
+    "log2": "std::log2({0})",
+    "exp2": "std::exp2({0})",
+    "log1p": "std::log1p({0})",
+    "expm1": "std::expm1({0})",
+    "trunc": "std::trunc({0})",
+    "sign": "({0} > 0 ? 1 : ({0} < 0 ? -1 : 0))",  # NaN: 0, as torch.sign
+    "isnan": "{0} != {0}",
     "maximum": "max_nan({0}, {1})",
     "minimum": "min_nan({0}, {1})",
     "eq": "{0} == {1}",
@@ -115,6 +129,9 @@ TRITON_TYPED: dict[tuple[str, str], str] = {
     ("mul", "bool"): "{0} & {1}",
     ("floor", "int"): "{0}",
     ("ceil", "int"): "{0}",
+    ("trunc", "int"): "{0}",
+    ("sign", "bool"): "{0}",
+    ("sign", "int"): "tl.where({0} > 0, 1, tl.where({0} < 0, -1, {0}))",
 }
 
 CPP_TYPED: dict[tuple[str, str], str] = {
@@ -122,6 +139,8 @@ CPP_TYPED: dict[tuple[str, str], str] = {
     ("mul", "bool"): "{0} && {1}",
     ("floor", "int"): "{0}",
     ("ceil", "int"): "{0}",
+    ("trunc", "int"): "{0}",
+    ("sign", "bool"): "{0}",
     # two's complement wrap-around, as torch computes: no undefined signed overflow
     ("add", "int"): "wrap_add({0}, {1})",
     ("sub", "int"): "wrap_sub({0}, {1})",
@@ -146,7 +165,13 @@ def op_text(table: dict[str, str], typed: dict, op: str, dtype: torch.dtype) -> 
 
 
 # Triton helpers a kernel may call, emitted once per generated module when used.
-TRITON_HELPERS = {"_tanh": "tanh", "_maximum": "maximum", "_minimum": "minimum"}
+TRITON_HELPERS = {
+    "_tanh": "tanh",
+    "_maximum": "maximum",
+    "_minimum": "minimum",
+    "_log1p": "log1p",
+    "_expm1": "expm1",
+}
 
 TRITON_DTYPES = {
     torch.float16: "tl.float16",

@@ -46,6 +46,12 @@ UNARY = (
     "ceil",
     "reciprocal",
     "logical_not",
+    "log2",
+    "exp2",
+    "log1p",
+    "expm1",
+    "trunc",
+    "sign",
 )
 
 POINTWISE: dict[str, Pointwise] = {
@@ -59,6 +65,7 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.mul.Tensor": P("mul", (0, 1)),
     "aten.mul.Scalar": P("mul", (0, 1)),
     "aten.div.Tensor": P("truediv", (0, 1)),
+    "aten.true_divide.Tensor": P("truediv", (0, 1)),
     "aten.div.Scalar": P("truediv", (0, 1)),
     "aten.maximum.default": P("maximum", (0, 1)),
     "aten.minimum.default": P("minimum", (0, 1)),
@@ -82,7 +89,15 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.bitwise_and.Tensor": P("bitwise_and", (0, 1)),
     "aten.bitwise_or.Tensor": P("bitwise_or", (0, 1)),
     "aten.bitwise_xor.Tensor": P("bitwise_xor", (0, 1)),
+    "aten.__and__.Tensor": P("bitwise_and", (0, 1)),
+    "aten.__or__.Tensor": P("bitwise_or", (0, 1)),
+    "aten.__xor__.Tensor": P("bitwise_xor", (0, 1)),
     "aten.where.self": P("where", (0, 1, 2), "where"),
+    "aten.where.ScalarSelf": P("where", (0, 1, 2), "where"),
+    "aten.where.ScalarOther": P("where", (0, 1, 2), "where"),
+    "aten.where.Scalar": P("where", (0, 1, 2), "where"),
+    "aten.isnan.default": P("isnan", (0,), "compare"),
+    "aten.sgn.default": P("sign"),  # sign, for the real dtypes kernels compute
     "aten.clone.default": P("identity"),
     "aten._to_copy.default": P("identity", (0,), "cast"),
     "aten.copy.default": P("identity", (1,), "cast"),

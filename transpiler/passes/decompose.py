@@ -43,6 +43,28 @@ DECOMPOSE = (
     aten.zeros_like.default,
     aten.ones_like.default,
     aten.native_batch_norm.default,
+    # elementwise ops that are formulas of kernel ops
+    aten.hardswish.default,
+    aten.hardsigmoid.default,
+    aten.hardshrink.default,
+    aten.softshrink.default,
+    aten.threshold.default,
+    aten.elu.default,
+    aten.celu.default,
+    aten.softplus.default,
+    aten.mish.default,
+    aten.glu.default,
+    aten.logit.default,
+    aten.masked_fill.Scalar,
+    aten.lerp.Tensor,
+    aten.addcdiv.default,
+    aten.xlogy.Tensor,
+    aten.heaviside.default,
+    aten.sinc.default,
+    aten.isinf.default,
+    aten.logical_xor.default,
+    aten.rad2deg.default,
+    aten.frac.default,
 )
 BATCH_NORM = "aten.native_batch_norm.default"
 
