@@ -48,6 +48,11 @@ def factory(x):
     return x + x.new_full((8,), 2.0).exp()
 
 
+def flattened(x, w, u):
+    p = w + u
+    return x * p.reshape(16)
+
+
 def read_by_a_matmul(x, y, w):
     s = y.sin()
     return x.exp() + s + s @ w
@@ -86,6 +91,8 @@ CASES = {
         2,
     ),
     "factory": ({"x": randn(4, 8)}, 2),
+    # `view` cannot merge the dimension `w` is broadcast along: p stays a kernel
+    "flattened": ({"x": randn(4, 16), "w": randn(8), "u": randn(2, 8)}, 2),
     "read_by_a_matmul": ({"x": randn(4, 8), "y": randn(4, 8), "w": randn(8, 8)}, None),
     "mask_from_lengths": (
         {"x": randn(3, 8, 4), "lengths": torch.tensor([8, 3, 0])},

@@ -20,12 +20,13 @@ made here on the graph so that fusion sees same-shape pointwise chains.
 A value is recomputable ("cheap") when it is a pointwise kernel op whose shape is
 the broadcast of its tensor operands' (not a factory), draws no random numbers, and
 each operand is a buffer (input, parameter, extern result, or a view of one) or
-another cheap value, at most `MAX_NODES` ops in all. It is not recomputed when
+another cheap value, at most `MAX_NODES` ops in all. It is not recomputed where
 recomputing would change its dtype (a 0-dim operand of a wider dtype takes part in
-type promotion once broadcast) or when fallback code writes what it reads after it
-was computed (`read_before_fallback`): then it stays as it is. The original stays
-in the graph for any reader that does not broadcast it; `dce` drops it when none
-is left.
+type promotion once broadcast), where a view between it and its reader cannot be
+taken of a broadcast operand (`view` merging a dimension that one of them is
+broadcast along), or where fallback code writes what it reads after it was computed
+(`read_before_fallback`): there it stays as it is. The original stays in the graph
+for any reader that does not broadcast it; `dce` drops it when none is left.
 """
 
 from __future__ import annotations
@@ -77,7 +78,11 @@ def recompute_broadcasts(graph: Graph) -> Graph:
 
         def through(t: torch.Tensor) -> torch.Tensor:
             for view in views:
-                t = resolve_op(view.target)(t, *view.args[1:], **dict(view.kwargs))
+                op = resolve_op(view.target)
+                try:
+                    t = op(t, *view.args[1:], **dict(view.kwargs))
+                except RuntimeError as e:  # `view` merging a broadcast dimension
+                    raise _KeepOperand(name) from e
             return transform(t)
 
         def operand(t: torch.Tensor) -> torch.Tensor:
