@@ -51,6 +51,17 @@ def strided_input(x, w):
     return F.conv2d(x.transpose(2, 3), w).tanh()
 
 
+def view_head(x, w, fw):
+    y = F.conv2d(x, w).relu()
+    return F.linear(y.view(y.shape[0], -1), fw)
+
+
+def with_fallback(x, w):
+    y = F.conv2d(x, w).relu()
+    print("positive mean:", float(y.mean()) > 0)  # fallback code reads y
+    return y.view(y.shape[0], -1) * 2
+
+
 def few_convolutions(x, w):
     y = F.conv2d(x, w)
     for _ in range(160):  # a long transformer after its patch embedding
@@ -76,6 +87,11 @@ CASES = {  # name -> (inputs, whether its convolutions run NHWC)
     "patch_embed": ({"x": randn(2, 3, 16, 16), "w": randn(8, 3, 4, 4), "b": randn(8)}, True),
     "pooled": ({"x": randn(2, 3, 8, 8), "w": randn(8, 3, 3, 3)}, True),
     "strided_input": ({"x": randn(2, 3, 7, 9), "w": randn(5, 3, 2, 2)}, True),
+    "view_head": (
+        {"x": randn(2, 3, 6, 6), "w": randn(4, 3, 3, 3), "fw": randn(5, 64)},
+        True,
+    ),
+    "with_fallback": ({"x": randn(2, 3, 6, 6), "w": randn(4, 3, 3, 3)}, False),
     "few_convolutions": ({"x": randn(2, 3, 4, 4), "w": randn(4, 3, 2, 2)}, False),
 }
 

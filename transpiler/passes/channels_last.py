@@ -18,7 +18,11 @@ norm, activations, residual adds) compute on the layout they receive, iterating 
 its memory order (`KernelBuilder.order` in passes/schedule.py), and the copy is made
 once, of the first convolution's input. Weights are left as they are: the libraries
 lay them out for themselves on each call. Values the graph returns get back the
-contiguous layout they had, so callers see the strides eager code gives them.
+contiguous layout they had, so callers see the strides eager code gives them, and a
+graph with fallback code or a loop on tensor data in it is left as it is: the
+source code there could `view` a value that is no longer contiguous. In compiled
+code, a view the new layout does not allow (`y.view(n, -1)` flattening an NHWC
+activation for a linear layer) becomes a copy of the same shape, as `reshape` makes.
 
 As TorchInductor's layout optimization does, a graph with a grouped convolution of
 more than one input channel per group stays NCHW: those run many times slower
@@ -43,6 +47,7 @@ from transpiler.ir.graph import (
     iter_refs,
     map_refs,
 )
+from transpiler.ir.ops import is_view
 from transpiler.passes.retrace import retrace
 
 CONVOLUTION = "aten.convolution.default"
@@ -56,6 +61,8 @@ def channels_last(graph: Graph) -> Graph:
         return graph
     if len(graph.nodes) >= NODES_PER_CONVOLUTION * len(convs):
         return graph  # a patch embedding in front of a transformer
+    if any(n.is_fallback or n.is_loop for n in graph.nodes):
+        return graph  # source code reading a value sees the strides eager gives it
     chosen = {n.name for n in convs}
 
     def rewrite(node: Node, args, kwargs):
@@ -64,7 +71,22 @@ def channels_last(graph: Graph) -> Graph:
         x = args[0].contiguous(memory_format=torch.channels_last)
         return resolve_op(node.target)(x, *args[1:], **kwargs)
 
-    return _outputs_as_before(graph, retrace(graph, rewrites={CONVOLUTION: rewrite}))
+    rewrites = {CONVOLUTION: rewrite}
+    rewrites.update({n.target: _view_or_copy for n in graph.nodes if _view(n)})
+    return _outputs_as_before(graph, retrace(graph, rewrites=rewrites))
+
+
+def _view(node: Node) -> bool:
+    return node.target.startswith("aten.") and is_view(node.target)
+
+
+def _view_or_copy(node: Node, args, kwargs):
+    """The view, or where the new layout does not allow it (`y.view(n, -1)` of an
+    NHWC activation), a copy of the same shape, as `reshape` makes."""
+    try:
+        return resolve_op(node.target)(*args, **kwargs)
+    except RuntimeError:
+        return args[0].reshape(node.tensor_meta.shape)
 
 
 def _2d(node: Node, nodes: dict[str, Node]) -> bool:

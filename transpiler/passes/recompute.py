@@ -20,13 +20,13 @@ made here on the graph so that fusion sees same-shape pointwise chains.
 A value is recomputable ("cheap") when it is a pointwise kernel op whose shape is
 the broadcast of its tensor operands' (not a factory), draws no random numbers, and
 each operand is a buffer (input, parameter, extern result, or a view of one) or
-another cheap value, at most `MAX_NODES` ops in all. It is not recomputed where
+another cheap value, at most `MAX_NODES` ops in all. It stays as it is where
 recomputing would change its dtype (a 0-dim operand of a wider dtype takes part in
-type promotion once broadcast), where a view between it and its reader cannot be
-taken of a broadcast operand (`view` merging a dimension that one of them is
-broadcast along), or where fallback code writes what it reads after it was computed
-(`read_before_fallback`): there it stays as it is. The original stays in the graph
-for any reader that does not broadcast it; `dce` drops it when none is left.
+type promotion once broadcast) or its reader's strides, where a view between it and
+its reader cannot be taken of a broadcast operand (`view` merging a dimension that
+one of them is broadcast along), and where fallback code writes what it reads after
+it was computed (`read_before_fallback`). The original stays in the graph for any
+reader that does not broadcast it; `dce` drops it when none is left.
 """
 
 from __future__ import annotations
@@ -105,7 +105,10 @@ def recompute_broadcasts(graph: Graph) -> Graph:
                     args[i] = recompute(a, lambda t: _expand(t, shape))
                 except _KeepOperand:
                     pass  # ops recorded on the way are dead: dce drops them
-        return resolve_op(node.target)(*args, **kwargs)
+        out = resolve_op(node.target)(*args, **kwargs)
+        if out.stride() != node.tensor_meta.stride:
+            return NotImplemented  # laid out otherwise: keep the node as it was
+        return out
 
     rewrites = {n.target: rewrite for n in graph.nodes if n.name in chosen}
     return retrace(graph, rewrites=rewrites, values=values)
