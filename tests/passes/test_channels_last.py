@@ -62,6 +62,12 @@ def with_fallback(x, w):
     return y.view(y.shape[0], -1) * 2
 
 
+def inplace_on_a_view(x, w):
+    y = F.conv2d(x, w)
+    y[:, :2].relu_()  # becomes as_strided reads of y's memory
+    return y.sigmoid()
+
+
 def few_convolutions(x, w):
     y = F.conv2d(x, w)
     for _ in range(160):  # a long transformer after its patch embedding
@@ -92,6 +98,7 @@ CASES = {  # name -> (inputs, whether its convolutions run NHWC)
         True,
     ),
     "with_fallback": ({"x": randn(2, 3, 6, 6), "w": randn(4, 3, 3, 3)}, False),
+    "inplace_on_a_view": ({"x": randn(2, 3, 6, 6), "w": randn(4, 3, 3, 3)}, False),
     "few_convolutions": ({"x": randn(2, 3, 4, 4), "w": randn(4, 3, 2, 2)}, False),
 }
 

@@ -52,6 +52,15 @@ from transpiler.passes.retrace import retrace
 
 CONVOLUTION = "aten.convolution.default"
 NODES_PER_CONVOLUTION = 300  # more ops than this per convolution: left NCHW
+# Ops that read memory through explicit strides (an in-place write to a view
+# becomes one): traced for the old layout, they would read the new one wrongly
+STRIDED = frozenset(
+    {
+        "aten.as_strided.default",
+        "aten.as_strided_scatter.default",
+        "aten._reshape_alias.default",
+    }
+)
 
 
 def channels_last(graph: Graph) -> Graph:
@@ -63,6 +72,8 @@ def channels_last(graph: Graph) -> Graph:
         return graph  # a patch embedding in front of a transformer
     if any(n.is_fallback or n.is_loop for n in graph.nodes):
         return graph  # source code reading a value sees the strides eager gives it
+    if any(n.target in STRIDED for n in graph.nodes):
+        return graph  # its explicit strides were computed for the old layout
     chosen = {n.name for n in convs}
 
     def rewrite(node: Node, args, kwargs):
