@@ -60,7 +60,7 @@ from transpiler.ir.graph import (
     TensorMeta,
     subgraph,
 )
-from transpiler.ir.ops import CHECKS_DATA, EXTERN_LAYOUT
+from transpiler.ir.ops import CHECKS_DATA, device_strides
 from transpiler.ir.region import LoopBody
 
 BINARY_OPS = {
@@ -646,10 +646,9 @@ class Interpreter:
 
     def _extern(self, target: str, fn, args, kwargs):
         check_dtypes(target, args, kwargs)
-        layout = EXTERN_LAYOUT.get(target)
         with torch.utils._python_dispatch._disable_current_modes():
             out = fn(*args, **kwargs)
-            stride = layout(tuple(out.shape), args) if layout else out.stride()
+            stride = device_strides(target, out, args)
             out = torch.empty_strided(out.shape, stride, dtype=out.dtype, device="meta")
         self.recorder.record(target, args, kwargs, out)
         return out

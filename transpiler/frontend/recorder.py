@@ -22,7 +22,7 @@ from torch.utils._pytree import tree_flatten
 
 from transpiler.codegen.text import identifier, is_reserved, unreserved
 from transpiler.ir.graph import DEVICE, Node, Ref, Span, TensorMeta, map_refs
-from transpiler.ir.ops import CHECKS_DATA, EXTERN_LAYOUT
+from transpiler.ir.ops import CHECKS_DATA, device_strides
 
 
 class Unsupported(Exception):
@@ -337,10 +337,9 @@ class Recorder(TorchDispatchMode):
         if func._schema.is_mutable:
             return self._functionalize(func, args, kwargs)
         out = func(*args, **kwargs)
-        layout = EXTERN_LAYOUT.get(op_name(func))
-        if layout is not None and isinstance(out, torch.Tensor):
-            stride = layout(tuple(out.shape), args)
-            if stride != out.stride():  # the layout the device's kernel gives it
+        if isinstance(out, torch.Tensor):
+            stride = device_strides(op_name(func), out, args)
+            if stride != out.stride():
                 out = torch.empty_strided(
                     out.shape, stride, dtype=out.dtype, device=out.device
                 )

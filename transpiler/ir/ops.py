@@ -278,6 +278,13 @@ EXTERN_LAYOUT = {
     "aten.convolution.default": convolution_layout,
 }
 
+
+def device_strides(target: str, out: torch.Tensor, args: tuple) -> tuple[int, ...]:
+    """The strides a device's kernel gives `out`, the result of `target` on meta
+    tensors: `EXTERN_LAYOUT`'s where it has a row, the meta kernel's otherwise."""
+    layout = EXTERN_LAYOUT.get(target)
+    return layout(tuple(out.shape), args) if layout else out.stride()
+
 # Extern ops that return a new dense tensor laid out the same on every device, as
 # their meta kernels say; other extern results may be laid out otherwise at run time
 # (passes/extern_layouts.py)

@@ -20,7 +20,7 @@ from transpiler.frontend.recorder import (
     resolve_op,
 )
 from transpiler.ir.graph import DEVICE, Graph, Node, Ref, TensorMeta, map_refs
-from transpiler.ir.ops import EXTERN_LAYOUT
+from transpiler.ir.ops import EXTERN_LAYOUT, device_strides
 
 Rewrite = Callable[[Node, tuple, dict], object]  # returns NotImplemented to keep
 
@@ -112,9 +112,8 @@ def _run(
     elif out is NotImplemented:  # keep the op whole, even a composite one
         with _disable_current_modes():
             out = op(*args, **kwargs)
-            layout = EXTERN_LAYOUT.get(node.target)
-            if layout is not None:  # the layout the device's kernel gives it
-                stride = layout(tuple(out.shape), args)
+            if node.target in EXTERN_LAYOUT:  # the layout the device's kernel gives it
+                stride = device_strides(node.target, out, args)
                 out = torch.empty_strided(
                     out.shape, stride, dtype=out.dtype, device="meta"
                 )
