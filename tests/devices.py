@@ -24,26 +24,48 @@ import torch
 REAL_GPU = os.environ.get("TRANSPILE_TEST_DEVICE") == "cuda"
 
 
-def _to(value: Any, device: str) -> Any:
+def _to(value: Any, device: str, known: dict[int, Any] | None = None) -> Any:
     """`value` with its tensors on `device`, of the same types (a dataclass such as
-    a `ModelOutput`, a named tuple)."""
+    a `ModelOutput`, a named tuple, a plain object passed in: a cache). `known`
+    maps objects (by id) to what they become: filled as objects are moved."""
+    known = {} if known is None else known
+    if id(value) in known:
+        return known[id(value)]
     if isinstance(value, torch.Tensor):
         return value.to(device)
+    if isinstance(value, torch.device):
+        return torch.device(device)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = [f.name for f in dataclasses.fields(value) if f.init]
-        moved = {n: _to(getattr(value, n), device) for n in fields}
+        moved = {n: _to(getattr(value, n), device, known) for n in fields}
         return dataclasses.replace(value, **moved)
     if isinstance(value, tuple) and hasattr(value, "_make"):
-        return value._make(_to(v, device) for v in value)
+        return value._make(_to(v, device, known) for v in value)
     if isinstance(value, (list, tuple)):
-        return type(value)(_to(v, device) for v in value)
+        return type(value)(_to(v, device, known) for v in value)
     if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
+        return {k: _to(v, device, known) for k, v in value.items()}
+    if _plain_object(value):
+        moved = known[id(value)] = object.__new__(type(value))
+        vars(moved).update({k: _to(v, device, known) for k, v in vars(value).items()})
+        return moved
     return value
 
 
+def _plain_object(value: Any) -> bool:
+    """An object of a Python class, its state in `__dict__` (not a module)."""
+    return (
+        hasattr(value, "__dict__")
+        and not isinstance(value, (type, torch.nn.Module))
+        and type(value).__setattr__ is object.__setattr__
+        and type(value).__module__ != "builtins"
+        and not callable(value)
+    )
+
+
 def _copy_back(moved: Any, original: Any) -> None:
-    """Write what the variant left in `moved` (on the GPU) into `original`."""
+    """Write what the variant left in `moved` (on the GPU) into `original`; an
+    object's attributes the variant set are set on the original, on the CPU."""
     if isinstance(original, torch.Tensor):
         with torch.no_grad():
             if moved.shape != original.shape:  # `x.unsqueeze_(0)` changed its shape
@@ -56,6 +78,30 @@ def _copy_back(moved: Any, original: Any) -> None:
     elif isinstance(original, dict):
         for k in original:
             _copy_back(moved[k], original[k])
+    elif _plain_object(original) and moved is not original:
+        for k, v in vars(moved).items():
+            if isinstance(v, torch.Tensor):
+                vars(original)[k] = v.cpu()
+            else:
+                _copy_back(v, vars(original).get(k))
+
+
+def _originals(value: Any, known: dict[int, Any]) -> dict[int, Any]:
+    """id(moved object) -> the object of `value` it was moved from."""
+    found: dict[int, Any] = {}
+
+    def walk(v: Any) -> None:
+        if id(v) in known and _plain_object(v):
+            found[id(known[id(v)])] = v
+        if isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+
+    walk(value)
+    return found
 
 
 def on_gpu(variant: Callable[..., Any]) -> Callable[..., Any]:
@@ -70,12 +116,15 @@ def on_gpu(variant: Callable[..., Any]) -> Callable[..., Any]:
         if module is not None:
             module.to("cuda")  # in place: parameters keep their identity
         try:
-            gpu_args, gpu_kwargs = _to(args, "cuda"), _to(kwargs, "cuda")
+            known: dict[int, Any] = {}
+            gpu_args, gpu_kwargs = _to(args, "cuda", known), _to(kwargs, "cuda", known)
             out = variant(*gpu_args, **gpu_kwargs)
             torch.cuda.synchronize()
             _copy_back(gpu_args, args)
             _copy_back(gpu_kwargs, kwargs)
-            return _to(out, "cpu")
+            # objects passed in and returned are the caller's own again
+            originals = _originals((args, kwargs), known)
+            return _to(out, "cpu", originals)
         finally:
             if module is not None:
                 module.to("cpu")

@@ -6,6 +6,7 @@ from `[tool.transpile]` in pyproject.toml, and passed explicitly to `api.run`.
 TYPE specs (the `--example NAME=TYPE` grammar):
 
     f32[2,4]  bf16[8,128]@cuda  i64[4,512]  bool[4]  f32[]  int=3  float=0.5  None
+    pkg.mod::make_cache(P)  FILE.py::make_state(n=4)      (an object, built by example)
 
 The parsers below are pure functions from text (or a TOML table) to these values; every
 problem is a one-line `UserError`. Order is kept exactly as the user wrote it: targets,
@@ -79,7 +80,32 @@ class ScalarSpec:
         return f"{type(self.value).__name__}={self.value!r}"
 
 
-Spec = TensorSpec | ScalarSpec
+@dataclass(frozen=True)
+class ObjectSpec:
+    """A Python object input (a key/value cache, a state holder), declared by a
+    function of the user's that builds an example of it: `pkg.mod::make_cache(P)`.
+    The function is called with the instance being transpiled (for a module
+    target) and `args` as keywords; a name among them is a dynamic dimension, an
+    integer a fixed size. The example's tensors become inputs of the variant, read
+    by their paths in the object, and its structure is guarded."""
+
+    function: str  # "pkg.mod::fn" or "FILE.py::fn"
+    args: tuple[tuple[str, int | str], ...] = ()
+
+    def sized(self, sizes: dict[str, int]) -> ObjectSpec:
+        args = tuple((k, sizes[v] if isinstance(v, str) else v) for k, v in self.args)
+        return ObjectSpec(self.function, args)
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        return tuple(v for _, v in self.args if isinstance(v, str))
+
+    def __str__(self) -> str:
+        args = ", ".join(v if k == v else f"{k}={v}" for k, v in self.args)
+        return f"{self.function}({args})"
+
+
+Spec = TensorSpec | ScalarSpec | ObjectSpec
 
 
 @dataclass(frozen=True)
@@ -100,11 +126,13 @@ class Variant:
         for _, spec in self.inputs:
             if isinstance(spec, TensorSpec):
                 names.update((d, None) for d in spec.shape if isinstance(d, str))
+            elif isinstance(spec, ObjectSpec):
+                names.update((d, None) for d in spec.dims)
         return tuple(names)
 
     def sized(self, sizes: dict[str, int]) -> Variant:
         inputs = tuple(
-            (n, s.sized(sizes) if isinstance(s, TensorSpec) else s)
+            (n, s.sized(sizes) if isinstance(s, (TensorSpec, ObjectSpec)) else s)
             for n, s in self.inputs
         )
         return replace(self, inputs=inputs)
@@ -144,16 +172,21 @@ Inputs = tuple[tuple[str, Spec], ...]
 
 _TENSOR = re.compile(r"(?P<dtype>\w+)\[(?P<dims>[^\[\]]*)\](?:@(?P<device>.*))?")
 _DIM = re.compile(r"[0-9]+|[A-Za-z_]\w*")  # a size, or a named dynamic dimension
+_OBJECT = re.compile(r"(?P<function>[^()]+::[^()]+)\((?P<args>[^()]*)\)")
+_OBJECT_ARG = re.compile(r"(?P<key>[A-Za-z_]\w*)(?:=(?P<size>[0-9]+))?")
 _BOOLS = {"True": True, "False": False}
 _SCALARS = ("bool", "float", "int")
 
 
 def parse_spec(text: str) -> Spec:
-    """Parse one TYPE: `f32[2,4]`, `bf16[8,128]@cuda`, `f32[]`, `int=3`, `None`, ..."""
+    """Parse one TYPE: `f32[2,4]`, `bf16[8,128]@cuda`, `f32[]`, `int=3`, `None`,
+    `pkg.mod::make_cache(P)`, ..."""
     shown = text.strip()
     compact = "".join(text.split())
     if compact == "None":
         return ScalarSpec(None)
+    if "::" in compact:
+        return _parse_object(shown, compact)
     if "[" not in compact and "=" in compact:
         return _parse_scalar(shown, *compact.split("=", 1))
     match = _TENSOR.fullmatch(compact)
@@ -179,6 +212,28 @@ def parse_spec(text: str) -> Spec:
 
 
 MAX_BYTES = 2**63 - 1  # what torch can address in one tensor
+
+
+def _parse_object(shown: str, compact: str) -> ObjectSpec:
+    """`pkg.mod::make_cache(P)`, `FILE.py::make_state(n=4, P)`."""
+    match = _OBJECT.fullmatch(compact)
+    if match is None:
+        raise UserError(
+            f"bad TYPE {shown!r}: expected an object built by a function of yours,"
+            " like pkg.mod::make_cache(P) or FILE.py::make_state(n=4)"
+        )
+    args = []
+    for part in filter(None, match["args"].split(",")):
+        arg = _OBJECT_ARG.fullmatch(part)
+        if arg is None:
+            raise UserError(
+                f"bad TYPE {shown!r}: arguments must be named dimensions (P) or "
+                "sizes (n=4)"
+            )
+        key = arg["key"]
+        args.append((key, int(arg["size"]) if arg["size"] else key))
+    check_source(match["function"], "TYPE", "make_example")
+    return ObjectSpec(match["function"], tuple(args))
 
 
 def _check_size(shown: str, dtype, shape: tuple) -> None:
@@ -233,7 +288,7 @@ def parse_variant(text: str) -> Inputs:
     """Parse `"x=f32[2,4], y=f32[4]"`; commas inside brackets belong to the shape."""
     parts, depth, start = [], 0, 0
     for i, char in enumerate(text):
-        depth += {"[": 1, "]": -1}.get(char, 0)
+        depth += {"[": 1, "]": -1, "(": 1, ")": -1}.get(char, 0)
         if char == "," and depth == 0:
             parts.append(text[start:i])
             start = i + 1
@@ -306,9 +361,13 @@ def check_dimension_names(inputs: Inputs, where: str) -> None:
     input's name, which it would hide."""
     names = {name for name, _ in inputs}
     for _, spec in inputs:
-        if not isinstance(spec, TensorSpec):
+        if isinstance(spec, ObjectSpec):
+            dims = spec.dims
+        elif isinstance(spec, TensorSpec):
+            dims = tuple(d for d in spec.shape if isinstance(d, str))
+        else:
             continue
-        for dim in (d for d in spec.shape if isinstance(d, str)):
+        for dim in dims:
             if dim in names:
                 why = "the name of an input"
             elif keyword.iskeyword(dim):

@@ -13,11 +13,12 @@ from functools import partial
 
 from transpiler.codegen.text import is_reserved
 from transpiler.codegen.wrapper import RangeGuard, VariantCode
+from transpiler.frontend.objects import dimension_source
 from transpiler.frontend.trace import Traced
 from transpiler.ir.dynamic import SAMPLES, Dim, Mismatch, generalize
 from transpiler.ir.program import Alloc, ExternCall, KernelCall, Program
 from transpiler.ir.region import CompiledRegion, map_programs, programs_of
-from transpiler.options import TensorSpec, Variant
+from transpiler.options import Variant
 from transpiler.passes import lower_region, map_graphs, name_stubs
 from transpiler.passes.direct_views import direct_views
 from transpiler.passes.extern_layouts import pin_extern_layouts
@@ -46,7 +47,7 @@ def compile_variant(name: str, variant: Variant, tracer: Tracer, mb) -> VariantC
     mb.kernels[variant.device] += [
         k for p in programs_of(compiled) for k in p.kernels if k.name not in before
     ]
-    return VariantCode(name, variant, traced.guards, compiled)
+    return VariantCode(name, variant, traced.guards, compiled, objects=traced.objects)
 
 
 def compile_dynamic(name: str, variant: Variant, tracer: Tracer, mb) -> VariantCode:
@@ -63,19 +64,25 @@ def compile_dynamic(name: str, variant: Variant, tracer: Tracer, mb) -> VariantC
         guards = generalize([t.guards for t in samples], code)
         compiled = generalize(lowered, code)
         comparisons = generalize([list(t.comparisons) for t in samples], code)
+        objects = generalize([t.objects for t in samples], dim)
     except Mismatch:
         span = next((c[0] for c in samples[0].comparisons), None)
         reason = f"the code depends on {dim} beyond sizes (a loop over it, say)"
         return VariantCode(name, variant, (), None, reason, span)
     ranges = [
-        _range_guard(c, variant, dim)
+        _range_guard(c, dimension_source(variant.inputs, objects, dim))
         for c in comparisons
         if isinstance(c[2], Dim) or isinstance(c[3], Dim)
     ]
     compiled = _register_kernels(compiled, mb.names[variant.device], mb, variant)
     compiled = pin_extern_layouts(compiled)
     return VariantCode(
-        name, variant, (*guards, *ranges), compiled, dynamic=((dim, code),)
+        name,
+        variant,
+        (*guards, *ranges),
+        compiled,
+        dynamic=((dim, code),),
+        objects=objects,
     )
 
 
@@ -123,17 +130,11 @@ def _lower(traced: Traced, mb, names: KernelNames, device: str) -> CompiledRegio
     return lower_region(region, names, loops=loops, device=device)
 
 
-def _range_guard(comparison: tuple, variant: Variant, dim: str) -> RangeGuard:
+def _range_guard(comparison: tuple, source: tuple[str, int]) -> RangeGuard:
     """A comparison of the dimension's size decided at transpile time, as a guard
-    reading the size from the first input with `dim`."""
+    reading the size where the variant reads it (`objects.dimension_source`)."""
     _, op, left, right, outcome = comparison
-    name, spec = next(
-        (n, s)
-        for n, s in variant.inputs
-        if isinstance(s, TensorSpec) and dim in s.shape
-    )
-    axis = spec.shape.index(dim)
-    return RangeGuard(name, axis, OPERATORS[op], left, right, outcome)
+    return RangeGuard(*source, OPERATORS[op], left, right, outcome)
 
 
 def _register_kernels(

@@ -88,6 +88,24 @@ def llama_lm():
     return LlamaForCausalLM(llama_config())
 
 
+def kv_cache(model, P: int):
+    """A causal LM's key/value cache as its prefill of `P` tokens (batch 1) leaves
+    it: the decode variant's example of `past_key_values`."""
+    import torch
+    from transformers import DynamicCache
+
+    config = model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    dim = getattr(config, "head_dim", None) or (
+        config.hidden_size // config.num_attention_heads
+    )
+    cache = DynamicCache(config=config)
+    for layer in range(config.num_hidden_layers):
+        keys, values = torch.zeros(2, 1, heads, P, dim)
+        cache.update(keys, values, layer)
+    return cache
+
+
 def bert_config():
     from transformers import BertConfig
 
@@ -266,6 +284,7 @@ class Model:
     inputs: dict[str, str] = field(default_factory=dict)  # name -> TYPE spec
     timm: bool = False  # needs the torchvision stand-in on sys.path
     vocab: int = VOCAB  # token ids are drawn below it
+    more: tuple[dict[str, str], ...] = ()  # further variants, tried after `inputs`
 
 
 def _f(fn: str) -> str:
@@ -383,19 +402,27 @@ MODELS = [
 ]
 
 # Causal language models for greedy generation (tests/models/test_generation.py):
-# the prefill variant takes the prompt and returns the key/value cache it built.
+# the prefill variant takes the prompt and returns the key/value cache it built; the
+# decode variant takes one token and that cache, for any length of it (P).
+_DECODE = {
+    "input_ids": "i64[1,1]",
+    "past_key_values": "tests.models.factories::kv_cache(P)",
+    "use_cache": "bool=True",
+}
 GENERATORS = [
     Model(
         "gpt2_lm",
         "transformers.models.gpt2.modeling_gpt2::GPT2LMHeadModel",
         _f("gpt2_lm"),
         {"input_ids": "i64[1,8]", "use_cache": "bool=True"},
+        more=(_DECODE,),
     ),
     Model(
         "llama_lm",
         "transformers.models.llama.modeling_llama::LlamaForCausalLM",
         _f("llama_lm"),
         {"input_ids": "i64[1,8]", "use_cache": "bool=True"},
+        more=(_DECODE,),
     ),
 ]
 

@@ -1,9 +1,11 @@
 """Greedy generation with causal language models of transformers.
 
-The prefill variant (`use_cache=True`, no cache given) is compiled: it returns the
-model's output with the key/value cache it filled, built by the generated code
-(`runtime_shim.rebuild`). Later tokens run the model's source with that cache (no
-variant takes a cache yet), and every one of 32 tokens must be eager's.
+Two variants are compiled: the prefill (`use_cache=True`, no cache given) returns
+the model's output with the key/value cache it filled, built by the generated code
+(`runtime_shim.rebuild`); the decode step takes one token and that cache, declared
+by example (`kv_cache(P)`: any past length P), appends to it and returns it. Every
+one of 32 tokens goes through a compiled variant and must be eager's, on the CPU
+and through the cuda variants (Triton's interpreter without a GPU).
 """
 
 from __future__ import annotations
@@ -19,20 +21,29 @@ from tests.models.factories import GENERATORS, Model
 from tests.models.test_models import ROOT, TIMEOUT_S, _env, _transpile
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("model", GENERATORS, ids=[m.name for m in GENERATORS])
-def test_greedy_generation_from_a_compiled_prefill_matches_eager(
-    model: Model, tmp_path: Path
+def test_greedy_generation_through_compiled_prefill_and_decode_matches_eager(
+    model: Model, device: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "gen"
-    built = _transpile(model, out, devices=("cpu",))
+    # cpu variants too for cuda: without a GPU, their guards pick the cuda variant
+    built = _transpile(
+        model, out, devices=("cpu", device) if device != "cpu" else ("cpu",)
+    )
     assert built.returncode == 0, built.stderr
     stem = model.target.split("::")[0].rsplit(".", 1)[-1]
     text = (out / f"{stem}.py").read_text()
     assert "Graph breaks (code run eagerly):\n    none" in text, text[:3000]
-    assert "runtime_shim.rebuild(" in text  # the cache, built by generated code
+    assert (
+        "runtime_shim.rebuild(" in text
+    )  # the prefill's cache, built by generated code
+    # the decode step appends to the cache passed in, then returns it
+    assert "past_key_values.layers[0].keys = " in text
+    assert "past_key_values=past_key_values," in text
     checked = subprocess.run(
         [sys.executable, "-m", "tests.models.check", "--generate", model.name,
-         f"gen.{stem}"],
+         f"gen.{stem}", device],
         cwd=ROOT,
         env=_env(model, tmp_path),
         capture_output=True,

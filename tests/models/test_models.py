@@ -42,8 +42,13 @@ def _transpile(
     args = [model.target, "--factory", model.factory, "-o", str(out)]
     for device in devices:
         args += ["--device", device]
-    for name, spec in model.inputs.items():
-        args += ["--example", f"{name}={spec}"]
+    if model.more:
+        for inputs in (model.inputs, *model.more):
+            spec = ", ".join(f"{name}={spec}" for name, spec in inputs.items())
+            args += ["--variant", spec]
+    else:
+        for name, spec in model.inputs.items():
+            args += ["--example", f"{name}={spec}"]
     command = "import sys; from transpiler.cli import main; sys.exit(main())"
     return subprocess.run(
         [sys.executable, "-c", command, *args],

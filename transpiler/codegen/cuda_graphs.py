@@ -37,6 +37,9 @@ def blocker(vc: VariantCode) -> str | None:
     if vc.dynamic or vc.specializes:
         dims = ", ".join(d for d, _ in vc.dynamic) or vc.specializes
         return f"its shapes are dynamic ({dims})"
+    if vc.objects:
+        names = ", ".join(o.param for o in vc.objects)
+        return f"it takes objects whose tensors it reads in place ({names})"
     if vc.calls_fallback:
         return "it has graph breaks (fallback code runs in Python on every call)"
     if any(r.loops for r in vc.region.walk()):

@@ -9,9 +9,10 @@ guards that failed, and runs the source (eager) code.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass, field, replace
+from functools import cached_property, partial
 
 import torch
 
@@ -29,16 +30,20 @@ from transpiler.codegen.text import (
 from transpiler.errors import UserError
 from transpiler.frontend import fallback
 from transpiler.frontend.fallback import Stub
+from transpiler.frontend.objects import ObjectInput, dimension_source
 from transpiler.ir.dynamic import Dim, dims_in
 from transpiler.ir.graph import (
     DEVICE,
     FALLBACK,
     LOOP,
     Global,
+    InputObject,
     Record,
     Ref,
     Span,
+    Updated,
     leaves,
+    map_leaves,
     records_in,
     self_path,
 )
@@ -49,8 +54,13 @@ from transpiler.ir.program import (
     Program,
     kernel_params,
 )
-from transpiler.ir.region import CompiledLoop, CompiledRegion, programs_of
-from transpiler.options import ScalarSpec, TensorSpec, Variant
+from transpiler.ir.region import (
+    CompiledLoop,
+    CompiledRegion,
+    map_programs,
+    programs_of,
+)
+from transpiler.options import ObjectSpec, ScalarSpec, TensorSpec, Variant
 from transpiler.passes.direct_views import DIRECT_VIEW
 
 DTYPE_NAMES = {
@@ -107,6 +117,7 @@ class VariantCode:
     # (named dimension, its name in the code: `variants.code_name`)
     dynamic: tuple[tuple[str, str], ...] = ()
     specializes: str = ""  # "size 1 of B": made for a dynamic variant, tried first
+    objects: tuple[ObjectInput, ...] = ()  # objects passed in (frontend/objects.py)
 
     def describe(self) -> str:
         text = self.variant.describe()
@@ -160,8 +171,10 @@ class TargetCode:
         return self.signature.local_names(frozenset({self.name}))
 
     def local(self, name: str) -> str:
-        """How the wrapper's own functions spell parameter `name`."""
-        return self.local_names[name]
+        """How the wrapper's own functions spell parameter `name`, or a path from
+        one (`past_key_values.layers[0].keys`: see `objects.dimension_source`)."""
+        param = re.match(r"\w+", name)[0]
+        return self.local_names[param] + name[len(param) :]
 
 
 def defaults_table(t: TargetCode, module_alias: str) -> list[str]:
@@ -208,7 +221,8 @@ def literal(value) -> str:
         return f"{value.module}.{value.qualname}({inner})"
     if isinstance(value, Global):
         return f"{value.module}.{value.qualname}"
-
+    if isinstance(value, InputObject):
+        return repr(value)
     if isinstance(value, tuple):
         inner = ", ".join(literal(v) for v in value)
         inner = f"({inner},)" if len(value) == 1 else f"({inner})"
@@ -222,19 +236,21 @@ def _plain(tests: list[str]) -> list[Guard]:
     return [Guard(test, test) for test in tests]
 
 
-def input_guards(t: TargetCode, v: Variant) -> list[Guard]:
+def input_guards(t: TargetCode, vc: VariantCode) -> list[Guard]:
     """The checks of the inputs: no extra arguments where the source takes `*args`
     or `**kwargs` (the variant is compiled for none), then each input's type,
     device, dtype, shape and layout, or its value. Tests read the parameters under
     the wrapper's names for them (`TargetCode.local_names`), texts under the
     user's."""
     own = {n: n for n in t.signature.names}
-    tests, texts = _input_tests(t, v, t.local_names), _input_tests(t, v, own)
+    tests, texts = _input_tests(t, vc, t.local_names), _input_tests(t, vc, own)
     return [Guard(test, text) for test, text in zip(tests, texts)]
 
 
-def _input_tests(t: TargetCode, v: Variant, names: Mapping[str, str]) -> list[str]:
+def _input_tests(t: TargetCode, vc: VariantCode, names: Mapping[str, str]) -> list[str]:
     """`input_guards`, each parameter `p` spelled `names[p]`."""
+    v = vc.variant
+    objects = {o.param: o for o in vc.objects}
     guards = [
         f"not {names[p.name]}"
         for p in t.signature.params
@@ -260,6 +276,8 @@ def _input_tests(t: TargetCode, v: Variant, names: Mapping[str, str]) -> list[st
                 *_shape_guards(name, spec.shape, sizes),
                 f"{name}.is_contiguous()",
             ]
+        elif isinstance(spec, ObjectSpec):
+            guards += _object_tests(vc, objects[param], name, sizes)
         elif spec.value is None:
             guards.append(f"{name} is None")
         else:
@@ -267,6 +285,89 @@ def _input_tests(t: TargetCode, v: Variant, names: Mapping[str, str]) -> list[st
             kind = type(spec.value).__name__
             guards.append(f"type({name}) is {kind} and {_equals(name, spec.value)}")
     return guards
+
+
+def _object_tests(
+    vc: VariantCode, obj: ObjectInput, name: str, sizes: dict[str, str]
+) -> list[str]:
+    """The checks of an object passed in (Note [Objects passed in]): its structure
+    as the example has it, read through `name`; a tensor's in two checks, its kind
+    and its shape."""
+    device = vc.variant.device
+    for dim, _ in vc.dynamic:  # read where the variant reads it
+        source, axis = dimension_source(vc.variant.inputs, vc.objects, dim)
+        param = re.match(r"\w+", source)[0]
+        if dim not in sizes and param == obj.param:
+            sizes[dim] = f"{name}{source[len(param):]}.shape[{axis}]"
+    first = set(sizes.values())
+    guards = []
+    for c in obj.checks:
+        here = f"{name}{c.path}"
+        if c.kind == "type":
+            guards.append(f"type({here}) is {_class(c.value)}")
+        elif c.kind == "len":
+            guards.append(f"len({here}) == {c.value}")
+        elif c.kind == "keys":
+            guards.append(f"list({here}) == {literal(list(c.value))}")
+        elif c.kind == "same":
+            guards.append(f"{here} is {name}{c.value}")
+        elif c.kind == "device":
+            guards.append(f"{here}.type == {py_literal(device)}")
+        elif c.kind == "value" and isinstance(c.value, Global):
+            guards.append(f"{here} is {_class(c.value)}")
+        elif c.kind == "value" and (c.value is None or isinstance(c.value, bool)):
+            guards.append(f"{here} is {c.value}")
+        elif c.kind == "value" and isinstance(c.value, torch.dtype):
+            guards.append(f"{here} == {literal(c.value)}")
+        elif c.kind == "value":
+            kind = type(c.value).__name__
+            guards.append(f"type({here}) is {kind} and {_equals(here, c.value)}")
+        else:
+            assert c.kind == "tensor", c
+            guards += _object_tensor_tests(here, c.value, device, sizes, first)
+    return guards
+
+
+def _object_tensor_tests(
+    here: str, meta: tuple, device: str, sizes: dict[str, str], first: set[str]
+) -> list[str]:
+    dtype, shape = meta
+    on = f"{here}.is_{device}"
+    if device == "cuda":
+        on += f" and {here}.get_device() == torch.cuda.current_device()"
+    kind = (
+        f"type({here}) is torch.Tensor and {on} and "
+        f"{here}.dtype == {DTYPE_NAMES[dtype]} and {here}.is_contiguous()"
+    )
+    if not any(isinstance(d, Dim) for d in shape):
+        return [kind, f"{here}.shape == {literal(tuple(shape))}"]
+    dims = [f"{here}.dim() == {len(shape)}"]
+    for axis, d in enumerate(shape):
+        size = f"{here}.shape[{axis}]"
+        if size in first:
+            dims.append(f"{size} >= 2")
+        elif isinstance(d, Dim):
+            dims.append(f"{size} == {Dim(d.a, d.b, sizes[d.name])}")
+        else:
+            dims.append(f"{size} == {d}")
+    return [kind, " and ".join(dims)]
+
+
+def _class(g: Global) -> str:
+    """Python for a class: a builtin by its name (`list`), others by module."""
+    return g.qualname if g.module == "builtins" else literal(g)
+
+
+def object_imports(vc: VariantCode) -> list[str]:
+    """The modules of the classes an object's checks name."""
+    return sorted(
+        {
+            c.value.module
+            for o in vc.objects
+            for c in o.checks
+            if isinstance(c.value, Global) and c.value.module != "builtins"
+        }
+    )
 
 
 def _equals(name: str, value: int | float | bool) -> str:
@@ -345,7 +446,7 @@ def grad_guard(t: TargetCode, vc: VariantCode) -> list[Guard]:
     """Kernels do not record autograd: with grad on, anything needing it runs eager.
 
     Only what the variant reads matters; fallback code may read any parameter."""
-    tensors = [n for n, s in vc.variant.inputs if isinstance(s, TensorSpec)]
+    tensors = list(graph_inputs(vc)) if vc.region else []
     needs = [f"{t.local(n)}.requires_grad" for n in tensors]
     if t.is_module and vc.calls_fallback:
         needs.append("any(p.requires_grad for p in self.parameters())")
@@ -378,7 +479,7 @@ def variant_guards(
     the model from the root down (each check reads only what those before it
     established), the parameters, autograd."""
     state = state or variant_state(t, vc)
-    guards = input_guards(t, vc.variant)
+    guards = input_guards(t, vc)
     if t.is_module:
         guards += _plain(["not self.training"])
     guards += state.guards
@@ -402,7 +503,7 @@ def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
         f"def _guards_{vc.name}({self_}{t.signature.text(t.defaults, t.local_names)}):",
         f'    """{docstring(doc)}"""',
         "    try:",
-        *(f"        import {m}" for m in state.imports),
+        *(f"        import {m}" for m in sorted({*state.imports, *object_imports(vc)})),
     ]
     for g in variant_guards(t, vc, state):
         lines += [f"        {name} = {read}" for name, read in g.binds]
@@ -526,17 +627,34 @@ def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]
     lines += device_locals(device_source(t, vc), vc.programs)
     for dim, size in _dynamic_sizes(vc):
         lines.append(f"    {dim} = {size}  # dynamic: one variant for every size")
-    return lines + _region_lines(vc.region, kernels, vc.variant.device, t.reads, "    ")
+    region = map_programs(vc.region, partial(_local_objects, t=t))
+    return lines + _region_lines(region, kernels, vc.variant.device, t.reads, "    ")
+
+
+def _local_objects(p: Program, t: TargetCode) -> Program:
+    """`p` with the objects passed in that it returns or sets attributes of named
+    as the variant function's parameters name them (`TargetCode.local`)."""
+
+    def local(value):
+        if isinstance(value, InputObject):
+            return InputObject(t.local(value.param), value.path)
+        return value
+
+    return replace(p, outputs=map_leaves(p.outputs, local))
 
 
 def bind_graph_inputs(t: TargetCode, vc: VariantCode) -> list[str]:
     """`sum_, x = sum_1, x_` where the graph's name for a tensor input differs from
-    the wrapper's for its parameter: in one assignment, as one may be the other's."""
+    the wrapper's for its parameter: in one assignment, as one may be the other's;
+    then the tensors of objects passed in, one per line
+    (`layers_0_keys = past_key_values.layers[0].keys`)."""
     pairs = [(v, t.local(n)) for n, v in graph_inputs(vc).items() if v != t.local(n)]
-    if not pairs:
-        return []
-    values, names = (", ".join(side) for side in zip(*pairs))
-    return [f"    {values} = {names}"]
+    params = [(v, n) for v, n in pairs if n.isidentifier()]
+    lines = []
+    if params:
+        values, names = (", ".join(side) for side in zip(*params))
+        lines.append(f"    {values} = {names}")
+    return lines + [f"    {v} = {n}" for v, n in pairs if not n.isidentifier()]
 
 
 def graph_inputs(vc: VariantCode) -> dict[str, str]:
@@ -544,7 +662,13 @@ def graph_inputs(vc: VariantCode) -> dict[str, str]:
     of its value in the variant's code (the graph's input, which the graph names
     like any value: `sum` is `sum_`)."""
     assert vc.region is not None
-    tensors = [n for n, s in vc.variant.inputs if isinstance(s, TensorSpec)]
+    objects = {o.param: o for o in vc.objects}
+    tensors = []
+    for n, s in vc.variant.inputs:
+        if isinstance(s, TensorSpec):
+            tensors.append(n)
+        elif isinstance(s, ObjectSpec):
+            tensors += [n + path for path in objects[n].tensors]
     values = vc.region.program.inputs
     assert len(values) == len(tensors), (values, tensors)
     return dict(zip(tensors, values))
@@ -556,12 +680,8 @@ def _dynamic_sizes(vc: VariantCode) -> list[tuple[str, str]]:
     values = graph_inputs(vc)
     sizes = []
     for dim, code in vc.dynamic:
-        name, spec = next(
-            (n, s)
-            for n, s in vc.variant.inputs
-            if isinstance(s, TensorSpec) and dim in s.shape
-        )
-        sizes.append((code, f"{values[name]}.shape[{spec.shape.index(dim)}]"))
+        name, axis = dimension_source(vc.variant.inputs, vc.objects, dim)
+        sizes.append((code, f"{values[name]}.shape[{axis}]"))
     return sizes
 
 
@@ -615,11 +735,14 @@ def _region_lines(
     if r.cond is None:
         outputs = r.program.outputs
         imports = sorted({rec.module for rec in records_in(outputs)})
-        return [
-            *lines,
-            *(f"{ind}import {m}" for m in imports),
-            f"{ind}return {literal(outputs)}",
-        ]
+        lines += [f"{ind}import {m}" for m in imports]
+        if isinstance(outputs, Updated):  # Note [Objects passed in]
+            lines += [
+                f"{ind}{literal(obj)}.{attr} = {literal(value)}"
+                for obj, attr, value in outputs.writes
+            ]
+            outputs = outputs.result
+        return [*lines, f"{ind}return {literal(outputs)}"]
     lines += [
         f"{ind}# sync: {sync_comment(r)}",
         f"{ind}if {r.cond}:",

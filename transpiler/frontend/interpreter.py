@@ -53,6 +53,7 @@ from transpiler.frontend.source import OPAQUE_PACKAGES, SourceCache, SourceFile
 from transpiler.ir.graph import (
     FALLBACK,
     LOOP,
+    InputObject,
     Node,
     Opaque,
     Ref,
@@ -441,6 +442,9 @@ class Interpreter:
         # objects of interpreted classes made by this call (by id), whose
         # attributes it sets here, and the journal of those writes (to roll back)
         self.created: dict[int, object] = {}
+        # objects passed in (by id), whose attribute writes generated code replays
+        # (Note [Objects passed in] in objects.py)
+        self.inputs: dict[int, InputObject] = {}
         self.attr_writes: list[tuple[object, str, Any]] = []
         self.statements: list = [None]  # being run, innermost last
 
@@ -1225,9 +1229,9 @@ class Interpreter:
             scope[name] = value
         elif isinstance(target, (cst.Tuple, cst.List)):
             self._unpack(target.elements, value, frame)
-        elif (
-            isinstance(target, cst.Attribute)
-            and id(obj := _lookup(target.value, frame)) in self.created
+        elif isinstance(target, cst.Attribute) and (
+            id(obj := _lookup(target.value, frame)) in self.created
+            or id(obj) in self.inputs
         ):
             self._set_attribute(obj, target.attr.value, value)
         elif isinstance(target, cst.Subscript) and self._local_item(target, frame):

@@ -8,6 +8,7 @@ import types
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -29,6 +30,8 @@ from transpiler.frontend.interpreter import (
     Retrace,
     UserCodeError,
 )
+from transpiler.frontend.loader import resolve
+from transpiler.frontend.objects import ObjectInput, example_input, objects_in
 from transpiler.frontend.recorder import (
     GraphBuilder,
     OpaqueValue,
@@ -44,11 +47,12 @@ from transpiler.ir.graph import (
     Node,
     Record,
     Ref,
+    Updated,
     self_path,
     subgraph,
 )
 from transpiler.ir.region import Branch, LoopBody, Region
-from transpiler.options import ScalarSpec, TensorSpec, Variant
+from transpiler.options import ObjectSpec, ScalarSpec, TensorSpec, Variant
 
 MAX_PATHS = 16  # paths through conditions on tensor data compiled for one variant
 
@@ -65,6 +69,7 @@ class Traced:
     fallback: Unsupported | None = None
     loops: tuple[LoopBody, ...] = ()  # `_loop:N` runs loops[N]
     comparisons: tuple[tuple, ...] = ()  # see Interpreter.comparisons
+    objects: tuple[ObjectInput, ...] = ()  # Note [Objects passed in]
 
     @property
     def graph(self) -> Graph | None:
@@ -175,6 +180,7 @@ def trace(
     loops: dict[str, tuple[int, LoopBody]] = {}
     comparisons: list[tuple] = []
     paths = [0]
+    objects: list[ObjectInput] = []
     whole: dict[int, str] = {}  # statements that are fallback code on every path
 
     def run(decisions: tuple[bool, ...]) -> _Path:
@@ -188,7 +194,12 @@ def trace(
         interp = Interpreter(
             recorder, sources, module_paths, decisions, stubs, loops, whole
         )
-        args, kwargs = _inputs(fn, variant, builder, skip_self=module is not None)
+        args, kwargs, found = _inputs(
+            fn, variant, builder, module, sources.root, skip_self=module is not None
+        )
+        objects[:] = [o for o, _ in found]
+        for obj, copy in found:
+            objects_in(copy, interp.inputs, obj.param)
         try:
             with torch.device("meta"), torch.no_grad(), recorder:
                 self_ = (module,) if module is not None else ()
@@ -198,6 +209,9 @@ def trace(
                 result = interp.run_function(entry, (*self_, *args), kwargs)
                 interp.returned()
                 outputs = _output_refs(result, builder, recorder, interp)
+                writes = _input_writes(builder, recorder, interp)
+                if writes:
+                    outputs = Updated(outputs, writes)
         finally:
             reads.update(interp.guards)
             comparisons.extend(interp.comparisons)
@@ -219,7 +233,7 @@ def trace(
                     state.clear()
                 paths[0] = 0
     except Unsupported as e:
-        return Traced(None, guards([]), tuple(stubs), e)
+        return Traced(None, guards([]), tuple(stubs), e, objects=tuple(objects))
     except UserCodeError as e:  # eager raises it too, on every call
         where = (e.span.file, e.span.line) if e.span else (None, None)
         message = f"{e} (when called with {variant.describe()})"
@@ -235,6 +249,7 @@ def trace(
         tuple(stubs),
         loops=bodies,
         comparisons=tuple(comparisons),
+        objects=tuple(objects),
     )
 
 
@@ -281,13 +296,21 @@ def _inputs_of(region: Region) -> set[str]:
 
 
 def _inputs(
-    fn, variant: Variant, builder: GraphBuilder, skip_self: bool
-) -> tuple[list, dict]:
+    fn,
+    variant: Variant,
+    builder: GraphBuilder,
+    module: nn.Module | None,
+    root: Path,
+    skip_self: bool,
+) -> tuple[list, dict, list[tuple[ObjectInput, Any]]]:
     """The example inputs as arguments of `fn`: positional-only parameters by
-    position, in the order `fn` declares them, the others by keyword."""
+    position, in the order `fn` declares them, the others by keyword; and each
+    object input with the copy of its example that the code reads (Note [Objects
+    passed in])."""
     params = list(inspect.signature(fn).parameters.values())[1 if skip_self else 0 :]
     kinds = {p.name: p.kind for p in params}
     values = {}
+    objects = []
     for name, spec in variant.inputs:
         if name not in kinds:
             raise UserError(f"{fn.__qualname__} has no parameter {name!r}")
@@ -295,12 +318,39 @@ def _inputs(
             t = torch.empty(spec.shape, dtype=spec.dtype, device="meta")
             builder.add_input(name, t)
             values[name] = t
+        elif isinstance(spec, ObjectSpec):
+            function = resolve(spec.function, root).obj
+            copy, obj = example_input(name, spec, function, module, builder.add_input)
+            objects.append((obj, copy))
+            values[name] = copy
         else:
             assert isinstance(spec, ScalarSpec)
             values[name] = spec.value
     positional = [n for n, kind in kinds.items() if kind is kind.POSITIONAL_ONLY]
     args = [values.pop(n) for n in positional if n in values]
-    return args, values
+    return args, values, objects
+
+
+def _input_writes(builder: GraphBuilder, recorder: Recorder, interp) -> tuple:
+    """The attributes the call set on objects passed in, each with its value at
+    the return, in the order first set: effects generated code replays."""
+    written: dict[tuple[int, str], object] = {}
+    for obj, name, _ in interp.attr_writes:
+        if id(obj) in interp.inputs:
+            written.setdefault((id(obj), name), obj)
+    if written and interp.stubs:
+        raise Unsupported(
+            "sets attributes of an object passed in and has fallback code, which "
+            "would read them before they are set"
+        )
+    return tuple(
+        (
+            interp.inputs[key[0]],
+            key[1],
+            _output_refs(vars(obj)[key[1]], builder, recorder, interp),
+        )
+        for key, obj in written.items()
+    )
 
 
 def _output_refs(value, builder: GraphBuilder, recorder: Recorder, interp):
@@ -314,6 +364,8 @@ def _output_refs(value, builder: GraphBuilder, recorder: Recorder, interp):
         return builder.ref(value, recorder.span)
     if isinstance(value, torch.device):  # meta here: the variant's at run time
         return DEVICE
+    if id(value) in interp.inputs:  # an object passed in, or one inside it
+        return interp.inputs[id(value)]
     if id(value) in interp.module_paths:  # the model's config, a submodule
         return ModuleRef(interp.module_paths[id(value)])
     fields = record_fields(value)

@@ -66,6 +66,8 @@ def generalize(values: list[Any], name: str, sizes: tuple[int, ...] = SAMPLES) -
             f.name: generalize([getattr(v, f.name) for v in values], name, sizes)
             for f in dataclasses.fields(first)
         }
+        if all(v is getattr(first, k) for k, v in fields.items()):
+            return first  # unchanged, and the same object (a sentinel: `DEVICE`)
         return dataclasses.replace(first, **fields)
     if isinstance(first, (tuple, list)):
         if any(len(v) != len(first) for v in values):

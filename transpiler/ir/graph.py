@@ -198,6 +198,32 @@ class Global:
         return f"{self.module}.{self.qualname}"
 
 
+@dataclass(frozen=True)
+class InputObject:
+    """An object passed in, or one inside it, by its path from the parameter
+    (`past_key_values.layers[0]`: param `past_key_values`, path `.layers[0]`);
+    see Note [Objects passed in] in frontend/objects.py."""
+
+    param: str
+    path: str = ""
+
+    def __repr__(self) -> str:
+        return f"{self.param}{self.path}"
+
+
+@dataclass(frozen=True)
+class Updated:
+    """A path's result, and the attributes it set on objects passed in, each
+    with its value at the return: generated code sets them, then returns."""
+
+    result: Any
+    writes: tuple[tuple[InputObject, str, Any], ...]
+
+    def __repr__(self) -> str:
+        sets = "; ".join(f"{o}.{a} = {_fmt(v)}" for o, a, v in self.writes)
+        return f"{_fmt(self.result)} after {sets}"
+
+
 FALLBACK = "_fallback"  # target prefix of fallback calls
 LOOP = "_loop"  # target prefix of loops on tensor data
 
@@ -208,6 +234,8 @@ def iter_refs(value: Any) -> Iterator[Ref]:
 
 def leaves(value: Any) -> Iterator[Any]:
     """Every value in a nested output structure that holds no other."""
+    if isinstance(value, Updated):
+        value = [value.result, [v for _, _, v in value.writes]]
     if isinstance(value, Record):
         value = [v for _, v in value.fields]
     if isinstance(value, (list, tuple)):
@@ -224,6 +252,8 @@ def records_in(value: Any) -> Iterator[Record | Global]:
     """The `Record`s and `Global`s in a nested output structure, outermost first."""
     if isinstance(value, Global):
         yield value
+    if isinstance(value, Updated):
+        value = [value.result, [v for _, _, v in value.writes]]
     if isinstance(value, Record):
         yield value
         value = [v for _, v in value.fields]
@@ -250,21 +280,28 @@ def read_before_fallback(graph: Graph) -> set[str]:
 
 def map_refs(value: Any, fn) -> Any:
     """Rebuild `value` with every `Ref` replaced by `fn(ref)`."""
-    if isinstance(value, Ref):
-        return fn(value)
+    return map_leaves(value, lambda v: fn(v) if isinstance(v, Ref) else v)
+
+
+def map_leaves(value: Any, fn) -> Any:
+    """Rebuild a nested output structure with every leaf `v` replaced by `fn(v)`
+    (the objects an `Updated` writes to are leaves too)."""
     if isinstance(value, list):
-        return [map_refs(v, fn) for v in value]
+        return [map_leaves(v, fn) for v in value]
     if isinstance(value, tuple):
-        items = [map_refs(v, fn) for v in value]
+        items = [map_leaves(v, fn) for v in value]
         if hasattr(value, "_make"):  # a collections.namedtuple
             return value._make(items)
         return tuple(items) if type(value) is tuple else type(value)(items)
     if isinstance(value, dict):
-        return {k: map_refs(v, fn) for k, v in value.items()}
+        return {k: map_leaves(v, fn) for k, v in value.items()}
     if isinstance(value, Record):
-        fields = tuple((k, map_refs(v, fn)) for k, v in value.fields)
+        fields = tuple((k, map_leaves(v, fn)) for k, v in value.fields)
         return replace(value, fields=fields)
-    return value
+    if isinstance(value, Updated):
+        writes = tuple((fn(o), a, map_leaves(v, fn)) for o, a, v in value.writes)
+        return Updated(map_leaves(value.result, fn), writes)
+    return fn(value)
 
 
 @dataclass(frozen=True)

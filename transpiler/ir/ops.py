@@ -285,6 +285,7 @@ def device_strides(target: str, out: torch.Tensor, args: tuple) -> tuple[int, ..
     layout = EXTERN_LAYOUT.get(target)
     return layout(tuple(out.shape), args) if layout else out.stride()
 
+
 # Extern ops that return a new dense tensor laid out the same on every device, as
 # their meta kernels say; other extern results may be laid out otherwise at run time
 # (passes/extern_layouts.py)

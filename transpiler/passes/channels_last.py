@@ -139,7 +139,9 @@ def _outputs_as_before(before: Graph, after: Graph) -> Graph:
         meta = TensorMeta(new.shape, contiguous_strides(new.shape), 0, new.dtype)
         kwargs = (("memory_format", torch.contiguous_format),)
         span = now[ref.name].span
-        added.append(Node(name, "call", "aten.clone.default", (ref,), kwargs, meta, span))
+        added.append(
+            Node(name, "call", "aten.clone.default", (ref,), kwargs, meta, span)
+        )
         return Ref(name)
 
     outputs = map_refs(after.outputs, restore)

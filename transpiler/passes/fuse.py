@@ -255,7 +255,8 @@ def _mergeable(g: _State, into: _State, nodes, reads_from, ancestors) -> bool:
         return False
     at = level(into, g.rows)
     if at is None or (
-        at == "r" and not all(splits(_meta(nodes, m).shape, into.rnumel) for m in g.nodes)
+        at == "r"
+        and not all(splits(_meta(nodes, m).shape, into.rnumel) for m in g.nodes)
     ):
         return False
     if reads_from.get(g.id) or any(g.id in r for r in reads_from.values()):

@@ -1,0 +1,224 @@
+"""Objects passed in: a key/value cache given to a decode step, declared by example.
+
+Note [Objects passed in]
+~~~~~~~~~~~~~~~~~~~~~~~~
+A variant input declared `pkg.mod::make_cache(P)` is an object that the user's
+function builds (`ObjectSpec`). The frontend calls that function (on the meta device)
+and traces with a copy of what it returns in which every tensor is a graph input,
+named after its path in the object (`layers[0].keys` is the input `layers_0_keys`).
+The code then reads the object as it reads any Python state, and may set attributes
+on it (`self.keys = torch.cat([self.keys, k], dim=-2)` in a cache layer's `update`):
+those writes are effects of the call, which generated code replays on the caller's
+object before it returns (`Updated` in ir/graph.py).
+
+What generated code assumes of the object is its structure as the example has it,
+checked on every call (`ObjectInput.checks`): the class of every object in it, the
+length of every list and tuple, the keys of every dict, every number, string, dtype
+and device, and each tensor's dtype, shape and contiguity; an object reached twice is
+checked to be the same object again. A dynamic dimension among the function's
+arguments is a dimension of the tensors (`generalize` finds which).
+"""
+
+from __future__ import annotations
+
+import keyword
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from transpiler.errors import UserError
+from transpiler.frontend.fallback import importable
+from transpiler.ir.dynamic import Dim
+from transpiler.ir.graph import Global, InputObject
+
+
+@dataclass(frozen=True)
+class Check:
+    """One fact about the object at `path` (relative to the parameter: `""`,
+    `.layers`, `.layers[0].keys`)."""
+
+    path: str
+    kind: str  # "type", "len", "keys", "value", "device", "same", "tensor"
+    # "type": a Global; "len": an int; "keys": a tuple of keys; "value": a number,
+    # string, bool, None or dtype; "device": nothing (the variant's); "same": the
+    # path of the object it is; "tensor": (dtype, shape)
+    value: Any = None
+
+
+@dataclass(frozen=True)
+class ObjectInput:
+    """An object parameter of a variant: what its guards check, and the tensors in
+    it that are graph inputs, in the order the graph takes them."""
+
+    param: str
+    checks: tuple[Check, ...]
+    tensors: tuple[str, ...]  # paths of the tensors, graph inputs in this order
+
+
+# Values an example holds that are checked by value (`Check.kind == "value"`).
+VALUES = (bool, int, float, str, type(None), torch.dtype)
+
+
+def example_input(param: str, spec, function, module: nn.Module | None, add_input):
+    """Build the example of `spec` with `function` (the user's), and a copy of it
+    whose tensors are meta graph inputs (`add_input(name, tensor)`); return the copy
+    and its `ObjectInput`."""
+    sizes = dict(spec.args)
+    try:
+        with torch.device("meta"):
+            example = (
+                function(module, **sizes) if module is not None else function(**sizes)
+            )
+    except Exception as e:
+        raise UserError(
+            f"{spec.function}({', '.join(f'{k}={v}' for k, v in sizes.items())}), "
+            f"the example of {param!r}, raised {type(e).__name__}: {e}"
+        ) from None
+    copier = _Copier(param, add_input)
+    copy = copier.copy(example, "")
+    return copy, ObjectInput(param, tuple(copier.checks), tuple(copier.tensors))
+
+
+class _Copier:
+    def __init__(self, param: str, add_input):
+        self.param = param
+        self.add_input = add_input
+        self.checks: list[Check] = []
+        self.tensors: list[str] = []
+        self.seen: dict[int, tuple[str, Any]] = {}  # id -> (path, copy)
+        self.held: list = []  # keeps the ids above valid
+
+    def copy(self, value: Any, path: str) -> Any:
+        if id(value) in self.seen and not isinstance(value, VALUES):
+            first, copied = self.seen[id(value)]
+            self.checks.append(Check(path, "same", first))
+            return copied
+        copied = self._copy(value, path)
+        self.seen[id(value)] = (path, copied)
+        self.held.append(value)
+        return copied
+
+    def _copy(self, value: Any, path: str) -> Any:
+        if isinstance(value, torch.Tensor):
+            if type(value) is not torch.Tensor and not isinstance(value, nn.Parameter):
+                self._fail(path, f"a {type(value).__qualname__}")
+            shape = tuple(value.shape)
+            self.checks.append(Check(path, "tensor", (value.dtype, shape)))
+            self.tensors.append(path)
+            t = torch.empty(shape, dtype=value.dtype, device="meta")
+            self.add_input(_input_name(path), t)
+            return t
+        if isinstance(value, VALUES):
+            self.checks.append(Check(path, "value", value))
+            return value
+        if isinstance(value, torch.device):
+            self.checks.append(Check(path, "device"))
+            return torch.device("meta")
+        if isinstance(value, type):
+            self.checks.append(Check(path, "value", self._global(value, path)))
+            return value
+        if type(value) in (list, tuple):
+            self.checks.append(
+                Check(
+                    path,
+                    "type",
+                    Global(type(value).__module__, type(value).__qualname__),
+                )
+            )
+            self.checks.append(Check(path, "len", len(value)))
+            items = [self.copy(v, f"{path}[{i}]") for i, v in enumerate(value)]
+            return type(value)(items)
+        if type(value) is dict:
+            if not all(isinstance(k, (str, int)) for k in value):
+                self._fail(path, "a dict with keys other than strings and integers")
+            self.checks.append(Check(path, "type", Global("builtins", "dict")))
+            self.checks.append(Check(path, "keys", tuple(value)))
+            return {k: self.copy(v, f"{path}[{k!r}]") for k, v in value.items()}
+        if isinstance(value, nn.Module) or not _plain_object(value):
+            self._fail(path, f"a {type(value).__qualname__}")
+        self.checks.append(Check(path, "type", self._global(type(value), path)))
+        copied = object.__new__(type(value))
+        self.seen[id(value)] = (path, copied)  # an attribute may refer back to it
+        for name, v in vars(value).items():
+            if not name.isidentifier() or keyword.iskeyword(name):
+                self._fail(path, f"an attribute named {name!r}")
+            vars(copied)[name] = self.copy(v, f"{path}.{name}")
+        return copied
+
+    def _global(self, cls: type, path: str) -> Global:
+        where = importable(cls)
+        if where is None or not where[1]:
+            self._fail(
+                path,
+                f"the class {cls.__qualname__}, which generated code cannot import",
+            )
+        return Global(*where)
+
+    def _fail(self, path: str, what: str) -> None:
+        raise UserError(
+            f"the example of {self.param!r} holds {what} at {self.param}{path}: "
+            "examples may hold tensors, numbers, strings, dtypes, devices, "
+            "classes, lists, tuples, dicts and objects of importable classes"
+        )
+
+
+def _plain_object(value: Any) -> bool:
+    """An instance of a Python class whose state is its `__dict__`, set the plain
+    way (generated code replays attribute writes with `obj.name = value`)."""
+    cls = type(value)
+    return (
+        hasattr(value, "__dict__")
+        and cls.__setattr__ is object.__setattr__
+        and "__slots__" not in vars(cls)
+    )
+
+
+def _input_name(path: str) -> str:
+    """The graph input's name for the tensor at `path`: `layers[0].keys` is
+    `layers_0_keys` (`GraphBuilder.fresh` makes it unique)."""
+    return "_".join(
+        filter(None, "".join(c if c.isalnum() else " " for c in path).split())
+    )
+
+
+def objects_in(
+    value: Any, found: dict[int, InputObject], param: str, path: str = ""
+) -> None:
+    """Every object and container of an example copy, by id -> where it is."""
+    if isinstance(value, (torch.Tensor, *VALUES, type, torch.device)):
+        return
+    if id(value) in found:
+        return
+    found[id(value)] = InputObject(param, path)
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            objects_in(v, found, param, f"{path}[{i}]")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            objects_in(v, found, param, f"{path}[{k!r}]")
+    elif hasattr(value, "__dict__"):
+        for name, v in vars(value).items():
+            objects_in(v, found, param, f"{path}.{name}")
+
+
+def dimension_source(
+    inputs: tuple, objects: tuple[ObjectInput, ...], dim: str
+) -> tuple[str, int]:
+    """Where generated code reads the size of named dimension `dim`: the first
+    input tensor that has it (a parameter, or a tensor in an object passed in:
+    `past_key_values.layers[0].keys`), and the axis."""
+    by_param = {o.param: o for o in objects}
+    for param, spec in inputs:
+        if dim in getattr(spec, "shape", ()):
+            return param, spec.shape.index(dim)
+        if param not in by_param:
+            continue
+        for check in by_param[param].checks:
+            if check.kind != "tensor":
+                continue
+            for axis, size in enumerate(check.value[1]):
+                if isinstance(size, Dim) and (size.name, size.a, size.b) == (dim, 1, 0):
+                    return param + check.path, axis
+    raise AssertionError(f"no input has dimension {dim}")
