@@ -80,10 +80,13 @@ def _copy_back(moved: Any, original: Any) -> None:
             _copy_back(moved[k], original[k])
     elif _plain_object(original) and moved is not original:
         for k, v in vars(moved).items():
+            was = vars(original).get(k)
             if isinstance(v, torch.Tensor):
                 vars(original)[k] = v.cpu()
-            else:
-                _copy_back(v, vars(original).get(k))
+            elif isinstance(v, (list, tuple, dict)) or _plain_object(v):
+                _copy_back(v, was)
+            elif not isinstance(v, torch.device):  # a number the variant set
+                vars(original)[k] = v
 
 
 def _originals(value: Any, known: dict[int, Any]) -> dict[int, Any]:
