@@ -1,7 +1,7 @@
 """Greedy decoding speed of causal language models: eager vs torch.compile vs generated.
 
     python benchmarks/decode_speed.py [--models gpt2,llama] [--device cpu|cuda]
-        [--prompt N] [--tokens N] [--rounds N] [--no-compile] [--keep DIR]
+        [--prompt N] [--tokens N] [--rounds N] [--no-compile] [--profile] [--keep DIR]
 
 Each model is a transformers causal LM at a realistic size with random weights
 (GPT-2 small; the LLaMA-shaped stack of models_speed.py with its LM head). For each:
@@ -20,7 +20,8 @@ Each model is a transformers causal LM at a realistic size with random weights
    three in `--rounds` interleaved rounds (`benchmarks.common.interleaved`), after a
    warmup generation each: the median, in ms per generated token.
 
-Prints one markdown table. Exit status 1 when a generated module fails to build,
+Prints one markdown table; `--profile` also prints to stderr the Python functions
+with the most host time over one generated generation (cProfile). Exit status 1 when a generated module fails to build,
 runs the source, or gives other tokens.
 """
 
@@ -169,6 +170,8 @@ def run_model(model: Model, args: argparse.Namespace, work: Path) -> list[str]:
         for fn in fns.values():  # warm up
             fn()
         ms = common.interleaved(timer, args.rounds)(fns)
+        if args.profile:
+            _host_profile(model.name, fns["generated"])
     comp = ms.get("compiled")
     ratio = f"{comp / ms['generated']:.2f}x" if comp else "-"
     row = (
@@ -181,6 +184,21 @@ def run_model(model: Model, args: argparse.Namespace, work: Path) -> list[str]:
     return [row, *(f"{model.name}: {p}" for p in problems)]
 
 
+def _host_profile(name: str, fn) -> None:
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(fn)
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(18)
+    print(
+        f"{name}: host time of one generated generation\n{text.getvalue()}",
+        file=sys.stderr,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="gpt2,llama")
@@ -191,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--profile", action="store_true")
     parser.add_argument("--keep", type=Path)
     args = parser.parse_args(argv)
     work = args.keep or Path(tempfile.mkdtemp(prefix="decode_speed_"))
