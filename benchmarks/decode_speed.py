@@ -21,8 +21,8 @@ Each model is a transformers causal LM at a realistic size with random weights
    warmup generation each: the median, in ms per generated token.
 
 Prints one markdown table; `--profile` also prints to stderr the Python functions
-with the most host time over one generated generation (cProfile). Exit status 1 when a generated module fails to build,
-runs the source, or gives other tokens.
+with the most host time over one generated generation (cProfile). Exit status 1
+when a generated module fails to build, runs the source, or gives other tokens.
 """
 
 from __future__ import annotations
