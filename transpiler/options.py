@@ -217,7 +217,7 @@ MAX_BYTES = 2**63 - 1  # what torch can address in one tensor
 def _parse_object(shown: str, compact: str) -> ObjectSpec:
     """`pkg.mod::make_cache(P)`, `FILE.py::make_state(n=4, P)`."""
     match = _OBJECT.fullmatch(compact)
-    if match is None:
+    if match is None or not all(match["function"].split("::")):
         raise UserError(
             f"bad TYPE {shown!r}: expected an object built by a function of yours,"
             " like pkg.mod::make_cache(P) or FILE.py::make_state(n=4)"
@@ -232,7 +232,6 @@ def _parse_object(shown: str, compact: str) -> ObjectSpec:
             )
         key = arg["key"]
         args.append((key, int(arg["size"]) if arg["size"] else key))
-    check_source(match["function"], "TYPE", "make_example")
     return ObjectSpec(match["function"], tuple(args))
 
 

@@ -85,12 +85,20 @@ def randn(*shape):
 BN = {"m": randn(8), "v": randn(8).abs() + 0.5, "g": randn(8), "b": randn(8)}
 CASES = {  # name -> (inputs, whether its convolutions run NHWC)
     "residual": (
-        {"x": randn(2, 4, 6, 6), "w1": randn(8, 4, 3, 3), "w2": randn(8, 8, 3, 3), **BN},
+        {
+            "x": randn(2, 4, 6, 6),
+            "w1": randn(8, 4, 3, 3),
+            "w2": randn(8, 8, 3, 3),
+            **BN,
+        },
         True,
     ),
     "depthwise": ({"x": randn(2, 8, 5, 5), "w": randn(8, 1, 3, 3)}, True),
     "grouped": ({"x": randn(2, 8, 5, 5), "w": randn(6, 4, 1, 1)}, False),
-    "patch_embed": ({"x": randn(2, 3, 16, 16), "w": randn(8, 3, 4, 4), "b": randn(8)}, True),
+    "patch_embed": (
+        {"x": randn(2, 3, 16, 16), "w": randn(8, 3, 4, 4), "b": randn(8)},
+        True,
+    ),
     "pooled": ({"x": randn(2, 3, 8, 8), "w": randn(8, 3, 3, 3)}, True),
     "strided_input": ({"x": randn(2, 3, 7, 9), "w": randn(5, 3, 2, 2)}, True),
     "view_head": (
@@ -139,6 +147,12 @@ def test_convolutions_run_channels_last(name: str, tmp_path: Path) -> None:
         channels_last = (h * w * c, 1, w * c, c)
         assert (out.stride == channels_last) == nhwc, str(graph)
         assert (x.stride[1] == 1) == nhwc, str(graph)
+        # the weight too, copied by the graph (cuDNN and oneDNN would copy it on
+        # every call); a 1x1 weight is both layouts, and no copy is made
+        weight = nodes[conv.args[1].name]
+        o, i, kh, kw = weight.tensor_meta.shape
+        copied = weight.target == "aten.clone.default"
+        assert copied == (nhwc and kh * kw > 1 and i > 1), str(graph)
 
 
 def test_kernels_store_in_memory_order(compiled) -> None:

@@ -58,7 +58,9 @@ CASES = {  # name -> (inputs, whether the CUDA variant repeats the heads)
 
 def _attention_calls(graph):
     return [
-        n for n in graph.nodes if n.target == "aten.scaled_dot_product_attention.default"
+        n
+        for n in graph.nodes
+        if n.target == "aten.scaled_dot_product_attention.default"
     ]
 
 

@@ -9,6 +9,7 @@ import torch
 
 from transpiler.errors import UserError
 from transpiler.options import (
+    ObjectSpec,
     ScalarSpec,
     Target,
     TensorSpec,
@@ -46,6 +47,9 @@ GOOD_SPECS = [
     ("bool=False", ScalarSpec(False)),
     ("None", ScalarSpec(None)),
     (" None ", ScalarSpec(None)),
+    ("pkg.mod::make_cache(P)", ObjectSpec("pkg.mod::make_cache", (("P", "P"),))),
+    ("m.py::f()", ObjectSpec("m.py::f")),
+    ("m.py::f( n = 4 , P )", ObjectSpec("m.py::f", (("n", 4), ("P", "P")))),
 ]
 
 
@@ -89,6 +93,29 @@ BAD_SPECS += [
     (text, f"bad TYPE {text!r}: {SHAPE_HINT}")
     for text in ["", "f32", "f32[2,4", "[2,4]", "f32[2][3]", "int", "none"]
 ]
+
+
+OBJECT_HINT = (
+    "expected an object built by a function of yours, like pkg.mod::make_cache(P) "
+    "or FILE.py::make_state(n=4)"
+)
+BAD_SPECS += [
+    ("pkg.mod::f", f"bad TYPE 'pkg.mod::f': {OBJECT_HINT}"),
+    ("pkg.mod::f(P", f"bad TYPE 'pkg.mod::f(P': {OBJECT_HINT}"),
+    ("::f(P)", f"bad TYPE '::f(P)': {OBJECT_HINT}"),
+    ("m::(P)", f"bad TYPE 'm::(P)': {OBJECT_HINT}"),
+    ("m::f(n=x)", "bad TYPE 'm::f(n=x)': arguments must be named dimensions (P) or "
+     "sizes (n=4)"),
+    ("m::f(2)", "bad TYPE 'm::f(2)': arguments must be named dimensions (P) or "
+     "sizes (n=4)"),
+]  # fmt: skip
+
+
+def test_object_spec_dimensions_are_dynamic() -> None:
+    inputs = parse_variant("ids=i64[1,1], cache=m::make(P, n=2), flag=bool=True")
+    variant = Variant(inputs, "cpu")
+    assert variant.dynamic == ("P",)
+    assert str(variant.sized({"P": 7}).inputs[1][1]) == "m::make(P=7, n=2)"
 
 
 @pytest.mark.parametrize(("text", "message"), BAD_SPECS)

@@ -4,8 +4,10 @@ Before:  conv: f32[2,64,56,56] = aten.convolution.default(x, w, None, ...)
          relu: f32[2,64,56,56] = aten.relu.default(conv)
 After:   clone: f32[2,3,224,224] stride=(150528, 1, 672, 3)
                 = aten.clone.default(x, memory_format=torch.channels_last)
+         clone_1: f32[64,3,7,7] stride=(147, 1, 21, 3)
+                = aten.clone.default(w, memory_format=torch.channels_last)
          conv: f32[2,64,56,56] stride=(200704, 1, 3584, 64)
-                = aten.convolution.default(clone, w, None, ...)
+                = aten.convolution.default(clone, clone_1, None, ...)
          relu: f32[2,64,56,56] stride=(200704, 1, 3584, 64) = aten.relu.default(conv)
 
 Note [Channels-last convolutions]
@@ -16,8 +18,11 @@ NHWC for NHWC input (`ir.ops.convolution_layout`). So a network of convolutions
 stays NHWC once its input is converted: the kernels between convolutions (batch
 norm, activations, residual adds) compute on the layout they receive, iterating in
 its memory order (`KernelBuilder.order` in passes/schedule.py), and the copy is made
-once, of the first convolution's input. Weights are left as they are: the libraries
-lay them out for themselves on each call. Values the graph returns get back the
+once, of the first convolution's input. The libraries want the weights in the same
+layout, and would copy each weight whose kernel is larger than 1x1 to it on every
+call (an `aten::copy_` each, tens of microseconds of host time); the graph copies
+them itself instead, in a kernel of its own (a 1x1 weight is already both layouts).
+Values the graph returns get back the
 contiguous layout they had, so callers see the strides eager code gives them, and a
 graph with fallback code or a loop on tensor data in it is left as it is: the
 source code there could `view` a value that is no longer contiguous. In compiled
@@ -80,7 +85,8 @@ def channels_last(graph: Graph) -> Graph:
         if node.name not in chosen:
             return NotImplemented
         x = args[0].contiguous(memory_format=torch.channels_last)
-        return resolve_op(node.target)(x, *args[1:], **kwargs)
+        w = args[1].contiguous(memory_format=torch.channels_last)
+        return resolve_op(node.target)(x, w, *args[2:], **kwargs)
 
     rewrites = {CONVOLUTION: rewrite}
     rewrites.update({n.target: _view_or_copy for n in graph.nodes if _view(n)})
