@@ -255,6 +255,7 @@ def test_guards_send_other_objects_to_the_source(root: Path) -> None:
         "another dtype": _module.State(torch.randn(8, dtype=torch.float64), 3),
         "another class": _module.Cache(torch.randn(8), 3),
         "a float for an int": _module.State(torch.randn(8), 3.0),
+        "an attribute more": _with(_module.State(torch.randn(8), 3), scale=2.0),
     }
     for what, state in others.items():
         runtime_shim.warn._SEEN.clear()  # a warning per case
@@ -264,6 +265,11 @@ def test_guards_send_other_objects_to_the_source(root: Path) -> None:
             except AttributeError:  # the source's, reading `total` of a Cache
                 assert what == "another class"
         assert fallback_messages(record), what
+
+
+def _with(obj, **attributes):
+    vars(obj).update(attributes)
+    return obj
 
 
 def test_aliasing_is_guarded(root: Path) -> None:

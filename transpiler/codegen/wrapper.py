@@ -305,6 +305,9 @@ def _object_tests(
         here = f"{name}{c.path}"
         if c.kind == "type":
             guards.append(f"type({here}) is {_class(c.value)}")
+        elif c.kind == "attributes":
+            names = ", ".join(py_literal(n) for n in sorted(c.value))
+            guards.append(f"vars({here}).keys() == {{{names}}}")
         elif c.kind == "len":
             guards.append(f"len({here}) == {c.value}")
         elif c.kind == "keys":

@@ -12,8 +12,9 @@ those writes are effects of the call, which generated code replays on the caller
 object before it returns (`Updated` in ir/graph.py).
 
 What generated code assumes of the object is its structure as the example has it,
-checked on every call (`ObjectInput.checks`): the class of every object in it, the
-length of every list and tuple, the keys of every dict, every number, string, dtype
+checked on every call (`ObjectInput.checks`): the class of every object in it and
+the names of its attributes (code may test for one with `getattr(obj, name, None)`),
+the length of every list and tuple, the keys of every dict, every number, string, dtype
 and device, and each tensor's dtype, shape and contiguity; an object reached twice is
 checked to be the same object again. A dynamic dimension among the function's
 arguments is a dimension of the tensors (`generalize` finds which).
@@ -40,8 +41,9 @@ class Check:
     `.layers`, `.layers[0].keys`)."""
 
     path: str
-    kind: str  # "type", "len", "keys", "value", "device", "same", "tensor"
-    # "type": a Global; "len": an int; "keys": a tuple of keys; "value": a number,
+    kind: str  # "type", "attributes", "len", "keys", "value", "device", "same",
+    # "tensor". "type": a Global; "attributes": the names in the object's
+    # `__dict__`; "len": an int; "keys": a tuple of keys; "value": a number,
     # string, bool, None or dtype; "device": nothing (the variant's); "same": the
     # path of the object it is; "tensor": (dtype, shape)
     value: Any = None
@@ -139,6 +141,7 @@ class _Copier:
         if isinstance(value, nn.Module) or not _plain_object(value):
             self._fail(path, f"a {type(value).__qualname__}")
         self.checks.append(Check(path, "type", self._global(type(value), path)))
+        self.checks.append(Check(path, "attributes", tuple(vars(value))))
         copied = object.__new__(type(value))
         self.seen[id(value)] = (path, copied)  # an attribute may refer back to it
         for name, v in vars(value).items():
