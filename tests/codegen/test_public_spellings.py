@@ -33,6 +33,20 @@ SAMPLES = {
     "aten.linear.default": ((_t(2, 5, 3), _t(4, 3), _t(4)), {}),
     "aten.embedding.default": ((_t(10, 3), torch.tensor([[1, 2]])), {}),
     "aten.arange.start": ((0, 5), {"dtype": torch.int64}),
+    "aten.convolution.default": (
+        (
+            _t(1, 3, 6, 6),
+            _t(4, 3, 3, 3),
+            None,
+            [1, 1],
+            [1, 1],
+            [1, 1],
+            False,
+            [0, 0],
+            1,
+        ),
+        {},
+    ),
     "aten.scaled_dot_product_attention.default": (
         (_t(1, 2, 4, 8), _t(1, 2, 4, 8), _t(1, 2, 4, 8)),
         {"is_causal": True},

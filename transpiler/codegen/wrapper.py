@@ -545,6 +545,7 @@ FUNCTIONS = {
     "aten.baddbmm.default": "torch.baddbmm",
     "aten.linear.default": "torch.nn.functional.linear",
     "aten.embedding.default": "torch.embedding",
+    "aten.convolution.default": "torch.convolution",
     "aten.arange.start": "torch.arange",
     "aten.scaled_dot_product_attention.default": (
         "torch.nn.functional.scaled_dot_product_attention"
