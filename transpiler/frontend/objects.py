@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from transpiler.codegen.text import py_literal
 from transpiler.errors import UserError
 from transpiler.frontend.fallback import importable
 from transpiler.ir.dynamic import Dim
@@ -104,7 +105,7 @@ class _Copier:
 
     def _copy(self, value: Any, path: str) -> Any:
         if isinstance(value, torch.Tensor):
-            if type(value) is not torch.Tensor and not isinstance(value, nn.Parameter):
+            if type(value) is not torch.Tensor:  # a Parameter, a subclass
                 self._fail(path, f"a {type(value).__qualname__}")
             shape = tuple(value.shape)
             self.checks.append(Check(path, "tensor", (value.dtype, shape)))
@@ -137,7 +138,9 @@ class _Copier:
                 self._fail(path, "a dict with keys other than strings and integers")
             self.checks.append(Check(path, "type", Global("builtins", "dict")))
             self.checks.append(Check(path, "keys", tuple(value)))
-            return {k: self.copy(v, f"{path}[{k!r}]") for k, v in value.items()}
+            return {
+                k: self.copy(v, f"{path}[{py_literal(k)}]") for k, v in value.items()
+            }
         if isinstance(value, nn.Module) or not _plain_object(value):
             self._fail(path, f"a {type(value).__qualname__}")
         self.checks.append(Check(path, "type", self._global(type(value), path)))
@@ -200,7 +203,7 @@ def objects_in(
             objects_in(v, found, param, f"{path}[{i}]")
     elif isinstance(value, dict):
         for k, v in value.items():
-            objects_in(v, found, param, f"{path}[{k!r}]")
+            objects_in(v, found, param, f"{path}[{py_literal(k)}]")
     elif hasattr(value, "__dict__"):
         for name, v in vars(value).items():
             objects_in(v, found, param, f"{path}.{name}")
