@@ -120,6 +120,24 @@ CASES = {
         "q=f32[2,1,8], k=f32[2,1,8], cache=FILE::example(P)",
         None,  # called at several lengths below
     ),
+    "a window of the last tokens, a slice": (
+        """
+        class M(nn.Module):
+            def forward(self, k, cache):
+                full = torch.cat([cache.keys, k], dim=1)
+                cache.keys = full[:, -4:]
+                return full.sum(1) * cache.values
+        """,
+        """
+        def example(module):
+            return Cache(torch.zeros(2, 5, 8)[:, -4:], torch.zeros(8))
+        """,
+        "k=f32[2,1,8], cache=FILE::example()",
+        lambda: {
+            "k": torch.randn(2, 1, 8),
+            "cache": _module.Cache(torch.randn(2, 5, 8)[:, -4:], torch.randn(8)),
+        },
+    ),
     "the same tensor twice": (
         """
         class M(nn.Module):

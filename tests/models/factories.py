@@ -101,9 +101,38 @@ def kv_cache(model, P: int):
     )
     cache = DynamicCache(config=config)
     for layer in range(config.num_hidden_layers):
-        keys, values = torch.zeros(2, 1, heads, P, dim)
-        cache.update(keys, values, layer)
+        # as a decode step leaves it: P - 1 tokens, then one more (a sliding
+        # window's layer then holds a slice of what it concatenated, as it will)
+        for tokens in (P - 1, 1):
+            keys, values = torch.zeros(2, 1, heads, tokens, dim)
+            cache.update(keys, values, layer)
     return cache
+
+
+def qwen2_lm():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+            num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+            num_key_value_heads=2, max_position_embeddings=POSITIONS, use_cache=False,
+        )
+    )  # fmt: skip
+
+
+def mistral_lm():
+    """With a sliding window shorter than the generated sequence."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    return MistralForCausalLM(
+        MistralConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+            num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+            num_key_value_heads=2, max_position_embeddings=POSITIONS,
+            sliding_window=8, use_cache=False,
+        )
+    )  # fmt: skip
 
 
 def bert_config():
@@ -421,6 +450,22 @@ GENERATORS = [
         "llama_lm",
         "transformers.models.llama.modeling_llama::LlamaForCausalLM",
         _f("llama_lm"),
+        {"input_ids": "i64[1,8]", "use_cache": "bool=True"},
+        more=(_DECODE,),
+    ),
+    Model(
+        "qwen2_lm",
+        "transformers.models.qwen2.modeling_qwen2::Qwen2ForCausalLM",
+        _f("qwen2_lm"),
+        {"input_ids": "i64[1,8]", "use_cache": "bool=True"},
+        more=(_DECODE,),
+    ),
+    # a sliding window of 8: the cache keeps the last 7 tokens, and its length is
+    # an int of the cache (`cumulative_length`), not a tensor's dimension
+    Model(
+        "mistral_lm",
+        "transformers.models.mistral.modeling_mistral::MistralForCausalLM",
+        _f("mistral_lm"),
         {"input_ids": "i64[1,8]", "use_cache": "bool=True"},
         more=(_DECODE,),
     ),

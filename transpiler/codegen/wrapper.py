@@ -86,8 +86,8 @@ class RangeGuard:
     for, decided at transpile time (`x.shape[0] > 4`: Note [Dynamic dimensions]),
     read from the first input that has the dimension."""
 
-    input: str  # the parameter
-    axis: int
+    input: str  # the parameter, or a path from one (`objects.dimension_source`)
+    axis: int | None  # None: the input is the size itself (an int in an object)
     op: str  # "<", "==", ...
     left: int | Dim
     right: int | Dim
@@ -95,7 +95,7 @@ class RangeGuard:
 
     def test(self, name: str) -> str:
         """The check, with the input read as `name`."""
-        size = f"{name}.shape[{self.axis}]"
+        size = name if self.axis is None else f"{name}.shape[{self.axis}]"
 
         def text(v: int | Dim) -> str:
             return str(Dim(v.a, v.b, size)) if isinstance(v, Dim) else str(v)
@@ -298,7 +298,8 @@ def _object_tests(
         source, axis = dimension_source(vc.variant.inputs, vc.objects, dim)
         param = re.match(r"\w+", source)[0]
         if dim not in sizes and param == obj.param:
-            sizes[dim] = f"{name}{source[len(param):]}.shape[{axis}]"
+            at = "" if axis is None else f".shape[{axis}]"
+            sizes[dim] = f"{name}{source[len(param):]}{at}"
     first = set(sizes.values())
     guards = []
     for c in obj.checks:
@@ -316,6 +317,10 @@ def _object_tests(
             guards.append(f"{here} is {name}{c.value}")
         elif c.kind == "device":
             guards.append(f"{here}.type == {py_literal(device)}")
+        elif c.kind == "value" and isinstance(c.value, Dim):  # a length, say
+            size = Dim(c.value.a, c.value.b, sizes[c.value.name])
+            test = f"{here} >= 2" if here in first else f"{here} == {size}"
+            guards.append(f"type({here}) is int and {test}")
         elif c.kind == "value" and isinstance(c.value, Global):
             guards.append(f"{here} is {_class(c.value)}")
         elif c.kind == "value" and (c.value is None or isinstance(c.value, bool)):
@@ -334,26 +339,43 @@ def _object_tests(
 def _object_tensor_tests(
     here: str, meta: tuple, device: str, sizes: dict[str, str], first: set[str]
 ) -> list[str]:
-    dtype, shape = meta
+    dtype, shape, stride = meta
     on = f"{here}.is_{device}"
     if device == "cuda":
         on += f" and {here}.get_device() == torch.cuda.current_device()"
-    kind = (
-        f"type({here}) is torch.Tensor and {on} and "
-        f"{here}.dtype == {DTYPE_NAMES[dtype]} and {here}.is_contiguous()"
+    layout = f"{here}.is_contiguous()" if stride is None else ""
+    kind = " and ".join(
+        filter(
+            None,
+            [
+                f"type({here}) is torch.Tensor",
+                on,
+                f"{here}.dtype == {DTYPE_NAMES[dtype]}",
+                layout,
+            ],
+        )
     )
+    sized = _sized(shape, sizes)
     if not any(isinstance(d, Dim) for d in shape):
-        return [kind, f"{here}.shape == {literal(tuple(shape))}"]
-    dims = [f"{here}.dim() == {len(shape)}"]
-    for axis, d in enumerate(shape):
-        size = f"{here}.shape[{axis}]"
-        if size in first:
-            dims.append(f"{size} >= 2")
-        elif isinstance(d, Dim):
-            dims.append(f"{size} == {Dim(d.a, d.b, sizes[d.name])}")
-        else:
-            dims.append(f"{size} == {d}")
-    return [kind, " and ".join(dims)]
+        tests = [kind, f"{here}.shape == {literal(tuple(shape))}"]
+    else:
+        dims = [f"{here}.dim() == {len(shape)}"]
+        for axis, want in enumerate(sized):
+            size = f"{here}.shape[{axis}]"
+            dims.append(f"{size} >= 2" if size in first else f"{size} == {want}")
+        tests = [kind, " and ".join(dims)]
+    if stride is not None:
+        strides = ", ".join(_sized(stride, sizes)) + ("," if len(stride) == 1 else "")
+        tests.append(f"{here}.stride() == ({strides})")
+    return tests
+
+
+def _sized(values: tuple, sizes: dict[str, str]) -> list[str]:
+    """Python for sizes or strides, a dynamic one read where `sizes` says."""
+    return [
+        str(Dim(v.a, v.b, sizes[v.name])) if isinstance(v, Dim) else str(v)
+        for v in values
+    ]
 
 
 def _class(g: Global) -> str:
@@ -629,7 +651,7 @@ def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]
     lines = [f"def _{vc.name}({self_}{t.signature.text(t.defaults, names)}):"]
     lines += bind_graph_inputs(t, vc)
     lines += device_locals(device_source(t, vc), vc.programs)
-    for dim, size in _dynamic_sizes(vc):
+    for dim, size in _dynamic_sizes(t, vc):
         lines.append(f"    {dim} = {size}  # dynamic: one variant for every size")
     region = map_programs(vc.region, partial(_local_objects, t=t))
     return lines + _region_lines(region, kernels, vc.variant.device, t.reads, "    ")
@@ -678,14 +700,17 @@ def graph_inputs(vc: VariantCode) -> dict[str, str]:
     return dict(zip(tensors, values))
 
 
-def _dynamic_sizes(vc: VariantCode) -> list[tuple[str, str]]:
+def _dynamic_sizes(t: TargetCode, vc: VariantCode) -> list[tuple[str, str]]:
     """Each named dimension's name in the code, and its size, read from the first
-    input that has it."""
+    input that has it (`objects.dimension_source`)."""
     values = graph_inputs(vc)
     sizes = []
     for dim, code in vc.dynamic:
         name, axis = dimension_source(vc.variant.inputs, vc.objects, dim)
-        sizes.append((code, f"{values[name]}.shape[{axis}]"))
+        if axis is None:  # an int in an object passed in
+            sizes.append((code, t.local(name)))
+        else:
+            sizes.append((code, f"{values[name]}.shape[{axis}]"))
     return sizes
 
 

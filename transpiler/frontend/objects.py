@@ -15,7 +15,8 @@ What generated code assumes of the object is its structure as the example has it
 checked on every call (`ObjectInput.checks`): the class of every object in it and
 the names of its attributes (code may test for one with `getattr(obj, name, None)`),
 the length of every list and tuple, the keys of every dict, every number, string, dtype
-and device, and each tensor's dtype, shape and contiguity; an object reached twice is
+and device, and each tensor's dtype, shape and strides (contiguous, or those of the example: a
+cache layer keeping the last tokens of a sliding window holds a slice); an object reached twice is
 checked to be the same object again. A dynamic dimension among the function's
 arguments is a dimension of the tensors (`generalize` finds which).
 """
@@ -33,7 +34,7 @@ from transpiler.codegen.text import py_literal
 from transpiler.errors import UserError
 from transpiler.frontend.fallback import importable
 from transpiler.ir.dynamic import Dim
-from transpiler.ir.graph import Global, InputObject
+from transpiler.ir.graph import Global, InputObject, contiguous_strides
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,14 @@ class _Copier:
             if type(value) is not torch.Tensor:  # a Parameter, a subclass
                 self._fail(path, f"a {type(value).__qualname__}")
             shape = tuple(value.shape)
-            self.checks.append(Check(path, "tensor", (value.dtype, shape)))
+            # strides as the example has them: None where it is contiguous
+            stride = None if value.is_contiguous() else tuple(value.stride())
+            self.checks.append(Check(path, "tensor", (value.dtype, shape, stride)))
             self.tensors.append(path)
-            t = torch.empty(shape, dtype=value.dtype, device="meta")
+            t = torch.empty_strided(
+                shape, stride or contiguous_strides(shape), dtype=value.dtype,
+                device="meta",
+            )  # fmt: skip
             self.add_input(_input_name(path), t)
             return t
         if isinstance(value, VALUES):
@@ -211,20 +217,28 @@ def objects_in(
 
 def dimension_source(
     inputs: tuple, objects: tuple[ObjectInput, ...], dim: str
-) -> tuple[str, int]:
+) -> tuple[str, int | None]:
     """Where generated code reads the size of named dimension `dim`: the first
     input tensor that has it (a parameter, or a tensor in an object passed in:
-    `past_key_values.layers[0].keys`), and the axis."""
+    `past_key_values.layers[0].keys`) and the axis; else the first integer in an
+    object that is the size itself (a cache's `cumulative_length`), axis None."""
     by_param = {o.param: o for o in objects}
+    found = None
     for param, spec in inputs:
         if dim in getattr(spec, "shape", ()):
             return param, spec.shape.index(dim)
-        if param not in by_param:
-            continue
-        for check in by_param[param].checks:
-            if check.kind != "tensor":
-                continue
-            for axis, size in enumerate(check.value[1]):
-                if isinstance(size, Dim) and (size.name, size.a, size.b) == (dim, 1, 0):
-                    return param + check.path, axis
-    raise AssertionError(f"no input has dimension {dim}")
+        for check in by_param[param].checks if param in by_param else ():
+            value = check.value
+            if check.kind == "tensor":
+                for axis, size in enumerate(value[1]):
+                    if _is(size, dim):
+                        return param + check.path, axis
+            elif check.kind == "value" and _is(value, dim) and found is None:
+                found = (param + check.path, None)
+    if found is None:
+        raise AssertionError(f"no input has dimension {dim}")
+    return found
+
+
+def _is(size: Any, dim: str) -> bool:
+    return isinstance(size, Dim) and (size.name, size.a, size.b) == (dim, 1, 0)
