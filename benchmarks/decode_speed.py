@@ -73,7 +73,7 @@ def llama_lm():
 
 
 def kv_cache(model, P: int):
-    """The decode variant's example cache: as a prefill of P tokens leaves it."""
+    """The decode variant's example cache, of P tokens, as a decode step leaves it."""
     from transformers import DynamicCache
 
     config = model.config
@@ -82,8 +82,9 @@ def kv_cache(model, P: int):
     dtype = next(model.parameters()).dtype
     cache = DynamicCache(config=config)
     for layer in range(config.num_hidden_layers):
-        keys, values = torch.zeros(2, 1, heads, P, dim, dtype=dtype)
-        cache.update(keys, values, layer)
+        for tokens in (P - 1, 1):  # a prefill, then a decode step
+            keys, values = torch.zeros(2, 1, heads, tokens, dim, dtype=dtype)
+            cache.update(keys, values, layer)
     return cache
 
 
