@@ -3,11 +3,13 @@
     transpile                              # every target in [tool.transpile]
     transpile FILE.py::Name --example x=f32[2,4] [--variant ...] [--device cpu] ...
 
-Every user error is printed as one line, `transpile: error: ...`, with exit code 2 and
-no
-traceback. The command recorded in generated headers (`Options.command`) is rebuilt from
-the parsed arguments, so it is the same on every machine: `transpile` in config mode, a
-normalized, shell-quoted one-off command otherwise (no --root, --check or --explain).
+Without a target, the targets come from the first pyproject.toml with a
+`[tool.transpile]` table in the current directory or a parent (as black and ruff find
+theirs); that file's directory is the project root. Every user error is printed as one
+line, `transpile: error: ...`, with exit code 2 and no traceback. The command recorded
+in generated headers (`Options.command`) is rebuilt from the parsed arguments, so it is
+the same on every machine: `transpile` in config mode, a normalized, shell-quoted
+one-off command otherwise (no --root, --check or --explain).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from transpiler import __version__
 from transpiler.errors import UserError
 from transpiler.options import (
     DEVICES,
@@ -29,6 +32,7 @@ from transpiler.options import (
     check_unique_inputs,
     collect_variants,
     describe_inputs,
+    find_config,
     format_init,
     load_config,
     parse_example,
@@ -39,14 +43,30 @@ from transpiler.options import (
 
 DEFAULT_OUT = Path("generated")
 
+DESCRIPTION = """\
+Ahead-of-time, source-to-source compiler for PyTorch models. With no target,
+builds every target in [tool.transpile] of the nearest pyproject.toml that has
+one, searching upward from the current directory."""
+
+EPILOG = """\
+exit codes:
+  0  success
+  1  --check found stale files
+  2  a user error (bad input, a failed build); nothing was written
+
+Configuration ([tool.transpile] in pyproject.toml): see "Command line" in
+README.md."""
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="transpile",
-        description="Ahead-of-time, source-to-source compiler for PyTorch models. "
-        "With no target, builds every target in [tool.transpile] of pyproject.toml.",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add = parser.add_argument
+    add("--version", action="version", version=f"transpile {__version__}")
     add("target", nargs="?", help="one-off target: FILE.py::Name or pkg.mod::Name")
     add(
         "--example",
@@ -106,8 +126,24 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--config",
         metavar="FILE",
-        help="read [tool.transpile] from FILE instead of pyproject.toml "
-        "(paths in it stay relative to the current directory)",
+        help="read [tool.transpile] from FILE instead of the pyproject.toml found "
+        "upward from here (paths in FILE stay relative to the current directory)",
+    )
+    add(
+        "--force",
+        action="store_true",
+        help="with a target given here, overwrite files that [tool.transpile] "
+        "also builds",
+    )
+    talk = parser.add_mutually_exclusive_group()
+    talk.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print only warnings and errors",
+    )
+    talk.add_argument(
+        "-v", "--verbose", action="store_true", help="also print a line per variant"
     )
     add("--root", type=Path, help=argparse.SUPPRESS)
     return parser
@@ -115,16 +151,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def build_options(args: argparse.Namespace) -> Options:
     """The `Options` for parsed arguments; raises UserError for bad input."""
-    root = args.root.absolute() if args.root is not None else Path.cwd()
+    here = args.root.absolute() if args.root is not None else Path.cwd()
     out = Path(args.out) if args.out is not None else None
     if args.target is None:
-        return _config_options(args, root, out)
+        return _config_options(args, here, out)
     if args.config:
         raise UserError("--config cannot be combined with a one-off target")
-    return _one_off_options(args, root, out or DEFAULT_OUT)
+    options = _one_off_options(args, here, out or DEFAULT_OUT)
+    if not (args.force or options.check or options.explain):
+        _check_not_built_by_config(options)
+    return options
 
 
-def _config_options(args: argparse.Namespace, root: Path, out: Path | None) -> Options:
+def _config_options(args: argparse.Namespace, here: Path, out: Path | None) -> Options:
     one_off = ("--example", "--variant", "--init", "--factory", "--device")
     given = [flag for flag in one_off if getattr(args, flag[2:])]
     if given:
@@ -132,14 +171,18 @@ def _config_options(args: argparse.Namespace, root: Path, out: Path | None) -> O
             f"{given[0]} needs a target (FILE.py::Name); without one, targets and "
             "their variants come from [tool.transpile] in pyproject.toml"
         )
-    config = args.config or "pyproject.toml"
-    config_out, targets = load_config(root / config, root)
+    if args.config:
+        root, pyproject = here, here / args.config
+    else:
+        pyproject = find_config(here)
+        root = pyproject.parent
+    config_out, targets = load_config(pyproject, root)
     if args.cuda_graphs:
         targets = tuple(with_cuda_graphs(target) for target in targets)
     return Options(
         targets=targets,
         root=root,
-        out=out or config_out,
+        out=config_out if out is None else _out_from(here, root, out),
         check=args.check,
         explain=args.explain,
         autotune=args.autotune,
@@ -148,6 +191,46 @@ def _config_options(args: argparse.Namespace, root: Path, out: Path | None) -> O
         + (" --cuda-graphs" if args.cuda_graphs else "")
         + (" --autotune" if args.autotune else ""),
     )
+
+
+def _out_from(here: Path, root: Path, out: Path) -> Path:
+    """`-o OUT`, given in `here`, as a path relative to the project `root`."""
+    if root == here or out.is_absolute():
+        return out
+    path = Path(os.path.normpath(here / out))
+    return path.relative_to(root) if path.is_relative_to(root) else path
+
+
+def _check_not_built_by_config(options: Options) -> None:
+    """A one-off target may not replace a file that [tool.transpile] builds."""
+    try:
+        pyproject = find_config(options.root)
+        config_out, targets = load_config(pyproject, pyproject.parent)
+    except UserError:  # no usable config: nothing it builds to protect
+        return
+    built = {
+        (
+            pyproject.parent / config_out / f"{_stem(t.source, pyproject.parent)}.py"
+        ).resolve()
+        for t in targets
+    }
+    (target,) = options.targets
+    rel = options.out / f"{_stem(target.source, options.root)}.py"
+    if (options.root / rel).resolve() in built:
+        config = os.path.relpath(pyproject, options.root)
+        raise UserError(
+            f"{rel.as_posix()} is also built by [tool.transpile] in {config}; "
+            "pass --force to overwrite it, or use another -o"
+        )
+
+
+def _stem(source: str, root: Path) -> str:
+    """The name of the generated module of a target: its source module's."""
+    left = source.partition("::")[0]
+    if left.endswith(".py"):
+        return Path(left).stem
+    package = root.joinpath(*left.split("."))
+    return "__init__" if (package / "__init__.py").is_file() else left.split(".")[-1]
 
 
 def _one_off_options(args: argparse.Namespace, root: Path, out: Path) -> Options:
@@ -232,14 +315,15 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point; the exit code: 0 ok, 1 stale with --check, 2 error."""
     try:
         args = build_parser().parse_args(argv)
-    except SystemExit as exit_:  # --help, or a usage error already printed by argparse
+    except SystemExit as exit_:  # --help, --version, or a usage error argparse printed
         return exit_.code if isinstance(exit_.code, int) else 2
     try:
         options = build_options(args)
         if not options.check and not options.explain:
             check_out_dir(options.root, options.out)
         api = importlib.import_module("transpiler.api")
-        code = api.run(options)
+        verbosity = -1 if args.quiet else 1 if args.verbose else 0
+        code = api.run(options, verbosity=verbosity)
     except UserError as err:
         lines = (line.strip() for line in str(err).splitlines())
         message = " ".join(line for line in lines if line)  # one line, always

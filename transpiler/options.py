@@ -428,10 +428,46 @@ def collect_variants(
 # --------------------------------------------------------------------------------------
 # [tool.transpile] in pyproject.toml
 
-NO_CONFIG = "no target given and no [tool.transpile] in pyproject.toml"
 _CONFIG_KEYS = ("out", "target")
 _TARGET_KEYS = ("cuda_graphs", "devices", "factory", "init", "source", "variants")
 _VARIANT_KEYS = ("cuda_graphs", "device")  # in a variant table, beside its inputs
+
+
+def find_config(start: Path) -> Path:
+    """The pyproject.toml that configures a run in `start`, found like black and
+    ruff find theirs: the first one in `start` or a parent directory that has a
+    `[tool.transpile]` table. Paths in it are relative to its directory."""
+    nearest = None
+    for folder in (start, *start.parents):
+        pyproject = folder / "pyproject.toml"
+        if not pyproject.is_file():
+            continue
+        nearest = nearest or pyproject
+        if _table(_read_toml(pyproject, _shown(pyproject, start))) is not None:
+            return pyproject
+    if nearest is None:
+        raise UserError(f"no pyproject.toml found in {start} or any parent directory")
+    raise UserError(f"{_shown(nearest, start)} has no [tool.transpile] table")
+
+
+def _shown(path: Path, base: Path) -> str:
+    """`path` as a message names it: relative to `base` if inside it, else whole."""
+    return path.relative_to(base).as_posix() if path.is_relative_to(base) else str(path)
+
+
+def _read_toml(path: Path, where: str) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"no such file: {where}") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise UserError(f"cannot read: {err}", file=where) from None
+
+
+def _table(data: dict) -> object:
+    """`[tool.transpile]` of a parsed pyproject.toml, or None."""
+    tool = data.get("tool")
+    return tool.get("transpile") if isinstance(tool, dict) else None
 
 
 def load_config(pyproject: Path, root: Path) -> tuple[Path, tuple[Target, ...]]:
@@ -439,18 +475,10 @@ def load_config(pyproject: Path, root: Path) -> tuple[Path, tuple[Target, ...]]:
 
     Errors name the file (relative to `root`) and say what is wrong.
     """
-    inside = pyproject.is_relative_to(root)
-    where = pyproject.relative_to(root).as_posix() if inside else pyproject.name
-    try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(NO_CONFIG) from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise UserError(f"cannot read: {err}", file=where) from None
-    tool = data.get("tool")
-    config = tool.get("transpile") if isinstance(tool, dict) else None
+    where = _shown(pyproject, root)
+    config = _table(_read_toml(pyproject, where))
     if config is None:
-        raise UserError(NO_CONFIG)
+        raise UserError(f"{where} has no [tool.transpile] table")
     try:
         return _config_from_toml(config)
     except UserError as err:

@@ -175,13 +175,28 @@ BAD_INPUT = [
         "input_not_in_signature",
         {"model.py": MODEL},
         ["model.py::double", *X, "--example", "y=f32[2]"],
-        "model.py::double has no parameter 'y'",
+        "unknown example 'y': model.py::double has no parameter 'y'; "
+        "its parameters are x",
+    ),
+    (
+        "input_unknown_before_missing",
+        {"model.py": MODEL},
+        ["model.py::double", "--example", "inp=f32[2]"],
+        "unknown example 'inp': model.py::double has no parameter 'inp'; "
+        "its parameters are x",
+    ),
+    (
+        "input_unknown_no_parameters",
+        {"model.py": MODEL},
+        ["model.py::make_int", "--example", "x=f32[2]"],
+        "unknown example 'x': model.py::make_int has no parameter 'x'; "
+        "it has no parameters",
     ),
     (
         "input_missing",
-        {"model.py": MODEL},
-        ["model.py::double", "--example", "y=f32[2]"],
-        "model.py::double: no example for parameter 'x'",
+        {"model.py": MODEL, "pair.py": "def add(x, y):\n    return x + y\n"},
+        ["pair.py::add", "--example", "y=f32[2]"],
+        "pair.py::add: no example for parameter 'x'",
     ),
     (
         "init_unknown_argument",

@@ -29,8 +29,9 @@ class FakeApi:
         self.calls: list[Options] = []
         self.result: object = 0
 
-    def run(self, options: Options) -> object:
+    def run(self, options: Options, verbosity: int = 0) -> object:
         self.calls.append(options)
+        self.verbosity = verbosity
         if isinstance(self.result, Exception):
             raise self.result
         return self.result
@@ -190,7 +191,6 @@ def test_exit_code_comes_from_api(
 
 
 USER_ERRORS = [
-    ([], "no target given and no [tool.transpile] in pyproject.toml"),
     (
         ["--example", "x=f32[2]"],
         (
@@ -319,3 +319,12 @@ def test_module_entry_point_reports_without_traceback(tmp_path: Path) -> None:
         "transpile: error: bad TYPE 'f32[2,-1]': dimensions must be non-negative "
         "integers or names\n"
     )
+
+
+@pytest.mark.parametrize(("flag", "verbosity"), [([], 0), (["-q"], -1), (["-v"], 1)])
+def test_quiet_and_verbose_reach_the_run(
+    api: FakeApi, tmp_path: Path, flag: list[str], verbosity: int
+) -> None:
+    assert run_cli(tmp_path, "a.py::A", "--example", "x=f32[2]", *flag) == 0
+    assert api.verbosity == verbosity
+    assert api.options.command == "transpile a.py::A --example 'x=f32[2]'"
