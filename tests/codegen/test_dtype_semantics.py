@@ -65,6 +65,11 @@ ELSEWHERE = {"aten._to_copy.default": "tests/codegen/test_casts.py"}
 # `x * 0.5 * (1 + erf(x / sqrt(2)))` gives NaN (tests/codegen/test_gelu.py); eager's
 # own CPU GELU at +inf is NaN in torch 2.11 and inf in 2.13
 LEFT_OUT = {"aten.gelu.default": (-INF, INF)}
+# Rows whose f16/bf16 results are compared with eager's in float32, rounded: eager's
+# vectorized CPU floor division of halves is off by one where its one-element path
+# is not (1.001 // 0.0010004: 999 in a vector of 169, 1000 alone); kernels compute
+# halves in float32
+HALVES_IN_F32 = {"aten.floor_divide.default", "aten.floor_divide.Scalar"}
 
 
 def values(dtype: torch.dtype) -> list:
@@ -178,8 +183,9 @@ def _binary_cases(target: str, dtype: torch.dtype, a: torch.Tensor) -> list[Case
                 x, y = _defined(x, y)
             name = base + ("" if other == dtype else f"_{_short(other)}")
             out.append(Case(name, target, f"{target}(a, b)", {"a": x, "b": y}))
+    scalar_first = str(resolve_op(target)._schema.arguments[0].type) == "number"
     for s in SCALARS:
-        expr = f"{target}(a, {s!r})"
+        expr = f"{target}({s!r}, a)" if scalar_first else f"{target}(a, {s!r})"
         out.append(Case(f"{base}_s{_scalar_name(s)}", target, expr, {"a": a}))
     return out
 
@@ -249,6 +255,9 @@ def test_op_matches_eager_for_its_dtypes(
         for text in (c.cpu_source, c.cuda_source):
             assert f"torch.ops.aten.{packet}." not in text, text
     want = c.eager(**case.inputs)
+    if case.op in HALVES_IN_F32 and want.dtype in (torch.float16, torch.bfloat16):
+        inputs = {k: v.float() for k, v in case.inputs.items()}
+        want = c.eager(**inputs).to(want.dtype)
     for backend, fn in (("cpu", c.cpu), ("triton", c.cuda)):
         args = {k: v.clone() for k, v in case.inputs.items()}
         got = fn(**args)

@@ -60,6 +60,32 @@ GELU_EDGES = torch.tensor(
 )
 ZEROS_DIV = torch.tensor([[1.0, -1.0, 0.0, 0.0, 3.0], [2.0, 0.0, -0.0, 5.0, 0.0]])
 ZEROS_DEN = torch.tensor([[0.0, 0.0, 0.0, -0.0, 2.0], [-0.0, 4.0, 0.0, 0.0, -3.0]])
+EDGES = {"a": EDGE_A, "b": EDGE_B}
+# halves and their neighbours, both signs, and floats too large to have a fraction
+HALVES = torch.tensor(
+    [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 0.3, -0.3, -0.7]
+    + [2.0**23 + 1, -(2.0**23) - 1, 2.0**24 + 2, 1e30]
+)
+ERFC_TAIL = torch.tensor([0.4, 0.6, 1.0, 2.5, 4.0, 6.0, 9.0, 9.9, -3.0, -0.6])
+POW_EDGES = {
+    "a": torch.tensor(
+        [-2.0, -2.0, -2.0, -0.5, 0.0, -0.0, -0.0, 0.0, -1.0, -1.0, 1.0]
+    ).repeat(2),
+    "b": torch.tensor(
+        [3.0, 2.0, 0.5, -3.0, 0.0, 3.0, -3.0, -2.0, 1e30, -1e30, 7.0]
+    ).repeat(2)
+    * torch.tensor([1.0] * 11 + [-1.0] * 11),
+}
+HUGE = {
+    "a": torch.tensor([3e30, -1e-30, 0.0, 1e38]),
+    "b": torch.tensor([4e30, 2e-30, 0.0, 1e38]),
+}
+# every sign of dividend and divisor, exact multiples, quotients near a half
+SIGNS = {
+    "a": torch.tensor([7.0, -7.0, 7.0, -7.0, 6.0, -6.0, 0.0, -0.0, 1e30, 5.5, -0.1]),
+    "b": torch.tensor([2.0, 2.0, -2.0, -2.0, 3.0, -3.0, -3.0, 3.0, 3.0, 1e-30, 0.2]),
+}
+NONZERO = torch.tensor([1, -1, 2, -2, 3, -3, 7, -5] * 4 + [4])
 
 
 @dataclass(frozen=True)
@@ -207,12 +233,35 @@ CASES: list[Case] = [
     Case("aten.isnan.default", "aten.isnan.default(a)", {"a": ints(*X)}),
     Case("aten.logical_not.default", "aten.logical_not.default(a)", {"a": ints(*X)}),
     Case("aten.logical_not.default", "aten.logical_not.default(a)", {"a": EDGE_A}),
+    # round half to even; tan, erfc (into its tail, where 1 - erf has no digits)
+    Case("aten.round.default", "aten.round.default(a)", {"a": HALVES}),
+    Case("aten.round.default", "aten.round.default(a)", {"a": EDGE_A}),
+    Case("aten.round.default", "aten.round.default(a)", {"a": ints(*X)}),
+    Case("aten.round.default", "torch.round(a, decimals=2)", {"a": 3 * randn(*X)}),
+    Case("aten.round.default", "torch.round(a, decimals=-1)", {"a": 300 * randn(*X)}),
+    Case("aten.tan.default", "aten.tan.default(a)", {"a": 3 * randn(*X)}),
+    Case("aten.tan.default", "aten.tan.default(a)", {"a": EDGE_A}),
+    Case("aten.erfc.default", "aten.erfc.default(a)", {"a": 3 * randn(*X)}),
+    Case("aten.erfc.default", "aten.erfc.default(a)", {"a": ERFC_TAIL}, (1e-5, 0)),
+    Case("aten.erfc.default", "aten.erfc.default(a)", {"a": EDGE_A}),
     # arithmetic
     *binary("aten.add.Tensor", "aten.add.Tensor(a, b)"),
     *binary("aten.true_divide.Tensor", "aten.true_divide.Tensor(a, b)")[:2],
-    Case("aten.__and__.Tensor", "aten.__and__.Tensor(a, b)", {"a": ints(*X), "b": ints(33)}),
-    Case("aten.__or__.Tensor", "aten.__or__.Tensor(a, b)", {"a": bools(*X), "b": bools(*X)}),
-    Case("aten.__xor__.Tensor", "aten.__xor__.Tensor(a, b)", {"a": ints(*X), "b": ints(*X)}),
+    Case(
+        "aten.__and__.Tensor",
+        "aten.__and__.Tensor(a, b)",
+        {"a": ints(*X), "b": ints(33)},
+    ),
+    Case(
+        "aten.__or__.Tensor",
+        "aten.__or__.Tensor(a, b)",
+        {"a": bools(*X), "b": bools(*X)},
+    ),
+    Case(
+        "aten.__xor__.Tensor",
+        "aten.__xor__.Tensor(a, b)",
+        {"a": ints(*X), "b": ints(*X)},
+    ),
     Case(
         "aten.add.Tensor",
         "aten.add.Tensor(a, b)",
@@ -244,6 +293,86 @@ CASES: list[Case] = [
     Case("aten.div.Scalar", "aten.div.Scalar(a, 3.0)", {"a": randn(*X)}),
     Case("aten.div.Scalar", "aten.div.Scalar(a, 0.0)", {"a": ZEROS_DIV}),
     Case("aten.div.Scalar", "aten.div.Scalar(a, 4)", {"a": ints(*X)}),
+    # pow: negative bases with integer exponents, 0 ** 0, NaN and inf
+    *binary("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Tensor(a, b)")[:2],
+    Case("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Tensor(a, b)", POW_EDGES),
+    Case("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Tensor(a, b)", EDGES),
+    Case("aten.pow.Tensor_Tensor", "a ** b", {"a": ints(*X), "b": ints(*X).abs()}),
+    Case("aten.pow.Tensor_Tensor", "a ** b", {"a": ints(*X), "b": ints(*X)}),
+    Case("aten.pow.Tensor_Tensor", "a ** b", {"a": ints(*X), "b": randn(*X)}),
+    Case("aten.pow.Tensor_Scalar", "a ** 2.5", {"a": positive(*X)}),
+    Case("aten.pow.Tensor_Scalar", "a ** -3", {"a": EDGE_A}),
+    Case("aten.pow.Tensor_Scalar", "a ** 0.3", {"a": EDGE_A}),
+    Case("aten.pow.Tensor_Scalar", "a ** 5", {"a": ints(*X)}),
+    Case("aten.pow.Scalar", "2.5 ** a", {"a": randn(*X)}),
+    Case("aten.pow.Scalar", "-2.0 ** a", {"a": EDGE_A}),
+    Case("aten.pow.Scalar", "aten.pow.Scalar(-2, a)", {"a": ints(*X)}),
+    # two-argument functions of floats
+    Case(
+        "aten.atan2.default",
+        "aten.atan2.default(a, b)",
+        {"a": randn(*X), "b": randn(*X)},
+    ),
+    Case("aten.atan2.default", "aten.atan2.default(a, b)", EDGES),
+    Case(
+        "aten.atan2.default", "aten.atan2.default(a, b)", {"a": ints(*X), "b": ints(33)}
+    ),
+    Case(
+        "aten.hypot.default",
+        "aten.hypot.default(a, b)",
+        {"a": randn(*X), "b": randn(33)},
+    ),
+    Case("aten.hypot.default", "aten.hypot.default(a, b)", EDGES),
+    Case("aten.hypot.default", "aten.hypot.default(a, b)", HUGE),
+    Case("aten.copysign.Tensor", "aten.copysign.Tensor(a, b)", EDGES),
+    Case(
+        "aten.copysign.Tensor",
+        "aten.copysign.Tensor(a, b)",
+        {"a": ints(*X), "b": randn(*X)},
+    ),
+    Case("aten.copysign.Scalar", "aten.copysign.Scalar(a, -0.0)", {"a": EDGE_A}),
+    Case("aten.copysign.Scalar", "aten.copysign.Scalar(a, 2)", {"a": randn(*X)}),
+    # divisions rounded toward zero (fmod) and negative infinity (remainder,
+    # floor_divide); integer tensors divide in eager (Note [Integer division by
+    # zero] in passes/decompose.py), integers by a nonzero Scalar in kernels
+    *(
+        c
+        for op, packet in (("fmod", "fmod"), ("remainder", "remainder"))
+        for c in (
+            Case(
+                f"aten.{op}.Tensor",
+                f"aten.{op}.Tensor(a, b)",
+                {"a": 5 * randn(*X), "b": randn(33)},
+            ),
+            Case(f"aten.{op}.Tensor", f"aten.{op}.Tensor(a, b)", EDGES),
+            Case(f"aten.{op}.Tensor", f"aten.{op}.Tensor(a, b)", SIGNS),
+            Case(
+                f"aten.{op}.Tensor",
+                f"aten.{op}.Tensor(a, b)",
+                {"a": ints(*X), "b": NONZERO},
+            ),
+            Case(f"aten.{op}.Scalar", f"aten.{op}.Scalar(a, -1.5)", {"a": EDGE_A}),
+            Case(f"aten.{op}.Scalar", f"aten.{op}.Scalar(a, 3)", {"a": ints(*X)}),
+            Case(f"aten.{op}.Scalar", f"aten.{op}.Scalar(a, -4)", {"a": ints(*X)}),
+        )
+    ),
+    Case(
+        "aten.remainder.Scalar_Tensor",
+        "aten.remainder.Scalar_Tensor(2.5, a)",
+        {"a": EDGE_A},
+    ),
+    Case("aten.remainder.Scalar_Tensor", "7 % a", {"a": NONZERO}),
+    Case("aten.floor_divide.default", "a // b", {"a": 5 * randn(*X), "b": randn(33)}),
+    Case("aten.floor_divide.default", "aten.floor_divide.default(a, b)", EDGES),
+    Case("aten.floor_divide.default", "aten.floor_divide.default(a, b)", SIGNS),
+    Case(
+        "aten.floor_divide.Scalar", "aten.floor_divide.Scalar(a, -0.75)", {"a": EDGE_A}
+    ),
+    Case("aten.floor_divide.Scalar", "aten.floor_divide.Scalar(a, 0.0)", {"a": EDGE_A}),
+    Case("aten.floor_divide.Scalar", "a // 3", {"a": ints(*X)}),
+    Case(
+        "aten.floor_divide.Scalar", "aten.floor_divide.Scalar(a, -4)", {"a": ints(*X)}
+    ),
     # min / max: NaN propagates, infinities order
     *binary("aten.maximum.default", "aten.maximum.default(a, b)"),
     Case(
@@ -325,7 +454,11 @@ CASES: list[Case] = [
         {"c": bools(*X), "a": ints(*X)},
     ),
     Case("aten.where.Scalar", "aten.where.Scalar(c, 2.5, 0)", {"c": bools(*X)}),
-    Case("aten.where.ScalarOther", "a.masked_fill(c, -3.0)", {"c": bools(33), "a": randn(*X)}),
+    Case(
+        "aten.where.ScalarOther",
+        "a.masked_fill(c, -3.0)",
+        {"c": bools(33), "a": randn(*X)},
+    ),
     Case(
         "aten.where.self",
         "aten.where.self(c, a, b)",
@@ -480,6 +613,9 @@ EXTERN_CASES = [
         RED_TOL,
     ),
     Case("aten.sum.dim_IntList", "a.sum(-1)", {"a": ints(*X)}),
+    # integer floor division by a tensor: eager's, which raises on a zero divisor
+    # (Note [Integer division by zero] in passes/decompose.py)
+    Case("aten.div.Tensor_mode", "a // b", {"a": ints(*X), "b": NONZERO}),
 ]
 EXTERN_CASES = [
     replace(c, name=f"extern_{i}_{c.packet}") for i, c in enumerate(EXTERN_CASES)
@@ -569,11 +705,35 @@ def _check(got, want, case: Case, backend: str) -> None:
         )
 
 
+# ops whose zeros carry a sign torch defines (-0.0 ** 3, fmod(-6, 3), round(-0.3))
+SIGNED_ZEROS = {
+    "round",
+    "pow",
+    "atan2",
+    "copysign",
+    "fmod",
+    "remainder",
+    "floor_divide",
+}
+
+
+def _check_signed_zeros(got, want, case: Case, backend: str) -> None:
+    if case.packet not in SIGNED_ZEROS or not want.dtype.is_floating_point:
+        return
+    zero = want == 0
+    assert torch.equal(
+        got[zero].signbit(), want[zero].signbit()
+    ), f"{case.name} ({backend}): {case.expr}: signs of zeros differ"
+
+
 def _check_both(case: Case, c: Compiled) -> None:
     want = _reference(case, c)
     args = [t.clone() for t in case.inputs.values()]
-    _check(c.cpu(*args), want, case, "cpu")
-    _check(c.cuda(*args), want, case, "triton")
+    for backend, fn in (("cpu", c.cpu), ("triton", c.cuda)):
+        got = fn(*args)
+        _check(got, want, case, backend)
+        for g, w in zip(_flat(got), _flat(want)):
+            _check_signed_zeros(g, w, case, backend)
     for before, after in zip(case.inputs.values(), args):  # inputs are not written
         torch.testing.assert_close(before, after, equal_nan=True, rtol=0, atol=0)
 

@@ -157,6 +157,23 @@ def logical_xor(x, w):
     return torch.logical_xor(a, b)
 
 
+def round_decimals(x):
+    return torch.round(x * 10, decimals=2) + torch.round(x * 1000, decimals=-1)
+
+
+def pow_of_bools(x):
+    b = x > 0
+    return (b**True) + (b**False)
+
+
+def integer_remainder(i, j):
+    return torch.remainder(i, j) + torch.fmod(i, j) + i // j + i % 3 + i // -4
+
+
+def float_remainder(x, w):
+    return torch.remainder(x, w) + torch.fmod(x, w) + x // w + x % 0.0
+
+
 def batch_norm_eval(x, m, v, w, b):
     return F.batch_norm(x, m, v, w, b)
 
@@ -200,6 +217,8 @@ CASES = [  # function, inputs, the composite op the trace records
     ("xlogy", {"x": X, "w": W}, "aten.xlogy.Tensor"),
     ("sinc", {"x": X}, "aten.sinc.default"),
     ("logical_xor", {"x": X, "w": W}, "aten.logical_xor.default"),
+    ("round_decimals", {"x": X}, "aten.round.decimals"),
+    ("pow_of_bools", {"x": X}, "aten.pow.Tensor_Scalar"),
     (
         "batch_norm_eval",
         {"x": X, "m": B, "v": W.abs() + 0.5, "w": W, "b": B},
@@ -243,6 +262,27 @@ def test_decomposition_lowers_to_kernels(
     kinds = fuse(graph).kinds
     externs = [n.target for n in graph.nodes if kinds[n.name].startswith("extern")]
     assert not externs, str(graph)
+
+
+def test_integer_division_by_a_tensor_divides_in_eager(tmp_path: Path) -> None:
+    """On integers, fmod, remainder and floor_divide by a tensor (which may hold
+    a zero: eager raises) divide in eager's `div`, and the rest is kernel code; by
+    a nonzero Scalar, and on floats, they are kernel ops (Note [Integer division
+    by zero] in passes/decompose.py)."""
+    i = torch.randint(-9, 9, (4, 6))
+    j = torch.randint(1, 5, (4, 6)) * torch.tensor([1, -1]).repeat(3)
+    inputs = {"i": i, "j": j}
+    result = trace_source(SOURCE, "integer_remainder", inputs, tmp_path)
+    graph = optimize(result.graph)
+    kinds = fuse(graph).kinds
+    externs = [n.target for n in graph.nodes if kinds[n.name].startswith("extern")]
+    assert externs == ["aten.div.Tensor_mode"] * 3, str(graph)
+    assert_same(result.run(graph, inputs), result.eager(inputs))
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        result.run(graph, {"i": i, "j": j * 0})
+    inputs = {"x": X, "w": W}
+    graph = trace_source(SOURCE, "float_remainder", inputs, tmp_path).graph
+    assert decompose(graph) is graph
 
 
 @pytest.mark.parametrize("name", ["gelu", "gelu_none"])

@@ -29,6 +29,7 @@ import torch
 from transpiler.codegen.indexing import format_index, inner_split, split_index
 from transpiler.codegen.optable import (
     CPP,
+    CPP_HELPERS,
     CPP_TYPED,
     CPP_TYPES,
     cpp_literal,
@@ -365,8 +366,58 @@ def prelude() -> str:
     return resources.files("templates").joinpath("cpp_prelude.h").read_text()
 
 
+HELPER_SOURCE = {
+    "floor_mod": """
+// torch's remainder (Python's %): fmod, moved into the divisor's sign
+template <typename T> static inline T floor_mod(T a, T b) {
+    T r;
+    if constexpr (std::is_integral<T>::value) {
+        r = a % b;
+    } else {
+        r = std::fmod(a, b);
+    }
+    return (r != 0 && (r < 0) != (b < 0)) ? r + b : r;
+}
+""",
+    "floor_div": """
+// torch's floor division: for integers, the quotient rounded toward negative
+// infinity; for floats, (a - fmod(a, b)) / b, one less where fmod and b differ
+// in sign, rounded to the nearest integer (a zero takes the sign of a / b, and
+// division by zero is a / b)
+template <typename T> static inline T floor_div(T a, T b) {
+    if constexpr (std::is_integral<T>::value) {
+        T q = a / b;
+        T r = a % b;
+        return (r != 0 && (r < 0) != (b < 0)) ? q - 1 : q;
+    } else {
+        if (b == 0) return a / b;
+        T mod = std::fmod(a, b);
+        T div = (a - mod) / b;
+        if (mod != 0 && (b < 0) != (mod < 0)) div -= 1;
+        if (div == 0) return std::copysign(T(0), a / b);
+        T q = std::floor(div);
+        return div - q > T(0.5) ? q + 1 : q;
+    }
+}
+""",
+    "pow_int": """
+// torch's integer pow: repeated squaring, wrapping on overflow; a negative
+// exponent gives 1 ** b = 1, (-1) ** b = +-1, and 0 for any other base
+template <typename T> static inline T pow_int(T a, T b) {
+    if (b < 0) return a == 1 ? T(1) : (a == -1 ? (b % 2 != 0 ? T(-1) : T(1)) : T(0));
+    T r = 1;
+    for (; b != 0; b /= 2) {
+        if (b & 1) r = wrap_mul(r, a);
+        a = wrap_mul(a, a);
+    }
+    return r;
+}
+""",
+}
+
+
 def render_file(kernels, header: str) -> str:
-    parts = [header, prelude()]
-    for k in kernels:
-        parts.append(render_kernel(k))
-    return "\n".join(parts)
+    texts = [render_kernel(k) for k in kernels]
+    body = "\n".join(texts)
+    helpers = [HELPER_SOURCE[h] for h in CPP_HELPERS if f"{h}(" in body]
+    return "\n".join([header, prelude(), *helpers, *texts])

@@ -52,6 +52,9 @@ UNARY = (
     "expm1",
     "trunc",
     "sign",
+    "round",
+    "tan",
+    "erfc",
 )
 
 POINTWISE: dict[str, Pointwise] = {
@@ -98,6 +101,22 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.where.Scalar": P("where", (0, 1, 2), "where"),
     "aten.isnan.default": P("isnan", (0,), "compare"),
     "aten.sgn.default": P("sign"),  # sign, for the real dtypes kernels compute
+    "aten.pow.Tensor_Tensor": P("pow", (0, 1)),
+    "aten.pow.Tensor_Scalar": P("pow", (0, 1)),
+    "aten.pow.Scalar": P("pow", (0, 1)),
+    "aten.atan2.default": P("atan2", (0, 1)),
+    "aten.hypot.default": P("hypot", (0, 1)),
+    "aten.copysign.Tensor": P("copysign", (0, 1)),
+    "aten.copysign.Scalar": P("copysign", (0, 1)),
+    # on integers only by a nonzero Scalar (passes/decompose.py: Note [Integer
+    # division by zero])
+    "aten.fmod.Tensor": P("fmod", (0, 1)),
+    "aten.fmod.Scalar": P("fmod", (0, 1)),
+    "aten.remainder.Tensor": P("remainder", (0, 1)),
+    "aten.remainder.Scalar": P("remainder", (0, 1)),
+    "aten.remainder.Scalar_Tensor": P("remainder", (0, 1)),
+    "aten.floor_divide.default": P("floor_divide", (0, 1)),
+    "aten.floor_divide.Scalar": P("floor_divide", (0, 1)),
     "aten.clone.default": P("identity"),
     "aten._to_copy.default": P("identity", (0,), "cast"),
     "aten.copy.default": P("identity", (1,), "cast"),

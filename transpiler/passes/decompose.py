@@ -28,6 +28,24 @@ from transpiler.passes.dce import dce
 from transpiler.passes.retrace import retrace
 
 aten = torch.ops.aten
+
+# Note [Integer division by zero]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# On integers, fmod, remainder and floor_divide by zero raise in eager, and a
+# kernel cannot raise (C++'s `%` by zero stops the process). So on integers these
+# run in kernels only by a Scalar that is neither 0 nor -1 (INT_MIN % -1 traps
+# too); otherwise the quotient is eager's `div(a, b, rounding_mode=...)`, which
+# raises as they do, and the remainder `a - q * b` is computed in kernels.
+INTEGER_DIVISIONS = {  # op -> the rounding of its quotient
+    aten.fmod.Tensor: "trunc",
+    aten.fmod.Scalar: "trunc",
+    aten.remainder.Tensor: "floor",
+    aten.remainder.Scalar: "floor",
+    aten.remainder.Scalar_Tensor: "floor",
+    aten.floor_divide.default: "floor",
+    aten.floor_divide.Scalar: "floor",
+}
+
 DECOMPOSE = (
     aten.native_layer_norm.default,
     aten._softmax.default,
@@ -65,6 +83,10 @@ DECOMPOSE = (
     aten.logical_xor.default,
     aten.rad2deg.default,
     aten.frac.default,
+    aten.round.decimals,
+    aten.pow.Tensor_Scalar,  # of bools by a bool: Note [Powers of bools]
+    # kernel ops on floats; on integers, a division that raises where eager does
+    *(op for op in INTEGER_DIVISIONS),
 )
 BATCH_NORM = "aten.native_batch_norm.default"
 
@@ -82,6 +104,10 @@ def decompose(graph: Graph) -> Graph:
         table[aten.native_batch_norm.default] = _in_eval(
             table[aten.native_batch_norm.default]
         )
+    table[aten.round.decimals] = _round_decimals
+    table[aten.pow.Tensor_Scalar] = _pow_of_bools
+    for op, mode in INTEGER_DIVISIONS.items():
+        table[op] = _integer_division(op, mode)
     table.update({op: op.decompose for op in copies_that_may_alias()})
     return retrace(graph, decompositions=table)
 
@@ -109,6 +135,49 @@ def _argument(args: tuple, kwargs: dict, index: int, name: str):
     return args[index] if len(args) > index else kwargs.get(name)
 
 
+def _round_decimals(x, decimals=0):
+    """torch.round(x, decimals=d) as eager's kernel computes it: round(x * 10^d) /
+    10^d, or round(x / 10^-d) * 10^-d for d < 0."""
+    if not x.dtype.is_floating_point:
+        return NotImplemented
+    if decimals == 0:
+        return torch.round(x)
+    scale = 10.0 ** abs(decimals)
+    if decimals > 0:
+        return torch.round(x * scale) / scale
+    return torch.round(x / scale) * scale
+
+
+# Note [Powers of bools]
+# ~~~~~~~~~~~~~~~~~~~~~~
+# Eager's `x ** True` and `x ** False` of a bool tensor are bool tensors (`x`, and
+# all true), where the meta kernel says int64: they are written as what eager
+# returns. Other powers are kernel ops.
+
+
+def _pow_of_bools(x, exponent):
+    if x.dtype != torch.bool or not isinstance(exponent, bool):
+        return NotImplemented
+    return x.clone() if exponent else torch.ones_like(x)
+
+
+def _in_kernel_on_integers(divisor) -> bool:
+    """Whether an integer division by `divisor` cannot trap (Note [Integer
+    division by zero])."""
+    return isinstance(divisor, (int, float)) and divisor not in (0, -1)
+
+
+def _integer_division(op, mode: str):
+    def decompose_integer_division(a, b):
+        if torch.result_type(a, b).is_floating_point or _in_kernel_on_integers(b):
+            return NotImplemented
+        q = torch.div(a, b, rounding_mode=mode)
+        floor_divide = op in (aten.floor_divide.default, aten.floor_divide.Scalar)
+        return q if floor_divide else a - q * b
+
+    return decompose_integer_division
+
+
 def _reads_statistics(graph: Graph) -> bool:
     """Whether a batch norm's mean or inverse standard deviation is read (in a
     graph without dead code)."""
@@ -128,6 +197,11 @@ def _decomposes(node: Node) -> bool:
         return False
     if node.target == BATCH_NORM:
         return not _argument(node.args, dict(node.kwargs), 5, "training")
+    if node.target == "aten.pow.Tensor_Scalar":
+        return isinstance(node.args[1], bool)
+    if _op(node.target) in INTEGER_DIVISIONS:
+        floats = node.tensor_meta.dtype.is_floating_point
+        return not floats and not _in_kernel_on_integers(node.args[1])
     return not _kernel_op(node.target, dict(node.kwargs))
 
 
