@@ -591,6 +591,11 @@ CASES: list[Case] = [
     Case("aten.var_mean.dim", "aten.var_mean.dim(a, [-1])", {"a": randn(*X)}, RED_TOL),
 ]
 CASES = [replace(c, name=f"case_{i}_{c.packet}") for i, c in enumerate(CASES)]
+# Ops that are not kernel ops yet (ir/ops.py says why): their cases check values
+# on both backends, wherever the op runs
+NO_ROW_YET = {"pow", "atan2", "copysign", "fmod", "remainder"}
+PENDING = [c for c in CASES if c.packet in NO_ROW_YET]
+CASES = [c for c in CASES if c.packet not in NO_ROW_YET]
 
 # Calls of a table op that the tables do not lower (arguments beyond the operands):
 # they stay extern calls, and must still compute the right values.
@@ -624,7 +629,7 @@ EXTERN_CASES = [
 
 def source() -> str:
     lines = ["import torch", "", "aten = torch.ops.aten", ""]
-    for c in CASES + EXTERN_CASES:
+    for c in CASES + EXTERN_CASES + PENDING:
         lines += [
             "",
             f"def {c.name}({', '.join(c.inputs)}):",
@@ -659,7 +664,7 @@ def restore_dim_overloads(graph: Graph) -> Graph:
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compiled]:
     root: Path = tmp_path_factory.mktemp("op_cases")
-    functions = {c.name: c.inputs for c in CASES + EXTERN_CASES}
+    functions = {c.name: c.inputs for c in CASES + EXTERN_CASES + PENDING}
     return compile_source(source(), functions, root, restore_dim_overloads)
 
 
@@ -751,6 +756,13 @@ def test_op_case(case: Case, compiled: dict[str, Compiled]) -> None:
     _check_both(case, c)
 
 
+@pytest.mark.parametrize("case", PENDING, ids=lambda c: c.name)
+def test_op_without_a_row_computes_eagers_values(
+    case: Case, compiled: dict[str, Compiled]
+) -> None:
+    _check_both(case, compiled[case.name])
+
+
 @pytest.mark.parametrize("case", EXTERN_CASES, ids=lambda c: c.name)
 def test_unlowered_call_stays_extern(case: Case, compiled: dict[str, Compiled]) -> None:
     c = compiled[case.name]
@@ -768,7 +780,7 @@ def test_each_exported_function_runs_its_own_variant(
         raise AssertionError(f"{target} fell back to eager: {misses}")
 
     monkeypatch.setattr(runtime_shim, "warn_fallback", no_fallback)
-    for case in CASES + EXTERN_CASES:
+    for case in CASES + EXTERN_CASES + PENDING:
         c = compiled[case.name]
         args = list(case.inputs.values())
         assert_same(c(*args), c.cpu(*args))

@@ -367,18 +367,6 @@ def prelude() -> str:
 
 
 HELPER_SOURCE = {
-    "floor_mod": """
-// torch's remainder (Python's %): fmod, moved into the divisor's sign
-template <typename T> static inline T floor_mod(T a, T b) {
-    T r;
-    if constexpr (std::is_integral<T>::value) {
-        r = a % b;
-    } else {
-        r = std::fmod(a, b);
-    }
-    return (r != 0 && (r < 0) != (b < 0)) ? r + b : r;
-}
-""",
     "floor_div": """
 // torch's floor division: for integers, the quotient rounded toward negative
 // infinity; for floats, (a - fmod(a, b)) / b, one less where fmod and b differ
@@ -398,19 +386,6 @@ template <typename T> static inline T floor_div(T a, T b) {
         T q = std::floor(div);
         return div - q > T(0.5) ? q + 1 : q;
     }
-}
-""",
-    "pow_int": """
-// torch's integer pow: repeated squaring, wrapping on overflow; a negative
-// exponent gives 1 ** b = 1, (-1) ** b = +-1, and 0 for any other base
-template <typename T> static inline T pow_int(T a, T b) {
-    if (b < 0) return a == 1 ? T(1) : (a == -1 ? (b % 2 != 0 ? T(-1) : T(1)) : T(0));
-    T r = 1;
-    for (; b != 0; b /= 2) {
-        if (b & 1) r = wrap_mul(r, a);
-        a = wrap_mul(a, a);
-    }
-    return r;
 }
 """,
 }

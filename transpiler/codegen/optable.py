@@ -59,12 +59,7 @@ TRITON: dict[str, str] = {
     "round": "_round({0})",
     "tan": "tl.sin({0}) / tl.cos({0})",
     "erfc": "_erfc({0})",
-    "pow": "_pow({0}, {1})",
-    "atan2": "_atan2({0}, {1})",
     "hypot": "_hypot({0}, {1})",
-    "copysign": "_copysign({0}, {1})",
-    "fmod": "{0} % {1}",  # C's fmod (frem), and a truncating remainder on integers
-    "remainder": "_remainder({0}, {1})",
     "floor_divide": "_floor_divide({0}, {1})",
     "maximum": "_maximum({0}, {1})",
     "minimum": "_minimum({0}, {1})",
@@ -118,12 +113,7 @@ CPP: dict[str, str] = {
     "round": "std::nearbyint({0})",  # half to even, the default rounding mode
     "tan": "std::tan({0})",
     "erfc": "std::erfc({0})",
-    "pow": "std::pow({0}, {1})",
-    "atan2": "std::atan2({0}, {1})",
     "hypot": "std::hypot({0}, {1})",
-    "copysign": "std::copysign({0}, {1})",
-    "fmod": "std::fmod({0}, {1})",
-    "remainder": "floor_mod({0}, {1})",
     "floor_divide": "floor_div({0}, {1})",
     "maximum": "max_nan({0}, {1})",
     "minimum": "min_nan({0}, {1})",
@@ -153,7 +143,6 @@ TRITON_TYPED: dict[tuple[str, str], str] = {
     ("sign", "bool"): "{0}",
     ("sign", "int"): "tl.where({0} > 0, 1, tl.where({0} < 0, -1, {0}))",
     ("round", "int"): "{0}",
-    ("pow", "int"): "_pow_int({0}, {1})",
     ("floor_divide", "int"): "_floor_divide_int({0}, {1})",
 }
 
@@ -165,8 +154,6 @@ CPP_TYPED: dict[tuple[str, str], str] = {
     ("trunc", "int"): "{0}",
     ("sign", "bool"): "{0}",
     ("round", "int"): "{0}",
-    ("pow", "int"): "pow_int({0}, {1})",
-    ("fmod", "int"): "{0} % {1}",
     # two's complement wrap-around, as torch computes: no undefined signed overflow
     ("add", "int"): "wrap_add({0}, {1})",
     ("sub", "int"): "wrap_sub({0}, {1})",
@@ -199,30 +186,18 @@ TRITON_HELPERS = {
     "_expm1": "expm1",
     "_round": "round",
     "_erfc": "erfc",
-    "_pow": "pow",
-    "_pow_int": "pow",
-    "_atan2": "atan2",
     "_hypot": "hypot",
-    "_copysign": "copysign",
-    "_remainder": "remainder",
     "_floor_divide": "floor_divide",
     "_floor_divide_int": "floor_divide",
 }
 
 # Ops whose Triton helper takes tensors: a Python number operand is passed as a 0-d
 # tensor of the op's dtype
-TRITON_TENSOR_OPERANDS = {
-    "pow",
-    "atan2",
-    "hypot",
-    "copysign",
-    "remainder",
-    "floor_divide",
-}
+TRITON_TENSOR_OPERANDS = {"hypot", "floor_divide"}
 
 # C++ helpers beyond the prelude (templates/cpp_prelude.h), emitted once per
 # generated file when used
-CPP_HELPERS = {"floor_mod": "remainder", "floor_div": "floor_divide", "pow_int": "pow"}
+CPP_HELPERS = {"floor_div": "floor_divide"}
 
 TRITON_DTYPES = {
     torch.float16: "tl.float16",

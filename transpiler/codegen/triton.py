@@ -366,68 +366,6 @@ def _erfc(x):
     tail = tl.where(x < 0, 2.0 - tail, tail)
     return tl.where(z < 0.5, 1.0 - tl.erf(x), tail)
 """,
-    "_pow": """
-@triton.jit
-def _pow(a, b):
-    # a ** b as C's pow: 2 ** (b * log2|a|), negative for a negative base (-0.0
-    # too) and an odd integer exponent; NaN for a finite negative base and a
-    # non-integer exponent; a ** 0 = 1 ** b = (-1) ** inf = 1, NaN or not
-    a, b = tl.broadcast(a, b)
-    b_int = tl.floor(b) == b
-    b_odd = b_int & (2.0 * tl.floor(b * 0.5) != b)
-    y = tl.exp2(b * tl.log2(tl.abs(a)))
-    negative = (a < 0) | (1.0 / a < 0)
-    y = tl.where(negative & b_odd, -y, y)
-    y = tl.where((a < 0) & (a > float("-inf")) & (tl.floor(b) != b), float("nan"), y)
-    y = tl.where((tl.abs(a) == 1.0) & (tl.abs(b) == float("inf")), 1.0, y)
-    return tl.where((b == 0) | (a == 1.0), 1.0, y)
-""",
-    "_pow_int": """
-@triton.jit
-def _pow_int(a, b):
-    # torch's integer pow: repeated squaring, wrapping on overflow; a negative
-    # exponent gives 1 ** b = 1, (-1) ** b = +-1, and 0 for any other base
-    a, b = tl.broadcast(a, b)
-    r = a * 0 + 1
-    x = a
-    e = b
-    for _ in range(64):
-        r = tl.where((e & 1) != 0, r * x, r)
-        x = x * x
-        e = e >> 1
-    small = tl.where(a == 1, 1, tl.where(a == -1, tl.where((b & 1) != 0, -1, 1), 0))
-    return tl.where(b < 0, small, r)
-""",
-    "_atan2": """
-@triton.jit
-def _atan2(y, x):
-    # atan(|y| / |x|) by Cephes' atan (a rational fit on [0, 0.66] after moving the
-    # argument there), then into the quadrant of (x, y): pi - angle for x negative
-    # (-0.0 too), and y's sign; atan2(+-0, +-0) and atan2(+-inf, +-inf) as C's
-    y, x = tl.broadcast(y, x)
-    ax = tl.abs(x)
-    ay = tl.abs(y)
-    t = tl.where(ay == ax, 1.0, ay / ax)
-    t = tl.where(ay == 0.0, 0.0, t)
-    big = t > 2.414213562373095
-    mid = (t > 0.66) & (big == 0)
-    u = tl.where(big, -1.0 / t, tl.where(mid, (t - 1.0) / (t + 1.0), t))
-    z = u * u
-    p = -8.750608600031904e-1 * z - 1.6157537187333652e1
-    p = p * z - 7.500855792314705e1
-    p = p * z - 1.2288666844901361e2
-    p = p * z - 6.485021904942025e1
-    q = z + 2.4858464901423062e1
-    q = q * z + 1.6502700983169885e2
-    q = q * z + 4.328810604912903e2
-    q = q * z + 4.853903996359137e2
-    q = q * z + 1.9455065714826139e2
-    angle = u + u * (z * p / q)
-    angle += tl.where(big, 1.5707963267948966, tl.where(mid, 0.7853981633974483, 0.0))
-    angle = tl.where((x < 0) | (1.0 / x < 0), 3.141592653589793 - angle, angle)
-    angle = tl.where((y < 0) | (1.0 / y < 0), -angle, angle)
-    return tl.where((x != x) | (y != y), x + y, angle)
-""",
     "_hypot": """
 @triton.jit
 def _hypot(a, b):
@@ -442,25 +380,6 @@ def _hypot(a, b):
     h = tl.where(hi == 0.0, hi, hi * tl.sqrt(1.0 + r * r))
     h = tl.where((x != x) | (y != y), x + y, h)
     return tl.where((x == float("inf")) | (y == float("inf")), float("inf"), h)
-""",
-    "_copysign": """
-@triton.jit
-def _copysign(a, b):
-    # |a| with b's sign bit (-0.0 and -NaN included)
-    a, b = tl.broadcast(a, b)
-    if b.dtype == tl.float64:
-        bits = b.to(tl.int64, bitcast=True)
-    else:
-        bits = b.to(tl.int32, bitcast=True)
-    return tl.where(bits < 0, -tl.abs(a), tl.abs(a))
-""",
-    "_remainder": """
-@triton.jit
-def _remainder(a, b):
-    # torch's remainder (Python's %): fmod, moved into b's sign
-    a, b = tl.broadcast(a, b)
-    r = a % b
-    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
 """,
     "_floor_divide": """
 @triton.jit
