@@ -305,7 +305,7 @@ CASES: list[Case] = [
     Case("aten.pow.Tensor_Scalar", "a ** 0.3", {"a": EDGE_A}),
     Case("aten.pow.Tensor_Scalar", "a ** 5", {"a": ints(*X)}),
     Case("aten.pow.Scalar", "2.5 ** a", {"a": randn(*X)}),
-    Case("aten.pow.Scalar", "-2.0 ** a", {"a": EDGE_A}),
+    Case("aten.pow.Scalar", "(-2.0) ** a", {"a": EDGE_A}),
     Case("aten.pow.Scalar", "aten.pow.Scalar(-2, a)", {"a": ints(*X)}),
     # two-argument functions of floats
     Case(
