@@ -394,11 +394,13 @@ def run_compiled(
 # --------------------------------------------------------------------------- table
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+def number_cell(value: float | None, digits: int = 3) -> str:
+    """A table cell for a figure (`-` when there is none)."""
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _ratio(num: float | None, den: float | None) -> str:
+def ratio_cell(num: float | None, den: float | None) -> str:
+    """A table cell for `num / den` as a speedup, `1.23x` (`-` without both)."""
     return "-" if num is None or den is None else f"{num / den:.2f}x"
 
 
@@ -466,11 +468,11 @@ def markdown_table(
         cells = (
             r.case.name + (f" {LATENCY_MARK}" if r.latency else ""),
             r.case.variant.describe(),
-            _ms(r.eager_ms),
-            *(_ms(t.ms) for t in compiled),
-            "not generated" if r.generated_missing else _ms(r.generated_ms),
-            _ratio(r.eager_ms, r.generated_ms),  # speedup: > 1 means generated wins
-            *(_ratio(t.ms, r.generated_ms) for t in compiled),
+            number_cell(r.eager_ms),
+            *(number_cell(t.ms) for t in compiled),
+            "not generated" if r.generated_missing else number_cell(r.generated_ms),
+            ratio_cell(r.eager_ms, r.generated_ms),  # speedup: > 1 means generated wins
+            *(ratio_cell(t.ms, r.generated_ms) for t in compiled),
             "-" if gbps is None else f"{gbps:.0f}",
             "-" if gbps is None else f"{100 * gbps / copy_gbps:.0f}%",
             " / ".join([gen_ok, *(_short(t.ok) for t in compiled)]),

@@ -231,7 +231,7 @@ def markdown_table(rows: list[tuple[common.Case, Run, Figures]]) -> str:
             "-" if run.approach == "eager" else _s(fig.import_s),
             _s(fig.first_s),
             _s(total),
-            common._ms(fig.steady_ms),
+            common.number_cell(fig.steady_ms),
             "failed" if fig.error else fig.ok[:3].strip(),
         )
         lines.append("| " + " | ".join(cells) + " |")

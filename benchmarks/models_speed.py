@@ -74,6 +74,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script
 
 from benchmarks import common  # noqa: E402
+from benchmarks.common import number_cell, ratio_cell  # noqa: E402
 from examples.compare import DTYPES, call_watching, flatten, reference  # noqa: E402
 from tests.models.factories import (  # noqa: E402
     STUBS,
@@ -593,7 +594,7 @@ def run_model(model: Model, args: argparse.Namespace, work: Path, since: float) 
             row.problems.append(f"generated: raised {type(e).__name__}: {e}")
         if not args.no_compile:
             timed["compile"] = run_compiled(eager, inputs, judge, row)
-            say(f"torch.compile first call {_num(row.compile_s)} s")
+            say(f"torch.compile first call {number_cell(row.compile_s, 1)} s")
         del judge
         timed = {name: fn for name, fn in timed.items() if fn is not None}
 
@@ -624,14 +625,6 @@ def run_model(model: Model, args: argparse.Namespace, work: Path, since: float) 
 # ----------------------------------------------------------------------- table
 
 
-def _num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _ratio(num: float | None, den: float | None) -> str:
-    return "-" if num is None or den is None else f"{num / den:.2f}x"
-
-
 def speedups(rows: list[Row], baseline: str) -> list[float]:
     """baseline ms / generated ms where both are timed (and so correct)."""
     pairs = [(getattr(r, f"{baseline}_ms"), r.generated_ms) for r in rows]
@@ -655,10 +648,11 @@ def markdown_table(rows: list[Row]) -> str:
     for r in rows:
         err = "-" if r.max_err is None else f"{r.max_err:.1e}"
         kernels = "-" if r.kernels is None else f"{r.kernels} / {r.extern}"
+        figures = (r.transpile_s, r.compile_s, r.eager_ms, r.compile_ms, r.generated_ms)
         cells = (
-            r.model, r.shape, _num(r.transpile_s), _num(r.compile_s),
-            _num(r.eager_ms), _num(r.compile_ms), _num(r.generated_ms),
-            _ratio(r.eager_ms, r.generated_ms), _ratio(r.compile_ms, r.generated_ms),
+            r.model, r.shape, *(number_cell(f, 1) for f in figures),
+            ratio_cell(r.eager_ms, r.generated_ms),
+            ratio_cell(r.compile_ms, r.generated_ms),
             err, kernels,
         )  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")

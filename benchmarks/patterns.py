@@ -80,6 +80,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script
 
 from benchmarks import common, patterns_src  # noqa: E402
+from benchmarks.common import number_cell, ratio_cell  # noqa: E402
 from benchmarks.models_speed import (  # noqa: E402
     count_variant_calls,
     max_error,
@@ -604,7 +605,7 @@ def build_all(
     def build(pattern: Pattern) -> Built:
         built = transpile(pattern, device, work / f"gen_{pattern.name}")
         state = f"failed: {built.error}" if built.error else "ok"
-        took = _num(built.seconds, 1)
+        took = number_cell(built.seconds, 1)
         common.progress(f"{pattern.name}: transpile {took} s, {state}", since)
         return built
 
@@ -832,14 +833,6 @@ def run_case(
 # ---------------------------------------------------------------------- table
 
 
-def _num(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def _ratio(num: float | None, den: float | None) -> str:
-    return "-" if num is None or den is None else f"{num / den:.2f}x"
-
-
 def _pct(row: Row, ms: float | None, copy_gbps: float) -> str:
     gbps = row.gbps(ms)
     return "-" if gbps is None else f"{100 * gbps / copy_gbps:.0f}%"
@@ -883,9 +876,11 @@ def markdown_table(rows: list[Row], copy_gbps: float) -> str:
             )
             bandwidth = f"{gen} / {comp}"
         cells = (
-            r.case, r.shape, r.dtype, _num(r.eager_ms), _num(r.compile_ms),
-            _num(r.generated_ms) if r.generated_ok else "failed",
-            _ratio(r.eager_ms, r.generated_ms), _ratio(r.compile_ms, r.generated_ms),
+            r.case, r.shape, r.dtype,
+            number_cell(r.eager_ms), number_cell(r.compile_ms),
+            number_cell(r.generated_ms) if r.generated_ok else "failed",
+            ratio_cell(r.eager_ms, r.generated_ms),
+            ratio_cell(r.compile_ms, r.generated_ms),
             bandwidth, kernels, err, note(r),
         )  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")

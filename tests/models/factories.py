@@ -110,29 +110,16 @@ def kv_cache(model, P: int):
 
 
 def qwen2_lm():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
-    return Qwen2ForCausalLM(
-        Qwen2Config(
-            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
-            num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-            num_key_value_heads=2, max_position_embeddings=POSITIONS, use_cache=False,
-        )
-    )  # fmt: skip
+    return Qwen2ForCausalLM(qwen2_config())
 
 
 def mistral_lm():
     """With a sliding window shorter than the generated sequence."""
-    from transformers import MistralConfig, MistralForCausalLM
+    from transformers import MistralForCausalLM
 
-    return MistralForCausalLM(
-        MistralConfig(
-            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
-            num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-            num_key_value_heads=2, max_position_embeddings=POSITIONS,
-            sliding_window=8, use_cache=False,
-        )
-    )  # fmt: skip
+    return MistralForCausalLM(mistral_config())
 
 
 def bert_config():
@@ -181,30 +168,38 @@ def vit():
     return ViTModel(vit_config(), add_pooling_layer=True)
 
 
-def qwen2():
-    from transformers import Qwen2Config, Qwen2Model
+def qwen2_config():
+    from transformers import Qwen2Config
 
-    return Qwen2Model(
-        Qwen2Config(
-            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
-            num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-            num_key_value_heads=2, max_position_embeddings=POSITIONS, use_cache=False,
-        )
+    return Qwen2Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+        num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+        num_key_value_heads=2, max_position_embeddings=POSITIONS, use_cache=False,
+    )  # fmt: skip
+
+
+def qwen2():
+    from transformers import Qwen2Model
+
+    return Qwen2Model(qwen2_config())
+
+
+def mistral_config():
+    """With a sliding window (8) shorter than the example sequence."""
+    from transformers import MistralConfig
+
+    return MistralConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+        num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+        num_key_value_heads=2, max_position_embeddings=POSITIONS,
+        sliding_window=8, use_cache=False,
     )  # fmt: skip
 
 
 def mistral():
-    """With a sliding window shorter than the example sequence."""
-    from transformers import MistralConfig, MistralModel
+    from transformers import MistralModel
 
-    return MistralModel(
-        MistralConfig(
-            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
-            num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-            num_key_value_heads=2, max_position_embeddings=POSITIONS,
-            sliding_window=8, use_cache=False,
-        )
-    )  # fmt: skip
+    return MistralModel(mistral_config())
 
 
 def gemma():

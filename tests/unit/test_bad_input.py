@@ -8,7 +8,6 @@ tree included, temp files too) must be exactly as before.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import libcst as cst
@@ -268,17 +267,6 @@ def snapshot(root: Path) -> dict[str, bytes | None]:
         for path in sorted(root.rglob("*"))
         if "__pycache__" not in path.parts
     }
-
-
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A fresh project root; the user modules it imports are forgotten afterwards."""
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    before = set(sys.modules)
-    yield tmp_path
-    for name in set(sys.modules) - before:
-        if tmp_path.as_posix() in (getattr(sys.modules[name], "__file__", "") or ""):
-            del sys.modules[name]
 
 
 def run_bad(

@@ -10,7 +10,6 @@ import itertools
 import sys
 import types
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,18 +22,11 @@ from transpiler.options import tomllib
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A fresh project root, where each build takes 0.5 s; the user modules it
-    imports are forgotten afterwards."""
+@pytest.fixture(autouse=True)
+def half_second_builds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each build takes 0.5 s, so the times printed are the same on every run."""
     clock = itertools.count(0, 0.5)
     monkeypatch.setattr(api, "time", types.SimpleNamespace(perf_counter=clock.__next__))
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    before = set(sys.modules)
-    yield tmp_path
-    for name in set(sys.modules) - before:
-        if tmp_path.as_posix() in (getattr(sys.modules[name], "__file__", "") or ""):
-            del sys.modules[name]
 
 
 def module(root: Path, source: str) -> str:
