@@ -143,14 +143,14 @@ def test_convolutions_run_channels_last(name: str, tmp_path: Path) -> None:
     for conv in convs:
         x = nodes[conv.args[0].name].tensor_meta
         out = conv.tensor_meta
-        n, c, h, w = out.shape
+        _, c, h, w = out.shape
         channels_last = (h * w * c, 1, w * c, c)
         assert (out.stride == channels_last) == nhwc, str(graph)
         assert (x.stride[1] == 1) == nhwc, str(graph)
         # the weight too, copied by the graph (cuDNN and oneDNN would copy it on
         # every call); a 1x1 weight is both layouts, and no copy is made
         weight = nodes[conv.args[1].name]
-        o, i, kh, kw = weight.tensor_meta.shape
+        _, i, kh, kw = weight.tensor_meta.shape
         copied = weight.target == "aten.clone.default"
         assert copied == (nhwc and kh * kw > 1 and i > 1), str(graph)
 

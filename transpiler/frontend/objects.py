@@ -14,11 +14,13 @@ object before it returns (`Updated` in ir/graph.py).
 What generated code assumes of the object is its structure as the example has it,
 checked on every call (`ObjectInput.checks`): the class of every object in it and
 the names of its attributes (code may test for one with `getattr(obj, name, None)`),
-the length of every list and tuple, the keys of every dict, every number, string, dtype
-and device, and each tensor's dtype, shape and strides (contiguous, or those of the example: a
-cache layer keeping the last tokens of a sliding window holds a slice); an object reached twice is
-checked to be the same object again. A dynamic dimension among the function's
-arguments is a dimension of the tensors (`generalize` finds which).
+the length of every list and tuple, the keys of every dict, every number, string,
+dtype and device, and each tensor's dtype, shape and strides (contiguous, or those
+of the example: a cache layer keeping the last tokens of a sliding window holds a
+slice); an object reached twice is checked to be the same object again. A dynamic
+dimension among the function's arguments is a dimension of the tensors, or an int
+of the object that is the size itself (`generalize` finds which;
+`dimension_source` says where generated code reads it).
 """
 
 from __future__ import annotations
@@ -65,10 +67,23 @@ class ObjectInput:
 VALUES = (bool, int, float, str, type(None), torch.dtype)
 
 
-def example_input(param: str, spec, function, module: nn.Module | None, add_input):
+@dataclass(frozen=True)
+class Example:
+    """An object input as the trace reads it: the copy, its `ObjectInput`, and
+    where each object and container of the copy is (by id, valid while `copies`
+    holds them: code may drop one from the object, freeing its id)."""
+
+    copy: Any
+    input: ObjectInput
+    places: dict[int, InputObject]
+    copies: list
+
+
+def example_input(
+    param: str, spec, function, module: nn.Module | None, add_input
+) -> Example:
     """Build the example of `spec` with `function` (the user's), and a copy of it
-    whose tensors are meta graph inputs (`add_input(name, tensor)`); return the copy
-    and its `ObjectInput`."""
+    whose tensors are meta graph inputs (`add_input(name, tensor)`)."""
     sizes = dict(spec.args)
     try:
         with torch.device("meta"):
@@ -82,7 +97,8 @@ def example_input(param: str, spec, function, module: nn.Module | None, add_inpu
         ) from None
     copier = _Copier(param, add_input)
     copy = copier.copy(example, "")
-    return copy, ObjectInput(param, tuple(copier.checks), tuple(copier.tensors))
+    obj = ObjectInput(param, tuple(copier.checks), tuple(copier.tensors))
+    return Example(copy, obj, copier.places, copier.copies)
 
 
 class _Copier:
@@ -93,6 +109,9 @@ class _Copier:
         self.tensors: list[str] = []
         self.seen: dict[int, tuple[str, Any]] = {}  # id -> (path, copy)
         self.held: list = []  # keeps the ids above valid
+        # id of each object and container of the copy -> where it is
+        self.places: dict[int, InputObject] = {}
+        self.copies: list = []
 
     def copy(self, value: Any, path: str) -> Any:
         if id(value) in self.seen and not isinstance(value, VALUES):
@@ -102,6 +121,9 @@ class _Copier:
         copied = self._copy(value, path)
         self.seen[id(value)] = (path, copied)
         self.held.append(value)
+        if not isinstance(copied, (torch.Tensor, *VALUES, type, torch.device)):
+            self.places[id(copied)] = InputObject(self.param, path)
+            self.copies.append(copied)
         return copied
 
     def _copy(self, value: Any, path: str) -> Any:
@@ -193,26 +215,6 @@ def _input_name(path: str) -> str:
     return "_".join(
         filter(None, "".join(c if c.isalnum() else " " for c in path).split())
     )
-
-
-def objects_in(
-    value: Any, found: dict[int, InputObject], param: str, path: str = ""
-) -> None:
-    """Every object and container of an example copy, by id -> where it is."""
-    if isinstance(value, (torch.Tensor, *VALUES, type, torch.device)):
-        return
-    if id(value) in found:
-        return
-    found[id(value)] = InputObject(param, path)
-    if isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            objects_in(v, found, param, f"{path}[{i}]")
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            objects_in(v, found, param, f"{path}[{py_literal(k)}]")
-    elif hasattr(value, "__dict__"):
-        for name, v in vars(value).items():
-            objects_in(v, found, param, f"{path}.{name}")
 
 
 def dimension_source(

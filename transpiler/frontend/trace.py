@@ -8,7 +8,6 @@ import types
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
@@ -31,7 +30,7 @@ from transpiler.frontend.interpreter import (
     UserCodeError,
 )
 from transpiler.frontend.loader import resolve
-from transpiler.frontend.objects import ObjectInput, example_input, objects_in
+from transpiler.frontend.objects import Example, ObjectInput, example_input
 from transpiler.frontend.recorder import (
     GraphBuilder,
     OpaqueValue,
@@ -197,9 +196,10 @@ def trace(
         args, kwargs, found = _inputs(
             fn, variant, builder, module, sources.root, skip_self=module is not None
         )
-        objects[:] = [o for o, _ in found]
-        for obj, copy in found:
-            objects_in(copy, interp.inputs, obj.param)
+        objects[:] = [example.input for example in found]
+        for example in found:
+            interp.inputs.update(example.places)
+            interp._held.append(example.copies)
         try:
             with torch.device("meta"), torch.no_grad(), recorder:
                 self_ = (module,) if module is not None else ()
@@ -302,11 +302,11 @@ def _inputs(
     module: nn.Module | None,
     root: Path,
     skip_self: bool,
-) -> tuple[list, dict, list[tuple[ObjectInput, Any]]]:
+) -> tuple[list, dict, list[Example]]:
     """The example inputs as arguments of `fn`: positional-only parameters by
     position, in the order `fn` declares them, the others by keyword; and each
-    object input with the copy of its example that the code reads (Note [Objects
-    passed in])."""
+    object input's example, whose copy the code reads (Note [Objects passed
+    in])."""
     params = list(inspect.signature(fn).parameters.values())[1 if skip_self else 0 :]
     kinds = {p.name: p.kind for p in params}
     values = {}
@@ -320,9 +320,9 @@ def _inputs(
             values[name] = t
         elif isinstance(spec, ObjectSpec):
             function = resolve(spec.function, root).obj
-            copy, obj = example_input(name, spec, function, module, builder.add_input)
-            objects.append((obj, copy))
-            values[name] = copy
+            example = example_input(name, spec, function, module, builder.add_input)
+            objects.append(example)
+            values[name] = example.copy
         else:
             assert isinstance(spec, ScalarSpec)
             values[name] = spec.value

@@ -267,7 +267,7 @@ def convolution_layout(shape: tuple[int, ...], args: tuple) -> tuple[int, ...]:
     passes/channels_last.py)."""
     x, w = args[0], args[1]
     if len(shape) == 4 and any(_channels_last(t) for t in (x, w)):
-        n, c, h, width = shape
+        _, c, h, width = shape
         return (h * width * c, 1, width * c, c)
     return contiguous_strides(shape)
 

@@ -1,6 +1,6 @@
 """Recompute small pointwise values inside the larger kernels that read them broadcast.
 
-Before:  add: f32[8] = aten.add.Tensor(v, 1e-05);  rsqrt: f32[8] = aten.rsqrt.default(add)
+Before:  add: f32[8] = aten.add.Tensor(v, 1e-05);  rsqrt: f32[8] = aten.rsqrt(add)
          unsqueeze: f32[8,1,1] = aten.unsqueeze.default(rsqrt, -1) ...
          mul: f32[2,8,6,6] = aten.mul.Tensor(sub, unsqueeze)
 After:   unsqueeze_1: f32[8,1,1] = aten.unsqueeze.default(v, -1) ...
