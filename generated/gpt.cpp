@@ -162,61 +162,120 @@ static inline double gelu_f32(double x) {
 }
 
 // examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
+extern "C" void cpp_fused_embedding_0(
+    const int64_t* __restrict__ in_ptr0,
+    bool* __restrict__ out_ptr0
+) {
+    for (int64_t x = 0; x < 1; ++x) {
+        float tmp7 = INFINITY;
+        int tmp7_nan = 0;
+        #pragma omp simd reduction(min:tmp7) reduction(|:tmp7_nan)
+        for (int64_t r = 0; r < 32; ++r) {
+            int64_t tmp0 = in_ptr0[r];
+            bool tmp1 = tmp0 >= int64_t{0};
+            bool tmp2 = tmp0 < int64_t{256};
+            bool tmp3 = tmp1 & tmp2;
+            int64_t tmp4 = static_cast<int64_t>(tmp3);
+            bool tmp5 = tmp4 != int64_t{0};
+            float tmp6 = static_cast<float>(tmp5);
+            tmp7 = std::min(tmp7, tmp6);
+            tmp7_nan |= tmp6 != tmp6;
+        }
+        if (tmp7_nan) tmp7 = NAN;
+        bool tmp8 = tmp7 != 0.0f;
+        out_ptr0[0] = tmp8;
+    }
+}
+
+// examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
+extern "C" void cpp_fused_index_0(
+    const int64_t* __restrict__ in_ptr0,
+    const float* __restrict__ in_ptr1,
+    float* __restrict__ out_ptr0
+) {
+    for (int64_t x0 = 0; x0 < 16; ++x0) {
+        #pragma omp simd
+        for (int64_t x1 = 0; x1 < 64; ++x1) {
+            int64_t tmp0 = in_ptr0[x0];
+            bool tmp1 = tmp0 < int64_t{0};
+            int64_t tmp2 = wrap_add(tmp0, int64_t{64});
+            int64_t tmp3 = tmp1 ? tmp2 : tmp0;
+            bool tmp4 = tmp3 >= int64_t{0};
+            bool tmp5 = tmp3 < int64_t{64};
+            bool tmp6 = tmp4 && tmp5;
+            float tmp7 = tmp6 ? in_ptr1[x1 + 64 * tmp3] : float(0);
+            out_ptr0[64 * x0 + x1] = tmp7;
+        }
+    }
+}
+
+// examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
 // examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-extern "C" void cpp_fused_add_native_layer_norm_0(
-    const float* __restrict__ in_ptr0,
+extern "C" void cpp_fused_embedding_add_native_layer_norm_0(
+    const int64_t* __restrict__ in_ptr0,
     const float* __restrict__ in_ptr1,
     const float* __restrict__ in_ptr2,
     const float* __restrict__ in_ptr3,
+    const float* __restrict__ in_ptr4,
     float* __restrict__ out_ptr0,
     float* __restrict__ out_ptr1
 ) {
     for (int64_t x = 0; x < 32; ++x) {
-        float tmp2_row[64];
-        float tmp3 = 0;
-        #pragma omp simd reduction(+:tmp3)
+        int64_t tmp3_row[64];
+        bool tmp6_row[64];
+        float tmp9_row[64];
+        float tmp10 = 0;
+        #pragma omp simd reduction(+:tmp10)
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp0 = in_ptr0[64 * x + r];
-            float tmp1 = in_ptr1[64 * (x % 16) + r];
-            float tmp2 = tmp0 + tmp1;
-            tmp2_row[r] = tmp2;
-            tmp3 += tmp2;
+            int64_t tmp0 = in_ptr0[x];
+            bool tmp1 = tmp0 < int64_t{0};
+            int64_t tmp2 = wrap_add(tmp0, int64_t{256});
+            int64_t tmp3 = tmp1 ? tmp2 : tmp0;
+            tmp3_row[r] = tmp3;
+            bool tmp4 = tmp3 >= int64_t{0};
+            bool tmp5 = tmp3 < int64_t{256};
+            bool tmp6 = tmp4 && tmp5;
+            tmp6_row[r] = tmp6;
+            float tmp7 = tmp6 ? in_ptr1[r + 64 * tmp3] : float(0);
+            float tmp8 = in_ptr2[64 * (x % 16) + r];
+            float tmp9 = tmp7 + tmp8;
+            tmp9_row[r] = tmp9;
+            tmp10 += tmp9;
         }
-        float tmp4 = tmp3 / 64.0f;
-        float tmp7 = 0;
-        float tmp8 = 0;
-        #pragma omp simd reduction(+:tmp7) reduction(+:tmp8)
+        float tmp11 = tmp10 / 64.0f;
+        float tmp14 = 0;
+        float tmp15 = 0;
+        #pragma omp simd reduction(+:tmp14) reduction(+:tmp15)
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp2 = tmp2_row[r];
-            float tmp5 = tmp2 - tmp4;
-            float tmp6 = tmp5 * tmp5;
-            tmp7 += tmp6;
-            tmp8 += tmp5;
+            float tmp9 = tmp9_row[r];
+            float tmp12 = tmp9 - tmp11;
+            float tmp13 = tmp12 * tmp12;
+            tmp14 += tmp13;
+            tmp15 += tmp12;
         }
-        float tmp9 = tmp8 / 64.0f;
-        float tmp10 = tmp8 * tmp9;
-        float tmp11 = tmp7 - tmp10;
-        float tmp12 = tmp11 < 0 ? 0 : tmp11;
-        float tmp13 = tmp4 + tmp9;
-        float tmp14 = tmp12 / 64.0f;
-        float tmp15 = tmp14 + 1e-05f;
-        float tmp16 = 1 / std::sqrt(tmp15);
+        float tmp16 = tmp15 / 64.0f;
+        float tmp17 = tmp15 * tmp16;
+        float tmp18 = tmp14 - tmp17;
+        float tmp19 = tmp18 < 0 ? 0 : tmp18;
+        float tmp20 = tmp11 + tmp16;
+        float tmp21 = tmp19 / 64.0f;
+        float tmp22 = tmp21 + 1e-05f;
+        float tmp23 = 1 / std::sqrt(tmp22);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 64; r += 16) {
-            __builtin_prefetch(&in_ptr0[64 * (x + 1) + r]);
-            __builtin_prefetch(&in_ptr1[64 * ((x + 1) % 16) + r]);
+            __builtin_prefetch(&in_ptr2[64 * ((x + 1) % 16) + r]);
         }
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
-            float tmp2 = tmp2_row[r];
-            float tmp17 = tmp2 - tmp13;
-            float tmp18 = tmp17 * tmp16;
-            float tmp19 = in_ptr2[r];
-            float tmp20 = tmp18 * tmp19;
-            float tmp21 = in_ptr3[r];
-            float tmp22 = tmp20 + tmp21;
-            out_ptr0[64 * x + r] = tmp2;
-            out_ptr1[64 * x + r] = tmp22;
+            float tmp9 = tmp9_row[r];
+            float tmp24 = tmp9 - tmp20;
+            float tmp25 = tmp24 * tmp23;
+            float tmp26 = in_ptr3[r];
+            float tmp27 = tmp25 * tmp26;
+            float tmp28 = in_ptr4[r];
+            float tmp29 = tmp27 + tmp28;
+            out_ptr0[64 * x + r] = tmp9;
+            out_ptr1[64 * x + r] = tmp29;
         }
     }
 }

@@ -4,8 +4,8 @@ Regenerate with: transpile
 
 Variants (tried in order):
     GPT (examples/gpt.py::GPT)
-        cpu_0    cpu: idx=i64[2,16]                       7 kernels, 14 extern calls
-        cuda_0   cuda: idx=i64[2,16]                      7 kernels, 14 extern calls
+        cpu_0    cpu: idx=i64[2,16]                       9 kernels, 13 extern calls
+        cuda_0   cuda: idx=i64[2,16]                      9 kernels, 13 extern calls
 
 Graph breaks (code run eagerly):
     none
@@ -534,6 +534,22 @@ def _guards_cpu_0(self, idx):
         ln_f_bias = ln_f._parameters.get("bias")
         if not (ln_f_weight is not None and ln_f_bias is not None):
             return "self.ln_f.weight is not None and self.ln_f.bias is not None"
+        if not (wte_weight.is_cpu):
+            return "self.wte.weight.is_cpu"
+        if not (wte_weight.dtype == torch.float32):
+            return "self.wte.weight.dtype == torch.float32"
+        if not (wte_weight.shape == (256, 64)):
+            return "self.wte.weight.shape == (256, 64)"
+        if not (wte_weight.stride() == (64, 1)):
+            return "self.wte.weight.stride() == (64, 1)"
+        if not (wpe_weight.is_cpu):
+            return "self.wpe.weight.is_cpu"
+        if not (wpe_weight.dtype == torch.float32):
+            return "self.wpe.weight.dtype == torch.float32"
+        if not (wpe_weight.shape == (64, 64)):
+            return "self.wpe.weight.shape == (64, 64)"
+        if not (wpe_weight.stride() == (64, 1)):
+            return "self.wpe.weight.stride() == (64, 1)"
         if not (h_0_ln_1_weight.is_cpu):
             return "self.h[0].ln_1.weight.is_cpu"
         if not (h_0_ln_1_weight.dtype == torch.float32):
@@ -850,13 +866,19 @@ def _cpu_0(self, idx):
     # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
     arange = torch.arange(0, 16, dtype=torch.int64, device=device, pin_memory=False)
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-    embedding = torch.embedding(wte_weight, idx)
-    embedding_1 = torch.embedding(wpe_weight, arange)
+    ne_1 = empty((), (), torch.bool)
+    _cpp.function("cpp_fused_embedding_0", "pp")(idx.data_ptr(), ne_1.data_ptr())
+    runtime_shim.check_index(ne_1, "index out of range in self")
+    embedding_1 = empty((16, 64), (64, 1), torch.float32)
+    _cpp.function("cpp_fused_index_0", "ppp")(
+        arange.data_ptr(), wpe_weight.data_ptr(), embedding_1.data_ptr()
+    )
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     native_layer_norm_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
-    _cpp.function("cpp_fused_add_native_layer_norm_0", "pppppp")(
-        embedding.data_ptr(),
+    _cpp.function("cpp_fused_embedding_add_native_layer_norm_0", "ppppppp")(
+        idx.data_ptr(),
+        wte_weight.data_ptr(),
         embedding_1.data_ptr(),
         h_0_ln_1_weight.data_ptr(),
         h_0_ln_1_bias.data_ptr(),
@@ -1472,6 +1494,22 @@ def _guards_cuda_0(self, idx):
         ln_f_bias = ln_f._parameters.get("bias")
         if not (ln_f_weight is not None and ln_f_bias is not None):
             return "self.ln_f.weight is not None and self.ln_f.bias is not None"
+        if not (wte_weight.is_cuda):
+            return "self.wte.weight.is_cuda"
+        if not (wte_weight.dtype == torch.float32):
+            return "self.wte.weight.dtype == torch.float32"
+        if not (wte_weight.shape == (256, 64)):
+            return "self.wte.weight.shape == (256, 64)"
+        if not (wte_weight.stride() == (64, 1)):
+            return "self.wte.weight.stride() == (64, 1)"
+        if not (wpe_weight.is_cuda):
+            return "self.wpe.weight.is_cuda"
+        if not (wpe_weight.dtype == torch.float32):
+            return "self.wpe.weight.dtype == torch.float32"
+        if not (wpe_weight.shape == (64, 64)):
+            return "self.wpe.weight.shape == (64, 64)"
+        if not (wpe_weight.stride() == (64, 1)):
+            return "self.wpe.weight.stride() == (64, 1)"
         if not (h_0_ln_1_weight.is_cuda):
             return "self.h[0].ln_1.weight.is_cuda"
         if not (h_0_ln_1_weight.dtype == torch.float32):
@@ -1788,13 +1826,19 @@ def _cuda_0(self, idx):
     # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
     arange = torch.arange(0, 16, dtype=torch.int64, device=device, pin_memory=False)
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-    embedding = torch.embedding(wte_weight, idx)
-    embedding_1 = torch.embedding(wpe_weight, arange)
+    ne_1 = empty((), (), torch.bool)
+    _triton.triton_fused_embedding_0[(1,)](idx, ne_1, XBLOCK=1, RBLOCK=32, num_warps=1)
+    runtime_shim.check_index(ne_1, "index out of range in self")
+    embedding_1 = empty((16, 64), (64, 1), torch.float32)
+    _triton.triton_fused_index_0[(1,)](
+        arange, wpe_weight, embedding_1, XBLOCK=1024, num_warps=4
+    )
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     native_layer_norm_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
-    _triton.triton_fused_add_native_layer_norm_0[(2,)](
-        embedding,
+    _triton.triton_fused_embedding_add_native_layer_norm_0[(2,)](
+        idx,
+        wte_weight,
         embedding_1,
         h_0_ln_1_weight,
         h_0_ln_1_bias,

@@ -24,11 +24,61 @@ def _tanh(x):
 
 
 @triton.jit
-def triton_fused_add_native_layer_norm_0(
+def _minimum(a, b):
+    # like torch.minimum: NaN wins
+    return tl.where(a != a, a, tl.where(a < b, a, b))
+
+
+@triton.jit
+def triton_fused_embedding_0(
+    in_ptr0, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+):
+    # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
+    xnumel = 1
+    rnumel = 32
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
+    rbase = tl.arange(0, RBLOCK)[None, :]
+    rindex = rbase
+    rmask = rindex < rnumel
+    acc0_0 = tl.full([XBLOCK, RBLOCK], float("inf"), tl.float32)
+    tmp0 = tl.load(in_ptr0 + rindex, xmask & rmask, other=0)
+    tmp1 = tmp0 >= 0
+    tmp2 = tmp0 < 256
+    tmp3 = tmp1 & tmp2
+    tmp4 = tmp3.to(tl.int64)
+    tmp5 = tmp4 != 0
+    tmp6 = tmp5.to(tl.float32)
+    acc0_0 = _minimum(acc0_0, tl.where(xmask & rmask, tmp6, float("inf")))
+    tmp7 = tl.reduce(acc0_0, 1, _minimum)[:, None]
+    tmp8 = tmp7 != 0.0
+    tl.store(out_ptr0 + xindex, tmp8, xmask)
+
+
+@triton.jit
+def triton_fused_index_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
+    # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
+    xnumel = 1024
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    xmask = xindex < xnumel
+    tmp0 = tl.load(in_ptr0 + xindex // 64, xmask, other=0)
+    tmp1 = tmp0 < 0
+    tmp2 = tmp0 + 64
+    tmp3 = tl.where(tmp1, tmp2, tmp0)
+    tmp4 = tmp3 >= 0
+    tmp5 = tmp3 < 64
+    tmp6 = (tmp4 != 0) & (tmp5 != 0)
+    tmp7 = tl.load(in_ptr1 + (xindex % 64 + 64 * tmp3), (xmask & tmp6) != 0, other=0)
+    tl.store(out_ptr0 + xindex, tmp7, xmask)
+
+
+@triton.jit
+def triton_fused_embedding_add_native_layer_norm_0(
     in_ptr0,
     in_ptr1,
     in_ptr2,
     in_ptr3,
+    in_ptr4,
     out_ptr0,
     out_ptr1,
     XBLOCK: tl.constexpr,
@@ -44,36 +94,43 @@ def triton_fused_add_native_layer_norm_0(
     rindex = rbase
     rmask = rindex < rnumel
     acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    tmp0 = tl.load(in_ptr0 + (64 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.load(in_ptr1 + (64 * (xindex % 16) + rindex), xmask & rmask, other=0)
-    tmp2 = tmp0 + tmp1
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp2, 0)
-    tmp3 = tl.sum(acc0_0, 1)[:, None]
-    tmp4 = tmp3 / 64.0
+    tmp0 = tl.load(in_ptr0 + xindex, xmask & rmask, other=0)
+    tmp1 = tmp0 < 0
+    tmp2 = tmp0 + 256
+    tmp3 = tl.where(tmp1, tmp2, tmp0)
+    tmp4 = tmp3 >= 0
+    tmp5 = tmp3 < 256
+    tmp6 = (tmp4 != 0) & (tmp5 != 0)
+    tmp7 = tl.load(in_ptr1 + (rindex + 64 * tmp3), (xmask & rmask & tmp6) != 0, other=0)
+    tmp8 = tl.load(in_ptr2 + (64 * (xindex % 16) + rindex), xmask & rmask, other=0)
+    tmp9 = tmp7 + tmp8
+    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp9, 0)
+    tmp10 = tl.sum(acc0_0, 1)[:, None]
+    tmp11 = tmp10 / 64.0
     acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    tmp5 = tmp2 - tmp4
-    tmp6 = tmp5 * tmp5
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp6, 0)
-    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp5, 0)
-    tmp7 = tl.sum(acc1_0, 1)[:, None]
-    tmp8 = tl.sum(acc1_1, 1)[:, None]
-    tmp9 = tmp8 / 64.0
-    tmp10 = tmp8 * tmp9
-    tmp11 = tmp7 - tmp10
-    tmp12 = tl.where(tmp11 < 0, 0, tmp11)
-    tmp13 = tmp4 + tmp9
-    tmp14 = tmp12 / 64.0
-    tmp15 = tmp14 + 1e-05
-    tmp16 = tl.rsqrt(tmp15)
-    tmp17 = tmp2 - tmp13
-    tmp18 = tmp17 * tmp16
-    tmp19 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
-    tmp20 = tmp18 * tmp19
-    tmp21 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
-    tmp22 = tmp20 + tmp21
-    tl.store(out_ptr0 + (64 * xindex + rindex), tmp2, xmask & rmask)
-    tl.store(out_ptr1 + (64 * xindex + rindex), tmp22, xmask & rmask)
+    tmp12 = tmp9 - tmp11
+    tmp13 = tmp12 * tmp12
+    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp13, 0)
+    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp12, 0)
+    tmp14 = tl.sum(acc1_0, 1)[:, None]
+    tmp15 = tl.sum(acc1_1, 1)[:, None]
+    tmp16 = tmp15 / 64.0
+    tmp17 = tmp15 * tmp16
+    tmp18 = tmp14 - tmp17
+    tmp19 = tl.where(tmp18 < 0, 0, tmp18)
+    tmp20 = tmp11 + tmp16
+    tmp21 = tmp19 / 64.0
+    tmp22 = tmp21 + 1e-05
+    tmp23 = tl.rsqrt(tmp22)
+    tmp24 = tmp9 - tmp20
+    tmp25 = tmp24 * tmp23
+    tmp26 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
+    tmp27 = tmp25 * tmp26
+    tmp28 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
+    tmp29 = tmp27 + tmp28
+    tl.store(out_ptr0 + (64 * xindex + rindex), tmp9, xmask & rmask)
+    tl.store(out_ptr1 + (64 * xindex + rindex), tmp29, xmask & rmask)
 
 
 @triton.jit

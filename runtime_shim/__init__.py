@@ -4,6 +4,7 @@ Depends on torch and the standard library only; see README.md.
 """
 
 from runtime_shim.blas import addmm_activation
+from runtime_shim.checks import check_index
 from runtime_shim.cpp import CppLibrary, RuntimeShimError, load_cpp
 from runtime_shim.cuda_graphs import cuda_graph, cuda_graph_tree
 from runtime_shim.layout import allocator, as_layout, view
@@ -24,6 +25,7 @@ __all__ = [
     "addmm_activation",
     "allocator",
     "as_layout",
+    "check_index",
     "check_sources",
     "cuda_graph",
     "cuda_graph_tree",

@@ -53,6 +53,7 @@ from pathlib import Path
 import torch
 
 from transpiler.codegen import triton as triton_codegen
+from transpiler.codegen.indexing import across_rows
 from transpiler.codegen.triton import (
     PERSISTENT_MAX,
     heuristic_config,
@@ -182,7 +183,10 @@ def candidates(k: Kernel) -> list[LaunchConfig]:
             rows = dict.fromkeys(max(1, e // rblock) for e in PERSISTENT_ELEMENTS)
             blocks += [(x, rblock) for x in rows if x <= xmax]
         rnumel = size(k.rnumel, TUNED_AT)
-        blocks += [(1, r) for r in LOOPED_RBLOCK if r < rnumel]
+        if across_rows(k):  # tiles of rows side by side
+            blocks += [(x, r) for x in (32, 64, 128) for r in (4, 8, 16, 32)]
+        else:
+            blocks += [(1, r) for r in LOOPED_RBLOCK if r < rnumel]
     configs = [heuristic_config(k)]
     for xblock, rblock in blocks:
         for warps in WARPS:
@@ -210,11 +214,15 @@ def _sizes(k: Kernel) -> dict[str, int]:
 
 
 def _last(index: Index, ranges: dict[str, int]) -> int:
-    """The largest address `index` reaches (strides are non-negative)."""
+    """The largest address `index` reaches (a value loaded in the kernel, as an
+    index: anywhere in its range)."""
     last = size(index.offset, TUNED_AT)
     for t in index.terms:
         div, mod = size(t.div, TUNED_AT), size(t.mod, TUNED_AT)
-        last += size(t.stride, TUNED_AT) * min(mod - 1, (ranges[t.var] - 1) // div)
+        reach = (
+            mod - 1 if t.var not in ranges else min(mod - 1, (ranges[t.var] - 1) // div)
+        )
+        last += max(size(t.stride, TUNED_AT) * reach, 0)
     return last
 
 
@@ -224,7 +232,7 @@ def extents(k: Kernel) -> dict[str, int]:
     ends = {a.param: 1 for a in k.inputs + k.outputs}
     for s in k.body:
         if isinstance(s, Stmt) and s.op == "load":
-            param, index = s.args
+            param, index = s.args[:2]
         elif isinstance(s, Store):
             param, index = s.buffer, s.index
             if not index.terms:  # codegen stores at `offset + xindex` (xmask)

@@ -162,74 +162,117 @@ static inline double gelu_f32(double x) {
 }
 
 // examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
+extern "C" void cpp_fused_embedding_0(
+    const int64_t* __restrict__ in_ptr0,
+    bool* __restrict__ out_ptr0
+) {
+    for (int64_t x = 0; x < 1; ++x) {
+        float tmp7 = INFINITY;
+        int tmp7_nan = 0;
+        #pragma omp simd reduction(min:tmp7) reduction(|:tmp7_nan)
+        for (int64_t r = 0; r < 64; ++r) {
+            int64_t tmp0 = in_ptr0[r];
+            bool tmp1 = tmp0 >= int64_t{0};
+            bool tmp2 = tmp0 < int64_t{50257};
+            bool tmp3 = tmp1 & tmp2;
+            int64_t tmp4 = static_cast<int64_t>(tmp3);
+            bool tmp5 = tmp4 != int64_t{0};
+            float tmp6 = static_cast<float>(tmp5);
+            tmp7 = std::min(tmp7, tmp6);
+            tmp7_nan |= tmp6 != tmp6;
+        }
+        if (tmp7_nan) tmp7 = NAN;
+        bool tmp8 = tmp7 != 0.0f;
+        out_ptr0[0] = tmp8;
+    }
+}
+
+// examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
 // examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-extern "C" void cpp_fused_add_native_layer_norm_0(
-    const float* __restrict__ in_ptr0,
+extern "C" void cpp_fused_embedding_index_add_native_layer_norm_0(
+    const int64_t* __restrict__ in_ptr0,
     const float* __restrict__ in_ptr1,
-    const float* __restrict__ in_ptr2,
+    const int64_t* __restrict__ in_ptr2,
     const float* __restrict__ in_ptr3,
+    const float* __restrict__ in_ptr4,
+    const float* __restrict__ in_ptr5,
     float* __restrict__ out_ptr0,
     float* __restrict__ out_ptr1
 ) {
     #pragma omp parallel for
     for (int64_t x = 0; x < 64; ++x) {
-        float tmp2_row[768];
-        float tmp3 = 0;
+        int64_t tmp3_row[768];
+        bool tmp6_row[768];
+        int64_t tmp11_row[768];
+        bool tmp14_row[768];
+        float tmp16_row[768];
+        float tmp17 = 0;
         for (int64_t r0 = 0; r0 < 768; r0 += 512) {
-            float tmp3_part = 0;
-            #pragma omp simd reduction(+:tmp3_part)
+            float tmp17_part = 0;
+            #pragma omp simd reduction(+:tmp17_part)
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
-                float tmp0 = in_ptr0[768 * x + r];
-                float tmp1 = in_ptr1[768 * x + r];
-                float tmp2 = tmp0 + tmp1;
-                tmp2_row[r] = tmp2;
-                tmp3_part += tmp2;
+                int64_t tmp0 = in_ptr0[x];
+                bool tmp1 = tmp0 < int64_t{0};
+                int64_t tmp2 = wrap_add(tmp0, int64_t{50257});
+                int64_t tmp3 = tmp1 ? tmp2 : tmp0;
+                tmp3_row[r] = tmp3;
+                bool tmp4 = tmp3 >= int64_t{0};
+                bool tmp5 = tmp3 < int64_t{50257};
+                bool tmp6 = tmp4 && tmp5;
+                tmp6_row[r] = tmp6;
+                float tmp7 = tmp6 ? in_ptr1[r + 768 * tmp3] : float(0);
+                int64_t tmp8 = in_ptr2[x];
+                bool tmp9 = tmp8 < int64_t{0};
+                int64_t tmp10 = wrap_add(tmp8, int64_t{1024});
+                int64_t tmp11 = tmp9 ? tmp10 : tmp8;
+                tmp11_row[r] = tmp11;
+                bool tmp12 = tmp11 >= int64_t{0};
+                bool tmp13 = tmp11 < int64_t{1024};
+                bool tmp14 = tmp12 && tmp13;
+                tmp14_row[r] = tmp14;
+                float tmp15 = tmp14 ? in_ptr3[r + 768 * tmp11] : float(0);
+                float tmp16 = tmp7 + tmp15;
+                tmp16_row[r] = tmp16;
+                tmp17_part += tmp16;
             }
-            tmp3 += tmp3_part;
+            tmp17 += tmp17_part;
         }
-        float tmp4 = tmp3 / 768.0f;
-        float tmp7 = 0;
-        float tmp8 = 0;
+        float tmp18 = tmp17 / 768.0f;
+        float tmp21 = 0;
+        float tmp22 = 0;
         for (int64_t r0 = 0; r0 < 768; r0 += 512) {
-            float tmp7_part = 0;
-            float tmp8_part = 0;
-            #pragma omp simd reduction(+:tmp7_part) reduction(+:tmp8_part)
+            float tmp21_part = 0;
+            float tmp22_part = 0;
+            #pragma omp simd reduction(+:tmp21_part) reduction(+:tmp22_part)
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
-                float tmp2 = tmp2_row[r];
-                float tmp5 = tmp2 - tmp4;
-                float tmp6 = tmp5 * tmp5;
-                tmp7_part += tmp6;
-                tmp8_part += tmp5;
+                float tmp16 = tmp16_row[r];
+                float tmp19 = tmp16 - tmp18;
+                float tmp20 = tmp19 * tmp19;
+                tmp21_part += tmp20;
+                tmp22_part += tmp19;
             }
-            tmp7 += tmp7_part;
-            tmp8 += tmp8_part;
+            tmp21 += tmp21_part;
+            tmp22 += tmp22_part;
         }
-        float tmp9 = tmp8 / 768.0f;
-        float tmp10 = tmp8 * tmp9;
-        float tmp11 = tmp7 - tmp10;
-        float tmp12 = tmp11 < 0 ? 0 : tmp11;
-        float tmp13 = tmp4 + tmp9;
-        float tmp14 = tmp12 / 768.0f;
-        float tmp15 = tmp14 + 1e-05f;
-        float tmp16 = 1 / std::sqrt(tmp15);
-        // while computing, fetch the next row into cache
-        for (int64_t r0 = 0; r0 < 768; r0 += 512) {
-            for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); r += 16) {
-                __builtin_prefetch(&in_ptr0[768 * (x + 1) + r]);
-                __builtin_prefetch(&in_ptr1[768 * (x + 1) + r]);
-            }
-            #pragma omp simd
-            for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
-                float tmp2 = tmp2_row[r];
-                float tmp17 = tmp2 - tmp13;
-                float tmp18 = tmp17 * tmp16;
-                float tmp19 = in_ptr2[r];
-                float tmp20 = tmp18 * tmp19;
-                float tmp21 = in_ptr3[r];
-                float tmp22 = tmp20 + tmp21;
-                out_ptr0[768 * x + r] = tmp2;
-                out_ptr1[768 * x + r] = tmp22;
-            }
+        float tmp23 = tmp22 / 768.0f;
+        float tmp24 = tmp22 * tmp23;
+        float tmp25 = tmp21 - tmp24;
+        float tmp26 = tmp25 < 0 ? 0 : tmp25;
+        float tmp27 = tmp18 + tmp23;
+        float tmp28 = tmp26 / 768.0f;
+        float tmp29 = tmp28 + 1e-05f;
+        float tmp30 = 1 / std::sqrt(tmp29);
+        #pragma omp simd
+        for (int64_t r = 0; r < 768; ++r) {
+            float tmp16 = tmp16_row[r];
+            float tmp31 = tmp16 - tmp27;
+            float tmp32 = tmp31 * tmp30;
+            float tmp33 = in_ptr4[r];
+            float tmp34 = tmp32 * tmp33;
+            float tmp35 = in_ptr5[r];
+            float tmp36 = tmp34 + tmp35;
+            out_ptr0[768 * x + r] = tmp16;
+            out_ptr1[768 * x + r] = tmp36;
         }
     }
 }

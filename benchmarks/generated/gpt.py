@@ -4,8 +4,8 @@ Regenerate with: transpile --config benchmarks/pyproject.toml
 
 Variants (tried in order):
     GPT (examples/gpt.py::GPT)
-        cuda_0   cuda: idx=i64[8,1024]                    37 kernels, 64 extern calls
-        cpu_0    cpu: idx=i64[1,64]                       37 kernels, 64 extern calls
+        cuda_0   cuda: idx=i64[8,1024]                    39 kernels, 63 extern calls
+        cpu_0    cpu: idx=i64[1,64]                       38 kernels, 63 extern calls
 
 Graph breaks (code run eagerly):
     none
@@ -2332,6 +2332,22 @@ def _guards_cuda_0(self, idx):
         ln_f_bias = ln_f._parameters.get("bias")
         if not (ln_f_weight is not None and ln_f_bias is not None):
             return "self.ln_f.weight is not None and self.ln_f.bias is not None"
+        if not (wte_weight.is_cuda):
+            return "self.wte.weight.is_cuda"
+        if not (wte_weight.dtype == torch.float32):
+            return "self.wte.weight.dtype == torch.float32"
+        if not (wte_weight.shape == (50257, 768)):
+            return "self.wte.weight.shape == (50257, 768)"
+        if not (wte_weight.stride() == (768, 1)):
+            return "self.wte.weight.stride() == (768, 1)"
+        if not (wpe_weight.is_cuda):
+            return "self.wpe.weight.is_cuda"
+        if not (wpe_weight.dtype == torch.float32):
+            return "self.wpe.weight.dtype == torch.float32"
+        if not (wpe_weight.shape == (1024, 768)):
+            return "self.wpe.weight.shape == (1024, 768)"
+        if not (wpe_weight.stride() == (768, 1)):
+            return "self.wpe.weight.stride() == (768, 1)"
         if not (h_0_ln_1_weight.is_cuda):
             return "self.h[0].ln_1.weight.is_cuda"
         if not (h_0_ln_1_weight.dtype == torch.float32):
@@ -4008,13 +4024,21 @@ def _cuda_0(self, idx):
     # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
     arange = torch.arange(0, 1024, dtype=torch.int64, device=device, pin_memory=False)
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-    embedding = torch.embedding(wte_weight, idx)
-    embedding_1 = torch.embedding(wpe_weight, arange)
+    ne_1 = empty((), (), torch.bool)
+    _triton.triton_fused_embedding_0[(1,)](
+        idx, ne_1, XBLOCK=1, RBLOCK=8192, num_warps=16
+    )
+    runtime_shim.check_index(ne_1, "index out of range in self")
+    embedding_1 = empty((1024, 768), (768, 1), torch.float32)
+    _triton.triton_fused_index_0[(768,)](
+        arange, wpe_weight, embedding_1, XBLOCK=1024, num_warps=4
+    )
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     native_layer_norm_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
-    _triton.triton_fused_add_native_layer_norm_0[(8192,)](
-        embedding,
+    _triton.triton_fused_embedding_add_native_layer_norm_0[(8192,)](
+        idx,
+        wte_weight,
         embedding_1,
         h_0_ln_1_weight,
         h_0_ln_1_bias,
@@ -7149,6 +7173,22 @@ def _guards_cpu_0(self, idx):
         ln_f_bias = ln_f._parameters.get("bias")
         if not (ln_f_weight is not None and ln_f_bias is not None):
             return "self.ln_f.weight is not None and self.ln_f.bias is not None"
+        if not (wte_weight.is_cpu):
+            return "self.wte.weight.is_cpu"
+        if not (wte_weight.dtype == torch.float32):
+            return "self.wte.weight.dtype == torch.float32"
+        if not (wte_weight.shape == (50257, 768)):
+            return "self.wte.weight.shape == (50257, 768)"
+        if not (wte_weight.stride() == (768, 1)):
+            return "self.wte.weight.stride() == (768, 1)"
+        if not (wpe_weight.is_cpu):
+            return "self.wpe.weight.is_cpu"
+        if not (wpe_weight.dtype == torch.float32):
+            return "self.wpe.weight.dtype == torch.float32"
+        if not (wpe_weight.shape == (1024, 768)):
+            return "self.wpe.weight.shape == (1024, 768)"
+        if not (wpe_weight.stride() == (768, 1)):
+            return "self.wpe.weight.stride() == (768, 1)"
         if not (h_0_ln_1_weight.is_cpu):
             return "self.h[0].ln_1.weight.is_cpu"
         if not (h_0_ln_1_weight.dtype == torch.float32):
@@ -8825,14 +8865,17 @@ def _cpu_0(self, idx):
     # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
     arange = torch.arange(0, 64, dtype=torch.int64, device=device, pin_memory=False)
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-    embedding = torch.embedding(wte_weight, idx)
-    embedding_1 = torch.embedding(wpe_weight, arange)
+    ne_1 = empty((), (), torch.bool)
+    _cpp.function("cpp_fused_embedding_0", "pp")(idx.data_ptr(), ne_1.data_ptr())
+    runtime_shim.check_index(ne_1, "index out of range in self")
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     native_layer_norm_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
-    _cpp.function("cpp_fused_add_native_layer_norm_0", "pppppp")(
-        embedding.data_ptr(),
-        embedding_1.data_ptr(),
+    _cpp.function("cpp_fused_embedding_index_add_native_layer_norm_0", "pppppppp")(
+        idx.data_ptr(),
+        wte_weight.data_ptr(),
+        arange.data_ptr(),
+        wpe_weight.data_ptr(),
         h_0_ln_1_weight.data_ptr(),
         h_0_ln_1_bias.data_ptr(),
         add.data_ptr(),

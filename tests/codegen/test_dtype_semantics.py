@@ -4,7 +4,7 @@ A backend operator does not always mean what the torch op means: `+` on Triton's
 1-bit bool wraps (torch's bool add is a logical or), signed overflow is undefined in
 C++ (torch wraps), `std::floor` of an int64 goes through double (Note [Operators that
 differ from torch's] in codegen/optable.py). So each row of `ir.ops.POINTWISE` is
-swept, without a hand-written list, over bool, int32, int64, float16, bfloat16 and
+swept, without a hand-written list, over bool, int8, int32, int64, float16, bfloat16 and
 float32 (where eager accepts the op), over every pairing of values that tell the
 semantics apart (0, ±1, the type's extremes, NaN, ±inf, ±0, values that round), over
 mixed dtypes and Python scalars; then chains where undefined overflow or a wrapped
@@ -38,6 +38,7 @@ pytestmark = [  # masked-off lanes of Triton's interpreter compute log(0) and su
 aten = torch.ops.aten
 DTYPES = (
     torch.bool,
+    torch.int8,
     torch.int32,
     torch.int64,
     torch.float16,
@@ -51,6 +52,8 @@ MIXED = (
     (torch.bool, torch.int32),
     (torch.int32, torch.bool),
     (torch.int32, torch.int64),
+    (torch.int8, torch.int32),
+    (torch.int8, torch.float32),
     (torch.int64, torch.float32),
     (torch.bool, torch.float16),
     (torch.int32, torch.bfloat16),

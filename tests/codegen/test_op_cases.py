@@ -521,6 +521,10 @@ CASES: list[Case] = [
     Case("aten.sum.dim_IntList", "a.sum(-1)", {"a": randn(3, 5000)}, (1e-4, 1e-4)),
     # wide rows: Triton loops over RBLOCK chunks; many rows: OpenMP threads
     Case("aten.sum.dim_IntList", "a.sum(-1)", {"a": randn(3, 10000)}, (1e-4, 1e-3)),
+    Case("aten.sum.dim_IntList", "a.sum(0)", {"a": randn(*X)}, RED_TOL),
+    Case("aten.argmax.default", "a.argmax(-1)", {"a": randn(*X).round()}),
+    Case("aten.sum.dim_IntList", "a.sum(-1)", {"a": ints(*X)}),  # in int64
+    Case("aten.argmin.default", "a.argmin(0)", {"a": randn(*X).round()}),
     Case("aten.amax.default", "a.amax(-1)", {"a": randn(3, 9000)}, RED_TOL),
     Case(
         "aten.var_mean.correction",
@@ -610,14 +614,12 @@ EXTERN_CASES = [
         "torch.sub(a, b, alpha=0.5).relu()",
         {"a": randn(*X), "b": randn(*X)},
     ),
-    Case("aten.sum.dim_IntList", "a.sum(0)", {"a": randn(*X)}, RED_TOL),
     Case(
         "aten.sum.dim_IntList",
         "a.sum(-1, dtype=torch.float64)",
         {"a": randn(*X)},
         RED_TOL,
     ),
-    Case("aten.sum.dim_IntList", "a.sum(-1)", {"a": ints(*X)}),
     # integer floor division by a tensor: eager's, which raises on a zero divisor
     # (Note [Integer division by zero] in passes/decompose.py)
     Case("aten.div.Tensor_mode", "a // b", {"a": ints(*X), "b": NONZERO}),

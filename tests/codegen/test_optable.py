@@ -31,7 +31,7 @@ from transpiler.codegen.optable import (
 )
 from transpiler.ir.ops import POINTWISE, ROUNDING, SUPPORTED_DTYPES
 
-SKELETON_OPS = {"load", "reduce", "cast"}
+SKELETON_OPS = {"load", "reduce", "cast", "index"}  # rendered by the backends
 
 
 def scheduler_ops() -> set[str]:

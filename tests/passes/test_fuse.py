@@ -172,14 +172,14 @@ def test_contiguous_reshape_of_a_fused_value_stays_in_registers(tmp_path: Path) 
     assert fusion.realized == {graph.outputs.name}
 
 
-def test_reduction_over_leading_dim_is_not_fused(tmp_path: Path) -> None:
+def test_reduction_over_leading_dim_is_one_group_in_its_order(tmp_path: Path) -> None:
+    """(x + 1).sum(0) * 2 of an [R, C] x: C rows of R elements, enumerated kept
+    dimension first (Note [Reduction order]), prologue and epilogue included."""
     graph, fusion = fused("non_trailing_reduction", tmp_path)
-    assert (
-        fusion.kinds[
-            next(n.name for n in graph.nodes if n.target == "aten.sum.dim_IntList")
-        ]
-        == "extern"
-    )
+    (group,) = fusion.groups
+    rows, cols = INPUTS["non_trailing_reduction"]["x"].shape
+    assert (group.rows, group.rnumel, group.order) == (cols, rows, (1, 0))
+    assert fusion.realized == {graph.outputs.name}
 
 
 def test_multi_output_reduction_items_join_its_group(tmp_path: Path) -> None:

@@ -60,6 +60,10 @@ def softmax(x):
 
 
 def reshaped_reduction(x):
+    return (x + 1).view(6, 4).sum(-1)  # rows of 4 cut through x's rows of 6
+
+
+def regrouped_reduction(x):
     return (x + 1).view(4, 2, 4).sum(-1)
 
 
@@ -105,7 +109,8 @@ INPUTS = {
     },
     "softmax": {"x": torch.randn(4, 8, generator=g)},
 }
-INPUTS["reshaped_reduction"] = {"x": torch.randn(4, 8, generator=g)}
+INPUTS["reshaped_reduction"] = {"x": torch.randn(4, 6, generator=g)}
+INPUTS["regrouped_reduction"] = {"x": torch.randn(4, 8, generator=g)}
 INPUTS["reshaped_pointwise"] = {
     "x": torch.randn(4, 16, generator=g),
     "w": torch.randn(16, 16, generator=g),
@@ -249,9 +254,20 @@ def test_reshape_of_another_kernels_value_is_read_in_its_own_shape(
     # flat element i of the view is element i of the buffer
     terms = [(t.var, t.div, t.mod, t.stride) for t in load.args[1].terms]
     if reader.rnumel > 1:
-        assert terms == [("x", 1, 8, 4), ("r", 1, 4, 1)], load
+        assert terms == [("x", 1, 6, 4), ("r", 1, 4, 1)], load
     else:
         assert terms == [("x", 1, 64, 1)], load
+
+
+def test_reshape_into_rows_that_divide_its_rows_is_one_kernel(tmp_path: Path) -> None:
+    """`(x + 1).view(4, 2, 4).sum(-1)` of a [4, 8] x: rows of 4 cut each row of x
+    in two (fuse.splits), so `x + 1` is computed in the reduction's kernel, x's
+    dimension 1 read half within the row, half from one row to the next."""
+    p = program("regrouped_reduction", tmp_path)
+    (kernel,) = p.kernels
+    (load,) = [s for s in kernel.body if isinstance(s, Stmt) and s.op == "load"]
+    terms = [(t.var, t.div, t.mod, t.stride) for t in load.args[1].terms]
+    assert sorted(terms) == [("r", 1, 4, 1), ("x", 1, 8, 4)], load
 
 
 def test_program_printout_is_deterministic(tmp_path: Path) -> None:

@@ -26,7 +26,14 @@ from importlib import resources
 
 import torch
 
-from transpiler.codegen.indexing import format_index, inner_split, split_index
+from transpiler.codegen.indexing import (
+    across_rows,
+    column_tile,
+    format_index,
+    inner_split,
+    size_text,
+    split_index,
+)
 from transpiler.codegen.optable import (
     CPP,
     CPP_HELPERS,
@@ -38,12 +45,14 @@ from transpiler.codegen.optable import (
 from transpiler.codegen.segments import Loop, segments
 from transpiler.codegen.text import cpp_comment
 from transpiler.ir.dynamic import dims_in, size
-from transpiler.ir.program import Index, Kernel, Stmt, Store
+from transpiler.ir.program import Index, Kernel, Stmt, Store, operands
 from transpiler.passes.schedule import Const
 
 PARALLEL_MIN = 1 << 15  # elements below which threads cost more than they save
 ROW_BUFFER_MAX = 1 << 14  # widest row whose shared values are kept on the stack
 REDUCTION_CHUNK = 512  # elements of a row reduced into one partial result
+COLUMN_TILE = 64  # neighbouring rows reduced together when they are side by side
+ARG = ("argmax", "argmin")  # reductions to a position
 CACHE_LINE = 64  # bytes
 PREFETCH_ROW_MAX = 16 << 10  # bytes of the next row that may join this one in L1
 # ops that cost many vector instructions each: where the next row's prefetch goes
@@ -59,6 +68,7 @@ class _Renderer:
         self.k = k
         self.lines: list[str] = []
         self.kept: set[str] = set()  # per-element values kept in a row buffer
+        self.carried: set[str] = set()  # per-row values of a tile kept in arrays
         self.filled: set[str] = set()  # ... already written there for this row
         self.inner = None if k.is_reduction else inner_split(_indices(k), k.xnumel)
         self.per_row = {
@@ -72,7 +82,7 @@ class _Renderer:
     def index(self, index: Index) -> str:
         ranges = {"x": self.k.xnumel, "r": self.k.rnumel}
         if self.inner is not None:
-            index = split_index(index, self.inner, self.k.xnumel)
+            index = split_index(index, self.inner, self.k.xnumel, wrap=True)
             ranges |= {"x0": self.k.xnumel // self.inner, "x1": self.inner}
         return format_index(index, {v: v for v in ranges}, ranges, "/")
 
@@ -81,13 +91,17 @@ class _Renderer:
 
     def stmt(self, s: Stmt, ind: str) -> None:
         if s.op == "load":
-            param, index = s.args
+            param, index, *within = s.args
             src = next(a.dtype for a in self.k.inputs if a.param == param)
             expr = f"{param}[{self.index(index)}]"
             if src == torch.bfloat16:
                 expr = f"bf16_to_float({expr})"
             elif src != s.dtype:
                 expr = f"static_cast<{compute_type(s.dtype)}>({expr})"
+            if within:  # read only there
+                expr = f"{within[0]} ? {expr} : {compute_type(s.dtype)}(0)"
+        elif s.op == "index":  # a coordinate of the position
+            expr = self.index(s.args[0])
         elif s.op == "cast":
             expr = f"static_cast<{compute_type(s.dtype)}>({s.args[0]})"
         elif s.name in self.scaled:
@@ -129,9 +143,9 @@ class _Renderer:
         shared = {name for name, n in seen.items() if n > 1}
         users: dict[str, set[str]] = {name: set() for name in shared}
         for s in self.k.body:
-            args = s.args if isinstance(s, Stmt) else (s.value,)
+            args = operands(s) if isinstance(s, Stmt) else (s.value,)
             for a in args:
-                if isinstance(a, str) and a in users:
+                if a in users:
                     users[a].add(s.name if isinstance(s, Stmt) else "<store>")
         # a value only feeding other kept values need not be kept itself
         return {name for name in shared if users[name] - shared}
@@ -169,7 +183,7 @@ class _Renderer:
         for s in self.k.body:
             if not (isinstance(s, Stmt) and s.op == "load"):
                 continue
-            param, index = s.args
+            param, index = s.args[:2]
             terms = {t.var: t for t in index.terms}
             r = terms.get("r")
             if "x" not in terms or r is None or (r.div, r.stride) != (1, 1):
@@ -219,41 +233,43 @@ class _Renderer:
                 t = compute_type(s.dtype)
                 self.lines.append(f"{ind}{t} {s.name}_row[{rnumel}];")
         self._reciprocals(loop, ind)
-        for r in loop.reductions:
+        positions = [r for r in loop.reductions if r.reduce in ARG]
+        reductions = [r for r in loop.reductions if r.reduce not in ARG]
+        for r in positions:
+            t = compute_type(self._dtype(r.args[0]))
+            self.lines.append(f"{ind}{t} {r.name}_best = 0;")
+            self.lines.append(f"{ind}int64_t {r.name} = -1;")
+        for r in reductions:
             t = compute_type(r.dtype)
             self.lines.append(f"{ind}{t} {r.name} = {ident[r.reduce]};")
             if r.reduce != "sum":
                 self.lines.append(f"{ind}int {r.name}_nan = 0;")
         prefetch = loop is self.prefetch_in
-        chunked = bool(loop.reductions or prefetch) and not (
+        chunked = bool(reductions or prefetch) and not (
             isinstance(rnumel, int) and rnumel <= REDUCTION_CHUNK
         )
         outer, first, end = ind, "0", rnumel
-        acc = {r.name: r.name for r in loop.reductions}
+        acc = {r.name: r.name for r in reductions}
         if prefetch:
             self.lines.append(f"{ind}// while computing, fetch the next row into cache")
         if chunked:
-            first, end = "r0", f"r0 + {REDUCTION_CHUNK}"
-            if not isinstance(rnumel, int) or rnumel % REDUCTION_CHUNK:
-                end = f"std::min<int64_t>({end}, {rnumel})"
-            self.lines.append(
-                f"{ind}for (int64_t r0 = 0; r0 < {rnumel}; r0 += {REDUCTION_CHUNK}) {{"
-            )
+            first, end = self._chunks(ind)
             ind += "    "
-            for r in loop.reductions:
+            for r in reductions:
                 acc[r.name] = f"{r.name}_part"
                 t = compute_type(r.dtype)
                 self.lines.append(f"{ind}{t} {acc[r.name]} = {ident[r.reduce]};")
         if prefetch:
             self._prefetch(first, end, ind)
         clauses = []
-        for r in loop.reductions:
+        for r in reductions:
             clauses.append(
                 f" reduction({'+' if r.reduce == 'sum' else r.reduce}:{acc[r.name]})"
             )
             if r.reduce != "sum":
                 clauses.append(f" reduction(|:{r.name}_nan)")
-        self.lines.append(f"{ind}#pragma omp simd{''.join(clauses)}")
+        if not positions:  # a position is found in order: no vectors
+            self.lines.append(f"{ind}#pragma omp simd{''.join(clauses)}")
         self.lines.append(f"{ind}for (int64_t r = {first}; r < {end}; ++r) {{")
         live = self._live(loop)
         for s in loop.body:
@@ -267,19 +283,184 @@ class _Renderer:
             if isinstance(s, Stmt) and s.name in self.kept:
                 self.lines.append(f"{ind}    {s.name}_row[r] = {s.name};")
         self.filled |= {s.name for s in loop.body if isinstance(s, Stmt)} & self.kept
-        for r in loop.reductions:
+        for r in positions:
+            self._position(r, r.name, f"{r.name}_best", "r", ind + "    ")
+        for r in reductions:
             self._accumulate(r, acc[r.name], r.args[0], ind + "    ")
             if r.reduce != "sum":
                 x = r.args[0]
                 self.lines.append(f"{ind}    {r.name}_nan |= {x} != {x};")
         self.lines.append(f"{ind}}}")
         if chunked:
-            for r in loop.reductions:
+            for r in reductions:
                 self._accumulate(r, r.name, acc[r.name], ind)
             self.lines.append(f"{outer}}}")
-        for r in loop.reductions:
+        for r in reductions:
             if r.reduce != "sum":
                 self.lines.append(f"{outer}if ({r.name}_nan) {r.name} = NAN;")
+
+    # ---- Note [Reductions across rows] ---------------------------------------------
+
+    def columns(self, parallel: bool) -> None:
+        """A kernel reading its rows side by side (`x.sum(0)`; see `across_rows`)
+        walks a tile of `COLUMN_TILE` neighbouring rows at a time: each loop over
+        `r` reads the tile's elements `r` (contiguous in memory) in an inner,
+        vectorized loop over the rows `x1`, into one accumulator per row. A per-row
+        value `v` lives in an array `v_col[x1]` for the tile."""
+        k = self.k
+        xnumel = k.xnumel
+        self.inner = column_tile(_indices(k), xnumel, COLUMN_TILE)
+        ind = "        "
+        if parallel:
+            self.lines.append("    #pragma omp parallel for")
+        if self.inner is not None:  # x = x0 * tile + x1, indexed without `/`, `%`
+            tile = n = self.inner
+            self.lines.append(
+                f"    for (int64_t x0 = 0; x0 < {xnumel // tile}; ++x0) {{"
+            )
+        else:
+            tile = min(COLUMN_TILE, size(xnumel))
+            self.lines.append(
+                f"    for (int64_t x0 = 0; x0 < {_cdiv(xnumel, tile)}; ++x0) {{"
+            )
+            n = "xn"
+            self.lines.append(
+                f"{ind}const int64_t xn = std::min<int64_t>({tile}, "
+                f"{size_text(xnumel)} - x0 * {tile});"
+            )
+        parts: list = []  # loops, and lists of per-row statements between them
+        for seg in segments(k):
+            if isinstance(seg, Loop):
+                parts.append(seg)
+            elif parts and isinstance(parts[-1], list):
+                parts[-1].append(seg)
+            else:
+                parts.append([seg])
+        self.carried = set()  # per-row values read outside the part computing them
+        for part in parts:
+            if isinstance(part, Loop):
+                self.carried.update(self._per_row_reads(part.body, set()))
+            else:
+                computed = {s.name for s in part if isinstance(s, Stmt)}
+                self.carried.update(self._per_row_reads(part, computed))
+        for part in parts:
+            if isinstance(part, Loop):
+                self._column_loop(part, tile, n, ind)
+            else:
+                self._column_pass(part, tile, n, ind)
+        self.lines += ["    }", "}"]
+
+    def _per_row_reads(self, items, defined: set[str]) -> list[str]:
+        """Per-row values `items` read that they do not compute themselves."""
+        out: list[str] = []
+        for s in items:
+            args = operands(s) if isinstance(s, Stmt) else (s.value,)
+            for a in args:
+                if a in self.per_row and a not in defined:
+                    if a not in out:
+                        out.append(a)
+        return out
+
+    def _row_header(self, items, n, ind: str, defined: set[str]) -> None:
+        self.lines.append(f"{ind}for (int64_t x1 = 0; x1 < {n}; ++x1) {{")
+        if self.inner is None:
+            self.lines.append(f"{ind}    const int64_t x = x0 * {COLUMN_TILE} + x1;")
+        for a in self._per_row_reads(items, defined):
+            t = compute_type(self._dtype(a))
+            self.lines.append(f"{ind}    {t} {a} = {a}_col[x1];")
+
+    def _column_pass(self, items, tile: int, n: str, ind: str) -> None:
+        """Per-row statements and stores, for each row of the tile."""
+        stmts = [s for s in items if isinstance(s, Stmt)]
+        kept = [s for s in stmts if s.name in self.carried]
+        for s in kept:
+            self.lines.append(f"{ind}{compute_type(s.dtype)} {s.name}_col[{tile}];")
+        self.lines.append(f"{ind}#pragma omp simd")
+        self._row_header(items, n, ind, {s.name for s in stmts})
+        for s in items:
+            (self.store if isinstance(s, Store) else self.stmt)(s, ind + "    ")
+        for s in kept:
+            self.lines.append(f"{ind}    {s.name}_col[x1] = {s.name};")
+        self.lines.append(f"{ind}}}")
+
+    def _column_loop(self, loop: Loop, tile: int, n: str, ind: str) -> None:
+        """A loop over `r` for the whole tile; sums long rows a chunk at a time
+        into partial sums, as `loop` does."""
+        ident = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}
+        ident |= {"argmax": "-1", "argmin": "-1"}
+        rnumel = self.k.rnumel
+        chunked = any(r.reduce == "sum" for r in loop.reductions) and not (
+            isinstance(rnumel, int) and rnumel <= REDUCTION_CHUNK
+        )
+        for r in loop.reductions:
+            t = compute_type(r.dtype)
+            self.lines.append(f"{ind}{t} {r.name}_col[{tile}];")
+            if r.reduce in ARG:
+                t = compute_type(self._dtype(r.args[0]))
+                self.lines.append(f"{ind}{t} {r.name}_best[{tile}];")
+            elif r.reduce != "sum":
+                self.lines.append(f"{ind}int {r.name}_nan[{tile}];")
+        if loop.reductions:
+            self.lines.append(f"{ind}for (int64_t x1 = 0; x1 < {tile}; ++x1) {{")
+            for r in loop.reductions:
+                self.lines.append(f"{ind}    {r.name}_col[x1] = {ident[r.reduce]};")
+                if r.reduce in ARG:
+                    self.lines.append(f"{ind}    {r.name}_best[x1] = 0;")
+                elif r.reduce != "sum":
+                    self.lines.append(f"{ind}    {r.name}_nan[x1] = 0;")
+            self.lines.append(f"{ind}}}")
+        acc = {r.name: f"{r.name}_col[x1]" for r in loop.reductions}
+        outer, first, end = ind, "0", rnumel
+        if chunked:
+            first, end = self._chunks(ind)
+            ind += "    "
+            for r in loop.reductions:
+                if r.reduce == "sum":
+                    t = compute_type(r.dtype)
+                    acc[r.name] = f"{r.name}_part[x1]"
+                    self.lines.append(f"{ind}{t} {r.name}_part[{tile}] = {{}};")
+        self.lines.append(f"{ind}for (int64_t r = {first}; r < {end}; ++r) {{")
+        self.lines.append(f"{ind}    #pragma omp simd")
+        live = self._live(loop)
+        body = [s for s in loop.body if isinstance(s, Store) or s.name in live]
+        self._row_header(body + list(loop.reductions), n, ind + "    ", set())
+        for s in body:
+            (self.store if isinstance(s, Store) else self.stmt)(s, ind + "        ")
+        for r in loop.reductions:
+            if r.reduce in ARG:
+                at, best = f"{r.name}_col[x1]", f"{r.name}_best[x1]"
+                self._position(r, at, best, "r", ind + "        ")
+                continue
+            self._accumulate(r, acc[r.name], r.args[0], ind + "        ")
+            if r.reduce != "sum":
+                x = r.args[0]
+                self.lines.append(f"{ind}        {r.name}_nan[x1] |= {x} != {x};")
+        self.lines += [f"{ind}    }}", f"{ind}}}"]
+        if chunked:
+            self.lines.append(f"{ind}for (int64_t x1 = 0; x1 < {n}; ++x1) {{")
+            for r in loop.reductions:
+                if r.reduce == "sum":
+                    self.lines.append(f"{ind}    {r.name}_col[x1] += {acc[r.name]};")
+            self.lines += [f"{ind}}}", f"{outer}}}"]
+        if any(r.reduce in ("max", "min") for r in loop.reductions):
+            self.lines.append(f"{outer}for (int64_t x1 = 0; x1 < {n}; ++x1) {{")
+            for r in loop.reductions:
+                if r.reduce in ("max", "min"):
+                    self.lines.append(
+                        f"{outer}    if ({r.name}_nan[x1]) {r.name}_col[x1] = NAN;"
+                    )
+            self.lines.append(f"{outer}}}")
+
+    def _chunks(self, ind: str) -> tuple[str, str]:
+        """Open a loop over the row's chunks; the first and end `r` of one."""
+        rnumel = self.k.rnumel
+        end = f"r0 + {REDUCTION_CHUNK}"
+        if not isinstance(rnumel, int) or rnumel % REDUCTION_CHUNK:
+            end = f"std::min<int64_t>({end}, {rnumel})"
+        self.lines.append(
+            f"{ind}for (int64_t r0 = 0; r0 < {rnumel}; r0 += {REDUCTION_CHUNK}) {{"
+        )
+        return "r0", end
 
     def _live(self, loop: Loop) -> set[str]:
         """The statements of `loop` that its stores and reductions need, where a
@@ -293,8 +474,18 @@ class _Renderer:
             elif s.name in need:
                 live.add(s.name)
                 if s.name not in reused:
-                    need.update(a for a in s.args if isinstance(a, str))
+                    need.update(operands(s))
         return live
+
+    def _position(self, r: Stmt, at: str, best: str, where: str, ind: str) -> None:
+        """argmax / argmin: the first position of the largest (smallest) value, a
+        NaN counting as the largest (smallest), as torch's do."""
+        x, cmp = r.args[0], ">" if r.reduce == "argmax" else "<"
+        nan_first = f"({x} != {x} && {best} == {best})"
+        self.lines.append(f"{ind}if ({at} < 0 || {x} {cmp} {best} || {nan_first}) {{")
+        self.lines.append(f"{ind}    {best} = {x};")
+        self.lines.append(f"{ind}    {at} = {where};")
+        self.lines.append(f"{ind}}}")
 
     def _accumulate(self, r: Stmt, acc: str, x: str, ind: str) -> None:
         if r.reduce == "sum":
@@ -317,6 +508,10 @@ class _Renderer:
         lines.append(") {")
         parallel = size(k.xnumel) * size(k.rnumel) >= PARALLEL_MIN
         ind = "        "
+        if across_rows(k):
+            self.lines = lines
+            self.columns(parallel)
+            return "\n".join(self.lines) + "\n"
         if k.is_reduction:
             if parallel:
                 lines.append("    #pragma omp parallel for")
@@ -353,8 +548,13 @@ class _Renderer:
         return "\n".join(self.lines) + "\n"
 
 
+def _cdiv(n, d: int):
+    return -(-n // d) if isinstance(n, int) else f"({size_text(n)} + {d - 1}) / {d}"
+
+
 def _indices(k: Kernel) -> list[Index]:
     loads = [s.args[1] for s in k.body if isinstance(s, Stmt) and s.op == "load"]
+    loads += [s.args[0] for s in k.body if isinstance(s, Stmt) and s.op == "index"]
     return loads + [s.index for s in k.body if isinstance(s, Store)]
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from transpiler.ir.dynamic import Dim
-from transpiler.ir.program import Index, Term
+from transpiler.ir.dynamic import Dim, size
+from transpiler.ir.program import Index, Kernel, Stmt, Store, Term
 
 INNER_MIN = 64  # elements: enough for a few full vectors per inner loop of a split
 
 
-def _n(value) -> str:
+def size_text(value) -> str:
     """A size in an expression: a dynamic one in parentheses."""
     return f"({value})" if isinstance(value, Dim) and " " in str(value) else str(value)
 
@@ -25,29 +25,45 @@ def format_index(
     sizes (`Dim`) every `% m` stays."""
     parts = []
     for t in index.terms:
-        e = names[t.var]
+        e = names.get(t.var, t.var)  # else a value of the kernel (an index loaded)
         if t.div != 1:
-            e = f"{e} {div} {_n(t.div)}"
-        static = all(isinstance(v, int) for v in (t.div, t.mod, ranges[t.var]))
-        if not static or t.div * t.mod < ranges[t.var]:
-            e = f"({e}) % {_n(t.mod)}" if t.div != 1 else f"{e} % {_n(t.mod)}"
+            e = f"{e} {div} {size_text(t.div)}"
+        whole = ranges.get(t.var)  # None: a loaded index, in range
+        static = all(isinstance(v, int) for v in (t.div, t.mod, whole or 0))
+        if whole is not None and (not static or t.div * t.mod < whole):
+            e = (
+                f"({e}) % {size_text(t.mod)}"
+                if t.div != 1
+                else f"{e} % {size_text(t.mod)}"
+            )
         if t.stride != 1:
-            e = f"{_n(t.stride)} * ({e})" if " " in e else f"{_n(t.stride)} * {e}"
+            e = (
+                f"{size_text(t.stride)} * ({e})"
+                if " " in e
+                else f"{size_text(t.stride)} * {e}"
+            )
         parts.append(e)
     if not parts and empty is not None:
         parts.append(empty)
-    if index.offset != 0 or not parts:
-        parts.append(_n(index.offset))
-    return " + ".join(parts)
+    text = " + ".join(parts)
+    offset = index.offset
+    if isinstance(offset, int) and offset < 0 and parts:
+        return f"{text} - {-offset}"
+    if offset != 0 or not parts:
+        text = " + ".join([*parts, size_text(offset)])
+    return text
 
 
-def split_index(index: Index, inner: int, numel: int) -> Index | None:
+def split_index(
+    index: Index, inner: int, numel: int, wrap: bool = False
+) -> Index | None:
     """`index` over a flat `x < numel` rewritten over `x0 < numel // inner` and
     `x1 < inner`, with `x = x0 * inner + x1`; None when a term mixes the two.
 
     A term `(x // d) % m` depends on `x0` alone when `inner` divides `d`, on `x1`
-    alone when `d * m` divides `inner`, and splits into a sum when it never wraps
-    (`d * m >= numel`) and `d` divides `inner`."""
+    alone when `d * m` divides `inner`, and splits into a sum when `d` divides
+    `inner` and it never wraps (`d * m >= numel`) or, with `wrap`, wraps at a
+    multiple of `inner` (`x0 % (d * m / inner)` then)."""
     terms: list[Term] = []
     for t in index.terms:
         if t.var != "x":
@@ -56,13 +72,35 @@ def split_index(index: Index, inner: int, numel: int) -> Index | None:
             terms.append(Term("x0", t.div // inner, t.mod, t.stride))
         elif inner % (t.div * t.mod) == 0:
             terms.append(Term("x1", t.div, t.mod, t.stride))
-        elif t.div * t.mod >= numel and inner % t.div == 0:
-            outer = numel // inner
+        elif inner % t.div == 0 and (
+            t.div * t.mod >= numel or (wrap and t.div * t.mod % inner == 0)
+        ):
+            outer = min(numel, t.div * t.mod) // inner
             terms.append(Term("x0", 1, outer, t.stride * (inner // t.div)))
             terms.append(Term("x1", t.div, inner // t.div, t.stride))
         else:
             return None
     return Index(index.offset, tuple(terms))
+
+
+def column_tile(indices: list[Index], numel, preferred: int) -> int | None:
+    """The number of neighbouring rows a kernel reading across rows (`across_rows`)
+    reduces together: a divisor of `numel` near `preferred` with which every index
+    splits into a tile number and a row within the tile printed without `//` or
+    `%` (`split_index`); None when there is none."""
+    if not isinstance(numel, int):
+        return None
+    valid = [
+        inner
+        for inner in _divisors(numel)
+        if preferred // 4 <= inner <= preferred * 4
+        and all(
+            (split := split_index(index, inner, numel, wrap=True)) is not None
+            and not any(t.var == "x1" and _wraps(t, inner) for t in split.terms)
+            for index in indices
+        )
+    ]
+    return min(valid, key=lambda n: abs(n - preferred), default=None)
 
 
 def _wraps(t: Term, numel: int) -> bool:
@@ -100,3 +138,27 @@ def inner_split(indices: list[Index], numel: int) -> int | None:
 def _divisors(n: int) -> list[int]:
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
+
+
+def across_rows(k: Kernel) -> bool:
+    """Whether a reduction kernel reads its rows side by side (Note [Reduction
+    order] in passes/fuse.py): most of the memory its per-element accesses touch
+    lies along the rows, not along each row's elements, as `x.sum(0)` reads a
+    row-major `x`. Such a kernel reduces a tile of neighbouring rows together,
+    element by element, so that each read covers whole cache lines."""
+    if not k.is_reduction:
+        return False
+    itemsize = {a.param: a.dtype.itemsize for a in k.inputs + k.outputs}
+    accesses = [s.args[:2] for s in k.body if isinstance(s, Stmt) and s.op == "load"]
+    accesses += [(s.buffer, s.index) for s in k.body if isinstance(s, Store)]
+    along = {"x": 0, "r": 0}  # bytes touched by accesses contiguous along x, r
+    for param, index in accesses:
+        if not any(t.var == "r" for t in index.terms):
+            continue
+        footprint = itemsize[param]
+        for t in index.terms:
+            footprint *= size(t.mod)
+        for t in index.terms:
+            if t.var in along and t.div == 1 and t.stride in (1, -1):
+                along[t.var] += footprint
+    return along["x"] > along["r"]

@@ -181,6 +181,8 @@ def op_text(table: dict[str, str], typed: dict, op: str, dtype: torch.dtype) -> 
 TRITON_HELPERS = {
     "_tanh": "tanh",
     "_maximum": "maximum",
+    "_argmax": "argmax",
+    "_argmin": "argmin",
     "_minimum": "minimum",
     "_log1p": "log1p",
     "_expm1": "expm1",
@@ -204,6 +206,7 @@ TRITON_DTYPES = {
     torch.bfloat16: "tl.bfloat16",
     torch.float32: "tl.float32",
     torch.float64: "tl.float64",
+    torch.int8: "tl.int8",
     torch.int32: "tl.int32",
     torch.int64: "tl.int64",
     torch.bool: "tl.int1",
@@ -213,6 +216,7 @@ CPP_TYPES = {
     torch.bfloat16: "uint16_t",
     torch.float32: "float",
     torch.float64: "double",
+    torch.int8: "int8_t",
     torch.int32: "int32_t",
     torch.int64: "int64_t",
     torch.bool: "bool",
@@ -249,4 +253,6 @@ def cpp_literal(value, dtype: torch.dtype) -> str:
         return repr(value) + suffix
     if dtype == torch.int64:  # int64_t, not `long long`: max_nan(T, T) deduces T
         return f"int64_t{{{int(value)}}}"
+    if dtype == torch.int8:  # not promoted to int
+        return f"static_cast<{CPP_TYPES[dtype]}>({int(value)})"
     return str(int(value))

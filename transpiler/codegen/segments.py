@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from transpiler.ir.program import Kernel, Stmt, Store
+from transpiler.ir.program import Kernel, Stmt, Store, operands
 
 
 @dataclass(frozen=True)
@@ -38,15 +38,15 @@ def segments(kernel: Kernel) -> list[Segment]:
             if s is None or name in seen or s.level != "r" or s.op == "reduce":
                 continue
             seen.add(name)
-            stack.extend(a for a in s.args if isinstance(a, str))
+            stack.extend(operands(s))
         return sorted((stmts[n] for n in seen), key=lambda s: order[s.name])
 
     def x_deps(stmt_list: list[Stmt]) -> set[str]:
         return {
             a
             for s in stmt_list
-            for a in s.args
-            if isinstance(a, str) and a in stmts and stmts[a].level == "x"
+            for a in operands(s)
+            if a in stmts and stmts[a].level == "x"
         }
 
     out: list[Segment] = []
@@ -76,3 +76,37 @@ def segments(kernel: Kernel) -> list[Segment]:
         inner = r_closure([s.value for s in stores])
         out.append(Loop(tuple(inner) + tuple(stores), ()))
     return out
+
+
+@dataclass(frozen=True)
+class OnlineSoftmax:
+    """Two loops over a row, `m = max(v)` and then `s = sum(exp(v - m))` (softmax,
+    log_softmax, cross-entropy), that one loop computes (Note [Online softmax])."""
+
+    value: str  # v
+    max: str  # m
+    shifted: str  # v - m
+    exp: str  # exp(v - m)
+    sum: str  # s
+    body: tuple[Stmt, ...]  # the statements computing v, in order
+
+
+def online_softmax(first: Loop, second: Loop) -> OnlineSoftmax | None:
+    """The online form of `first` then `second`, or None when they are not a max
+    and the sum of exponentials shifted by it."""
+    if len(first.reductions) != 1 or len(second.reductions) != 1:
+        return None
+    (m,), (s,) = first.reductions, second.reductions
+    if m.reduce != "max" or s.reduce != "sum":
+        return None
+    if any(isinstance(s, Store) for s in first.body + second.body):
+        return None
+    stmts = {st.name: st for st in second.body}
+    e = stmts.get(s.args[0])
+    d = stmts.get(e.args[0]) if e is not None and e.op == "exp" else None
+    if d is None or d.op != "sub" or d.args != (m.args[0], m.name):
+        return None
+    computed = {st.name for st in first.body}
+    if any(st.name not in computed for st in second.body if st not in (d, e)):
+        return None
+    return OnlineSoftmax(m.args[0], m.name, d.name, e.name, s.name, first.body)

@@ -8,13 +8,25 @@ tile of `a @ w.T` and runs the kernel's body on it as the epilogue (Note [Matmul
 epilogues] in passes/matmul_epilogue.py). f16/bf16 are loaded into f32 and stored
 back, so all arithmetic is f32. Block sizes and warps are chosen here, at transpile
 time (by `heuristic_config`, or by timing candidates: see transpiler/autotune.py).
+
+Note [Online softmax]
+~~~~~~~~~~~~~~~~~~~~~
+Softmax, log_softmax and cross-entropy reduce a row twice: its max `m`, then the
+sum of `exp(v - m)`. When a row does not fit in one block, each is a loop reading
+the row from memory. One loop computes both (Milakov and Gimelshein, "Online
+normalizer calculation for softmax", 2018): each lane keeps the largest value it
+has seen and the sum of exponentials shifted by it, and rescales that sum by
+`exp(old max - new max)` whenever its max grows; at the end the lanes' sums are
+rescaled to the row's max and added. Lanes that have seen only -inf hold 0 (not
+`exp(-inf - -inf)`, a NaN); a NaN or +inf in the row makes the sum NaN, as the
+two-loop form does. The loops that follow recompute `exp(v - m)` from `m`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from transpiler.codegen.indexing import format_index
+from transpiler.codegen.indexing import across_rows, format_index
 from transpiler.codegen.optable import (
     TRITON,
     TRITON_DTYPES,
@@ -24,13 +36,16 @@ from transpiler.codegen.optable import (
     op_text,
     triton_literal,
 )
-from transpiler.codegen.segments import Loop, segments
+from transpiler.codegen.segments import Loop, OnlineSoftmax, online_softmax, segments
 from transpiler.codegen.text import comment
 from transpiler.ir.dynamic import dims_in, size
 from transpiler.ir.program import Index, Kernel, LaunchConfig, Stmt, Store
 from transpiler.passes.schedule import Const
 
 PERSISTENT_MAX = 8192  # widest row reduced in registers
+ACROSS_ROWS_BLOCK = (64, 16)  # (XBLOCK, RBLOCK) of a kernel reading across rows
+ARG = ("argmax", "argmin")  # reductions to a position
+NO_POSITION = 2**31 - 1  # of lanes past the row's end: never the first position
 MATMUL_CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
 
 
@@ -50,6 +65,10 @@ def heuristic_config(k: Kernel) -> LaunchConfig:
     if not k.is_reduction:
         xblock = min(1024, max(16, next_pow2(xnumel)))
         return LaunchConfig(xblock, 1, 4 if xblock >= 512 else 2)
+    if across_rows(k):  # tiles of neighbouring rows, the rows' elements in step
+        xblock = min(ACROSS_ROWS_BLOCK[0], next_pow2(xnumel))
+        rblock = min(ACROSS_ROWS_BLOCK[1], next_pow2(rnumel))
+        return LaunchConfig(xblock, rblock, 4 if xblock * rblock >= 512 else 2)
     persistent = isinstance(k.rnumel, int) and rnumel <= PERSISTENT_MAX
     rblock = next_pow2(rnumel) if persistent else 2048
     xblock = max(1, min(next_pow2(xnumel), 1024 // rblock)) if rblock < 1024 else 1
@@ -92,12 +111,14 @@ class _Renderer:
 
     def stmt(self, s: Stmt, indent: str) -> None:
         if s.op == "load":
-            param, index = s.args
+            param, index, *within = s.args
             text = self.index(index)
-            if index.terms:
-                expr = (
-                    f"tl.load({param} + {_group(text)}, {self.mask(s.level)}, other=0)"
-                )
+            if index.terms:  # (an address without terms is one that is there)
+                mask = self.mask(s.level)
+                if within:  # `!= 0`: a 0-d condition and'd with a block is not a
+                    # mask to Triton's interpreter, though it has its values
+                    mask = f"({mask} & {within[0]}) != 0"
+                expr = f"tl.load({param} + {_group(text)}, {mask}, other=0)"
             else:
                 expr = f"tl.load({param} + {text})"
             src = next(a.dtype for a in self.k.inputs if a.param == param)
@@ -105,6 +126,8 @@ class _Renderer:
                 expr += f".to({TRITON_DTYPES[s.dtype]})"
         elif s.op == "cast":
             expr = f"{s.args[0]}.to({TRITON_DTYPES[s.dtype]})"
+        elif s.op == "index":  # a coordinate of the position
+            expr = self.index(s.args[0])
         elif s.op == "matmul":  # the product, rounded as `linear` would return it
             product = TRITON_DTYPES[self.k.matmul.dtype]
             expr = f"acc.to({product})"
@@ -146,11 +169,17 @@ class _Renderer:
     def loop(self, loop: Loop, n: int) -> None:
         acc = {r.name: f"acc{n}_{i}" for i, r in enumerate(loop.reductions)}
         ident = {"sum": "0", "max": 'float("-inf")', "min": 'float("inf")'}
+        ident |= {"argmax": 'float("-inf")', "argmin": 'float("inf")'}
         shape = "[XBLOCK, RBLOCK]"
         for r in loop.reductions:
+            dtype = TRITON_DTYPES[r.dtype]
+            if r.reduce in ARG:  # the best value so far, and its position
+                dtype = TRITON_DTYPES[self._dtype(r.args[0])]
+                self.lines.append(
+                    f"    {acc[r.name]}_at = tl.full({shape}, {NO_POSITION}, tl.int32)"
+                )
             self.lines.append(
-                f"    {acc[r.name]} = tl.full({shape}, {ident[r.reduce]}, "
-                f"{TRITON_DTYPES[r.dtype]})"
+                f"    {acc[r.name]} = tl.full({shape}, {ident[r.reduce]}, {dtype})"
             )
         indent = "    "
         if not self.persistent:
@@ -167,6 +196,12 @@ class _Renderer:
         for r in loop.reductions:
             x, a = r.args[0], acc[r.name]
             masked = f"tl.where(xmask & rmask, {x}, {ident[r.reduce]})"
+            if r.reduce in ARG:
+                at = f"tl.where(xmask & rmask, rindex, {NO_POSITION})"
+                self.lines.append(
+                    f"{indent}{a}, {a}_at = _{r.reduce}({a}, {a}_at, {masked}, {at})"
+                )
+                continue
             combine = {
                 "sum": f"{a} + {masked}",
                 "max": f"_maximum({a}, {masked})",
@@ -175,12 +210,46 @@ class _Renderer:
             self.lines.append(f"{indent}{a} = {combine}")
         for r in loop.reductions:
             a = acc[r.name]
+            if r.reduce in ARG:
+                self.lines.append(
+                    f"    _, {r.name} = tl.reduce(({a}, {a}_at), 1, _{r.reduce})"
+                )
+                self.lines.append(f"    {r.name} = {r.name}[:, None].to(tl.int64)")
+                continue
             total = {
                 "sum": f"tl.sum({a}, 1)",
                 "max": f"tl.reduce({a}, 1, _maximum)",
                 "min": f"tl.reduce({a}, 1, _minimum)",
             }[r.reduce]
             self.lines.append(f"    {r.name} = {total}[:, None]")
+
+    def online_loop(self, o: OnlineSoftmax, n: int) -> None:
+        """The max of a row and the sum of exponentials shifted by it, in one loop
+        over the row (Note [Online softmax])."""
+        dtype = TRITON_DTYPES[self._dtype(o.max)]
+        m, s, v = f"acc{n}_max", f"acc{n}_sum", o.value
+        inf = 'float("-inf")'
+        self.lines += [
+            "    # online softmax: the row's max and the sum of exp(value - max) in",
+            "    # one pass, each lane's sum rescaled whenever its max grows",
+            f"    {m} = tl.full([XBLOCK, RBLOCK], {inf}, {dtype})",
+            f"    {s} = tl.full([XBLOCK, RBLOCK], 0, {dtype})",
+            "    for roffset in range(0, rnumel, RBLOCK):",
+            "        rindex = roffset + rbase",
+            "        rmask = rindex < rnumel",
+        ]
+        for st in o.body:
+            self.stmt(st, "        ")
+        self.lines += [
+            f"        value = tl.where(xmask & rmask, {v}, {inf})",
+            f"        grown = _maximum({m}, value)",
+            f"        rescaled = {s} * tl.exp({m} - grown) + tl.exp(value - grown)",
+            f"        {s} = tl.where(grown == {inf}, 0, rescaled)",
+            f"        {m} = grown",
+            f"    {o.max} = tl.reduce({m}, 1, _maximum)[:, None]",
+            f"    lanes = tl.where({m} == {inf}, 0, {s} * tl.exp({m} - {o.max}))",
+            f"    {o.sum} = tl.sum(lanes, 1)[:, None]",
+        ]
 
     def matmul_head(self) -> list[str]:
         """The tile of `a @ w.T` this program computes, into `acc`; then `xindex`
@@ -257,8 +326,23 @@ class _Renderer:
             ]
         self.lines = head
         n = 0
-        for seg in segments(k):
-            if isinstance(seg, Loop):
+        segs = segments(k)
+        skip = set()
+        for i, seg in enumerate(segs):
+            if i in skip:
+                continue
+            after = segs[i + 1] if i + 1 < len(segs) else None
+            online = (
+                isinstance(seg, Loop)
+                and isinstance(after, Loop)
+                and not self.persistent
+                and online_softmax(seg, after)
+            )
+            if online:
+                self.online_loop(online, n)
+                skip.add(i + 1)
+                n += 1
+            elif isinstance(seg, Loop):
                 self.loop(seg, n)
                 n += 1
             elif isinstance(seg, Store):
@@ -290,7 +374,26 @@ def render_kernel(k: Kernel, config: LaunchConfig | None = None) -> str:
     return "".join(f"# {line}\n" for line in note) + text
 
 
+def _position_helper(name: str, better: str, torch_name: str) -> str:
+    """argmax's (`>`) or argmin's (`<`) combine: the better value and its position,
+    NaN the best, the first position among equal values."""
+    which = "larger" if better == ">" else "smaller"
+    return f"""
+@triton.jit
+def {name}(a, a_at, b, b_at):
+    # like torch.{torch_name}: the {which} value and its position, NaN first,
+    # the first position among equal values
+    a_nan = a != a
+    b_nan = b != b
+    equal = (a == b) | (a_nan & b_nan)
+    a_wins = (a {better} b) | (a_nan & ~b_nan) | (equal & (a_at < b_at))
+    return tl.where(a_wins, a, b), tl.where(a_wins, a_at, b_at)
+"""
+
+
 HELPER_SOURCE = {
+    "_argmax": _position_helper("_argmax", ">", "argmax"),
+    "_argmin": _position_helper("_argmin", "<", "argmin"),
     "_tanh": """
 @triton.jit
 def _tanh(x):

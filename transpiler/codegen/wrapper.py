@@ -578,6 +578,8 @@ FUNCTIONS = {
 # direct view is a chain of view methods in one call (passes/direct_views.py).
 SHIM_FUNCTIONS = {
     "aten._addmm_activation.default": "runtime_shim.addmm_activation",
+    # raises eager's error type on the CPU (Note [Indirect loads in range])
+    "aten._assert_async.msg": "runtime_shim.check_index",
     DIRECT_VIEW: DIRECT_VIEW,
 }
 METHODS = {

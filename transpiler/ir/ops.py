@@ -133,7 +133,24 @@ REDUCTIONS: dict[str, str] = {
     "aten.var.dim": "var",
     "aten.var_mean.correction": "var_mean",
     "aten.var_mean.dim": "var_mean",
+    "aten.argmax.default": "argmax",
+    "aten.argmin.default": "argmin",
 }
+
+# Ops that move data: each element of the result is an element of an input, or a
+# constant, at a position that is index arithmetic of its own (Note [Data movement
+# in kernels] in passes/schedule.py).
+MOVEMENT = (
+    "aten.cat.default",
+    "aten.constant_pad_nd.default",
+    "aten.roll.default",
+    "aten.flip.default",
+)
+
+# Ops that read an input at positions given by another (an index tensor): the
+# index is loaded, and the input at it (Note [Indirect loads] in schedule.py).
+GATHERS = ("aten.index.Tensor", "aten.gather.default")
+INDEX_TYPES = (torch.int64, torch.int32)
 
 FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 HALF_TYPES = (torch.float16, torch.bfloat16)
@@ -244,6 +261,7 @@ SUPPORTED_DTYPES = (
     torch.bfloat16,
     torch.float32,
     torch.float64,
+    torch.int8,
     torch.int32,
     torch.int64,
     torch.bool,

@@ -25,7 +25,7 @@ from transpiler.ir.graph import Span, TensorMeta
 
 @dataclass(frozen=True)
 class Term:
-    var: str  # "x" or "r"
+    var: str  # "x" or "r", or a statement: an index the kernel loaded (in range)
     div: int
     mod: int
     stride: int
@@ -47,7 +47,19 @@ class Stmt:
     args: tuple[Any, ...]
     dtype: torch.dtype  # the dtype the value is computed in
     level: str  # "x" | "r"
-    reduce: str | None = None  # "sum" | "max" | "min" for op == "reduce"
+    reduce: str | None = None  # for op == "reduce": "sum" | "max" | "min" |
+    # "argmax" | "argmin" (the first position of the row's max or min, NaN first)
+
+
+def operands(s: Stmt) -> tuple[str, ...]:
+    """The statements `s` reads: its arguments, and the loaded indices its
+    address is computed from (`Term`s whose variable is a statement)."""
+    if s.op == "load":  # (buffer parameter, index[, mask])
+        _, index, *mask = s.args
+        return (*mask, *(t.var for t in index.terms if t.var not in ("x", "r")))
+    if s.op == "index":
+        return tuple(t.var for t in s.args[0].terms if t.var not in ("x", "r"))
+    return tuple(a for a in s.args if isinstance(a, str))
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from transpiler.ir.graph import Graph
@@ -9,11 +10,13 @@ from transpiler.ir.program import Program
 from transpiler.ir.region import CompiledLoop, CompiledRegion, LoopBody, Region
 from transpiler.passes.addmm_activation import addmm_activation
 from transpiler.passes.channels_last import channels_last
+from transpiler.passes.check_indices import check_indices
 from transpiler.passes.constant_fold import constant_fold
 from transpiler.passes.dce import dce
 from transpiler.passes.decompose import decompose
 from transpiler.passes.device_outputs import fold_device_outputs
 from transpiler.passes.drop_copies import drop_copies
+from transpiler.passes.drop_expands import drop_expands
 from transpiler.passes.fold_linear import fold_linear
 from transpiler.passes.fuse import fuse
 from transpiler.passes.grouped_attention import repeat_grouped_heads
@@ -21,14 +24,17 @@ from transpiler.passes.recompute import recompute_broadcasts
 from transpiler.passes.schedule import KernelNames, schedule
 from transpiler.passes.small_matmul import unroll_small_matmuls
 from transpiler.passes.split_addmm import split_addmm
+from transpiler.passes.split_reductions import split_reductions
 
 PIPELINE = (
+    (check_indices, "check the indices of the indirect loads kernels compute"),
     (decompose, "rewrite composite ops (layer_norm, softmax, gelu) into fusable ops"),
     (channels_last, "run 2-D convolutions and the kernels between them NHWC"),
     (unroll_small_matmuls, "compute a matmul with K <= 8 as products that fuse"),
     (split_addmm, "move a linear layer's bias into the kernel of its epilogue"),
     (constant_fold, "strength-reduce pow, drop x*1 and x+0"),
     (drop_copies, "drop clones of values already laid out as asked"),
+    (drop_expands, "read an expanded value by broadcasting it"),
     (recompute_broadcasts, "compute small values where a larger kernel reads them"),
     (fold_linear, "call a linear layer's matmul as one `linear`"),  # no retrace after
     (dce, "drop values nothing uses"),
@@ -40,6 +46,16 @@ DEVICE_PASSES = {
     "cuda": (
         (addmm_activation, "let cuBLAS apply a linear layer's bias and GELU"),
         (repeat_grouped_heads, "call fused f32 attention over grouped heads"),
+        (
+            functools.partial(split_reductions, device="cuda"),
+            "reduce long reductions with few results in two kernels",
+        ),
+    ),
+    "cpu": (
+        (
+            functools.partial(split_reductions, device="cpu"),
+            "reduce long reductions with few results in two kernels",
+        ),
     ),
 }
 

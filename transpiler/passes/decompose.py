@@ -46,6 +46,20 @@ INTEGER_DIVISIONS = {  # op -> the rounding of its quotient
     aten.floor_divide.Scalar: "floor",
 }
 
+# Note [any and all]
+# ~~~~~~~~~~~~~~~~~~
+# `x.any(dims)` is whether the largest of `x != 0`, as 0.0 or 1.0, is 1: a max
+# reduction kernels compute (likewise `all`, the smallest). Of bool or float
+# inputs only: any and all of uint8 return uint8 and stay whole.
+ANY_ALL = {
+    aten.any.default: torch.amax,
+    aten.any.dim: torch.amax,
+    aten.any.dims: torch.amax,
+    aten.all.default: torch.amin,
+    aten.all.dim: torch.amin,
+    aten.all.dims: torch.amin,
+}
+
 DECOMPOSE = (
     aten.native_layer_norm.default,
     aten._softmax.default,
@@ -56,11 +70,23 @@ DECOMPOSE = (
     aten.hardtanh.default,
     aten.leaky_relu.default,
     aten.split.Tensor,
+    aten.stack.default,
+    aten.embedding.default,
+    aten.index_select.default,
+    aten.nll_loss_forward.default,
     aten.addcmul.default,
     aten.lerp.Scalar,
     aten.zeros_like.default,
     aten.ones_like.default,
     aten.native_batch_norm.default,
+    # reductions that are formulas of the reductions kernels compute
+    aten.std.correction,
+    aten.std.dim,
+    aten.std_mean.correction,
+    aten.logsumexp.default,
+    aten.linalg_vector_norm.default,
+    aten.native_group_norm.default,
+    *ANY_ALL,
     # elementwise ops that are formulas of kernel ops
     aten.hardswish.default,
     aten.hardsigmoid.default,
@@ -105,9 +131,13 @@ def decompose(graph: Graph) -> Graph:
             table[aten.native_batch_norm.default]
         )
     table[aten.round.decimals] = _round_decimals
+    table[aten.stack.default] = _stack
+    table[aten.logsumexp.default] = _logsumexp
     table[aten.pow.Tensor_Scalar] = _pow_of_bools
     for op, mode in INTEGER_DIVISIONS.items():
         table[op] = _integer_division(op, mode)
+    for op, reduce in ANY_ALL.items():
+        table[op] = any_all(reduce)
     table.update({op: op.decompose for op in copies_that_may_alias()})
     return retrace(graph, decompositions=table)
 
@@ -135,6 +165,29 @@ def _argument(args: tuple, kwargs: dict, index: int, name: str):
     return args[index] if len(args) > index else kwargs.get(name)
 
 
+def _logsumexp(x, dim, keepdim=False):
+    """log(sum(exp(x - m))) + m with m the max, as a row's max and the sum of
+    exponentials shifted by it (Note [Online softmax] in codegen/triton.py): where
+    m is infinite, eager's rule shifts by 0 instead and gives m itself (-inf for a
+    row of -inf, inf where one is inf), so m is taken there."""
+    if not x.dtype.is_floating_point or x.numel() == 0:
+        return NotImplemented
+    dim = list(range(x.dim())) if not dim else dim
+    m = torch.amax(x, dim, keepdim=True)
+    total = torch.sum(torch.exp(x - m), dim, keepdim=True)
+    out = torch.where(torch.isinf(m), m, torch.log(total) + m)
+    return out if keepdim else out.squeeze(dim)
+
+
+def _stack(tensors, dim=0):
+    """torch.stack as a cat of the inputs with the new dimension, so that the cat
+    has the stack's shape (torch's rule cats them flat, then views the result: a
+    view of a value computed in a kernel, which a reduction over the stacked
+    dimension cannot read in its own kernel)."""
+    dim = dim % (tensors[0].dim() + 1)
+    return torch.cat([t.unsqueeze(dim) for t in tensors], dim)
+
+
 def _round_decimals(x, decimals=0):
     """torch.round(x, decimals=d) as eager's kernel computes it: round(x * 10^d) /
     10^d, or round(x / 10^-d) * 10^-d for d < 0."""
@@ -159,6 +212,17 @@ def _pow_of_bools(x, exponent):
     if x.dtype != torch.bool or not isinstance(exponent, bool):
         return NotImplemented
     return x.clone() if exponent else torch.ones_like(x)
+
+
+def any_all(reduce):
+    def decompose_any_all(x, dim=None, keepdim=False):
+        if x.dtype != torch.bool and not x.dtype.is_floating_point:
+            return NotImplemented
+        dims = [] if dim is None else [dim] if isinstance(dim, int) else list(dim)
+        nonzero = (x != 0).to(torch.float32)
+        return reduce(nonzero, dims, keepdim) != 0
+
+    return decompose_any_all
 
 
 def _in_kernel_on_integers(divisor) -> bool:

@@ -10,6 +10,22 @@ anything outside its group reads it. Views are not nodes of groups: a view of a 
 is folded into the reader's indexing; a view of a value computed in a group is either
 a contiguous reshape (the same flat order, so it stays in registers) or forces its
 base to be realized. See Note [Kernel iteration] in ir/program.py for the levels.
+
+Note [Reduction order]
+~~~~~~~~~~~~~~~~~~~~~~
+A kernel's rows are what a reduction keeps and its row elements what it reduces
+into each, whichever dimensions those are: `x.sum(0)` of an [M, N] `x` has N rows
+of M elements, the k-th element of row j being x[k, j]; a batch norm's statistics
+over (0, 2, 3) of NCHW have C rows of N*H*W. The group's `order` lists the input's
+dimensions kept ones first, reduced ones last, and the per-element values of the
+kernel are enumerated in that order (a permutation of the input, read through its
+strides), so the index arithmetic of Note [Kernel iteration] holds unchanged. A
+reduction over trailing dimensions has `order == ()`. For another order, every
+per-element value of the group has the shape of the reduction's input, and a
+per-row value is read by per-element code only where it broadcasts over the reduced
+dimensions (a `keepdim` mean); two reductions share a kernel only with one order.
+Whether the rows or the row elements are adjacent in memory is the backends'
+concern: a column reduction reads contiguous rows, several at a time.
 """
 
 from __future__ import annotations
@@ -21,6 +37,9 @@ import torch
 from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
 from transpiler.ir.ops import (
     FLOAT_TYPES,
+    GATHERS,
+    INDEX_TYPES,
+    MOVEMENT,
     POINTWISE,
     REDUCTIONS,
     SUPPORTED_DTYPES,
@@ -35,6 +54,7 @@ class Group:
     nodes: tuple[str, ...]  # members in graph order
     rows: int  # xnumel
     rnumel: int  # 1 for a pointwise group
+    order: tuple[int, ...] = ()  # Note [Reduction order]; () for trailing reductions
 
 
 @dataclass(frozen=True)
@@ -62,7 +82,7 @@ def classify(node: Node, nodes: dict[str, Node]) -> str:
         return "view" if is_view(source.target) else "extern_item"
     if is_view(node.target):
         return "view"
-    if pointwise_ok(node, nodes):
+    if pointwise_ok(node, nodes) or movement_ok(node, nodes) or gather_ok(node, nodes):
         return "pointwise"
     if reduction_ok(node, nodes):
         return "reduction"
@@ -96,32 +116,110 @@ def pointwise_ok(node: Node, nodes: dict[str, Node]) -> bool:
     return True
 
 
-def reduction_spec(node: Node, nodes: dict[str, Node]) -> tuple[int, int]:
-    """(rows, rnumel) of a reduction over trailing dimensions."""
+def movement_ok(node: Node, nodes: dict[str, Node]) -> bool:
+    """Whether kernels compute a data movement op (Note [Data movement in kernels]
+    in schedule.py): static shapes, supported dtypes, one constant pad value,
+    rolls along named dimensions."""
+    if node.target not in MOVEMENT or not _static_result(node):
+        return False
+    meta = node.meta
+    refs = node.refs()
+    for r in refs:
+        m = nodes[r.name].meta
+        if not isinstance(m, TensorMeta) or m.dtype not in SUPPORTED_DTYPES:
+            return False
+        if len(m.shape) != len(meta.shape) and m.numel != 0:
+            return False
     bound = bind_args(node.target, node.args, node.kwargs)
-    shape = nodes[node.args[0].name].tensor_meta.shape
+    if node.target == "aten.roll.default":
+        return len(bound.get("dims") or ()) == len(bound["shifts"]) <= 3
+    if node.target == "aten.constant_pad_nd.default":
+        return isinstance(bound.get("value", 0), (int, float, bool))
+    return True
+
+
+def _static_result(node: Node) -> bool:
+    """A tensor result of static shape and a supported dtype, no keywords."""
+    meta = node.meta
+    return (
+        isinstance(meta, TensorMeta)
+        and meta.numel > 0
+        and meta.dtype in SUPPORTED_DTYPES
+        and not node.kwargs
+        and all(isinstance(n, int) for n in meta.shape)
+    )
+
+
+def gather_ok(node: Node, nodes: dict[str, Node]) -> bool:
+    """Whether kernels compute an indirect load (Note [Indirect loads] in
+    schedule.py): `x[idx]` with one index tensor of integers, or `gather`."""
+    if node.target not in GATHERS or not _static_result(node):
+        return False
+    x = nodes[node.args[0].name].meta
+    if not isinstance(x, TensorMeta) or x.dtype not in SUPPORTED_DTYPES:
+        return False
+    if not x.shape or not all(isinstance(n, int) for n in x.shape):
+        return False
+    if node.target == "aten.gather.default":
+        index = node.args[2]
+        if len(node.args) > 3 and node.args[3]:
+            return False  # sparse_grad
+    else:
+        tensors = [i for i in node.args[1] if i is not None]
+        if len(tensors) != 1 or not isinstance(tensors[0], Ref):
+            return False
+        index = tensors[0]
+    m = nodes[index.name].meta
+    return isinstance(m, TensorMeta) and m.dtype in INDEX_TYPES and m.numel > 0
+
+
+def reduced_dims(node: Node, nodes: dict[str, Node]) -> list[int]:
+    """The dimensions of its input a reduction node reduces, sorted."""
+    bound = bind_args(node.target, node.args, node.kwargs)
+    rank = len(nodes[node.args[0].name].tensor_meta.shape)
     dims = bound.get("dim")
-    if not dims:
-        dims = range(len(shape))
-    dims = sorted({d % max(len(shape), 1) for d in dims})
-    k = len(dims)
-    if dims != list(range(len(shape) - k, len(shape))):
-        return (0, 0)
-    rnumel = 1
-    for d in shape[len(shape) - k :]:
-        rnumel *= d
-    rows = 1
-    for d in shape[: len(shape) - k]:
-        rows *= d
+    if isinstance(dims, int):  # argmax's one dimension
+        dims = [dims]
+    if dims is None or len(dims) == 0:
+        dims = range(rank)
+    return sorted({d % max(rank, 1) for d in dims})
+
+
+def reduction_spec(node: Node, nodes: dict[str, Node]) -> tuple[int, int]:
+    """(rows, rnumel) of a reduction: the elements it keeps and those it reduces
+    into each of them, over whichever dimensions (Note [Reduction order])."""
+    shape = nodes[node.args[0].name].tensor_meta.shape
+    reduced = reduced_dims(node, nodes)
+    rows, rnumel = 1, 1
+    for d, n in enumerate(shape):
+        if d in reduced:
+            rnumel *= n
+        else:
+            rows *= n
     return rows, rnumel
+
+
+def reduction_order(node: Node, nodes: dict[str, Node]) -> tuple[int, ...]:
+    """The dimensions of a reduction's input, kept ones first, reduced ones last;
+    () when the reduced ones already are the last (Note [Reduction order])."""
+    shape = nodes[node.args[0].name].tensor_meta.shape
+    reduced = reduced_dims(node, nodes)
+    sized = [d for d in range(len(shape)) if shape[d] != 1]  # 1s go anywhere
+    sized_reduced = [d for d in sized if d in reduced]
+    if sized_reduced == sized[len(sized) - len(sized_reduced) :]:
+        return ()
+    kept = tuple(d for d in range(len(shape)) if d not in reduced)
+    return kept + tuple(reduced)
 
 
 def reduction_ok(node: Node, nodes: dict[str, Node]) -> bool:
     if node.target not in REDUCTIONS or not isinstance(node.args[0], Ref):
         return False
     x = nodes[node.args[0].name].meta
-    if not isinstance(x, TensorMeta) or x.dtype not in FLOAT_TYPES:
+    if not isinstance(x, TensorMeta) or x.dtype not in SUPPORTED_DTYPES:
         return False
+    if x.dtype not in FLOAT_TYPES and REDUCTIONS[node.target] != "sum":
+        return False  # integers are summed (in int64, as eager sums them) only
     bound = bind_args(node.target, node.args, node.kwargs)
     if bound.get("dtype") is not None:
         return False
@@ -139,6 +237,14 @@ class _State:
         self.rows = rows
         self.rnumel = rnumel
         self.reads: set[str] = set()  # buffers the group's kernel loads
+        self.order: tuple[int, ...] = ()  # Note [Reduction order]
+        self.shape: tuple[int, ...] = ()  # ... of the values at level "r" if any
+
+    def reduce(self, node: Node, nodes: dict[str, Node]) -> None:
+        """Make this the group of reduction `node`."""
+        self.rows, self.rnumel = reduction_spec(node, nodes)
+        self.order = reduction_order(node, nodes)
+        self.shape = nodes[node.args[0].name].tensor_meta.shape if self.order else ()
 
 
 def alias_ok(view: Node, base: Node) -> bool:
@@ -161,6 +267,8 @@ def resolve(
 
     ("virtual", root, root): a value computed in a kernel, read at the same flat index.
     ("buffer", name, root): read `root`'s memory through `name`'s meta (a view or root).
+    ("inline", root, root): a value computed where data movement reads it
+    (Note [Data movement in kernels] in schedule.py).
     """
     name = ref.name
     node = nodes[name]
@@ -172,24 +280,31 @@ def resolve(
         name, node = base.name, base
         if kinds[name] != "view" and not chain_ok:
             return ("buffer", ref.name, name)
+    if kinds[name] == "inline" and name == ref.name:
+        return ("inline", name, name)
     if kinds[name] in ("pointwise", "reduction", "item") and chain_ok:
         return ("virtual", name, name)
     return ("buffer", ref.name, name)
 
 
 def splits(shape: tuple[int, ...], rnumel: int) -> bool:
-    """Whether trailing dims of `shape` multiply to exactly `rnumel`."""
-    acc = 1
+    """Whether a value of `shape` can be enumerated as rows of `rnumel` elements by
+    index arithmetic: the trailing dimensions that make a row either multiply to
+    exactly `rnumel`, or one dimension straddles rows, each row taking a whole
+    number of its steps and the dimension a whole number of rows ([512, 1024] as
+    rows of 16384: 16 steps of the first dimension per row, 32 rows)."""
+    inner = 1
     for d in reversed(shape):
-        if acc == rnumel:
-            return True
-        acc *= d
-    return acc == rnumel
+        if inner * d >= rnumel:
+            return rnumel % inner == 0 and (inner * d) % rnumel == 0
+        inner *= d
+    return inner == rnumel
 
 
 def fuse(graph: Graph) -> Fusion:
     nodes = graph.by_name()
     kinds = {n.name: classify(n, nodes) for n in graph.nodes}
+    _mark_inlined(graph, kinds)
     ancestors = _ancestors(graph)
     groups: list[_State] = []
     group_of: dict[str, int] = {}
@@ -223,14 +338,16 @@ def fuse(graph: Graph) -> Fusion:
             )
             best = _State(len(groups), node, rows, rnumel)
             groups.append(best)
+            if kind == "reduction":
+                best.reduce(node, nodes)
         else:
             best.nodes.append(node.name)
             if kind == "reduction":
-                best.rows, best.rnumel = reduction_spec(node, nodes)
+                best.reduce(node, nodes)
             through_memory = {
                 group_of.get(root)
                 for how, _, root in (resolve(r, nodes, kinds) for r in node.refs())
-                if how == "buffer"
+                if how == "buffer" or node.target in MOVEMENT + GATHERS
             }
             for gid in sorted(candidates - {best.id} - through_memory):
                 g = groups[gid]
@@ -240,9 +357,44 @@ def fuse(graph: Graph) -> Fusion:
                     _merge(g, best, group_of, order)
         best.reads |= reads.keys()
         group_of[node.name] = best.id
-        producers = {group_of.get(resolve(r, nodes, kinds)[2]) for r in node.refs()}
+        producers = {
+            group_of.get(resolve(r, nodes, kinds)[2])
+            for r in sources(node, nodes, kinds)
+        }
         reads_from.setdefault(best.id, set()).update(producers - {None, best.id})
     return _frozen(graph, nodes, kinds, groups, group_of)
+
+
+def sources(node: Node, nodes, kinds) -> list[Ref]:
+    """What computing `node` reads: its arguments, and for values computed where
+    they are read ("inline"), what they read, in turn."""
+    out: list[Ref] = []
+    for r in node.refs():
+        if kinds[r.name] == "inline":
+            out += sources(nodes[r.name], nodes, kinds)
+        else:
+            out.append(r)
+    return out
+
+
+def _mark_inlined(graph: Graph, kinds: dict[str, str]) -> None:
+    """Kind "inline" for pointwise values read only by data movement, directly or
+    through other such values of their shape (`-x2` in `cat((-x2, x1), -1)`):
+    each is computed where the movement reads it, at the positions it reads,
+    never written (Note [Data movement in kernels] in schedule.py)."""
+    users = graph.users()
+    nodes = graph.by_name()
+    for node in reversed(graph.nodes):
+        if kinds[node.name] != "pointwise" or node.target not in POINTWISE:
+            continue
+        readers = users[node.name]
+        shape = node.tensor_meta.shape
+        if readers and all(
+            (kinds.get(u) == "pointwise" and nodes[u].target in MOVEMENT)
+            or (kinds.get(u) == "inline" and nodes[u].tensor_meta.shape == shape)
+            for u in readers
+        ):
+            kinds[node.name] = "inline"
 
 
 def _mergeable(g: _State, into: _State, nodes, reads_from, ancestors) -> bool:
@@ -255,8 +407,7 @@ def _mergeable(g: _State, into: _State, nodes, reads_from, ancestors) -> bool:
         return False
     at = level(into, g.rows)
     if at is None or (
-        at == "r"
-        and not all(splits(_meta(nodes, m).shape, into.rnumel) for m in g.nodes)
+        at == "r" and not all(r_shape_ok(into, _meta(nodes, m).shape) for m in g.nodes)
     ):
         return False
     if reads_from.get(g.id) or any(g.id in r for r in reads_from.values()):
@@ -295,7 +446,9 @@ def _frozen(graph: Graph, nodes, kinds, groups: list[_State], group_of) -> Fusio
     ids = {g.id: i for i, g in enumerate(g for g in groups if g.nodes)}
     group_of = {name: ids[gid] for name, gid in group_of.items()}
     frozen = tuple(
-        Group(ids[g.id], tuple(g.nodes), g.rows, g.rnumel) for g in groups if g.nodes
+        Group(ids[g.id], tuple(g.nodes), g.rows, g.rnumel, g.order)
+        for g in groups
+        if g.nodes
     )
     realized = _realized(graph, nodes, kinds, group_of)
     return Fusion(kinds, frozen, group_of, realized)
@@ -331,6 +484,13 @@ def _producer_groups(node, nodes, kinds, group_of) -> set[int]:
     return out
 
 
+def r_shape_ok(g: _State, shape: tuple[int, ...]) -> bool:
+    """Whether a value of `shape` can be computed per element of `g`'s rows: its
+    trailing dimensions make a row, or, for a reduction over other dimensions, it
+    has the shape of the reduction's input (Note [Reduction order])."""
+    return shape == g.shape if g.order else splits(shape, g.rnumel)
+
+
 def level(g: _State, numel: int) -> str | None:
     if g.rnumel == 1:
         return "x" if numel == g.rows else None
@@ -344,35 +504,85 @@ def can_fuse(
 ) -> bool:
     """Is it legal to compute `node` in group `g`'s kernel?"""
     members = set(g.nodes)
-    for r in node.refs():  # a kernel it reads must not (transitively) read this one
+    for r in sources(node, nodes, kinds):  # a kernel it reads must not read this one
         producer = group_of.get(resolve(r, nodes, kinds)[2])
         if producer not in (None, g.id) and _reaches(producer, g.id, reads_from or {}):
             return False
     if kinds[node.name] == "reduction":
         rows, rnumel = reduction_spec(node, nodes)
         src = nodes[node.args[0].name].tensor_meta
+        order = reduction_order(node, nodes)
         if g.rnumel == 1:  # a pointwise group becomes this reduction's prologue
-            if g.rows != rows * rnumel or not splits(src.shape, rnumel):
+            if g.rows != rows * rnumel:
                 return False
-            if any(not splits(_meta(nodes, m).shape, rnumel) for m in g.nodes):
+            if not order and not splits(src.shape, rnumel):
                 return False
+            for m in g.nodes:
+                shape = _meta(nodes, m).shape
+                if shape != src.shape if order else not splits(shape, rnumel):
+                    return False
         elif (g.rows, g.rnumel) != (rows, rnumel):
+            return False
+        elif (g.order or order) and (g.order, g.shape) != (order, src.shape):
             return False
         node_level, shape = "r", src.shape
     else:
         meta = node.tensor_meta
         node_level = level(g, meta.numel)
         shape = meta.shape
-        if node_level is None or (node_level == "r" and not splits(shape, g.rnumel)):
+        if node_level is None or (node_level == "r" and not r_shape_ok(g, shape)):
             return False
+    if row_gather(g, node, nodes, kinds, members):
+        return True
     for r in node.refs():
         how, _, root = resolve(r, nodes, kinds)
         if how == "virtual" and root in members:
+            if node.target in MOVEMENT + GATHERS:  # it reads elsewhere than it writes
+                return False
             if not _virtual_ok(g, _meta(nodes, root), node_level, shape):
                 return False
         elif root in members or ancestors[root] & members:
             return False  # would read back what this kernel writes
     return True
+
+
+def row_gather(g: _State, node: Node, nodes, kinds, members: set[str]) -> bool:
+    """Whether `node` gathers one element per row of reduction group `g` from a
+    value the group computes per element (`gather(log_softmax(x), -1, t)` of a
+    loss): the element is computed again at the gathered position from what it
+    is a function of, the row's own values and memory (Note [Indirect loads]),
+    the index read where the result is."""
+    if node.target != "aten.gather.default" or g.rnumel == 1 or g.order:
+        return False
+    source, index = nodes[node.args[0].name], nodes[node.args[2].name]
+    meta = node.tensor_meta
+    shape = source.tensor_meta.shape
+    if not shape or node.args[1] % len(shape) != len(shape) - 1:
+        return False  # along the row's one dimension only
+    if shape[-1] != g.rnumel or meta.numel != g.rows or meta.shape[-1] != 1:
+        return False
+    if (
+        level(g, index.tensor_meta.numel) != "x"
+        or index.tensor_meta.shape != meta.shape
+    ):
+        return False
+    return _recomputable(node.args[0], g, nodes, kinds, members)
+
+
+def _recomputable(ref: Ref, g: _State, nodes, kinds, members: set[str]) -> bool:
+    """Whether a value of group `g` can be computed at another element of its row:
+    memory, the row's values, or pointwise ops of those."""
+    how, _, root = resolve(ref, nodes, kinds)
+    if how == "buffer":
+        return root not in members
+    if root not in members:
+        return False  # another kernel's, read from memory at its own positions
+    node = nodes[root]
+    if level(g, node.tensor_meta.numel) == "x":
+        return True  # the row's own
+    if node.target not in POINTWISE:
+        return False
+    return all(_recomputable(r, g, nodes, kinds, members) for r in node.refs())
 
 
 def _reaches(src: int, dst: int, reads_from: dict[int, set[int]]) -> bool:
@@ -395,6 +605,9 @@ def _virtual_ok(g: _State, value: TensorMeta, node_level: str, shape) -> bool:
     if value_level == "r":  # a per-element value cannot feed a per-row one
         return False
     padded = (1,) * (len(shape) - len(value.shape)) + value.shape
+    if g.order:  # kept dimensions first (Note [Reduction order])
+        shape = tuple(shape[d] for d in g.order)
+        padded = tuple(padded[d] for d in g.order)
     acc, i = 1, len(shape)
     while acc < g.rnumel:
         i -= 1

@@ -37,6 +37,7 @@ import torch
 
 from transpiler.frontend.recorder import resolve_op
 from transpiler.ir.graph import Graph, Node, Ref, read_before_fallback
+from transpiler.ir.ops import GATHERS, MOVEMENT
 from transpiler.passes.fuse import classify, resolve
 from transpiler.passes.retrace import retrace
 
@@ -62,7 +63,9 @@ def recompute_broadcasts(graph: Graph) -> Graph:
     chosen = {
         n.name
         for n in graph.nodes
-        if kinds[n.name] == "pointwise" and any(broadcast(n, a) for a in n.args)
+        if kinds[n.name] == "pointwise"
+        and n.target not in MOVEMENT + GATHERS  # smaller inputs are not broadcast
+        and any(broadcast(n, a) for a in n.args)
     }
     if not chosen:
         return graph
@@ -149,6 +152,8 @@ def _cheap(graph: Graph, nodes, kinds) -> dict[str, int]:
     for node in graph.nodes:
         if kinds[node.name] != "pointwise" or node.name in pinned:
             continue
+        if node.target in MOVEMENT + GATHERS:
+            continue  # not a function of each position's operands alone
         if not any(isinstance(a, Ref) for a in node.args):
             continue  # a factory: its size is an argument, not a broadcast
         if any(isinstance(v, Ref) for _, v in node.kwargs) or _random(node):

@@ -49,6 +49,8 @@ from transpiler.ir.graph import (
     self_path,
 )
 from transpiler.ir.ops import (
+    GATHERS,
+    MOVEMENT,
     POINTWISE,
     REDUCTIONS,
     ROUNDING,
@@ -67,7 +69,13 @@ from transpiler.ir.program import (
     Store,
     Term,
 )
-from transpiler.passes.fuse import Fusion, Group, reduction_spec, resolve
+from transpiler.passes.fuse import (
+    Fusion,
+    Group,
+    reduction_spec,
+    resolve,
+    sources,
+)
 
 
 @dataclass(frozen=True)
@@ -141,7 +149,7 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
         fusion.kinds[n] in ("pointwise", "reduction")
         for g in fusion.groups
         for n in g.nodes
-    )
+    ) + sum(kind == "inline" for kind in fusion.kinds.values())
     return Program(
         inputs, params, tuple(steps), tuple(kernels), graph.outputs, kernel_ops
     )
@@ -187,7 +195,7 @@ def _toposort(units: list, graph: Graph, fusion: Fusion, nodes) -> list:
     for i, u in enumerate(units):
         d: set[int] = set()
         for name in (u.nodes if isinstance(u, Group) else (u,)):
-            for r in nodes[name].refs():
+            for r in sources(nodes[name], nodes, fusion.kinds):
                 _, _, root = resolve(r, nodes, fusion.kinds)
                 # a kernel reads a view through its index arithmetic, from the root
                 # buffer: it needs the root, not the wrapper's view of it
@@ -243,14 +251,18 @@ class KernelBuilder:
         self.rounded: dict[str, torch.dtype] = {}  # Note [Rounding casts]
         self.inputs: dict[str, KernelArg] = {}
         self.outputs: list[KernelArg] = []
-        self.order = _memory_order(group, fusion, nodes)
+        self.order = group.order or _memory_order(group, fusion, nodes)
 
     def build(self) -> Kernel:
         g = self.group
         for name in g.nodes:
             node = self.nodes[name]
             kind = self.fusion.kinds[name]
-            if kind == "pointwise":
+            if kind == "pointwise" and node.target in MOVEMENT:
+                self.values[name] = self.movement(node)
+            elif kind == "pointwise" and node.target in GATHERS:
+                self.values[name] = self.indirect(node)
+            elif kind == "pointwise":
                 self.values[name] = self.pointwise(node)
             elif kind == "reduction":
                 self.reduction(node)
@@ -287,7 +299,7 @@ class KernelBuilder:
 
     def emit(self, op: str, args: tuple, dtype, level: str, reduce=None) -> str:
         key = (op, args, dtype, level, reduce)
-        if key in self.cse and op != "reduce":
+        if key in self.cse:
             return self.cse[key]
         name = f"tmp{sum(isinstance(s, Stmt) for s in self.body)}"
         self.body.append(Stmt(name, op, args, dtype, level, reduce))
@@ -329,12 +341,18 @@ class KernelBuilder:
         # its base's storage, and a contiguous reshape's shape is the one read here.
         view = self.nodes[value.name].tensor_meta
         base = self.nodes[root].tensor_meta
-        arg = self.inputs.get(root)
-        if arg is None:
-            arg = KernelArg(f"in_ptr{len(self.inputs)}", root, base.dtype)
-            self.inputs[root] = arg
+        arg = self.input_arg(root)
         index = self.index(shape, level, view, view.offset - base.offset)
         return self.emit("load", (arg.param, index), compute_dtype(base.dtype), level)
+
+    def input_arg(self, root: str) -> KernelArg:
+        """The kernel parameter through which `root`'s buffer is read."""
+        arg = self.inputs.get(root)
+        if arg is None:
+            dtype = self.nodes[root].tensor_meta.dtype
+            arg = KernelArg(f"in_ptr{len(self.inputs)}", root, dtype)
+            self.inputs[root] = arg
+        return arg
 
     def index(self, shape, level: str, view: TensorMeta, offset: int) -> Index:
         """Address of `view`'s element at each flat position of `shape` (broadcast)."""
@@ -342,13 +360,21 @@ class KernelBuilder:
         pad = len(shape) - len(view.shape)
         terms: list[Term] = []
         inner = 1
-        order = self.order if len(shape) == len(self.order) else range(len(shape))
+        # a reduction's order permutes its per-element values only: per-row ones
+        # are in the order of the dimensions it keeps (Note [Reduction order])
+        ordered = len(shape) == len(self.order) and (level == "r" or g.rnumel == 1)
+        order = self.order if ordered else range(len(shape))
         for d in reversed(order):
             size, vd = shape[d], d - pad
             stride = view.stride[vd] if vd >= 0 and view.shape[vd] != 1 else 0
             if size != 1 and stride != 0:
-                if level == "r" and inner < g.rnumel:
-                    assert inner * size <= g.rnumel, "dimension straddles rows"
+                if level == "r" and inner * size > g.rnumel > inner:
+                    # a dimension straddling rows (fuse.splits): some of its
+                    # steps within the row, the rest from one row to the next
+                    within = g.rnumel // inner
+                    terms.append(Term("r", inner, within, stride))
+                    terms.append(Term("x", 1, size // within, stride * within))
+                elif level == "r" and inner < g.rnumel:
                     terms.append(Term("r", inner, size, stride))
                 elif level == "r":
                     terms.append(Term("x", inner // g.rnumel, size, stride))
@@ -357,11 +383,12 @@ class KernelBuilder:
             inner *= size
         return Index(offset, tuple(_coalesce(reversed(terms))))
 
-    def pointwise(self, node: Node) -> str:
+    def pointwise(self, node: Node, read=None, level: str | None = None) -> str:
         row = POINTWISE[node.target]
         meta = node.tensor_meta
-        level = self.level_of(meta.numel)
-        values = [self.operand(node.args[i], meta.shape, level) for i in row.operands]
+        level = level or self.level_of(meta.numel)
+        read = read or self.operand
+        values = [read(node.args[i], meta.shape, level) for i in row.operands]
         out = compute_dtype(meta.dtype)
         if row.kind == "compare":
             op_dtype = compute_dtype(_promote(node, row.operands, self.nodes))
@@ -385,6 +412,175 @@ class KernelBuilder:
             )
         return self.emit(row.op, tuple(values), out, level)
 
+    def movement(self, node: Node) -> str:
+        """A data movement op: each piece of the result a load of an input at
+        positions shifted or reversed from the result's, masked to the piece, the
+        pieces chosen by `where` (Note [Data movement in kernels])."""
+        meta = node.tensor_meta
+        level = self.level_of(meta.numel)
+        out = compute_dtype(meta.dtype)
+        pieces, fill = _pieces(node, self.nodes)
+        value = None if fill is None else Const(fill, out)
+        for source, maps, bounds in pieces:
+            mask = self.within(meta.shape, level, bounds)
+            load = self.moved_load(source, meta.shape, level, maps, mask)
+            load = self.cast(load, out, level)
+            if value is None:
+                value = load
+            else:
+                value = self.emit("where", (mask, load, value), out, level)
+        return value
+
+    def within(self, shape, level: str, bounds: dict) -> str | None:
+        """A bool statement: whether each position's coordinates lie within
+        `bounds` ({dim: (lo, hi)}), or None where they always do."""
+        conditions = []
+        for d, (lo, hi) in sorted(bounds.items()):
+            unit = tuple(int(e == d) for e in range(len(shape)))
+            coord = self.emit(
+                "index",
+                (self.index(shape, level, TensorMeta(shape, unit, 0, torch.int64), 0),),
+                torch.int64,
+                level,
+            )
+            if lo > 0:
+                lo = Const(lo, torch.int64)
+                conditions.append(self.emit("ge", (coord, lo), torch.bool, level))
+            if hi < shape[d]:
+                hi = Const(hi, torch.int64)
+                conditions.append(self.emit("lt", (coord, hi), torch.bool, level))
+        mask = conditions[0] if conditions else None
+        for c in conditions[1:]:
+            mask = self.emit("logical_and", (mask, c), torch.bool, level)
+        return mask
+
+    def moved_load(
+        self, source: Ref, shape, level: str, maps: dict, mask, at=None
+    ) -> str:
+        """`source` at coordinate `a * c + b` along each dimension of `maps`
+        ({dim: (a, b)}) for the result's coordinate `c`, elsewhere at `c`:
+        loaded, broadcast to shape `at` (default: its own), or computed there if
+        it is an "inline" value."""
+        how, _, root = resolve(source, self.nodes, self.fusion.kinds)
+        if how == "inline":
+            return self.inline_at(self.nodes[root], shape, level, maps, mask)
+        view = self.nodes[source.name].tensor_meta
+        base = self.nodes[root].tensor_meta
+        stride = list(_broadcast_strides(view, at or view.shape))
+        offset = view.offset - base.offset
+        for d, (a, b) in maps.items():
+            offset += b * stride[d]
+            stride[d] = a * stride[d]
+        moved = TensorMeta(shape, tuple(stride), offset, view.dtype)
+        arg = self.input_arg(root)
+        index = self.index(shape, level, moved, offset)
+        args = (arg.param, index) + ((mask,) if mask is not None else ())
+        return self.emit("load", args, compute_dtype(base.dtype), level)
+
+    def indirect(self, node: Node) -> str:
+        """An indirect load (Note [Indirect loads]): the index at each position of
+        the result, then the input there, masked to indices in range."""
+        meta = node.tensor_meta
+        shape, level = meta.shape, self.level_of(meta.numel)
+        x = node.args[0]
+        rank = len(self.nodes[x.name].tensor_meta.shape)
+        if node.target == "aten.gather.default":
+            dim, index = node.args[1] % rank, node.args[2]
+            index_at = list(range(rank))  # its dimension j is the result's j
+            x_at = [None if d == dim else d for d in range(rank)]
+        else:  # x[..., idx, ...]: idx's dimensions replace x's dimension `dim`
+            dim = next(i for i, t in enumerate(node.args[1]) if t is not None)
+            index = node.args[1][dim]
+            m = len(self.nodes[index.name].tensor_meta.shape)
+            index_at = [dim + j for j in range(m)]
+            x_at = [
+                d if d < dim else None if d == dim else d + m - 1 for d in range(rank)
+            ]
+        n = self.nodes[x.name].tensor_meta.shape[dim]
+        i = self.cast(
+            self.placed_load(index, shape, level, index_at), torch.int64, level
+        )
+        zero, size = Const(0, torch.int64), Const(n, torch.int64)
+        if node.target != "aten.gather.default":  # counted from the end if negative
+            below = self.emit("lt", (i, zero), torch.bool, level)
+            wrapped = self.emit("add", (i, size), torch.int64, level)
+            i = self.emit("where", (below, wrapped, i), torch.int64, level)
+        low = self.emit("ge", (i, zero), torch.bool, level)
+        high = self.emit("lt", (i, size), torch.bool, level)
+        ok = self.emit("logical_and", (low, high), torch.bool, level)
+        value = self.gathered(x, shape, level, x_at, (i, dim), ok)
+        return self.cast(value, compute_dtype(meta.dtype), level)
+
+    def gathered(self, ref: Ref, shape, level: str, at, indirect, mask):
+        """`ref` at the gathered element: loaded, or if this kernel computes it per
+        element (fuse.row_gather), computed again there from the row's values
+        and memory."""
+        _, _, root = resolve(ref, self.nodes, self.fusion.kinds)
+        if self.fusion.group_of.get(root) != self.group.id:
+            return self.placed_load(ref, shape, level, at, indirect, mask)
+        node = self.nodes[root]
+        if self.level_of(node.tensor_meta.numel) == "x":  # the row's own value
+            return self.operand(ref, shape, level)
+        i, d = indirect
+        rank = len(node.tensor_meta.shape)
+
+        def read(value, _shape, _level):
+            if not isinstance(value, Ref):
+                return Const(value, _scalar_dtype(value))
+            vshape = self.nodes[value.name].tensor_meta.shape
+            pad = rank - len(vshape)
+            v_at = [at[j + pad] for j in range(len(vshape))]
+            along = d - pad  # the gathered dimension, if `value` has it
+            if along < 0 or vshape[along] == 1:  # broadcast along it
+                if along >= 0:
+                    v_at[along] = None
+                return self.gathered(value, shape, level, v_at, None, mask)
+            return self.gathered(value, shape, level, v_at, (i, along), mask)
+
+        return self._rounded_value(node, self.pointwise(node, read, level), level)
+
+    def _rounded_value(self, node: Node, value, level: str):
+        """`node`'s value computed again elsewhere, rounded if a cast of it rounds
+        (Note [Rounding casts])."""
+        rounding = self.rounded.get(node.name)
+        if rounding is None:
+            return value
+        dtype = compute_dtype(node.tensor_meta.dtype)
+        return self.emit(ROUNDING[rounding], (value,), dtype, level)
+
+    def placed_load(self, ref: Ref, shape, level: str, at, indirect=None, mask=None):
+        """`ref` loaded at each position of `shape`, its dimension d at the
+        result's dimension `at[d]` (None: at `indirect`'s (index, d) instead)."""
+        _, _, root = resolve(ref, self.nodes, self.fusion.kinds)
+        view = self.nodes[ref.name].tensor_meta
+        base = self.nodes[root].tensor_meta
+        stride = [0] * len(shape)
+        for d, p in enumerate(at):
+            if p is not None and view.shape[d] != 1:
+                stride[p] = view.stride[d]
+        offset = view.offset - base.offset
+        placed = TensorMeta(shape, tuple(stride), offset, view.dtype)
+        index = self.index(shape, level, placed, offset)
+        if indirect is not None:
+            i, d = indirect
+            term = Term(i, 1, view.shape[d], view.stride[d])
+            index = Index(index.offset, (*index.terms, term))
+        arg = self.input_arg(root)
+        args = (arg.param, index) + ((mask,) if mask is not None else ())
+        return self.emit("load", args, compute_dtype(base.dtype), level)
+
+    def inline_at(self, node: Node, shape, level: str, maps: dict, mask) -> str:
+        """Pointwise `node` computed at the positions data movement reads it
+        (`moved_load`), its operands read there too."""
+
+        def read(value, _shape, _level):
+            if not isinstance(value, Ref):
+                return Const(value, _scalar_dtype(value))
+            at = node.tensor_meta.shape
+            return self.moved_load(value, shape, level, maps, mask, at)
+
+        return self._rounded_value(node, self.pointwise(node, read), level)
+
     def _rounds(self, node: Node, row) -> bool:
         """A cast to f16/bf16 from another dtype (Note [Rounding casts])."""
         dtype = node.tensor_meta.dtype
@@ -400,10 +596,15 @@ class KernelBuilder:
         src = self.nodes[node.args[0].name].tensor_meta
         x = self.operand(node.args[0], src.shape, "r")
         dtype = compute_dtype(src.dtype)
+        if not src.dtype.is_floating_point:  # an integer sum: in int64
+            dtype = node.tensor_meta.dtype
         x = self.cast(x, dtype, "r")
         _, k = reduction_spec(node, self.nodes)
         if kind in ("sum", "max", "min"):
             self.values[node.name] = self.emit("reduce", (x,), dtype, "x", kind)
+            return
+        if kind in ("argmax", "argmin"):  # the position within the row
+            self.values[node.name] = self.emit("reduce", (x,), torch.int64, "x", kind)
             return
         total = self.emit("reduce", (x,), dtype, "x", "sum")
         mean = self.emit("truediv", (total, Const(k, dtype)), dtype, "x")
@@ -463,6 +664,97 @@ def _memory_order(group: Group, fusion: Fusion, nodes) -> tuple[int, ...]:
             return ()  # not dense in any order of dimensions
         expect *= shape[d]
     return order
+
+
+# Note [Data movement in kernels]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# cat, constant_pad_nd, roll and flip compute nothing: each element of the result
+# is an element of an input (or the pad value) at a coordinate that is the
+# result's own, shifted or reversed, within a range. A kernel reads them so, in
+# the kernel of whatever consumes them, never writing the moved tensor: per
+# piece, a load of the input through a view of it with the result's shape whose
+# offset and strides shift (`c - start`) or reverse (`n - 1 - c`) the coordinate,
+# masked to the positions the piece covers, and `where` choosing among pieces.
+# cat([a, b], d): a where c_d < len(a), else b at c_d - len(a). pad: the input
+# where it lies, else the value. roll by s along d: the input at c_d - s where
+# c_d >= s, else at c_d - s + n (two pieces per rolled dimension). flip: one
+# piece, reversed. Inputs are read from memory: a value computed in the same
+# kernel exists only at the kernel's own positions (fuse.can_fuse).
+
+
+# Note [Indirect loads]
+# ~~~~~~~~~~~~~~~~~~~~~
+# `x[idx]` (embedding and index_select decompose to it) and `gather(x, d, idx)`
+# read x at positions another tensor holds. A kernel loads the index at each
+# position of the result (idx's dimensions are some of the result's), then x at
+# an address whose term for the indexed dimension is the loaded value: `Term(i,
+# 1, n, stride)` with the statement `i` as its variable, printed as `stride * i`.
+# The load of x is masked to indices in range, so that no index reads outside x;
+# whether all are in range is checked apart (Note [Indirect loads in range] in
+# passes/check_indices.py). x and idx are read from memory, as data movement's
+# inputs are (Note [Data movement in kernels]).
+
+
+def _pieces(node: Node, nodes) -> tuple[list, object]:
+    """(pieces, fill) of a data movement node: each piece (input, {dim: (a, b)},
+    {dim: (lo, hi)}) in the order they are chosen last to first, and the value
+    where no piece lies (a pad's), or None."""
+    bound = bind_args(node.target, node.args, node.kwargs)
+    shape = node.tensor_meta.shape
+    rank = len(shape)
+    if node.target == "aten.cat.default":
+        d = bound["dim"] % rank
+        pieces, start = [], 0
+        for t in bound["tensors"]:
+            m = nodes[t.name].tensor_meta
+            if m.numel == 0:
+                continue
+            n = m.shape[d]
+            pieces.append(
+                (t, {d: (1, -start)}, _bounds(shape, {d: (start, start + n)}))
+            )
+            start += n
+        return pieces[::-1], None
+    x = node.args[0]
+    if node.target == "aten.flip.default":
+        return [
+            (x, {d % rank: (-1, shape[d % rank] - 1) for d in bound["dims"]}, {})
+        ], None
+    if node.target == "aten.constant_pad_nd.default":
+        pad, maps, bounds = bound["pad"], {}, {}
+        for i in range(len(pad) // 2):
+            d = rank - 1 - i
+            lo, n = pad[2 * i], nodes[x.name].tensor_meta.shape[d]
+            maps[d] = (1, -lo)
+            bounds[d] = (lo, lo + n)
+        return [(x, maps, _bounds(shape, bounds))], bound.get("value", 0)
+    pieces = [(x, {}, {})]  # roll: two pieces per rolled dimension
+    for shift, d in zip(bound["shifts"], bound["dims"]):
+        d, n = d % rank, shape[d % rank]
+        s = shift % n
+        if s:
+            options = [((1, -s), (s, n)), ((1, n - s), (0, s))]
+            pieces = [
+                (x, {**maps, d: a}, {**bounds, d: span})
+                for _, maps, bounds in pieces
+                for a, span in options
+            ]
+    return [(x, m, _bounds(shape, b)) for x, m, b in pieces][::-1], None
+
+
+def _broadcast_strides(view: TensorMeta, shape) -> tuple[int, ...]:
+    """`view`'s strides for reading it broadcast to `shape`: 0 along the
+    dimensions it lacks or has once."""
+    pad = len(shape) - len(view.shape)
+    return tuple(
+        0 if d < pad or view.shape[d - pad] == 1 else view.stride[d - pad]
+        for d in range(len(shape))
+    )
+
+
+def _bounds(shape, bounds: dict) -> dict:
+    """`bounds` without the ranges that every position lies within."""
+    return {d: (lo, hi) for d, (lo, hi) in bounds.items() if lo > 0 or hi < shape[d]}
 
 
 def _coalesce(terms) -> list[Term]:

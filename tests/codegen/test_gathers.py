@@ -1,0 +1,114 @@
+"""Indirect loads in kernels (Note [Indirect loads] in passes/schedule.py).
+
+Embedding lookups, `x[idx]` with negative and multi-dimensional indices,
+index_select, gather along each dimension and the losses built on them (nll_loss,
+cross_entropy with ignored targets), compared with eager on both backends, the
+lookups themselves in generated kernels; indices out of range raise, as eager's
+ops do (Note [Indirect loads in range] in passes/check_indices.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.compile_helpers import compile_source
+from tests.devices import REAL_GPU
+
+SOURCE = """
+import torch
+import torch.nn.functional as F
+
+
+def embed(weight, ids, pos):
+    return F.embedding(ids, weight) + pos
+
+
+def take_rows(x, idx):
+    return x[idx] * 2, x[:, idx].relu(), x.index_select(1, idx[0].abs()) + 1
+
+
+def gathered(x, i0, i1):
+    return torch.gather(x, 1, i1).exp(), torch.gather(x, 0, i0) - 1
+
+
+def losses(logits, target):
+    return (
+        F.cross_entropy(logits, target),
+        F.cross_entropy(logits, target, reduction="sum", ignore_index=3),
+        F.nll_loss(F.log_softmax(logits, -1), target, reduction="none"),
+    )
+"""
+
+
+def inputs() -> dict:
+    gen = torch.Generator().manual_seed(9)
+    target = torch.randint(0, 40, (12,), generator=gen)
+    target[2] = 3  # ignored by the second loss
+    return {
+        "embed": {
+            "weight": torch.randn(50, 16, generator=gen),
+            "ids": torch.randint(0, 50, (3, 7), generator=gen),
+            "pos": torch.randn(7, 16, generator=gen),
+        },
+        "take_rows": {
+            "x": torch.randn(9, 9, generator=gen),
+            "idx": torch.tensor([[0, -1, 4], [8, -9, 2]]),
+        },
+        "gathered": {
+            "x": torch.randn(6, 10, generator=gen),
+            "i0": torch.randint(0, 6, (4, 10), generator=gen),
+            "i1": torch.randint(0, 10, (6, 3), generator=gen),
+        },
+        "losses": {"logits": torch.randn(12, 40, generator=gen) * 3, "target": target},
+    }
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    return compile_source(SOURCE, inputs(), tmp_path_factory.mktemp("gathers"))
+
+
+@pytest.mark.parametrize("name", list(inputs()))
+def test_indirect_loads(compiled, name: str) -> None:
+    case = compiled[name]
+    case.check(inputs()[name])
+    for side in (case.cpu_source, case.cuda_source):
+        # the lookups run in kernels: no extern call but the range check
+        externs = [line for line in side.splitlines() if "torch.ops.aten." in line]
+        assert all("_assert_async" in line for line in externs), side
+
+
+@pytest.mark.parametrize(
+    ("name", "bad"),
+    [
+        ("embed", {"ids": torch.tensor([[0, 1, 50, 2, 3, 4, 5]] * 3)}),
+        ("take_rows", {"idx": torch.tensor([[0, -10, 4], [8, 1, 2]])}),
+        ("gathered", {"i1": torch.full((6, 3), -1)}),
+        ("embed", {"ids": torch.tensor([[0, 1, -1, 2, 3, 4, 5]] * 3)}),
+        ("losses", {"target": torch.tensor([40] + [0] * 11)}),
+    ],
+)
+def test_index_out_of_range_raises(compiled, name: str, bad: dict) -> None:
+    """Eager raises (an IndexError, or gather's RuntimeError); so does each
+    variant, the same type, before anything reads outside the tensor."""
+    args = {**inputs()[name], **bad}
+    with pytest.raises((IndexError, RuntimeError)) as eager_error:
+        compiled[name].eager(**args)
+    # on a GPU the check is a device-side assert, as eager's is: it ends the
+    # process's CUDA context, so there the Triton variant is not called here
+    variants = (
+        (compiled[name].cpu,) if REAL_GPU else (compiled[name].cpu, compiled[name].cuda)
+    )
+    for variant in variants:
+        with pytest.raises(eager_error.type, match="out of"):  # eager's type
+            variant(**args)
+
+
+def test_loss_never_writes_the_log_softmax(compiled) -> None:
+    """cross_entropy's gather of the target's log-probability is computed again
+    from the row's max and sum (fuse.row_gather): no [N, C] tensor is written."""
+    logits = inputs()["losses"]["logits"]
+    full = f"empty({tuple(logits.shape)}"
+    for side in (compiled["losses"].cpu_source, compiled["losses"].cuda_source):
+        assert full not in side, side

@@ -1,0 +1,316 @@
+"""Reductions over any dimensions, in generated kernels on both backends.
+
+A sweep: for inputs of rank 2 to 4, every set of dimensions that is not the last
+ones (leading: a column reduction; middle: a batch norm's (0, 2, 3); several; all
+but one), each function reducing one input several ways at once (sum, amax, amin,
+mean with keepdim, var) with a pointwise prologue computed in the kernel and an
+epilogue that reads the per-row results back per element (`x - mean`). Each is
+compared with eager on outputs and inputs after the call (`Compiled.check`), and
+must run every reduction in a generated kernel: no extern call.
+
+Trailing reductions are covered by the examples and the op cases; a few stay here
+as controls, in the same kernels as reordered ones where the shapes allow it.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from tests.compile_helpers import compile_source
+
+SOURCE = """
+import torch
+
+
+def several(x, dims: tuple):
+    y = x * 1.5 + 0.25
+    centered = y - y.mean(dims, keepdim=True)
+    return (
+        y.sum(dims),
+        y.amax(dims),
+        y.amin(dims),
+        y.var(dims, keepdim=True),
+        centered * 2.0,
+    )
+"""
+
+SWEEP = [
+    ((24, 40), (0,)),
+    ((6, 10, 16), (0,)),
+    ((6, 10, 16), (1,)),
+    ((6, 10, 16), (0, 1)),
+    ((6, 10, 16), (0, 2)),
+    ((4, 6, 5, 7), (0, 2, 3)),
+    ((4, 6, 5, 7), (1,)),
+    ((4, 6, 5, 7), (1, 3)),
+    ((4, 6, 5, 7), (0, 1, 2)),
+    ((4, 1, 5, 7), (0, 2)),
+    ((3, 5, 1), (1,)),  # trailing once the 1 is left out
+    ((6, 10, 16), (2,)),  # trailing: a control
+]
+
+
+def _source(cases) -> tuple[str, dict]:
+    lines, functions = [SOURCE], {}
+    for i, (shape, dims) in enumerate(cases):
+        lines.append(f"def case_{i}(x):\n    return several(x, {dims!r})\n")
+        functions[f"case_{i}"] = {"x": torch.randn(shape)}
+    return "\n".join(lines), functions
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    source, functions = _source(SWEEP)
+    return compile_source(source, functions, tmp_path_factory.mktemp("reductions"))
+
+
+@pytest.mark.parametrize("i", range(len(SWEEP)), ids=lambda i: f"{SWEEP[i]}")
+def test_reduction_sweep(compiled, i: int) -> None:
+    shape, _ = SWEEP[i]
+    case = compiled[f"case_{i}"]
+    gen = torch.Generator().manual_seed(i)
+    x = torch.randn(shape, generator=gen) * 3 + 10  # a mean away from zero
+    case.check({"x": x})
+    assert "extern" not in case.cpu_source and "torch.ops" not in case.cpu_source
+
+
+def test_every_variant_is_kernels_only(compiled) -> None:
+    doc = next(iter(compiled.values())).module.__doc__
+    counts = re.findall(r"(\d+) kernels?, (\d+) extern calls?", doc)
+    assert len(counts) == 2 * len(SWEEP), doc
+    assert all(externs == "0" for _, externs in counts), doc
+
+
+NAN_SOURCE = """
+import torch
+
+
+def column_max(x):
+    return x.amax(0), x.amin(0), x.sum(0)
+"""
+
+
+def test_column_max_propagates_nan(tmp_path) -> None:
+    x = torch.randn(33, 20)
+    x[5, 3] = float("nan")
+    x[:, 7] = float("-inf")
+    case = compile_source(NAN_SOURCE, {"column_max": {"x": x}}, tmp_path)["column_max"]
+    case.check({"x": x})
+
+
+BF16_SOURCE = """
+import torch
+
+
+def column_mean(x, w):
+    return (x * w).mean(0), x.float().sum((0, 2))
+"""
+
+
+def test_column_reductions_in_bf16(tmp_path) -> None:
+    x = torch.randn(64, 12, 9).to(torch.bfloat16)
+    w = torch.randn(12, 9).to(torch.bfloat16)
+    case = compile_source(BF16_SOURCE, {"column_mean": {"x": x, "w": w}}, tmp_path)
+    case["column_mean"].check({"x": x, "w": w})
+
+
+SPLIT_SOURCE = """
+import torch
+
+
+def column_sums(x):
+    return x.sum(0), x.amax(0), x.mean(0, keepdim=True)
+
+
+def totals(x):
+    return (x * x).sum(), x.mean(), x.amin()
+
+
+def low_precision(x):
+    return x.sum(0), x.mean()
+"""
+
+
+def _kernel_launches(source: str) -> int:
+    return source.count("_cpp.function(") + source.count("_triton.")
+
+
+@pytest.fixture(scope="module")
+def split(tmp_path_factory):
+    """Reductions with few results and long rows: split in two kernels each side
+    (Note [Split reductions] in passes/split_reductions.py)."""
+    functions = {
+        "column_sums": {"x": torch.randn(2048, 160)},
+        "totals": {"x": torch.randn(512, 1024)},
+        "low_precision": {"x": torch.randn(4096, 96).to(torch.bfloat16)},
+    }
+    root = tmp_path_factory.mktemp("split")
+    return compile_source(SPLIT_SOURCE, functions, root), functions
+
+
+@pytest.mark.parametrize("name", ["column_sums", "totals", "low_precision"])
+def test_split_reductions(split, name: str) -> None:
+    compiled, functions = split
+    case = compiled[name]
+    x = functions[name]["x"]
+    gen = torch.Generator().manual_seed(7)
+    x = (torch.randn(x.shape, generator=gen) + 3).to(x.dtype)
+    case.check({"x": x})
+    # partial results, then their totals: more kernels than reductions
+    assert _kernel_launches(case.cpu_source) >= 2, case.cpu_source
+
+
+FORMULAS_SOURCE = """
+import torch
+import torch.nn.functional as F
+
+
+def spreads(x):
+    return x.std(-1), x.std(0, correction=0), torch.std_mean(x, 1, keepdim=True)
+
+
+def log_sum_exp(x):
+    return torch.logsumexp(x, -1), torch.logsumexp(x, (0, 1))
+
+
+def norms(x):
+    v = torch.linalg.vector_norm
+    return v(x, dim=-1), v(x, ord=1, dim=0), v(x, ord=float("inf"), dim=-1), x.norm()
+
+
+def group_norm(x, w, b):
+    return F.group_norm(x, 4, w, b), F.group_norm(x, 2)
+
+
+def any_all(m, x):
+    return m.any(-1), m.all(0), m.any(), x.any(-1), x.all(0), (x > 0).all()
+"""
+
+
+def _formula_inputs() -> dict:
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(12, 40, generator=gen) * 4
+    lse = x.clone()
+    lse[1] = float("-inf")  # a row of -inf: logsumexp is -inf there
+    lse[2, 5] = float("inf")
+    m = torch.rand(12, 40, generator=gen) > 0.1
+    m[3] = True
+    m[4] = False
+    y = torch.randn(12, 40, generator=gen).round()  # zeros among the values
+    y[5, 7] = float("nan")  # nan != 0: any is true, all stays true
+    return {
+        "spreads": {"x": x},
+        "log_sum_exp": {"x": lse},
+        "norms": {"x": x},
+        "group_norm": {
+            "x": torch.randn(3, 8, 5, 6, generator=gen) * 2 + 1,
+            "w": torch.randn(8, generator=gen),
+            "b": torch.randn(8, generator=gen),
+        },
+        "any_all": {"m": m, "x": y},
+    }
+
+
+@pytest.fixture(scope="module")
+def formulas(tmp_path_factory):
+    root = tmp_path_factory.mktemp("formulas")
+    return compile_source(FORMULAS_SOURCE, _formula_inputs(), root)
+
+
+@pytest.mark.parametrize("name", list(_formula_inputs()))
+def test_reductions_by_formula_run_in_kernels(formulas, name: str) -> None:
+    """std, logsumexp, vector norms, group norm, any and all: formulas of the
+    reductions kernels compute (passes/decompose.py), equal to eager, edge values
+    included, with no extern call."""
+    case = formulas[name]
+    case.check(_formula_inputs()[name])
+    counts = re.findall(r"(\d+) kernels?, (\d+) extern calls?", case.module.__doc__)
+    assert counts and all(e == "0" for _, e in counts), case.module.__doc__
+
+
+LONG_ROWS_SOURCE = """
+import torch
+import torch.nn.functional as F
+
+
+def long_rows(x):
+    return torch.softmax(x, -1), F.log_softmax(x, -1), torch.logsumexp(x, -1)
+"""
+
+
+def test_long_rows(tmp_path) -> None:
+    """Rows longer than a block (Note [Online softmax] in codegen/triton.py): the
+    max and the sum of exponentials in one pass, the sum rescaled as the max grows
+    (values rising along the row), with rows of -inf, +inf and NaN."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(7, 9000, generator=gen) * 3
+    x[1] = float("-inf")
+    x[2, 100] = float("inf")
+    x[3, 8999] = float("nan")
+    x[4] = torch.linspace(-50, 80, 9000)  # a new max in every block
+    x[5, :4000] = float("-inf")  # lanes that see only -inf at first
+    x[6] += 1e4
+    case = compile_source(LONG_ROWS_SOURCE, {"long_rows": {"x": x}}, tmp_path)
+    case["long_rows"].check({"x": x})
+    assert "online softmax" in case["long_rows"].triton_text
+
+
+POSITIONS_SOURCE = """
+import torch
+
+
+def positions(x):
+    return (
+        x.argmax(-1),
+        x.argmin(-1, keepdim=True),
+        x.argmax(0),
+        x.argmin(),
+        (x * 2).argmax(1) + 1,
+    )
+"""
+
+
+def test_argmax_and_argmin(tmp_path) -> None:
+    """The first position of the max or min: ties, NaN (the largest and the
+    smallest, as torch's are), rows of -inf, along rows, across them and over
+    all, in rows longer than a block."""
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(6, 9000, generator=gen).round()  # many ties
+    x[1] = float("-inf")
+    x[2, 17] = float("nan")
+    x[2, 4000] = float("nan")
+    x[3, :] = 2.0
+    x[4, 8999] = 100.0
+    x[5, 0] = -100.0
+    case = compile_source(POSITIONS_SOURCE, {"positions": {"x": x}}, tmp_path)
+    case["positions"].check({"x": x})
+    counts = re.findall(
+        r"(\d+) kernels?, (\d+) extern calls?", case["positions"].module.__doc__
+    )
+    assert counts and all(e == "0" for _, e in counts)
+
+
+INTEGER_SOURCE = """
+import torch
+
+
+def counts(m, i):
+    return m.sum(-1), m.sum(0), i.sum(), (i > 0).sum(1, keepdim=True), i.sum(0)
+"""
+
+
+def test_integer_sums(tmp_path) -> None:
+    """Sums of bools and integers, in int64 as eager's (wrapping past its range
+    is eager's too): counts of a mask, along and across rows."""
+    gen = torch.Generator().manual_seed(2)
+    m = torch.rand(40, 300, generator=gen) > 0.3
+    i = torch.randint(-(2**31), 2**31 - 1, (40, 300), generator=gen, dtype=torch.int32)
+    case = compile_source(INTEGER_SOURCE, {"counts": {"m": m, "i": i}}, tmp_path)
+    case["counts"].check({"m": m, "i": i})
+    counts = re.findall(
+        r"(\d+) kernels?, (\d+) extern calls?", case["counts"].module.__doc__
+    )
+    assert counts and all(e == "0" for _, e in counts)

@@ -1,0 +1,115 @@
+"""Check the indices of the indirect loads kernels compute, as eager's ops do.
+
+Before:  index: f32[4,8,64] = aten.index.Tensor(weight, [ids])
+After:   ge = aten.ge.Scalar(ids, -1000);  lt = aten.lt.Scalar(ids, 1000)
+         ok = aten.logical_and.default(ge, lt);  all = ... (ok.all())
+         aten._assert_async.msg(all, "index out of range in self")
+         index: f32[4,8,64] = aten.index.Tensor(weight, [ids])
+
+Note [Indirect loads in range]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+`x[idx]`, `embedding` and `gather` raise on an index out of range (on a GPU, a
+device-side assert). A kernel loading `x` at a loaded index masks the load to the
+range, so it never reads outside `x`, and cannot raise; so the check is its own:
+whether every index is in range, a reduction over the (small) index tensor that
+fuses with the comparisons, then `torch._assert_async`, which raises where eager
+would (on a GPU asynchronously, as eager's device-side assert does). It runs even
+when nothing uses the result (`dce`: `CHECKS_DATA`). Only for the ops kernels
+compute (`fuse.gather_ok`); an extern call checks for itself.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from transpiler.ir.graph import Graph, Node, Ref
+from transpiler.ir.ops import GATHERS, is_view
+from transpiler.passes.decompose import ANY_ALL, any_all
+from transpiler.passes.fuse import gather_ok
+from transpiler.passes.retrace import SameOp, retrace
+
+every = any_all(ANY_ALL[torch.ops.aten.all.default])  # `all`, as kernels compute it
+
+
+# eager's messages (runtime_shim.check_index raises IndexError for those that
+# start with "index" or "Target", as eager does, RuntimeError for gather's)
+MESSAGES = {
+    "aten.index.Tensor": "index out of bounds for dimension {dim} with size {size}",
+    "aten.gather.default": "gather: index out of bounds for dimension {dim} with "
+    "size {size}",
+    "aten.embedding.default": "index out of range in self",
+    "aten.index_select.default": "index out of range in self",
+    "aten.nll_loss_forward.default": "Target out of bounds",
+}
+
+# ops that decompose into an indirect load kernels compute (`x[idx]`, `gather`),
+# whose indices must not be negative: (input, dimension, index) of their arguments
+DECOMPOSED = {
+    "aten.embedding.default": lambda args: (args[0], 0, args[1]),
+    "aten.index_select.default": lambda args: (args[0], args[1], args[2]),
+    "aten.nll_loss_forward.default": lambda args: (args[0], -1, args[1]),
+}
+
+
+def check_indices(graph: Graph) -> Graph:
+    """Before `decompose`, which turns embedding and index_select into `x[idx]`
+    (that counts a negative index from the end, where they raise) and nll_loss
+    into `gather`: the indirect loads of decompositions are checked here, as the
+    ops they come from check them."""
+    nodes = graph.by_name()
+    checked = {
+        n.name for n in graph.nodes if n.target in DECOMPOSED or gather_ok(n, nodes)
+    }
+    if not checked:
+        return graph
+
+    def rewrite(node: Node, args, kwargs):
+        if node.name not in checked:
+            return NotImplemented
+        if node.target in DECOMPOSED:
+            x, dim, index = DECOMPOSED[node.target](args)
+            ref, low = DECOMPOSED[node.target](node.args)[2], 0
+        elif node.target == "aten.gather.default":
+            x, dim, index, low = args[0], args[1], args[2], 0
+            ref = node.args[2]
+        else:
+            dim = next(i for i, t in enumerate(args[1]) if t is not None)
+            x, index, ref = args[0], args[1][dim], node.args[1][dim]
+            low = -x.shape[dim]  # x[idx] counts negative indices from the end
+        message = MESSAGES[node.target].format(dim=dim % x.dim(), size=x.shape[dim])
+        known = _arange(ref, nodes)
+        if known is not None and low <= known[0] and known[1] <= x.shape[dim]:
+            return NotImplemented  # positions 0..T-1 of a table of more
+        in_range = (index >= low) & (index < x.shape[dim])
+        if node.target == "aten.nll_loss_forward.default":  # or ignored
+            in_range = in_range | (index == _argument(node, args, 4, -100))
+        torch._assert_async(every(in_range), message)
+        return SameOp(args, kwargs)
+
+    targets = (*GATHERS, *DECOMPOSED)
+    return retrace(graph, rewrites={target: rewrite for target in targets})
+
+
+def _argument(node: Node, args, index: int, default):
+    return (
+        args[index]
+        if len(args) > index
+        else dict(node.kwargs).get("ignore_index", default)
+    )
+
+
+def _arange(ref, nodes: dict[str, Node]) -> tuple[int, int] | None:
+    """(least, one past the greatest) value of an `arange` of static ints that
+    `ref` is (through views: a `detach`), or None."""
+    node = nodes[ref.name]
+    while node.op == "call" and is_view(node.target) and isinstance(node.args[0], Ref):
+        node = nodes[node.args[0].name]
+    if node.target not in ("aten.arange.default", "aten.arange.start"):
+        return None
+    ends = node.args if node.target == "aten.arange.start" else (0, *node.args)
+    if len(ends) < 2 or not all(isinstance(e, int) for e in ends[:2]):
+        return None
+    return (ends[0], ends[1]) if ends[0] < ends[1] else None
+
+
+__all__ = ["check_indices"]

@@ -1,0 +1,126 @@
+"""Split a long reduction into few outputs in two: partial results, then their total.
+
+Before:  sum: f32[4096] = aten.sum.dim_IntList(x, [0])          x: f32[16384, 4096]
+After:   view: f32[16, 1024, 4096] = aten.view.default(x, [16, 1024, 4096])
+         sum_1: f32[16, 1, 4096] = aten.sum.dim_IntList(view, [1], True)
+         sum: f32[4096] = aten.sum.dim_IntList(sum_1, [0, 1])
+
+Note [Split reductions]
+~~~~~~~~~~~~~~~~~~~~~~~
+A reduction kernel shares its rows out among programs (GPU) or threads (CPU): a
+reduction with few rows and long ones, `x.sum(0)` of a tall matrix or a full
+`x.sum()`, would keep most of the machine idle while a few programs walk whole
+columns. Splitting one reduced dimension of size n into (s, n / s) and reducing
+the n / s part first gives s times as many rows, each s times shorter, writing
+s partial results per output, which a second, small kernel reduces. `s` is the
+smallest power of two that gives the device enough units of work (`UNITS`), where
+a unit is a row of a kernel reducing trailing dimensions and a tile of
+neighbouring rows of one reading across them (Note [Reduction order] in fuse.py),
+while each partial still reduces `PART_MIN` elements. Sums, means (of equal
+parts), maxima and minima split exactly that way; a mean or sum of f16/bf16 is
+summed in f32 throughout and rounded once at the end, as eager's is. Variances do
+not split here.
+
+Decided at transpile time for the declared shapes; a dynamic size is never split.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from transpiler.ir.graph import Graph, Node
+from transpiler.ir.ops import bind_args
+from transpiler.passes.fuse import (
+    reduced_dims,
+    reduction_ok,
+    reduction_order,
+    reduction_spec,
+)
+from transpiler.passes.retrace import retrace
+
+NUMEL_MIN = {"cuda": 1 << 20, "cpu": 1 << 18}  # elements below which no split pays
+UNITS = {"cuda": 1024, "cpu": 32}  # units of work that keep the device busy
+PART_MIN = {"cuda": 256, "cpu": 1024}  # elements each partial result reduces
+TILE = 64  # neighbouring rows read together by a kernel reading across rows
+SPLITS = {  # reduction -> how its parts combine
+    "aten.sum.dim_IntList": torch.sum,
+    "aten.sum.default": torch.sum,
+    "aten.mean.dim": torch.mean,
+    "aten.mean.default": torch.mean,
+    "aten.amax.default": torch.amax,
+    "aten.amin.default": torch.amin,
+    "aten.max.default": torch.amax,
+    "aten.min.default": torch.amin,
+}
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def split_reductions(graph: Graph, device: str) -> Graph:
+    nodes = graph.by_name()
+    split = {
+        n.name: s
+        for n in graph.nodes
+        if n.target in SPLITS and (s := _split(n, nodes, device)) is not None
+    }
+    if not split:
+        return graph
+    rewrites = {
+        target: functools.partial(_rewrite, split, SPLITS[target]) for target in SPLITS
+    }
+    return retrace(graph, rewrites=rewrites)
+
+
+def _split(node: Node, nodes: dict[str, Node], device: str) -> tuple | None:
+    """(dimension split, parts, dimensions reduced) of a reduction worth
+    splitting, or None."""
+    if not reduction_ok(node, nodes):
+        return None
+    shape = nodes[node.args[0].name].tensor_meta.shape
+    if not all(isinstance(n, int) for n in shape):
+        return None
+    rows, rnumel = reduction_spec(node, nodes)
+    if rows * rnumel < NUMEL_MIN[device]:
+        return None
+    units = max(rows // TILE if reduction_order(node, nodes) else rows, 1)
+    if units >= UNITS[device]:
+        return None
+    parts = 2
+    while units * parts < UNITS[device]:
+        parts *= 2
+    reduced = reduced_dims(node, nodes)
+    while parts > 1:
+        if rnumel // parts >= PART_MIN[device]:
+            for d in reduced:
+                if shape[d] % parts == 0 and shape[d] > parts:
+                    return d, parts, reduced
+        parts //= 2
+    return None
+
+
+def _rewrite(split: dict, combine, node: Node, args: tuple, kwargs: dict):
+    if node.name not in split:
+        return NotImplemented
+    d, parts, reduced = split[node.name]
+    x = args[0]
+    keepdim = bool(bind_args(node.target, node.args, node.kwargs).get("keepdim"))
+    shape = list(x.shape)
+    view = x.view(shape[:d] + [parts, shape[d] // parts] + shape[d + 1 :])
+    low = x.dtype in LOW_PRECISION and combine in (torch.sum, torch.mean)
+    if low:  # after the view: the kernel of the partials computes it
+        view = view.float()
+    # the dimensions of `view` reduced first: all reduced ones but the parts
+    first = [e + (e > d) for e in reduced if e != d] + [d + 1]
+    partial = combine(view, sorted(first), keepdim=True)
+    total = combine(partial, sorted(first + [d]), keepdim=False)
+    if keepdim:
+        total = total.view(_kept_shape(x.shape, reduced))
+    return total.to(args[0].dtype) if low else total
+
+
+def _kept_shape(shape, reduced: list[int]) -> list[int]:
+    return [1 if d in reduced else n for d, n in enumerate(shape)]
+
+
+__all__ = ["split_reductions"]
