@@ -590,6 +590,16 @@ CASES: list[Case] = [
     ),
     Case("aten.where.Scalar", "aten.where.Scalar(c, 2.5, 0)", {"c": bools(*X)}),
     Case(
+        "aten.where.ScalarSelf",
+        "aten.where.ScalarSelf(c, -0.0, b)",
+        {"c": bools(7, 7), "b": EDGE_B},
+    ),
+    Case(
+        "aten.where.ScalarOther",
+        "aten.where.ScalarOther(c, a, -0.0)",
+        {"c": bools(7, 7), "a": EDGE_A.double()},
+    ),
+    Case(
         "aten.where.ScalarOther",
         "a.masked_fill(c, -3.0)",
         {"c": bools(33), "a": randn(*X)},
@@ -885,6 +895,7 @@ SIGNED_ZEROS = {
     "asinh",
     "atanh",
     "round",
+    "where",
     "pow",
     "atan2",
     "copysign",

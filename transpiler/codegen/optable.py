@@ -303,8 +303,18 @@ def triton_literal(value, dtype: torch.dtype) -> str:
             return 'float("nan")'
         if math.isinf(value):
             return 'float("inf")' if value > 0 else 'float("-inf")'
+        if value == 0 and math.copysign(1.0, value) < 0:
+            return _NEGATIVE_ZERO[dtype == torch.float64]
         return repr(value)
     return str(int(value))
+
+
+# -0.0 as a 0-d tensor, from its bits: Triton before 3.9 makes any float constant
+# equal to 0 (`tl.full`, a Python float operand) +0.0
+_NEGATIVE_ZERO = {
+    False: "tl.full([], -2147483648, tl.int32).to(tl.float32, bitcast=True)",
+    True: "tl.full([], -9223372036854775808, tl.int64).to(tl.float64, bitcast=True)",
+}
 
 
 def cpp_literal(value, dtype: torch.dtype) -> str:
