@@ -6,7 +6,9 @@ functions of one source file, built in one run: one C++ compile for the whole ta
 Each case checks that the op became kernel code (no `torch.ops.aten.<op>` extern call
 in the generated variant) and that the C++ and the Triton (interpreter) variants give
 eager's values: float32 at ~1e-5, reductions a little looser, bf16 at 2e-2 against a
-float32 reference computed from the same bf16 inputs.
+float32 reference computed from the same bf16 inputs. Ops whose zeros carry a sign
+torch defines (`SIGNED_ZEROS`) must give those signs too. Ops without a row that
+decompose into kernel ops have cases of their own (`DECOMPOSED_CASES`).
 """
 
 from __future__ import annotations
@@ -86,6 +88,31 @@ SIGNS = {
     "b": torch.tensor([2.0, 2.0, -2.0, -2.0, 3.0, -3.0, -3.0, 3.0, 3.0, 1e-30, 0.2]),
 }
 NONZERO = torch.tensor([1, -1, 2, -2, 3, -3, 7, -5] * 4 + [4])
+# integer powers: negative exponents (1, -1 and 0 for the other bases, 0 ** -1
+# too), zero exponents, powers that wrap around
+INT_POWERS = {
+    "a": torch.tensor([0, 0, 1, -1, -1, 2, -2, 3, 0, 7, -3, 2, 5, -7]),
+    "b": torch.tensor([-1, -2, -5, -3, -4, -1, -2, 40, 0, 0, 63, 62, 31, 23]),
+}
+# inverse trigonometric and hyperbolic functions: their domains' ends and beyond
+UNIT = torch.tensor(
+    [1.0, -1.0, 0.0, -0.0, 0.5, -0.5, 0.999, -0.999, 1e-30, -1e-30, 1.5, -1.5]
+    + [float("nan"), float("inf"), float("-inf")]
+)
+WIDE = torch.tensor(
+    [0.0, -0.0, 1e-30, -1e-30, 0.3, -0.3, 1.0, 2.5, -2.5, 20.0, -20.0, 88.0, 100.0]
+    + [-100.0, float("nan"), float("inf"), float("-inf")]
+)
+# lgamma: its zeros (1, 2), poles (0, negative integers), negative non-integers
+GAMMA = torch.tensor(
+    [1.0, 2.0, 0.0, -0.0, -1.0, -2.0, 0.5, 1.5, 3.7, 1e-3, 30.0, 1e30, -0.5, -1.5]
+    + [-2.5, float("nan"), float("inf"), float("-inf")]
+)
+# shift counts: negative, within the width and past it, for int32 and int64
+SHIFTS = {
+    "a": torch.tensor([5, -5, 1, -1, 3, -7, 2**40 + 3, -(2**40), 9, -9, 6, -6] * 2),
+    "b": torch.tensor([0, 1, 31, 32, 33, 63, 64, 65, -1, -64, 2, 30] * 2),
+}
 
 
 @dataclass(frozen=True)
@@ -210,6 +237,46 @@ CASES: list[Case] = [
         BF16_TOL,
     ),
     Case("aten.logical_not.default", "aten.logical_not.default(a)", {"a": bools(*X)}),
+    Case("aten.neg.default", "aten.neg.default(a)", {"a": EDGE_A}),
+    Case("aten.neg.default", "-a", {"a": randn(*X).double()}),
+    Case("aten.neg.default", "-a", {"a": EDGE_A.to(torch.bfloat16)}, BF16_TOL),
+    # inverse trigonometric and hyperbolic functions, lgamma: libdevice on a GPU
+    *(
+        Case(f"aten.{op}.default", f"aten.{op}.default(a)", {"a": a})
+        for op in ("asin", "acos", "atanh")
+        for a in (torch.rand(*X, generator=_gen) * 2 - 1, UNIT)
+    ),
+    *(
+        Case(f"aten.{op}.default", f"aten.{op}.default(a)", {"a": a})
+        for op in ("atan", "sinh", "cosh", "asinh")
+        for a in (3 * randn(*X), WIDE)
+    ),
+    Case("aten.acosh.default", "aten.acosh.default(a)", {"a": 1 + 5 * positive(*X)}),
+    Case("aten.acosh.default", "aten.acosh.default(a)", {"a": WIDE}),
+    Case("aten.lgamma.default", "aten.lgamma.default(a)", {"a": 5 * positive(*X)}),
+    Case("aten.lgamma.default", "aten.lgamma.default(a)", {"a": GAMMA}, (1e-5, 1e-5)),
+    Case(
+        "aten.asin.default",
+        "aten.asin.default(a)",
+        {"a": UNIT.double()},
+    ),
+    Case(
+        "aten.sinh.default",
+        "aten.sinh.default(a)",
+        {"a": randn(*X, dtype=torch.bfloat16)},
+        BF16_TOL,
+    ),
+    Case("aten.atan.default", "aten.atan.default(a)", {"a": ints(*X)}),
+    Case("aten.lgamma.default", "aten.lgamma.default(a)", {"a": WIDE.double()}),
+    Case("aten.signbit.default", "aten.signbit.default(a)", {"a": EDGE_A}),
+    Case("aten.signbit.default", "aten.signbit.default(a)", {"a": WIDE.double()}),
+    Case(
+        "aten.signbit.default",
+        "aten.signbit.default(a)",
+        {"a": EDGE_A.to(torch.bfloat16)},
+    ),
+    Case("aten.signbit.default", "aten.signbit.default(a)", {"a": ints(*X)}),
+    Case("aten.signbit.default", "aten.signbit.default(a)", {"a": bools(*X)}),
     # log1p and expm1 near 0, where log(1 + x) and exp(x) - 1 lose every digit
     *(
         Case(f"aten.{op}.default", f"aten.{op}.default(a)", {"a": a}, (1e-5, 1e-7))
@@ -300,6 +367,12 @@ CASES: list[Case] = [
     Case("aten.pow.Tensor_Tensor", "a ** b", {"a": ints(*X), "b": ints(*X).abs()}),
     Case("aten.pow.Tensor_Tensor", "a ** b", {"a": ints(*X), "b": ints(*X)}),
     Case("aten.pow.Tensor_Tensor", "a ** b", {"a": ints(*X), "b": randn(*X)}),
+    Case("aten.pow.Tensor_Tensor", "a ** b", INT_POWERS),
+    Case(
+        "aten.pow.Tensor_Tensor",
+        "a ** b",
+        {k: v.to(torch.int32) for k, v in INT_POWERS.items()},
+    ),
     Case("aten.pow.Tensor_Scalar", "a ** 2.5", {"a": positive(*X)}),
     Case("aten.pow.Tensor_Scalar", "a ** -3", {"a": EDGE_A}),
     Case("aten.pow.Tensor_Scalar", "a ** 0.3", {"a": EDGE_A}),
@@ -307,6 +380,16 @@ CASES: list[Case] = [
     Case("aten.pow.Scalar", "2.5 ** a", {"a": randn(*X)}),
     Case("aten.pow.Scalar", "(-2.0) ** a", {"a": EDGE_A}),
     Case("aten.pow.Scalar", "aten.pow.Scalar(-2, a)", {"a": ints(*X)}),
+    Case("aten.pow.Tensor_Tensor", "a ** b", {"a": EDGE_A.double(), "b": EDGE_B}),
+    Case(
+        "aten.pow.Tensor_Scalar",
+        "a ** 1.5",
+        {"a": positive(*X).to(torch.bfloat16)},
+        BF16_TOL,
+    ),
+    # exponents eager computes as roots (sqrt(-0.0) = -0.0, pow(-0.0, 0.5) = 0.0)
+    Case("aten.pow.Tensor_Scalar", "a ** 0.5", {"a": EDGE_A}),
+    Case("aten.pow.Tensor_Scalar", "a ** -0.5", {"a": EDGE_A}),
     # two-argument functions of floats
     Case(
         "aten.atan2.default",
@@ -314,6 +397,12 @@ CASES: list[Case] = [
         {"a": randn(*X), "b": randn(*X)},
     ),
     Case("aten.atan2.default", "aten.atan2.default(a, b)", EDGES),
+    Case(
+        "aten.atan2.default",
+        "aten.atan2.default(a, b)",
+        {"a": EDGE_A.double(), "b": EDGE_B.double()},
+    ),
+    Case("aten.atan2.default", "aten.atan2.default(a, -a)", {"a": EDGE_A}),
     Case(
         "aten.atan2.default", "aten.atan2.default(a, b)", {"a": ints(*X), "b": ints(33)}
     ),
@@ -332,6 +421,12 @@ CASES: list[Case] = [
     ),
     Case("aten.copysign.Scalar", "aten.copysign.Scalar(a, -0.0)", {"a": EDGE_A}),
     Case("aten.copysign.Scalar", "aten.copysign.Scalar(a, 2)", {"a": randn(*X)}),
+    Case(
+        "aten.copysign.Tensor",
+        "aten.copysign.Tensor(a, b)",
+        {"a": EDGE_A.to(torch.bfloat16), "b": EDGE_B.to(torch.bfloat16)},
+        BF16_TOL,
+    ),
     # divisions rounded toward zero (fmod) and negative infinity (remainder,
     # floor_divide); integer tensors divide in eager (Note [Integer division by
     # zero] in passes/decompose.py), integers by a nonzero Scalar in kernels
@@ -354,6 +449,17 @@ CASES: list[Case] = [
             Case(f"aten.{op}.Scalar", f"aten.{op}.Scalar(a, -1.5)", {"a": EDGE_A}),
             Case(f"aten.{op}.Scalar", f"aten.{op}.Scalar(a, 3)", {"a": ints(*X)}),
             Case(f"aten.{op}.Scalar", f"aten.{op}.Scalar(a, -4)", {"a": ints(*X)}),
+            Case(
+                f"aten.{op}.Tensor",
+                f"aten.{op}.Tensor(a, b)",
+                {k: v.double() for k, v in SIGNS.items()},
+            ),
+            Case(
+                f"aten.{op}.Tensor",
+                f"aten.{op}.Tensor(a, b)",
+                {"a": 5 * randn(*X, dtype=torch.bfloat16), "b": randn(33)},
+                BF16_TOL,
+            ),
         )
     ),
     Case(
@@ -416,6 +522,35 @@ CASES: list[Case] = [
             ),
         )
     ),
+    *(
+        Case(f"aten.{op}.Scalar", f"aten.{op}.Scalar(a, {s})", {"a": a})
+        for op in ("bitwise_and", "bitwise_or", "bitwise_xor")
+        for s, a in (("-3", ints(*X)), ("6", ints(*X, dtype=torch.int32)))
+    ),
+    Case("aten.bitwise_xor.Scalar", "a ^ True", {"a": bools(*X)}),
+    Case("aten.bitwise_not.default", "~a", {"a": ints(*X)}),
+    Case("aten.bitwise_not.default", "~a", {"a": bools(*X)}),
+    Case("aten.bitwise_not.default", "~a", {"a": ints(*X, dtype=torch.int32)}),
+    # shifts: negative counts and counts past the width (eager: 0 for <<, the sign
+    # bit for >>), int64 and int32
+    *(
+        c
+        for op, spelled in (("bitwise_left_shift", "<<"), ("bitwise_right_shift", ">>"))
+        for c in (
+            Case(f"aten.{op}.Tensor", f"aten.{op}.Tensor(a, b)", SHIFTS),
+            Case(
+                f"aten.{op}.Tensor",
+                f"aten.{op}.Tensor(a, b)",
+                {k: v.to(torch.int32) for k, v in SHIFTS.items()},
+            ),
+            Case(f"aten.{op}.Tensor_Scalar", f"aten.{op}(a, 3)", {"a": SHIFTS["a"]}),
+            Case(f"aten.{op}.Scalar_Tensor", f"aten.{op}(-5, b)", {"b": SHIFTS["b"]}),
+        )
+    ),
+    Case("aten.__lshift__.Tensor", "a << b", SHIFTS),
+    Case("aten.__lshift__.Scalar", "a << 40", {"a": SHIFTS["a"].to(torch.int32)}),
+    Case("aten.__rshift__.Tensor", "a >> b", SHIFTS),
+    Case("aten.__rshift__.Scalar", "a >> 2", {"a": SHIFTS["a"]}),
     # logical ops: any dtype, nonzero is true
     *(
         c
@@ -454,6 +589,16 @@ CASES: list[Case] = [
         {"c": bools(*X), "a": ints(*X)},
     ),
     Case("aten.where.Scalar", "aten.where.Scalar(c, 2.5, 0)", {"c": bools(*X)}),
+    Case(
+        "aten.where.ScalarSelf",
+        "aten.where.ScalarSelf(c, -0.0, b)",
+        {"c": bools(7, 7), "b": EDGE_B},
+    ),
+    Case(
+        "aten.where.ScalarOther",
+        "aten.where.ScalarOther(c, a, -0.0)",
+        {"c": bools(7, 7), "a": EDGE_A.double()},
+    ),
     Case(
         "aten.where.ScalarOther",
         "a.masked_fill(c, -3.0)",
@@ -597,7 +742,7 @@ CASES: list[Case] = [
 CASES = [replace(c, name=f"case_{i}_{c.packet}") for i, c in enumerate(CASES)]
 # Ops that are not kernel ops yet (ir/ops.py says why): their cases check values
 # on both backends, wherever the op runs
-NO_ROW_YET = {"pow", "atan2", "copysign", "fmod", "remainder"}
+NO_ROW_YET: set[str] = set()
 PENDING = [c for c in CASES if c.packet in NO_ROW_YET]
 CASES = [c for c in CASES if c.packet not in NO_ROW_YET]
 
@@ -628,10 +773,41 @@ EXTERN_CASES = [
     replace(c, name=f"extern_{i}_{c.packet}") for i, c in enumerate(EXTERN_CASES)
 ]
 
+# Ops without a row that decompose into kernel ops (passes/decompose.py): they run
+# in kernels, with eager's values at the edges
+DECOMPOSED_CASES = [
+    Case("aten.logaddexp.default", "torch.logaddexp(a, b)", EDGES),
+    Case(
+        "aten.logaddexp.default",
+        "torch.logaddexp(a, b)",
+        {"a": 30 * randn(*X), "b": randn(33)},
+    ),
+    Case("aten.logaddexp2.default", "torch.logaddexp2(a, b)", EDGES),
+    Case("aten.nan_to_num.default", "torch.nan_to_num(a)", {"a": EDGE_A}),
+    Case("aten.nan_to_num.default", "a.nan_to_num(1.0, 2.0, -3.0)", {"a": EDGE_A}),
+    Case("aten.nan_to_num.default", "a.nan_to_num()", {"a": EDGE_A.double()}),
+    Case("aten.clamp.Tensor", "torch.clamp(a, min=b)", EDGES),
+    Case(
+        "aten.clamp.Tensor",
+        "torch.clamp(a, b, b + 1)",
+        {"a": 3 * randn(*X), "b": randn(33)},
+    ),
+    Case("aten.clamp_min.Tensor", "torch.clamp_min(a, b)", EDGES),
+    Case("aten.clamp_max.Tensor", "torch.clamp_max(a, b)", EDGES),
+    Case("aten.isposinf.default", "torch.isposinf(a)", {"a": EDGE_A}),
+    Case("aten.isneginf.default", "torch.isneginf(a)", {"a": EDGE_A}),
+    Case("aten.isfinite.default", "torch.isfinite(a)", {"a": EDGE_A}),
+]
+DECOMPOSED_CASES = [
+    replace(c, name=f"decomposed_{i}_{c.packet}")
+    for i, c in enumerate(DECOMPOSED_CASES)
+]
+ALL_CASES = CASES + EXTERN_CASES + PENDING + DECOMPOSED_CASES
+
 
 def source() -> str:
     lines = ["import torch", "", "aten = torch.ops.aten", ""]
-    for c in CASES + EXTERN_CASES + PENDING:
+    for c in ALL_CASES:
         lines += [
             "",
             f"def {c.name}({', '.join(c.inputs)}):",
@@ -666,7 +842,7 @@ def restore_dim_overloads(graph: Graph) -> Graph:
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compiled]:
     root: Path = tmp_path_factory.mktemp("op_cases")
-    functions = {c.name: c.inputs for c in CASES + EXTERN_CASES + PENDING}
+    functions = {c.name: c.inputs for c in ALL_CASES}
     return compile_source(source(), functions, root, restore_dim_overloads)
 
 
@@ -695,7 +871,7 @@ def _check(got, want, case: Case, backend: str) -> None:
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.shape == w.shape, (backend, g.shape, w.shape)
-        if case.is_bf16 or g.dtype == torch.bfloat16:
+        if (case.is_bf16 and w.dtype.is_floating_point) or g.dtype == torch.bfloat16:
             assert g.dtype in (torch.bfloat16, torch.float32), g.dtype
             g = g.float()
             w = w.float()
@@ -714,7 +890,14 @@ def _check(got, want, case: Case, backend: str) -> None:
 
 # ops whose zeros carry a sign torch defines (-0.0 ** 3, fmod(-6, 3), round(-0.3))
 SIGNED_ZEROS = {
+    "neg",
+    "asin",
+    "atan",
+    "sinh",
+    "asinh",
+    "atanh",
     "round",
+    "where",
     "pow",
     "atan2",
     "copysign",
@@ -745,16 +928,27 @@ def _check_both(case: Case, c: Compiled) -> None:
         torch.testing.assert_close(before, after, equal_nan=True, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
-def test_op_case(case: Case, compiled: dict[str, Compiled]) -> None:
-    c = compiled[case.name]
-    # lowered into a kernel, not left to an extern ATen call
+def _check_in_kernels(case: Case, c: Compiled) -> None:
+    """Lowered into a kernel, not left to an extern ATen call."""
     for backend, text, launch in (
         ("cpu", c.cpu_source, "_cpp.function("),
         ("cuda", c.cuda_source, "_triton.triton_"),
     ):
         assert f"torch.ops.aten.{case.packet}." not in text, f"{backend}:\n{text}"
         assert launch in text, f"{backend}: no kernel launched:\n{text}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_op_case(case: Case, compiled: dict[str, Compiled]) -> None:
+    c = compiled[case.name]
+    _check_in_kernels(case, c)
+    _check_both(case, c)
+
+
+@pytest.mark.parametrize("case", DECOMPOSED_CASES, ids=lambda c: c.name)
+def test_decomposed_op_case(case: Case, compiled: dict[str, Compiled]) -> None:
+    c = compiled[case.name]
+    _check_in_kernels(case, c)
     _check_both(case, c)
 
 
@@ -782,7 +976,7 @@ def test_each_exported_function_runs_its_own_variant(
         raise AssertionError(f"{target} fell back to eager: {misses}")
 
     monkeypatch.setattr(runtime_shim, "warn_fallback", no_fallback)
-    for case in CASES + EXTERN_CASES + PENDING:
+    for case in ALL_CASES:
         c = compiled[case.name]
         args = list(case.inputs.values())
         assert_same(c(*args), c.cpu(*args))

@@ -141,6 +141,9 @@ def test_cpp_literal(value, dtype: torch.dtype, want: str) -> None:
         (-math.inf, torch.float32, 'float("-inf")'),
         (True, torch.bool, "1"),
         (-3, torch.int64, "-3"),
+        (-0.0, torch.float32, optable._NEGATIVE_ZERO[False]),
+        (-0.0, torch.float64, optable._NEGATIVE_ZERO[True]),
+        (0.0, torch.float32, "0.0"),
     ],
 )
 def test_triton_literal(value, dtype: torch.dtype, want: str) -> None:

@@ -174,6 +174,22 @@ def float_remainder(x, w):
     return torch.remainder(x, w) + torch.fmod(x, w) + x // w + x % 0.0
 
 
+def logaddexp(x, w):
+    return torch.logaddexp(x, w) + torch.logaddexp2(x, w)
+
+
+def nan_to_num(x):
+    return torch.nan_to_num(x / 0.0, posinf=1e4) + torch.isposinf(x) + torch.isneginf(x)
+
+
+def clamp_tensor(x, w):
+    return torch.clamp(x, min=w, max=w + 1)
+
+
+def clamp_min_max_tensor(x, w):
+    return torch.clamp_min(x, w) + torch.clamp_max(x, w)
+
+
 def batch_norm_eval(x, m, v, w, b):
     return F.batch_norm(x, m, v, w, b)
 
@@ -219,6 +235,10 @@ CASES = [  # function, inputs, the composite op the trace records
     ("logical_xor", {"x": X, "w": W}, "aten.logical_xor.default"),
     ("round_decimals", {"x": X}, "aten.round.decimals"),
     ("pow_of_bools", {"x": X}, "aten.pow.Tensor_Scalar"),
+    ("logaddexp", {"x": X, "w": W}, "aten.logaddexp.default"),
+    ("nan_to_num", {"x": X}, "aten.nan_to_num.default"),
+    ("clamp_tensor", {"x": X, "w": W}, "aten.clamp.Tensor"),
+    ("clamp_min_max_tensor", {"x": X, "w": W}, "aten.clamp_min.Tensor"),
     (
         "batch_norm_eval",
         {"x": X, "m": B, "v": W.abs() + 0.5, "w": W, "b": B},
@@ -267,9 +287,8 @@ def test_decomposition_lowers_to_kernels(
 def test_integer_division_by_a_tensor_divides_in_eager(tmp_path: Path) -> None:
     """On integers, fmod, remainder and floor_divide by a tensor (which may hold
     a zero: eager raises) divide in eager's `div`, and the rest is kernel code; by
-    a nonzero Scalar, and on floats, they are kernel ops where they have a row
-    (floor_divide; fmod and remainder not yet: ir/ops.py), extern calls otherwise
-    (Note [Integer division by zero] in passes/decompose.py)."""
+    a nonzero Scalar, and on floats, they are kernel ops (Note [Integer division
+    by zero] in passes/decompose.py)."""
     i = torch.randint(-9, 9, (4, 6))
     j = torch.randint(1, 5, (4, 6)) * torch.tensor([1, -1]).repeat(3)
     inputs = {"i": i, "j": j}
@@ -277,8 +296,7 @@ def test_integer_division_by_a_tensor_divides_in_eager(tmp_path: Path) -> None:
     graph = optimize(result.graph)
     kinds = fuse(graph).kinds
     externs = [n.target for n in graph.nodes if kinds[n.name].startswith("extern")]
-    divisions = ["aten.div.Tensor_mode"] * 3
-    assert externs == [*divisions, "aten.remainder.Scalar"], str(graph)
+    assert externs == ["aten.div.Tensor_mode"] * 3, str(graph)
     assert_same(result.run(graph, inputs), result.eager(inputs))
     with pytest.raises(RuntimeError, match="ZeroDivisionError"):
         result.run(graph, {"i": i, "j": j * 0})

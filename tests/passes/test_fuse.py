@@ -276,3 +276,26 @@ def test_compiled_matches_eager(name: str, compiled: dict[str, Compiled]) -> Non
         want = eager(**{k: v.float() for k, v in inputs.items()}).to(torch.bfloat16)
     assert_same(compiled[name].cpu(**inputs), want, *tol)
     assert_same(compiled[name].cuda(**inputs), want, *tol)
+
+
+BITS_OF_FLOATS = """
+import torch
+
+
+def bits_of_floats(x):
+    return torch.bitwise_left_shift(x, 1) + torch.bitwise_and(x, 1)
+"""
+
+
+def test_integer_ops_on_floats_stay_extern_calls(tmp_path: Path) -> None:
+    """Eager raises for `<<` and `&` of floats, where these overloads' meta kernels
+    return a float: they stay extern calls, which raise as eager does, rather than
+    kernels of operators floats do not have (ir.ops.INTEGER_ONLY)."""
+    result = trace_source(BITS_OF_FLOATS, "bits_of_floats", {"x": X}, tmp_path)
+    graph = optimize(result.graph)
+    kinds = fuse(graph).kinds
+    integer_ops = [n for n in graph.nodes if "bitwise" in n.target]
+    assert len(integer_ops) == 2, str(graph)
+    assert all(kinds[n.name] == "extern" for n in integer_ops), str(graph)
+    with pytest.raises(RuntimeError, match="not implemented for 'Float'"):
+        result.run(graph, {"x": X})

@@ -567,6 +567,59 @@ def prelude() -> str:
 
 
 HELPER_SOURCE = {
+    "sign_bit": """
+// a float's sign bit (-0.0 and -NaN too), read from its bits: g++ 12 fails to
+// compile std::signbit of a bf16 converted to float in a vectorized loop
+template <typename T> static inline bool sign_bit(T x) {
+    using U = typename std::conditional<sizeof(T) == 4, uint32_t, uint64_t>::type;
+    U bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    return (bits >> (sizeof(T) * 8 - 1)) != 0;
+}
+""",
+    "floor_mod": """
+// torch's remainder (Python's %): fmod (for integers `%`, which truncates too),
+// plus b where it is nonzero and of the other sign than b; a zero keeps a's sign
+template <typename T> static inline T floor_mod(T a, T b) {
+    T r;
+    if constexpr (std::is_integral<T>::value) {
+        r = a % b;
+    } else {
+        r = std::fmod(a, b);
+    }
+    return (r != 0 && (r < 0) != (b < 0)) ? r + b : r;
+}
+""",
+    "pow_int": """
+// torch's integer pow: repeated squaring, wrapping on overflow; a negative
+// exponent gives 1 ** b = 1, (-1) ** b = +-1 and 0 for other bases
+template <typename T> static inline T pow_int(T a, T b) {
+    if (b < 0) return a == 1 ? T(1) : (a == -1 ? (b % 2 != 0 ? T(-1) : T(1)) : T(0));
+    T r = 1;
+    for (; b != 0; b /= 2) {
+        if (b & 1) r = wrap_mul(r, a);
+        a = wrap_mul(a, a);
+    }
+    return r;
+}
+""",
+    "shift_left": """
+// torch's <<: on the unsigned bits (no undefined signed overflow), and 0 for a
+// negative shift or one past the width (undefined in C++)
+template <typename T> static inline T shift_left(T a, T b) {
+    using U = typename std::make_unsigned<T>::type;
+    if (b < 0 || b >= T(sizeof(T) * 8)) return T(0);
+    return static_cast<T>(static_cast<U>(a) << b);
+}
+""",
+    "shift_right": """
+// torch's >>, arithmetic: a negative shift or one past the width (undefined in
+// C++) fills with the sign bit
+template <typename T> static inline T shift_right(T a, T b) {
+    constexpr T bits = sizeof(T) * 8;
+    return a >> ((b < 0 || b >= bits) ? bits - 1 : b);
+}
+""",
     "floor_div": """
 // torch's floor division: for integers, the quotient rounded toward negative
 // infinity; for floats, (a - fmod(a, b)) / b, one less where fmod and b differ

@@ -3,7 +3,9 @@
 Adding a pointwise op is one row in `ir/ops.py` plus one row here per backend (and a
 row in tests/codegen/test_op_cases.py); a test checks every op has a row in each table.
 `{0}`, `{1}`, `{2}` are the operands, already converted to the op's dtype: names or
-literals, so a row may use one twice.
+literals, so a row may use one twice. A Triton row may call `libdevice.<function>`
+(CUDA's libdevice on a GPU, NumPy stand-ins in Triton's interpreter:
+runtime_shim/libdevice.py), which takes float32 or float64 tensors, never halves.
 
 Note [Operators that differ from torch's]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -59,7 +61,22 @@ TRITON: dict[str, str] = {
     "round": "_round({0})",
     "tan": "tl.sin({0}) / tl.cos({0})",
     "erfc": "_erfc({0})",
+    "asin": "libdevice.asin({0})",
+    "acos": "libdevice.acos({0})",
+    "atan": "libdevice.atan({0})",
+    "sinh": "libdevice.sinh({0})",
+    "cosh": "libdevice.cosh({0})",
+    "asinh": "libdevice.asinh({0})",
+    "acosh": "libdevice.acosh({0})",
+    "atanh": "libdevice.atanh({0})",
+    "lgamma": "libdevice.lgamma({0})",
+    "signbit": "libdevice.signbit({0}) != 0",
+    "pow": "libdevice.pow({0}, {1})",
+    "atan2": "libdevice.atan2({0}, {1})",
     "hypot": "_hypot({0}, {1})",
+    "copysign": "libdevice.copysign({0}, {1})",
+    "fmod": "libdevice.fmod({0}, {1})",
+    "remainder": "_remainder({0}, {1})",
     "floor_divide": "_floor_divide({0}, {1})",
     "maximum": "_maximum({0}, {1})",
     "minimum": "_minimum({0}, {1})",
@@ -74,6 +91,9 @@ TRITON: dict[str, str] = {
     "bitwise_and": "{0} & {1}",
     "bitwise_or": "{0} | {1}",
     "bitwise_xor": "{0} ^ {1}",
+    "bitwise_not": "~{0}",
+    "shift_left": "_shift_left({0}, {1})",
+    "shift_right": "_shift_right({0}, {1})",
     "where": "tl.where({0}, {1}, {2})",
     "round_f16": "{0}.to(tl.float16).to(tl.float32)",
     "round_bf16": "{0}.to(tl.bfloat16).to(tl.float32)",
@@ -113,7 +133,22 @@ CPP: dict[str, str] = {
     "round": "std::nearbyint({0})",  # half to even, the default rounding mode
     "tan": "std::tan({0})",
     "erfc": "std::erfc({0})",
+    "asin": "std::asin({0})",
+    "acos": "std::acos({0})",
+    "atan": "std::atan({0})",
+    "sinh": "std::sinh({0})",
+    "cosh": "std::cosh({0})",
+    "asinh": "std::asinh({0})",
+    "acosh": "std::acosh({0})",
+    "atanh": "std::atanh({0})",
+    "lgamma": "std::lgamma({0})",
+    "signbit": "sign_bit({0})",
+    "pow": "std::pow({0}, {1})",
+    "atan2": "std::atan2({0}, {1})",
     "hypot": "std::hypot({0}, {1})",
+    "copysign": "std::copysign({0}, {1})",
+    "fmod": "std::fmod({0}, {1})",
+    "remainder": "floor_mod({0}, {1})",
     "floor_divide": "floor_div({0}, {1})",
     "maximum": "max_nan({0}, {1})",
     "minimum": "min_nan({0}, {1})",
@@ -128,6 +163,9 @@ CPP: dict[str, str] = {
     "bitwise_and": "{0} & {1}",
     "bitwise_or": "{0} | {1}",
     "bitwise_xor": "{0} ^ {1}",
+    "bitwise_not": "~{0}",
+    "shift_left": "shift_left({0}, {1})",
+    "shift_right": "shift_right({0}, {1})",
     "where": "{0} ? {1} : {2}",
     "round_f16": "static_cast<float>(static_cast<_Float16>({0}))",
     "round_bf16": "bf16_to_float(float_to_bf16({0}))",
@@ -137,13 +175,21 @@ CPP: dict[str, str] = {
 TRITON_TYPED: dict[tuple[str, str], str] = {
     ("add", "bool"): "{0} | {1}",
     ("mul", "bool"): "{0} & {1}",
+    # Triton < 3.9 computes a float's `-x` as `0 - x`: +0.0 for x = +0.0
+    ("neg", "float"): "{0} * -1.0",
     ("floor", "int"): "{0}",
     ("ceil", "int"): "{0}",
     ("trunc", "int"): "{0}",
     ("sign", "bool"): "{0}",
     ("sign", "int"): "tl.where({0} > 0, 1, tl.where({0} < 0, -1, {0}))",
     ("round", "int"): "{0}",
+    ("signbit", "bool"): "{0} != {0}",
+    ("signbit", "int"): "{0} < 0",
+    ("pow", "int"): "_pow_int({0}, {1})",
+    ("fmod", "int"): "{0} % {1}",  # C's remainder: the dividend's sign
+    ("remainder", "int"): "_remainder_int({0}, {1})",
     ("floor_divide", "int"): "_floor_divide_int({0}, {1})",
+    ("bitwise_not", "bool"): "{0} == 0",
 }
 
 CPP_TYPED: dict[tuple[str, str], str] = {
@@ -154,6 +200,11 @@ CPP_TYPED: dict[tuple[str, str], str] = {
     ("trunc", "int"): "{0}",
     ("sign", "bool"): "{0}",
     ("round", "int"): "{0}",
+    ("signbit", "bool"): "{0} != {0}",
+    ("signbit", "int"): "{0} < 0",
+    ("pow", "int"): "pow_int({0}, {1})",
+    ("fmod", "int"): "{0} % {1}",
+    ("bitwise_not", "bool"): "!{0}",
     # two's complement wrap-around, as torch computes: no undefined signed overflow
     ("add", "int"): "wrap_add({0}, {1})",
     ("sub", "int"): "wrap_sub({0}, {1})",
@@ -189,17 +240,39 @@ TRITON_HELPERS = {
     "_round": "round",
     "_erfc": "erfc",
     "_hypot": "hypot",
+    "_pow_int": "pow",
+    "_remainder": "remainder",
+    "_remainder_int": "remainder",
     "_floor_divide": "floor_divide",
     "_floor_divide_int": "floor_divide",
+    "_shift_left": "shift_left",
+    "_shift_right": "shift_right",
 }
 
-# Ops whose Triton helper takes tensors: a Python number operand is passed as a 0-d
-# tensor of the op's dtype
-TRITON_TENSOR_OPERANDS = {"hypot", "floor_divide"}
+# Ops whose Triton text takes tensors (a helper, or libdevice, which takes one
+# float dtype): a Python number operand is passed as a 0-d tensor of the op's dtype
+TRITON_TENSOR_OPERANDS = {
+    "pow",
+    "atan2",
+    "hypot",
+    "copysign",
+    "fmod",
+    "remainder",
+    "floor_divide",
+    "shift_left",
+    "shift_right",
+}
 
 # C++ helpers beyond the prelude (templates/cpp_prelude.h), emitted once per
 # generated file when used
-CPP_HELPERS = {"floor_div": "floor_divide"}
+CPP_HELPERS = {
+    "sign_bit": "signbit",
+    "floor_mod": "remainder",
+    "floor_div": "floor_divide",
+    "pow_int": "pow",
+    "shift_left": "shift_left",
+    "shift_right": "shift_right",
+}
 
 TRITON_DTYPES = {
     torch.float16: "tl.float16",
@@ -234,8 +307,18 @@ def triton_literal(value, dtype: torch.dtype) -> str:
             return 'float("nan")'
         if math.isinf(value):
             return 'float("inf")' if value > 0 else 'float("-inf")'
+        if value == 0 and math.copysign(1.0, value) < 0:
+            return _NEGATIVE_ZERO[dtype == torch.float64]
         return repr(value)
     return str(int(value))
+
+
+# -0.0 as a 0-d tensor, from its bits: Triton before 3.9 makes any float constant
+# equal to 0 (`tl.full`, a Python float operand) +0.0
+_NEGATIVE_ZERO = {
+    False: "tl.full([], -2147483648, tl.int32).to(tl.float32, bitcast=True)",
+    True: "tl.full([], -9223372036854775808, tl.int64).to(tl.float64, bitcast=True)",
+}
 
 
 def cpp_literal(value, dtype: torch.dtype) -> str:

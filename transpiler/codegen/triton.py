@@ -484,6 +484,54 @@ def _hypot(a, b):
     h = tl.where((x != x) | (y != y), x + y, h)
     return tl.where((x == float("inf")) | (y == float("inf")), float("inf"), h)
 """,
+    "_pow_int": """
+@triton.jit
+def _pow_int(a, b):
+    # torch's integer pow: repeated squaring over b's bits, wrapping on overflow;
+    # a negative exponent gives 1 ** b = 1, (-1) ** b = +-1 and 0 for other bases
+    a, b = tl.broadcast(a, b)
+    r = a * 0 + 1
+    x = a
+    e = b
+    for _ in range(63):
+        r = tl.where((e & 1) != 0, r * x, r)
+        x = x * x
+        e = e >> 1
+    small = tl.where(a == 1, 1, tl.where(a == -1, tl.where((b & 1) != 0, -1, 1), 0))
+    return tl.where(b < 0, small, r)
+""",
+    "_remainder": """
+@triton.jit
+def _remainder(a, b):
+    # torch's remainder (Python's %): C's fmod, plus b where it is nonzero and of
+    # the other sign than b; a zero keeps fmod's sign, a's
+    r = libdevice.fmod(a, b)
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+""",
+    "_remainder_int": """
+@triton.jit
+def _remainder_int(a, b):
+    # torch's integer remainder: `%` truncates, so plus b where it is nonzero and
+    # of the other sign than b
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+""",
+    "_shift_left": """
+@triton.jit
+def _shift_left(a, b):
+    # torch's <<: 0 for a negative shift or one past the width (the hardware would
+    # take the shift modulo the width)
+    inside = (b >= 0) & (b < a.dtype.primitive_bitwidth)
+    return tl.where(inside, a << tl.where(inside, b, 0), 0)
+""",
+    "_shift_right": """
+@triton.jit
+def _shift_right(a, b):
+    # torch's >>, arithmetic: a negative shift or one past the width fills with the
+    # sign bit
+    bits = a.dtype.primitive_bitwidth
+    return a >> tl.where((b >= 0) & (b < bits), b, bits - 1)
+""",
     "_floor_divide": """
 @triton.jit
 def _floor_divide(a, b):
@@ -511,6 +559,17 @@ def _floor_divide_int(a, b):
 }
 
 
+# Math functions `triton.language` lacks (`libdevice.pow`): Triton's libdevice, or
+# its stand-ins in Triton's CPU interpreter (runtime_shim/libdevice.py)
+LIBDEVICE_IMPORT = [
+    "",
+    "import runtime_shim.libdevice",
+    "",
+    "libdevice = runtime_shim.libdevice.load()",
+    "",
+]
+
+
 def render_module(kernels, header: str) -> str:
     """A `*_triton.py` module holding every Triton kernel of one generated module."""
     return _module(header, [render_kernel(k) for k in kernels])
@@ -523,8 +582,11 @@ def kernel_module(k: Kernel, config: LaunchConfig, header: str) -> str:
 
 def _module(header: str, kernel_texts: list[str]) -> str:
     text = "\n".join(kernel_texts)
+    helpers = [HELPER_SOURCE[h] for h in TRITON_HELPERS if f"{h}(" in text]
     parts = [header, "import triton", "import triton.language as tl", ""]
-    parts += [HELPER_SOURCE[h] for h in TRITON_HELPERS if f"{h}(" in text]
+    if "libdevice." in text + "".join(helpers):
+        parts[-1:] = LIBDEVICE_IMPORT
+    parts += helpers
     for kernel_text in kernel_texts:
         parts += ["", kernel_text]
     return "\n".join(parts)

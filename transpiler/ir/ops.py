@@ -55,6 +55,15 @@ UNARY = (
     "round",
     "tan",
     "erfc",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "lgamma",
 )
 
 POINTWISE: dict[str, Pointwise] = {
@@ -88,25 +97,50 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.ge.Scalar": P("ge", (0, 1), "compare"),
     "aten.logical_and.default": P("logical_and", (0, 1), "compare"),
     "aten.logical_or.default": P("logical_or", (0, 1), "compare"),
-    # on booleans and integers (floats raise in eager, at the meta call)
+    # on booleans and integers (INTEGER_ONLY)
     "aten.bitwise_and.Tensor": P("bitwise_and", (0, 1)),
     "aten.bitwise_or.Tensor": P("bitwise_or", (0, 1)),
     "aten.bitwise_xor.Tensor": P("bitwise_xor", (0, 1)),
     "aten.__and__.Tensor": P("bitwise_and", (0, 1)),
     "aten.__or__.Tensor": P("bitwise_or", (0, 1)),
     "aten.__xor__.Tensor": P("bitwise_xor", (0, 1)),
+    "aten.bitwise_and.Scalar": P("bitwise_and", (0, 1)),
+    "aten.bitwise_or.Scalar": P("bitwise_or", (0, 1)),
+    "aten.bitwise_xor.Scalar": P("bitwise_xor", (0, 1)),
+    "aten.bitwise_not.default": P("bitwise_not"),
+    # shifts by a negative count or one past the width as torch's: 0 for <<, the
+    # sign bit for >>
+    "aten.bitwise_left_shift.Tensor": P("shift_left", (0, 1)),
+    "aten.bitwise_left_shift.Tensor_Scalar": P("shift_left", (0, 1)),
+    "aten.bitwise_left_shift.Scalar_Tensor": P("shift_left", (0, 1)),
+    "aten.__lshift__.Tensor": P("shift_left", (0, 1)),
+    "aten.__lshift__.Scalar": P("shift_left", (0, 1)),
+    "aten.bitwise_right_shift.Tensor": P("shift_right", (0, 1)),
+    "aten.bitwise_right_shift.Tensor_Scalar": P("shift_right", (0, 1)),
+    "aten.bitwise_right_shift.Scalar_Tensor": P("shift_right", (0, 1)),
+    "aten.__rshift__.Tensor": P("shift_right", (0, 1)),
+    "aten.__rshift__.Scalar": P("shift_right", (0, 1)),
     "aten.where.self": P("where", (0, 1, 2), "where"),
     "aten.where.ScalarSelf": P("where", (0, 1, 2), "where"),
     "aten.where.ScalarOther": P("where", (0, 1, 2), "where"),
     "aten.where.Scalar": P("where", (0, 1, 2), "where"),
     "aten.isnan.default": P("isnan", (0,), "compare"),
+    "aten.signbit.default": P("signbit", (0,), "compare"),
     "aten.sgn.default": P("sign"),  # sign, for the real dtypes kernels compute
+    "aten.pow.Tensor_Tensor": P("pow", (0, 1)),
+    "aten.pow.Tensor_Scalar": P("pow", (0, 1)),
+    "aten.pow.Scalar": P("pow", (0, 1)),
+    "aten.atan2.default": P("atan2", (0, 1)),
     "aten.hypot.default": P("hypot", (0, 1)),
+    "aten.copysign.Tensor": P("copysign", (0, 1)),
+    "aten.copysign.Scalar": P("copysign", (0, 1)),
     # on integers only by a nonzero Scalar (passes/decompose.py: Note [Integer
-    # division by zero]). pow with a general exponent, atan2, copysign, fmod and
-    # remainder are not kernel ops yet: compiled by Triton for a GPU, the formulas
-    # tried for them lost the signs of zeros and `%` (frem) disagreed with eager's
-    # fmod at the edges, which Triton's CPU interpreter does not show
+    # division by zero])
+    "aten.fmod.Tensor": P("fmod", (0, 1)),
+    "aten.fmod.Scalar": P("fmod", (0, 1)),
+    "aten.remainder.Tensor": P("remainder", (0, 1)),
+    "aten.remainder.Scalar": P("remainder", (0, 1)),
+    "aten.remainder.Scalar_Tensor": P("remainder", (0, 1)),
     "aten.floor_divide.default": P("floor_divide", (0, 1)),
     "aten.floor_divide.Scalar": P("floor_divide", (0, 1)),
     "aten.clone.default": P("identity"),
@@ -118,6 +152,20 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.new_full.default": P("identity", (2,), "cast"),
     "aten.scalar_tensor.default": P("identity", (0,), "cast"),
 }
+
+# Kernel ops of booleans and integers: eager raises for floats, where some of the
+# meta kernels (`bitwise_and.Tensor`, `bitwise_left_shift.Tensor_Scalar`) return a
+# float result. On floats they stay extern calls, which raise as eager does.
+INTEGER_ONLY = frozenset(
+    {
+        "bitwise_and",
+        "bitwise_or",
+        "bitwise_xor",
+        "bitwise_not",
+        "shift_left",
+        "shift_right",
+    }
+)
 
 # Reductions: kernel reduction op and how the result is finished.
 REDUCTIONS: dict[str, str] = {

@@ -7,9 +7,10 @@ After:   sq = aten.mul.Tensor(x, x)          (y is sq: multiplying by 1 is dropp
 `x.to(dtype)` that decompositions of bf16 layer norms write needs no rule here:
 decompose has made it `_to_copy` (a fusable cast) or `x`, by torch's own kernel.
 
-A general `pow` has no kernel lowering; the common exponents become multiplies and
-roots that do. Identity arithmetic is removed only where it changes neither dtype
-nor shape, and where its result need not be a copy: fallback code that writes a
+The common exponents of `pow` become the multiplies and roots eager computes for
+them: its `x ** 0.5` is `sqrt(x)`, -0.0 at -0.0 where C's pow gives 0.0. Identity
+arithmetic is removed only where it changes neither dtype nor shape, and where its
+result need not be a copy: fallback code that writes a
 tensor in place lists the values computed from it (`_reads`), and `x * 1` among
 them must keep its own memory, not become `x`.
 """

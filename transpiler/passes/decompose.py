@@ -106,6 +106,15 @@ DECOMPOSE = (
     aten.heaviside.default,
     aten.sinc.default,
     aten.isinf.default,
+    aten.isfinite.default,  # a composite op, in logaddexp's decomposition
+    aten.isposinf.default,
+    aten.isneginf.default,
+    aten.nan_to_num.default,
+    aten.logaddexp.default,
+    aten.logaddexp2.default,
+    aten.clamp.Tensor,
+    aten.clamp_min.Tensor,
+    aten.clamp_max.Tensor,
     aten.logical_xor.default,
     aten.rad2deg.default,
     aten.frac.default,
@@ -121,6 +130,9 @@ def decompose(graph: Graph) -> Graph:
     if not any(_decomposes(n) for n in graph.nodes):
         return graph
     table = get_decompositions(list(DECOMPOSE))
+    for op in DECOMPOSE:
+        if op not in table:  # no entry in torch._decomp: the composite's own kernel
+            table[op] = op.decompose
     for op in DECOMPOSE:
         if str(op) in POINTWISE:
             table[op] = _unless_kernel_op(str(op), table[op])

@@ -39,6 +39,7 @@ from transpiler.ir.ops import (
     FLOAT_TYPES,
     GATHERS,
     INDEX_TYPES,
+    INTEGER_ONLY,
     MOVEMENT,
     POINTWISE,
     REDUCTIONS,
@@ -95,6 +96,8 @@ def pointwise_ok(node: Node, nodes: dict[str, Node]) -> bool:
     if row is None or not isinstance(meta, TensorMeta) or meta.numel == 0:
         return False
     if meta.dtype not in SUPPORTED_DTYPES:
+        return False
+    if row.op in INTEGER_ONLY and meta.dtype.is_floating_point:
         return False
     allowed = {"memory_format"} | (CAST_KWARGS if row.kind == "cast" else set())
     if any(k not in allowed and (k, v) not in row.keywords for k, v in node.kwargs):

@@ -36,6 +36,7 @@ about it, as accurate as eager's Welford reductions.
 from __future__ import annotations
 
 import heapq
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -78,12 +79,26 @@ from transpiler.passes.fuse import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Const:
-    """A scalar literal inside a kernel, with the dtype it is computed in."""
+    """A scalar literal inside a kernel, with the dtype it is computed in. Equal
+    Consts are the same literal, which statements (`emit`) and kernels of identical
+    bodies share: -0.0 is not 0.0."""
 
     value: object
     dtype: torch.dtype
+
+    def _key(self) -> tuple:
+        v = self.value
+        if isinstance(v, float) and v == 0:
+            return (v, math.copysign(1.0, v), self.dtype)
+        return (v, self.dtype)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Const) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
 
 @dataclass
