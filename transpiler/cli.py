@@ -19,10 +19,16 @@ import importlib
 import os
 import shlex
 import sys
+import warnings
 from pathlib import Path
 
 from transpiler import __version__
 from transpiler.errors import UserError
+
+with warnings.catch_warnings():
+    # torch warns on import when NumPy is not installed; transpile never uses NumPy
+    warnings.filterwarnings("ignore", "Failed to initialize NumPy", UserWarning)
+    import torch  # noqa: F401
 from transpiler.options import (
     DEVICES,
     Inputs,
