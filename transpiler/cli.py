@@ -60,8 +60,8 @@ exit codes:
   1  --check found stale files
   2  a user error (bad input, a failed build); nothing was written
 
-Configuration ([tool.transpile] in pyproject.toml): see "Command line" in
-README.md."""
+Configuration: every key of [tool.transpile] in pyproject.toml, its type, its
+default and an example are in "Configuration reference" in README.md."""
 
 
 def build_parser() -> argparse.ArgumentParser:

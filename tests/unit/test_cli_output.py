@@ -85,8 +85,8 @@ def test_help_ends_with_exit_codes_and_the_readme(
         "  1  --check found stale files",
         "  2  a user error (bad input, a failed build); nothing was written",
         "",
-        "Configuration ([tool.transpile] in pyproject.toml): see " '"Command line" in',
-        "README.md.",
+        "Configuration: every key of [tool.transpile] in pyproject.toml, its type, its",
+        'default and an example are in "Configuration reference" in README.md.',
     ]
     for flag in ("--version", "--force", "-q, --quiet", "-v, --verbose"):
         assert any(line.lstrip().startswith(flag) for line in out), flag
