@@ -100,7 +100,6 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Compiled]:
     return compile_source("\n".join(lines), inputs, root)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_kernels_read_and_write_real_layouts(
     case: Case, compiled: dict[str, Compiled]
