@@ -13,4 +13,4 @@ fi
 export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD" TRANSPILE_TEST_DEVICE=cuda
 python3 -c 'import torch, triton; print("torch", torch.__version__, "triton",
 triton.__version__, torch.cuda.get_device_name())'
-python3 -m pytest -q -p no:cacheprovider "${@:-tests}"
+python3 -m pytest -q -p no:cacheprovider --runslow "${@:-tests}"

@@ -1,4 +1,6 @@
-"""`python -m runtime_shim build DIR`: prebuild every generated `.cpp` under DIR."""
+"""`python -m runtime_shim build DIR`: prebuild every generated `.cpp` under DIR,
+and remove the prebuilt libraries under DIR that no `.cpp` builds any more (those of
+a module regenerated with other kernels, or of a `.cpp` that is gone)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from runtime_shim.cpp import RuntimeShimError, build_prebuilt, find_compiler
+from runtime_shim.cpp import (
+    PREBUILT_DIR,
+    RuntimeShimError,
+    build_prebuilt,
+    find_compiler,
+    prebuilt_keys,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -19,7 +27,8 @@ def _parser() -> argparse.ArgumentParser:
     build = commands.add_parser(
         "build",
         help="prebuild C++ kernels so production needs no compiler",
-        description="Compile every *.cpp under DIR into DIR/**/__prebuilt__/.",
+        description="Compile every *.cpp under DIR into DIR/**/__prebuilt__/, and "
+        "remove the libraries there that no *.cpp builds any more.",
     )
     build.add_argument("dir", metavar="DIR", type=Path)
     build.add_argument(
@@ -48,7 +57,32 @@ def build(root: Path, portable: bool) -> int:
             print(f"runtime_shim build: {e}", file=sys.stderr)
             return 1
         print(f"built {cpp} -> {out}")
+    for library, why in stale_libraries(root):
+        try:
+            library.unlink()
+        except OSError as e:
+            print(f"runtime_shim build: cannot remove {library}: {e}", file=sys.stderr)
+            return 1
+        print(f"removed {library} ({why})")
     return 0
+
+
+def stale_libraries(root: Path) -> list[tuple[Path, str]]:
+    """The prebuilt libraries under `root` that no `.cpp` next to their folder
+    builds any more, each with why: for the current source of a `.cpp` (on this
+    platform or another, native or portable) a library is kept."""
+    stale = []
+    for folder in sorted(root.rglob(PREBUILT_DIR)):
+        for library in sorted(folder.glob("*.so")):
+            if library.name.startswith("."):  # a build in progress writes it
+                continue
+            stem, _, key = library.stem.rpartition("-")
+            cpp = folder.parent / f"{stem}.cpp"
+            if not cpp.is_file():
+                stale.append((library, f"stale: {cpp} is gone"))
+            elif key not in prebuilt_keys(cpp.read_text()):
+                stale.append((library, f"stale: {cpp} changed since it was built"))
+    return stale
 
 
 def main(argv: Sequence[str] | None = None) -> int:

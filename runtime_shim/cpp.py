@@ -71,6 +71,7 @@ __all__ = [
     "current_umask",
     "find_compiler",
     "load_cpp",
+    "prebuilt_keys",
     "prebuilt_path",
 ]
 
@@ -112,11 +113,32 @@ def _sha256(*parts: str) -> str:
 
 def prebuilt_path(cpp_path: Path, source: str, portable: bool = False) -> Path:
     """Where the prebuilt library for `source` lives; the key needs no compiler."""
-    parts = [source, platform.machine(), sys.platform]
-    if portable:
-        parts.append("portable")
-    key = _sha256(*parts)
+    key = _prebuilt_key(source, platform.machine(), sys.platform, portable)
     return cpp_path.parent / PREBUILT_DIR / f"{cpp_path.stem}-{key}.so"
+
+
+def _prebuilt_key(source: str, machine: str, system: str, portable: bool) -> str:
+    return _sha256(source, machine, system, *(["portable"] if portable else []))
+
+
+# Platforms whose prebuilt libraries of a current source count as current: one tree
+# may hold the libraries of several (an image built per CPU architecture).
+_PLATFORMS = {
+    (machine, system)
+    for machine in ("x86_64", "aarch64", "arm64", "ppc64le", "s390x")
+    for system in ("linux", "darwin")
+}
+
+
+def prebuilt_keys(source: str) -> set[str]:
+    """The keys of every prebuilt library of `source`: native or portable, for this
+    platform or another common one."""
+    platforms = _PLATFORMS | {(platform.machine(), sys.platform)}
+    return {
+        _prebuilt_key(source, machine, system, portable)
+        for machine, system in platforms
+        for portable in (False, True)
+    }
 
 
 def cache_dir() -> Path:

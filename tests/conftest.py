@@ -57,3 +57,50 @@ def gpu_bf16_rounding():
     """In Triton's interpreter, f32 -> bf16 rounds as a GPU does (see above)."""
     with interpreter_rounds_like_gpu():
         yield
+
+
+# --------------------------------------------------------------------------- test tiers
+# `python -m pytest -q` runs the fast tier; `--runslow` (what .ci/run runs) runs every
+# test. A test is slow by its own mark (`pytestmark = pytest.mark.slow` in a module,
+# `@pytest.mark.slow` on a test) or by its path here: a file whose tests carry no
+# marks of this suite's, or a large parametrized test of which a sample stays fast.
+SLOW_FILES = ("tests/codegen/test_op_cases.py",)
+# test -> the ids of its parameters that stay in the fast tier; the others are slow
+FAST_SAMPLES = {
+    "tests/models/test_models.py::"
+    "test_library_model_compiles_whole_and_matches_eager": {"gemma"},
+    "tests/control_flow/test_call_time_semantics.py::"
+    "test_errors_of_the_users_code_fail_the_run": {"normalized shape"},
+    "tests/runtime_shim/test_runtime_shim_cli.py::"
+    "test_prebuilt_loads_without_compiler": {"False"},
+}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--runslow",
+        action="store_true",
+        help="also run the tests marked slow: the whole suite, as .ci/run does",
+    )
+
+
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    for item in items:
+        if _slow_by_path(item.nodeid):
+            item.add_marker(pytest.mark.slow)
+    if config.getoption("--runslow"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+
+
+def _slow_by_path(nodeid: str) -> bool:
+    if nodeid.partition("::")[0] in SLOW_FILES:
+        return True
+    test, _, params = nodeid.partition("[")
+    fast = FAST_SAMPLES.get(test)
+    return fast is not None and params.removesuffix("]") not in fast

@@ -11,6 +11,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKED = ("transpiler", "libcst", "black")
 
@@ -59,6 +61,7 @@ def test_wheel_holds_runtime_shim_alone(tmp_path: Path) -> None:
     assert requires == ["torch>=2.4"]
 
 
+@pytest.mark.slow
 def test_its_tests_pass_without_the_compiler() -> None:
     code = f"""
 import importlib.abc, sys

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
-import black
 from torch import nn
 
 from runtime_shim.cpp import current_umask
@@ -30,6 +29,7 @@ from transpiler.codegen.signature import Signature
 from transpiler.codegen.wrapper import TargetCode, VariantCode
 from transpiler.errors import UserError
 from transpiler.explain import compiled_nothing
+from transpiler.formatting import format_module
 from transpiler.frontend.fallback import Stub
 from transpiler.frontend.loader import resolve
 from transpiler.frontend.source import SourceCache
@@ -192,9 +192,9 @@ def render(
             mb.stubs,
             dict(sorted(mb.sources.items())),
         )
-        files[f"{stem}.py"] = _black(out.py)
+        files[f"{stem}.py"] = format_module(out.py)
         if out.triton is not None:
-            files[f"{stem}_triton.py"] = _black(out.triton)
+            files[f"{stem}_triton.py"] = format_module(out.triton)
         if out.cpp is not None:
             files[f"{stem}.cpp"] = out.cpp
     return files
@@ -319,10 +319,6 @@ def _complete(variant: Variant, fn, is_module: bool, source: str) -> Variant:
         else:
             raise UserError(f"{source}: no example for parameter {p.name!r}")
     return replace(variant, inputs=tuple(inputs))
-
-
-def _black(text: str) -> str:
-    return black.format_str(text, mode=black.Mode())
 
 
 def _check_destination(out: Path, stem: str) -> None:

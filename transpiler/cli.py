@@ -19,10 +19,16 @@ import importlib
 import os
 import shlex
 import sys
+import warnings
 from pathlib import Path
 
 from transpiler import __version__
 from transpiler.errors import UserError
+
+with warnings.catch_warnings():
+    # torch warns on import when NumPy is not installed; transpile never uses NumPy
+    warnings.filterwarnings("ignore", "Failed to initialize NumPy", UserWarning)
+    import torch  # noqa: F401
 from transpiler.options import (
     DEVICES,
     Inputs,
@@ -54,8 +60,8 @@ exit codes:
   1  --check found stale files
   2  a user error (bad input, a failed build); nothing was written
 
-Configuration ([tool.transpile] in pyproject.toml): see "Command line" in
-README.md."""
+Configuration: every key of [tool.transpile] in pyproject.toml, its type, its
+default and an example are in "Configuration reference" in README.md."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -28,6 +28,8 @@ from transpiler.ir.dynamic import Dim
 from transpiler.ir.program import Kernel, LaunchConfig
 from transpiler.options import Options, Target, TensorSpec, Variant
 
+pytestmark = pytest.mark.slow
+
 SOURCE = """\
 import torch
 

@@ -252,6 +252,7 @@ def tolerance(dtype: torch.dtype) -> tuple[float, float]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_op_matches_eager_for_its_dtypes(
     case: Case, compiled: dict[str, Compiled]

@@ -92,6 +92,7 @@ def test_generated_is_fresh(built: dict[str, str]) -> None:
     assert_same_files(built, read_tree(ROOT / "generated"), STALE, "generated/")
 
 
+@pytest.mark.slow
 def test_generating_twice_is_identical(built: dict[str, str], tmp_path: Path) -> None:
     again = api.build(config_options())
     assert_same_files(again, built, "a second build in this process differs")
@@ -103,6 +104,7 @@ def test_generating_twice_is_identical(built: dict[str, str], tmp_path: Path) ->
     assert_same_files(written, built, f"a build with PYTHONHASHSEED={seed} differs")
 
 
+@pytest.mark.slow
 def test_check_passes_on_checked_in_tree() -> None:
     result = run_cli("--check", cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr

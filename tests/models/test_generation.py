@@ -20,6 +20,8 @@ import pytest
 from tests.models.factories import GENERATORS, Model
 from tests.models.test_models import ROOT, TIMEOUT_S, _env, _transpile
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("model", GENERATORS, ids=[m.name for m in GENERATORS])

@@ -18,6 +18,8 @@ from tests.opinfo.report import describe, report
 from tests.opinfo.sweep import ERROR, WRONG, Outcome, run_cases
 from transpiler.options import DTYPES
 
+pytestmark = pytest.mark.slow
+
 # op -> dtypes; every op in float32, and an integer, bool or low-precision dtype
 # where it says something the float32 case does not
 SUBSET = {

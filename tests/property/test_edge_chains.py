@@ -39,6 +39,7 @@ pytestmark = [  # masked-off lanes of Triton's interpreter compute inf * 0 and s
     pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),
     pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning"),
     pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning"),
+    pytest.mark.slow,
 ]
 
 BATCH = 12  # chains per build

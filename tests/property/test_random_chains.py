@@ -21,6 +21,7 @@ pytestmark = [  # masked-off lanes of Triton's interpreter compute inf * 0 and s
     pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),
     pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning"),
     pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning"),
+    pytest.mark.slow,
 ]
 
 UNARY = {  # all defined and finite-ish on any finite input

@@ -56,6 +56,7 @@ pytestmark = [  # masked-off lanes of Triton's interpreter compute inf * 0 and s
     pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning"),
     pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning"),
     pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.slow,
 ]
 
 SWEEP = int(os.environ.get("TRANSPILE_FUZZ_EXAMPLES", "0"))

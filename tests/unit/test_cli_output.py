@@ -7,6 +7,8 @@ small projects under `tmp_path`; the clock is replaced so times print the same."
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
 import sys
 import types
 import uuid
@@ -83,8 +85,8 @@ def test_help_ends_with_exit_codes_and_the_readme(
         "  1  --check found stale files",
         "  2  a user error (bad input, a failed build); nothing was written",
         "",
-        "Configuration ([tool.transpile] in pyproject.toml): see " '"Command line" in',
-        "README.md.",
+        "Configuration: every key of [tool.transpile] in pyproject.toml, its type, its",
+        'default and an example are in "Configuration reference" in README.md.',
     ]
     for flag in ("--version", "--force", "-q, --quiet", "-v, --verbose"):
         assert any(line.lstrip().startswith(flag) for line in out), flag
@@ -343,3 +345,34 @@ def test_one_off_does_not_overwrite_what_the_config_builds(
     )
     assert transpile(capsys, *argv, "--force", "-q", root=project) == (0, [], [])
     assert "# built by the config" not in (project / "gen" / f"{stem}.py").read_text()
+
+
+# --------------------------------------------------------------------------------------
+# Nothing printed that is not ours
+
+
+def test_no_numpy_warning_without_numpy(project: Path) -> None:
+    """Without NumPy, torch's import warns `Failed to initialize NumPy`; a run of
+    `transpile` does not show it (it does not use NumPy)."""
+    missing = project / "site"
+    (missing / "numpy").mkdir(parents=True)
+    (missing / "numpy" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n"
+    )
+    stem = module(project, DOUBLE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(missing), str(ROOT)])}
+
+    def stderr(*argv: str) -> list[str]:
+        run = subprocess.run(
+            [sys.executable, *argv],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        return run.stderr.splitlines()
+
+    torch_alone = stderr("-c", "import torch")
+    assert any("Failed to initialize NumPy" in line for line in torch_alone)
+    argv = (f"{stem}.py::f", "--example", "x=f32[2]", "--device", "cpu")
+    assert stderr("-m", "transpiler.cli", *argv, "--explain", "-q") == []

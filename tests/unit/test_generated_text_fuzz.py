@@ -24,6 +24,7 @@ import tokenize
 from contextlib import redirect_stdout
 from pathlib import Path
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -31,6 +32,8 @@ from hypothesis import strategies as st
 from tests.compile_helpers import import_generated, unique_name
 from transpiler.api import build
 from transpiler.cli import build_options, build_parser
+
+pytestmark = pytest.mark.slow
 
 MARK = "PWNED"
 FRAGMENTS = [

@@ -201,6 +201,8 @@ RUN_STATE = {
 # Builtins that, called without arguments, read the calling frame: here that would be
 # the interpreter's, so they run in fallback code, in the user's.
 FRAME_READERS = {builtins.locals, builtins.globals, builtins.vars, builtins.dir}
+USES_OPAQUE = "uses a value computed by fallback code"
+FORMATS_OPAQUE = "formats a value computed by fallback code as text"
 MAX_BRANCHES = 8  # data-dependent conditions along one path through the code
 MAX_UNROLL = 1024  # iterations of a `while` on Python values
 
@@ -690,10 +692,12 @@ class Interpreter:
         except Unsupported as e:
             self._give_up(stmt, frame, span, mark, e.reason)
         except Exception as e:
-            if not needs_data(e) and not _ours(e) and not self.conditional:
+            if OpaqueValue.__name__ in str(e):  # Python refused a fallback value
+                reason = USES_OPAQUE
+            elif not needs_data(e) and not _ours(e) and not self.conditional:
                 raise UserCodeError(e, span) from e
-            # it fails on meta values (or maybe only on this path): run it eagerly
-            reason = f"{type(e).__name__}: {_first_line(e)}"
+            else:  # it fails on meta values (or only on this path): run it eagerly
+                reason = f"{type(e).__name__}: {_first_line(e)}"
             self._give_up(stmt, frame, span, mark, reason)
         finally:
             self.statements.pop()
@@ -1353,7 +1357,10 @@ class Interpreter:
 
     def eval_BinaryOperation(self, expr, frame: Frame) -> Any:
         op = BINARY_OPS[type(expr.operator).__name__]
-        return _apply(op, self.eval(expr.left, frame), self.eval(expr.right, frame))
+        left, right = self.eval(expr.left, frame), self.eval(expr.right, frame)
+        if op is operator.mod and isinstance(left, (str, bytes)) and _has_opaque(right):
+            raise Unsupported(FORMATS_OPAQUE)  # `"%r" % (x,)`: the text is run time's
+        return _apply(op, left, right)
 
     def eval_UnaryOperation(self, expr, frame: Frame) -> Any:
         value = self.eval(expr.expression, frame)
@@ -1503,6 +1510,8 @@ class Interpreter:
                 parts.append(part.value)
                 continue
             value = self.eval(part.expression, frame)
+            if _has_opaque(value):
+                raise Unsupported(FORMATS_OPAQUE)
             if part.conversion:
                 value = {"r": repr, "s": str, "a": ascii}[part.conversion](value)
             spec = ""

@@ -53,6 +53,9 @@ class OpaqueValue:
 
     __getattr__ = __bool__ = __iter__ = __len__ = __call__ = _needs_value
     __getitem__ = __index__ = __int__ = __float__ = __contains__ = _needs_value
+    __setitem__ = __delitem__ = __enter__ = __exit__ = __reversed__ = _needs_value
+    __complex__ = __round__ = __trunc__ = __floor__ = __ceil__ = _needs_value
+    __str__ = __format__ = _needs_value  # text of the value: f"{x}", "%s" % x
     for _op in (
         "add",
         "sub",
