@@ -26,7 +26,7 @@ SUBSYSTEMS = (
 
 def test_ci_runs_the_readme_command_for_every_test() -> None:
     command = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
-    assert command.endswith(" && python -m pytest -q --runslow")
+    assert command.endswith(" && python -m pytest -q --runslow -n 2 --dist loadfile")
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert f"```\n{command}\n```\n\nruns every test, as CI does (`.ci/run`)" in readme
     assert "`python -m pytest -q` runs the fast tier" in readme

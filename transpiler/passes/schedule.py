@@ -440,7 +440,7 @@ class KernelBuilder:
             mask = self.within(meta.shape, level, bounds)
             load = self.moved_load(source, meta.shape, level, maps, mask)
             load = self.cast(load, out, level)
-            if value is None:
+            if value is None or mask is None:  # (no mask: the piece is everywhere)
                 value = load
             else:
                 value = self.emit("where", (mask, load, value), out, level)
