@@ -44,6 +44,7 @@ def test_wheel_holds_runtime_shim_alone(tmp_path: Path) -> None:
         "runtime_shim/blas.py",
         "runtime_shim/cpp.py",
         "runtime_shim/cuda_graphs.py",
+        "runtime_shim/checks.py",
         "runtime_shim/layout.py",
         "runtime_shim/libdevice.py",
         "runtime_shim/objects.py",

@@ -8,7 +8,7 @@ import torch
 
 from tests.compile_helpers import compile_source
 
-SOURCE = '''
+SOURCE = """
 import torch
 import torch.nn.functional as F
 
@@ -20,7 +20,7 @@ def normalize(x):
 def scaled(x, s, t):
     # a 0-dim value keeps its expand: broadcast, it would promote as a number
     return x * t.expand(4, 6), (x.float() + s.expand(4, 6)).relu()
-'''
+"""
 
 
 def test_expand_read_by_pointwise_is_a_broadcast(tmp_path) -> None:

@@ -113,13 +113,16 @@ class _Renderer:
         if s.op == "load":
             param, index, *within = s.args
             text = self.index(index)
-            if index.terms:  # (an address without terms is one that is there)
+            positional = any(t.var in ("x", "r") for t in index.terms)
+            if positional:
                 mask = self.mask(s.level)
                 if within:  # `!= 0`: a 0-d condition and'd with a block is not a
                     # mask to Triton's interpreter, though it has its values
                     mask = f"({mask} & {within[0]}) != 0"
                 expr = f"tl.load({param} + {_group(text)}, {mask}, other=0)"
-            else:
+            elif index.terms and within:  # at a loaded index only: if in range
+                expr = f"tl.load({param} + {_group(text)}, {within[0]}, other=0)"
+            else:  # one address for all, one that is there
                 expr = f"tl.load({param} + {text})"
             src = next(a.dtype for a in self.k.inputs if a.param == param)
             if src != s.dtype:

@@ -76,6 +76,8 @@ def check_indices(graph: Graph) -> Graph:
             dim = next(i for i, t in enumerate(args[1]) if t is not None)
             x, index, ref = args[0], args[1][dim], node.args[1][dim]
             low = -x.shape[dim]  # x[idx] counts negative indices from the end
+        if x.dim() == 0:
+            return NotImplemented  # not an indirect load kernels compute
         message = MESSAGES[node.target].format(dim=dim % x.dim(), size=x.shape[dim])
         known = _arange(ref, nodes)
         if known is not None and low <= known[0] and known[1] <= x.shape[dim]:
