@@ -67,6 +67,7 @@ def compiled(tmp_path_factory):
     return compile_source(source, functions, tmp_path_factory.mktemp("reductions"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(len(SWEEP)), ids=lambda i: f"{SWEEP[i]}")
 def test_reduction_sweep(compiled, i: int) -> None:
     shape, _ = SWEEP[i]
@@ -77,6 +78,7 @@ def test_reduction_sweep(compiled, i: int) -> None:
     assert "extern" not in case.cpu_source and "torch.ops" not in case.cpu_source
 
 
+@pytest.mark.slow
 def test_every_variant_is_kernels_only(compiled) -> None:
     doc = next(iter(compiled.values())).module.__doc__
     counts = re.findall(r"(\d+) kernels?, (\d+) extern calls?", doc)
@@ -151,6 +153,7 @@ def split(tmp_path_factory):
     return compile_source(SPLIT_SOURCE, functions, root), functions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["column_sums", "totals", "low_precision"])
 def test_split_reductions(split, name: str) -> None:
     compiled, functions = split
@@ -241,6 +244,7 @@ def long_rows(x):
 """
 
 
+@pytest.mark.slow
 def test_long_rows(tmp_path) -> None:
     """Rows longer than a block (Note [Online softmax] in codegen/triton.py): the
     max and the sum of exponentials in one pass, the sum rescaled as the max grows
@@ -273,6 +277,7 @@ def positions(x):
 """
 
 
+@pytest.mark.slow
 def test_argmax_and_argmin(tmp_path) -> None:
     """The first position of the max or min: ties, NaN (the largest and the
     smallest, as torch's are), rows of -inf, along rows, across them and over
