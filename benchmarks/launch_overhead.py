@@ -71,7 +71,9 @@ def main() -> int:
         y.zero_()
         launch_shim()  # the direct launch
         torch.testing.assert_close(y, torch.relu(x))
+        torch_launcher = all(hit[-1] is not None for hit in relu.compiled.values())
         print(f"direct launches: {relu.fast}, {len(relu.compiled)} compiled")
+        print(f"through torch's launcher (Note [torch's launcher]): {torch_launcher}")
         print(f"triton {triton.__version__}, torch {torch.__version__}")
         for name, fn in rows:
             print(f"{name:55s} {per_call_us(fn):8.1f} us")

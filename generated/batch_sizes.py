@@ -50,6 +50,12 @@ class _Triton:
 _triton = _Triton()
 
 
+_LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
+    "cpu",
+    (("self.fc.bias", torch.float32, (10,), (1,)),),
+)
+
+
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[16,512]): the first guard that fails, or None."""
     try:
@@ -92,14 +98,11 @@ def _guards_cpu_0(self, x):
         fc_bias = fc._parameters.get("bias")
         if not (fc_weight is not None and fc_bias is not None):
             return "self.fc.weight is not None and self.fc.bias is not None"
-        if not (fc_bias.is_cpu):
-            return "self.fc.bias.is_cpu"
-        if not (fc_bias.dtype == torch.float32):
-            return "self.fc.bias.dtype == torch.float32"
-        if not (fc_bias.shape == (10,)):
-            return "self.fc.bias.shape == (10,)"
-        if not (fc_bias.stride() == (1,)):
-            return "self.fc.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_0.mismatch(
+            fc_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
@@ -121,6 +124,12 @@ def _cpu_0(self, x):
         linear.data_ptr(), fc_bias.data_ptr(), _log_softmax.data_ptr()
     )
     return _log_softmax
+
+
+_LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
+    "cuda",
+    (("self.fc.bias", torch.float32, (10,), (1,)),),
+)
 
 
 def _guards_cuda_0(self, x):
@@ -167,14 +176,11 @@ def _guards_cuda_0(self, x):
         fc_bias = fc._parameters.get("bias")
         if not (fc_weight is not None and fc_bias is not None):
             return "self.fc.weight is not None and self.fc.bias is not None"
-        if not (fc_bias.is_cuda):
-            return "self.fc.bias.is_cuda"
-        if not (fc_bias.dtype == torch.float32):
-            return "self.fc.bias.dtype == torch.float32"
-        if not (fc_bias.shape == (10,)):
-            return "self.fc.bias.shape == (10,)"
-        if not (fc_bias.stride() == (1,)):
-            return "self.fc.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_0.mismatch(
+            fc_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
@@ -196,6 +202,12 @@ def _cuda_0(self, x):
         linear, fc_bias, _log_softmax, XBLOCK=16, RBLOCK=16, num_warps=1
     )
     return _log_softmax
+
+
+_LAYOUTS_cpu_1 = runtime_shim.TensorLayouts(
+    "cpu",
+    (("self.fc.bias", torch.float32, (10,), (1,)),),
+)
 
 
 def _guards_cpu_1(self, x):
@@ -240,14 +252,11 @@ def _guards_cpu_1(self, x):
         fc_bias = fc._parameters.get("bias")
         if not (fc_weight is not None and fc_bias is not None):
             return "self.fc.weight is not None and self.fc.bias is not None"
-        if not (fc_bias.is_cpu):
-            return "self.fc.bias.is_cpu"
-        if not (fc_bias.dtype == torch.float32):
-            return "self.fc.bias.dtype == torch.float32"
-        if not (fc_bias.shape == (10,)):
-            return "self.fc.bias.shape == (10,)"
-        if not (fc_bias.stride() == (1,)):
-            return "self.fc.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_1.mismatch(
+            fc_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
@@ -269,6 +278,12 @@ def _cpu_1(self, x):
         linear.data_ptr(), fc_bias.data_ptr(), _log_softmax.data_ptr()
     )
     return _log_softmax
+
+
+_LAYOUTS_cuda_1 = runtime_shim.TensorLayouts(
+    "cuda",
+    (("self.fc.bias", torch.float32, (10,), (1,)),),
+)
 
 
 def _guards_cuda_1(self, x):
@@ -315,14 +330,11 @@ def _guards_cuda_1(self, x):
         fc_bias = fc._parameters.get("bias")
         if not (fc_weight is not None and fc_bias is not None):
             return "self.fc.weight is not None and self.fc.bias is not None"
-        if not (fc_bias.is_cuda):
-            return "self.fc.bias.is_cuda"
-        if not (fc_bias.dtype == torch.float32):
-            return "self.fc.bias.dtype == torch.float32"
-        if not (fc_bias.shape == (10,)):
-            return "self.fc.bias.shape == (10,)"
-        if not (fc_bias.stride() == (1,)):
-            return "self.fc.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_1.mismatch(
+            fc_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
@@ -344,6 +356,12 @@ def _cuda_1(self, x):
         linear, fc_bias, _log_softmax, XBLOCK=32, RBLOCK=16, num_warps=2
     )
     return _log_softmax
+
+
+_LAYOUTS_cpu_2 = runtime_shim.TensorLayouts(
+    "cpu",
+    (("self.fc.bias", torch.float32, (10,), (1,)),),
+)
 
 
 def _guards_cpu_2(self, x):
@@ -388,14 +406,11 @@ def _guards_cpu_2(self, x):
         fc_bias = fc._parameters.get("bias")
         if not (fc_weight is not None and fc_bias is not None):
             return "self.fc.weight is not None and self.fc.bias is not None"
-        if not (fc_bias.is_cpu):
-            return "self.fc.bias.is_cpu"
-        if not (fc_bias.dtype == torch.float32):
-            return "self.fc.bias.dtype == torch.float32"
-        if not (fc_bias.shape == (10,)):
-            return "self.fc.bias.shape == (10,)"
-        if not (fc_bias.stride() == (1,)):
-            return "self.fc.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_2.mismatch(
+            fc_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
@@ -417,6 +432,12 @@ def _cpu_2(self, x):
         linear.data_ptr(), fc_bias.data_ptr(), _log_softmax.data_ptr()
     )
     return _log_softmax
+
+
+_LAYOUTS_cpu_3 = runtime_shim.TensorLayouts(
+    "cpu",
+    (("self.fc.bias", torch.float32, (10,), (1,)),),
+)
 
 
 def _guards_cpu_3(self, x):
@@ -465,14 +486,11 @@ def _guards_cpu_3(self, x):
         fc_bias = fc._parameters.get("bias")
         if not (fc_weight is not None and fc_bias is not None):
             return "self.fc.weight is not None and self.fc.bias is not None"
-        if not (fc_bias.is_cpu):
-            return "self.fc.bias.is_cpu"
-        if not (fc_bias.dtype == torch.float32):
-            return "self.fc.bias.dtype == torch.float32"
-        if not (fc_bias.shape == (10,)):
-            return "self.fc.bias.shape == (10,)"
-        if not (fc_bias.stride() == (1,)):
-            return "self.fc.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_3.mismatch(
+            fc_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
@@ -495,6 +513,12 @@ def _cpu_3(self, x):
         linear.data_ptr(), fc_bias.data_ptr(), _log_softmax.data_ptr(), B
     )
     return _log_softmax
+
+
+_LAYOUTS_cuda_2 = runtime_shim.TensorLayouts(
+    "cuda",
+    (("self.fc.bias", torch.float32, (10,), (1,)),),
+)
 
 
 def _guards_cuda_2(self, x):
@@ -541,14 +565,11 @@ def _guards_cuda_2(self, x):
         fc_bias = fc._parameters.get("bias")
         if not (fc_weight is not None and fc_bias is not None):
             return "self.fc.weight is not None and self.fc.bias is not None"
-        if not (fc_bias.is_cuda):
-            return "self.fc.bias.is_cuda"
-        if not (fc_bias.dtype == torch.float32):
-            return "self.fc.bias.dtype == torch.float32"
-        if not (fc_bias.shape == (10,)):
-            return "self.fc.bias.shape == (10,)"
-        if not (fc_bias.stride() == (1,)):
-            return "self.fc.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_2.mismatch(
+            fc_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
@@ -570,6 +591,12 @@ def _cuda_2(self, x):
         linear, fc_bias, _log_softmax, XBLOCK=1, RBLOCK=16, num_warps=1
     )
     return _log_softmax
+
+
+_LAYOUTS_cuda_3 = runtime_shim.TensorLayouts(
+    "cuda",
+    (("self.fc.bias", torch.float32, (10,), (1,)),),
+)
 
 
 def _guards_cuda_3(self, x):
@@ -620,14 +647,11 @@ def _guards_cuda_3(self, x):
         fc_bias = fc._parameters.get("bias")
         if not (fc_weight is not None and fc_bias is not None):
             return "self.fc.weight is not None and self.fc.bias is not None"
-        if not (fc_bias.is_cuda):
-            return "self.fc.bias.is_cuda"
-        if not (fc_bias.dtype == torch.float32):
-            return "self.fc.bias.dtype == torch.float32"
-        if not (fc_bias.shape == (10,)):
-            return "self.fc.bias.shape == (10,)"
-        if not (fc_bias.stride() == (1,)):
-            return "self.fc.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_3.mismatch(
+            fc_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)

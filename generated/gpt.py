@@ -48,6 +48,31 @@ class _Triton:
 _triton = _Triton()
 
 
+_LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
+    "cpu",
+    (
+        ("self.wte.weight", torch.float32, (256, 64), (64, 1)),
+        ("self.wpe.weight", torch.float32, (64, 64), (64, 1)),
+        ("self.h[0].ln_1.weight", torch.float32, (64,), (1,)),
+        ("self.h[0].ln_1.bias", torch.float32, (64,), (1,)),
+        ("self.h[0].attn.c_proj.bias", torch.float32, (64,), (1,)),
+        ("self.h[0].ln_2.weight", torch.float32, (64,), (1,)),
+        ("self.h[0].ln_2.bias", torch.float32, (64,), (1,)),
+        ("self.h[0].mlp.c_fc.bias", torch.float32, (256,), (1,)),
+        ("self.h[0].mlp.c_proj.bias", torch.float32, (64,), (1,)),
+        ("self.h[1].ln_1.weight", torch.float32, (64,), (1,)),
+        ("self.h[1].ln_1.bias", torch.float32, (64,), (1,)),
+        ("self.h[1].attn.c_proj.bias", torch.float32, (64,), (1,)),
+        ("self.h[1].ln_2.weight", torch.float32, (64,), (1,)),
+        ("self.h[1].ln_2.bias", torch.float32, (64,), (1,)),
+        ("self.h[1].mlp.c_fc.bias", torch.float32, (256,), (1,)),
+        ("self.h[1].mlp.c_proj.bias", torch.float32, (64,), (1,)),
+        ("self.ln_f.weight", torch.float32, (64,), (1,)),
+        ("self.ln_f.bias", torch.float32, (64,), (1,)),
+    ),
+)
+
+
 def _guards_cpu_0(self, idx):
     """Variant cpu_0 (cpu: idx=i64[2,16]): the first guard that fails, or None."""
     try:
@@ -534,150 +559,28 @@ def _guards_cpu_0(self, idx):
         ln_f_bias = ln_f._parameters.get("bias")
         if not (ln_f_weight is not None and ln_f_bias is not None):
             return "self.ln_f.weight is not None and self.ln_f.bias is not None"
-        if not (wte_weight.is_cpu):
-            return "self.wte.weight.is_cpu"
-        if not (wte_weight.dtype == torch.float32):
-            return "self.wte.weight.dtype == torch.float32"
-        if not (wte_weight.shape == (256, 64)):
-            return "self.wte.weight.shape == (256, 64)"
-        if not (wte_weight.stride() == (64, 1)):
-            return "self.wte.weight.stride() == (64, 1)"
-        if not (wpe_weight.is_cpu):
-            return "self.wpe.weight.is_cpu"
-        if not (wpe_weight.dtype == torch.float32):
-            return "self.wpe.weight.dtype == torch.float32"
-        if not (wpe_weight.shape == (64, 64)):
-            return "self.wpe.weight.shape == (64, 64)"
-        if not (wpe_weight.stride() == (64, 1)):
-            return "self.wpe.weight.stride() == (64, 1)"
-        if not (h_0_ln_1_weight.is_cpu):
-            return "self.h[0].ln_1.weight.is_cpu"
-        if not (h_0_ln_1_weight.dtype == torch.float32):
-            return "self.h[0].ln_1.weight.dtype == torch.float32"
-        if not (h_0_ln_1_weight.shape == (64,)):
-            return "self.h[0].ln_1.weight.shape == (64,)"
-        if not (h_0_ln_1_weight.stride() == (1,)):
-            return "self.h[0].ln_1.weight.stride() == (1,)"
-        if not (h_0_ln_1_bias.is_cpu):
-            return "self.h[0].ln_1.bias.is_cpu"
-        if not (h_0_ln_1_bias.dtype == torch.float32):
-            return "self.h[0].ln_1.bias.dtype == torch.float32"
-        if not (h_0_ln_1_bias.shape == (64,)):
-            return "self.h[0].ln_1.bias.shape == (64,)"
-        if not (h_0_ln_1_bias.stride() == (1,)):
-            return "self.h[0].ln_1.bias.stride() == (1,)"
-        if not (h_0_attn_c_proj_bias.is_cpu):
-            return "self.h[0].attn.c_proj.bias.is_cpu"
-        if not (h_0_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[0].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_0_attn_c_proj_bias.shape == (64,)):
-            return "self.h[0].attn.c_proj.bias.shape == (64,)"
-        if not (h_0_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[0].attn.c_proj.bias.stride() == (1,)"
-        if not (h_0_ln_2_weight.is_cpu):
-            return "self.h[0].ln_2.weight.is_cpu"
-        if not (h_0_ln_2_weight.dtype == torch.float32):
-            return "self.h[0].ln_2.weight.dtype == torch.float32"
-        if not (h_0_ln_2_weight.shape == (64,)):
-            return "self.h[0].ln_2.weight.shape == (64,)"
-        if not (h_0_ln_2_weight.stride() == (1,)):
-            return "self.h[0].ln_2.weight.stride() == (1,)"
-        if not (h_0_ln_2_bias.is_cpu):
-            return "self.h[0].ln_2.bias.is_cpu"
-        if not (h_0_ln_2_bias.dtype == torch.float32):
-            return "self.h[0].ln_2.bias.dtype == torch.float32"
-        if not (h_0_ln_2_bias.shape == (64,)):
-            return "self.h[0].ln_2.bias.shape == (64,)"
-        if not (h_0_ln_2_bias.stride() == (1,)):
-            return "self.h[0].ln_2.bias.stride() == (1,)"
-        if not (h_0_mlp_c_fc_bias.is_cpu):
-            return "self.h[0].mlp.c_fc.bias.is_cpu"
-        if not (h_0_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[0].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_0_mlp_c_fc_bias.shape == (256,)):
-            return "self.h[0].mlp.c_fc.bias.shape == (256,)"
-        if not (h_0_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[0].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_0_mlp_c_proj_bias.is_cpu):
-            return "self.h[0].mlp.c_proj.bias.is_cpu"
-        if not (h_0_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[0].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_0_mlp_c_proj_bias.shape == (64,)):
-            return "self.h[0].mlp.c_proj.bias.shape == (64,)"
-        if not (h_0_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[0].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_1_ln_1_weight.is_cpu):
-            return "self.h[1].ln_1.weight.is_cpu"
-        if not (h_1_ln_1_weight.dtype == torch.float32):
-            return "self.h[1].ln_1.weight.dtype == torch.float32"
-        if not (h_1_ln_1_weight.shape == (64,)):
-            return "self.h[1].ln_1.weight.shape == (64,)"
-        if not (h_1_ln_1_weight.stride() == (1,)):
-            return "self.h[1].ln_1.weight.stride() == (1,)"
-        if not (h_1_ln_1_bias.is_cpu):
-            return "self.h[1].ln_1.bias.is_cpu"
-        if not (h_1_ln_1_bias.dtype == torch.float32):
-            return "self.h[1].ln_1.bias.dtype == torch.float32"
-        if not (h_1_ln_1_bias.shape == (64,)):
-            return "self.h[1].ln_1.bias.shape == (64,)"
-        if not (h_1_ln_1_bias.stride() == (1,)):
-            return "self.h[1].ln_1.bias.stride() == (1,)"
-        if not (h_1_attn_c_proj_bias.is_cpu):
-            return "self.h[1].attn.c_proj.bias.is_cpu"
-        if not (h_1_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[1].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_1_attn_c_proj_bias.shape == (64,)):
-            return "self.h[1].attn.c_proj.bias.shape == (64,)"
-        if not (h_1_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[1].attn.c_proj.bias.stride() == (1,)"
-        if not (h_1_ln_2_weight.is_cpu):
-            return "self.h[1].ln_2.weight.is_cpu"
-        if not (h_1_ln_2_weight.dtype == torch.float32):
-            return "self.h[1].ln_2.weight.dtype == torch.float32"
-        if not (h_1_ln_2_weight.shape == (64,)):
-            return "self.h[1].ln_2.weight.shape == (64,)"
-        if not (h_1_ln_2_weight.stride() == (1,)):
-            return "self.h[1].ln_2.weight.stride() == (1,)"
-        if not (h_1_ln_2_bias.is_cpu):
-            return "self.h[1].ln_2.bias.is_cpu"
-        if not (h_1_ln_2_bias.dtype == torch.float32):
-            return "self.h[1].ln_2.bias.dtype == torch.float32"
-        if not (h_1_ln_2_bias.shape == (64,)):
-            return "self.h[1].ln_2.bias.shape == (64,)"
-        if not (h_1_ln_2_bias.stride() == (1,)):
-            return "self.h[1].ln_2.bias.stride() == (1,)"
-        if not (h_1_mlp_c_fc_bias.is_cpu):
-            return "self.h[1].mlp.c_fc.bias.is_cpu"
-        if not (h_1_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[1].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_1_mlp_c_fc_bias.shape == (256,)):
-            return "self.h[1].mlp.c_fc.bias.shape == (256,)"
-        if not (h_1_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[1].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_1_mlp_c_proj_bias.is_cpu):
-            return "self.h[1].mlp.c_proj.bias.is_cpu"
-        if not (h_1_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[1].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_1_mlp_c_proj_bias.shape == (64,)):
-            return "self.h[1].mlp.c_proj.bias.shape == (64,)"
-        if not (h_1_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[1].mlp.c_proj.bias.stride() == (1,)"
-        if not (ln_f_weight.is_cpu):
-            return "self.ln_f.weight.is_cpu"
-        if not (ln_f_weight.dtype == torch.float32):
-            return "self.ln_f.weight.dtype == torch.float32"
-        if not (ln_f_weight.shape == (64,)):
-            return "self.ln_f.weight.shape == (64,)"
-        if not (ln_f_weight.stride() == (1,)):
-            return "self.ln_f.weight.stride() == (1,)"
-        if not (ln_f_bias.is_cpu):
-            return "self.ln_f.bias.is_cpu"
-        if not (ln_f_bias.dtype == torch.float32):
-            return "self.ln_f.bias.dtype == torch.float32"
-        if not (ln_f_bias.shape == (64,)):
-            return "self.ln_f.bias.shape == (64,)"
-        if not (ln_f_bias.stride() == (1,)):
-            return "self.ln_f.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_0.mismatch(
+            wte_weight,
+            wpe_weight,
+            h_0_ln_1_weight,
+            h_0_ln_1_bias,
+            h_0_attn_c_proj_bias,
+            h_0_ln_2_weight,
+            h_0_ln_2_bias,
+            h_0_mlp_c_fc_bias,
+            h_0_mlp_c_proj_bias,
+            h_1_ln_1_weight,
+            h_1_ln_1_bias,
+            h_1_attn_c_proj_bias,
+            h_1_ln_2_weight,
+            h_1_ln_2_bias,
+            h_1_mlp_c_fc_bias,
+            h_1_mlp_c_proj_bias,
+            ln_f_weight,
+            ln_f_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (lm_head._parameters.get("weight") is wte_weight):
             return "self.lm_head.weight is self.wte.weight"
         if not (
@@ -863,16 +766,23 @@ def _cpu_0(self, idx):
     )
     ln_f_weight = self._modules["ln_f"]._parameters["weight"]
     ln_f_bias = self._modules["ln_f"]._parameters["bias"]
-    # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
-    arange = torch.arange(0, 16, dtype=torch.int64, device=device, pin_memory=False)
+    sources = (wpe_weight,)
+    constants = runtime_shim.constants(self, "cpu_0", sources)
+    if constants is None:
+        # values of parameters and buffers alone, kept between calls: 4096 bytes
+        # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+        arange = torch.arange(0, 16, dtype=torch.int64, device=device, pin_memory=False)
+        # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
+        embedding_1 = empty((16, 64), (64, 1), torch.float32)
+        _cpp.function("cpp_fused_index_0", "ppp")(
+            arange.data_ptr(), wpe_weight.data_ptr(), embedding_1.data_ptr()
+        )
+        constants = runtime_shim.keep_constants(self, "cpu_0", sources, (embedding_1,))
+    (embedding_1,) = constants
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
     ne_1 = empty((), (), torch.bool)
     _cpp.function("cpp_fused_embedding_0", "pp")(idx.data_ptr(), ne_1.data_ptr())
     runtime_shim.check_index(ne_1, "index out of range in self")
-    embedding_1 = empty((16, 64), (64, 1), torch.float32)
-    _cpp.function("cpp_fused_index_0", "ppp")(
-        arange.data_ptr(), wpe_weight.data_ptr(), embedding_1.data_ptr()
-    )
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     native_layer_norm_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
@@ -1004,6 +914,31 @@ def _cpu_0(self, idx):
     mm = linear_8.view(32, 256)
     _unsafe_view = mm.view(2, 16, 256)
     return _unsafe_view
+
+
+_LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
+    "cuda",
+    (
+        ("self.wte.weight", torch.float32, (256, 64), (64, 1)),
+        ("self.wpe.weight", torch.float32, (64, 64), (64, 1)),
+        ("self.h[0].ln_1.weight", torch.float32, (64,), (1,)),
+        ("self.h[0].ln_1.bias", torch.float32, (64,), (1,)),
+        ("self.h[0].attn.c_proj.bias", torch.float32, (64,), (1,)),
+        ("self.h[0].ln_2.weight", torch.float32, (64,), (1,)),
+        ("self.h[0].ln_2.bias", torch.float32, (64,), (1,)),
+        ("self.h[0].mlp.c_fc.bias", torch.float32, (256,), (1,)),
+        ("self.h[0].mlp.c_proj.bias", torch.float32, (64,), (1,)),
+        ("self.h[1].ln_1.weight", torch.float32, (64,), (1,)),
+        ("self.h[1].ln_1.bias", torch.float32, (64,), (1,)),
+        ("self.h[1].attn.c_proj.bias", torch.float32, (64,), (1,)),
+        ("self.h[1].ln_2.weight", torch.float32, (64,), (1,)),
+        ("self.h[1].ln_2.bias", torch.float32, (64,), (1,)),
+        ("self.h[1].mlp.c_fc.bias", torch.float32, (256,), (1,)),
+        ("self.h[1].mlp.c_proj.bias", torch.float32, (64,), (1,)),
+        ("self.ln_f.weight", torch.float32, (64,), (1,)),
+        ("self.ln_f.bias", torch.float32, (64,), (1,)),
+    ),
+)
 
 
 def _guards_cuda_0(self, idx):
@@ -1494,150 +1429,28 @@ def _guards_cuda_0(self, idx):
         ln_f_bias = ln_f._parameters.get("bias")
         if not (ln_f_weight is not None and ln_f_bias is not None):
             return "self.ln_f.weight is not None and self.ln_f.bias is not None"
-        if not (wte_weight.is_cuda):
-            return "self.wte.weight.is_cuda"
-        if not (wte_weight.dtype == torch.float32):
-            return "self.wte.weight.dtype == torch.float32"
-        if not (wte_weight.shape == (256, 64)):
-            return "self.wte.weight.shape == (256, 64)"
-        if not (wte_weight.stride() == (64, 1)):
-            return "self.wte.weight.stride() == (64, 1)"
-        if not (wpe_weight.is_cuda):
-            return "self.wpe.weight.is_cuda"
-        if not (wpe_weight.dtype == torch.float32):
-            return "self.wpe.weight.dtype == torch.float32"
-        if not (wpe_weight.shape == (64, 64)):
-            return "self.wpe.weight.shape == (64, 64)"
-        if not (wpe_weight.stride() == (64, 1)):
-            return "self.wpe.weight.stride() == (64, 1)"
-        if not (h_0_ln_1_weight.is_cuda):
-            return "self.h[0].ln_1.weight.is_cuda"
-        if not (h_0_ln_1_weight.dtype == torch.float32):
-            return "self.h[0].ln_1.weight.dtype == torch.float32"
-        if not (h_0_ln_1_weight.shape == (64,)):
-            return "self.h[0].ln_1.weight.shape == (64,)"
-        if not (h_0_ln_1_weight.stride() == (1,)):
-            return "self.h[0].ln_1.weight.stride() == (1,)"
-        if not (h_0_ln_1_bias.is_cuda):
-            return "self.h[0].ln_1.bias.is_cuda"
-        if not (h_0_ln_1_bias.dtype == torch.float32):
-            return "self.h[0].ln_1.bias.dtype == torch.float32"
-        if not (h_0_ln_1_bias.shape == (64,)):
-            return "self.h[0].ln_1.bias.shape == (64,)"
-        if not (h_0_ln_1_bias.stride() == (1,)):
-            return "self.h[0].ln_1.bias.stride() == (1,)"
-        if not (h_0_attn_c_proj_bias.is_cuda):
-            return "self.h[0].attn.c_proj.bias.is_cuda"
-        if not (h_0_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[0].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_0_attn_c_proj_bias.shape == (64,)):
-            return "self.h[0].attn.c_proj.bias.shape == (64,)"
-        if not (h_0_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[0].attn.c_proj.bias.stride() == (1,)"
-        if not (h_0_ln_2_weight.is_cuda):
-            return "self.h[0].ln_2.weight.is_cuda"
-        if not (h_0_ln_2_weight.dtype == torch.float32):
-            return "self.h[0].ln_2.weight.dtype == torch.float32"
-        if not (h_0_ln_2_weight.shape == (64,)):
-            return "self.h[0].ln_2.weight.shape == (64,)"
-        if not (h_0_ln_2_weight.stride() == (1,)):
-            return "self.h[0].ln_2.weight.stride() == (1,)"
-        if not (h_0_ln_2_bias.is_cuda):
-            return "self.h[0].ln_2.bias.is_cuda"
-        if not (h_0_ln_2_bias.dtype == torch.float32):
-            return "self.h[0].ln_2.bias.dtype == torch.float32"
-        if not (h_0_ln_2_bias.shape == (64,)):
-            return "self.h[0].ln_2.bias.shape == (64,)"
-        if not (h_0_ln_2_bias.stride() == (1,)):
-            return "self.h[0].ln_2.bias.stride() == (1,)"
-        if not (h_0_mlp_c_fc_bias.is_cuda):
-            return "self.h[0].mlp.c_fc.bias.is_cuda"
-        if not (h_0_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[0].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_0_mlp_c_fc_bias.shape == (256,)):
-            return "self.h[0].mlp.c_fc.bias.shape == (256,)"
-        if not (h_0_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[0].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_0_mlp_c_proj_bias.is_cuda):
-            return "self.h[0].mlp.c_proj.bias.is_cuda"
-        if not (h_0_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[0].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_0_mlp_c_proj_bias.shape == (64,)):
-            return "self.h[0].mlp.c_proj.bias.shape == (64,)"
-        if not (h_0_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[0].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_1_ln_1_weight.is_cuda):
-            return "self.h[1].ln_1.weight.is_cuda"
-        if not (h_1_ln_1_weight.dtype == torch.float32):
-            return "self.h[1].ln_1.weight.dtype == torch.float32"
-        if not (h_1_ln_1_weight.shape == (64,)):
-            return "self.h[1].ln_1.weight.shape == (64,)"
-        if not (h_1_ln_1_weight.stride() == (1,)):
-            return "self.h[1].ln_1.weight.stride() == (1,)"
-        if not (h_1_ln_1_bias.is_cuda):
-            return "self.h[1].ln_1.bias.is_cuda"
-        if not (h_1_ln_1_bias.dtype == torch.float32):
-            return "self.h[1].ln_1.bias.dtype == torch.float32"
-        if not (h_1_ln_1_bias.shape == (64,)):
-            return "self.h[1].ln_1.bias.shape == (64,)"
-        if not (h_1_ln_1_bias.stride() == (1,)):
-            return "self.h[1].ln_1.bias.stride() == (1,)"
-        if not (h_1_attn_c_proj_bias.is_cuda):
-            return "self.h[1].attn.c_proj.bias.is_cuda"
-        if not (h_1_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[1].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_1_attn_c_proj_bias.shape == (64,)):
-            return "self.h[1].attn.c_proj.bias.shape == (64,)"
-        if not (h_1_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[1].attn.c_proj.bias.stride() == (1,)"
-        if not (h_1_ln_2_weight.is_cuda):
-            return "self.h[1].ln_2.weight.is_cuda"
-        if not (h_1_ln_2_weight.dtype == torch.float32):
-            return "self.h[1].ln_2.weight.dtype == torch.float32"
-        if not (h_1_ln_2_weight.shape == (64,)):
-            return "self.h[1].ln_2.weight.shape == (64,)"
-        if not (h_1_ln_2_weight.stride() == (1,)):
-            return "self.h[1].ln_2.weight.stride() == (1,)"
-        if not (h_1_ln_2_bias.is_cuda):
-            return "self.h[1].ln_2.bias.is_cuda"
-        if not (h_1_ln_2_bias.dtype == torch.float32):
-            return "self.h[1].ln_2.bias.dtype == torch.float32"
-        if not (h_1_ln_2_bias.shape == (64,)):
-            return "self.h[1].ln_2.bias.shape == (64,)"
-        if not (h_1_ln_2_bias.stride() == (1,)):
-            return "self.h[1].ln_2.bias.stride() == (1,)"
-        if not (h_1_mlp_c_fc_bias.is_cuda):
-            return "self.h[1].mlp.c_fc.bias.is_cuda"
-        if not (h_1_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[1].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_1_mlp_c_fc_bias.shape == (256,)):
-            return "self.h[1].mlp.c_fc.bias.shape == (256,)"
-        if not (h_1_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[1].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_1_mlp_c_proj_bias.is_cuda):
-            return "self.h[1].mlp.c_proj.bias.is_cuda"
-        if not (h_1_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[1].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_1_mlp_c_proj_bias.shape == (64,)):
-            return "self.h[1].mlp.c_proj.bias.shape == (64,)"
-        if not (h_1_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[1].mlp.c_proj.bias.stride() == (1,)"
-        if not (ln_f_weight.is_cuda):
-            return "self.ln_f.weight.is_cuda"
-        if not (ln_f_weight.dtype == torch.float32):
-            return "self.ln_f.weight.dtype == torch.float32"
-        if not (ln_f_weight.shape == (64,)):
-            return "self.ln_f.weight.shape == (64,)"
-        if not (ln_f_weight.stride() == (1,)):
-            return "self.ln_f.weight.stride() == (1,)"
-        if not (ln_f_bias.is_cuda):
-            return "self.ln_f.bias.is_cuda"
-        if not (ln_f_bias.dtype == torch.float32):
-            return "self.ln_f.bias.dtype == torch.float32"
-        if not (ln_f_bias.shape == (64,)):
-            return "self.ln_f.bias.shape == (64,)"
-        if not (ln_f_bias.stride() == (1,)):
-            return "self.ln_f.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_0.mismatch(
+            wte_weight,
+            wpe_weight,
+            h_0_ln_1_weight,
+            h_0_ln_1_bias,
+            h_0_attn_c_proj_bias,
+            h_0_ln_2_weight,
+            h_0_ln_2_bias,
+            h_0_mlp_c_fc_bias,
+            h_0_mlp_c_proj_bias,
+            h_1_ln_1_weight,
+            h_1_ln_1_bias,
+            h_1_attn_c_proj_bias,
+            h_1_ln_2_weight,
+            h_1_ln_2_bias,
+            h_1_mlp_c_fc_bias,
+            h_1_mlp_c_proj_bias,
+            ln_f_weight,
+            ln_f_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (lm_head._parameters.get("weight") is wte_weight):
             return "self.lm_head.weight is self.wte.weight"
         if not (
@@ -1823,16 +1636,23 @@ def _cuda_0(self, idx):
     )
     ln_f_weight = self._modules["ln_f"]._parameters["weight"]
     ln_f_bias = self._modules["ln_f"]._parameters["bias"]
-    # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
-    arange = torch.arange(0, 16, dtype=torch.int64, device=device, pin_memory=False)
+    sources = (wpe_weight,)
+    constants = runtime_shim.constants(self, "cuda_0", sources)
+    if constants is None:
+        # values of parameters and buffers alone, kept between calls: 4096 bytes
+        # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+        arange = torch.arange(0, 16, dtype=torch.int64, device=device, pin_memory=False)
+        # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
+        embedding_1 = empty((16, 64), (64, 1), torch.float32)
+        _triton.triton_fused_index_0[(1,)](
+            arange, wpe_weight, embedding_1, XBLOCK=1024, num_warps=4
+        )
+        constants = runtime_shim.keep_constants(self, "cuda_0", sources, (embedding_1,))
+    (embedding_1,) = constants
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
     ne_1 = empty((), (), torch.bool)
     _triton.triton_fused_embedding_0[(1,)](idx, ne_1, XBLOCK=1, RBLOCK=32, num_warps=1)
     runtime_shim.check_index(ne_1, "index out of range in self")
-    embedding_1 = empty((16, 64), (64, 1), torch.float32)
-    _triton.triton_fused_index_0[(1,)](
-        arange, wpe_weight, embedding_1, XBLOCK=1024, num_warps=4
-    )
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     native_layer_norm_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)

@@ -47,6 +47,15 @@ class _Triton:
 _triton = _Triton()
 
 
+_LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
+    "cpu",
+    (
+        ("self.norm.weight", torch.float32, (256,), (1,)),
+        ("self.norm.bias", torch.float32, (256,), (1,)),
+    ),
+)
+
+
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[16,256]): the first guard that fails, or None."""
     try:
@@ -94,22 +103,12 @@ def _guards_cpu_0(self, x):
         norm_bias = norm._parameters.get("bias")
         if not (norm_weight is not None and norm_bias is not None):
             return "self.norm.weight is not None and self.norm.bias is not None"
-        if not (norm_weight.is_cpu):
-            return "self.norm.weight.is_cpu"
-        if not (norm_weight.dtype == torch.float32):
-            return "self.norm.weight.dtype == torch.float32"
-        if not (norm_weight.shape == (256,)):
-            return "self.norm.weight.shape == (256,)"
-        if not (norm_weight.stride() == (1,)):
-            return "self.norm.weight.stride() == (1,)"
-        if not (norm_bias.is_cpu):
-            return "self.norm.bias.is_cpu"
-        if not (norm_bias.dtype == torch.float32):
-            return "self.norm.bias.dtype == torch.float32"
-        if not (norm_bias.shape == (256,)):
-            return "self.norm.bias.shape == (256,)"
-        if not (norm_bias.stride() == (1,)):
-            return "self.norm.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_0.mismatch(
+            norm_weight,
+            norm_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (
@@ -132,6 +131,15 @@ def _cpu_0(self, x):
         x.data_ptr(), norm_weight.data_ptr(), norm_bias.data_ptr(), gelu.data_ptr()
     )
     return gelu
+
+
+_LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
+    "cuda",
+    (
+        ("self.norm.weight", torch.float32, (256,), (1,)),
+        ("self.norm.bias", torch.float32, (256,), (1,)),
+    ),
+)
 
 
 def _guards_cuda_0(self, x):
@@ -183,22 +191,12 @@ def _guards_cuda_0(self, x):
         norm_bias = norm._parameters.get("bias")
         if not (norm_weight is not None and norm_bias is not None):
             return "self.norm.weight is not None and self.norm.bias is not None"
-        if not (norm_weight.is_cuda):
-            return "self.norm.weight.is_cuda"
-        if not (norm_weight.dtype == torch.float32):
-            return "self.norm.weight.dtype == torch.float32"
-        if not (norm_weight.shape == (256,)):
-            return "self.norm.weight.shape == (256,)"
-        if not (norm_weight.stride() == (1,)):
-            return "self.norm.weight.stride() == (1,)"
-        if not (norm_bias.is_cuda):
-            return "self.norm.bias.is_cuda"
-        if not (norm_bias.dtype == torch.float32):
-            return "self.norm.bias.dtype == torch.float32"
-        if not (norm_bias.shape == (256,)):
-            return "self.norm.bias.shape == (256,)"
-        if not (norm_bias.stride() == (1,)):
-            return "self.norm.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_0.mismatch(
+            norm_weight,
+            norm_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (
@@ -221,6 +219,15 @@ def _cuda_0(self, x):
         x, norm_weight, norm_bias, gelu, XBLOCK=4, RBLOCK=256, num_warps=4
     )
     return gelu
+
+
+_LAYOUTS_cpu_1 = runtime_shim.TensorLayouts(
+    "cpu",
+    (
+        ("self.norm.weight", torch.float32, (256,), (1,)),
+        ("self.norm.bias", torch.float32, (256,), (1,)),
+    ),
+)
 
 
 def _guards_cpu_1(self, x):
@@ -270,22 +277,12 @@ def _guards_cpu_1(self, x):
         norm_bias = norm._parameters.get("bias")
         if not (norm_weight is not None and norm_bias is not None):
             return "self.norm.weight is not None and self.norm.bias is not None"
-        if not (norm_weight.is_cpu):
-            return "self.norm.weight.is_cpu"
-        if not (norm_weight.dtype == torch.float32):
-            return "self.norm.weight.dtype == torch.float32"
-        if not (norm_weight.shape == (256,)):
-            return "self.norm.weight.shape == (256,)"
-        if not (norm_weight.stride() == (1,)):
-            return "self.norm.weight.stride() == (1,)"
-        if not (norm_bias.is_cpu):
-            return "self.norm.bias.is_cpu"
-        if not (norm_bias.dtype == torch.float32):
-            return "self.norm.bias.dtype == torch.float32"
-        if not (norm_bias.shape == (256,)):
-            return "self.norm.bias.shape == (256,)"
-        if not (norm_bias.stride() == (1,)):
-            return "self.norm.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_1.mismatch(
+            norm_weight,
+            norm_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (
@@ -308,6 +305,15 @@ def _cpu_1(self, x):
         x.data_ptr(), norm_weight.data_ptr(), norm_bias.data_ptr(), gelu.data_ptr()
     )
     return gelu
+
+
+_LAYOUTS_cuda_1 = runtime_shim.TensorLayouts(
+    "cuda",
+    (
+        ("self.norm.weight", torch.float32, (256,), (1,)),
+        ("self.norm.bias", torch.float32, (256,), (1,)),
+    ),
+)
 
 
 def _guards_cuda_1(self, x):
@@ -359,22 +365,12 @@ def _guards_cuda_1(self, x):
         norm_bias = norm._parameters.get("bias")
         if not (norm_weight is not None and norm_bias is not None):
             return "self.norm.weight is not None and self.norm.bias is not None"
-        if not (norm_weight.is_cuda):
-            return "self.norm.weight.is_cuda"
-        if not (norm_weight.dtype == torch.float32):
-            return "self.norm.weight.dtype == torch.float32"
-        if not (norm_weight.shape == (256,)):
-            return "self.norm.weight.shape == (256,)"
-        if not (norm_weight.stride() == (1,)):
-            return "self.norm.weight.stride() == (1,)"
-        if not (norm_bias.is_cuda):
-            return "self.norm.bias.is_cuda"
-        if not (norm_bias.dtype == torch.float32):
-            return "self.norm.bias.dtype == torch.float32"
-        if not (norm_bias.shape == (256,)):
-            return "self.norm.bias.shape == (256,)"
-        if not (norm_bias.stride() == (1,)):
-            return "self.norm.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_1.mismatch(
+            norm_weight,
+            norm_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (

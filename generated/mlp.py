@@ -44,6 +44,12 @@ class _Triton:
 _triton = _Triton()
 
 
+_LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
+    "cpu",
+    (("self.fc1.bias", torch.float32, (256,), (1,)),),
+)
+
+
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[8,64]): the first guard that fails, or None."""
     try:
@@ -104,14 +110,11 @@ def _guards_cpu_0(self, x):
         fc2_bias = fc2._parameters.get("bias")
         if not (fc2_weight is not None and fc2_bias is not None):
             return "self.fc2.weight is not None and self.fc2.bias is not None"
-        if not (fc1_bias.is_cpu):
-            return "self.fc1.bias.is_cpu"
-        if not (fc1_bias.dtype == torch.float32):
-            return "self.fc1.bias.dtype == torch.float32"
-        if not (fc1_bias.shape == (256,)):
-            return "self.fc1.bias.shape == (256,)"
-        if not (fc1_bias.stride() == (1,)):
-            return "self.fc1.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_0.mismatch(
+            fc1_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (
@@ -142,6 +145,12 @@ def _cpu_0(self, x):
     )
     linear_1 = torch.nn.functional.linear(gelu, fc2_weight, fc2_bias)
     return linear_1
+
+
+_LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
+    "cuda",
+    (("self.fc1.bias", torch.float32, (256,), (1,)),),
+)
 
 
 def _guards_cuda_0(self, x):
@@ -206,14 +215,11 @@ def _guards_cuda_0(self, x):
         fc2_bias = fc2._parameters.get("bias")
         if not (fc2_weight is not None and fc2_bias is not None):
             return "self.fc2.weight is not None and self.fc2.bias is not None"
-        if not (fc1_bias.is_cuda):
-            return "self.fc1.bias.is_cuda"
-        if not (fc1_bias.dtype == torch.float32):
-            return "self.fc1.bias.dtype == torch.float32"
-        if not (fc1_bias.shape == (256,)):
-            return "self.fc1.bias.shape == (256,)"
-        if not (fc1_bias.stride() == (1,)):
-            return "self.fc1.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_0.mismatch(
+            fc1_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (

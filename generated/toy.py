@@ -47,6 +47,15 @@ class _Triton:
 _triton = _Triton()
 
 
+_LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
+    "cpu",
+    (
+        ("self.linear.weight", torch.float32, (4, 4), (4, 1)),
+        ("self.linear.bias", torch.float32, (4,), (1,)),
+    ),
+)
+
+
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[2,4]): the first guard that fails, or None."""
     try:
@@ -91,22 +100,12 @@ def _guards_cpu_0(self, x):
         linear_bias = linear._parameters.get("bias")
         if not (linear_weight is not None and linear_bias is not None):
             return "self.linear.weight is not None and self.linear.bias is not None"
-        if not (linear_weight.is_cpu):
-            return "self.linear.weight.is_cpu"
-        if not (linear_weight.dtype == torch.float32):
-            return "self.linear.weight.dtype == torch.float32"
-        if not (linear_weight.shape == (4, 4)):
-            return "self.linear.weight.shape == (4, 4)"
-        if not (linear_weight.stride() == (4, 1)):
-            return "self.linear.weight.stride() == (4, 1)"
-        if not (linear_bias.is_cpu):
-            return "self.linear.bias.is_cpu"
-        if not (linear_bias.dtype == torch.float32):
-            return "self.linear.bias.dtype == torch.float32"
-        if not (linear_bias.shape == (4,)):
-            return "self.linear.bias.shape == (4,)"
-        if not (linear_bias.stride() == (1,)):
-            return "self.linear.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_0.mismatch(
+            linear_weight,
+            linear_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (
@@ -131,6 +130,15 @@ def _cpu_0(self, x):
         x.data_ptr(), linear_weight.data_ptr(), linear_bias.data_ptr(), relu.data_ptr()
     )
     return relu
+
+
+_LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
+    "cuda",
+    (
+        ("self.linear.weight", torch.float32, (4, 4), (4, 1)),
+        ("self.linear.bias", torch.float32, (4,), (1,)),
+    ),
+)
 
 
 def _guards_cuda_0(self, x):
@@ -179,22 +187,12 @@ def _guards_cuda_0(self, x):
         linear_bias = linear._parameters.get("bias")
         if not (linear_weight is not None and linear_bias is not None):
             return "self.linear.weight is not None and self.linear.bias is not None"
-        if not (linear_weight.is_cuda):
-            return "self.linear.weight.is_cuda"
-        if not (linear_weight.dtype == torch.float32):
-            return "self.linear.weight.dtype == torch.float32"
-        if not (linear_weight.shape == (4, 4)):
-            return "self.linear.weight.shape == (4, 4)"
-        if not (linear_weight.stride() == (4, 1)):
-            return "self.linear.weight.stride() == (4, 1)"
-        if not (linear_bias.is_cuda):
-            return "self.linear.bias.is_cuda"
-        if not (linear_bias.dtype == torch.float32):
-            return "self.linear.bias.dtype == torch.float32"
-        if not (linear_bias.shape == (4,)):
-            return "self.linear.bias.shape == (4,)"
-        if not (linear_bias.stride() == (1,)):
-            return "self.linear.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_0.mismatch(
+            linear_weight,
+            linear_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (
@@ -234,6 +232,15 @@ class ToyLinear(_source.ToyLinear):
             [("cpu_0", _guards_cpu_0(self, x)), ("cuda_0", _guards_cuda_0(self, x))],
         )
         return super().forward(x)
+
+
+_LAYOUTS_cpu_1 = runtime_shim.TensorLayouts(
+    "cpu",
+    (
+        ("self.linear.weight", torch.float32, (4, 4), (4, 1)),
+        ("self.linear.bias", torch.float32, (4,), (1,)),
+    ),
+)
 
 
 def _guards_cpu_1(self, x):
@@ -280,22 +287,12 @@ def _guards_cpu_1(self, x):
         linear_bias = linear._parameters.get("bias")
         if not (linear_weight is not None and linear_bias is not None):
             return "self.linear.weight is not None and self.linear.bias is not None"
-        if not (linear_weight.is_cpu):
-            return "self.linear.weight.is_cpu"
-        if not (linear_weight.dtype == torch.float32):
-            return "self.linear.weight.dtype == torch.float32"
-        if not (linear_weight.shape == (4, 4)):
-            return "self.linear.weight.shape == (4, 4)"
-        if not (linear_weight.stride() == (4, 1)):
-            return "self.linear.weight.stride() == (4, 1)"
-        if not (linear_bias.is_cpu):
-            return "self.linear.bias.is_cpu"
-        if not (linear_bias.dtype == torch.float32):
-            return "self.linear.bias.dtype == torch.float32"
-        if not (linear_bias.shape == (4,)):
-            return "self.linear.bias.shape == (4,)"
-        if not (linear_bias.stride() == (1,)):
-            return "self.linear.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_1.mismatch(
+            linear_weight,
+            linear_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (
@@ -336,6 +333,15 @@ def _cpu_1(self, x):
         tanh = empty((2, 4), (4, 1), torch.float32)
         _cpp.function("cpp_fused_tanh_0", "pp")(addmm.data_ptr(), tanh.data_ptr())
         return tanh
+
+
+_LAYOUTS_cuda_1 = runtime_shim.TensorLayouts(
+    "cuda",
+    (
+        ("self.linear.weight", torch.float32, (4, 4), (4, 1)),
+        ("self.linear.bias", torch.float32, (4,), (1,)),
+    ),
+)
 
 
 def _guards_cuda_1(self, x):
@@ -384,22 +390,12 @@ def _guards_cuda_1(self, x):
         linear_bias = linear._parameters.get("bias")
         if not (linear_weight is not None and linear_bias is not None):
             return "self.linear.weight is not None and self.linear.bias is not None"
-        if not (linear_weight.is_cuda):
-            return "self.linear.weight.is_cuda"
-        if not (linear_weight.dtype == torch.float32):
-            return "self.linear.weight.dtype == torch.float32"
-        if not (linear_weight.shape == (4, 4)):
-            return "self.linear.weight.shape == (4, 4)"
-        if not (linear_weight.stride() == (4, 1)):
-            return "self.linear.weight.stride() == (4, 1)"
-        if not (linear_bias.is_cuda):
-            return "self.linear.bias.is_cuda"
-        if not (linear_bias.dtype == torch.float32):
-            return "self.linear.bias.dtype == torch.float32"
-        if not (linear_bias.shape == (4,)):
-            return "self.linear.bias.shape == (4,)"
-        if not (linear_bias.stride() == (1,)):
-            return "self.linear.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_1.mismatch(
+            linear_weight,
+            linear_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (

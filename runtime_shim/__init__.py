@@ -5,8 +5,10 @@ Depends on torch and the standard library only; see README.md.
 
 from runtime_shim.blas import addmm_activation
 from runtime_shim.checks import check_index
+from runtime_shim.constants import constants, keep_constants
 from runtime_shim.cpp import CppLibrary, RuntimeShimError, load_cpp
 from runtime_shim.cuda_graphs import cuda_graph, cuda_graph_tree
+from runtime_shim.guards import TensorLayouts
 from runtime_shim.layout import allocator, as_layout, view
 from runtime_shim.objects import rebuild
 from runtime_shim.provenance import check_sources
@@ -20,6 +22,7 @@ __all__ = [
     "UNBOUND",
     "CppLibrary",
     "RuntimeShimError",
+    "TensorLayouts",
     "TritonKernels",
     "__version__",
     "addmm_activation",
@@ -27,8 +30,10 @@ __all__ = [
     "as_layout",
     "check_index",
     "check_sources",
+    "constants",
     "cuda_graph",
     "cuda_graph_tree",
+    "keep_constants",
     "load_cpp",
     "rebuild",
     "view",

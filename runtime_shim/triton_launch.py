@@ -21,6 +21,23 @@ takes as is. `TritonKernel` reads each tensor's address anyway (Triton specializ
 its 16-byte alignment), so it passes the integer, and keeps the device check in its
 cache key instead: a CPU tensor is a specialization of its own, which takes the
 `JITFunction.run` path and gets Triton's own error.
+
+Note [torch's launcher]
+-----------------------
+Triton's launcher is a Python function around a C one: it allocates scratch space,
+resolves hooks and unpacks its arguments on every call, about half of a launch's
+host time. CUDA builds of torch ship a C++ launcher of compiled Triton kernels,
+`torch._C._StaticCudaLauncher`, which `torch.compile` launches its own kernels
+through. Later launches go through it where it exists, with the function Triton
+already loaded: the same kernel, given the arguments Triton's launcher would pass
+less the constexprs Triton compiled in (those its signature calls "constexpr", and
+ints specialized as constants), pointers as addresses, and a null pointer for each
+scratch buffer the kernel's ABI has but does not use. A kernel that needs more than
+that keeps Triton's launcher: launch attributes (clusters, PDL, cooperative grids),
+scratch space it uses, an argument type the launcher does not know. So does one
+whose first such launch raises. torch.compile makes the same choices
+(`StaticallyLaunchedCudaKernel` in `torch._inductor.runtime`; not imported here,
+since importing it imports the compiler).
 """
 
 from __future__ import annotations
@@ -96,11 +113,17 @@ class TritonKernel:
             kernel = self.fn[grid](*args, **kwargs)
             self._remember(key, kernel, len(args), kwargs)
             return kernel
-        run, function, metadata, names = hit
-        values += [kwargs[n] for n in names]
+        run, function, metadata, names, static = hit
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
         stream = _current_stream(device)
+        if static is not None:
+            try:
+                static(function, grid[0], g1, g2, stream, values)
+                return None
+            except Exception:  # see Note [torch's launcher]: keep Triton's
+                self.compiled[key] = (run, function, metadata, names, None)
+        values += [kwargs[n] for n in names]
         run(grid[0], g1, g2, stream, function, metadata, None, None, None, *values)
         return None
 
@@ -119,7 +142,78 @@ class TritonKernel:
         if set(names) - set(kwargs) or set(kwargs) - set(names) - _OPTIONS:
             self.fast = False  # defaults or unknown keywords: leave it to Triton
             return
-        self.compiled[key] = (run, function, metadata, names)
+        static = _static_launch(kernel, positional)
+        self.compiled[key] = (run, function, metadata, names, static)
+
+
+def _static_launch(kernel, positional: int):
+    """`launch(function, grid0, grid1, grid2, stream, positional_values)` through
+    torch's launcher for `kernel`, or None: see Note [torch's launcher]."""
+    launcher = getattr(torch._C, "_StaticCudaLauncher", None)
+    if launcher is None or torch.version.hip is not None:
+        return None
+    try:
+        metadata, src = kernel.metadata, kernel.src
+        names = src.fn.arg_names
+        signature = {_position(k, names): t for k, t in src.signature.items()}
+        constants = {_position(k, names) for k in getattr(src, "constants", {})}
+        warps, shared = metadata.num_warps, getattr(kernel, "shared", metadata.shared)
+        plain = (
+            getattr(metadata, "num_ctas", 1) == 1
+            and not getattr(metadata, "launch_pdl", False)
+            and not getattr(metadata, "launch_cooperative_grid", False)
+            and not getattr(kernel.run, "gsan_enabled", False)
+            and not getattr(metadata, "tensordesc_meta", None)
+        )
+        scratch = tuple(
+            getattr(metadata, f"{kind}_scratch_size")
+            for kind in ("global", "profile")
+            if hasattr(metadata, f"{kind}_scratch_size")
+        )
+    except AttributeError:  # not the compiled kernel this knows
+        return None
+    keep = [i for i in sorted(signature) if signature[i] != "constexpr"]
+    keep = [i for i in keep if i not in constants]
+    types = "".join(_arg_type(signature[i]) for i in keep)
+    if not plain or any(scratch) or "?" in types or any(i >= positional for i in keep):
+        return None  # launch attributes, scratch space, an unknown type, or a
+        # run-time argument passed by keyword: Triton's launcher knows them
+    types += "O" * len(scratch)  # null pointers, as Triton passes when unused
+    nulls = (None,) * len(scratch)
+    if keep == list(range(positional)):
+        keep = None  # every positional argument, in order
+    launch_kernel = launcher._launch_kernel
+
+    def launch(function, grid0, grid1, grid2, stream, values):
+        args = values if keep is None else [values[i] for i in keep]
+        launch_kernel(
+            function, grid0, grid1, grid2, warps, shared, types, (*args, *nulls),
+            stream,
+        )  # fmt: skip
+
+    return launch
+
+
+# Triton's type of a kernel argument -> the code of torch's launcher
+_ARG_TYPES = {
+    "i1": "i", "i8": "b", "i16": "h", "i32": "i", "i64": "l",
+    "u1": "I", "u8": "B", "u16": "H", "u32": "I", "u64": "K",
+    "fp16": "f", "bf16": "f", "fp32": "f", "f32": "f", "fp64": "d",
+}  # fmt: skip
+
+
+def _arg_type(triton_type: str) -> str:
+    """The code of torch's launcher for an argument of `triton_type`: "O" for a
+    pointer (a tensor or an address), "?" for a type it does not take."""
+    return "O" if triton_type.startswith("*") else _ARG_TYPES.get(triton_type, "?")
+
+
+def _position(key, names) -> int:
+    """An argument's position from a key of Triton's signature or constants: its
+    name, its index, or a tuple holding its index (Triton 3.3)."""
+    if isinstance(key, str):
+        return names.index(key)
+    return key[0] if isinstance(key, tuple) else key
 
 
 def _installed(hook) -> bool:

@@ -45,6 +45,8 @@ def test_wheel_holds_runtime_shim_alone(tmp_path: Path) -> None:
         "runtime_shim/cpp.py",
         "runtime_shim/cuda_graphs.py",
         "runtime_shim/checks.py",
+        "runtime_shim/constants.py",
+        "runtime_shim/guards.py",
         "runtime_shim/layout.py",
         "runtime_shim/libdevice.py",
         "runtime_shim/objects.py",

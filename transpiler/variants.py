@@ -22,6 +22,7 @@ from transpiler.options import Variant
 from transpiler.passes import lower_region, map_graphs, name_stubs
 from transpiler.passes.direct_views import direct_views
 from transpiler.passes.extern_layouts import pin_extern_layouts
+from transpiler.passes.hoist_constants import hoist_constants
 from transpiler.passes.schedule import KernelNames, body_key
 
 Tracer = Callable[[Variant], Traced]
@@ -44,6 +45,7 @@ def compile_variant(name: str, variant: Variant, tracer: Tracer, mb) -> VariantC
     before = set(names.by_body.values())
     compiled = pin_extern_layouts(_lower(traced, mb, names, variant.device))
     compiled = direct_views(compiled, tuple(compiled.program.inputs))
+    compiled = _hoist_constants(compiled)
     mb.kernels[variant.device] += [
         k for p in programs_of(compiled) for k in p.kernels if k.name not in before
     ]
@@ -75,7 +77,7 @@ def compile_dynamic(name: str, variant: Variant, tracer: Tracer, mb) -> VariantC
         if isinstance(c[2], Dim) or isinstance(c[3], Dim)
     ]
     compiled = _register_kernels(compiled, mb.names[variant.device], mb, variant)
-    compiled = pin_extern_layouts(compiled)
+    compiled = _hoist_constants(pin_extern_layouts(compiled))
     return VariantCode(
         name,
         variant,
@@ -128,6 +130,12 @@ def _lower(traced: Traced, mb, names: KernelNames, device: str) -> CompiledRegio
         for b in traced.loops
     )
     return lower_region(region, names, loops=loops, device=device)
+
+
+def _hoist_constants(compiled: CompiledRegion) -> CompiledRegion:
+    """Values of parameters alone, in the code before any branch (Note [Values of
+    parameters alone])."""
+    return dataclasses.replace(compiled, program=hoist_constants(compiled.program))
 
 
 def _range_guard(comparison: tuple, source: tuple[str, int]) -> RangeGuard:

@@ -48,6 +48,101 @@ class _Triton:
 _triton = _Triton()
 
 
+_LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
+    "cuda",
+    (
+        ("self.wte.weight", torch.float32, (50257, 768), (768, 1)),
+        ("self.wpe.weight", torch.float32, (1024, 768), (768, 1)),
+        ("self.h[0].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[0].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[0].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[0].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[0].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[0].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[0].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[1].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[1].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[1].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[1].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[1].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[1].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[1].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[2].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[2].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[2].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[2].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[2].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[2].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[2].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[3].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[3].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[3].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[3].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[3].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[3].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[3].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[4].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[4].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[4].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[4].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[4].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[4].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[4].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[5].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[5].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[5].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[5].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[5].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[5].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[5].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[6].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[6].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[6].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[6].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[6].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[6].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[6].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[7].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[7].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[7].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[7].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[7].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[7].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[7].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[8].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[8].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[8].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[8].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[8].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[8].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[8].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[9].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[9].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[9].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[9].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[9].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[9].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[9].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[10].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[10].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[10].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[10].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[10].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[10].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[10].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[11].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[11].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[11].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[11].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[11].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[11].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[11].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.ln_f.weight", torch.float32, (768,), (1,)),
+        ("self.ln_f.bias", torch.float32, (768,), (1,)),
+    ),
+)
+
+
 def _guards_cuda_0(self, idx):
     """Variant cuda_0 (cuda: idx=i64[8,1024]): the first guard that fails, or None."""
     try:
@@ -2332,710 +2427,98 @@ def _guards_cuda_0(self, idx):
         ln_f_bias = ln_f._parameters.get("bias")
         if not (ln_f_weight is not None and ln_f_bias is not None):
             return "self.ln_f.weight is not None and self.ln_f.bias is not None"
-        if not (wte_weight.is_cuda):
-            return "self.wte.weight.is_cuda"
-        if not (wte_weight.dtype == torch.float32):
-            return "self.wte.weight.dtype == torch.float32"
-        if not (wte_weight.shape == (50257, 768)):
-            return "self.wte.weight.shape == (50257, 768)"
-        if not (wte_weight.stride() == (768, 1)):
-            return "self.wte.weight.stride() == (768, 1)"
-        if not (wpe_weight.is_cuda):
-            return "self.wpe.weight.is_cuda"
-        if not (wpe_weight.dtype == torch.float32):
-            return "self.wpe.weight.dtype == torch.float32"
-        if not (wpe_weight.shape == (1024, 768)):
-            return "self.wpe.weight.shape == (1024, 768)"
-        if not (wpe_weight.stride() == (768, 1)):
-            return "self.wpe.weight.stride() == (768, 1)"
-        if not (h_0_ln_1_weight.is_cuda):
-            return "self.h[0].ln_1.weight.is_cuda"
-        if not (h_0_ln_1_weight.dtype == torch.float32):
-            return "self.h[0].ln_1.weight.dtype == torch.float32"
-        if not (h_0_ln_1_weight.shape == (768,)):
-            return "self.h[0].ln_1.weight.shape == (768,)"
-        if not (h_0_ln_1_weight.stride() == (1,)):
-            return "self.h[0].ln_1.weight.stride() == (1,)"
-        if not (h_0_ln_1_bias.is_cuda):
-            return "self.h[0].ln_1.bias.is_cuda"
-        if not (h_0_ln_1_bias.dtype == torch.float32):
-            return "self.h[0].ln_1.bias.dtype == torch.float32"
-        if not (h_0_ln_1_bias.shape == (768,)):
-            return "self.h[0].ln_1.bias.shape == (768,)"
-        if not (h_0_ln_1_bias.stride() == (1,)):
-            return "self.h[0].ln_1.bias.stride() == (1,)"
-        if not (h_0_attn_c_proj_bias.is_cuda):
-            return "self.h[0].attn.c_proj.bias.is_cuda"
-        if not (h_0_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[0].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_0_attn_c_proj_bias.shape == (768,)):
-            return "self.h[0].attn.c_proj.bias.shape == (768,)"
-        if not (h_0_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[0].attn.c_proj.bias.stride() == (1,)"
-        if not (h_0_ln_2_weight.is_cuda):
-            return "self.h[0].ln_2.weight.is_cuda"
-        if not (h_0_ln_2_weight.dtype == torch.float32):
-            return "self.h[0].ln_2.weight.dtype == torch.float32"
-        if not (h_0_ln_2_weight.shape == (768,)):
-            return "self.h[0].ln_2.weight.shape == (768,)"
-        if not (h_0_ln_2_weight.stride() == (1,)):
-            return "self.h[0].ln_2.weight.stride() == (1,)"
-        if not (h_0_ln_2_bias.is_cuda):
-            return "self.h[0].ln_2.bias.is_cuda"
-        if not (h_0_ln_2_bias.dtype == torch.float32):
-            return "self.h[0].ln_2.bias.dtype == torch.float32"
-        if not (h_0_ln_2_bias.shape == (768,)):
-            return "self.h[0].ln_2.bias.shape == (768,)"
-        if not (h_0_ln_2_bias.stride() == (1,)):
-            return "self.h[0].ln_2.bias.stride() == (1,)"
-        if not (h_0_mlp_c_fc_bias.is_cuda):
-            return "self.h[0].mlp.c_fc.bias.is_cuda"
-        if not (h_0_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[0].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_0_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[0].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_0_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[0].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_0_mlp_c_proj_bias.is_cuda):
-            return "self.h[0].mlp.c_proj.bias.is_cuda"
-        if not (h_0_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[0].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_0_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[0].mlp.c_proj.bias.shape == (768,)"
-        if not (h_0_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[0].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_1_ln_1_weight.is_cuda):
-            return "self.h[1].ln_1.weight.is_cuda"
-        if not (h_1_ln_1_weight.dtype == torch.float32):
-            return "self.h[1].ln_1.weight.dtype == torch.float32"
-        if not (h_1_ln_1_weight.shape == (768,)):
-            return "self.h[1].ln_1.weight.shape == (768,)"
-        if not (h_1_ln_1_weight.stride() == (1,)):
-            return "self.h[1].ln_1.weight.stride() == (1,)"
-        if not (h_1_ln_1_bias.is_cuda):
-            return "self.h[1].ln_1.bias.is_cuda"
-        if not (h_1_ln_1_bias.dtype == torch.float32):
-            return "self.h[1].ln_1.bias.dtype == torch.float32"
-        if not (h_1_ln_1_bias.shape == (768,)):
-            return "self.h[1].ln_1.bias.shape == (768,)"
-        if not (h_1_ln_1_bias.stride() == (1,)):
-            return "self.h[1].ln_1.bias.stride() == (1,)"
-        if not (h_1_attn_c_proj_bias.is_cuda):
-            return "self.h[1].attn.c_proj.bias.is_cuda"
-        if not (h_1_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[1].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_1_attn_c_proj_bias.shape == (768,)):
-            return "self.h[1].attn.c_proj.bias.shape == (768,)"
-        if not (h_1_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[1].attn.c_proj.bias.stride() == (1,)"
-        if not (h_1_ln_2_weight.is_cuda):
-            return "self.h[1].ln_2.weight.is_cuda"
-        if not (h_1_ln_2_weight.dtype == torch.float32):
-            return "self.h[1].ln_2.weight.dtype == torch.float32"
-        if not (h_1_ln_2_weight.shape == (768,)):
-            return "self.h[1].ln_2.weight.shape == (768,)"
-        if not (h_1_ln_2_weight.stride() == (1,)):
-            return "self.h[1].ln_2.weight.stride() == (1,)"
-        if not (h_1_ln_2_bias.is_cuda):
-            return "self.h[1].ln_2.bias.is_cuda"
-        if not (h_1_ln_2_bias.dtype == torch.float32):
-            return "self.h[1].ln_2.bias.dtype == torch.float32"
-        if not (h_1_ln_2_bias.shape == (768,)):
-            return "self.h[1].ln_2.bias.shape == (768,)"
-        if not (h_1_ln_2_bias.stride() == (1,)):
-            return "self.h[1].ln_2.bias.stride() == (1,)"
-        if not (h_1_mlp_c_fc_bias.is_cuda):
-            return "self.h[1].mlp.c_fc.bias.is_cuda"
-        if not (h_1_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[1].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_1_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[1].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_1_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[1].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_1_mlp_c_proj_bias.is_cuda):
-            return "self.h[1].mlp.c_proj.bias.is_cuda"
-        if not (h_1_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[1].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_1_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[1].mlp.c_proj.bias.shape == (768,)"
-        if not (h_1_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[1].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_2_ln_1_weight.is_cuda):
-            return "self.h[2].ln_1.weight.is_cuda"
-        if not (h_2_ln_1_weight.dtype == torch.float32):
-            return "self.h[2].ln_1.weight.dtype == torch.float32"
-        if not (h_2_ln_1_weight.shape == (768,)):
-            return "self.h[2].ln_1.weight.shape == (768,)"
-        if not (h_2_ln_1_weight.stride() == (1,)):
-            return "self.h[2].ln_1.weight.stride() == (1,)"
-        if not (h_2_ln_1_bias.is_cuda):
-            return "self.h[2].ln_1.bias.is_cuda"
-        if not (h_2_ln_1_bias.dtype == torch.float32):
-            return "self.h[2].ln_1.bias.dtype == torch.float32"
-        if not (h_2_ln_1_bias.shape == (768,)):
-            return "self.h[2].ln_1.bias.shape == (768,)"
-        if not (h_2_ln_1_bias.stride() == (1,)):
-            return "self.h[2].ln_1.bias.stride() == (1,)"
-        if not (h_2_attn_c_proj_bias.is_cuda):
-            return "self.h[2].attn.c_proj.bias.is_cuda"
-        if not (h_2_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[2].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_2_attn_c_proj_bias.shape == (768,)):
-            return "self.h[2].attn.c_proj.bias.shape == (768,)"
-        if not (h_2_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[2].attn.c_proj.bias.stride() == (1,)"
-        if not (h_2_ln_2_weight.is_cuda):
-            return "self.h[2].ln_2.weight.is_cuda"
-        if not (h_2_ln_2_weight.dtype == torch.float32):
-            return "self.h[2].ln_2.weight.dtype == torch.float32"
-        if not (h_2_ln_2_weight.shape == (768,)):
-            return "self.h[2].ln_2.weight.shape == (768,)"
-        if not (h_2_ln_2_weight.stride() == (1,)):
-            return "self.h[2].ln_2.weight.stride() == (1,)"
-        if not (h_2_ln_2_bias.is_cuda):
-            return "self.h[2].ln_2.bias.is_cuda"
-        if not (h_2_ln_2_bias.dtype == torch.float32):
-            return "self.h[2].ln_2.bias.dtype == torch.float32"
-        if not (h_2_ln_2_bias.shape == (768,)):
-            return "self.h[2].ln_2.bias.shape == (768,)"
-        if not (h_2_ln_2_bias.stride() == (1,)):
-            return "self.h[2].ln_2.bias.stride() == (1,)"
-        if not (h_2_mlp_c_fc_bias.is_cuda):
-            return "self.h[2].mlp.c_fc.bias.is_cuda"
-        if not (h_2_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[2].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_2_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[2].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_2_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[2].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_2_mlp_c_proj_bias.is_cuda):
-            return "self.h[2].mlp.c_proj.bias.is_cuda"
-        if not (h_2_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[2].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_2_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[2].mlp.c_proj.bias.shape == (768,)"
-        if not (h_2_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[2].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_3_ln_1_weight.is_cuda):
-            return "self.h[3].ln_1.weight.is_cuda"
-        if not (h_3_ln_1_weight.dtype == torch.float32):
-            return "self.h[3].ln_1.weight.dtype == torch.float32"
-        if not (h_3_ln_1_weight.shape == (768,)):
-            return "self.h[3].ln_1.weight.shape == (768,)"
-        if not (h_3_ln_1_weight.stride() == (1,)):
-            return "self.h[3].ln_1.weight.stride() == (1,)"
-        if not (h_3_ln_1_bias.is_cuda):
-            return "self.h[3].ln_1.bias.is_cuda"
-        if not (h_3_ln_1_bias.dtype == torch.float32):
-            return "self.h[3].ln_1.bias.dtype == torch.float32"
-        if not (h_3_ln_1_bias.shape == (768,)):
-            return "self.h[3].ln_1.bias.shape == (768,)"
-        if not (h_3_ln_1_bias.stride() == (1,)):
-            return "self.h[3].ln_1.bias.stride() == (1,)"
-        if not (h_3_attn_c_proj_bias.is_cuda):
-            return "self.h[3].attn.c_proj.bias.is_cuda"
-        if not (h_3_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[3].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_3_attn_c_proj_bias.shape == (768,)):
-            return "self.h[3].attn.c_proj.bias.shape == (768,)"
-        if not (h_3_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[3].attn.c_proj.bias.stride() == (1,)"
-        if not (h_3_ln_2_weight.is_cuda):
-            return "self.h[3].ln_2.weight.is_cuda"
-        if not (h_3_ln_2_weight.dtype == torch.float32):
-            return "self.h[3].ln_2.weight.dtype == torch.float32"
-        if not (h_3_ln_2_weight.shape == (768,)):
-            return "self.h[3].ln_2.weight.shape == (768,)"
-        if not (h_3_ln_2_weight.stride() == (1,)):
-            return "self.h[3].ln_2.weight.stride() == (1,)"
-        if not (h_3_ln_2_bias.is_cuda):
-            return "self.h[3].ln_2.bias.is_cuda"
-        if not (h_3_ln_2_bias.dtype == torch.float32):
-            return "self.h[3].ln_2.bias.dtype == torch.float32"
-        if not (h_3_ln_2_bias.shape == (768,)):
-            return "self.h[3].ln_2.bias.shape == (768,)"
-        if not (h_3_ln_2_bias.stride() == (1,)):
-            return "self.h[3].ln_2.bias.stride() == (1,)"
-        if not (h_3_mlp_c_fc_bias.is_cuda):
-            return "self.h[3].mlp.c_fc.bias.is_cuda"
-        if not (h_3_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[3].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_3_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[3].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_3_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[3].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_3_mlp_c_proj_bias.is_cuda):
-            return "self.h[3].mlp.c_proj.bias.is_cuda"
-        if not (h_3_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[3].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_3_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[3].mlp.c_proj.bias.shape == (768,)"
-        if not (h_3_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[3].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_4_ln_1_weight.is_cuda):
-            return "self.h[4].ln_1.weight.is_cuda"
-        if not (h_4_ln_1_weight.dtype == torch.float32):
-            return "self.h[4].ln_1.weight.dtype == torch.float32"
-        if not (h_4_ln_1_weight.shape == (768,)):
-            return "self.h[4].ln_1.weight.shape == (768,)"
-        if not (h_4_ln_1_weight.stride() == (1,)):
-            return "self.h[4].ln_1.weight.stride() == (1,)"
-        if not (h_4_ln_1_bias.is_cuda):
-            return "self.h[4].ln_1.bias.is_cuda"
-        if not (h_4_ln_1_bias.dtype == torch.float32):
-            return "self.h[4].ln_1.bias.dtype == torch.float32"
-        if not (h_4_ln_1_bias.shape == (768,)):
-            return "self.h[4].ln_1.bias.shape == (768,)"
-        if not (h_4_ln_1_bias.stride() == (1,)):
-            return "self.h[4].ln_1.bias.stride() == (1,)"
-        if not (h_4_attn_c_proj_bias.is_cuda):
-            return "self.h[4].attn.c_proj.bias.is_cuda"
-        if not (h_4_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[4].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_4_attn_c_proj_bias.shape == (768,)):
-            return "self.h[4].attn.c_proj.bias.shape == (768,)"
-        if not (h_4_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[4].attn.c_proj.bias.stride() == (1,)"
-        if not (h_4_ln_2_weight.is_cuda):
-            return "self.h[4].ln_2.weight.is_cuda"
-        if not (h_4_ln_2_weight.dtype == torch.float32):
-            return "self.h[4].ln_2.weight.dtype == torch.float32"
-        if not (h_4_ln_2_weight.shape == (768,)):
-            return "self.h[4].ln_2.weight.shape == (768,)"
-        if not (h_4_ln_2_weight.stride() == (1,)):
-            return "self.h[4].ln_2.weight.stride() == (1,)"
-        if not (h_4_ln_2_bias.is_cuda):
-            return "self.h[4].ln_2.bias.is_cuda"
-        if not (h_4_ln_2_bias.dtype == torch.float32):
-            return "self.h[4].ln_2.bias.dtype == torch.float32"
-        if not (h_4_ln_2_bias.shape == (768,)):
-            return "self.h[4].ln_2.bias.shape == (768,)"
-        if not (h_4_ln_2_bias.stride() == (1,)):
-            return "self.h[4].ln_2.bias.stride() == (1,)"
-        if not (h_4_mlp_c_fc_bias.is_cuda):
-            return "self.h[4].mlp.c_fc.bias.is_cuda"
-        if not (h_4_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[4].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_4_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[4].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_4_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[4].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_4_mlp_c_proj_bias.is_cuda):
-            return "self.h[4].mlp.c_proj.bias.is_cuda"
-        if not (h_4_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[4].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_4_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[4].mlp.c_proj.bias.shape == (768,)"
-        if not (h_4_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[4].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_5_ln_1_weight.is_cuda):
-            return "self.h[5].ln_1.weight.is_cuda"
-        if not (h_5_ln_1_weight.dtype == torch.float32):
-            return "self.h[5].ln_1.weight.dtype == torch.float32"
-        if not (h_5_ln_1_weight.shape == (768,)):
-            return "self.h[5].ln_1.weight.shape == (768,)"
-        if not (h_5_ln_1_weight.stride() == (1,)):
-            return "self.h[5].ln_1.weight.stride() == (1,)"
-        if not (h_5_ln_1_bias.is_cuda):
-            return "self.h[5].ln_1.bias.is_cuda"
-        if not (h_5_ln_1_bias.dtype == torch.float32):
-            return "self.h[5].ln_1.bias.dtype == torch.float32"
-        if not (h_5_ln_1_bias.shape == (768,)):
-            return "self.h[5].ln_1.bias.shape == (768,)"
-        if not (h_5_ln_1_bias.stride() == (1,)):
-            return "self.h[5].ln_1.bias.stride() == (1,)"
-        if not (h_5_attn_c_proj_bias.is_cuda):
-            return "self.h[5].attn.c_proj.bias.is_cuda"
-        if not (h_5_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[5].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_5_attn_c_proj_bias.shape == (768,)):
-            return "self.h[5].attn.c_proj.bias.shape == (768,)"
-        if not (h_5_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[5].attn.c_proj.bias.stride() == (1,)"
-        if not (h_5_ln_2_weight.is_cuda):
-            return "self.h[5].ln_2.weight.is_cuda"
-        if not (h_5_ln_2_weight.dtype == torch.float32):
-            return "self.h[5].ln_2.weight.dtype == torch.float32"
-        if not (h_5_ln_2_weight.shape == (768,)):
-            return "self.h[5].ln_2.weight.shape == (768,)"
-        if not (h_5_ln_2_weight.stride() == (1,)):
-            return "self.h[5].ln_2.weight.stride() == (1,)"
-        if not (h_5_ln_2_bias.is_cuda):
-            return "self.h[5].ln_2.bias.is_cuda"
-        if not (h_5_ln_2_bias.dtype == torch.float32):
-            return "self.h[5].ln_2.bias.dtype == torch.float32"
-        if not (h_5_ln_2_bias.shape == (768,)):
-            return "self.h[5].ln_2.bias.shape == (768,)"
-        if not (h_5_ln_2_bias.stride() == (1,)):
-            return "self.h[5].ln_2.bias.stride() == (1,)"
-        if not (h_5_mlp_c_fc_bias.is_cuda):
-            return "self.h[5].mlp.c_fc.bias.is_cuda"
-        if not (h_5_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[5].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_5_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[5].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_5_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[5].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_5_mlp_c_proj_bias.is_cuda):
-            return "self.h[5].mlp.c_proj.bias.is_cuda"
-        if not (h_5_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[5].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_5_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[5].mlp.c_proj.bias.shape == (768,)"
-        if not (h_5_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[5].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_6_ln_1_weight.is_cuda):
-            return "self.h[6].ln_1.weight.is_cuda"
-        if not (h_6_ln_1_weight.dtype == torch.float32):
-            return "self.h[6].ln_1.weight.dtype == torch.float32"
-        if not (h_6_ln_1_weight.shape == (768,)):
-            return "self.h[6].ln_1.weight.shape == (768,)"
-        if not (h_6_ln_1_weight.stride() == (1,)):
-            return "self.h[6].ln_1.weight.stride() == (1,)"
-        if not (h_6_ln_1_bias.is_cuda):
-            return "self.h[6].ln_1.bias.is_cuda"
-        if not (h_6_ln_1_bias.dtype == torch.float32):
-            return "self.h[6].ln_1.bias.dtype == torch.float32"
-        if not (h_6_ln_1_bias.shape == (768,)):
-            return "self.h[6].ln_1.bias.shape == (768,)"
-        if not (h_6_ln_1_bias.stride() == (1,)):
-            return "self.h[6].ln_1.bias.stride() == (1,)"
-        if not (h_6_attn_c_proj_bias.is_cuda):
-            return "self.h[6].attn.c_proj.bias.is_cuda"
-        if not (h_6_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[6].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_6_attn_c_proj_bias.shape == (768,)):
-            return "self.h[6].attn.c_proj.bias.shape == (768,)"
-        if not (h_6_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[6].attn.c_proj.bias.stride() == (1,)"
-        if not (h_6_ln_2_weight.is_cuda):
-            return "self.h[6].ln_2.weight.is_cuda"
-        if not (h_6_ln_2_weight.dtype == torch.float32):
-            return "self.h[6].ln_2.weight.dtype == torch.float32"
-        if not (h_6_ln_2_weight.shape == (768,)):
-            return "self.h[6].ln_2.weight.shape == (768,)"
-        if not (h_6_ln_2_weight.stride() == (1,)):
-            return "self.h[6].ln_2.weight.stride() == (1,)"
-        if not (h_6_ln_2_bias.is_cuda):
-            return "self.h[6].ln_2.bias.is_cuda"
-        if not (h_6_ln_2_bias.dtype == torch.float32):
-            return "self.h[6].ln_2.bias.dtype == torch.float32"
-        if not (h_6_ln_2_bias.shape == (768,)):
-            return "self.h[6].ln_2.bias.shape == (768,)"
-        if not (h_6_ln_2_bias.stride() == (1,)):
-            return "self.h[6].ln_2.bias.stride() == (1,)"
-        if not (h_6_mlp_c_fc_bias.is_cuda):
-            return "self.h[6].mlp.c_fc.bias.is_cuda"
-        if not (h_6_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[6].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_6_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[6].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_6_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[6].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_6_mlp_c_proj_bias.is_cuda):
-            return "self.h[6].mlp.c_proj.bias.is_cuda"
-        if not (h_6_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[6].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_6_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[6].mlp.c_proj.bias.shape == (768,)"
-        if not (h_6_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[6].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_7_ln_1_weight.is_cuda):
-            return "self.h[7].ln_1.weight.is_cuda"
-        if not (h_7_ln_1_weight.dtype == torch.float32):
-            return "self.h[7].ln_1.weight.dtype == torch.float32"
-        if not (h_7_ln_1_weight.shape == (768,)):
-            return "self.h[7].ln_1.weight.shape == (768,)"
-        if not (h_7_ln_1_weight.stride() == (1,)):
-            return "self.h[7].ln_1.weight.stride() == (1,)"
-        if not (h_7_ln_1_bias.is_cuda):
-            return "self.h[7].ln_1.bias.is_cuda"
-        if not (h_7_ln_1_bias.dtype == torch.float32):
-            return "self.h[7].ln_1.bias.dtype == torch.float32"
-        if not (h_7_ln_1_bias.shape == (768,)):
-            return "self.h[7].ln_1.bias.shape == (768,)"
-        if not (h_7_ln_1_bias.stride() == (1,)):
-            return "self.h[7].ln_1.bias.stride() == (1,)"
-        if not (h_7_attn_c_proj_bias.is_cuda):
-            return "self.h[7].attn.c_proj.bias.is_cuda"
-        if not (h_7_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[7].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_7_attn_c_proj_bias.shape == (768,)):
-            return "self.h[7].attn.c_proj.bias.shape == (768,)"
-        if not (h_7_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[7].attn.c_proj.bias.stride() == (1,)"
-        if not (h_7_ln_2_weight.is_cuda):
-            return "self.h[7].ln_2.weight.is_cuda"
-        if not (h_7_ln_2_weight.dtype == torch.float32):
-            return "self.h[7].ln_2.weight.dtype == torch.float32"
-        if not (h_7_ln_2_weight.shape == (768,)):
-            return "self.h[7].ln_2.weight.shape == (768,)"
-        if not (h_7_ln_2_weight.stride() == (1,)):
-            return "self.h[7].ln_2.weight.stride() == (1,)"
-        if not (h_7_ln_2_bias.is_cuda):
-            return "self.h[7].ln_2.bias.is_cuda"
-        if not (h_7_ln_2_bias.dtype == torch.float32):
-            return "self.h[7].ln_2.bias.dtype == torch.float32"
-        if not (h_7_ln_2_bias.shape == (768,)):
-            return "self.h[7].ln_2.bias.shape == (768,)"
-        if not (h_7_ln_2_bias.stride() == (1,)):
-            return "self.h[7].ln_2.bias.stride() == (1,)"
-        if not (h_7_mlp_c_fc_bias.is_cuda):
-            return "self.h[7].mlp.c_fc.bias.is_cuda"
-        if not (h_7_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[7].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_7_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[7].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_7_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[7].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_7_mlp_c_proj_bias.is_cuda):
-            return "self.h[7].mlp.c_proj.bias.is_cuda"
-        if not (h_7_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[7].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_7_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[7].mlp.c_proj.bias.shape == (768,)"
-        if not (h_7_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[7].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_8_ln_1_weight.is_cuda):
-            return "self.h[8].ln_1.weight.is_cuda"
-        if not (h_8_ln_1_weight.dtype == torch.float32):
-            return "self.h[8].ln_1.weight.dtype == torch.float32"
-        if not (h_8_ln_1_weight.shape == (768,)):
-            return "self.h[8].ln_1.weight.shape == (768,)"
-        if not (h_8_ln_1_weight.stride() == (1,)):
-            return "self.h[8].ln_1.weight.stride() == (1,)"
-        if not (h_8_ln_1_bias.is_cuda):
-            return "self.h[8].ln_1.bias.is_cuda"
-        if not (h_8_ln_1_bias.dtype == torch.float32):
-            return "self.h[8].ln_1.bias.dtype == torch.float32"
-        if not (h_8_ln_1_bias.shape == (768,)):
-            return "self.h[8].ln_1.bias.shape == (768,)"
-        if not (h_8_ln_1_bias.stride() == (1,)):
-            return "self.h[8].ln_1.bias.stride() == (1,)"
-        if not (h_8_attn_c_proj_bias.is_cuda):
-            return "self.h[8].attn.c_proj.bias.is_cuda"
-        if not (h_8_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[8].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_8_attn_c_proj_bias.shape == (768,)):
-            return "self.h[8].attn.c_proj.bias.shape == (768,)"
-        if not (h_8_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[8].attn.c_proj.bias.stride() == (1,)"
-        if not (h_8_ln_2_weight.is_cuda):
-            return "self.h[8].ln_2.weight.is_cuda"
-        if not (h_8_ln_2_weight.dtype == torch.float32):
-            return "self.h[8].ln_2.weight.dtype == torch.float32"
-        if not (h_8_ln_2_weight.shape == (768,)):
-            return "self.h[8].ln_2.weight.shape == (768,)"
-        if not (h_8_ln_2_weight.stride() == (1,)):
-            return "self.h[8].ln_2.weight.stride() == (1,)"
-        if not (h_8_ln_2_bias.is_cuda):
-            return "self.h[8].ln_2.bias.is_cuda"
-        if not (h_8_ln_2_bias.dtype == torch.float32):
-            return "self.h[8].ln_2.bias.dtype == torch.float32"
-        if not (h_8_ln_2_bias.shape == (768,)):
-            return "self.h[8].ln_2.bias.shape == (768,)"
-        if not (h_8_ln_2_bias.stride() == (1,)):
-            return "self.h[8].ln_2.bias.stride() == (1,)"
-        if not (h_8_mlp_c_fc_bias.is_cuda):
-            return "self.h[8].mlp.c_fc.bias.is_cuda"
-        if not (h_8_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[8].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_8_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[8].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_8_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[8].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_8_mlp_c_proj_bias.is_cuda):
-            return "self.h[8].mlp.c_proj.bias.is_cuda"
-        if not (h_8_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[8].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_8_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[8].mlp.c_proj.bias.shape == (768,)"
-        if not (h_8_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[8].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_9_ln_1_weight.is_cuda):
-            return "self.h[9].ln_1.weight.is_cuda"
-        if not (h_9_ln_1_weight.dtype == torch.float32):
-            return "self.h[9].ln_1.weight.dtype == torch.float32"
-        if not (h_9_ln_1_weight.shape == (768,)):
-            return "self.h[9].ln_1.weight.shape == (768,)"
-        if not (h_9_ln_1_weight.stride() == (1,)):
-            return "self.h[9].ln_1.weight.stride() == (1,)"
-        if not (h_9_ln_1_bias.is_cuda):
-            return "self.h[9].ln_1.bias.is_cuda"
-        if not (h_9_ln_1_bias.dtype == torch.float32):
-            return "self.h[9].ln_1.bias.dtype == torch.float32"
-        if not (h_9_ln_1_bias.shape == (768,)):
-            return "self.h[9].ln_1.bias.shape == (768,)"
-        if not (h_9_ln_1_bias.stride() == (1,)):
-            return "self.h[9].ln_1.bias.stride() == (1,)"
-        if not (h_9_attn_c_proj_bias.is_cuda):
-            return "self.h[9].attn.c_proj.bias.is_cuda"
-        if not (h_9_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[9].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_9_attn_c_proj_bias.shape == (768,)):
-            return "self.h[9].attn.c_proj.bias.shape == (768,)"
-        if not (h_9_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[9].attn.c_proj.bias.stride() == (1,)"
-        if not (h_9_ln_2_weight.is_cuda):
-            return "self.h[9].ln_2.weight.is_cuda"
-        if not (h_9_ln_2_weight.dtype == torch.float32):
-            return "self.h[9].ln_2.weight.dtype == torch.float32"
-        if not (h_9_ln_2_weight.shape == (768,)):
-            return "self.h[9].ln_2.weight.shape == (768,)"
-        if not (h_9_ln_2_weight.stride() == (1,)):
-            return "self.h[9].ln_2.weight.stride() == (1,)"
-        if not (h_9_ln_2_bias.is_cuda):
-            return "self.h[9].ln_2.bias.is_cuda"
-        if not (h_9_ln_2_bias.dtype == torch.float32):
-            return "self.h[9].ln_2.bias.dtype == torch.float32"
-        if not (h_9_ln_2_bias.shape == (768,)):
-            return "self.h[9].ln_2.bias.shape == (768,)"
-        if not (h_9_ln_2_bias.stride() == (1,)):
-            return "self.h[9].ln_2.bias.stride() == (1,)"
-        if not (h_9_mlp_c_fc_bias.is_cuda):
-            return "self.h[9].mlp.c_fc.bias.is_cuda"
-        if not (h_9_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[9].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_9_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[9].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_9_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[9].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_9_mlp_c_proj_bias.is_cuda):
-            return "self.h[9].mlp.c_proj.bias.is_cuda"
-        if not (h_9_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[9].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_9_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[9].mlp.c_proj.bias.shape == (768,)"
-        if not (h_9_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[9].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_10_ln_1_weight.is_cuda):
-            return "self.h[10].ln_1.weight.is_cuda"
-        if not (h_10_ln_1_weight.dtype == torch.float32):
-            return "self.h[10].ln_1.weight.dtype == torch.float32"
-        if not (h_10_ln_1_weight.shape == (768,)):
-            return "self.h[10].ln_1.weight.shape == (768,)"
-        if not (h_10_ln_1_weight.stride() == (1,)):
-            return "self.h[10].ln_1.weight.stride() == (1,)"
-        if not (h_10_ln_1_bias.is_cuda):
-            return "self.h[10].ln_1.bias.is_cuda"
-        if not (h_10_ln_1_bias.dtype == torch.float32):
-            return "self.h[10].ln_1.bias.dtype == torch.float32"
-        if not (h_10_ln_1_bias.shape == (768,)):
-            return "self.h[10].ln_1.bias.shape == (768,)"
-        if not (h_10_ln_1_bias.stride() == (1,)):
-            return "self.h[10].ln_1.bias.stride() == (1,)"
-        if not (h_10_attn_c_proj_bias.is_cuda):
-            return "self.h[10].attn.c_proj.bias.is_cuda"
-        if not (h_10_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[10].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_10_attn_c_proj_bias.shape == (768,)):
-            return "self.h[10].attn.c_proj.bias.shape == (768,)"
-        if not (h_10_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[10].attn.c_proj.bias.stride() == (1,)"
-        if not (h_10_ln_2_weight.is_cuda):
-            return "self.h[10].ln_2.weight.is_cuda"
-        if not (h_10_ln_2_weight.dtype == torch.float32):
-            return "self.h[10].ln_2.weight.dtype == torch.float32"
-        if not (h_10_ln_2_weight.shape == (768,)):
-            return "self.h[10].ln_2.weight.shape == (768,)"
-        if not (h_10_ln_2_weight.stride() == (1,)):
-            return "self.h[10].ln_2.weight.stride() == (1,)"
-        if not (h_10_ln_2_bias.is_cuda):
-            return "self.h[10].ln_2.bias.is_cuda"
-        if not (h_10_ln_2_bias.dtype == torch.float32):
-            return "self.h[10].ln_2.bias.dtype == torch.float32"
-        if not (h_10_ln_2_bias.shape == (768,)):
-            return "self.h[10].ln_2.bias.shape == (768,)"
-        if not (h_10_ln_2_bias.stride() == (1,)):
-            return "self.h[10].ln_2.bias.stride() == (1,)"
-        if not (h_10_mlp_c_fc_bias.is_cuda):
-            return "self.h[10].mlp.c_fc.bias.is_cuda"
-        if not (h_10_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[10].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_10_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[10].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_10_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[10].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_10_mlp_c_proj_bias.is_cuda):
-            return "self.h[10].mlp.c_proj.bias.is_cuda"
-        if not (h_10_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[10].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_10_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[10].mlp.c_proj.bias.shape == (768,)"
-        if not (h_10_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[10].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_11_ln_1_weight.is_cuda):
-            return "self.h[11].ln_1.weight.is_cuda"
-        if not (h_11_ln_1_weight.dtype == torch.float32):
-            return "self.h[11].ln_1.weight.dtype == torch.float32"
-        if not (h_11_ln_1_weight.shape == (768,)):
-            return "self.h[11].ln_1.weight.shape == (768,)"
-        if not (h_11_ln_1_weight.stride() == (1,)):
-            return "self.h[11].ln_1.weight.stride() == (1,)"
-        if not (h_11_ln_1_bias.is_cuda):
-            return "self.h[11].ln_1.bias.is_cuda"
-        if not (h_11_ln_1_bias.dtype == torch.float32):
-            return "self.h[11].ln_1.bias.dtype == torch.float32"
-        if not (h_11_ln_1_bias.shape == (768,)):
-            return "self.h[11].ln_1.bias.shape == (768,)"
-        if not (h_11_ln_1_bias.stride() == (1,)):
-            return "self.h[11].ln_1.bias.stride() == (1,)"
-        if not (h_11_attn_c_proj_bias.is_cuda):
-            return "self.h[11].attn.c_proj.bias.is_cuda"
-        if not (h_11_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[11].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_11_attn_c_proj_bias.shape == (768,)):
-            return "self.h[11].attn.c_proj.bias.shape == (768,)"
-        if not (h_11_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[11].attn.c_proj.bias.stride() == (1,)"
-        if not (h_11_ln_2_weight.is_cuda):
-            return "self.h[11].ln_2.weight.is_cuda"
-        if not (h_11_ln_2_weight.dtype == torch.float32):
-            return "self.h[11].ln_2.weight.dtype == torch.float32"
-        if not (h_11_ln_2_weight.shape == (768,)):
-            return "self.h[11].ln_2.weight.shape == (768,)"
-        if not (h_11_ln_2_weight.stride() == (1,)):
-            return "self.h[11].ln_2.weight.stride() == (1,)"
-        if not (h_11_ln_2_bias.is_cuda):
-            return "self.h[11].ln_2.bias.is_cuda"
-        if not (h_11_ln_2_bias.dtype == torch.float32):
-            return "self.h[11].ln_2.bias.dtype == torch.float32"
-        if not (h_11_ln_2_bias.shape == (768,)):
-            return "self.h[11].ln_2.bias.shape == (768,)"
-        if not (h_11_ln_2_bias.stride() == (1,)):
-            return "self.h[11].ln_2.bias.stride() == (1,)"
-        if not (h_11_mlp_c_fc_bias.is_cuda):
-            return "self.h[11].mlp.c_fc.bias.is_cuda"
-        if not (h_11_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[11].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_11_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[11].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_11_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[11].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_11_mlp_c_proj_bias.is_cuda):
-            return "self.h[11].mlp.c_proj.bias.is_cuda"
-        if not (h_11_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[11].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_11_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[11].mlp.c_proj.bias.shape == (768,)"
-        if not (h_11_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[11].mlp.c_proj.bias.stride() == (1,)"
-        if not (ln_f_weight.is_cuda):
-            return "self.ln_f.weight.is_cuda"
-        if not (ln_f_weight.dtype == torch.float32):
-            return "self.ln_f.weight.dtype == torch.float32"
-        if not (ln_f_weight.shape == (768,)):
-            return "self.ln_f.weight.shape == (768,)"
-        if not (ln_f_weight.stride() == (1,)):
-            return "self.ln_f.weight.stride() == (1,)"
-        if not (ln_f_bias.is_cuda):
-            return "self.ln_f.bias.is_cuda"
-        if not (ln_f_bias.dtype == torch.float32):
-            return "self.ln_f.bias.dtype == torch.float32"
-        if not (ln_f_bias.shape == (768,)):
-            return "self.ln_f.bias.shape == (768,)"
-        if not (ln_f_bias.stride() == (1,)):
-            return "self.ln_f.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_0.mismatch(
+            wte_weight,
+            wpe_weight,
+            h_0_ln_1_weight,
+            h_0_ln_1_bias,
+            h_0_attn_c_proj_bias,
+            h_0_ln_2_weight,
+            h_0_ln_2_bias,
+            h_0_mlp_c_fc_bias,
+            h_0_mlp_c_proj_bias,
+            h_1_ln_1_weight,
+            h_1_ln_1_bias,
+            h_1_attn_c_proj_bias,
+            h_1_ln_2_weight,
+            h_1_ln_2_bias,
+            h_1_mlp_c_fc_bias,
+            h_1_mlp_c_proj_bias,
+            h_2_ln_1_weight,
+            h_2_ln_1_bias,
+            h_2_attn_c_proj_bias,
+            h_2_ln_2_weight,
+            h_2_ln_2_bias,
+            h_2_mlp_c_fc_bias,
+            h_2_mlp_c_proj_bias,
+            h_3_ln_1_weight,
+            h_3_ln_1_bias,
+            h_3_attn_c_proj_bias,
+            h_3_ln_2_weight,
+            h_3_ln_2_bias,
+            h_3_mlp_c_fc_bias,
+            h_3_mlp_c_proj_bias,
+            h_4_ln_1_weight,
+            h_4_ln_1_bias,
+            h_4_attn_c_proj_bias,
+            h_4_ln_2_weight,
+            h_4_ln_2_bias,
+            h_4_mlp_c_fc_bias,
+            h_4_mlp_c_proj_bias,
+            h_5_ln_1_weight,
+            h_5_ln_1_bias,
+            h_5_attn_c_proj_bias,
+            h_5_ln_2_weight,
+            h_5_ln_2_bias,
+            h_5_mlp_c_fc_bias,
+            h_5_mlp_c_proj_bias,
+            h_6_ln_1_weight,
+            h_6_ln_1_bias,
+            h_6_attn_c_proj_bias,
+            h_6_ln_2_weight,
+            h_6_ln_2_bias,
+            h_6_mlp_c_fc_bias,
+            h_6_mlp_c_proj_bias,
+            h_7_ln_1_weight,
+            h_7_ln_1_bias,
+            h_7_attn_c_proj_bias,
+            h_7_ln_2_weight,
+            h_7_ln_2_bias,
+            h_7_mlp_c_fc_bias,
+            h_7_mlp_c_proj_bias,
+            h_8_ln_1_weight,
+            h_8_ln_1_bias,
+            h_8_attn_c_proj_bias,
+            h_8_ln_2_weight,
+            h_8_ln_2_bias,
+            h_8_mlp_c_fc_bias,
+            h_8_mlp_c_proj_bias,
+            h_9_ln_1_weight,
+            h_9_ln_1_bias,
+            h_9_attn_c_proj_bias,
+            h_9_ln_2_weight,
+            h_9_ln_2_bias,
+            h_9_mlp_c_fc_bias,
+            h_9_mlp_c_proj_bias,
+            h_10_ln_1_weight,
+            h_10_ln_1_bias,
+            h_10_attn_c_proj_bias,
+            h_10_ln_2_weight,
+            h_10_ln_2_bias,
+            h_10_mlp_c_fc_bias,
+            h_10_mlp_c_proj_bias,
+            h_11_ln_1_weight,
+            h_11_ln_1_bias,
+            h_11_attn_c_proj_bias,
+            h_11_ln_2_weight,
+            h_11_ln_2_bias,
+            h_11_mlp_c_fc_bias,
+            h_11_mlp_c_proj_bias,
+            ln_f_weight,
+            ln_f_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (lm_head._parameters.get("weight") is wte_weight):
             return "self.lm_head.weight is self.wte.weight"
         if not (
@@ -4021,18 +3504,27 @@ def _cuda_0(self, idx):
     )
     ln_f_weight = self._modules["ln_f"]._parameters["weight"]
     ln_f_bias = self._modules["ln_f"]._parameters["bias"]
-    # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
-    arange = torch.arange(0, 1024, dtype=torch.int64, device=device, pin_memory=False)
+    sources = (wpe_weight,)
+    constants = runtime_shim.constants(self, "cuda_0", sources)
+    if constants is None:
+        # values of parameters and buffers alone, kept between calls: 3.0 MB
+        # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+        arange = torch.arange(
+            0, 1024, dtype=torch.int64, device=device, pin_memory=False
+        )
+        # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
+        embedding_1 = empty((1024, 768), (768, 1), torch.float32)
+        _triton.triton_fused_index_0[(768,)](
+            arange, wpe_weight, embedding_1, XBLOCK=1024, num_warps=4
+        )
+        constants = runtime_shim.keep_constants(self, "cuda_0", sources, (embedding_1,))
+    (embedding_1,) = constants
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
     ne_1 = empty((), (), torch.bool)
     _triton.triton_fused_embedding_0[(1,)](
         idx, ne_1, XBLOCK=1, RBLOCK=8192, num_warps=16
     )
     runtime_shim.check_index(ne_1, "index out of range in self")
-    embedding_1 = empty((1024, 768), (768, 1), torch.float32)
-    _triton.triton_fused_index_0[(768,)](
-        arange, wpe_weight, embedding_1, XBLOCK=1024, num_warps=4
-    )
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     native_layer_norm_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
@@ -4889,6 +4381,101 @@ def _cuda_0(self, idx):
     mm = linear_48.view(8192, 50257)
     _unsafe_view = mm.view(8, 1024, 50257)
     return _unsafe_view
+
+
+_LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
+    "cpu",
+    (
+        ("self.wte.weight", torch.float32, (50257, 768), (768, 1)),
+        ("self.wpe.weight", torch.float32, (1024, 768), (768, 1)),
+        ("self.h[0].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[0].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[0].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[0].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[0].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[0].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[0].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[1].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[1].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[1].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[1].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[1].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[1].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[1].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[2].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[2].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[2].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[2].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[2].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[2].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[2].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[3].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[3].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[3].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[3].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[3].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[3].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[3].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[4].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[4].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[4].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[4].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[4].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[4].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[4].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[5].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[5].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[5].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[5].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[5].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[5].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[5].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[6].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[6].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[6].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[6].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[6].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[6].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[6].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[7].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[7].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[7].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[7].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[7].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[7].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[7].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[8].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[8].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[8].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[8].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[8].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[8].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[8].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[9].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[9].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[9].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[9].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[9].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[9].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[9].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[10].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[10].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[10].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[10].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[10].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[10].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[10].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[11].ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.h[11].ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.h[11].attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.h[11].ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.h[11].ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.h[11].mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.h[11].mlp.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.ln_f.weight", torch.float32, (768,), (1,)),
+        ("self.ln_f.bias", torch.float32, (768,), (1,)),
+    ),
+)
 
 
 def _guards_cpu_0(self, idx):
@@ -7173,710 +6760,98 @@ def _guards_cpu_0(self, idx):
         ln_f_bias = ln_f._parameters.get("bias")
         if not (ln_f_weight is not None and ln_f_bias is not None):
             return "self.ln_f.weight is not None and self.ln_f.bias is not None"
-        if not (wte_weight.is_cpu):
-            return "self.wte.weight.is_cpu"
-        if not (wte_weight.dtype == torch.float32):
-            return "self.wte.weight.dtype == torch.float32"
-        if not (wte_weight.shape == (50257, 768)):
-            return "self.wte.weight.shape == (50257, 768)"
-        if not (wte_weight.stride() == (768, 1)):
-            return "self.wte.weight.stride() == (768, 1)"
-        if not (wpe_weight.is_cpu):
-            return "self.wpe.weight.is_cpu"
-        if not (wpe_weight.dtype == torch.float32):
-            return "self.wpe.weight.dtype == torch.float32"
-        if not (wpe_weight.shape == (1024, 768)):
-            return "self.wpe.weight.shape == (1024, 768)"
-        if not (wpe_weight.stride() == (768, 1)):
-            return "self.wpe.weight.stride() == (768, 1)"
-        if not (h_0_ln_1_weight.is_cpu):
-            return "self.h[0].ln_1.weight.is_cpu"
-        if not (h_0_ln_1_weight.dtype == torch.float32):
-            return "self.h[0].ln_1.weight.dtype == torch.float32"
-        if not (h_0_ln_1_weight.shape == (768,)):
-            return "self.h[0].ln_1.weight.shape == (768,)"
-        if not (h_0_ln_1_weight.stride() == (1,)):
-            return "self.h[0].ln_1.weight.stride() == (1,)"
-        if not (h_0_ln_1_bias.is_cpu):
-            return "self.h[0].ln_1.bias.is_cpu"
-        if not (h_0_ln_1_bias.dtype == torch.float32):
-            return "self.h[0].ln_1.bias.dtype == torch.float32"
-        if not (h_0_ln_1_bias.shape == (768,)):
-            return "self.h[0].ln_1.bias.shape == (768,)"
-        if not (h_0_ln_1_bias.stride() == (1,)):
-            return "self.h[0].ln_1.bias.stride() == (1,)"
-        if not (h_0_attn_c_proj_bias.is_cpu):
-            return "self.h[0].attn.c_proj.bias.is_cpu"
-        if not (h_0_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[0].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_0_attn_c_proj_bias.shape == (768,)):
-            return "self.h[0].attn.c_proj.bias.shape == (768,)"
-        if not (h_0_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[0].attn.c_proj.bias.stride() == (1,)"
-        if not (h_0_ln_2_weight.is_cpu):
-            return "self.h[0].ln_2.weight.is_cpu"
-        if not (h_0_ln_2_weight.dtype == torch.float32):
-            return "self.h[0].ln_2.weight.dtype == torch.float32"
-        if not (h_0_ln_2_weight.shape == (768,)):
-            return "self.h[0].ln_2.weight.shape == (768,)"
-        if not (h_0_ln_2_weight.stride() == (1,)):
-            return "self.h[0].ln_2.weight.stride() == (1,)"
-        if not (h_0_ln_2_bias.is_cpu):
-            return "self.h[0].ln_2.bias.is_cpu"
-        if not (h_0_ln_2_bias.dtype == torch.float32):
-            return "self.h[0].ln_2.bias.dtype == torch.float32"
-        if not (h_0_ln_2_bias.shape == (768,)):
-            return "self.h[0].ln_2.bias.shape == (768,)"
-        if not (h_0_ln_2_bias.stride() == (1,)):
-            return "self.h[0].ln_2.bias.stride() == (1,)"
-        if not (h_0_mlp_c_fc_bias.is_cpu):
-            return "self.h[0].mlp.c_fc.bias.is_cpu"
-        if not (h_0_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[0].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_0_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[0].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_0_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[0].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_0_mlp_c_proj_bias.is_cpu):
-            return "self.h[0].mlp.c_proj.bias.is_cpu"
-        if not (h_0_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[0].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_0_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[0].mlp.c_proj.bias.shape == (768,)"
-        if not (h_0_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[0].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_1_ln_1_weight.is_cpu):
-            return "self.h[1].ln_1.weight.is_cpu"
-        if not (h_1_ln_1_weight.dtype == torch.float32):
-            return "self.h[1].ln_1.weight.dtype == torch.float32"
-        if not (h_1_ln_1_weight.shape == (768,)):
-            return "self.h[1].ln_1.weight.shape == (768,)"
-        if not (h_1_ln_1_weight.stride() == (1,)):
-            return "self.h[1].ln_1.weight.stride() == (1,)"
-        if not (h_1_ln_1_bias.is_cpu):
-            return "self.h[1].ln_1.bias.is_cpu"
-        if not (h_1_ln_1_bias.dtype == torch.float32):
-            return "self.h[1].ln_1.bias.dtype == torch.float32"
-        if not (h_1_ln_1_bias.shape == (768,)):
-            return "self.h[1].ln_1.bias.shape == (768,)"
-        if not (h_1_ln_1_bias.stride() == (1,)):
-            return "self.h[1].ln_1.bias.stride() == (1,)"
-        if not (h_1_attn_c_proj_bias.is_cpu):
-            return "self.h[1].attn.c_proj.bias.is_cpu"
-        if not (h_1_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[1].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_1_attn_c_proj_bias.shape == (768,)):
-            return "self.h[1].attn.c_proj.bias.shape == (768,)"
-        if not (h_1_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[1].attn.c_proj.bias.stride() == (1,)"
-        if not (h_1_ln_2_weight.is_cpu):
-            return "self.h[1].ln_2.weight.is_cpu"
-        if not (h_1_ln_2_weight.dtype == torch.float32):
-            return "self.h[1].ln_2.weight.dtype == torch.float32"
-        if not (h_1_ln_2_weight.shape == (768,)):
-            return "self.h[1].ln_2.weight.shape == (768,)"
-        if not (h_1_ln_2_weight.stride() == (1,)):
-            return "self.h[1].ln_2.weight.stride() == (1,)"
-        if not (h_1_ln_2_bias.is_cpu):
-            return "self.h[1].ln_2.bias.is_cpu"
-        if not (h_1_ln_2_bias.dtype == torch.float32):
-            return "self.h[1].ln_2.bias.dtype == torch.float32"
-        if not (h_1_ln_2_bias.shape == (768,)):
-            return "self.h[1].ln_2.bias.shape == (768,)"
-        if not (h_1_ln_2_bias.stride() == (1,)):
-            return "self.h[1].ln_2.bias.stride() == (1,)"
-        if not (h_1_mlp_c_fc_bias.is_cpu):
-            return "self.h[1].mlp.c_fc.bias.is_cpu"
-        if not (h_1_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[1].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_1_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[1].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_1_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[1].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_1_mlp_c_proj_bias.is_cpu):
-            return "self.h[1].mlp.c_proj.bias.is_cpu"
-        if not (h_1_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[1].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_1_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[1].mlp.c_proj.bias.shape == (768,)"
-        if not (h_1_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[1].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_2_ln_1_weight.is_cpu):
-            return "self.h[2].ln_1.weight.is_cpu"
-        if not (h_2_ln_1_weight.dtype == torch.float32):
-            return "self.h[2].ln_1.weight.dtype == torch.float32"
-        if not (h_2_ln_1_weight.shape == (768,)):
-            return "self.h[2].ln_1.weight.shape == (768,)"
-        if not (h_2_ln_1_weight.stride() == (1,)):
-            return "self.h[2].ln_1.weight.stride() == (1,)"
-        if not (h_2_ln_1_bias.is_cpu):
-            return "self.h[2].ln_1.bias.is_cpu"
-        if not (h_2_ln_1_bias.dtype == torch.float32):
-            return "self.h[2].ln_1.bias.dtype == torch.float32"
-        if not (h_2_ln_1_bias.shape == (768,)):
-            return "self.h[2].ln_1.bias.shape == (768,)"
-        if not (h_2_ln_1_bias.stride() == (1,)):
-            return "self.h[2].ln_1.bias.stride() == (1,)"
-        if not (h_2_attn_c_proj_bias.is_cpu):
-            return "self.h[2].attn.c_proj.bias.is_cpu"
-        if not (h_2_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[2].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_2_attn_c_proj_bias.shape == (768,)):
-            return "self.h[2].attn.c_proj.bias.shape == (768,)"
-        if not (h_2_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[2].attn.c_proj.bias.stride() == (1,)"
-        if not (h_2_ln_2_weight.is_cpu):
-            return "self.h[2].ln_2.weight.is_cpu"
-        if not (h_2_ln_2_weight.dtype == torch.float32):
-            return "self.h[2].ln_2.weight.dtype == torch.float32"
-        if not (h_2_ln_2_weight.shape == (768,)):
-            return "self.h[2].ln_2.weight.shape == (768,)"
-        if not (h_2_ln_2_weight.stride() == (1,)):
-            return "self.h[2].ln_2.weight.stride() == (1,)"
-        if not (h_2_ln_2_bias.is_cpu):
-            return "self.h[2].ln_2.bias.is_cpu"
-        if not (h_2_ln_2_bias.dtype == torch.float32):
-            return "self.h[2].ln_2.bias.dtype == torch.float32"
-        if not (h_2_ln_2_bias.shape == (768,)):
-            return "self.h[2].ln_2.bias.shape == (768,)"
-        if not (h_2_ln_2_bias.stride() == (1,)):
-            return "self.h[2].ln_2.bias.stride() == (1,)"
-        if not (h_2_mlp_c_fc_bias.is_cpu):
-            return "self.h[2].mlp.c_fc.bias.is_cpu"
-        if not (h_2_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[2].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_2_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[2].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_2_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[2].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_2_mlp_c_proj_bias.is_cpu):
-            return "self.h[2].mlp.c_proj.bias.is_cpu"
-        if not (h_2_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[2].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_2_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[2].mlp.c_proj.bias.shape == (768,)"
-        if not (h_2_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[2].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_3_ln_1_weight.is_cpu):
-            return "self.h[3].ln_1.weight.is_cpu"
-        if not (h_3_ln_1_weight.dtype == torch.float32):
-            return "self.h[3].ln_1.weight.dtype == torch.float32"
-        if not (h_3_ln_1_weight.shape == (768,)):
-            return "self.h[3].ln_1.weight.shape == (768,)"
-        if not (h_3_ln_1_weight.stride() == (1,)):
-            return "self.h[3].ln_1.weight.stride() == (1,)"
-        if not (h_3_ln_1_bias.is_cpu):
-            return "self.h[3].ln_1.bias.is_cpu"
-        if not (h_3_ln_1_bias.dtype == torch.float32):
-            return "self.h[3].ln_1.bias.dtype == torch.float32"
-        if not (h_3_ln_1_bias.shape == (768,)):
-            return "self.h[3].ln_1.bias.shape == (768,)"
-        if not (h_3_ln_1_bias.stride() == (1,)):
-            return "self.h[3].ln_1.bias.stride() == (1,)"
-        if not (h_3_attn_c_proj_bias.is_cpu):
-            return "self.h[3].attn.c_proj.bias.is_cpu"
-        if not (h_3_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[3].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_3_attn_c_proj_bias.shape == (768,)):
-            return "self.h[3].attn.c_proj.bias.shape == (768,)"
-        if not (h_3_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[3].attn.c_proj.bias.stride() == (1,)"
-        if not (h_3_ln_2_weight.is_cpu):
-            return "self.h[3].ln_2.weight.is_cpu"
-        if not (h_3_ln_2_weight.dtype == torch.float32):
-            return "self.h[3].ln_2.weight.dtype == torch.float32"
-        if not (h_3_ln_2_weight.shape == (768,)):
-            return "self.h[3].ln_2.weight.shape == (768,)"
-        if not (h_3_ln_2_weight.stride() == (1,)):
-            return "self.h[3].ln_2.weight.stride() == (1,)"
-        if not (h_3_ln_2_bias.is_cpu):
-            return "self.h[3].ln_2.bias.is_cpu"
-        if not (h_3_ln_2_bias.dtype == torch.float32):
-            return "self.h[3].ln_2.bias.dtype == torch.float32"
-        if not (h_3_ln_2_bias.shape == (768,)):
-            return "self.h[3].ln_2.bias.shape == (768,)"
-        if not (h_3_ln_2_bias.stride() == (1,)):
-            return "self.h[3].ln_2.bias.stride() == (1,)"
-        if not (h_3_mlp_c_fc_bias.is_cpu):
-            return "self.h[3].mlp.c_fc.bias.is_cpu"
-        if not (h_3_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[3].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_3_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[3].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_3_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[3].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_3_mlp_c_proj_bias.is_cpu):
-            return "self.h[3].mlp.c_proj.bias.is_cpu"
-        if not (h_3_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[3].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_3_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[3].mlp.c_proj.bias.shape == (768,)"
-        if not (h_3_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[3].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_4_ln_1_weight.is_cpu):
-            return "self.h[4].ln_1.weight.is_cpu"
-        if not (h_4_ln_1_weight.dtype == torch.float32):
-            return "self.h[4].ln_1.weight.dtype == torch.float32"
-        if not (h_4_ln_1_weight.shape == (768,)):
-            return "self.h[4].ln_1.weight.shape == (768,)"
-        if not (h_4_ln_1_weight.stride() == (1,)):
-            return "self.h[4].ln_1.weight.stride() == (1,)"
-        if not (h_4_ln_1_bias.is_cpu):
-            return "self.h[4].ln_1.bias.is_cpu"
-        if not (h_4_ln_1_bias.dtype == torch.float32):
-            return "self.h[4].ln_1.bias.dtype == torch.float32"
-        if not (h_4_ln_1_bias.shape == (768,)):
-            return "self.h[4].ln_1.bias.shape == (768,)"
-        if not (h_4_ln_1_bias.stride() == (1,)):
-            return "self.h[4].ln_1.bias.stride() == (1,)"
-        if not (h_4_attn_c_proj_bias.is_cpu):
-            return "self.h[4].attn.c_proj.bias.is_cpu"
-        if not (h_4_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[4].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_4_attn_c_proj_bias.shape == (768,)):
-            return "self.h[4].attn.c_proj.bias.shape == (768,)"
-        if not (h_4_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[4].attn.c_proj.bias.stride() == (1,)"
-        if not (h_4_ln_2_weight.is_cpu):
-            return "self.h[4].ln_2.weight.is_cpu"
-        if not (h_4_ln_2_weight.dtype == torch.float32):
-            return "self.h[4].ln_2.weight.dtype == torch.float32"
-        if not (h_4_ln_2_weight.shape == (768,)):
-            return "self.h[4].ln_2.weight.shape == (768,)"
-        if not (h_4_ln_2_weight.stride() == (1,)):
-            return "self.h[4].ln_2.weight.stride() == (1,)"
-        if not (h_4_ln_2_bias.is_cpu):
-            return "self.h[4].ln_2.bias.is_cpu"
-        if not (h_4_ln_2_bias.dtype == torch.float32):
-            return "self.h[4].ln_2.bias.dtype == torch.float32"
-        if not (h_4_ln_2_bias.shape == (768,)):
-            return "self.h[4].ln_2.bias.shape == (768,)"
-        if not (h_4_ln_2_bias.stride() == (1,)):
-            return "self.h[4].ln_2.bias.stride() == (1,)"
-        if not (h_4_mlp_c_fc_bias.is_cpu):
-            return "self.h[4].mlp.c_fc.bias.is_cpu"
-        if not (h_4_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[4].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_4_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[4].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_4_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[4].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_4_mlp_c_proj_bias.is_cpu):
-            return "self.h[4].mlp.c_proj.bias.is_cpu"
-        if not (h_4_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[4].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_4_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[4].mlp.c_proj.bias.shape == (768,)"
-        if not (h_4_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[4].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_5_ln_1_weight.is_cpu):
-            return "self.h[5].ln_1.weight.is_cpu"
-        if not (h_5_ln_1_weight.dtype == torch.float32):
-            return "self.h[5].ln_1.weight.dtype == torch.float32"
-        if not (h_5_ln_1_weight.shape == (768,)):
-            return "self.h[5].ln_1.weight.shape == (768,)"
-        if not (h_5_ln_1_weight.stride() == (1,)):
-            return "self.h[5].ln_1.weight.stride() == (1,)"
-        if not (h_5_ln_1_bias.is_cpu):
-            return "self.h[5].ln_1.bias.is_cpu"
-        if not (h_5_ln_1_bias.dtype == torch.float32):
-            return "self.h[5].ln_1.bias.dtype == torch.float32"
-        if not (h_5_ln_1_bias.shape == (768,)):
-            return "self.h[5].ln_1.bias.shape == (768,)"
-        if not (h_5_ln_1_bias.stride() == (1,)):
-            return "self.h[5].ln_1.bias.stride() == (1,)"
-        if not (h_5_attn_c_proj_bias.is_cpu):
-            return "self.h[5].attn.c_proj.bias.is_cpu"
-        if not (h_5_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[5].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_5_attn_c_proj_bias.shape == (768,)):
-            return "self.h[5].attn.c_proj.bias.shape == (768,)"
-        if not (h_5_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[5].attn.c_proj.bias.stride() == (1,)"
-        if not (h_5_ln_2_weight.is_cpu):
-            return "self.h[5].ln_2.weight.is_cpu"
-        if not (h_5_ln_2_weight.dtype == torch.float32):
-            return "self.h[5].ln_2.weight.dtype == torch.float32"
-        if not (h_5_ln_2_weight.shape == (768,)):
-            return "self.h[5].ln_2.weight.shape == (768,)"
-        if not (h_5_ln_2_weight.stride() == (1,)):
-            return "self.h[5].ln_2.weight.stride() == (1,)"
-        if not (h_5_ln_2_bias.is_cpu):
-            return "self.h[5].ln_2.bias.is_cpu"
-        if not (h_5_ln_2_bias.dtype == torch.float32):
-            return "self.h[5].ln_2.bias.dtype == torch.float32"
-        if not (h_5_ln_2_bias.shape == (768,)):
-            return "self.h[5].ln_2.bias.shape == (768,)"
-        if not (h_5_ln_2_bias.stride() == (1,)):
-            return "self.h[5].ln_2.bias.stride() == (1,)"
-        if not (h_5_mlp_c_fc_bias.is_cpu):
-            return "self.h[5].mlp.c_fc.bias.is_cpu"
-        if not (h_5_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[5].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_5_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[5].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_5_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[5].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_5_mlp_c_proj_bias.is_cpu):
-            return "self.h[5].mlp.c_proj.bias.is_cpu"
-        if not (h_5_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[5].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_5_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[5].mlp.c_proj.bias.shape == (768,)"
-        if not (h_5_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[5].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_6_ln_1_weight.is_cpu):
-            return "self.h[6].ln_1.weight.is_cpu"
-        if not (h_6_ln_1_weight.dtype == torch.float32):
-            return "self.h[6].ln_1.weight.dtype == torch.float32"
-        if not (h_6_ln_1_weight.shape == (768,)):
-            return "self.h[6].ln_1.weight.shape == (768,)"
-        if not (h_6_ln_1_weight.stride() == (1,)):
-            return "self.h[6].ln_1.weight.stride() == (1,)"
-        if not (h_6_ln_1_bias.is_cpu):
-            return "self.h[6].ln_1.bias.is_cpu"
-        if not (h_6_ln_1_bias.dtype == torch.float32):
-            return "self.h[6].ln_1.bias.dtype == torch.float32"
-        if not (h_6_ln_1_bias.shape == (768,)):
-            return "self.h[6].ln_1.bias.shape == (768,)"
-        if not (h_6_ln_1_bias.stride() == (1,)):
-            return "self.h[6].ln_1.bias.stride() == (1,)"
-        if not (h_6_attn_c_proj_bias.is_cpu):
-            return "self.h[6].attn.c_proj.bias.is_cpu"
-        if not (h_6_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[6].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_6_attn_c_proj_bias.shape == (768,)):
-            return "self.h[6].attn.c_proj.bias.shape == (768,)"
-        if not (h_6_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[6].attn.c_proj.bias.stride() == (1,)"
-        if not (h_6_ln_2_weight.is_cpu):
-            return "self.h[6].ln_2.weight.is_cpu"
-        if not (h_6_ln_2_weight.dtype == torch.float32):
-            return "self.h[6].ln_2.weight.dtype == torch.float32"
-        if not (h_6_ln_2_weight.shape == (768,)):
-            return "self.h[6].ln_2.weight.shape == (768,)"
-        if not (h_6_ln_2_weight.stride() == (1,)):
-            return "self.h[6].ln_2.weight.stride() == (1,)"
-        if not (h_6_ln_2_bias.is_cpu):
-            return "self.h[6].ln_2.bias.is_cpu"
-        if not (h_6_ln_2_bias.dtype == torch.float32):
-            return "self.h[6].ln_2.bias.dtype == torch.float32"
-        if not (h_6_ln_2_bias.shape == (768,)):
-            return "self.h[6].ln_2.bias.shape == (768,)"
-        if not (h_6_ln_2_bias.stride() == (1,)):
-            return "self.h[6].ln_2.bias.stride() == (1,)"
-        if not (h_6_mlp_c_fc_bias.is_cpu):
-            return "self.h[6].mlp.c_fc.bias.is_cpu"
-        if not (h_6_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[6].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_6_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[6].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_6_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[6].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_6_mlp_c_proj_bias.is_cpu):
-            return "self.h[6].mlp.c_proj.bias.is_cpu"
-        if not (h_6_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[6].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_6_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[6].mlp.c_proj.bias.shape == (768,)"
-        if not (h_6_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[6].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_7_ln_1_weight.is_cpu):
-            return "self.h[7].ln_1.weight.is_cpu"
-        if not (h_7_ln_1_weight.dtype == torch.float32):
-            return "self.h[7].ln_1.weight.dtype == torch.float32"
-        if not (h_7_ln_1_weight.shape == (768,)):
-            return "self.h[7].ln_1.weight.shape == (768,)"
-        if not (h_7_ln_1_weight.stride() == (1,)):
-            return "self.h[7].ln_1.weight.stride() == (1,)"
-        if not (h_7_ln_1_bias.is_cpu):
-            return "self.h[7].ln_1.bias.is_cpu"
-        if not (h_7_ln_1_bias.dtype == torch.float32):
-            return "self.h[7].ln_1.bias.dtype == torch.float32"
-        if not (h_7_ln_1_bias.shape == (768,)):
-            return "self.h[7].ln_1.bias.shape == (768,)"
-        if not (h_7_ln_1_bias.stride() == (1,)):
-            return "self.h[7].ln_1.bias.stride() == (1,)"
-        if not (h_7_attn_c_proj_bias.is_cpu):
-            return "self.h[7].attn.c_proj.bias.is_cpu"
-        if not (h_7_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[7].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_7_attn_c_proj_bias.shape == (768,)):
-            return "self.h[7].attn.c_proj.bias.shape == (768,)"
-        if not (h_7_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[7].attn.c_proj.bias.stride() == (1,)"
-        if not (h_7_ln_2_weight.is_cpu):
-            return "self.h[7].ln_2.weight.is_cpu"
-        if not (h_7_ln_2_weight.dtype == torch.float32):
-            return "self.h[7].ln_2.weight.dtype == torch.float32"
-        if not (h_7_ln_2_weight.shape == (768,)):
-            return "self.h[7].ln_2.weight.shape == (768,)"
-        if not (h_7_ln_2_weight.stride() == (1,)):
-            return "self.h[7].ln_2.weight.stride() == (1,)"
-        if not (h_7_ln_2_bias.is_cpu):
-            return "self.h[7].ln_2.bias.is_cpu"
-        if not (h_7_ln_2_bias.dtype == torch.float32):
-            return "self.h[7].ln_2.bias.dtype == torch.float32"
-        if not (h_7_ln_2_bias.shape == (768,)):
-            return "self.h[7].ln_2.bias.shape == (768,)"
-        if not (h_7_ln_2_bias.stride() == (1,)):
-            return "self.h[7].ln_2.bias.stride() == (1,)"
-        if not (h_7_mlp_c_fc_bias.is_cpu):
-            return "self.h[7].mlp.c_fc.bias.is_cpu"
-        if not (h_7_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[7].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_7_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[7].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_7_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[7].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_7_mlp_c_proj_bias.is_cpu):
-            return "self.h[7].mlp.c_proj.bias.is_cpu"
-        if not (h_7_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[7].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_7_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[7].mlp.c_proj.bias.shape == (768,)"
-        if not (h_7_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[7].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_8_ln_1_weight.is_cpu):
-            return "self.h[8].ln_1.weight.is_cpu"
-        if not (h_8_ln_1_weight.dtype == torch.float32):
-            return "self.h[8].ln_1.weight.dtype == torch.float32"
-        if not (h_8_ln_1_weight.shape == (768,)):
-            return "self.h[8].ln_1.weight.shape == (768,)"
-        if not (h_8_ln_1_weight.stride() == (1,)):
-            return "self.h[8].ln_1.weight.stride() == (1,)"
-        if not (h_8_ln_1_bias.is_cpu):
-            return "self.h[8].ln_1.bias.is_cpu"
-        if not (h_8_ln_1_bias.dtype == torch.float32):
-            return "self.h[8].ln_1.bias.dtype == torch.float32"
-        if not (h_8_ln_1_bias.shape == (768,)):
-            return "self.h[8].ln_1.bias.shape == (768,)"
-        if not (h_8_ln_1_bias.stride() == (1,)):
-            return "self.h[8].ln_1.bias.stride() == (1,)"
-        if not (h_8_attn_c_proj_bias.is_cpu):
-            return "self.h[8].attn.c_proj.bias.is_cpu"
-        if not (h_8_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[8].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_8_attn_c_proj_bias.shape == (768,)):
-            return "self.h[8].attn.c_proj.bias.shape == (768,)"
-        if not (h_8_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[8].attn.c_proj.bias.stride() == (1,)"
-        if not (h_8_ln_2_weight.is_cpu):
-            return "self.h[8].ln_2.weight.is_cpu"
-        if not (h_8_ln_2_weight.dtype == torch.float32):
-            return "self.h[8].ln_2.weight.dtype == torch.float32"
-        if not (h_8_ln_2_weight.shape == (768,)):
-            return "self.h[8].ln_2.weight.shape == (768,)"
-        if not (h_8_ln_2_weight.stride() == (1,)):
-            return "self.h[8].ln_2.weight.stride() == (1,)"
-        if not (h_8_ln_2_bias.is_cpu):
-            return "self.h[8].ln_2.bias.is_cpu"
-        if not (h_8_ln_2_bias.dtype == torch.float32):
-            return "self.h[8].ln_2.bias.dtype == torch.float32"
-        if not (h_8_ln_2_bias.shape == (768,)):
-            return "self.h[8].ln_2.bias.shape == (768,)"
-        if not (h_8_ln_2_bias.stride() == (1,)):
-            return "self.h[8].ln_2.bias.stride() == (1,)"
-        if not (h_8_mlp_c_fc_bias.is_cpu):
-            return "self.h[8].mlp.c_fc.bias.is_cpu"
-        if not (h_8_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[8].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_8_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[8].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_8_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[8].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_8_mlp_c_proj_bias.is_cpu):
-            return "self.h[8].mlp.c_proj.bias.is_cpu"
-        if not (h_8_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[8].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_8_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[8].mlp.c_proj.bias.shape == (768,)"
-        if not (h_8_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[8].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_9_ln_1_weight.is_cpu):
-            return "self.h[9].ln_1.weight.is_cpu"
-        if not (h_9_ln_1_weight.dtype == torch.float32):
-            return "self.h[9].ln_1.weight.dtype == torch.float32"
-        if not (h_9_ln_1_weight.shape == (768,)):
-            return "self.h[9].ln_1.weight.shape == (768,)"
-        if not (h_9_ln_1_weight.stride() == (1,)):
-            return "self.h[9].ln_1.weight.stride() == (1,)"
-        if not (h_9_ln_1_bias.is_cpu):
-            return "self.h[9].ln_1.bias.is_cpu"
-        if not (h_9_ln_1_bias.dtype == torch.float32):
-            return "self.h[9].ln_1.bias.dtype == torch.float32"
-        if not (h_9_ln_1_bias.shape == (768,)):
-            return "self.h[9].ln_1.bias.shape == (768,)"
-        if not (h_9_ln_1_bias.stride() == (1,)):
-            return "self.h[9].ln_1.bias.stride() == (1,)"
-        if not (h_9_attn_c_proj_bias.is_cpu):
-            return "self.h[9].attn.c_proj.bias.is_cpu"
-        if not (h_9_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[9].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_9_attn_c_proj_bias.shape == (768,)):
-            return "self.h[9].attn.c_proj.bias.shape == (768,)"
-        if not (h_9_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[9].attn.c_proj.bias.stride() == (1,)"
-        if not (h_9_ln_2_weight.is_cpu):
-            return "self.h[9].ln_2.weight.is_cpu"
-        if not (h_9_ln_2_weight.dtype == torch.float32):
-            return "self.h[9].ln_2.weight.dtype == torch.float32"
-        if not (h_9_ln_2_weight.shape == (768,)):
-            return "self.h[9].ln_2.weight.shape == (768,)"
-        if not (h_9_ln_2_weight.stride() == (1,)):
-            return "self.h[9].ln_2.weight.stride() == (1,)"
-        if not (h_9_ln_2_bias.is_cpu):
-            return "self.h[9].ln_2.bias.is_cpu"
-        if not (h_9_ln_2_bias.dtype == torch.float32):
-            return "self.h[9].ln_2.bias.dtype == torch.float32"
-        if not (h_9_ln_2_bias.shape == (768,)):
-            return "self.h[9].ln_2.bias.shape == (768,)"
-        if not (h_9_ln_2_bias.stride() == (1,)):
-            return "self.h[9].ln_2.bias.stride() == (1,)"
-        if not (h_9_mlp_c_fc_bias.is_cpu):
-            return "self.h[9].mlp.c_fc.bias.is_cpu"
-        if not (h_9_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[9].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_9_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[9].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_9_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[9].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_9_mlp_c_proj_bias.is_cpu):
-            return "self.h[9].mlp.c_proj.bias.is_cpu"
-        if not (h_9_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[9].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_9_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[9].mlp.c_proj.bias.shape == (768,)"
-        if not (h_9_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[9].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_10_ln_1_weight.is_cpu):
-            return "self.h[10].ln_1.weight.is_cpu"
-        if not (h_10_ln_1_weight.dtype == torch.float32):
-            return "self.h[10].ln_1.weight.dtype == torch.float32"
-        if not (h_10_ln_1_weight.shape == (768,)):
-            return "self.h[10].ln_1.weight.shape == (768,)"
-        if not (h_10_ln_1_weight.stride() == (1,)):
-            return "self.h[10].ln_1.weight.stride() == (1,)"
-        if not (h_10_ln_1_bias.is_cpu):
-            return "self.h[10].ln_1.bias.is_cpu"
-        if not (h_10_ln_1_bias.dtype == torch.float32):
-            return "self.h[10].ln_1.bias.dtype == torch.float32"
-        if not (h_10_ln_1_bias.shape == (768,)):
-            return "self.h[10].ln_1.bias.shape == (768,)"
-        if not (h_10_ln_1_bias.stride() == (1,)):
-            return "self.h[10].ln_1.bias.stride() == (1,)"
-        if not (h_10_attn_c_proj_bias.is_cpu):
-            return "self.h[10].attn.c_proj.bias.is_cpu"
-        if not (h_10_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[10].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_10_attn_c_proj_bias.shape == (768,)):
-            return "self.h[10].attn.c_proj.bias.shape == (768,)"
-        if not (h_10_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[10].attn.c_proj.bias.stride() == (1,)"
-        if not (h_10_ln_2_weight.is_cpu):
-            return "self.h[10].ln_2.weight.is_cpu"
-        if not (h_10_ln_2_weight.dtype == torch.float32):
-            return "self.h[10].ln_2.weight.dtype == torch.float32"
-        if not (h_10_ln_2_weight.shape == (768,)):
-            return "self.h[10].ln_2.weight.shape == (768,)"
-        if not (h_10_ln_2_weight.stride() == (1,)):
-            return "self.h[10].ln_2.weight.stride() == (1,)"
-        if not (h_10_ln_2_bias.is_cpu):
-            return "self.h[10].ln_2.bias.is_cpu"
-        if not (h_10_ln_2_bias.dtype == torch.float32):
-            return "self.h[10].ln_2.bias.dtype == torch.float32"
-        if not (h_10_ln_2_bias.shape == (768,)):
-            return "self.h[10].ln_2.bias.shape == (768,)"
-        if not (h_10_ln_2_bias.stride() == (1,)):
-            return "self.h[10].ln_2.bias.stride() == (1,)"
-        if not (h_10_mlp_c_fc_bias.is_cpu):
-            return "self.h[10].mlp.c_fc.bias.is_cpu"
-        if not (h_10_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[10].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_10_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[10].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_10_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[10].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_10_mlp_c_proj_bias.is_cpu):
-            return "self.h[10].mlp.c_proj.bias.is_cpu"
-        if not (h_10_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[10].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_10_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[10].mlp.c_proj.bias.shape == (768,)"
-        if not (h_10_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[10].mlp.c_proj.bias.stride() == (1,)"
-        if not (h_11_ln_1_weight.is_cpu):
-            return "self.h[11].ln_1.weight.is_cpu"
-        if not (h_11_ln_1_weight.dtype == torch.float32):
-            return "self.h[11].ln_1.weight.dtype == torch.float32"
-        if not (h_11_ln_1_weight.shape == (768,)):
-            return "self.h[11].ln_1.weight.shape == (768,)"
-        if not (h_11_ln_1_weight.stride() == (1,)):
-            return "self.h[11].ln_1.weight.stride() == (1,)"
-        if not (h_11_ln_1_bias.is_cpu):
-            return "self.h[11].ln_1.bias.is_cpu"
-        if not (h_11_ln_1_bias.dtype == torch.float32):
-            return "self.h[11].ln_1.bias.dtype == torch.float32"
-        if not (h_11_ln_1_bias.shape == (768,)):
-            return "self.h[11].ln_1.bias.shape == (768,)"
-        if not (h_11_ln_1_bias.stride() == (1,)):
-            return "self.h[11].ln_1.bias.stride() == (1,)"
-        if not (h_11_attn_c_proj_bias.is_cpu):
-            return "self.h[11].attn.c_proj.bias.is_cpu"
-        if not (h_11_attn_c_proj_bias.dtype == torch.float32):
-            return "self.h[11].attn.c_proj.bias.dtype == torch.float32"
-        if not (h_11_attn_c_proj_bias.shape == (768,)):
-            return "self.h[11].attn.c_proj.bias.shape == (768,)"
-        if not (h_11_attn_c_proj_bias.stride() == (1,)):
-            return "self.h[11].attn.c_proj.bias.stride() == (1,)"
-        if not (h_11_ln_2_weight.is_cpu):
-            return "self.h[11].ln_2.weight.is_cpu"
-        if not (h_11_ln_2_weight.dtype == torch.float32):
-            return "self.h[11].ln_2.weight.dtype == torch.float32"
-        if not (h_11_ln_2_weight.shape == (768,)):
-            return "self.h[11].ln_2.weight.shape == (768,)"
-        if not (h_11_ln_2_weight.stride() == (1,)):
-            return "self.h[11].ln_2.weight.stride() == (1,)"
-        if not (h_11_ln_2_bias.is_cpu):
-            return "self.h[11].ln_2.bias.is_cpu"
-        if not (h_11_ln_2_bias.dtype == torch.float32):
-            return "self.h[11].ln_2.bias.dtype == torch.float32"
-        if not (h_11_ln_2_bias.shape == (768,)):
-            return "self.h[11].ln_2.bias.shape == (768,)"
-        if not (h_11_ln_2_bias.stride() == (1,)):
-            return "self.h[11].ln_2.bias.stride() == (1,)"
-        if not (h_11_mlp_c_fc_bias.is_cpu):
-            return "self.h[11].mlp.c_fc.bias.is_cpu"
-        if not (h_11_mlp_c_fc_bias.dtype == torch.float32):
-            return "self.h[11].mlp.c_fc.bias.dtype == torch.float32"
-        if not (h_11_mlp_c_fc_bias.shape == (3072,)):
-            return "self.h[11].mlp.c_fc.bias.shape == (3072,)"
-        if not (h_11_mlp_c_fc_bias.stride() == (1,)):
-            return "self.h[11].mlp.c_fc.bias.stride() == (1,)"
-        if not (h_11_mlp_c_proj_bias.is_cpu):
-            return "self.h[11].mlp.c_proj.bias.is_cpu"
-        if not (h_11_mlp_c_proj_bias.dtype == torch.float32):
-            return "self.h[11].mlp.c_proj.bias.dtype == torch.float32"
-        if not (h_11_mlp_c_proj_bias.shape == (768,)):
-            return "self.h[11].mlp.c_proj.bias.shape == (768,)"
-        if not (h_11_mlp_c_proj_bias.stride() == (1,)):
-            return "self.h[11].mlp.c_proj.bias.stride() == (1,)"
-        if not (ln_f_weight.is_cpu):
-            return "self.ln_f.weight.is_cpu"
-        if not (ln_f_weight.dtype == torch.float32):
-            return "self.ln_f.weight.dtype == torch.float32"
-        if not (ln_f_weight.shape == (768,)):
-            return "self.ln_f.weight.shape == (768,)"
-        if not (ln_f_weight.stride() == (1,)):
-            return "self.ln_f.weight.stride() == (1,)"
-        if not (ln_f_bias.is_cpu):
-            return "self.ln_f.bias.is_cpu"
-        if not (ln_f_bias.dtype == torch.float32):
-            return "self.ln_f.bias.dtype == torch.float32"
-        if not (ln_f_bias.shape == (768,)):
-            return "self.ln_f.bias.shape == (768,)"
-        if not (ln_f_bias.stride() == (1,)):
-            return "self.ln_f.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_0.mismatch(
+            wte_weight,
+            wpe_weight,
+            h_0_ln_1_weight,
+            h_0_ln_1_bias,
+            h_0_attn_c_proj_bias,
+            h_0_ln_2_weight,
+            h_0_ln_2_bias,
+            h_0_mlp_c_fc_bias,
+            h_0_mlp_c_proj_bias,
+            h_1_ln_1_weight,
+            h_1_ln_1_bias,
+            h_1_attn_c_proj_bias,
+            h_1_ln_2_weight,
+            h_1_ln_2_bias,
+            h_1_mlp_c_fc_bias,
+            h_1_mlp_c_proj_bias,
+            h_2_ln_1_weight,
+            h_2_ln_1_bias,
+            h_2_attn_c_proj_bias,
+            h_2_ln_2_weight,
+            h_2_ln_2_bias,
+            h_2_mlp_c_fc_bias,
+            h_2_mlp_c_proj_bias,
+            h_3_ln_1_weight,
+            h_3_ln_1_bias,
+            h_3_attn_c_proj_bias,
+            h_3_ln_2_weight,
+            h_3_ln_2_bias,
+            h_3_mlp_c_fc_bias,
+            h_3_mlp_c_proj_bias,
+            h_4_ln_1_weight,
+            h_4_ln_1_bias,
+            h_4_attn_c_proj_bias,
+            h_4_ln_2_weight,
+            h_4_ln_2_bias,
+            h_4_mlp_c_fc_bias,
+            h_4_mlp_c_proj_bias,
+            h_5_ln_1_weight,
+            h_5_ln_1_bias,
+            h_5_attn_c_proj_bias,
+            h_5_ln_2_weight,
+            h_5_ln_2_bias,
+            h_5_mlp_c_fc_bias,
+            h_5_mlp_c_proj_bias,
+            h_6_ln_1_weight,
+            h_6_ln_1_bias,
+            h_6_attn_c_proj_bias,
+            h_6_ln_2_weight,
+            h_6_ln_2_bias,
+            h_6_mlp_c_fc_bias,
+            h_6_mlp_c_proj_bias,
+            h_7_ln_1_weight,
+            h_7_ln_1_bias,
+            h_7_attn_c_proj_bias,
+            h_7_ln_2_weight,
+            h_7_ln_2_bias,
+            h_7_mlp_c_fc_bias,
+            h_7_mlp_c_proj_bias,
+            h_8_ln_1_weight,
+            h_8_ln_1_bias,
+            h_8_attn_c_proj_bias,
+            h_8_ln_2_weight,
+            h_8_ln_2_bias,
+            h_8_mlp_c_fc_bias,
+            h_8_mlp_c_proj_bias,
+            h_9_ln_1_weight,
+            h_9_ln_1_bias,
+            h_9_attn_c_proj_bias,
+            h_9_ln_2_weight,
+            h_9_ln_2_bias,
+            h_9_mlp_c_fc_bias,
+            h_9_mlp_c_proj_bias,
+            h_10_ln_1_weight,
+            h_10_ln_1_bias,
+            h_10_attn_c_proj_bias,
+            h_10_ln_2_weight,
+            h_10_ln_2_bias,
+            h_10_mlp_c_fc_bias,
+            h_10_mlp_c_proj_bias,
+            h_11_ln_1_weight,
+            h_11_ln_1_bias,
+            h_11_attn_c_proj_bias,
+            h_11_ln_2_weight,
+            h_11_ln_2_bias,
+            h_11_mlp_c_fc_bias,
+            h_11_mlp_c_proj_bias,
+            ln_f_weight,
+            ln_f_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (lm_head._parameters.get("weight") is wte_weight):
             return "self.lm_head.weight is self.wte.weight"
         if not (
@@ -8862,8 +7837,14 @@ def _cpu_0(self, idx):
     )
     ln_f_weight = self._modules["ln_f"]._parameters["weight"]
     ln_f_bias = self._modules["ln_f"]._parameters["bias"]
-    # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
-    arange = torch.arange(0, 64, dtype=torch.int64, device=device, pin_memory=False)
+    sources = ()
+    constants = runtime_shim.constants(self, "cpu_0", sources)
+    if constants is None:
+        # values of parameters and buffers alone, kept between calls: 0 bytes
+        # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+        arange = torch.arange(0, 64, dtype=torch.int64, device=device, pin_memory=False)
+        constants = runtime_shim.keep_constants(self, "cpu_0", sources, (arange,))
+    (arange,) = constants
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
     ne_1 = empty((), (), torch.bool)
     _cpp.function("cpp_fused_embedding_0", "pp")(idx.data_ptr(), ne_1.data_ptr())

@@ -46,6 +46,20 @@ class _Triton:
 _triton = _Triton()
 
 
+_LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
+    "cuda",
+    (
+        ("self.ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.mlp.c_proj.bias", torch.float32, (768,), (1,)),
+    ),
+)
+
+
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[8,1024,768]): the first guard that fails, or None."""
     try:
@@ -232,62 +246,17 @@ def _guards_cuda_0(self, x):
         mlp_c_proj_bias = mlp_c_proj._parameters.get("bias")
         if not (mlp_c_proj_weight is not None and mlp_c_proj_bias is not None):
             return "self.mlp.c_proj.weight is not None and self.mlp.c_proj.bias is not None"
-        if not (ln_1_weight.is_cuda):
-            return "self.ln_1.weight.is_cuda"
-        if not (ln_1_weight.dtype == torch.float32):
-            return "self.ln_1.weight.dtype == torch.float32"
-        if not (ln_1_weight.shape == (768,)):
-            return "self.ln_1.weight.shape == (768,)"
-        if not (ln_1_weight.stride() == (1,)):
-            return "self.ln_1.weight.stride() == (1,)"
-        if not (ln_1_bias.is_cuda):
-            return "self.ln_1.bias.is_cuda"
-        if not (ln_1_bias.dtype == torch.float32):
-            return "self.ln_1.bias.dtype == torch.float32"
-        if not (ln_1_bias.shape == (768,)):
-            return "self.ln_1.bias.shape == (768,)"
-        if not (ln_1_bias.stride() == (1,)):
-            return "self.ln_1.bias.stride() == (1,)"
-        if not (attn_c_proj_bias.is_cuda):
-            return "self.attn.c_proj.bias.is_cuda"
-        if not (attn_c_proj_bias.dtype == torch.float32):
-            return "self.attn.c_proj.bias.dtype == torch.float32"
-        if not (attn_c_proj_bias.shape == (768,)):
-            return "self.attn.c_proj.bias.shape == (768,)"
-        if not (attn_c_proj_bias.stride() == (1,)):
-            return "self.attn.c_proj.bias.stride() == (1,)"
-        if not (ln_2_weight.is_cuda):
-            return "self.ln_2.weight.is_cuda"
-        if not (ln_2_weight.dtype == torch.float32):
-            return "self.ln_2.weight.dtype == torch.float32"
-        if not (ln_2_weight.shape == (768,)):
-            return "self.ln_2.weight.shape == (768,)"
-        if not (ln_2_weight.stride() == (1,)):
-            return "self.ln_2.weight.stride() == (1,)"
-        if not (ln_2_bias.is_cuda):
-            return "self.ln_2.bias.is_cuda"
-        if not (ln_2_bias.dtype == torch.float32):
-            return "self.ln_2.bias.dtype == torch.float32"
-        if not (ln_2_bias.shape == (768,)):
-            return "self.ln_2.bias.shape == (768,)"
-        if not (ln_2_bias.stride() == (1,)):
-            return "self.ln_2.bias.stride() == (1,)"
-        if not (mlp_c_fc_bias.is_cuda):
-            return "self.mlp.c_fc.bias.is_cuda"
-        if not (mlp_c_fc_bias.dtype == torch.float32):
-            return "self.mlp.c_fc.bias.dtype == torch.float32"
-        if not (mlp_c_fc_bias.shape == (3072,)):
-            return "self.mlp.c_fc.bias.shape == (3072,)"
-        if not (mlp_c_fc_bias.stride() == (1,)):
-            return "self.mlp.c_fc.bias.stride() == (1,)"
-        if not (mlp_c_proj_bias.is_cuda):
-            return "self.mlp.c_proj.bias.is_cuda"
-        if not (mlp_c_proj_bias.dtype == torch.float32):
-            return "self.mlp.c_proj.bias.dtype == torch.float32"
-        if not (mlp_c_proj_bias.shape == (768,)):
-            return "self.mlp.c_proj.bias.shape == (768,)"
-        if not (mlp_c_proj_bias.stride() == (1,)):
-            return "self.mlp.c_proj.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_0.mismatch(
+            ln_1_weight,
+            ln_1_bias,
+            attn_c_proj_bias,
+            ln_2_weight,
+            ln_2_bias,
+            mlp_c_fc_bias,
+            mlp_c_proj_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (
@@ -395,6 +364,20 @@ def _cuda_0(self, x):
         linear_3, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )
     return add_1
+
+
+_LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
+    "cpu",
+    (
+        ("self.ln_1.weight", torch.float32, (768,), (1,)),
+        ("self.ln_1.bias", torch.float32, (768,), (1,)),
+        ("self.attn.c_proj.bias", torch.float32, (768,), (1,)),
+        ("self.ln_2.weight", torch.float32, (768,), (1,)),
+        ("self.ln_2.bias", torch.float32, (768,), (1,)),
+        ("self.mlp.c_fc.bias", torch.float32, (3072,), (1,)),
+        ("self.mlp.c_proj.bias", torch.float32, (768,), (1,)),
+    ),
+)
 
 
 def _guards_cpu_0(self, x):
@@ -581,62 +564,17 @@ def _guards_cpu_0(self, x):
         mlp_c_proj_bias = mlp_c_proj._parameters.get("bias")
         if not (mlp_c_proj_weight is not None and mlp_c_proj_bias is not None):
             return "self.mlp.c_proj.weight is not None and self.mlp.c_proj.bias is not None"
-        if not (ln_1_weight.is_cpu):
-            return "self.ln_1.weight.is_cpu"
-        if not (ln_1_weight.dtype == torch.float32):
-            return "self.ln_1.weight.dtype == torch.float32"
-        if not (ln_1_weight.shape == (768,)):
-            return "self.ln_1.weight.shape == (768,)"
-        if not (ln_1_weight.stride() == (1,)):
-            return "self.ln_1.weight.stride() == (1,)"
-        if not (ln_1_bias.is_cpu):
-            return "self.ln_1.bias.is_cpu"
-        if not (ln_1_bias.dtype == torch.float32):
-            return "self.ln_1.bias.dtype == torch.float32"
-        if not (ln_1_bias.shape == (768,)):
-            return "self.ln_1.bias.shape == (768,)"
-        if not (ln_1_bias.stride() == (1,)):
-            return "self.ln_1.bias.stride() == (1,)"
-        if not (attn_c_proj_bias.is_cpu):
-            return "self.attn.c_proj.bias.is_cpu"
-        if not (attn_c_proj_bias.dtype == torch.float32):
-            return "self.attn.c_proj.bias.dtype == torch.float32"
-        if not (attn_c_proj_bias.shape == (768,)):
-            return "self.attn.c_proj.bias.shape == (768,)"
-        if not (attn_c_proj_bias.stride() == (1,)):
-            return "self.attn.c_proj.bias.stride() == (1,)"
-        if not (ln_2_weight.is_cpu):
-            return "self.ln_2.weight.is_cpu"
-        if not (ln_2_weight.dtype == torch.float32):
-            return "self.ln_2.weight.dtype == torch.float32"
-        if not (ln_2_weight.shape == (768,)):
-            return "self.ln_2.weight.shape == (768,)"
-        if not (ln_2_weight.stride() == (1,)):
-            return "self.ln_2.weight.stride() == (1,)"
-        if not (ln_2_bias.is_cpu):
-            return "self.ln_2.bias.is_cpu"
-        if not (ln_2_bias.dtype == torch.float32):
-            return "self.ln_2.bias.dtype == torch.float32"
-        if not (ln_2_bias.shape == (768,)):
-            return "self.ln_2.bias.shape == (768,)"
-        if not (ln_2_bias.stride() == (1,)):
-            return "self.ln_2.bias.stride() == (1,)"
-        if not (mlp_c_fc_bias.is_cpu):
-            return "self.mlp.c_fc.bias.is_cpu"
-        if not (mlp_c_fc_bias.dtype == torch.float32):
-            return "self.mlp.c_fc.bias.dtype == torch.float32"
-        if not (mlp_c_fc_bias.shape == (3072,)):
-            return "self.mlp.c_fc.bias.shape == (3072,)"
-        if not (mlp_c_fc_bias.stride() == (1,)):
-            return "self.mlp.c_fc.bias.stride() == (1,)"
-        if not (mlp_c_proj_bias.is_cpu):
-            return "self.mlp.c_proj.bias.is_cpu"
-        if not (mlp_c_proj_bias.dtype == torch.float32):
-            return "self.mlp.c_proj.bias.dtype == torch.float32"
-        if not (mlp_c_proj_bias.shape == (768,)):
-            return "self.mlp.c_proj.bias.shape == (768,)"
-        if not (mlp_c_proj_bias.stride() == (1,)):
-            return "self.mlp.c_proj.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_0.mismatch(
+            ln_1_weight,
+            ln_1_bias,
+            attn_c_proj_bias,
+            ln_2_weight,
+            ln_2_bias,
+            mlp_c_fc_bias,
+            mlp_c_proj_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (
@@ -756,6 +694,19 @@ class Block(_source.Block):
             [("cuda_0", _guards_cuda_0(self, x)), ("cpu_0", _guards_cpu_0(self, x))],
         )
         return super().forward(x)
+
+
+_LAYOUTS_cuda_1 = runtime_shim.TensorLayouts(
+    "cuda",
+    (
+        ("self.ln_1.weight", torch.bfloat16, (768,), (1,)),
+        ("self.ln_1.bias", torch.bfloat16, (768,), (1,)),
+        ("self.attn.c_proj.bias", torch.bfloat16, (768,), (1,)),
+        ("self.ln_2.weight", torch.bfloat16, (768,), (1,)),
+        ("self.ln_2.bias", torch.bfloat16, (768,), (1,)),
+        ("self.mlp.c_proj.bias", torch.bfloat16, (768,), (1,)),
+    ),
+)
 
 
 def _guards_cuda_1(self, x):
@@ -944,54 +895,16 @@ def _guards_cuda_1(self, x):
         mlp_c_proj_bias = mlp_c_proj._parameters.get("bias")
         if not (mlp_c_proj_weight is not None and mlp_c_proj_bias is not None):
             return "self.mlp.c_proj.weight is not None and self.mlp.c_proj.bias is not None"
-        if not (ln_1_weight.is_cuda):
-            return "self.ln_1.weight.is_cuda"
-        if not (ln_1_weight.dtype == torch.bfloat16):
-            return "self.ln_1.weight.dtype == torch.bfloat16"
-        if not (ln_1_weight.shape == (768,)):
-            return "self.ln_1.weight.shape == (768,)"
-        if not (ln_1_weight.stride() == (1,)):
-            return "self.ln_1.weight.stride() == (1,)"
-        if not (ln_1_bias.is_cuda):
-            return "self.ln_1.bias.is_cuda"
-        if not (ln_1_bias.dtype == torch.bfloat16):
-            return "self.ln_1.bias.dtype == torch.bfloat16"
-        if not (ln_1_bias.shape == (768,)):
-            return "self.ln_1.bias.shape == (768,)"
-        if not (ln_1_bias.stride() == (1,)):
-            return "self.ln_1.bias.stride() == (1,)"
-        if not (attn_c_proj_bias.is_cuda):
-            return "self.attn.c_proj.bias.is_cuda"
-        if not (attn_c_proj_bias.dtype == torch.bfloat16):
-            return "self.attn.c_proj.bias.dtype == torch.bfloat16"
-        if not (attn_c_proj_bias.shape == (768,)):
-            return "self.attn.c_proj.bias.shape == (768,)"
-        if not (attn_c_proj_bias.stride() == (1,)):
-            return "self.attn.c_proj.bias.stride() == (1,)"
-        if not (ln_2_weight.is_cuda):
-            return "self.ln_2.weight.is_cuda"
-        if not (ln_2_weight.dtype == torch.bfloat16):
-            return "self.ln_2.weight.dtype == torch.bfloat16"
-        if not (ln_2_weight.shape == (768,)):
-            return "self.ln_2.weight.shape == (768,)"
-        if not (ln_2_weight.stride() == (1,)):
-            return "self.ln_2.weight.stride() == (1,)"
-        if not (ln_2_bias.is_cuda):
-            return "self.ln_2.bias.is_cuda"
-        if not (ln_2_bias.dtype == torch.bfloat16):
-            return "self.ln_2.bias.dtype == torch.bfloat16"
-        if not (ln_2_bias.shape == (768,)):
-            return "self.ln_2.bias.shape == (768,)"
-        if not (ln_2_bias.stride() == (1,)):
-            return "self.ln_2.bias.stride() == (1,)"
-        if not (mlp_c_proj_bias.is_cuda):
-            return "self.mlp.c_proj.bias.is_cuda"
-        if not (mlp_c_proj_bias.dtype == torch.bfloat16):
-            return "self.mlp.c_proj.bias.dtype == torch.bfloat16"
-        if not (mlp_c_proj_bias.shape == (768,)):
-            return "self.mlp.c_proj.bias.shape == (768,)"
-        if not (mlp_c_proj_bias.stride() == (1,)):
-            return "self.mlp.c_proj.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_1.mismatch(
+            ln_1_weight,
+            ln_1_bias,
+            attn_c_proj_bias,
+            ln_2_weight,
+            ln_2_bias,
+            mlp_c_proj_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (

@@ -45,6 +45,15 @@ class _Triton:
 _triton = _Triton()
 
 
+_LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
+    "cuda",
+    (
+        ("self.norm.weight", torch.float32, (4096,), (1,)),
+        ("self.norm.bias", torch.float32, (4096,), (1,)),
+    ),
+)
+
+
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[16384,4096]): the first guard that fails, or None."""
     try:
@@ -94,22 +103,12 @@ def _guards_cuda_0(self, x):
         norm_bias = norm._parameters.get("bias")
         if not (norm_weight is not None and norm_bias is not None):
             return "self.norm.weight is not None and self.norm.bias is not None"
-        if not (norm_weight.is_cuda):
-            return "self.norm.weight.is_cuda"
-        if not (norm_weight.dtype == torch.float32):
-            return "self.norm.weight.dtype == torch.float32"
-        if not (norm_weight.shape == (4096,)):
-            return "self.norm.weight.shape == (4096,)"
-        if not (norm_weight.stride() == (1,)):
-            return "self.norm.weight.stride() == (1,)"
-        if not (norm_bias.is_cuda):
-            return "self.norm.bias.is_cuda"
-        if not (norm_bias.dtype == torch.float32):
-            return "self.norm.bias.dtype == torch.float32"
-        if not (norm_bias.shape == (4096,)):
-            return "self.norm.bias.shape == (4096,)"
-        if not (norm_bias.stride() == (1,)):
-            return "self.norm.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_0.mismatch(
+            norm_weight,
+            norm_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (
@@ -132,6 +131,15 @@ def _cuda_0(self, x):
         x, norm_weight, norm_bias, gelu, XBLOCK=1, RBLOCK=4096, num_warps=16
     )
     return gelu
+
+
+_LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
+    "cpu",
+    (
+        ("self.norm.weight", torch.float32, (4096,), (1,)),
+        ("self.norm.bias", torch.float32, (4096,), (1,)),
+    ),
+)
 
 
 def _guards_cpu_0(self, x):
@@ -181,22 +189,12 @@ def _guards_cpu_0(self, x):
         norm_bias = norm._parameters.get("bias")
         if not (norm_weight is not None and norm_bias is not None):
             return "self.norm.weight is not None and self.norm.bias is not None"
-        if not (norm_weight.is_cpu):
-            return "self.norm.weight.is_cpu"
-        if not (norm_weight.dtype == torch.float32):
-            return "self.norm.weight.dtype == torch.float32"
-        if not (norm_weight.shape == (4096,)):
-            return "self.norm.weight.shape == (4096,)"
-        if not (norm_weight.stride() == (1,)):
-            return "self.norm.weight.stride() == (1,)"
-        if not (norm_bias.is_cpu):
-            return "self.norm.bias.is_cpu"
-        if not (norm_bias.dtype == torch.float32):
-            return "self.norm.bias.dtype == torch.float32"
-        if not (norm_bias.shape == (4096,)):
-            return "self.norm.bias.shape == (4096,)"
-        if not (norm_bias.stride() == (1,)):
-            return "self.norm.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_0.mismatch(
+            norm_weight,
+            norm_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (

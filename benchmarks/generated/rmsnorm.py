@@ -44,6 +44,12 @@ class _Triton:
 _triton = _Triton()
 
 
+_LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
+    "cuda",
+    (("self.weight", torch.float32, (4096,), (1,)),),
+)
+
+
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[16384,4096]): the first guard that fails, or None."""
     try:
@@ -66,14 +72,11 @@ def _guards_cuda_0(self, x):
         weight = self._parameters.get("weight")
         if not (weight is not None):
             return "self.weight is not None"
-        if not (weight.is_cuda):
-            return "self.weight.is_cuda"
-        if not (weight.dtype == torch.float32):
-            return "self.weight.dtype == torch.float32"
-        if not (weight.shape == (4096,)):
-            return "self.weight.shape == (4096,)"
-        if not (weight.stride() == (1,)):
-            return "self.weight.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_0.mismatch(
+            weight,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad)
         ):
@@ -92,6 +95,12 @@ def _cuda_0(self, x):
         x, weight, mul_1, XBLOCK=1, RBLOCK=4096, num_warps=16
     )
     return mul_1
+
+
+_LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
+    "cpu",
+    (("self.weight", torch.float32, (4096,), (1,)),),
+)
 
 
 def _guards_cpu_0(self, x):
@@ -114,14 +123,11 @@ def _guards_cpu_0(self, x):
         weight = self._parameters.get("weight")
         if not (weight is not None):
             return "self.weight is not None"
-        if not (weight.is_cpu):
-            return "self.weight.is_cpu"
-        if not (weight.dtype == torch.float32):
-            return "self.weight.dtype == torch.float32"
-        if not (weight.shape == (4096,)):
-            return "self.weight.shape == (4096,)"
-        if not (weight.stride() == (1,)):
-            return "self.weight.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_0.mismatch(
+            weight,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad)
         ):

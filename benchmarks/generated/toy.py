@@ -44,6 +44,15 @@ class _Triton:
 _triton = _Triton()
 
 
+_LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
+    "cuda",
+    (
+        ("self.linear.weight", torch.float32, (4, 4), (4, 1)),
+        ("self.linear.bias", torch.float32, (4,), (1,)),
+    ),
+)
+
+
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[2,4]): the first guard that fails, or None."""
     try:
@@ -90,22 +99,12 @@ def _guards_cuda_0(self, x):
         linear_bias = linear._parameters.get("bias")
         if not (linear_weight is not None and linear_bias is not None):
             return "self.linear.weight is not None and self.linear.bias is not None"
-        if not (linear_weight.is_cuda):
-            return "self.linear.weight.is_cuda"
-        if not (linear_weight.dtype == torch.float32):
-            return "self.linear.weight.dtype == torch.float32"
-        if not (linear_weight.shape == (4, 4)):
-            return "self.linear.weight.shape == (4, 4)"
-        if not (linear_weight.stride() == (4, 1)):
-            return "self.linear.weight.stride() == (4, 1)"
-        if not (linear_bias.is_cuda):
-            return "self.linear.bias.is_cuda"
-        if not (linear_bias.dtype == torch.float32):
-            return "self.linear.bias.dtype == torch.float32"
-        if not (linear_bias.shape == (4,)):
-            return "self.linear.bias.shape == (4,)"
-        if not (linear_bias.stride() == (1,)):
-            return "self.linear.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cuda_0.mismatch(
+            linear_weight,
+            linear_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (
@@ -142,6 +141,15 @@ def _cuda_0(self, x):
         tanh = empty((2, 4), (4, 1), torch.float32)
         _triton.triton_fused_tanh_0[(1,)](addmm, tanh, XBLOCK=16, num_warps=2)
         return tanh
+
+
+_LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
+    "cpu",
+    (
+        ("self.linear.weight", torch.float32, (4, 4), (4, 1)),
+        ("self.linear.bias", torch.float32, (4,), (1,)),
+    ),
+)
 
 
 def _guards_cpu_0(self, x):
@@ -188,22 +196,12 @@ def _guards_cpu_0(self, x):
         linear_bias = linear._parameters.get("bias")
         if not (linear_weight is not None and linear_bias is not None):
             return "self.linear.weight is not None and self.linear.bias is not None"
-        if not (linear_weight.is_cpu):
-            return "self.linear.weight.is_cpu"
-        if not (linear_weight.dtype == torch.float32):
-            return "self.linear.weight.dtype == torch.float32"
-        if not (linear_weight.shape == (4, 4)):
-            return "self.linear.weight.shape == (4, 4)"
-        if not (linear_weight.stride() == (4, 1)):
-            return "self.linear.weight.stride() == (4, 1)"
-        if not (linear_bias.is_cpu):
-            return "self.linear.bias.is_cpu"
-        if not (linear_bias.dtype == torch.float32):
-            return "self.linear.bias.dtype == torch.float32"
-        if not (linear_bias.shape == (4,)):
-            return "self.linear.bias.shape == (4,)"
-        if not (linear_bias.stride() == (1,)):
-            return "self.linear.bias.stride() == (1,)"
+        mismatch = _LAYOUTS_cpu_0.mismatch(
+            linear_weight,
+            linear_bias,
+        )
+        if not (mismatch is None):
+            return mismatch
         if not (
             not torch.is_grad_enabled()
             or not (

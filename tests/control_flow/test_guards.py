@@ -217,6 +217,19 @@ MODULE_CASES = {
         lambda m: m.to(torch.float64),
         "self.w.dtype == torch.float32",
     ),
+    # the same Parameter object, its data swapped after calls that passed
+    "parameter data of another dtype": (
+        lambda m: setattr(m.w, "data", m.w.data.double()),
+        "self.w.dtype == torch.float32",
+    ),
+    "parameter data of another shape": (
+        lambda m: setattr(m.w, "data", m.w.data[:1].clone()),
+        "self.w.shape == (8,)",
+    ),
+    "parameter data with other strides": (
+        lambda m: setattr(m.w, "data", m.w.data.repeat_interleave(2)[::2]),
+        "self.w.stride() == (1,)",
+    ),
 }
 
 
@@ -227,7 +240,8 @@ def test_module_guard(kind: str, compiled: dict[str, Compiled]) -> None:
     eager, generated = net_pair(c)
     x = randn(4, 8, seed=3)
     with torch.no_grad(), no_fallback():  # unchanged: the variant runs
-        assert_close(generated(x), eager(x), F32, "unchanged Net")
+        for _ in range(2):  # the second call checks what the first one saw
+            assert_close(generated(x), eager(x), F32, "unchanged Net")
     change(eager)
     change(generated)
     check_fallback(lambda: generated(x), lambda: eager(x), variant_name(c.cpu), guard)

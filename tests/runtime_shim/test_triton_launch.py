@@ -137,3 +137,127 @@ def test_kernels_are_wrapped_once() -> None:
     module = SimpleNamespace(k=object())
     kernels = triton_launch.TritonKernels(module)
     assert kernels.k is kernels.k and kernels.k.fn is module.k
+
+
+# Note [torch's launcher]: later launches through torch._C._StaticCudaLauncher
+
+
+class FakeStaticLauncher:
+    def __init__(self, log: list, fail: bool = False) -> None:
+        self.log = log
+        self.fail = fail
+
+    def _launch_kernel(self, *args) -> None:
+        if self.fail:
+            raise RuntimeError("too many arguments")
+        self.log.append(("static", args))
+
+
+class FakeStaticJIT(FakeJIT):
+    """A kernel `(in_ptr0, n, out_ptr0, XBLOCK: constexpr)` whose compiled form
+    has the metadata torch's launcher needs; `constants` as Triton specialized."""
+
+    arg_names = ("in_ptr0", "n", "out_ptr0", "XBLOCK")
+
+    def __init__(self, constants=(), **metadata) -> None:
+        super().__init__()
+        self.constants = {name: 1 for name in constants}
+        self.metadata = dict(
+            num_warps=4, shared=128, global_scratch_size=0, profile_scratch_size=0
+        )
+        self.metadata.update(metadata)
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.log.append(("jit", grid, args, kwargs))
+            kernel = FakeCompiled(self.log)
+            kernel.metadata = SimpleNamespace(**self.metadata)
+            signature = {"in_ptr0": "*fp32", "n": "i32", "out_ptr0": "*fp32"}
+            kernel.src = SimpleNamespace(
+                fn=self,
+                signature={**signature, "XBLOCK": "constexpr"},
+                constants=self.constants,
+            )
+            return kernel
+
+        return run
+
+
+@pytest.fixture
+def static_launcher(fake_triton, monkeypatch: pytest.MonkeyPatch):
+    fn = FakeStaticJIT()
+    launcher = FakeStaticLauncher(fn.log)
+    monkeypatch.setattr(torch._C, "_StaticCudaLauncher", launcher, raising=False)
+    monkeypatch.setattr(torch.version, "hip", None)
+    return fn, launcher
+
+
+def launch_three(fn) -> tuple[torch.Tensor, torch.Tensor]:
+    kernel = triton_launch.TritonKernel(fn)
+    x, y = torch.zeros(64), torch.zeros(64)
+    for _ in range(3):
+        kernel[(4, 2)](x, 64, y, XBLOCK=16, num_warps=4)
+    return x, y
+
+
+def test_later_launches_go_through_torchs_launcher(static_launcher) -> None:
+    fn, _ = static_launcher
+    x, y = launch_three(fn)
+    assert kinds(fn.log) == ["jit", "static", "static"]
+    # function, grid, warps and shared memory from the metadata, argument types
+    # (pointer, i32, pointer, then a null pointer per scratch buffer), arguments
+    # without the constexpr, the stream
+    assert fn.log[1][1] == (
+        "cu_function", 4, 2, 1, 4, 128, "OiOOO",
+        (x.data_ptr(), 64, y.data_ptr(), None, None), 1234,
+    )  # fmt: skip
+
+
+def test_ints_specialized_as_constants_are_not_passed(
+    static_launcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fn = FakeStaticJIT(constants=("n",))
+    monkeypatch.setattr(torch._C, "_StaticCudaLauncher", FakeStaticLauncher(fn.log))
+    x, y = launch_three(fn)
+    assert fn.log[-1][1][6:8] == ("OOOO", (x.data_ptr(), y.data_ptr(), None, None))
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"global_scratch_size": 256},  # scratch space the kernel uses
+        {"launch_pdl": True},
+        {"launch_cooperative_grid": True},
+        {"num_ctas": 2},
+    ],
+)
+def test_kernels_torchs_launcher_cannot_take_keep_tritons(
+    metadata, fake_triton, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fn = FakeStaticJIT(**metadata)
+    monkeypatch.setattr(
+        torch._C, "_StaticCudaLauncher", FakeStaticLauncher(fn.log), raising=False
+    )
+    launch_three(fn)
+    assert kinds(fn.log) == ["jit", "launcher", "launcher"]
+
+
+def test_a_launch_torchs_launcher_refuses_keeps_tritons_from_then_on(
+    fake_triton, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fn = FakeStaticJIT()
+    monkeypatch.setattr(
+        torch._C, "_StaticCudaLauncher", FakeStaticLauncher(fn.log, fail=True),
+        raising=False,
+    )  # fmt: skip
+    launch_three(fn)
+    assert kinds(fn.log) == ["jit", "launcher", "launcher"]
+
+
+def test_without_torchs_launcher_tritons_is_used(
+    fake_triton, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delattr(torch._C, "_StaticCudaLauncher", raising=False)
+    fn = FakeStaticJIT()
+    launch_three(fn)
+    assert kinds(fn.log) == ["jit", "launcher", "launcher"]

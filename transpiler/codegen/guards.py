@@ -35,11 +35,15 @@ class Guard:
     `test` is the Python it evaluates; `text` is what `--explain` and the fallback
     warning show: the test itself, unless it reads locals that `binds` assigns first
     (`ln_1 = self._modules.get("ln_1")`), where text has the path (`self.ln_1`).
+    `failure`, where given, is the Python of what the guard function returns when
+    the test fails, in place of `text`: a check of many things names the one that
+    failed.
     """
 
     test: str
     text: str
     binds: tuple[tuple[str, str], ...] = ()  # (local name, the Python it reads)
+    failure: str | None = None
 
 
 MODULE_HOOKS = (
@@ -76,7 +80,7 @@ def state_code(records: Iterable[Any], taken: set[str]) -> StateCode:
             out.imports.append(m)
             out.modules[m] = m
         else:
-            alias = out.modules[m] = _fresh("_" + m.replace(".", "_"), taken)
+            alias = out.modules[m] = fresh("_" + m.replace(".", "_"), taken)
             out.imports.append(f"{m} as {alias}")
     taken |= roots
     modules = [r for r in records if isinstance(r, ModuleGuard)]
@@ -109,7 +113,7 @@ def _module(r: ModuleGuard, out: StateCode, taken: set[str]) -> list[Guard]:
         if r.same_as is not None:  # one module under two names
             out.locals[r.name] = first = out.locals[r.same_as]
             return [Guard(f"{read} is {first}", f"{path} is {self_path(r.same_as)}")]
-        local = out.locals[r.name] = _fresh(_local_name(r.name), taken)
+        local = out.locals[r.name] = fresh(_local_name(r.name), taken)
         if r.cls is not None:
             cls = r.cls
             for m in r.imports:  # spelled as imported
@@ -184,7 +188,7 @@ def _local_name(name: str) -> str:
     return identifier(text) or identifier(f"m_{text}") or "m"
 
 
-def _fresh(base: str, taken: set[str]) -> str:
+def fresh(base: str, taken: set[str]) -> str:
     base = identifier(base) or "m"
     name, n = base, 0
     while name in taken or is_reserved(name) or identifier(name) != name:
@@ -194,4 +198,4 @@ def _fresh(base: str, taken: set[str]) -> str:
     return name
 
 
-__all__ = ["Guard", "StateCode", "check", "state_code", "value_text"]
+__all__ = ["Guard", "StateCode", "check", "fresh", "state_code", "value_text"]

@@ -18,7 +18,7 @@ import torch
 
 from transpiler.codegen import cuda_graphs
 from transpiler.codegen import triton as triton_codegen
-from transpiler.codegen.guards import Guard, StateCode, state_code
+from transpiler.codegen.guards import Guard, StateCode, fresh, state_code
 from transpiler.codegen.signature import FROM_SOURCE, Signature
 from transpiler.codegen.text import (
     comment,
@@ -62,6 +62,7 @@ from transpiler.ir.region import (
 )
 from transpiler.options import ObjectSpec, ScalarSpec, TensorSpec, Variant
 from transpiler.passes.direct_views import DIRECT_VIEW
+from transpiler.passes.hoist_constants import constant_steps
 
 DTYPE_NAMES = {
     d: f"torch.{str(d).split('.')[1]}"
@@ -436,8 +437,9 @@ def param_guards(t: TargetCode, vc: VariantCode, state: StateCode) -> list[Guard
     has None), and the layout of those that kernels read. Each is read once, into a
     local, from its module's local (`state`; `self.ln_1.weight` costs a Python call
     per attribute). Layouts are checked on every call, since `module.to(...)` may
-    swap a parameter or reassign `.data`. Then: a parameter read by one name still
-    is the one another name shares (tied weights)."""
+    swap a parameter or reassign `.data`: all in one call of the variant's table
+    (`layout_table`, runtime_shim.TensorLayouts). Then: a parameter read by one name
+    still is the one another name shares (tied weights)."""
     params = read_params(vc)
     owners: dict[str, list[str]] = {}  # one check per module: its tensors are there
     for path in params:
@@ -449,15 +451,20 @@ def param_guards(t: TargetCode, vc: VariantCode, state: StateCode) -> list[Guard
         guards.append(
             Guard(test, " and ".join(f"{p} is not None" for p in paths), binds)
         )
-    for path in kernel_params(vc.programs):
-        name, m = params[path]
-        checks = [
-            f"is_{vc.variant.device}",
-            f"dtype == {DTYPE_NAMES[m.dtype]}",
-            f"shape == {literal(m.shape)}",
-            f"stride() == {literal(m.stride)}",
-        ]
-        guards += [Guard(f"{name}.{c}", f"{path}.{c}") for c in checks]
+    laid_out = laid_out_params(vc)
+    if laid_out:
+        taken = {"self", *t.signature.names, *t.local_names.values()}
+        taken |= {*state.locals.values(), *state.modules.values()}
+        taken |= {name for name, _ in params.values()}
+        failed = fresh("mismatch", taken)
+        # one per line (a trailing comma): a tensor more or less changes one line
+        tensors = "".join(f"{params[path][0]}, " for path in laid_out)
+        text = (
+            f"{len(laid_out)} parameters and buffers as compiled: device "
+            f"{vc.variant.device}, dtype, shape and strides ({layouts_name(vc)})"
+        )
+        read = f"{layouts_name(vc)}.mismatch({tensors})"
+        guards.append(Guard(f"{failed} is None", text, ((failed, read),), failed))
     for tie in state.tied:
         path, first = self_path(tie.name), self_path(tie.first)
         if first in params:
@@ -465,6 +472,45 @@ def param_guards(t: TargetCode, vc: VariantCode, state: StateCode) -> list[Guard
             test = f"{read} is {params[first][0]}"
             guards.append(Guard(test, f"{path} is {first}"))
     return guards
+
+
+def laid_out_params(vc: VariantCode) -> list[str]:
+    """The parameters and buffers whose layout the variant's code assumes: those
+    its kernels read, and those it computes kept values from (Note [Values of
+    parameters alone]: a kept value is computed for one layout of them)."""
+    paths = list(kernel_params(vc.programs))
+    p = vc.region.program
+    if p.kept:
+        inside, _ = constant_steps(p)
+        read = {a for step in inside for a in _step_reads(step, p)}
+        paths += [path for name, path, _ in p.params if name in read]
+    return list(dict.fromkeys(paths))
+
+
+def layouts_name(vc: VariantCode) -> str:
+    return f"_LAYOUTS_{vc.name}"
+
+
+def layout_table(vc: VariantCode) -> list[str]:
+    """`_LAYOUTS_<variant>`: the device, dtype, shape and strides that the kernels
+    of a variant assume of each parameter and buffer they read, one row each."""
+    laid_out = laid_out_params(vc)
+    if not laid_out:
+        return []
+    params = read_params(vc)
+    rows = []
+    for path in laid_out:
+        m = params[path][1]
+        dtype, shape, stride = DTYPE_NAMES[m.dtype], literal(m.shape), literal(m.stride)
+        rows.append(f"        ({py_str(path)}, {dtype}, {shape}, {stride}),")
+    return [
+        f"{layouts_name(vc)} = runtime_shim.TensorLayouts(",
+        f"    {py_str(vc.variant.device)},",
+        "    (",
+        *rows,
+        "    ),",
+        ")",
+    ]
 
 
 def grad_guard(t: TargetCode, vc: VariantCode) -> list[Guard]:
@@ -524,7 +570,10 @@ def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
     self_ = "self, " if t.is_module else ""
     state = variant_state(t, vc)
     doc = f"Variant {vc.name} ({vc.describe()}): the first guard that fails, or None."
+    table = layout_table(vc) if t.is_module else []
     lines = [
+        *table,
+        *([""] if table else []),
         f"def _guards_{vc.name}({self_}{t.signature.text(t.defaults, t.local_names)}):",
         f'    """{docstring(doc)}"""',
         "    try:",
@@ -532,7 +581,8 @@ def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
     ]
     for g in variant_guards(t, vc, state):
         lines += [f"        {name} = {read}" for name, read in g.binds]
-        lines += [f"        if not ({g.test}):", f"            return {py_str(g.text)}"]
+        failure = g.failure or py_str(g.text)
+        lines += [f"        if not ({g.test}):", f"            return {failure}"]
     lines += [
         "        return None",
         "    except Exception as e:  # a state no guard foresaw: the source runs",
@@ -656,7 +706,11 @@ def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]
     for dim, size in _dynamic_sizes(t, vc):
         lines.append(f"    {dim} = {size}  # dynamic: one variant for every size")
     region = map_programs(vc.region, partial(_local_objects, t=t))
-    return lines + _region_lines(region, kernels, vc.variant.device, t.reads, "    ")
+    # a CUDA graph replays what it captured: it would not compute them again
+    keep_as = None if cuda_graphs.uses_cuda_graph(vc) else vc.name
+    return lines + _region_lines(
+        region, kernels, vc.variant.device, t.reads, "    ", keep_as
+    )
 
 
 def _local_objects(p: Program, t: TargetCode) -> Program:
@@ -759,10 +813,15 @@ def device_source(t: TargetCode, vc: VariantCode) -> str:
 
 
 def _region_lines(
-    r: CompiledRegion, kernels: dict, device: str, reads: Mapping[str, str], ind: str
+    r: CompiledRegion,
+    kernels: dict,
+    device: str,
+    reads: Mapping[str, str],
+    ind: str,
+    keep_as: str | None = None,
 ) -> list[str]:
     """One region's steps; a branch on tensor data becomes a Python `if`."""
-    lines = straight_lines(r, kernels, device, reads, ind)
+    lines = straight_lines(r, kernels, device, reads, ind, keep_as)
     if r.cond is None:
         outputs = r.program.outputs
         imports = sorted({rec.module for rec in records_in(outputs)})
@@ -791,16 +850,94 @@ def sync_comment(r: CompiledRegion) -> str:
 
 
 def straight_lines(
-    r: CompiledRegion, kernels: dict, device: str, reads: Mapping[str, str], ind: str
+    r: CompiledRegion,
+    kernels: dict,
+    device: str,
+    reads: Mapping[str, str],
+    ind: str,
+    keep_as: str | None = None,
 ) -> list[str]:
     """A region's parameters and steps, up to its branch or return: straight-line
     code (a `while` on tensor data aside), a segment of a CUDA graph tree. `reads`
-    says how to read each parameter (`TargetCode.reads`)."""
+    says how to read each parameter (`TargetCode.reads`). With `keep_as` (the
+    variant's name), the values of parameters alone are computed once and kept
+    under that key (Note [Values of parameters alone])."""
     p = r.program
     lines = [f"{ind}{name} = {reads.get(path, path)}" for name, path, _ in p.params]
+    steps = list(p.steps)
+    if keep_as is not None and p.kept:
+        inside, steps = constant_steps(p)
+        lines += _kept_lines(p, inside, r, kernels, device, reads, ind, keep_as)
+    return lines + _steps_lines(steps, r, kernels, device, reads, ind)
+
+
+def _kept_lines(
+    p: Program,
+    inside: list,
+    r: CompiledRegion,
+    kernels: dict,
+    device: str,
+    reads: Mapping[str, str],
+    ind: str,
+    key: str,
+) -> list[str]:
+    """The block computing the values of parameters alone once: see Note [Values
+    of parameters alone] in passes/hoist_constants.py."""
+    read = {a for step in inside for a in _step_reads(step, p)}
+    sources = [name for name, _, _ in p.params if name in read]
+    taken = {*p.inputs, *(n for n, _, _ in p.params), *_bound_names(p)}
+    held, kept = fresh("sources", taken), fresh("constants", taken)
+    nbytes = sum(
+        s.meta.numel * s.meta.dtype.itemsize for s in inside if isinstance(s, Alloc)
+    )
+    # one per line (trailing commas): a value more or less changes one line
+    values = "".join(f"{v}, " for v in p.kept)
+    return [
+        f"{ind}{held} = ({''.join(f'{v}, ' for v in sources)})",
+        f"{ind}{kept} = runtime_shim.constants(self, {py_str(key)}, {held})",
+        f"{ind}if {kept} is None:",
+        f"{ind}    # values of parameters and buffers alone, kept between calls:"
+        f" {_megabytes(nbytes)}",
+        *_steps_lines(inside, r, kernels, device, reads, ind + "    "),
+        f"{ind}    {kept} = runtime_shim.keep_constants("
+        f"self, {py_str(key)}, {held}, ({values}))",
+        f"{ind}({values}) = {kept}",
+    ]
+
+
+def _megabytes(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MB" if nbytes >= 2**20 / 10 else f"{nbytes} bytes"
+
+
+def _step_reads(step, p: Program) -> list[str]:
+    if isinstance(step, KernelCall):
+        k = next(k for k in p.kernels if k.name == step.kernel)
+        return list(step.args[: len(k.inputs)])
+    if isinstance(step, ExternCall):
+        values = [*step.args, *(v for _, v in step.kwargs)]
+        return [v.name for v in leaves(values) if isinstance(v, Ref)]
+    return []
+
+
+def _bound_names(p: Program) -> list[str]:
+    return [
+        step.buffer if isinstance(step, Alloc) else getattr(step, "out", "")
+        for step in p.steps
+    ]
+
+
+def _steps_lines(
+    steps: list,
+    r: CompiledRegion,
+    kernels: dict,
+    device: str,
+    reads: Mapping[str, str],
+    ind: str,
+) -> list[str]:
+    lines = []
     last_span = None
     allocs: list[str] = []  # written just before the kernel that fills them
-    for step in p.steps:
+    for step in steps:
         if isinstance(step, Alloc):
             allocs += _step_lines(step)
             continue

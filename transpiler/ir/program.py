@@ -214,6 +214,10 @@ class Program:
     kernels: tuple[Kernel, ...]  # distinct kernels, in first-use order
     outputs: Any  # nested structure of Ref / constants
     kernel_ops: int = 0  # ATen ops computed inside the kernels (for --explain)
+    # values computed from parameters and buffers alone, kept between calls, and
+    # those of them read after (Note [Values of parameters alone])
+    constants: tuple[str, ...] = ()
+    kept: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         from transpiler.ir.printer import format_program
