@@ -19,10 +19,17 @@ import torch
 
 from runtime_shim.cuda_graphs import ATTRIBUTE, CudaGraphRunner, CudaGraphTree, _tensors
 from tests.compile_helpers import import_generated, unique_name
+from tests.devices import REAL_GPU
 from transpiler.api import build, compile_modules
 from transpiler.codegen import cuda_graphs
 from transpiler.explain import report
 from transpiler.options import Options, Target, TensorSpec, Variant
+
+# CPU tensors through the cuda variant: its kernels run in Triton's interpreter.
+# On a GPU (tests/devices.py), benchmarks/cuda_graphs_check.py replays them there.
+INTERPRETER_ONLY = pytest.mark.skipif(
+    REAL_GPU, reason="runs the cuda variant on CPU tensors, in Triton's interpreter"
+)
 
 SOURCE = """
 import torch
@@ -259,6 +266,7 @@ class Replayer:
         return outputs, replay
 
 
+@INTERPRETER_ONLY
 def test_generated_module_replays_on_cpu(
     generated: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -348,6 +356,7 @@ def branch_input(want: bool, decide, shape=(4, 8), seed: int = 0) -> torch.Tenso
         seed += 1
 
 
+@INTERPRETER_ONLY
 def test_generated_tree_replays_both_branches_on_cpu(
     generated: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -386,6 +395,7 @@ def test_generated_tree_replays_both_branches_on_cpu(
         assert tree.disabled is None
 
 
+@INTERPRETER_ONLY
 def test_generated_tree_takes_every_path_of_nested_branches(
     generated: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.compile_helpers import Compiled, compile_source
+from tests.devices import REAL_GPU
 from tests.helpers import build_pair, check_call
 
 SOURCE = """
@@ -130,11 +131,16 @@ def test_kept_values_follow_the_parameters(case, backend, compiled) -> None:
     variant = getattr(c, backend)
     assert ("runtime_shim.constants(" in getattr(c, f"{backend}_source")) == hoisted
     eager, mine = build_pair(c.eager, getattr(c.module, case), {})
+    device = "cpu"
+    if backend == "cuda" and REAL_GPU:  # the instance stays on the GPU throughout
+        variant, device = variant.__wrapped__, "cuda"
+        mine.to(device)
     run = functools.partial(variant, mine)
 
     def same(where: str) -> None:
         check_call(run, eager, {"x": x}, DTYPES.get(case, torch.float32),
-                   f"{case} {backend} {where}", modules=(mine, eager))  # fmt: skip
+                   f"{case} {backend} {where}", modules=(mine, eager),
+                   device=device)  # fmt: skip
 
     same("first call")
     first = kept(mine, variant)
@@ -152,4 +158,4 @@ def test_kept_values_follow_the_parameters(case, backend, compiled) -> None:
     assert kept(copied, variant) is None  # a copy computes its own
     check_call(functools.partial(variant, copied), eager, {"x": x},
                DTYPES.get(case, torch.float32), f"{case} {backend} copy",
-               modules=(copied, eager))  # fmt: skip
+               modules=(copied, eager), device=device)  # fmt: skip
