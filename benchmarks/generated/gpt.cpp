@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 static inline float bf16_to_float(uint16_t v) {
@@ -167,23 +168,18 @@ extern "C" void cpp_fused_embedding_0(
     bool* __restrict__ out_ptr0
 ) {
     for (int64_t x = 0; x < 1; ++x) {
-        float tmp7 = INFINITY;
-        int tmp7_nan = 0;
-        #pragma omp simd reduction(min:tmp7) reduction(|:tmp7_nan)
+        int8_t tmp5 = std::numeric_limits<int8_t>::max();
+        #pragma omp simd reduction(min:tmp5)
         for (int64_t r = 0; r < 64; ++r) {
             int64_t tmp0 = in_ptr0[r];
             bool tmp1 = tmp0 >= int64_t{0};
             bool tmp2 = tmp0 < int64_t{50257};
             bool tmp3 = tmp1 & tmp2;
-            int64_t tmp4 = static_cast<int64_t>(tmp3);
-            bool tmp5 = tmp4 != int64_t{0};
-            float tmp6 = static_cast<float>(tmp5);
-            tmp7 = std::min(tmp7, tmp6);
-            tmp7_nan |= tmp6 != tmp6;
+            int8_t tmp4 = static_cast<int8_t>(tmp3);
+            tmp5 = std::min(tmp5, tmp4);
         }
-        if (tmp7_nan) tmp7 = NAN;
-        bool tmp8 = tmp7 != 0.0f;
-        out_ptr0[0] = tmp8;
+        bool tmp6 = tmp5 != static_cast<int8_t>(0);
+        out_ptr0[0] = tmp6;
     }
 }
 

@@ -3520,11 +3520,9 @@ def _cuda_0(self, idx):
         constants = runtime_shim.keep_constants(self, "cuda_0", sources, (embedding_1,))
     (embedding_1,) = constants
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-    ne_1 = empty((), (), torch.bool)
-    _triton.triton_fused_embedding_0[(1,)](
-        idx, ne_1, XBLOCK=1, RBLOCK=8192, num_warps=16
-    )
-    runtime_shim.check_index(ne_1, "index out of range in self")
+    ne = empty((), (), torch.bool)
+    _triton.triton_fused_embedding_0[(1,)](idx, ne, XBLOCK=1, RBLOCK=8192, num_warps=16)
+    runtime_shim.check_index(ne, "index out of range in self")
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
     native_layer_norm_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
@@ -7846,9 +7844,9 @@ def _cpu_0(self, idx):
         constants = runtime_shim.keep_constants(self, "cpu_0", sources, (arange,))
     (arange,) = constants
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-    ne_1 = empty((), (), torch.bool)
-    _cpp.function("cpp_fused_embedding_0", "pp")(idx.data_ptr(), ne_1.data_ptr())
-    runtime_shim.check_index(ne_1, "index out of range in self")
+    ne = empty((), (), torch.bool)
+    _cpp.function("cpp_fused_embedding_0", "pp")(idx.data_ptr(), ne.data_ptr())
+    runtime_shim.check_index(ne, "index out of range in self")
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     native_layer_norm_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)

@@ -41,18 +41,16 @@ def triton_fused_embedding_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], float("inf"), tl.float32)
+    acc0_0 = tl.full([XBLOCK, RBLOCK], 127, tl.int8)
     tmp0 = tl.load(in_ptr0 + rindex, xmask & rmask, other=0)
     tmp1 = tmp0 >= 0
     tmp2 = tmp0 < 50257
     tmp3 = tmp1 & tmp2
-    tmp4 = tmp3.to(tl.int64)
-    tmp5 = tmp4 != 0
-    tmp6 = tmp5.to(tl.float32)
-    acc0_0 = _minimum(acc0_0, tl.where(xmask & rmask, tmp6, float("inf")))
-    tmp7 = tl.reduce(acc0_0, 1, _minimum)[:, None]
-    tmp8 = tmp7 != 0.0
-    tl.store(out_ptr0 + xindex, tmp8, xmask)
+    tmp4 = tmp3.to(tl.int8)
+    acc0_0 = _minimum(acc0_0, tl.where(xmask & rmask, tmp4, 127))
+    tmp5 = tl.reduce(acc0_0, 1, _minimum)[:, None]
+    tmp6 = tmp5 != 0
+    tl.store(out_ptr0 + xindex, tmp6, xmask)
 
 
 @triton.jit

@@ -304,18 +304,34 @@ import torch
 
 def counts(m, i):
     return m.sum(-1), m.sum(0), i.sum(), (i > 0).sum(1, keepdim=True), i.sum(0)
+
+
+def extremes(i, j, k):
+    ends = j.amax(), j.amin(), k.amin(-1), k.amax(-1), k.amax(0), k.amin(0)
+    return i.amax(-1), i.amin(0), (i * 3).amin(1), *ends
 """
 
 
 def test_integer_sums(tmp_path) -> None:
     """Sums of bools and integers, in int64 as eager's (wrapping past its range
-    is eager's too): counts of a mask, along and across rows."""
+    is eager's too): counts of a mask, along and across rows; maxima and minima
+    of integers, their types' extremes among the values."""
     gen = torch.Generator().manual_seed(2)
     m = torch.rand(40, 300, generator=gen) > 0.3
     i = torch.randint(-(2**31), 2**31 - 1, (40, 300), generator=gen, dtype=torch.int32)
-    case = compile_source(INTEGER_SOURCE, {"counts": {"m": m, "i": i}}, tmp_path)
-    case["counts"].check({"m": m, "i": i})
-    counts = re.findall(
-        r"(\d+) kernels?, (\d+) extern calls?", case["counts"].module.__doc__
-    )
-    assert counts and all(e == "0" for _, e in counts)
+    # the extremes of each integer type are reached: a max or min starts from them
+    j = torch.randint(-(2**62), 2**62, (40, 300), generator=gen, dtype=torch.int64)
+    j[3, 4], j[5, 6] = torch.iinfo(torch.int64).min, torch.iinfo(torch.int64).max
+    k = torch.randint(-128, 128, (40, 300), generator=gen, dtype=torch.int8)
+    k[7], k[:, 9] = (
+        -128,
+        127,
+    )  # a row's max is the lowest int8, a column's min the highest
+    inputs = {"counts": {"m": m, "i": i}, "extremes": {"i": i, "j": j, "k": k}}
+    case = compile_source(INTEGER_SOURCE, inputs, tmp_path)
+    for name, values in inputs.items():
+        case[name].check(values)
+        counts = re.findall(
+            r"(\d+) kernels?, (\d+) extern calls?", case[name].module.__doc__
+        )
+        assert counts and all(e == "0" for _, e in counts), name

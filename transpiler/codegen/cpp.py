@@ -227,7 +227,6 @@ class _Renderer:
         would make every add wait for the previous one, while the chunks' chains
         are independent and overlap."""
         rnumel = self.k.rnumel
-        ident = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}
         for s in loop.body:
             if isinstance(s, Stmt) and s.name in self.kept - self.filled:
                 t = compute_type(s.dtype)
@@ -241,8 +240,8 @@ class _Renderer:
             self.lines.append(f"{ind}int64_t {r.name} = -1;")
         for r in reductions:
             t = compute_type(r.dtype)
-            self.lines.append(f"{ind}{t} {r.name} = {ident[r.reduce]};")
-            if r.reduce != "sum":
+            self.lines.append(f"{ind}{t} {r.name} = {_identity(r)};")
+            if _tracks_nan(r):
                 self.lines.append(f"{ind}int {r.name}_nan = 0;")
         prefetch = loop is self.prefetch_in
         chunked = bool(reductions or prefetch) and not (
@@ -258,7 +257,7 @@ class _Renderer:
             for r in reductions:
                 acc[r.name] = f"{r.name}_part"
                 t = compute_type(r.dtype)
-                self.lines.append(f"{ind}{t} {acc[r.name]} = {ident[r.reduce]};")
+                self.lines.append(f"{ind}{t} {acc[r.name]} = {_identity(r)};")
         if prefetch:
             self._prefetch(first, end, ind)
         clauses = []
@@ -266,7 +265,7 @@ class _Renderer:
             clauses.append(
                 f" reduction({'+' if r.reduce == 'sum' else r.reduce}:{acc[r.name]})"
             )
-            if r.reduce != "sum":
+            if _tracks_nan(r):
                 clauses.append(f" reduction(|:{r.name}_nan)")
         if not positions:  # a position is found in order: no vectors
             self.lines.append(f"{ind}#pragma omp simd{''.join(clauses)}")
@@ -287,7 +286,7 @@ class _Renderer:
             self._position(r, r.name, f"{r.name}_best", "r", ind + "    ")
         for r in reductions:
             self._accumulate(r, acc[r.name], r.args[0], ind + "    ")
-            if r.reduce != "sum":
+            if _tracks_nan(r):
                 x = r.args[0]
                 self.lines.append(f"{ind}    {r.name}_nan |= {x} != {x};")
         self.lines.append(f"{ind}}}")
@@ -296,7 +295,7 @@ class _Renderer:
                 self._accumulate(r, r.name, acc[r.name], ind)
             self.lines.append(f"{outer}}}")
         for r in reductions:
-            if r.reduce != "sum":
+            if _tracks_nan(r):
                 self.lines.append(f"{outer}if ({r.name}_nan) {r.name} = NAN;")
 
     # ---- Note [Reductions across rows] ---------------------------------------------
@@ -386,8 +385,6 @@ class _Renderer:
     def _column_loop(self, loop: Loop, tile: int, n: str, ind: str) -> None:
         """A loop over `r` for the whole tile; sums long rows a chunk at a time
         into partial sums, as `loop` does."""
-        ident = {"sum": "0", "max": "-INFINITY", "min": "INFINITY"}
-        ident |= {"argmax": "-1", "argmin": "-1"}
         rnumel = self.k.rnumel
         chunked = any(r.reduce == "sum" for r in loop.reductions) and not (
             isinstance(rnumel, int) and rnumel <= REDUCTION_CHUNK
@@ -398,15 +395,15 @@ class _Renderer:
             if r.reduce in ARG:
                 t = compute_type(self._dtype(r.args[0]))
                 self.lines.append(f"{ind}{t} {r.name}_best[{tile}];")
-            elif r.reduce != "sum":
+            elif _tracks_nan(r):
                 self.lines.append(f"{ind}int {r.name}_nan[{tile}];")
         if loop.reductions:
             self.lines.append(f"{ind}for (int64_t x1 = 0; x1 < {tile}; ++x1) {{")
             for r in loop.reductions:
-                self.lines.append(f"{ind}    {r.name}_col[x1] = {ident[r.reduce]};")
+                self.lines.append(f"{ind}    {r.name}_col[x1] = {_identity(r)};")
                 if r.reduce in ARG:
                     self.lines.append(f"{ind}    {r.name}_best[x1] = 0;")
-                elif r.reduce != "sum":
+                elif _tracks_nan(r):
                     self.lines.append(f"{ind}    {r.name}_nan[x1] = 0;")
             self.lines.append(f"{ind}}}")
         acc = {r.name: f"{r.name}_col[x1]" for r in loop.reductions}
@@ -432,7 +429,7 @@ class _Renderer:
                 self._position(r, at, best, "r", ind + "        ")
                 continue
             self._accumulate(r, acc[r.name], r.args[0], ind + "        ")
-            if r.reduce != "sum":
+            if _tracks_nan(r):
                 x = r.args[0]
                 self.lines.append(f"{ind}        {r.name}_nan[x1] |= {x} != {x};")
         self.lines += [f"{ind}    }}", f"{ind}}}"]
@@ -442,10 +439,10 @@ class _Renderer:
                 if r.reduce == "sum":
                     self.lines.append(f"{ind}    {r.name}_col[x1] += {acc[r.name]};")
             self.lines += [f"{ind}}}", f"{outer}}}"]
-        if any(r.reduce in ("max", "min") for r in loop.reductions):
+        if any(_tracks_nan(r) for r in loop.reductions):
             self.lines.append(f"{outer}for (int64_t x1 = 0; x1 < {n}; ++x1) {{")
             for r in loop.reductions:
-                if r.reduce in ("max", "min"):
+                if _tracks_nan(r):
                     self.lines.append(
                         f"{outer}    if ({r.name}_nan[x1]) {r.name}_col[x1] = NAN;"
                     )
@@ -649,3 +646,21 @@ def render_file(kernels, header: str) -> str:
     body = "\n".join(texts)
     helpers = [HELPER_SOURCE[h] for h in CPP_HELPERS if f"{h}(" in body]
     return "\n".join([header, prelude(), *helpers, *texts])
+
+
+def _identity(r: Stmt) -> str:
+    """The value reduction `r` starts from: 0 for a sum, -1 for a position, else
+    the lowest (for max) or highest (for min) value of its type."""
+    if r.reduce == "sum":
+        return "0"
+    if r.reduce in ARG:
+        return "-1"
+    if r.dtype.is_floating_point:
+        return "-INFINITY" if r.reduce == "max" else "INFINITY"
+    limit = "lowest" if r.reduce == "max" else "max"
+    return f"std::numeric_limits<{compute_type(r.dtype)}>::{limit}()"
+
+
+def _tracks_nan(r: Stmt) -> bool:
+    """Whether a max or min remembers that a NaN went by (floats only)."""
+    return r.reduce in ("max", "min") and r.dtype.is_floating_point

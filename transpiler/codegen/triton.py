@@ -169,10 +169,21 @@ class _Renderer:
     def _operand_dtype(self, a) -> torch.dtype:
         return a.dtype if isinstance(a, Const) else self._dtype(a)
 
+    def _identity(self, r: Stmt) -> str:
+        """The value reduction `r` starts from: 0 for a sum, else the lowest (for
+        max) or highest (for min) value of what it reduces."""
+        if r.reduce == "sum":
+            return "0"
+        dtype = self._dtype(r.args[0]) if r.reduce in ARG else r.dtype
+        low = r.reduce in ("max", "argmax")
+        if dtype.is_floating_point:
+            return 'float("-inf")' if low else 'float("inf")'
+        info = torch.iinfo(dtype)
+        return str(info.min if low else info.max)
+
     def loop(self, loop: Loop, n: int) -> None:
         acc = {r.name: f"acc{n}_{i}" for i, r in enumerate(loop.reductions)}
-        ident = {"sum": "0", "max": 'float("-inf")', "min": 'float("inf")'}
-        ident |= {"argmax": 'float("-inf")', "argmin": 'float("inf")'}
+        ident = {r.name: self._identity(r) for r in loop.reductions}
         shape = "[XBLOCK, RBLOCK]"
         for r in loop.reductions:
             dtype = TRITON_DTYPES[r.dtype]
@@ -182,7 +193,7 @@ class _Renderer:
                     f"    {acc[r.name]}_at = tl.full({shape}, {NO_POSITION}, tl.int32)"
                 )
             self.lines.append(
-                f"    {acc[r.name]} = tl.full({shape}, {ident[r.reduce]}, {dtype})"
+                f"    {acc[r.name]} = tl.full({shape}, {ident[r.name]}, {dtype})"
             )
         indent = "    "
         if not self.persistent:
@@ -198,7 +209,7 @@ class _Renderer:
                 self.done.add(s.name)
         for r in loop.reductions:
             x, a = r.args[0], acc[r.name]
-            masked = f"tl.where(xmask & rmask, {x}, {ident[r.reduce]})"
+            masked = f"tl.where(xmask & rmask, {x}, {ident[r.name]})"
             if r.reduce in ARG:
                 at = f"tl.where(xmask & rmask, rindex, {NO_POSITION})"
                 self.lines.append(

@@ -231,7 +231,7 @@ def any_all(reduce):
         if x.dtype != torch.bool and not x.dtype.is_floating_point:
             return NotImplemented
         dims = [] if dim is None else [dim] if isinstance(dim, int) else list(dim)
-        nonzero = (x != 0).to(torch.float32)
+        nonzero = (x if x.dtype == torch.bool else x != 0).to(torch.int8)
         return reduce(nonzero, dims, keepdim) != 0
 
     return decompose_any_all

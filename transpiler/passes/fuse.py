@@ -215,14 +215,20 @@ def reduction_order(node: Node, nodes: dict[str, Node]) -> tuple[int, ...]:
     return kept + tuple(reduced)
 
 
+# what kernels reduce integers by: sums (in int64, as eager sums them), max and min
+INTEGER_REDUCE = ("sum", "max", "min")
+
+
 def reduction_ok(node: Node, nodes: dict[str, Node]) -> bool:
     if node.target not in REDUCTIONS or not isinstance(node.args[0], Ref):
         return False
     x = nodes[node.args[0].name].meta
     if not isinstance(x, TensorMeta) or x.dtype not in SUPPORTED_DTYPES:
         return False
-    if x.dtype not in FLOAT_TYPES and REDUCTIONS[node.target] != "sum":
-        return False  # integers are summed (in int64, as eager sums them) only
+    if x.dtype not in FLOAT_TYPES and REDUCTIONS[node.target] not in INTEGER_REDUCE:
+        return False
+    if x.dtype == torch.bool and REDUCTIONS[node.target] != "sum":
+        return False
     bound = bind_args(node.target, node.args, node.kwargs)
     if bound.get("dtype") is not None:
         return False
