@@ -216,10 +216,11 @@ class _Renderer:
                     f"{indent}{a}, {a}_at = _{r.reduce}({a}, {a}_at, {masked}, {at})"
                 )
                 continue
+            nan_aware = "_" if r.dtype.is_floating_point else "tl."  # ints: no NaN
             combine = {
                 "sum": f"{a} + {masked}",
-                "max": f"_maximum({a}, {masked})",
-                "min": f"_minimum({a}, {masked})",
+                "max": f"{nan_aware}maximum({a}, {masked})",
+                "min": f"{nan_aware}minimum({a}, {masked})",
             }[r.reduce]
             self.lines.append(f"{indent}{a} = {combine}")
         for r in loop.reductions:
@@ -230,10 +231,11 @@ class _Renderer:
                 )
                 self.lines.append(f"    {r.name} = {r.name}[:, None].to(tl.int64)")
                 continue
+            floats = r.dtype.is_floating_point  # NaN wins; ints take Triton's own
             total = {
                 "sum": f"tl.sum({a}, 1)",
-                "max": f"tl.reduce({a}, 1, _maximum)",
-                "min": f"tl.reduce({a}, 1, _minimum)",
+                "max": f"tl.reduce({a}, 1, _maximum)" if floats else f"tl.max({a}, 1)",
+                "min": f"tl.reduce({a}, 1, _minimum)" if floats else f"tl.min({a}, 1)",
             }[r.reduce]
             self.lines.append(f"    {r.name} = {total}[:, None]")
 
