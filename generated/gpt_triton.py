@@ -24,12 +24,6 @@ def _tanh(x):
 
 
 @triton.jit
-def _minimum(a, b):
-    # like torch.minimum: NaN wins
-    return tl.where(a != a, a, tl.where(a < b, a, b))
-
-
-@triton.jit
 def triton_fused_embedding_0(
     in_ptr0, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
 ):
@@ -47,8 +41,8 @@ def triton_fused_embedding_0(
     tmp2 = tmp0 < 256
     tmp3 = tmp1 & tmp2
     tmp4 = tmp3.to(tl.int8)
-    acc0_0 = _minimum(acc0_0, tl.where(xmask & rmask, tmp4, 127))
-    tmp5 = tl.reduce(acc0_0, 1, _minimum)[:, None]
+    acc0_0 = tl.minimum(acc0_0, tl.where(xmask & rmask, tmp4, 127))
+    tmp5 = tl.min(acc0_0, 1)[:, None]
     tmp6 = tmp5 != 0
     tl.store(out_ptr0 + xindex, tmp6, xmask)
 

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from tests.compile_helpers import compile_source
+from transpiler.codegen import triton as triton_codegen
 
 SOURCE = """
 import torch
@@ -245,21 +246,24 @@ def long_rows(x):
 
 
 @pytest.mark.slow
-def test_long_rows(tmp_path) -> None:
+@pytest.mark.parametrize("held", [True, False])
+def test_long_rows(tmp_path, held: bool) -> None:
     """Rows longer than a block (Note [Online softmax] in codegen/triton.py): the
     max and the sum of exponentials in one pass, the sum rescaled as the max grows
-    (values rising along the row), with rows of -inf, +inf and NaN."""
+    (values rising along the row), with rows of -inf, +inf and NaN; and rows that
+    long held in registers whole (`LONG_ROW_MAX`)."""
     gen = torch.Generator().manual_seed(5)
-    x = torch.randn(7, 9000, generator=gen) * 3
+    n = 9000 if held else triton_codegen.LONG_ROW_MAX + 1000
+    x = torch.randn(7, n, generator=gen) * 3
     x[1] = float("-inf")
     x[2, 100] = float("inf")
-    x[3, 8999] = float("nan")
-    x[4] = torch.linspace(-50, 80, 9000)  # a new max in every block
+    x[3, n - 1] = float("nan")
+    x[4] = torch.linspace(-50, 80, n)  # a new max in every block
     x[5, :4000] = float("-inf")  # lanes that see only -inf at first
     x[6] += 1e4
     case = compile_source(LONG_ROWS_SOURCE, {"long_rows": {"x": x}}, tmp_path)
     case["long_rows"].check({"x": x})
-    assert "online softmax" in case["long_rows"].triton_text
+    assert ("online softmax" in case["long_rows"].triton_text) != held
 
 
 POSITIONS_SOURCE = """

@@ -43,6 +43,14 @@ from transpiler.ir.program import Index, Kernel, LaunchConfig, Stmt, Store
 from transpiler.passes.schedule import Const
 
 PERSISTENT_MAX = 8192  # widest row reduced in registers
+# Rows up to LONG_ROW_MAX are reduced in registers too when the kernel computes at
+# most LONG_ROW_BODY values per element: 32 warps hold 32 elements of each per
+# thread, and with 1024 threads a thread has 64 registers. On the H100, rows of 32K
+# f32 in registers against a loop: softmax (4 values) 0.37 against 0.55 ms, argmax
+# (1) 0.35 against 0.36, cross-entropy (4) 0.40 against 0.37; GroupNorm (9) 0.17
+# against 0.19, with SiLU (11) 0.21 against 0.19 (spilled).
+LONG_ROW_MAX = 32768
+LONG_ROW_BODY = 8
 ACROSS_ROWS_BLOCK = (64, 16)  # (XBLOCK, RBLOCK) of a kernel reading across rows
 ARG = ("argmax", "argmin")  # reductions to a position
 NO_POSITION = 2**31 - 1  # of lanes past the row's end: never the first position
@@ -69,11 +77,20 @@ def heuristic_config(k: Kernel) -> LaunchConfig:
         xblock = min(ACROSS_ROWS_BLOCK[0], next_pow2(xnumel))
         rblock = min(ACROSS_ROWS_BLOCK[1], next_pow2(rnumel))
         return LaunchConfig(xblock, rblock, 4 if xblock * rblock >= 512 else 2)
-    persistent = isinstance(k.rnumel, int) and rnumel <= PERSISTENT_MAX
+    persistent = isinstance(k.rnumel, int) and (
+        rnumel <= PERSISTENT_MAX
+        or rnumel <= LONG_ROW_MAX and _per_element(k) <= LONG_ROW_BODY
+    )
     rblock = next_pow2(rnumel) if persistent else 2048
     xblock = max(1, min(next_pow2(xnumel), 1024 // rblock)) if rblock < 1024 else 1
-    warps = min(16, max(1, (xblock * rblock) // 256))
+    most = 32 if rblock > PERSISTENT_MAX else 16
+    warps = min(most, max(1, (xblock * rblock) // 256))
     return LaunchConfig(xblock, rblock, next_pow2(warps))
+
+
+def _per_element(k: Kernel) -> int:
+    """How many values the kernel computes for each element of a row."""
+    return sum(isinstance(s, Stmt) and s.level == "r" for s in k.body)
 
 
 def is_persistent(k: Kernel, config: LaunchConfig) -> bool:
