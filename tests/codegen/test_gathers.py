@@ -38,6 +38,12 @@ def losses(logits, target):
         F.cross_entropy(logits, target, reduction="sum", ignore_index=3),
         F.nll_loss(F.log_softmax(logits, -1), target, reduction="none"),
     )
+
+
+def unbatched_loss(x, w, target):
+    # one sample: the log-softmax is read through a view of another shape
+    logits = F.linear(x, w)
+    return F.cross_entropy(logits, target), F.cross_entropy(logits * 2, target)
 """
 
 
@@ -64,9 +70,20 @@ def inputs() -> dict:
     }
 
 
+UNBATCHED = {"x": torch.randn(8), "w": torch.randn(40, 8), "target": torch.tensor(7)}
+
+
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    return compile_source(SOURCE, inputs(), tmp_path_factory.mktemp("gathers"))
+    cases = {**inputs(), "unbatched_loss": UNBATCHED}
+    return compile_source(SOURCE, cases, tmp_path_factory.mktemp("gathers"))
+
+
+def test_a_loss_of_one_sample(compiled) -> None:
+    """cross_entropy of one sample (no batch dimension) reads its log-softmax
+    through a view of another shape: it is written, then gathered from memory
+    (the reductions of its one element stay calls into PyTorch)."""
+    compiled["unbatched_loss"].check(UNBATCHED)
 
 
 @pytest.mark.parametrize("name", list(inputs()))

@@ -429,6 +429,15 @@ class Recorder(TorchDispatchMode):
             raise Unsupported(f"{func} changes its input in place", self.span)
         result = fn(*args, **kwargs)
         self.record(op_name(fn), args, kwargs, result)
+        if torch.Tag.inplace_view in func.tags:
+            # `y.squeeze_(0)` (F.linear of a vector does it): the same data, seen
+            # with other sizes and strides from now on, as `target` itself is
+            with torch.utils._python_dispatch._disable_current_modes():
+                target.as_strided_(
+                    result.shape, result.stride(), result.storage_offset()
+                )
+            self.builder.bind(target, self.builder._names[id(result)])
+            return target
         self._update_aliases(target, result)
         # The mutated tensor now holds the functional result.
         self.builder.bind(target, self.builder._names[id(result)])

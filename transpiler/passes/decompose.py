@@ -143,6 +143,9 @@ def decompose(graph: Graph) -> Graph:
             table[aten.native_batch_norm.default]
         )
     table[aten.round.decimals] = _round_decimals
+    table[aten.native_group_norm.default] = _contiguous_only(
+        table[aten.native_group_norm.default]
+    )
     table[aten.stack.default] = _stack
     table[aten.logsumexp.default] = _logsumexp
     table[aten.pow.Tensor_Scalar] = _pow_of_bools
@@ -224,6 +227,18 @@ def _pow_of_bools(x, exponent):
     if x.dtype != torch.bool or not isinstance(exponent, bool):
         return NotImplemented
     return x.clone() if exponent else torch.ones_like(x)
+
+
+def _contiguous_only(decomposition):
+    """`decomposition` for a contiguous input; other inputs keep the op, whose
+    kernels raise on them (group norm's do, on every device)."""
+
+    def decompose_contiguous(x, *args, **kwargs):
+        if not x.is_contiguous():
+            return NotImplemented
+        return decomposition(x, *args, **kwargs)
+
+    return decompose_contiguous
 
 
 def any_all(reduce):

@@ -587,6 +587,8 @@ def _recomputable(ref: Ref, g: _State, nodes, kinds, members: set[str]) -> bool:
     if root not in members:
         return False  # another kernel's, read from memory at its own positions
     node = nodes[root]
+    if nodes[ref.name].meta != node.meta:
+        return False  # a view of it that moves positions (`unsqueeze`, `t`)
     if level(g, node.tensor_meta.numel) == "x":
         return True  # the row's own
     if node.target not in POINTWISE:
