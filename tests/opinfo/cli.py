@@ -5,8 +5,9 @@
     python -m tests.opinfo.sweep --ops '^(softmax|add)$' --dtypes f32,bool
     python -m tests.opinfo.sweep --case 'softmax/f32/transposed/s2' -v
 
-Prints totals per class and the wrong and error cases grouped by op; exits 1 if
-there are any. `--json FILE` writes one line per case.
+Prints totals per class, how many ops of each kind (elementwise, reduction, other)
+run inside generated kernels (`report.by_kind`), and the wrong and error cases
+grouped by op; exits 1 if there are any. `--json FILE` writes one line per case.
 """
 
 from __future__ import annotations
