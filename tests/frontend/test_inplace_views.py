@@ -44,7 +44,10 @@ def then_written(x):
 
 g = torch.Generator().manual_seed(4)
 CASES = {
-    "linear_of_a_vector": {"x": torch.randn(8, generator=g), "w": torch.randn(5, 8, generator=g)},
+    "linear_of_a_vector": {
+        "x": torch.randn(8, generator=g),
+        "w": torch.randn(5, 8, generator=g),
+    },
     "loss_of_one_sample": {
         "x": torch.randn(8, generator=g),
         "w": torch.randn(40, 8, generator=g),

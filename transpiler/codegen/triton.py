@@ -79,7 +79,7 @@ def heuristic_config(k: Kernel) -> LaunchConfig:
         return LaunchConfig(xblock, rblock, 4 if xblock * rblock >= 512 else 2)
     persistent = isinstance(k.rnumel, int) and (
         rnumel <= PERSISTENT_MAX
-        or rnumel <= LONG_ROW_MAX and _per_element(k) <= LONG_ROW_BODY
+        or (rnumel <= LONG_ROW_MAX and _per_element(k) <= LONG_ROW_BODY)
     )
     rblock = next_pow2(rnumel) if persistent else 2048
     xblock = max(1, min(next_pow2(xnumel), 1024 // rblock)) if rblock < 1024 else 1

@@ -53,6 +53,7 @@ from transpiler.ir.program import (
     KernelCall,
     Program,
     kernel_params,
+    reads_writes,
 )
 from transpiler.ir.region import (
     CompiledLoop,
@@ -482,7 +483,7 @@ def laid_out_params(vc: VariantCode) -> list[str]:
     p = vc.region.program
     if p.kept:
         inside, _ = constant_steps(p)
-        read = {a for step in inside for a in _step_reads(step, p)}
+        read = {a for step in inside for a in reads_writes(step, p)[0]}
         paths += [path for name, path, _ in p.params if name in read]
     return list(dict.fromkeys(paths))
 
@@ -883,7 +884,7 @@ def _kept_lines(
 ) -> list[str]:
     """The block computing the values of parameters alone once: see Note [Values
     of parameters alone] in passes/hoist_constants.py."""
-    read = {a for step in inside for a in _step_reads(step, p)}
+    read = {a for step in inside for a in reads_writes(step, p)[0]}
     sources = [name for name, _, _ in p.params if name in read]
     taken = {*p.inputs, *(n for n, _, _ in p.params), *_bound_names(p)}
     held, kept = fresh("sources", taken), fresh("constants", taken)
@@ -907,16 +908,6 @@ def _kept_lines(
 
 def _megabytes(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MB" if nbytes >= 2**20 / 10 else f"{nbytes} bytes"
-
-
-def _step_reads(step, p: Program) -> list[str]:
-    if isinstance(step, KernelCall):
-        k = next(k for k in p.kernels if k.name == step.kernel)
-        return list(step.args[: len(k.inputs)])
-    if isinstance(step, ExternCall):
-        values = [*step.args, *(v for _, v in step.kwargs)]
-        return [v.name for v in leaves(values) if isinstance(v, Ref)]
-    return []
 
 
 def _bound_names(p: Program) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from transpiler.ir.graph import Span, TensorMeta
+from transpiler.ir.graph import Ref, Span, TensorMeta, leaves
 
 
 @dataclass(frozen=True)
@@ -235,3 +235,16 @@ def kernel_params(programs: list[Program]) -> dict[str, str]:
             if name in read:
                 params.setdefault(path, name)
     return params
+
+
+def reads_writes(step: Step, program: Program) -> tuple[list[str], list[str]]:
+    """The wrapper names a step of `program` reads and those it writes, in
+    argument order (an allocation reads nothing and writes its buffer)."""
+    if isinstance(step, Alloc):
+        return [], [step.buffer]
+    if isinstance(step, KernelCall):
+        k = next(k for k in program.kernels if k.name == step.kernel)
+        n = len(k.inputs)
+        return list(step.args[:n]), list(step.args[n:])
+    values = [*step.args, *(v for _, v in step.kwargs)]
+    return [v.name for v in leaves(values) if isinstance(v, Ref)], [step.out]

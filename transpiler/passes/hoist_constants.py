@@ -24,10 +24,11 @@ read is another object, was written in place (its version counter moved) or move
 This pass finds them: the steps (kernels, allocations, pure extern calls and views)
 whose every tensor argument is a parameter, a buffer or such a value, with no
 dynamic size and no random numbers. A factory reads no tensor: a position table
-or a mask built from `torch.arange(16)` is kept too. A program whose code may write a parameter
-(fallback code, a loop on tensor data, an extern op that mutates, a kernel storing
-into a tensor it did not allocate) has none: moved to the front of the call, the
-computation would read what those writes had not written yet. Values the call
+or a mask built from `torch.arange(16)` is kept too. A program whose code may
+write a parameter (fallback code, a loop on tensor data, an extern op that
+mutates, a kernel storing into a tensor it did not allocate) has none: moved to
+the front of the call, the computation would read what those writes had not
+written yet. Values the call
 returns are computed in place (the caller may write them). The wrapper keeps
 `Program.kept`, those of them that later steps read, and computes the rest inside
 the cached block only.
@@ -45,7 +46,14 @@ import torch
 from transpiler.frontend.recorder import resolve_op
 from transpiler.ir.dynamic import dims_in
 from transpiler.ir.graph import FALLBACK, LOOP, Ref, leaves
-from transpiler.ir.program import Alloc, ExternCall, KernelCall, Program, Step
+from transpiler.ir.program import (
+    Alloc,
+    ExternCall,
+    KernelCall,
+    Program,
+    Step,
+    reads_writes,
+)
 from transpiler.passes.direct_views import DIRECT_VIEW
 
 
@@ -61,7 +69,7 @@ def hoist_constants(program: Program) -> Program:
     for step in program.steps:
         if isinstance(step, Alloc):
             continue
-        reads, writes = _reads_writes(step, kernels)
+        reads, writes = reads_writes(step, program)
         if (
             set(reads) <= constant
             and not returned.intersection(writes)
@@ -78,7 +86,7 @@ def hoist_constants(program: Program) -> Program:
         name
         for step in outside
         if not isinstance(step, Alloc)
-        for name in _reads_writes(step, kernels)[0]
+        for name in reads_writes(step, program)[0]
     }
     return replace(program, kept=tuple(v for v in found if v in later))
 
@@ -87,26 +95,12 @@ def constant_steps(program: Program) -> tuple[list[Step], list[Step]]:
     """`program.steps` split into those computing `program.constants` (with their
     allocations) and the rest, each in order."""
     hoisted = set(program.constants)
-    kernels = {k.name: k for k in program.kernels}
     inside: list[Step] = []
     outside: list[Step] = []
     for step in program.steps:
-        if isinstance(step, Alloc):
-            out = [step.buffer]
-        else:
-            out = _reads_writes(step, kernels)[1]
+        out = reads_writes(step, program)[1]
         (inside if set(out) <= hoisted else outside).append(step)
     return inside, outside
-
-
-def _reads_writes(step: Step, kernels) -> tuple[list[str], list[str]]:
-    """The wrapper names a step reads and those it writes, in argument order."""
-    if isinstance(step, KernelCall):
-        n = len(kernels[step.kernel].inputs)
-        return list(step.args[:n]), list(step.args[n:])
-    assert isinstance(step, ExternCall), step
-    values = [*step.args, *(v for _, v in step.kwargs)]
-    return [v.name for v in leaves(values) if isinstance(v, Ref)], [step.out]
 
 
 def _repeatable(step: Step, kernels) -> bool:
@@ -123,11 +117,10 @@ def _repeatable(step: Step, kernels) -> bool:
 
 def _writes_only_its_own(program: Program) -> bool:
     """No step may write a tensor the program did not allocate."""
-    kernels = {k.name: k for k in program.kernels}
     allocated = {s.buffer for s in program.steps if isinstance(s, Alloc)}
     for step in program.steps:
         if isinstance(step, KernelCall):
-            if not set(_reads_writes(step, kernels)[1]) <= allocated:
+            if not set(reads_writes(step, program)[1]) <= allocated:
                 return False
         elif isinstance(step, ExternCall) and step.target != DIRECT_VIEW:
             if step.target.startswith((FALLBACK, LOOP)):
