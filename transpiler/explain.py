@@ -9,9 +9,15 @@ from __future__ import annotations
 
 from transpiler.codegen import cuda_graphs
 from transpiler.codegen.module import count
-from transpiler.codegen.wrapper import TargetCode, VariantCode, variant_guards
+from transpiler.codegen.wrapper import (
+    TargetCode,
+    VariantCode,
+    megabytes,
+    variant_guards,
+)
 from transpiler.ir.graph import FALLBACK, LOOP
 from transpiler.ir.program import ExternCall, KernelCall
+from transpiler.passes.hoist_constants import kept_bytes
 
 
 def report(modules: dict, options) -> str:
@@ -56,6 +62,13 @@ def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
         f"{count(distinct, 'distinct kernel')}"
     )
     lines.append(f"  ATen ops in generated kernels: {in_kernels} of {total} ({share})")
+    program = vc.region.program
+    if program.kept and not cuda_graphs.uses_cuda_graph(vc):
+        lines.append(
+            f"  kept between calls: {count(len(program.kept), 'value')} of parameters"
+            f" and buffers alone ({megabytes(kept_bytes(program))}), computed again"
+            " when one they read changes"
+        )
     if externs:
         names = sorted({e.split(".")[1] for e in externs})
         lines.append(f"  extern calls: {len(externs)} ({', '.join(names)})")

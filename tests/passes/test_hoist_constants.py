@@ -16,6 +16,9 @@ import torch
 from tests.compile_helpers import Compiled, compile_source
 from tests.devices import REAL_GPU
 from tests.helpers import build_pair, check_call
+from transpiler.api import compile_modules
+from transpiler.explain import report
+from transpiler.options import Options, Target, TensorSpec, Variant
 
 SOURCE = """
 import torch
@@ -159,3 +162,24 @@ def test_kept_values_follow_the_parameters(case, backend, compiled) -> None:
     check_call(functools.partial(variant, copied), eager, {"x": x},
                DTYPES.get(case, torch.float32), f"{case} {backend} copy",
                modules=(copied, eager), device=device)  # fmt: skip
+
+
+def test_explain_says_what_is_kept(tmp_path: Path) -> None:
+    """`--explain` names, per variant, how many values are kept between calls and
+    the memory they hold; a variant that keeps none says nothing of it."""
+    (tmp_path / "model.py").write_text(SOURCE)
+    variants = (Variant((("x", TensorSpec(torch.float32, (2, 4, 6, 6))),), "cpu"),)
+    returned = (Variant((("x", TensorSpec(torch.float32, (4, 8))),), "cpu"),)
+    options = Options(
+        targets=(
+            Target("model.py::ConvNet", variants),
+            Target("model.py::Returned", returned),
+        ),
+        root=tmp_path,
+    )
+    text = report(compile_modules(options), options)
+    conv, ret = text.split("model.py::Returned")
+    # the two 3x3 weights in channels-last: (8*4*9 + 8*8*9) floats
+    kept = "kept between calls: 2 values of parameters and buffers alone (3456 bytes)"
+    assert kept in conv, conv
+    assert "kept between calls" not in ret, ret

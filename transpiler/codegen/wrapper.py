@@ -63,7 +63,7 @@ from transpiler.ir.region import (
 )
 from transpiler.options import ObjectSpec, ScalarSpec, TensorSpec, Variant
 from transpiler.passes.direct_views import DIRECT_VIEW
-from transpiler.passes.hoist_constants import constant_steps
+from transpiler.passes.hoist_constants import constant_steps, kept_bytes
 
 DTYPE_NAMES = {
     d: f"torch.{str(d).split('.')[1]}"
@@ -888,9 +888,7 @@ def _kept_lines(
     sources = [name for name, _, _ in p.params if name in read]
     taken = {*p.inputs, *(n for n, _, _ in p.params), *_bound_names(p)}
     held, kept = fresh("sources", taken), fresh("constants", taken)
-    nbytes = sum(
-        s.meta.numel * s.meta.dtype.itemsize for s in inside if isinstance(s, Alloc)
-    )
+    nbytes = kept_bytes(p)
     # one per line (trailing commas): a value more or less changes one line
     values = "".join(f"{v}, " for v in p.kept)
     return [
@@ -898,7 +896,7 @@ def _kept_lines(
         f"{ind}{kept} = runtime_shim.constants(self, {py_str(key)}, {held})",
         f"{ind}if {kept} is None:",
         f"{ind}    # values of parameters and buffers alone, kept between calls:"
-        f" {_megabytes(nbytes)}",
+        f" {megabytes(nbytes)}",
         *_steps_lines(inside, r, kernels, device, reads, ind + "    "),
         f"{ind}    {kept} = runtime_shim.keep_constants("
         f"self, {py_str(key)}, {held}, ({values}))",
@@ -906,7 +904,7 @@ def _kept_lines(
     ]
 
 
-def _megabytes(nbytes: int) -> str:
+def megabytes(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MB" if nbytes >= 2**20 / 10 else f"{nbytes} bytes"
 
 

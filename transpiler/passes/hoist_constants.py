@@ -103,6 +103,14 @@ def constant_steps(program: Program) -> tuple[list[Step], list[Step]]:
     return inside, outside
 
 
+def kept_bytes(program: Program) -> int:
+    """The memory the values of parameters alone of `program` take, kept."""
+    inside, _ = constant_steps(program)
+    return sum(
+        s.meta.numel * s.meta.dtype.itemsize for s in inside if isinstance(s, Alloc)
+    )
+
+
 def _repeatable(step: Step, kernels) -> bool:
     """Whether computing the step once stands for computing it on every call."""
     if isinstance(step, KernelCall):
