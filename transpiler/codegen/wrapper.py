@@ -63,7 +63,11 @@ from transpiler.ir.region import (
 )
 from transpiler.options import ObjectSpec, ScalarSpec, TensorSpec, Variant
 from transpiler.passes.direct_views import DIRECT_VIEW
-from transpiler.passes.hoist_constants import constant_steps, kept_bytes
+from transpiler.passes.hoist_constants import (
+    constant_sources,
+    constant_steps,
+    kept_bytes,
+)
 
 DTYPE_NAMES = {
     d: f"torch.{str(d).split('.')[1]}"
@@ -482,9 +486,8 @@ def laid_out_params(vc: VariantCode) -> list[str]:
     paths = list(kernel_params(vc.programs))
     p = vc.region.program
     if p.kept:
-        inside, _ = constant_steps(p)
-        read = {a for step in inside for a in reads_writes(step, p)[0]}
-        paths += [path for name, path, _ in p.params if name in read]
+        sources = set(constant_sources(p))
+        paths += [path for name, path, _ in p.params if name in sources]
     return list(dict.fromkeys(paths))
 
 
@@ -884,9 +887,9 @@ def _kept_lines(
 ) -> list[str]:
     """The block computing the values of parameters alone once: see Note [Values
     of parameters alone] in passes/hoist_constants.py."""
-    read = {a for step in inside for a in reads_writes(step, p)[0]}
-    sources = [name for name, _, _ in p.params if name in read]
-    taken = {*p.inputs, *(n for n, _, _ in p.params), *_bound_names(p)}
+    sources = constant_sources(p)
+    bound = (name for step in p.steps for name in reads_writes(step, p)[1])
+    taken = {*p.inputs, *(n for n, _, _ in p.params), *bound}
     held, kept = fresh("sources", taken), fresh("constants", taken)
     nbytes = kept_bytes(p)
     # one per line (trailing commas): a value more or less changes one line
@@ -906,13 +909,6 @@ def _kept_lines(
 
 def megabytes(nbytes: int) -> str:
     return f"{nbytes / 2**20:.1f} MB" if nbytes >= 2**20 / 10 else f"{nbytes} bytes"
-
-
-def _bound_names(p: Program) -> list[str]:
-    return [
-        step.buffer if isinstance(step, Alloc) else getattr(step, "out", "")
-        for step in p.steps
-    ]
 
 
 def _steps_lines(

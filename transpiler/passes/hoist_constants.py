@@ -82,12 +82,7 @@ def hoist_constants(program: Program) -> Program:
         return program
     program = replace(program, constants=tuple(found))
     _, outside = constant_steps(program)
-    later = {
-        name
-        for step in outside
-        if not isinstance(step, Alloc)
-        for name in reads_writes(step, program)[0]
-    }
+    later = {name for step in outside for name in reads_writes(step, program)[0]}
     return replace(program, kept=tuple(v for v in found if v in later))
 
 
@@ -101,6 +96,14 @@ def constant_steps(program: Program) -> tuple[list[Step], list[Step]]:
         out = reads_writes(step, program)[1]
         (inside if set(out) <= hoisted else outside).append(step)
     return inside, outside
+
+
+def constant_sources(program: Program) -> list[str]:
+    """The parameters and buffers (wrapper names, in `program.params` order) that
+    the values of parameters alone are computed from."""
+    inside, _ = constant_steps(program)
+    read = {name for step in inside for name in reads_writes(step, program)[0]}
+    return [name for name, _, _ in program.params if name in read]
 
 
 def kept_bytes(program: Program) -> int:
