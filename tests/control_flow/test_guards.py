@@ -357,3 +357,60 @@ def test_config_object_attributes_are_guarded(tmp_path: Path) -> None:
         with pytest.warns(RuntimeWarning, match=r"self\.config\.use_relu"):
             got = model(x)
     torch.testing.assert_close(got, x * 2.0)
+
+
+FRESH_VIEW_SOURCE = """
+import torch
+from torch import nn
+
+
+class View:
+    def __init__(self, scale):
+        self.scale = scale
+
+
+class Box:
+    def __init__(self, scale):
+        self.scale = scale
+        self.ready = True
+
+
+class Settings:
+    @property
+    def view(self):  # a fresh object on every read
+        return View(2.0)
+
+
+class ReadsFreshViews(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.config = Settings()
+
+    def forward(self, x):
+        for _ in range(ROUNDS):
+            scale = self.config.view.scale  # the view dies after this line
+            box = Box(scale)  # likely at the address the view had
+            if box.ready:
+                x = x * box.scale
+        return x
+"""
+
+
+@pytest.mark.parametrize("rounds", [1, 4, 16])
+def test_objects_made_in_the_call_are_never_read_as_model_state(
+    rounds: int, tmp_path: Path
+) -> None:
+    """A property that gives a fresh object on each read (transformers'
+    `config.per_layer_config`) is guarded as a path of the model; an object the
+    call makes afterwards may take its address, and must not be mistaken for it:
+    its attributes are the call's own values, never guards on the model."""
+    source = FRESH_VIEW_SOURCE.replace("ROUNDS", str(rounds))
+    c = compile_source(source, {"ReadsFreshViews": {"x": torch.randn(4, 8)}}, tmp_path)
+    module = c["ReadsFreshViews"].module
+    text = Path(module.__file__).read_text()
+    assert ".ready" not in text and "self.config.view.scale == 2.0" in text
+    model = module.ReadsFreshViews().eval()
+    x = torch.randn(4, 8)
+    with torch.no_grad(), no_fallback():
+        got = model(x)
+    torch.testing.assert_close(got, x * 2.0**rounds)

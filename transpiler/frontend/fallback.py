@@ -17,7 +17,7 @@ import re
 import sys
 import types
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 import torch
@@ -26,6 +26,9 @@ from torch import nn
 from transpiler.codegen.text import docstring
 from transpiler.frontend.recorder import OpaqueValue, Unsupported
 from transpiler.ir.graph import DEVICE, ModuleRef, Span
+
+if TYPE_CHECKING:
+    from transpiler.frontend.interpreter import ObjectPaths
 
 
 @dataclass(frozen=True)
@@ -388,7 +391,7 @@ def plan_stub(
     span: Span,
     reason: str,
     builder,
-    module_paths: dict[int, str],
+    module_paths: ObjectPaths,
     self_name: str = "",
 ) -> StubPlan:
     """The stub for `stmt`; raises Unsupported when its inputs cannot be passed."""
@@ -572,7 +575,7 @@ def _calls_bare_super(stmt: cst.CSTNode) -> bool:
     return bool(found)
 
 
-def _arg(value: Any, builder, module_paths: dict[int, str], span: Span) -> Any:
+def _arg(value: Any, builder, module_paths: ObjectPaths, span: Span) -> Any:
     """A live-in as a graph argument: a tensor's Ref, a module's path, a constant."""
     if isinstance(value, (torch.Tensor, OpaqueValue)):
         return builder.ref(value, span)

@@ -410,7 +410,7 @@ class Interpreter:
         self,
         recorder: Recorder,
         sources: SourceCache,
-        module_paths: dict[int, str],
+        module_paths: ObjectPaths,
         decisions: tuple[bool, ...] = (),
         stubs: dict[Stub, int] | None = None,
         loops: dict[str, tuple[int, LoopBody]] | None = None,
@@ -418,7 +418,7 @@ class Interpreter:
     ):
         self.recorder = recorder
         self.sources = sources
-        self.module_paths = module_paths  # id(module) -> "self.attn"
+        self.module_paths = module_paths
         # what the variant depends on, in the order read (frontend/guards.py):
         # AttrRead / GlobalRead -> the value, ModuleRead -> interpreted or not
         self.guards: dict[tuple, Any] = {}
@@ -1325,7 +1325,7 @@ class Interpreter:
         elif isinstance(value, nn.Module) and id(value) in self.module_paths:
             self.guards[ModuleRead(self.module_paths[id(value)], called=False)] = None
         elif _is_config(value):  # `self.config.n_head` too
-            self.module_paths.setdefault(id(value), f"{path}.{attr}")
+            self.module_paths.add(value, f"{path}.{attr}")
         return value
 
     def eval_Call(self, expr: cst.Call, frame: Frame) -> Any:
@@ -1567,6 +1567,25 @@ def _tensor_of_data(data, dtype=None, device=None, requires_grad=False, **kwargs
     if not shape:
         return items[0]
     return torch.stack(items).reshape(shape)
+
+
+class ObjectPaths(dict[int, str]):
+    """id(object) -> its path from the model ("self.attn", "self.config"), for the
+    model's submodules and the settings objects read from them. It holds the objects
+    as well: an id names an object only while the object lives, and a property may
+    give a fresh object on every read (transformers' `config.per_layer_config`);
+    had that object died, one the call makes later could take its address and its
+    attributes would be read as the model's, guards the model cannot pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._held: list[Any] = []
+
+    def add(self, obj: Any, path: str) -> None:
+        """Name `obj` by `path`, unless it already has a path."""
+        if id(obj) not in self:
+            self[id(obj)] = path
+            self._held.append(obj)
 
 
 def _is_config(value: Any) -> bool:

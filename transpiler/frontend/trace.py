@@ -26,6 +26,7 @@ from transpiler.frontend.guards import (
 from transpiler.frontend.interpreter import (
     BranchPoint,
     Interpreter,
+    ObjectPaths,
     Retrace,
     UserCodeError,
 )
@@ -164,7 +165,7 @@ def trace(
     """Interpret `obj` (a function, or `module.forward`) on meta inputs, along every
     path through its conditions on tensor data (see Note [Regions])."""
     params: dict[int, str] = {}
-    module_paths: dict[int, str] = {}
+    module_paths = ObjectPaths()
     reads: dict[tuple, object] = {}  # what the paths read (Note [State guards])
     tied: dict[str, str] = {}  # a tensor's other name -> the name it is read by
     if module is not None:
@@ -173,7 +174,7 @@ def trace(
             if first != name:
                 tied[name] = first
         for name, m in module.named_modules(remove_duplicate=False):
-            module_paths.setdefault(id(m), self_path(name))
+            module_paths.add(m, self_path(name))
     fn = type(module).forward if module is not None else obj
     stubs: dict[Stub, int] = {}
     loops: dict[str, tuple[int, LoopBody]] = {}
