@@ -254,9 +254,11 @@ extern "C" void cpp_fused_embedding_add_native_layer_norm_0(
         float tmp18 = tmp14 - tmp17;
         float tmp19 = tmp18 < 0 ? 0 : tmp18;
         float tmp20 = tmp11 + tmp16;
-        float tmp21 = tmp19 / 64.0f;
-        float tmp22 = tmp21 + 1e-05f;
-        float tmp23 = 1 / std::sqrt(tmp22);
+        bool tmp21 = tmp16 != tmp16;
+        float tmp22 = tmp21 ? tmp11 : tmp20;
+        float tmp23 = tmp19 / 64.0f;
+        float tmp24 = tmp23 + 1e-05f;
+        float tmp25 = 1 / std::sqrt(tmp24);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 64; r += 16) {
             __builtin_prefetch(&in_ptr2[64 * ((x + 1) % 16) + r]);
@@ -264,14 +266,14 @@ extern "C" void cpp_fused_embedding_add_native_layer_norm_0(
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
             float tmp9 = tmp9_row[r];
-            float tmp24 = tmp9 - tmp20;
-            float tmp25 = tmp24 * tmp23;
-            float tmp26 = in_ptr3[r];
-            float tmp27 = tmp25 * tmp26;
-            float tmp28 = in_ptr4[r];
-            float tmp29 = tmp27 + tmp28;
+            float tmp26 = tmp9 - tmp22;
+            float tmp27 = tmp26 * tmp25;
+            float tmp28 = in_ptr3[r];
+            float tmp29 = tmp27 * tmp28;
+            float tmp30 = in_ptr4[r];
+            float tmp31 = tmp29 + tmp30;
             out_ptr0[64 * x + r] = tmp9;
-            out_ptr1[64 * x + r] = tmp29;
+            out_ptr1[64 * x + r] = tmp31;
         }
     }
 }
@@ -317,9 +319,11 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
         float tmp13 = tmp9 - tmp12;
         float tmp14 = tmp13 < 0 ? 0 : tmp13;
         float tmp15 = tmp6 + tmp11;
-        float tmp16 = tmp14 / 64.0f;
-        float tmp17 = tmp16 + 1e-05f;
-        float tmp18 = 1 / std::sqrt(tmp17);
+        bool tmp16 = tmp11 != tmp11;
+        float tmp17 = tmp16 ? tmp6 : tmp15;
+        float tmp18 = tmp14 / 64.0f;
+        float tmp19 = tmp18 + 1e-05f;
+        float tmp20 = 1 / std::sqrt(tmp19);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 64; r += 16) {
             __builtin_prefetch(&in_ptr0[64 * (x + 1) + r]);
@@ -328,14 +332,14 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
             float tmp4 = tmp4_row[r];
-            float tmp19 = tmp4 - tmp15;
-            float tmp20 = tmp19 * tmp18;
-            float tmp21 = in_ptr3[r];
-            float tmp22 = tmp20 * tmp21;
-            float tmp23 = in_ptr4[r];
-            float tmp24 = tmp22 + tmp23;
+            float tmp21 = tmp4 - tmp17;
+            float tmp22 = tmp21 * tmp20;
+            float tmp23 = in_ptr3[r];
+            float tmp24 = tmp22 * tmp23;
+            float tmp25 = in_ptr4[r];
+            float tmp26 = tmp24 + tmp25;
             out_ptr0[64 * x + r] = tmp4;
-            out_ptr1[64 * x + r] = tmp24;
+            out_ptr1[64 * x + r] = tmp26;
         }
     }
 }
@@ -407,9 +411,11 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
         float tmp13 = tmp9 - tmp12;
         float tmp14 = tmp13 < 0 ? 0 : tmp13;
         float tmp15 = tmp6 + tmp11;
-        float tmp16 = tmp14 / 64.0f;
-        float tmp17 = tmp16 + 1e-05f;
-        float tmp18 = 1 / std::sqrt(tmp17);
+        bool tmp16 = tmp11 != tmp11;
+        float tmp17 = tmp16 ? tmp6 : tmp15;
+        float tmp18 = tmp14 / 64.0f;
+        float tmp19 = tmp18 + 1e-05f;
+        float tmp20 = 1 / std::sqrt(tmp19);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 64; r += 16) {
             __builtin_prefetch(&in_ptr0[64 * (x + 1) + r]);
@@ -418,13 +424,13 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
             float tmp4 = tmp4_row[r];
-            float tmp19 = tmp4 - tmp15;
-            float tmp20 = tmp19 * tmp18;
-            float tmp21 = in_ptr3[r];
-            float tmp22 = tmp20 * tmp21;
-            float tmp23 = in_ptr4[r];
-            float tmp24 = tmp22 + tmp23;
-            out_ptr0[64 * x + r] = tmp24;
+            float tmp21 = tmp4 - tmp17;
+            float tmp22 = tmp21 * tmp20;
+            float tmp23 = in_ptr3[r];
+            float tmp24 = tmp22 * tmp23;
+            float tmp25 = in_ptr4[r];
+            float tmp26 = tmp24 + tmp25;
+            out_ptr0[64 * x + r] = tmp26;
         }
     }
 }

@@ -192,9 +192,11 @@ extern "C" void cpp_fused_native_layer_norm_0(
         float tmp9 = tmp5 - tmp8;
         float tmp10 = tmp9 < 0 ? 0 : tmp9;
         float tmp11 = tmp2 + tmp7;
-        float tmp12 = tmp10 / 64.0f;
-        float tmp13 = tmp12 + 1e-05f;
-        float tmp14 = 1 / std::sqrt(tmp13);
+        bool tmp12 = tmp7 != tmp7;
+        float tmp13 = tmp12 ? tmp2 : tmp11;
+        float tmp14 = tmp10 / 64.0f;
+        float tmp15 = tmp14 + 1e-05f;
+        float tmp16 = 1 / std::sqrt(tmp15);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 64; r += 16) {
             __builtin_prefetch(&in_ptr0[64 * (x + 1) + r]);
@@ -202,13 +204,13 @@ extern "C" void cpp_fused_native_layer_norm_0(
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
             float tmp0 = in_ptr0[64 * x + r];
-            float tmp15 = tmp0 - tmp11;
-            float tmp16 = tmp15 * tmp14;
-            float tmp17 = in_ptr1[r];
-            float tmp18 = tmp16 * tmp17;
-            float tmp19 = in_ptr2[r];
-            float tmp20 = tmp18 + tmp19;
-            out_ptr0[64 * x + r] = tmp20;
+            float tmp17 = tmp0 - tmp13;
+            float tmp18 = tmp17 * tmp16;
+            float tmp19 = in_ptr1[r];
+            float tmp20 = tmp18 * tmp19;
+            float tmp21 = in_ptr2[r];
+            float tmp22 = tmp20 + tmp21;
+            out_ptr0[64 * x + r] = tmp22;
         }
     }
 }
@@ -254,9 +256,11 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
         float tmp13 = tmp9 - tmp12;
         float tmp14 = tmp13 < 0 ? 0 : tmp13;
         float tmp15 = tmp6 + tmp11;
-        float tmp16 = tmp14 / 64.0f;
-        float tmp17 = tmp16 + 1e-05f;
-        float tmp18 = 1 / std::sqrt(tmp17);
+        bool tmp16 = tmp11 != tmp11;
+        float tmp17 = tmp16 ? tmp6 : tmp15;
+        float tmp18 = tmp14 / 64.0f;
+        float tmp19 = tmp18 + 1e-05f;
+        float tmp20 = 1 / std::sqrt(tmp19);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 64; r += 16) {
             __builtin_prefetch(&in_ptr0[64 * (x + 1) + r]);
@@ -265,14 +269,14 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
             float tmp4 = tmp4_row[r];
-            float tmp19 = tmp4 - tmp15;
-            float tmp20 = tmp19 * tmp18;
-            float tmp21 = in_ptr3[r];
-            float tmp22 = tmp20 * tmp21;
-            float tmp23 = in_ptr4[r];
-            float tmp24 = tmp22 + tmp23;
+            float tmp21 = tmp4 - tmp17;
+            float tmp22 = tmp21 * tmp20;
+            float tmp23 = in_ptr3[r];
+            float tmp24 = tmp22 * tmp23;
+            float tmp25 = in_ptr4[r];
+            float tmp26 = tmp24 + tmp25;
             out_ptr0[64 * x + r] = tmp4;
-            out_ptr1[64 * x + r] = tmp24;
+            out_ptr1[64 * x + r] = tmp26;
         }
     }
 }
@@ -355,9 +359,11 @@ extern "C" void cpp_fused_native_layer_norm_1(
         float tmp9 = tmp5 - tmp8;
         float tmp10 = tmp9 < 0 ? 0 : tmp9;
         float tmp11 = tmp2 + tmp7;
-        float tmp12 = tmp10 / 64.0f;
-        float tmp13 = tmp12 + 1e-05f;
-        float tmp14 = 1 / std::sqrt(tmp13);
+        bool tmp12 = tmp7 != tmp7;
+        float tmp13 = tmp12 ? tmp2 : tmp11;
+        float tmp14 = tmp10 / 64.0f;
+        float tmp15 = tmp14 + 1e-05f;
+        float tmp16 = 1 / std::sqrt(tmp15);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 64; r += 32) {
             __builtin_prefetch(&in_ptr0[64 * (x + 1) + r]);
@@ -365,13 +371,13 @@ extern "C" void cpp_fused_native_layer_norm_1(
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
             float tmp0 = bf16_to_float(in_ptr0[64 * x + r]);
-            float tmp15 = tmp0 - tmp11;
-            float tmp16 = tmp15 * tmp14;
-            float tmp17 = bf16_to_float(in_ptr1[r]);
-            float tmp18 = tmp16 * tmp17;
-            float tmp19 = bf16_to_float(in_ptr2[r]);
-            float tmp20 = tmp18 + tmp19;
-            out_ptr0[64 * x + r] = float_to_bf16(tmp20);
+            float tmp17 = tmp0 - tmp13;
+            float tmp18 = tmp17 * tmp16;
+            float tmp19 = bf16_to_float(in_ptr1[r]);
+            float tmp20 = tmp18 * tmp19;
+            float tmp21 = bf16_to_float(in_ptr2[r]);
+            float tmp22 = tmp20 + tmp21;
+            out_ptr0[64 * x + r] = float_to_bf16(tmp22);
         }
     }
 }
@@ -417,9 +423,11 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
         float tmp13 = tmp9 - tmp12;
         float tmp14 = tmp13 < 0 ? 0 : tmp13;
         float tmp15 = tmp6 + tmp11;
-        float tmp16 = tmp14 / 64.0f;
-        float tmp17 = tmp16 + 1e-05f;
-        float tmp18 = 1 / std::sqrt(tmp17);
+        bool tmp16 = tmp11 != tmp11;
+        float tmp17 = tmp16 ? tmp6 : tmp15;
+        float tmp18 = tmp14 / 64.0f;
+        float tmp19 = tmp18 + 1e-05f;
+        float tmp20 = 1 / std::sqrt(tmp19);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 64; r += 32) {
             __builtin_prefetch(&in_ptr0[64 * (x + 1) + r]);
@@ -428,14 +436,14 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {
             float tmp4 = tmp4_row[r];
-            float tmp19 = tmp4 - tmp15;
-            float tmp20 = tmp19 * tmp18;
-            float tmp21 = bf16_to_float(in_ptr3[r]);
-            float tmp22 = tmp20 * tmp21;
-            float tmp23 = bf16_to_float(in_ptr4[r]);
-            float tmp24 = tmp22 + tmp23;
+            float tmp21 = tmp4 - tmp17;
+            float tmp22 = tmp21 * tmp20;
+            float tmp23 = bf16_to_float(in_ptr3[r]);
+            float tmp24 = tmp22 * tmp23;
+            float tmp25 = bf16_to_float(in_ptr4[r]);
+            float tmp26 = tmp24 + tmp25;
             out_ptr0[64 * x + r] = float_to_bf16(tmp4);
-            out_ptr1[64 * x + r] = float_to_bf16(tmp24);
+            out_ptr1[64 * x + r] = float_to_bf16(tmp26);
         }
     }
 }

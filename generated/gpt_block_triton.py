@@ -53,16 +53,18 @@ def triton_fused_native_layer_norm_0(
     tmp9 = tmp5 - tmp8
     tmp10 = tl.where(tmp9 < 0, 0, tmp9)
     tmp11 = tmp2 + tmp7
-    tmp12 = tmp10 / 64.0
-    tmp13 = tmp12 + 1e-05
-    tmp14 = tl.rsqrt(tmp13)
-    tmp15 = tmp0 - tmp11
-    tmp16 = tmp15 * tmp14
-    tmp17 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
-    tmp18 = tmp16 * tmp17
-    tmp19 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
-    tmp20 = tmp18 + tmp19
-    tl.store(out_ptr0 + (64 * xindex + rindex), tmp20, xmask & rmask)
+    tmp12 = tmp7 != tmp7
+    tmp13 = tl.where(tmp12, tmp2, tmp11)
+    tmp14 = tmp10 / 64.0
+    tmp15 = tmp14 + 1e-05
+    tmp16 = tl.rsqrt(tmp15)
+    tmp17 = tmp0 - tmp13
+    tmp18 = tmp17 * tmp16
+    tmp19 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp20 = tmp18 * tmp19
+    tmp21 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
+    tmp22 = tmp20 + tmp21
+    tl.store(out_ptr0 + (64 * xindex + rindex), tmp22, xmask & rmask)
 
 
 @triton.jit
@@ -109,17 +111,19 @@ def triton_fused_addmm_add_native_layer_norm_0(
     tmp13 = tmp9 - tmp12
     tmp14 = tl.where(tmp13 < 0, 0, tmp13)
     tmp15 = tmp6 + tmp11
-    tmp16 = tmp14 / 64.0
-    tmp17 = tmp16 + 1e-05
-    tmp18 = tl.rsqrt(tmp17)
-    tmp19 = tmp4 - tmp15
-    tmp20 = tmp19 * tmp18
-    tmp21 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
-    tmp22 = tmp20 * tmp21
-    tmp23 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
-    tmp24 = tmp22 + tmp23
+    tmp16 = tmp11 != tmp11
+    tmp17 = tl.where(tmp16, tmp6, tmp15)
+    tmp18 = tmp14 / 64.0
+    tmp19 = tmp18 + 1e-05
+    tmp20 = tl.rsqrt(tmp19)
+    tmp21 = tmp4 - tmp17
+    tmp22 = tmp21 * tmp20
+    tmp23 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
+    tmp24 = tmp22 * tmp23
+    tmp25 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
+    tmp26 = tmp24 + tmp25
     tl.store(out_ptr0 + (64 * xindex + rindex), tmp4, xmask & rmask)
-    tl.store(out_ptr1 + (64 * xindex + rindex), tmp24, xmask & rmask)
+    tl.store(out_ptr1 + (64 * xindex + rindex), tmp26, xmask & rmask)
 
 
 @triton.jit
@@ -191,16 +195,18 @@ def triton_fused_native_layer_norm_1(
     tmp9 = tmp5 - tmp8
     tmp10 = tl.where(tmp9 < 0, 0, tmp9)
     tmp11 = tmp2 + tmp7
-    tmp12 = tmp10 / 64.0
-    tmp13 = tmp12 + 1e-05
-    tmp14 = tl.rsqrt(tmp13)
-    tmp15 = tmp0 - tmp11
-    tmp16 = tmp15 * tmp14
-    tmp17 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0).to(tl.float32)
-    tmp18 = tmp16 * tmp17
-    tmp19 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0).to(tl.float32)
-    tmp20 = tmp18 + tmp19
-    tl.store(out_ptr0 + (64 * xindex + rindex), tmp20.to(tl.bfloat16), xmask & rmask)
+    tmp12 = tmp7 != tmp7
+    tmp13 = tl.where(tmp12, tmp2, tmp11)
+    tmp14 = tmp10 / 64.0
+    tmp15 = tmp14 + 1e-05
+    tmp16 = tl.rsqrt(tmp15)
+    tmp17 = tmp0 - tmp13
+    tmp18 = tmp17 * tmp16
+    tmp19 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp20 = tmp18 * tmp19
+    tmp21 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp22 = tmp20 + tmp21
+    tl.store(out_ptr0 + (64 * xindex + rindex), tmp22.to(tl.bfloat16), xmask & rmask)
 
 
 @triton.jit
@@ -251,17 +257,19 @@ def triton_fused_addmm_add_native_layer_norm_1(
     tmp13 = tmp9 - tmp12
     tmp14 = tl.where(tmp13 < 0, 0, tmp13)
     tmp15 = tmp6 + tmp11
-    tmp16 = tmp14 / 64.0
-    tmp17 = tmp16 + 1e-05
-    tmp18 = tl.rsqrt(tmp17)
-    tmp19 = tmp4 - tmp15
-    tmp20 = tmp19 * tmp18
-    tmp21 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0).to(tl.float32)
-    tmp22 = tmp20 * tmp21
-    tmp23 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0).to(tl.float32)
-    tmp24 = tmp22 + tmp23
+    tmp16 = tmp11 != tmp11
+    tmp17 = tl.where(tmp16, tmp6, tmp15)
+    tmp18 = tmp14 / 64.0
+    tmp19 = tmp18 + 1e-05
+    tmp20 = tl.rsqrt(tmp19)
+    tmp21 = tmp4 - tmp17
+    tmp22 = tmp21 * tmp20
+    tmp23 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp24 = tmp22 * tmp23
+    tmp25 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp26 = tmp24 + tmp25
     tl.store(out_ptr0 + (64 * xindex + rindex), tmp4.to(tl.bfloat16), xmask & rmask)
-    tl.store(out_ptr1 + (64 * xindex + rindex), tmp24.to(tl.bfloat16), xmask & rmask)
+    tl.store(out_ptr1 + (64 * xindex + rindex), tmp26.to(tl.bfloat16), xmask & rmask)
 
 
 @triton.jit

@@ -192,9 +192,11 @@ extern "C" void cpp_fused_native_layer_norm_gelu_0(
         float tmp9 = tmp5 - tmp8;
         float tmp10 = tmp9 < 0 ? 0 : tmp9;
         float tmp11 = tmp2 + tmp7;
-        float tmp12 = tmp10 / 256.0f;
-        float tmp13 = tmp12 + 1e-05f;
-        float tmp14 = 1 / std::sqrt(tmp13);
+        bool tmp12 = tmp7 != tmp7;
+        float tmp13 = tmp12 ? tmp2 : tmp11;
+        float tmp14 = tmp10 / 256.0f;
+        float tmp15 = tmp14 + 1e-05f;
+        float tmp16 = 1 / std::sqrt(tmp15);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 256; r += 16) {
             __builtin_prefetch(&in_ptr0[256 * (x + 1) + r]);
@@ -202,14 +204,14 @@ extern "C" void cpp_fused_native_layer_norm_gelu_0(
         #pragma omp simd
         for (int64_t r = 0; r < 256; ++r) {
             float tmp0 = in_ptr0[256 * x + r];
-            float tmp15 = tmp0 - tmp11;
-            float tmp16 = tmp15 * tmp14;
-            float tmp17 = in_ptr1[r];
-            float tmp18 = tmp16 * tmp17;
-            float tmp19 = in_ptr2[r];
-            float tmp20 = tmp18 + tmp19;
-            float tmp21 = gelu_f32(tmp20);
-            out_ptr0[256 * x + r] = tmp21;
+            float tmp17 = tmp0 - tmp13;
+            float tmp18 = tmp17 * tmp16;
+            float tmp19 = in_ptr1[r];
+            float tmp20 = tmp18 * tmp19;
+            float tmp21 = in_ptr2[r];
+            float tmp22 = tmp20 + tmp21;
+            float tmp23 = gelu_f32(tmp22);
+            out_ptr0[256 * x + r] = tmp23;
         }
     }
 }
@@ -244,9 +246,11 @@ extern "C" void cpp_fused_native_layer_norm_gelu_1(
         float tmp9 = tmp5 - tmp8;
         float tmp10 = tmp9 < 0 ? 0 : tmp9;
         float tmp11 = tmp2 + tmp7;
-        float tmp12 = tmp10 / 256.0f;
-        float tmp13 = tmp12 + 1e-05f;
-        float tmp14 = 1 / std::sqrt(tmp13);
+        bool tmp12 = tmp7 != tmp7;
+        float tmp13 = tmp12 ? tmp2 : tmp11;
+        float tmp14 = tmp10 / 256.0f;
+        float tmp15 = tmp14 + 1e-05f;
+        float tmp16 = 1 / std::sqrt(tmp15);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 256; r += 32) {
             __builtin_prefetch(&in_ptr0[256 * (x + 1) + r]);
@@ -254,15 +258,15 @@ extern "C" void cpp_fused_native_layer_norm_gelu_1(
         #pragma omp simd
         for (int64_t r = 0; r < 256; ++r) {
             float tmp0 = bf16_to_float(in_ptr0[256 * x + r]);
-            float tmp15 = tmp0 - tmp11;
-            float tmp16 = tmp15 * tmp14;
-            float tmp17 = in_ptr1[r];
-            float tmp18 = tmp16 * tmp17;
-            float tmp19 = in_ptr2[r];
-            float tmp20 = tmp18 + tmp19;
-            float tmp21 = bf16_to_float(float_to_bf16(tmp20));
-            float tmp22 = gelu_f32(tmp21);
-            out_ptr0[256 * x + r] = float_to_bf16(tmp22);
+            float tmp17 = tmp0 - tmp13;
+            float tmp18 = tmp17 * tmp16;
+            float tmp19 = in_ptr1[r];
+            float tmp20 = tmp18 * tmp19;
+            float tmp21 = in_ptr2[r];
+            float tmp22 = tmp20 + tmp21;
+            float tmp23 = bf16_to_float(float_to_bf16(tmp22));
+            float tmp24 = gelu_f32(tmp23);
+            out_ptr0[256 * x + r] = float_to_bf16(tmp24);
         }
     }
 }

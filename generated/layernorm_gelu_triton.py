@@ -34,17 +34,19 @@ def triton_fused_native_layer_norm_gelu_0(
     tmp9 = tmp5 - tmp8
     tmp10 = tl.where(tmp9 < 0, 0, tmp9)
     tmp11 = tmp2 + tmp7
-    tmp12 = tmp10 / 256.0
-    tmp13 = tmp12 + 1e-05
-    tmp14 = tl.rsqrt(tmp13)
-    tmp15 = tmp0 - tmp11
-    tmp16 = tmp15 * tmp14
-    tmp17 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
-    tmp18 = tmp16 * tmp17
-    tmp19 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
-    tmp20 = tmp18 + tmp19
-    tmp21 = tmp20 * 0.5 * (1.0 + tl.erf(tmp20 * 0.7071067811865476))
-    tl.store(out_ptr0 + (256 * xindex + rindex), tmp21, xmask & rmask)
+    tmp12 = tmp7 != tmp7
+    tmp13 = tl.where(tmp12, tmp2, tmp11)
+    tmp14 = tmp10 / 256.0
+    tmp15 = tmp14 + 1e-05
+    tmp16 = tl.rsqrt(tmp15)
+    tmp17 = tmp0 - tmp13
+    tmp18 = tmp17 * tmp16
+    tmp19 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp20 = tmp18 * tmp19
+    tmp21 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
+    tmp22 = tmp20 + tmp21
+    tmp23 = tmp22 * 0.5 * (1.0 + tl.erf(tmp22 * 0.7071067811865476))
+    tl.store(out_ptr0 + (256 * xindex + rindex), tmp23, xmask & rmask)
 
 
 @triton.jit
@@ -79,15 +81,17 @@ def triton_fused_native_layer_norm_gelu_1(
     tmp9 = tmp5 - tmp8
     tmp10 = tl.where(tmp9 < 0, 0, tmp9)
     tmp11 = tmp2 + tmp7
-    tmp12 = tmp10 / 256.0
-    tmp13 = tmp12 + 1e-05
-    tmp14 = tl.rsqrt(tmp13)
-    tmp15 = tmp0 - tmp11
-    tmp16 = tmp15 * tmp14
-    tmp17 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
-    tmp18 = tmp16 * tmp17
-    tmp19 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
-    tmp20 = tmp18 + tmp19
-    tmp21 = tmp20.to(tl.bfloat16).to(tl.float32)
-    tmp22 = tmp21 * 0.5 * (1.0 + tl.erf(tmp21 * 0.7071067811865476))
-    tl.store(out_ptr0 + (256 * xindex + rindex), tmp22.to(tl.bfloat16), xmask & rmask)
+    tmp12 = tmp7 != tmp7
+    tmp13 = tl.where(tmp12, tmp2, tmp11)
+    tmp14 = tmp10 / 256.0
+    tmp15 = tmp14 + 1e-05
+    tmp16 = tl.rsqrt(tmp15)
+    tmp17 = tmp0 - tmp13
+    tmp18 = tmp17 * tmp16
+    tmp19 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp20 = tmp18 * tmp19
+    tmp21 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
+    tmp22 = tmp20 + tmp21
+    tmp23 = tmp22.to(tl.bfloat16).to(tl.float32)
+    tmp24 = tmp23 * 0.5 * (1.0 + tl.erf(tmp23 * 0.7071067811865476))
+    tl.store(out_ptr0 + (256 * xindex + rindex), tmp24.to(tl.bfloat16), xmask & rmask)

@@ -255,20 +255,22 @@ extern "C" void cpp_fused_embedding_index_add_native_layer_norm_0(
         float tmp25 = tmp21 - tmp24;
         float tmp26 = tmp25 < 0 ? 0 : tmp25;
         float tmp27 = tmp18 + tmp23;
-        float tmp28 = tmp26 / 768.0f;
-        float tmp29 = tmp28 + 1e-05f;
-        float tmp30 = 1 / std::sqrt(tmp29);
+        bool tmp28 = tmp23 != tmp23;
+        float tmp29 = tmp28 ? tmp18 : tmp27;
+        float tmp30 = tmp26 / 768.0f;
+        float tmp31 = tmp30 + 1e-05f;
+        float tmp32 = 1 / std::sqrt(tmp31);
         #pragma omp simd
         for (int64_t r = 0; r < 768; ++r) {
             float tmp16 = tmp16_row[r];
-            float tmp31 = tmp16 - tmp27;
-            float tmp32 = tmp31 * tmp30;
-            float tmp33 = in_ptr4[r];
-            float tmp34 = tmp32 * tmp33;
-            float tmp35 = in_ptr5[r];
-            float tmp36 = tmp34 + tmp35;
+            float tmp33 = tmp16 - tmp29;
+            float tmp34 = tmp33 * tmp32;
+            float tmp35 = in_ptr4[r];
+            float tmp36 = tmp34 * tmp35;
+            float tmp37 = in_ptr5[r];
+            float tmp38 = tmp36 + tmp37;
             out_ptr0[768 * x + r] = tmp16;
-            out_ptr1[768 * x + r] = tmp36;
+            out_ptr1[768 * x + r] = tmp38;
         }
     }
 }
@@ -325,9 +327,11 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
         float tmp13 = tmp9 - tmp12;
         float tmp14 = tmp13 < 0 ? 0 : tmp13;
         float tmp15 = tmp6 + tmp11;
-        float tmp16 = tmp14 / 768.0f;
-        float tmp17 = tmp16 + 1e-05f;
-        float tmp18 = 1 / std::sqrt(tmp17);
+        bool tmp16 = tmp11 != tmp11;
+        float tmp17 = tmp16 ? tmp6 : tmp15;
+        float tmp18 = tmp14 / 768.0f;
+        float tmp19 = tmp18 + 1e-05f;
+        float tmp20 = 1 / std::sqrt(tmp19);
         // while computing, fetch the next row into cache
         for (int64_t r0 = 0; r0 < 768; r0 += 512) {
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); r += 16) {
@@ -337,14 +341,14 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
             #pragma omp simd
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
                 float tmp4 = tmp4_row[r];
-                float tmp19 = tmp4 - tmp15;
-                float tmp20 = tmp19 * tmp18;
-                float tmp21 = in_ptr3[r];
-                float tmp22 = tmp20 * tmp21;
-                float tmp23 = in_ptr4[r];
-                float tmp24 = tmp22 + tmp23;
+                float tmp21 = tmp4 - tmp17;
+                float tmp22 = tmp21 * tmp20;
+                float tmp23 = in_ptr3[r];
+                float tmp24 = tmp22 * tmp23;
+                float tmp25 = in_ptr4[r];
+                float tmp26 = tmp24 + tmp25;
                 out_ptr0[768 * x + r] = tmp4;
-                out_ptr1[768 * x + r] = tmp24;
+                out_ptr1[768 * x + r] = tmp26;
             }
         }
     }
@@ -429,9 +433,11 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
         float tmp13 = tmp9 - tmp12;
         float tmp14 = tmp13 < 0 ? 0 : tmp13;
         float tmp15 = tmp6 + tmp11;
-        float tmp16 = tmp14 / 768.0f;
-        float tmp17 = tmp16 + 1e-05f;
-        float tmp18 = 1 / std::sqrt(tmp17);
+        bool tmp16 = tmp11 != tmp11;
+        float tmp17 = tmp16 ? tmp6 : tmp15;
+        float tmp18 = tmp14 / 768.0f;
+        float tmp19 = tmp18 + 1e-05f;
+        float tmp20 = 1 / std::sqrt(tmp19);
         // while computing, fetch the next row into cache
         for (int64_t r0 = 0; r0 < 768; r0 += 512) {
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); r += 16) {
@@ -441,13 +447,13 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
             #pragma omp simd
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
                 float tmp4 = tmp4_row[r];
-                float tmp19 = tmp4 - tmp15;
-                float tmp20 = tmp19 * tmp18;
-                float tmp21 = in_ptr3[r];
-                float tmp22 = tmp20 * tmp21;
-                float tmp23 = in_ptr4[r];
-                float tmp24 = tmp22 + tmp23;
-                out_ptr0[768 * x + r] = tmp24;
+                float tmp21 = tmp4 - tmp17;
+                float tmp22 = tmp21 * tmp20;
+                float tmp23 = in_ptr3[r];
+                float tmp24 = tmp22 * tmp23;
+                float tmp25 = in_ptr4[r];
+                float tmp26 = tmp24 + tmp25;
+                out_ptr0[768 * x + r] = tmp26;
             }
         }
     }

@@ -203,9 +203,11 @@ extern "C" void cpp_fused_native_layer_norm_0(
         float tmp9 = tmp5 - tmp8;
         float tmp10 = tmp9 < 0 ? 0 : tmp9;
         float tmp11 = tmp2 + tmp7;
-        float tmp12 = tmp10 / 768.0f;
-        float tmp13 = tmp12 + 1e-05f;
-        float tmp14 = 1 / std::sqrt(tmp13);
+        bool tmp12 = tmp7 != tmp7;
+        float tmp13 = tmp12 ? tmp2 : tmp11;
+        float tmp14 = tmp10 / 768.0f;
+        float tmp15 = tmp14 + 1e-05f;
+        float tmp16 = 1 / std::sqrt(tmp15);
         // while computing, fetch the next row into cache
         for (int64_t r0 = 0; r0 < 768; r0 += 512) {
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); r += 16) {
@@ -214,13 +216,13 @@ extern "C" void cpp_fused_native_layer_norm_0(
             #pragma omp simd
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
                 float tmp0 = in_ptr0[768 * x + r];
-                float tmp15 = tmp0 - tmp11;
-                float tmp16 = tmp15 * tmp14;
-                float tmp17 = in_ptr1[r];
-                float tmp18 = tmp16 * tmp17;
-                float tmp19 = in_ptr2[r];
-                float tmp20 = tmp18 + tmp19;
-                out_ptr0[768 * x + r] = tmp20;
+                float tmp17 = tmp0 - tmp13;
+                float tmp18 = tmp17 * tmp16;
+                float tmp19 = in_ptr1[r];
+                float tmp20 = tmp18 * tmp19;
+                float tmp21 = in_ptr2[r];
+                float tmp22 = tmp20 + tmp21;
+                out_ptr0[768 * x + r] = tmp22;
             }
         }
     }
@@ -278,9 +280,11 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
         float tmp13 = tmp9 - tmp12;
         float tmp14 = tmp13 < 0 ? 0 : tmp13;
         float tmp15 = tmp6 + tmp11;
-        float tmp16 = tmp14 / 768.0f;
-        float tmp17 = tmp16 + 1e-05f;
-        float tmp18 = 1 / std::sqrt(tmp17);
+        bool tmp16 = tmp11 != tmp11;
+        float tmp17 = tmp16 ? tmp6 : tmp15;
+        float tmp18 = tmp14 / 768.0f;
+        float tmp19 = tmp18 + 1e-05f;
+        float tmp20 = 1 / std::sqrt(tmp19);
         // while computing, fetch the next row into cache
         for (int64_t r0 = 0; r0 < 768; r0 += 512) {
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); r += 16) {
@@ -290,14 +294,14 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
             #pragma omp simd
             for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
                 float tmp4 = tmp4_row[r];
-                float tmp19 = tmp4 - tmp15;
-                float tmp20 = tmp19 * tmp18;
-                float tmp21 = in_ptr3[r];
-                float tmp22 = tmp20 * tmp21;
-                float tmp23 = in_ptr4[r];
-                float tmp24 = tmp22 + tmp23;
+                float tmp21 = tmp4 - tmp17;
+                float tmp22 = tmp21 * tmp20;
+                float tmp23 = in_ptr3[r];
+                float tmp24 = tmp22 * tmp23;
+                float tmp25 = in_ptr4[r];
+                float tmp26 = tmp24 + tmp25;
                 out_ptr0[768 * x + r] = tmp4;
-                out_ptr1[768 * x + r] = tmp24;
+                out_ptr1[768 * x + r] = tmp26;
             }
         }
     }

@@ -114,17 +114,19 @@ def triton_fused_embedding_add_native_layer_norm_0(
     tmp18 = tmp14 - tmp17
     tmp19 = tl.where(tmp18 < 0, 0, tmp18)
     tmp20 = tmp11 + tmp16
-    tmp21 = tmp19 / 768.0
-    tmp22 = tmp21 + 1e-05
-    tmp23 = tl.rsqrt(tmp22)
-    tmp24 = tmp9 - tmp20
-    tmp25 = tmp24 * tmp23
-    tmp26 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
-    tmp27 = tmp25 * tmp26
-    tmp28 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
-    tmp29 = tmp27 + tmp28
+    tmp21 = tmp16 != tmp16
+    tmp22 = tl.where(tmp21, tmp11, tmp20)
+    tmp23 = tmp19 / 768.0
+    tmp24 = tmp23 + 1e-05
+    tmp25 = tl.rsqrt(tmp24)
+    tmp26 = tmp9 - tmp22
+    tmp27 = tmp26 * tmp25
+    tmp28 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
+    tmp29 = tmp27 * tmp28
+    tmp30 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
+    tmp31 = tmp29 + tmp30
     tl.store(out_ptr0 + (768 * xindex + rindex), tmp9, xmask & rmask)
-    tl.store(out_ptr1 + (768 * xindex + rindex), tmp29, xmask & rmask)
+    tl.store(out_ptr1 + (768 * xindex + rindex), tmp31, xmask & rmask)
 
 
 @triton.jit
@@ -171,17 +173,19 @@ def triton_fused_addmm_add_native_layer_norm_0(
     tmp13 = tmp9 - tmp12
     tmp14 = tl.where(tmp13 < 0, 0, tmp13)
     tmp15 = tmp6 + tmp11
-    tmp16 = tmp14 / 768.0
-    tmp17 = tmp16 + 1e-05
-    tmp18 = tl.rsqrt(tmp17)
-    tmp19 = tmp4 - tmp15
-    tmp20 = tmp19 * tmp18
-    tmp21 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
-    tmp22 = tmp20 * tmp21
-    tmp23 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
-    tmp24 = tmp22 + tmp23
+    tmp16 = tmp11 != tmp11
+    tmp17 = tl.where(tmp16, tmp6, tmp15)
+    tmp18 = tmp14 / 768.0
+    tmp19 = tmp18 + 1e-05
+    tmp20 = tl.rsqrt(tmp19)
+    tmp21 = tmp4 - tmp17
+    tmp22 = tmp21 * tmp20
+    tmp23 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
+    tmp24 = tmp22 * tmp23
+    tmp25 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
+    tmp26 = tmp24 + tmp25
     tl.store(out_ptr0 + (768 * xindex + rindex), tmp4, xmask & rmask)
-    tl.store(out_ptr1 + (768 * xindex + rindex), tmp24, xmask & rmask)
+    tl.store(out_ptr1 + (768 * xindex + rindex), tmp26, xmask & rmask)
 
 
 @triton.jit
@@ -249,13 +253,15 @@ def triton_fused_addmm_add_native_layer_norm_1(
     tmp13 = tmp9 - tmp12
     tmp14 = tl.where(tmp13 < 0, 0, tmp13)
     tmp15 = tmp6 + tmp11
-    tmp16 = tmp14 / 768.0
-    tmp17 = tmp16 + 1e-05
-    tmp18 = tl.rsqrt(tmp17)
-    tmp19 = tmp4 - tmp15
-    tmp20 = tmp19 * tmp18
-    tmp21 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
-    tmp22 = tmp20 * tmp21
-    tmp23 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
-    tmp24 = tmp22 + tmp23
-    tl.store(out_ptr0 + (768 * xindex + rindex), tmp24, xmask & rmask)
+    tmp16 = tmp11 != tmp11
+    tmp17 = tl.where(tmp16, tmp6, tmp15)
+    tmp18 = tmp14 / 768.0
+    tmp19 = tmp18 + 1e-05
+    tmp20 = tl.rsqrt(tmp19)
+    tmp21 = tmp4 - tmp17
+    tmp22 = tmp21 * tmp20
+    tmp23 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
+    tmp24 = tmp22 * tmp23
+    tmp25 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
+    tmp26 = tmp24 + tmp25
+    tl.store(out_ptr0 + (768 * xindex + rindex), tmp26, xmask & rmask)

@@ -14,6 +14,7 @@ as controls, in the same kernels as reordered ones where the shapes allow it.
 
 from __future__ import annotations
 
+
 import re
 
 import pytest
@@ -264,6 +265,51 @@ def test_long_rows(tmp_path, held: bool) -> None:
     case = compile_source(LONG_ROWS_SOURCE, {"long_rows": {"x": x}}, tmp_path)
     case["long_rows"].check({"x": x})
     assert ("online softmax" in case["long_rows"].triton_text) != held
+
+
+VARIANCE_SOURCE = """
+import torch
+import torch.nn.functional as F
+
+
+def variances(x):
+    var, mean = torch.var_mean(x, -1)
+    std = x.std(-1, correction=0, keepdim=True)
+    normed = F.group_norm(x.view(3, 2, -1), 1)
+    return var, mean, std, normed
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("long", [True, False])
+def test_variance_of_rows_longer_than_a_block(tmp_path, long: bool) -> None:
+    """Rows longer than a block (Note [Welford] in codegen/triton.py): the mean
+    and the sum of squared deviations in one pass, lanes joined pairwise, against
+    eager and against float64: rows far from zero (where E[x^2] - E[x]^2 would
+    lose every digit), constant rows (variance exactly 0), a NaN and an inf, rows
+    that end inside a block; group norm normalizes with them. Rows held in
+    registers whole are reduced twice there (the control)."""
+    gen = torch.Generator().manual_seed(7)
+    n = triton_codegen.LONG_ROW_MAX + 1000 if long else 3000
+    x = torch.randn(6, n, generator=gen)
+    x[1] = 1000 + 1e-3 * torch.randn(n, generator=gen)  # far from zero
+    x[2] = 3.25  # constant
+    x[3, 17] = float("nan")
+    x[4, n - 1] = float("inf")
+    x[5] = torch.linspace(1e3, 1e4, n)  # the mean moves along the row
+    case = compile_source(VARIANCE_SOURCE, {"variances": {"x": x}}, tmp_path)
+    case["variances"].check({"x": x})
+    assert ("Welford" in case["variances"].triton_text) == long
+    exact = x[[0, 1, 5]].double()
+    for variant in (case["variances"].cpu, case["variances"].cuda):
+        var, mean, _, _ = variant(x)
+        # to f32's accuracy; the row far from zero gets 1e-6, where Welford's
+        # updates of the values themselves get 7e-3 and E[x^2] - E[x]^2 nothing
+        close = torch.testing.assert_close
+        close(var[[0, 1, 5]].double(), exact.var(-1), rtol=1e-4, atol=0)
+        close(mean[[0, 1, 5]].double(), exact.mean(-1), rtol=1e-5, atol=1e-6)
+        assert var[2] == 0 and var[3].isnan() and var[4].isnan()
+        assert mean[2] == 3.25 and mean[3].isnan() and mean[4] == float("inf")
 
 
 POSITIONS_SOURCE = """

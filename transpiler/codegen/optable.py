@@ -234,6 +234,7 @@ TRITON_HELPERS = {
     "_maximum": "maximum",
     "_argmax": "argmax",
     "_argmin": "argmin",
+    "_welford": "var_mean",
     "_minimum": "minimum",
     "_log1p": "log1p",
     "_expm1": "expm1",

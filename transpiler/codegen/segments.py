@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from transpiler.ir.program import Kernel, Stmt, Store, operands
+from transpiler.passes.schedule import Const
 
 
 @dataclass(frozen=True)
@@ -110,3 +111,83 @@ def online_softmax(first: Loop, second: Loop) -> OnlineSoftmax | None:
     if any(st.name not in computed for st in second.body if st not in (d, e)):
         return None
     return OnlineSoftmax(m.args[0], m.name, d.name, e.name, s.name, first.body)
+
+
+@dataclass(frozen=True)
+class Welford:
+    """Two loops over a row that compute a variance, the corrected two-pass
+    algorithm of Note [Variance] in passes/schedule.py: `t = sum(v)`, then from
+    `m = t / k` the sums `s = sum(d * d)` and `e = sum(d)` of `d = v - m`; one loop
+    computes the mean and the sum of squared deviations (Note [Welford] in
+    codegen/triton.py), and the statements between the loops follow it."""
+
+    value: str  # v
+    total: str  # t
+    mean: str  # m
+    squares: str  # s
+    residual: str  # e
+    body: tuple[Stmt, ...]  # the statements computing v, in order
+    between: tuple[Stmt, ...]  # per-row statements between the loops, m among them
+
+
+def welford(first: Loop, between: list[Segment], second: Loop, rnumel) -> Welford | None:
+    """The one-loop form of `first`, `between` and `second`, or None when they are
+    not a row's sum, its mean, and the sums of the deviations from it and of their
+    squares."""
+    if len(first.reductions) != 1 or len(second.reductions) != 2:
+        return None
+    (t,) = first.reductions
+    if t.reduce != "sum" or not t.dtype.is_floating_point:
+        return None
+    if any(isinstance(s, Store) for s in first.body + second.body):
+        return None
+    if not all(isinstance(s, Stmt) and s.level == "x" for s in between):
+        return None
+    mean = next(
+        (
+            s
+            for s in between
+            if s.op == "truediv"
+            and s.args[0] == t.name
+            and isinstance(s.args[1], Const)
+            and s.args[1].value == rnumel
+        ),
+        None,
+    )
+    if mean is None:
+        return None
+    stmts = {st.name: st for st in second.body}
+    d = next(
+        (
+            st
+            for st in second.body
+            if st.op == "sub" and st.args == (t.args[0], mean.name)
+        ),
+        None,
+    )
+    if d is None:
+        return None
+    squares = residual = None
+    for r in second.reductions:
+        if r.reduce != "sum":
+            return None
+        src = stmts.get(r.args[0])
+        if r.args[0] == d.name:
+            residual = r
+        elif src is not None and src.op == "mul" and src.args == (d.name, d.name):
+            squares = r
+    if squares is None or residual is None:
+        return None
+    computed = {st.name for st in first.body}
+    square = stmts[squares.args[0]]
+    if any(st.name not in computed for st in second.body if st not in (d, square)):
+        return None
+    return Welford(
+        t.args[0],
+        t.name,
+        mean.name,
+        squares.name,
+        residual.name,
+        first.body,
+        tuple(between),
+    )

@@ -30,7 +30,9 @@ the sum of squares grows by k * e^2 (0.1% of the variance of 1000 + 1e-3 * randn
 The corrected two-pass algorithm (Chan, Golub and LeVeque, "Algorithms for computing
 the sample variance", 1983) also sums the deviations d = x - m, in the same pass:
 sum(d) / k is e, the mean is m + e, and sum(d^2) - sum(d) * e is the sum of squares
-about it, as accurate as eager's Welford reductions.
+about it, as accurate as eager's Welford reductions. A Triton kernel whose row
+does not fit in a block computes the same sums in one loop over the row (Note
+[Welford] in codegen/triton.py).
 """
 
 from __future__ import annotations
@@ -648,7 +650,11 @@ class KernelBuilder:
         excess = self.emit("mul", (residual, error), dtype, "x")
         ss = self.emit("sub", (ss, excess), dtype, "x")
         ss = self.emit("relu", (ss,), dtype, "x")  # rounding may leave it below 0
-        return self.emit("add", (mean, error), dtype, "x"), ss
+        corrected = self.emit("add", (mean, error), dtype, "x")
+        # an inf in the row makes the first mean inf and every deviation NaN: the
+        # mean is the first one then (inf, as eager's), the variance NaN
+        undefined = self.emit("isnan", (error,), torch.bool, "x")
+        return self.emit("where", (undefined, mean, corrected), dtype, "x"), ss
 
     def store(self, node: Node) -> None:
         meta = node.tensor_meta
