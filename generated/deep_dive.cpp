@@ -171,16 +171,16 @@ extern "C" void cpp_fused_add_relu_mul_0(
     const float* __restrict__ in_ptr2,
     float* __restrict__ out_ptr0
 ) {
-    for (int64_t x0 = 0; x0 < 32; ++x0) {
+    for (int64_t x0 = 0; x0 < 64; ++x0) {
         #pragma omp simd
-        for (int64_t x1 = 0; x1 < 128; ++x1) {
-            float tmp0 = in_ptr0[128 * x0 + x1];
-            float tmp1 = in_ptr1[x1];
+        for (int64_t x1 = 0; x1 < 64; ++x1) {
+            float tmp0 = in_ptr0[64 * x0 + x1];
+            float tmp1 = in_ptr1[64 * (x0 % 2) + x1];
             float tmp2 = tmp0 + tmp1;
             float tmp3 = tmp2 < 0 ? 0 : tmp2;
-            float tmp4 = in_ptr2[x1];
+            float tmp4 = in_ptr2[64 * (x0 % 2) + x1];
             float tmp5 = tmp3 * tmp4;
-            out_ptr0[128 * x0 + x1] = tmp5;
+            out_ptr0[64 * x0 + x1] = tmp5;
         }
     }
 }

@@ -190,15 +190,15 @@ extern "C" void cpp_fused_index_0(
     float* __restrict__ out_ptr0
 ) {
     for (int64_t x0 = 0; x0 < 16; ++x0) {
+        int64_t tmp0 = in_ptr0[x0];
+        bool tmp1 = tmp0 < int64_t{0};
+        int64_t tmp2 = wrap_add(tmp0, int64_t{64});
+        int64_t tmp3 = tmp1 ? tmp2 : tmp0;
+        bool tmp4 = tmp3 >= int64_t{0};
+        bool tmp5 = tmp3 < int64_t{64};
+        bool tmp6 = tmp4 && tmp5;
         #pragma omp simd
         for (int64_t x1 = 0; x1 < 64; ++x1) {
-            int64_t tmp0 = in_ptr0[x0];
-            bool tmp1 = tmp0 < int64_t{0};
-            int64_t tmp2 = wrap_add(tmp0, int64_t{64});
-            int64_t tmp3 = tmp1 ? tmp2 : tmp0;
-            bool tmp4 = tmp3 >= int64_t{0};
-            bool tmp5 = tmp3 < int64_t{64};
-            bool tmp6 = tmp4 && tmp5;
             float tmp7 = tmp6 ? in_ptr1[x1 + 64 * tmp3] : float(0);
             out_ptr0[64 * x0 + x1] = tmp7;
         }
@@ -351,11 +351,11 @@ extern "C" void cpp_fused_addmm_gelu_0(
     const float* __restrict__ in_ptr1,
     float* __restrict__ out_ptr0
 ) {
-    for (int64_t x0 = 0; x0 < 32; ++x0) {
+    for (int64_t x0 = 0; x0 < 64; ++x0) {
         #pragma omp simd
-        for (int64_t x1 = 0; x1 < 256; ++x1) {
-            float tmp0 = in_ptr0[256 * x0 + x1];
-            float tmp1 = in_ptr1[x1];
+        for (int64_t x1 = 0; x1 < 128; ++x1) {
+            float tmp0 = in_ptr0[128 * x0 + x1];
+            float tmp1 = in_ptr1[128 * (x0 % 2) + x1];
             float tmp2 = tmp0 + tmp1;
             float tmp3 = tmp2 * tmp2;
             float tmp4 = tmp3 * tmp2;
@@ -366,7 +366,7 @@ extern "C" void cpp_fused_addmm_gelu_0(
             float tmp9 = tanh_f32(tmp7);
             float tmp10 = tmp9 + 1.0f;
             float tmp11 = tmp8 * tmp10;
-            out_ptr0[256 * x0 + x1] = tmp11;
+            out_ptr0[128 * x0 + x1] = tmp11;
         }
     }
 }

@@ -288,11 +288,11 @@ extern "C" void cpp_fused_addmm_gelu_0(
     const float* __restrict__ in_ptr1,
     float* __restrict__ out_ptr0
 ) {
-    for (int64_t x0 = 0; x0 < 32; ++x0) {
+    for (int64_t x0 = 0; x0 < 64; ++x0) {
         #pragma omp simd
-        for (int64_t x1 = 0; x1 < 256; ++x1) {
-            float tmp0 = in_ptr0[256 * x0 + x1];
-            float tmp1 = in_ptr1[x1];
+        for (int64_t x1 = 0; x1 < 128; ++x1) {
+            float tmp0 = in_ptr0[128 * x0 + x1];
+            float tmp1 = in_ptr1[128 * (x0 % 2) + x1];
             float tmp2 = tmp0 + tmp1;
             float tmp3 = tmp2 * tmp2;
             float tmp4 = tmp3 * tmp2;
@@ -303,7 +303,7 @@ extern "C" void cpp_fused_addmm_gelu_0(
             float tmp9 = tanh_f32(tmp7);
             float tmp10 = tmp9 + 1.0f;
             float tmp11 = tmp8 * tmp10;
-            out_ptr0[256 * x0 + x1] = tmp11;
+            out_ptr0[128 * x0 + x1] = tmp11;
         }
     }
 }
@@ -455,11 +455,11 @@ extern "C" void cpp_fused_addmm_gelu_1(
     const uint16_t* __restrict__ in_ptr1,
     uint16_t* __restrict__ out_ptr0
 ) {
-    for (int64_t x0 = 0; x0 < 32; ++x0) {
+    for (int64_t x0 = 0; x0 < 64; ++x0) {
         #pragma omp simd
-        for (int64_t x1 = 0; x1 < 256; ++x1) {
-            float tmp0 = bf16_to_float(in_ptr0[256 * x0 + x1]);
-            float tmp1 = bf16_to_float(in_ptr1[x1]);
+        for (int64_t x1 = 0; x1 < 128; ++x1) {
+            float tmp0 = bf16_to_float(in_ptr0[128 * x0 + x1]);
+            float tmp1 = bf16_to_float(in_ptr1[128 * (x0 % 2) + x1]);
             float tmp2 = tmp0 + tmp1;
             float tmp3 = tmp2 * tmp2;
             float tmp4 = tmp3 * tmp2;
@@ -470,7 +470,7 @@ extern "C" void cpp_fused_addmm_gelu_1(
             float tmp9 = tanh_f32(tmp7);
             float tmp10 = tmp9 + 1.0f;
             float tmp11 = tmp8 * tmp10;
-            out_ptr0[256 * x0 + x1] = float_to_bf16(tmp11);
+            out_ptr0[128 * x0 + x1] = float_to_bf16(tmp11);
         }
     }
 }

@@ -168,14 +168,14 @@ extern "C" void cpp_fused_addmm_gelu_0(
     const float* __restrict__ in_ptr1,
     float* __restrict__ out_ptr0
 ) {
-    for (int64_t x0 = 0; x0 < 8; ++x0) {
+    for (int64_t x0 = 0; x0 < 32; ++x0) {
         #pragma omp simd
-        for (int64_t x1 = 0; x1 < 256; ++x1) {
-            float tmp0 = in_ptr0[256 * x0 + x1];
-            float tmp1 = in_ptr1[x1];
+        for (int64_t x1 = 0; x1 < 64; ++x1) {
+            float tmp0 = in_ptr0[64 * x0 + x1];
+            float tmp1 = in_ptr1[64 * (x0 % 4) + x1];
             float tmp2 = tmp0 + tmp1;
             float tmp3 = gelu_f32(tmp2);
-            out_ptr0[256 * x0 + x1] = tmp3;
+            out_ptr0[64 * x0 + x1] = tmp3;
         }
     }
 }

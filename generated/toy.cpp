@@ -170,20 +170,20 @@ extern "C" void cpp_fused_addmm_relu_0(
     float* __restrict__ out_ptr0
 ) {
     for (int64_t x0 = 0; x0 < 2; ++x0) {
+        float tmp0 = in_ptr0[4 * x0];
+        float tmp3 = in_ptr0[4 * x0 + 1];
+        float tmp7 = in_ptr0[4 * x0 + 2];
+        float tmp11 = in_ptr0[4 * x0 + 3];
         #pragma omp simd
         for (int64_t x1 = 0; x1 < 4; ++x1) {
-            float tmp0 = in_ptr0[4 * x0];
             float tmp1 = in_ptr1[4 * x1];
             float tmp2 = tmp0 * tmp1;
-            float tmp3 = in_ptr0[4 * x0 + 1];
             float tmp4 = in_ptr1[4 * x1 + 1];
             float tmp5 = tmp3 * tmp4;
             float tmp6 = tmp2 + tmp5;
-            float tmp7 = in_ptr0[4 * x0 + 2];
             float tmp8 = in_ptr1[4 * x1 + 2];
             float tmp9 = tmp7 * tmp8;
             float tmp10 = tmp6 + tmp9;
-            float tmp11 = in_ptr0[4 * x0 + 3];
             float tmp12 = in_ptr1[4 * x1 + 3];
             float tmp13 = tmp11 * tmp12;
             float tmp14 = tmp10 + tmp13;

@@ -490,6 +490,23 @@ class _Renderer:
         else:
             self.lines.append(f"{ind}{acc} = std::{r.reduce}({acc}, {x});")
 
+    def _outer_only(self, segs) -> set[str]:
+        """The statements of a split pointwise kernel that depend on `x0` alone
+        (a channel's coordinate, the piece of a `cat` it lies in, a per-channel
+        weight): none of their addresses or operands varies along `x1`."""
+        outer: set[str] = set()
+        for s in segs:
+            if not isinstance(s, Stmt):
+                continue
+            index = s.args[1] if s.op == "load" else s.args[0] if s.op == "index" else None
+            if index is not None:
+                split = split_index(index, self.inner, self.k.xnumel, wrap=True)
+                if any(t.var == "x1" for t in split.terms):
+                    continue
+            if all(a in outer for a in operands(s)):
+                outer.add(s.name)
+        return outer
+
     def render(self) -> str:
         k = self.k
         params = [
@@ -509,17 +526,25 @@ class _Renderer:
             self.lines = lines
             self.columns(parallel)
             return "\n".join(self.lines) + "\n"
+        segs = segments(k)
+        self.lines = lines
         if k.is_reduction:
             if parallel:
                 lines.append("    #pragma omp parallel for")
             lines.append(f"    for (int64_t x = 0; x < {k.xnumel}; ++x) {{")
         elif self.inner is not None:
-            # two loops, so that broadcasting and transposes index without `/`, `%`
+            # two loops, so that broadcasting and transposes index without `/`, `%`;
+            # what depends on the outer index alone is computed once per inner loop
             if parallel:
                 lines.append("    #pragma omp parallel for")
             lines.append(
                 f"    for (int64_t x0 = 0; x0 < {k.xnumel // self.inner}; ++x0) {{"
             )
+            outer = self._outer_only(segs)
+            for seg in segs:
+                if isinstance(seg, Stmt) and seg.name in outer:
+                    self.stmt(seg, ind)
+            segs = [s for s in segs if not (isinstance(s, Stmt) and s.name in outer)]
             lines.append("        #pragma omp simd")
             lines.append(f"        for (int64_t x1 = 0; x1 < {self.inner}; ++x1) {{")
             ind += "    "
@@ -527,8 +552,6 @@ class _Renderer:
             simd = "parallel for simd" if parallel else "simd"
             lines.append(f"    #pragma omp {simd}")
             lines.append(f"    for (int64_t x = 0; x < {k.xnumel}; ++x) {{")
-        self.lines = lines
-        segs = segments(k)
         self.kept = self._kept_rows(segs)
         if k.is_reduction:
             self.prefetch_in = self._prefetch_loop(segs)

@@ -6,6 +6,8 @@ from transpiler.ir.dynamic import Dim, size
 from transpiler.ir.program import Index, Kernel, Stmt, Store, Term
 
 INNER_MIN = 64  # elements: enough for a few full vectors per inner loop of a split
+INNER_MAX = 4096  # elements: an inner loop longer gains nothing more
+OUTER_MIN = 64  # outer iterations: enough to share out among threads evenly
 
 
 def size_text(value) -> str:
@@ -111,8 +113,11 @@ def _wraps(t: Term, numel: int) -> bool:
 def inner_split(indices: list[Index], numel: int) -> int | None:
     """The length of an inner loop that lets every index of a flat loop be printed
     without `//` or `%` in it (which would stop it vectorizing), or None when the
-    flat loop needs none or no such split exists. The shortest inner loop of at least
-    `INNER_MIN` is preferred: it leaves the most outer iterations to share out."""
+    flat loop needs none or no such split exists. The longest inner loop of up to
+    `INNER_MAX` that leaves `OUTER_MIN` outer iterations to share out among threads
+    is preferred: the fewer inner loops, the fewer partial vectors at their ends
+    and the less work on the outer index alone (a channel's weight); else the
+    shortest of at least `INNER_MIN`."""
     terms = [t for index in indices for t in index.terms]
     if not all(isinstance(v, int) for t in terms for v in (t.div, t.mod, t.stride)):
         return None
@@ -122,7 +127,7 @@ def inner_split(indices: list[Index], numel: int) -> int | None:
     for inner in _divisors(numel):
         if inner in (1, numel):
             continue
-        split = [split_index(index, inner, numel) for index in indices]
+        split = [split_index(index, inner, numel, wrap=True) for index in indices]
         if all(
             s is not None
             and not any(t.var == "x1" and _wraps(t, inner) for t in s.terms)
@@ -132,7 +137,8 @@ def inner_split(indices: list[Index], numel: int) -> int | None:
     if not valid:
         return None
     wide = [inner for inner in valid if inner >= INNER_MIN]
-    return wide[0] if wide else valid[-1]
+    long = [i for i in wide if i <= INNER_MAX and numel // i >= OUTER_MIN]
+    return long[-1] if long else wide[0] if wide else valid[-1]
 
 
 def _divisors(n: int) -> list[int]:
