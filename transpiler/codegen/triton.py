@@ -341,13 +341,13 @@ class _Renderer:
             "    # Welford: the row's mean and the sum of squared deviations from it",
             "    # in one pass, of the values less the row's first; each lane's",
             "    # count, mean and sum joined at the end",
-            "    rindex = tl.full([1, 1], 0, tl.int32)",
+            "    rindex = rbase * 0  # the loop's shapes: its values keep one type",
             "    rmask = rindex < rnumel",
         ]
         for st in w.body:
             self.stmt(st, "    ")
         self.lines += [
-            f"    {shift} = {v}",
+            f"    {shift} = tl.sum(tl.where(rbase == 0, {v}, 0), 1)[:, None]",
             *(
                 f"    {a} = tl.full([XBLOCK, RBLOCK], 0, {dtype})"
                 for a in (total, mean, m2, count)
