@@ -498,7 +498,7 @@ class _Renderer:
         for s in segs:
             if not isinstance(s, Stmt):
                 continue
-            index = s.args[1] if s.op == "load" else s.args[0] if s.op == "index" else None
+            index = _index_of(s)
             if index is not None:
                 split = split_index(index, self.inner, self.k.xnumel, wrap=True)
                 if any(t.var == "x1" for t in split.terms):
@@ -572,9 +572,19 @@ def _cdiv(n, d: int):
     return -(-n // d) if isinstance(n, int) else f"({size_text(n)} + {d - 1}) / {d}"
 
 
+def _index_of(s: Stmt) -> Index | None:
+    """The index a statement addresses memory or computes with, if any."""
+    if s.op == "load":
+        return s.args[1]
+    if s.op == "index":
+        return s.args[0]
+    return None
+
+
 def _indices(k: Kernel) -> list[Index]:
-    loads = [s.args[1] for s in k.body if isinstance(s, Stmt) and s.op == "load"]
-    loads += [s.args[0] for s in k.body if isinstance(s, Stmt) and s.op == "index"]
+    stmts = [s for s in k.body if isinstance(s, Stmt)]
+    loads = [_index_of(s) for s in stmts if s.op == "load"]
+    loads += [_index_of(s) for s in stmts if s.op == "index"]
     return loads + [s.index for s in k.body if isinstance(s, Store)]
 
 
