@@ -709,7 +709,7 @@ def main(argv: list[str] | None = None) -> int:
         pinned = importlib.import_module("benchmarks.cpu").pin_malloc_thresholds()
         args.timer = cpu_reps_timer(args.reps)
         how = f"time.perf_counter, median of {args.reps} call(s) per round"
-        how += ", glibc malloc thresholds pinned" if pinned else ""
+        how += ", glibc malloc pinned (thresholds, no mmap)" if pinned else ""
     work = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="ms_"))
     work.mkdir(parents=True, exist_ok=True)
     # a cold compile, unless the caller points inductor at a cache of their own

@@ -27,7 +27,7 @@ few milliseconds on two cores), with their dtypes. For each pattern it
    `--rounds` rounds times all of them once, in a rotating order
    (`benchmarks.common.interleaved`); each figure is the median over the rounds
    (GPU: `triton.testing.do_bench` medians, L2 flushed; CPU: `time.perf_counter`
-   medians, glibc malloc thresholds pinned, the same `--threads` for all).
+   medians, glibc malloc pinned (thresholds, no mmap), the same `--threads` for all).
 
 First it measures the copy bandwidth (`y.copy_(x)` on float32, bytes read +
 written). For memory-bound cases (all but the ResNet block and the LLaMA block) the
@@ -1009,7 +1009,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         pinned = importlib.import_module("benchmarks.cpu").pin_malloc_thresholds()
         args.timer, how = common.cpu_timer(args.quick, args.rounds)
-        note = "; glibc malloc thresholds pinned" if pinned else ""
+        note = "; glibc malloc pinned (thresholds, no mmap)" if pinned else ""
     patterns = [p for p in PATTERNS if p.name in args.cases]
     start, load_before = time.perf_counter(), os.getloadavg()[0]
     if args.build:
