@@ -162,35 +162,71 @@ static inline double gelu_f32(double x) {
     return x == -INFINITY ? -0.0 : 0.5 * x * std::erfc(-x * 0.7071067811865476);
 }
 
+
+// a reduction's lanes (independent accumulators, whose adds overlap) set to its
+// start; unrolled, so that the compiler keeps the lanes in vector registers
+template <typename T, int L, typename V> static inline void lanes_fill(T (&v)[L], V x) {
+    #pragma GCC unroll 64
+    for (int l = 0; l < L; ++l) v[l] = T(x);
+}
+
+
+// a reduction's lanes joined
+template <typename T, int L> static inline T lanes_sum(const T (&v)[L]) {
+    T total = 0;
+    #pragma omp simd reduction(+:total)
+    for (int l = 0; l < L; ++l) total += v[l];
+    return total;
+}
+
+
+// a reduction's lanes joined; a NaN is tracked beside them
+template <typename T, int L> static inline T lanes_max(const T (&v)[L]) {
+    T m = v[0];
+    #pragma omp simd reduction(max:m)
+    for (int l = 0; l < L; ++l) m = std::max(m, v[l]);
+    return m;
+}
+
 // examples/softmax.py:11: return torch.softmax(x, dim=-1)
 extern "C" void cpp_fused_softmax_0(
     const float* __restrict__ in_ptr0,
     float* __restrict__ out_ptr0
 ) {
     for (int64_t x = 0; x < 32; ++x) {
-        float tmp1 = -INFINITY;
+        float tmp1_lane[32];
+        lanes_fill(tmp1_lane, -INFINITY);
         int tmp1_nan = 0;
-        #pragma omp simd reduction(max:tmp1) reduction(|:tmp1_nan)
-        for (int64_t r = 0; r < 128; ++r) {
-            float tmp0 = in_ptr0[128 * x + r];
-            tmp1 = std::max(tmp1, tmp0);
-            tmp1_nan |= tmp0 != tmp0;
+        for (int64_t r1 = 0; r1 < 128; r1 += 32) {
+            #pragma omp simd reduction(|:tmp1_nan)
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
+                float tmp0 = in_ptr0[128 * x + r];
+                tmp1_lane[l] = std::max(tmp1_lane[l], tmp0);
+                tmp1_nan |= tmp0 != tmp0;
+            }
         }
+        float tmp1 = lanes_max(tmp1_lane);
         if (tmp1_nan) tmp1 = NAN;
         float tmp3_row[128];
-        float tmp4 = 0;
+        float tmp4_lane[32];
+        lanes_fill(tmp4_lane, 0);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 128; r += 16) {
             __builtin_prefetch(&in_ptr0[128 * (x + 1) + r]);
         }
-        #pragma omp simd reduction(+:tmp4)
-        for (int64_t r = 0; r < 128; ++r) {
-            float tmp0 = in_ptr0[128 * x + r];
-            float tmp2 = tmp0 - tmp1;
-            float tmp3 = exp_f32(tmp2);
-            tmp3_row[r] = tmp3;
-            tmp4 += tmp3;
+        for (int64_t r1 = 0; r1 < 128; r1 += 32) {
+            #pragma omp simd
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
+                float tmp0 = in_ptr0[128 * x + r];
+                float tmp2 = tmp0 - tmp1;
+                float tmp3 = exp_f32(tmp2);
+                tmp3_row[r] = tmp3;
+                tmp4_lane[l] += tmp3;
+            }
         }
+        float tmp4 = lanes_sum(tmp4_lane);
         float tmp4_inv = float(1) / tmp4;
         #pragma omp simd
         for (int64_t r = 0; r < 128; ++r) {

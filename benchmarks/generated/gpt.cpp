@@ -162,6 +162,23 @@ static inline double gelu_f32(double x) {
     return x == -INFINITY ? -0.0 : 0.5 * x * std::erfc(-x * 0.7071067811865476);
 }
 
+
+// a reduction's lanes (independent accumulators, whose adds overlap) set to its
+// start; unrolled, so that the compiler keeps the lanes in vector registers
+template <typename T, int L, typename V> static inline void lanes_fill(T (&v)[L], V x) {
+    #pragma GCC unroll 64
+    for (int l = 0; l < L; ++l) v[l] = T(x);
+}
+
+
+// a reduction's lanes joined
+template <typename T, int L> static inline T lanes_sum(const T (&v)[L]) {
+    T total = 0;
+    #pragma omp simd reduction(+:total)
+    for (int l = 0; l < L; ++l) total += v[l];
+    return total;
+}
+
 // examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
 extern "C" void cpp_fused_embedding_0(
     const int64_t* __restrict__ in_ptr0,
@@ -202,11 +219,12 @@ extern "C" void cpp_fused_embedding_index_add_native_layer_norm_0(
         int64_t tmp11_row[768];
         bool tmp14_row[768];
         float tmp16_row[768];
-        float tmp17 = 0;
-        for (int64_t r0 = 0; r0 < 768; r0 += 512) {
-            float tmp17_part = 0;
-            #pragma omp simd reduction(+:tmp17_part)
-            for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
+        float tmp17_lane[32];
+        lanes_fill(tmp17_lane, 0);
+        for (int64_t r1 = 0; r1 < 768; r1 += 32) {
+            #pragma omp simd
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
                 int64_t tmp0 = in_ptr0[x];
                 bool tmp1 = tmp0 < int64_t{0};
                 int64_t tmp2 = wrap_add(tmp0, int64_t{50257});
@@ -229,27 +247,28 @@ extern "C" void cpp_fused_embedding_index_add_native_layer_norm_0(
                 float tmp15 = tmp14 ? in_ptr3[r + 768 * tmp11] : float(0);
                 float tmp16 = tmp7 + tmp15;
                 tmp16_row[r] = tmp16;
-                tmp17_part += tmp16;
+                tmp17_lane[l] += tmp16;
             }
-            tmp17 += tmp17_part;
         }
+        float tmp17 = lanes_sum(tmp17_lane);
         float tmp18 = tmp17 / 768.0f;
-        float tmp21 = 0;
-        float tmp22 = 0;
-        for (int64_t r0 = 0; r0 < 768; r0 += 512) {
-            float tmp21_part = 0;
-            float tmp22_part = 0;
-            #pragma omp simd reduction(+:tmp21_part) reduction(+:tmp22_part)
-            for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
+        float tmp21_lane[32];
+        lanes_fill(tmp21_lane, 0);
+        float tmp22_lane[32];
+        lanes_fill(tmp22_lane, 0);
+        for (int64_t r1 = 0; r1 < 768; r1 += 32) {
+            #pragma omp simd
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
                 float tmp16 = tmp16_row[r];
                 float tmp19 = tmp16 - tmp18;
                 float tmp20 = tmp19 * tmp19;
-                tmp21_part += tmp20;
-                tmp22_part += tmp19;
+                tmp21_lane[l] += tmp20;
+                tmp22_lane[l] += tmp19;
             }
-            tmp21 += tmp21_part;
-            tmp22 += tmp22_part;
         }
+        float tmp21 = lanes_sum(tmp21_lane);
+        float tmp22 = lanes_sum(tmp22_lane);
         float tmp23 = tmp22 / 768.0f;
         float tmp24 = tmp22 * tmp23;
         float tmp25 = tmp21 - tmp24;
@@ -290,38 +309,40 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
     #pragma omp parallel for
     for (int64_t x = 0; x < 64; ++x) {
         float tmp4_row[768];
-        float tmp5 = 0;
-        for (int64_t r0 = 0; r0 < 768; r0 += 512) {
-            float tmp5_part = 0;
-            #pragma omp simd reduction(+:tmp5_part)
-            for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
+        float tmp5_lane[32];
+        lanes_fill(tmp5_lane, 0);
+        for (int64_t r1 = 0; r1 < 768; r1 += 32) {
+            #pragma omp simd
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
                 float tmp0 = in_ptr0[768 * x + r];
                 float tmp1 = in_ptr1[r];
                 float tmp2 = tmp0 + tmp1;
                 float tmp3 = in_ptr2[768 * x + r];
                 float tmp4 = tmp3 + tmp2;
                 tmp4_row[r] = tmp4;
-                tmp5_part += tmp4;
+                tmp5_lane[l] += tmp4;
             }
-            tmp5 += tmp5_part;
         }
+        float tmp5 = lanes_sum(tmp5_lane);
         float tmp6 = tmp5 / 768.0f;
-        float tmp9 = 0;
-        float tmp10 = 0;
-        for (int64_t r0 = 0; r0 < 768; r0 += 512) {
-            float tmp9_part = 0;
-            float tmp10_part = 0;
-            #pragma omp simd reduction(+:tmp9_part) reduction(+:tmp10_part)
-            for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
+        float tmp9_lane[32];
+        lanes_fill(tmp9_lane, 0);
+        float tmp10_lane[32];
+        lanes_fill(tmp10_lane, 0);
+        for (int64_t r1 = 0; r1 < 768; r1 += 32) {
+            #pragma omp simd
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
                 float tmp4 = tmp4_row[r];
                 float tmp7 = tmp4 - tmp6;
                 float tmp8 = tmp7 * tmp7;
-                tmp9_part += tmp8;
-                tmp10_part += tmp7;
+                tmp9_lane[l] += tmp8;
+                tmp10_lane[l] += tmp7;
             }
-            tmp9 += tmp9_part;
-            tmp10 += tmp10_part;
         }
+        float tmp9 = lanes_sum(tmp9_lane);
+        float tmp10 = lanes_sum(tmp10_lane);
         float tmp11 = tmp10 / 768.0f;
         float tmp12 = tmp10 * tmp11;
         float tmp13 = tmp9 - tmp12;
@@ -396,38 +417,40 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
     #pragma omp parallel for
     for (int64_t x = 0; x < 64; ++x) {
         float tmp4_row[768];
-        float tmp5 = 0;
-        for (int64_t r0 = 0; r0 < 768; r0 += 512) {
-            float tmp5_part = 0;
-            #pragma omp simd reduction(+:tmp5_part)
-            for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
+        float tmp5_lane[32];
+        lanes_fill(tmp5_lane, 0);
+        for (int64_t r1 = 0; r1 < 768; r1 += 32) {
+            #pragma omp simd
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
                 float tmp0 = in_ptr0[768 * x + r];
                 float tmp1 = in_ptr1[r];
                 float tmp2 = tmp0 + tmp1;
                 float tmp3 = in_ptr2[768 * x + r];
                 float tmp4 = tmp3 + tmp2;
                 tmp4_row[r] = tmp4;
-                tmp5_part += tmp4;
+                tmp5_lane[l] += tmp4;
             }
-            tmp5 += tmp5_part;
         }
+        float tmp5 = lanes_sum(tmp5_lane);
         float tmp6 = tmp5 / 768.0f;
-        float tmp9 = 0;
-        float tmp10 = 0;
-        for (int64_t r0 = 0; r0 < 768; r0 += 512) {
-            float tmp9_part = 0;
-            float tmp10_part = 0;
-            #pragma omp simd reduction(+:tmp9_part) reduction(+:tmp10_part)
-            for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
+        float tmp9_lane[32];
+        lanes_fill(tmp9_lane, 0);
+        float tmp10_lane[32];
+        lanes_fill(tmp10_lane, 0);
+        for (int64_t r1 = 0; r1 < 768; r1 += 32) {
+            #pragma omp simd
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
                 float tmp4 = tmp4_row[r];
                 float tmp7 = tmp4 - tmp6;
                 float tmp8 = tmp7 * tmp7;
-                tmp9_part += tmp8;
-                tmp10_part += tmp7;
+                tmp9_lane[l] += tmp8;
+                tmp10_lane[l] += tmp7;
             }
-            tmp9 += tmp9_part;
-            tmp10 += tmp10_part;
         }
+        float tmp9 = lanes_sum(tmp9_lane);
+        float tmp10 = lanes_sum(tmp10_lane);
         float tmp11 = tmp10 / 768.0f;
         float tmp12 = tmp10 * tmp11;
         float tmp13 = tmp9 - tmp12;

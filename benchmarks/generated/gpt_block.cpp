@@ -162,6 +162,23 @@ static inline double gelu_f32(double x) {
     return x == -INFINITY ? -0.0 : 0.5 * x * std::erfc(-x * 0.7071067811865476);
 }
 
+
+// a reduction's lanes (independent accumulators, whose adds overlap) set to its
+// start; unrolled, so that the compiler keeps the lanes in vector registers
+template <typename T, int L, typename V> static inline void lanes_fill(T (&v)[L], V x) {
+    #pragma GCC unroll 64
+    for (int l = 0; l < L; ++l) v[l] = T(x);
+}
+
+
+// a reduction's lanes joined
+template <typename T, int L> static inline T lanes_sum(const T (&v)[L]) {
+    T total = 0;
+    #pragma omp simd reduction(+:total)
+    for (int l = 0; l < L; ++l) total += v[l];
+    return total;
+}
+
 // examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
 extern "C" void cpp_fused_native_layer_norm_0(
     const float* __restrict__ in_ptr0,
@@ -171,33 +188,35 @@ extern "C" void cpp_fused_native_layer_norm_0(
 ) {
     #pragma omp parallel for
     for (int64_t x = 0; x < 256; ++x) {
-        float tmp1 = 0;
-        for (int64_t r0 = 0; r0 < 768; r0 += 512) {
-            float tmp1_part = 0;
-            #pragma omp simd reduction(+:tmp1_part)
-            for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
+        float tmp1_lane[32];
+        lanes_fill(tmp1_lane, 0);
+        for (int64_t r1 = 0; r1 < 768; r1 += 32) {
+            #pragma omp simd
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
                 float tmp0 = in_ptr0[768 * x + r];
-                tmp1_part += tmp0;
+                tmp1_lane[l] += tmp0;
             }
-            tmp1 += tmp1_part;
         }
+        float tmp1 = lanes_sum(tmp1_lane);
         float tmp2 = tmp1 / 768.0f;
-        float tmp5 = 0;
-        float tmp6 = 0;
-        for (int64_t r0 = 0; r0 < 768; r0 += 512) {
-            float tmp5_part = 0;
-            float tmp6_part = 0;
-            #pragma omp simd reduction(+:tmp5_part) reduction(+:tmp6_part)
-            for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
+        float tmp5_lane[32];
+        lanes_fill(tmp5_lane, 0);
+        float tmp6_lane[32];
+        lanes_fill(tmp6_lane, 0);
+        for (int64_t r1 = 0; r1 < 768; r1 += 32) {
+            #pragma omp simd
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
                 float tmp0 = in_ptr0[768 * x + r];
                 float tmp3 = tmp0 - tmp2;
                 float tmp4 = tmp3 * tmp3;
-                tmp5_part += tmp4;
-                tmp6_part += tmp3;
+                tmp5_lane[l] += tmp4;
+                tmp6_lane[l] += tmp3;
             }
-            tmp5 += tmp5_part;
-            tmp6 += tmp6_part;
         }
+        float tmp5 = lanes_sum(tmp5_lane);
+        float tmp6 = lanes_sum(tmp6_lane);
         float tmp7 = tmp6 / 768.0f;
         float tmp8 = tmp6 * tmp7;
         float tmp9 = tmp5 - tmp8;
@@ -243,38 +262,40 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
     #pragma omp parallel for
     for (int64_t x = 0; x < 256; ++x) {
         float tmp4_row[768];
-        float tmp5 = 0;
-        for (int64_t r0 = 0; r0 < 768; r0 += 512) {
-            float tmp5_part = 0;
-            #pragma omp simd reduction(+:tmp5_part)
-            for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
+        float tmp5_lane[32];
+        lanes_fill(tmp5_lane, 0);
+        for (int64_t r1 = 0; r1 < 768; r1 += 32) {
+            #pragma omp simd
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
                 float tmp0 = in_ptr0[768 * x + r];
                 float tmp1 = in_ptr1[r];
                 float tmp2 = tmp0 + tmp1;
                 float tmp3 = in_ptr2[768 * x + r];
                 float tmp4 = tmp3 + tmp2;
                 tmp4_row[r] = tmp4;
-                tmp5_part += tmp4;
+                tmp5_lane[l] += tmp4;
             }
-            tmp5 += tmp5_part;
         }
+        float tmp5 = lanes_sum(tmp5_lane);
         float tmp6 = tmp5 / 768.0f;
-        float tmp9 = 0;
-        float tmp10 = 0;
-        for (int64_t r0 = 0; r0 < 768; r0 += 512) {
-            float tmp9_part = 0;
-            float tmp10_part = 0;
-            #pragma omp simd reduction(+:tmp9_part) reduction(+:tmp10_part)
-            for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
+        float tmp9_lane[32];
+        lanes_fill(tmp9_lane, 0);
+        float tmp10_lane[32];
+        lanes_fill(tmp10_lane, 0);
+        for (int64_t r1 = 0; r1 < 768; r1 += 32) {
+            #pragma omp simd
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
                 float tmp4 = tmp4_row[r];
                 float tmp7 = tmp4 - tmp6;
                 float tmp8 = tmp7 * tmp7;
-                tmp9_part += tmp8;
-                tmp10_part += tmp7;
+                tmp9_lane[l] += tmp8;
+                tmp10_lane[l] += tmp7;
             }
-            tmp9 += tmp9_part;
-            tmp10 += tmp10_part;
         }
+        float tmp9 = lanes_sum(tmp9_lane);
+        float tmp10 = lanes_sum(tmp10_lane);
         float tmp11 = tmp10 / 768.0f;
         float tmp12 = tmp10 * tmp11;
         float tmp13 = tmp9 - tmp12;

@@ -162,6 +162,23 @@ static inline double gelu_f32(double x) {
     return x == -INFINITY ? -0.0 : 0.5 * x * std::erfc(-x * 0.7071067811865476);
 }
 
+
+// a reduction's lanes (independent accumulators, whose adds overlap) set to its
+// start; unrolled, so that the compiler keeps the lanes in vector registers
+template <typename T, int L, typename V> static inline void lanes_fill(T (&v)[L], V x) {
+    #pragma GCC unroll 64
+    for (int l = 0; l < L; ++l) v[l] = T(x);
+}
+
+
+// a reduction's lanes joined
+template <typename T, int L> static inline T lanes_sum(const T (&v)[L]) {
+    T total = 0;
+    #pragma omp simd reduction(+:total)
+    for (int l = 0; l < L; ++l) total += v[l];
+    return total;
+}
+
 // examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
 extern "C" void cpp_fused_native_layer_norm_gelu_0(
     const float* __restrict__ in_ptr0,
@@ -171,33 +188,35 @@ extern "C" void cpp_fused_native_layer_norm_gelu_0(
 ) {
     #pragma omp parallel for
     for (int64_t x = 0; x < 512; ++x) {
-        float tmp1 = 0;
-        for (int64_t r0 = 0; r0 < 4096; r0 += 512) {
-            float tmp1_part = 0;
-            #pragma omp simd reduction(+:tmp1_part)
-            for (int64_t r = r0; r < r0 + 512; ++r) {
+        float tmp1_lane[32];
+        lanes_fill(tmp1_lane, 0);
+        for (int64_t r1 = 0; r1 < 4096; r1 += 32) {
+            #pragma omp simd
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
                 float tmp0 = in_ptr0[4096 * x + r];
-                tmp1_part += tmp0;
+                tmp1_lane[l] += tmp0;
             }
-            tmp1 += tmp1_part;
         }
+        float tmp1 = lanes_sum(tmp1_lane);
         float tmp2 = tmp1 / 4096.0f;
-        float tmp5 = 0;
-        float tmp6 = 0;
-        for (int64_t r0 = 0; r0 < 4096; r0 += 512) {
-            float tmp5_part = 0;
-            float tmp6_part = 0;
-            #pragma omp simd reduction(+:tmp5_part) reduction(+:tmp6_part)
-            for (int64_t r = r0; r < r0 + 512; ++r) {
+        float tmp5_lane[32];
+        lanes_fill(tmp5_lane, 0);
+        float tmp6_lane[32];
+        lanes_fill(tmp6_lane, 0);
+        for (int64_t r1 = 0; r1 < 4096; r1 += 32) {
+            #pragma omp simd
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
                 float tmp0 = in_ptr0[4096 * x + r];
                 float tmp3 = tmp0 - tmp2;
                 float tmp4 = tmp3 * tmp3;
-                tmp5_part += tmp4;
-                tmp6_part += tmp3;
+                tmp5_lane[l] += tmp4;
+                tmp6_lane[l] += tmp3;
             }
-            tmp5 += tmp5_part;
-            tmp6 += tmp6_part;
         }
+        float tmp5 = lanes_sum(tmp5_lane);
+        float tmp6 = lanes_sum(tmp6_lane);
         float tmp7 = tmp6 / 4096.0f;
         float tmp8 = tmp6 * tmp7;
         float tmp9 = tmp5 - tmp8;

@@ -162,6 +162,23 @@ static inline double gelu_f32(double x) {
     return x == -INFINITY ? -0.0 : 0.5 * x * std::erfc(-x * 0.7071067811865476);
 }
 
+
+// a reduction's lanes (independent accumulators, whose adds overlap) set to its
+// start; unrolled, so that the compiler keeps the lanes in vector registers
+template <typename T, int L, typename V> static inline void lanes_fill(T (&v)[L], V x) {
+    #pragma GCC unroll 64
+    for (int l = 0; l < L; ++l) v[l] = T(x);
+}
+
+
+// a reduction's lanes joined
+template <typename T, int L> static inline T lanes_sum(const T (&v)[L]) {
+    T total = 0;
+    #pragma omp simd reduction(+:total)
+    for (int l = 0; l < L; ++l) total += v[l];
+    return total;
+}
+
 // examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 extern "C" void cpp_fused_mul_mean_add_rsqrt_0(
     const float* __restrict__ in_ptr0,
@@ -170,17 +187,18 @@ extern "C" void cpp_fused_mul_mean_add_rsqrt_0(
 ) {
     #pragma omp parallel for
     for (int64_t x = 0; x < 512; ++x) {
-        float tmp2 = 0;
-        for (int64_t r0 = 0; r0 < 4096; r0 += 512) {
-            float tmp2_part = 0;
-            #pragma omp simd reduction(+:tmp2_part)
-            for (int64_t r = r0; r < r0 + 512; ++r) {
+        float tmp2_lane[32];
+        lanes_fill(tmp2_lane, 0);
+        for (int64_t r1 = 0; r1 < 4096; r1 += 32) {
+            #pragma omp simd
+            for (int64_t l = 0; l < 32; ++l) {
+                int64_t r = r1 + l;
                 float tmp0 = in_ptr0[4096 * x + r];
                 float tmp1 = tmp0 * tmp0;
-                tmp2_part += tmp1;
+                tmp2_lane[l] += tmp1;
             }
-            tmp2 += tmp2_part;
         }
+        float tmp2 = lanes_sum(tmp2_lane);
         float tmp3 = tmp2 / 4096.0f;
         float tmp4 = tmp3 + 1e-06f;
         float tmp5 = 1 / std::sqrt(tmp4);

@@ -1,9 +1,9 @@
 """C++ pointwise kernels loop over two indices where one flat index would need `%` or
 `/` to read a broadcast or transposed input: integer division in the inner loop stops
-it vectorizing. Loops over a row multiply by the reciprocal of a per-row divisor, and
-reduce a long row a chunk at a time, fetching the next row while computing on this
-one. Each case is checked against eager, and its loops
-for being free of divisions.
+it vectorizing. Loops over a row multiply by the reciprocal of a per-row divisor,
+reduce a long row into lanes and a chunk at a time, and fetch the next row while
+computing on this one. Each case is checked against eager, and its loops for being
+free of divisions.
 """
 
 from __future__ import annotations
@@ -68,6 +68,31 @@ def row_sum_short(x):
     return x.sum(-1)
 
 
+def row_sum_tiny(x):
+    return x.sum(-1)
+
+
+def row_sum_long(x):
+    return x.sum(-1)
+
+
+def row_sum_int(x):
+    return x.sum(-1)
+
+
+def row_sum_f64(x):
+    return x.sum(-1)
+
+
+def row_any_all(x):
+    return (x > 2).any(-1), (x > -3).all(-1)
+
+
+def row_max_then_min(x):
+    m = x.amax(-1, keepdim=True)
+    return (x - m).amin(-1)
+
+
 def row_amax(x):
     return x.amax(-1)
 
@@ -114,9 +139,19 @@ CASES = {
     "pad_channels": {"x": randn(2, 3, 8, 8)},
     "roll_channels": {"x": randn(2, 5, 8, 8)},
     "scaled_twice": {"x": randn(4, 20000)},  # rows too long to keep: recomputed
-    "row_sum": {"x": randn(6, 1000)},  # a chunk of 512 and one of 488
-    "row_sum_whole_chunks": {"x": randn(6, 1024)},
+    "row_sum": {"x": randn(6, 1000)},  # 31 groups of 32 lanes and 8 more
+    "row_sum_whole_chunks": {"x": randn(6, 8192)},  # two chunks of 4096
+    "row_sum_long": {"x": randn(6, 10000)},  # 4096, 4096 and 1808: 56 groups, 16
     "row_sum_short": {"x": randn(6, 512)},  # one chunk: one loop
+    "row_sum_tiny": {"x": randn(6, 100)},  # fewer than 4 groups: one accumulator
+    "row_sum_int": {
+        "x": torch.randint(
+            -(2**31), 2**31 - 1, (6, 999), generator=g, dtype=torch.int32
+        )
+    },
+    "row_sum_f64": {"x": randn(6, 1000).double()},
+    "row_any_all": {"x": randn(6, 1000)},
+    "row_max_then_min": {"x": with_specials(randn(7, 1500))},
     "row_amax": {"x": with_specials(randn(7, 1500))},
     "row_amin": {"x": with_specials(randn(7, 1500))},
     "row_norm": {"x": 3 + randn(6, 1000)},
@@ -238,30 +273,63 @@ def test_division_by_a_row_value_is_one_reciprocal(compiled) -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "rnumel", "last"),
+    ("name", "rnumel", "last", "tail"),
     [
-        ("row_sum", 1000, "std::min<int64_t>(r0 + 512, 1000)"),
-        ("row_sum_whole_chunks", 1024, "r0 + 512"),
-        ("row_amax", 1500, "std::min<int64_t>(r0 + 512, 1500)"),
-        ("row_norm", 1000, "std::min<int64_t>(r0 + 512, 1000)"),
+        ("row_sum_long", 10000, "std::min<int64_t>(r0 + 4096, 10000)", True),
+        ("row_sum_whole_chunks", 8192, "r0 + 4096", False),
     ],
 )
 def test_long_rows_are_reduced_in_chunks(
-    compiled, name: str, rnumel: int, last: str
+    compiled, name: str, rnumel: int, last: str, tail: bool
 ) -> None:
+    """A sum of more than 128 values per lane goes a chunk of 4096 at a time, its
+    lanes joining the row's after each (Note [Lanes])."""
     cpp = kernel_text(compiled[name])
-    chunks = f"for (int64_t r0 = 0; r0 < {rnumel}; r0 += 512) {{"
-    assert cpp.count(chunks) == cpp.count("#pragma omp simd reduction("), cpp
-    assert cpp.count(f"for (int64_t r = r0; r < {last}; ++r) {{") == cpp.count(
-        chunks
-    ), cpp
-    assert "_part" in cpp, cpp
+    assert cpp.count(f"for (int64_t r0 = 0; r0 < {rnumel}; r0 += 4096) {{") == 1, cpp
+    assert "float tmp1_part[32];" in cpp and "tmp1_lane[l] += tmp1_part[l];" in cpp
+    if tail:
+        assert f"int64_t tmp1_whole = r0 + ({last} - r0) / 32 * 32;" in cpp, cpp
+        assert f"for (int64_t r = tmp1_whole; r < {last}; ++r) {{" in cpp, cpp
+    else:
+        assert f"for (int64_t r1 = r0; r1 < {last}; r1 += 32) {{" in cpp, cpp
+        assert "whole" not in cpp, cpp
+
+
+@pytest.mark.parametrize(
+    ("name", "accumulators", "lanes"),
+    [
+        ("row_sum", ["float tmp1_lane"], 32),
+        ("row_sum_short", ["float tmp1_lane"], 32),
+        ("row_amax", ["float tmp1_lane"], 32),
+        ("row_amin", ["float tmp1_lane"], 32),
+        ("row_norm", ["float tmp1_lane", "float tmp5_lane"], 32),
+        ("row_sum_int", ["int64_t tmp2_lane"], 16),
+        ("row_sum_f64", ["double tmp1_lane"], 16),
+        ("row_max_then_min", ["float tmp1_lane", "float tmp3_lane"], 32),
+    ],
+)
+def test_long_rows_reduce_into_lanes(
+    compiled, name: str, accumulators: list[str], lanes: int
+) -> None:
+    """Sums, maxima and minima of a row longer than 4 groups keep a vector's worth
+    of accumulators several times over: independent chains (Note [Lanes])."""
+    cpp = kernel_text(compiled[name])
+    for acc in accumulators:
+        assert f"{acc}[{lanes}];" in cpp, cpp
+    assert f"for (int64_t l = 0; l < {lanes}; ++l) {{" in cpp, cpp
+    assert not re.search(r"reduction\((\+|max|min):", cpp), cpp
+
+
+def test_a_short_row_keeps_one_accumulator(compiled) -> None:
+    cpp = kernel_text(compiled["row_sum_tiny"])
+    assert "_lane" not in cpp, cpp
+    assert "#pragma omp simd reduction(+:tmp1)" in cpp, cpp
 
 
 def test_a_row_of_one_chunk_is_one_loop(compiled) -> None:
     cpp = kernel_text(compiled["row_sum_short"])
-    assert "int64_t r0" not in cpp, cpp
-    assert "for (int64_t r = 0; r < 512; ++r) {" in cpp, cpp
+    assert "int64_t r0" not in cpp and "whole" not in cpp, cpp
+    assert "for (int64_t r1 = 0; r1 < 512; r1 += 32) {" in cpp, cpp
 
 
 def test_rows_of_any_dynamic_length(
@@ -274,13 +342,19 @@ def test_rows_of_any_dynamic_length(
 
     monkeypatch.setattr(runtime_shim, "warn_fallback", no_fallback)
     spec = {"x": parse_spec("f32[7,D]")}
-    c = compile_source(SOURCE, {"row_amax": spec}, tmp_path)["row_amax"]
-    assert "std::min<int64_t>(r0 + 512, D)" in c.cpp_text
-    for length in (1, 2, 511, 512, 513, 1500):
+    cases = {"row_amax": spec, "row_norm": spec}
+    compiled = compile_source(SOURCE, cases, tmp_path)
+    assert "int64_t tmp1_whole = D / 32 * 32;" in compiled["row_amax"].cpp_text
+    assert "std::min<int64_t>(r0 + 4096, D)" in compiled["row_norm"].cpp_text
+    for length in (1, 2, 31, 32, 33, 511, 512, 513, 1500, 4096, 4097, 9000):
         x = randn(7, length)
         if length > 600:
             x = with_specials(x)
-        torch.testing.assert_close(c(x), x.amax(-1), equal_nan=True)
+        want = x.amax(-1)
+        torch.testing.assert_close(compiled["row_amax"](x), want, equal_nan=True)
+        x = 3 + randn(7, length)
+        want = torch.nn.functional.layer_norm(x, (length,))
+        torch.testing.assert_close(compiled["row_norm"](x), want)
 
 
 @pytest.mark.parametrize(
@@ -293,8 +367,8 @@ def test_the_exp_loop_prefetches_the_next_row(compiled, name: str, step: int) ->
     prefetches = re.findall(
         r"for \(int64_t r = r0; r < r0 \+ 512; r \+= (\d+)\) \{\n"
         r"\s*__builtin_prefetch\(&in_ptr0\[1024 \* \(x \+ 1\) \+ r\]\);\n"
-        r"\s*\}\n\s*#pragma omp simd reduction\(\+:\w+\)\n"
-        r"[^}]*exp_f32",
+        r"\s*\}\n\s*for \(int64_t r1 = r0; r1 < r0 \+ 512; r1 \+= 32\) \{\n"
+        r"\s*#pragma omp simd\n[^}]*exp_f32",
         cpp,
     )
     assert prefetches == [str(step)], cpp

@@ -18,6 +18,22 @@ are in flight at once; by the time the next row starts, it is in L1. Softmax ove
 Rows of more than `PREFETCH_ROW_MAX` bytes, which would push the current row out of
 L1, are left to the hardware's L2 streamer. A prefetch never faults, so the one past
 the last row needs no guard.
+
+Note [Lanes]
+~~~~~~~~~~~~
+`#pragma omp simd reduction(+:acc)` gives a loop one vector accumulator, and each
+add waits for the one before: 3 to 4 cycles per vector, while a core can issue two
+a cycle. On a row already in cache that chain is the whole cost (a mean over
+[2048, 3136] ran at 0.75x eager's speed, which keeps four). So a long row's sums,
+maxima and minima are kept in `LANE_BYTES` of lanes, `acc_lane[32]` for floats:
+the loop goes over groups of 32 elements, and an inner `omp simd` loop over the
+group adds element `l` to lane `l`. The compiler keeps the lanes in four vector
+registers, four independent chains, and `lanes_sum` joins them after the row. It
+does so only if it sees every lane set (`lanes_fill` unrolls); set by `std::fill_n`,
+the lanes went through the stack on every group, slower than one accumulator. A sum of a row longer than `LANE_DEPTH` elements per lane goes a chunk at a
+time into `acc_part` lanes that then join the row's, so that no lane adds more than
+`LANE_DEPTH` values to one total (rounding error grows with that length). Rows
+shorter than `LANES_MIN_GROUPS` groups keep the single accumulator.
 """
 
 from __future__ import annotations
@@ -53,6 +69,9 @@ ROW_BUFFER_MAX = 1 << 14  # widest row whose shared values are kept on the stack
 REDUCTION_CHUNK = 512  # elements of a row reduced into one partial result
 COLUMN_TILE = 64  # neighbouring rows reduced together when they are side by side
 ARG = ("argmax", "argmin")  # reductions to a position
+LANE_BYTES = 128  # of a reduction's lanes: 4 AVX2 vectors (Note [Lanes])
+LANES_MIN_GROUPS = 4  # rows shorter than 4 groups of lanes reduce in one vector
+LANE_DEPTH = 128  # elements a lane sums before its chunk's part joins the row's
 CACHE_LINE = 64  # bytes
 PREFETCH_ROW_MAX = 16 << 10  # bytes of the next row that may join this one in L1
 # ops that cost many vector instructions each: where the next row's prefetch goes
@@ -223,9 +242,9 @@ class _Renderer:
         and remember separately whether a NaN went by, which then wins.
 
         A row longer than `REDUCTION_CHUNK` is reduced a chunk at a time, each chunk
-        into its own `_part` accumulator that then joins the row's: one accumulator
-        would make every add wait for the previous one, while the chunks' chains
-        are independent and overlap."""
+        into its own `_part` accumulator that then joins the row's (a sum of a long
+        row loses less to rounding). Within a chunk, a long row's sums, maxima and
+        minima are kept in lanes: see Note [Lanes]."""
         rnumel = self.k.rnumel
         for s in loop.body:
             if isinstance(s, Stmt) and s.name in self.kept - self.filled:
@@ -234,42 +253,113 @@ class _Renderer:
         self._reciprocals(loop, ind)
         positions = [r for r in loop.reductions if r.reduce in ARG]
         reductions = [r for r in loop.reductions if r.reduce not in ARG]
+        lanes = 0 if positions else _lanes(reductions, rnumel)
         for r in positions:
             t = compute_type(self._dtype(r.args[0]))
             self.lines.append(f"{ind}{t} {r.name}_best = 0;")
             self.lines.append(f"{ind}int64_t {r.name} = -1;")
         for r in reductions:
             t = compute_type(r.dtype)
-            self.lines.append(f"{ind}{t} {r.name} = {_identity(r)};")
+            if lanes:
+                self._fill(f"{r.name}_lane", t, lanes, _identity(r), ind)
+            else:
+                self.lines.append(f"{ind}{t} {r.name} = {_identity(r)};")
             if _tracks_nan(r):
                 self.lines.append(f"{ind}int {r.name}_nan = 0;")
         prefetch = loop is self.prefetch_in
-        chunked = bool(reductions or prefetch) and not (
-            isinstance(rnumel, int) and rnumel <= REDUCTION_CHUNK
+        chunk = LANE_DEPTH * lanes if lanes and not prefetch else REDUCTION_CHUNK
+        # with lanes, only a sum has a reason to go a chunk at a time
+        sums = [r for r in reductions if r.reduce == "sum" or not lanes]
+        chunked = bool(sums or prefetch) and not (
+            isinstance(rnumel, int) and rnumel <= chunk
         )
         outer, first, end = ind, "0", rnumel
-        acc = {r.name: r.name for r in reductions}
+        # where each reduction accumulates: a sum of a long row into its chunk's part
+        acc = {r.name: f"{r.name}_lane" if lanes else r.name for r in reductions}
+        parts = [r for r in reductions if r.reduce == "sum"] if chunked else []
         if prefetch:
             self.lines.append(f"{ind}// while computing, fetch the next row into cache")
         if chunked:
-            first, end = self._chunks(ind)
+            first, end = self._chunks(ind, chunk)
             ind += "    "
-            for r in reductions:
+            for r in parts:
                 acc[r.name] = f"{r.name}_part"
                 t = compute_type(r.dtype)
-                self.lines.append(f"{ind}{t} {acc[r.name]} = {_identity(r)};")
+                if lanes:
+                    self._fill(acc[r.name], t, lanes, "0", ind)
+                else:
+                    self.lines.append(f"{ind}{t} {acc[r.name]} = 0;")
         if prefetch:
             self._prefetch(first, end, ind)
-        clauses = []
-        for r in reductions:
-            clauses.append(
-                f" reduction({'+' if r.reduce == 'sum' else r.reduce}:{acc[r.name]})"
+        nan = [f" reduction(|:{r.name}_nan)" for r in reductions if _tracks_nan(r)]
+        if lanes:
+            whole = self._whole_groups(
+                reductions[0].name, first, end, lanes, chunk, ind
             )
+            self.lines.append(
+                f"{ind}for (int64_t r1 = {first}; r1 < {whole}; r1 += {lanes}) {{"
+            )
+            self.lines.append(f"{ind}    #pragma omp simd{''.join(nan)}")
+            self.lines.append(f"{ind}    for (int64_t l = 0; l < {lanes}; ++l) {{")
+            self.lines.append(f"{ind}        int64_t r = r1 + l;")
+            self._loop_body(loop, positions, reductions, acc, "[l]", ind + "    ")
+            self.lines.append(f"{ind}}}")
+            if whole != str(end):  # the last elements, fewer than a group
+                self.lines.append(f"{ind}#pragma omp simd{''.join(nan)}")
+                self.lines.append(f"{ind}for (int64_t r = {whole}; r < {end}; ++r) {{")
+                self._loop_body(loop, positions, reductions, acc, f"[r - {whole}]", ind)
+            if parts:
+                self.lines.append(f"{ind}#pragma omp simd")
+                self.lines.append(f"{ind}for (int64_t l = 0; l < {lanes}; ++l) {{")
+                for r in parts:
+                    self.lines.append(f"{ind}    {r.name}_lane[l] += {r.name}_part[l];")
+                self.lines.append(f"{ind}}}")
+        else:
+            clauses = [
+                f" reduction({'+' if r.reduce == 'sum' else r.reduce}:{acc[r.name]})"
+                for r in reductions
+            ]
+            if not positions:  # a position is found in order: no vectors
+                self.lines.append(f"{ind}#pragma omp simd{''.join(clauses + nan)}")
+            self.lines.append(f"{ind}for (int64_t r = {first}; r < {end}; ++r) {{")
+            self._loop_body(loop, positions, reductions, acc, "", ind)
+            for r in parts:
+                self._accumulate(r, r.name, acc[r.name], ind)
+        self.filled |= {s.name for s in loop.body if isinstance(s, Stmt)} & self.kept
+        if chunked:
+            self.lines.append(f"{outer}}}")
+        for r in reductions:
+            if lanes:
+                t = compute_type(r.dtype)
+                fold = f"lanes_{r.reduce}({r.name}_lane)"
+                self.lines.append(f"{outer}{t} {r.name} = {fold};")
             if _tracks_nan(r):
-                clauses.append(f" reduction(|:{r.name}_nan)")
-        if not positions:  # a position is found in order: no vectors
-            self.lines.append(f"{ind}#pragma omp simd{''.join(clauses)}")
-        self.lines.append(f"{ind}for (int64_t r = {first}; r < {end}; ++r) {{")
+                self.lines.append(f"{outer}if ({r.name}_nan) {r.name} = NAN;")
+
+    def _fill(self, name: str, t: str, lanes: int, value: str, ind: str) -> None:
+        """Declare an array of `lanes` accumulators, each `value`."""
+        self.lines.append(f"{ind}{t} {name}[{lanes}];")
+        self.lines.append(f"{ind}lanes_fill({name}, {value});")
+
+    def _whole_groups(
+        self, name: str, first: str, end, lanes: int, chunk: int, ind: str
+    ) -> str:
+        """Where the whole groups of `lanes` elements from `first` to `end` (a
+        chunk of `chunk`, or the row) end; computed into `name_whole` if need be."""
+        rnumel = self.k.rnumel
+        if isinstance(rnumel, int) and rnumel <= chunk:
+            return str(rnumel - rnumel % lanes)
+        if isinstance(rnumel, int) and rnumel % lanes == 0:
+            return str(end)  # every chunk is whole groups (`chunk` is too)
+        whole = f"{name}_whole"
+        groups = f"{end} / {lanes}" if first == "0" else f"({end} - {first}) / {lanes}"
+        start = "" if first == "0" else f"{first} + "
+        self.lines.append(f"{ind}int64_t {whole} = {start}{groups} * {lanes};")
+        return whole
+
+    def _loop_body(self, loop: Loop, positions, reductions, acc, lane: str, ind: str):
+        """The statements of one element `r` of `loop`, and its reductions into
+        `acc` (indexed by `lane` where they are kept in lanes); closes the loop."""
         live = self._live(loop)
         for s in loop.body:
             if isinstance(s, Stmt) and s.name not in live:
@@ -281,22 +371,14 @@ class _Renderer:
             (self.store if isinstance(s, Store) else self.stmt)(s, ind + "    ")
             if isinstance(s, Stmt) and s.name in self.kept:
                 self.lines.append(f"{ind}    {s.name}_row[r] = {s.name};")
-        self.filled |= {s.name for s in loop.body if isinstance(s, Stmt)} & self.kept
         for r in positions:
             self._position(r, r.name, f"{r.name}_best", "r", ind + "    ")
         for r in reductions:
-            self._accumulate(r, acc[r.name], r.args[0], ind + "    ")
+            self._accumulate(r, acc[r.name] + lane, r.args[0], ind + "    ")
             if _tracks_nan(r):
                 x = r.args[0]
                 self.lines.append(f"{ind}    {r.name}_nan |= {x} != {x};")
         self.lines.append(f"{ind}}}")
-        if chunked:
-            for r in reductions:
-                self._accumulate(r, r.name, acc[r.name], ind)
-            self.lines.append(f"{outer}}}")
-        for r in reductions:
-            if _tracks_nan(r):
-                self.lines.append(f"{outer}if ({r.name}_nan) {r.name} = NAN;")
 
     # ---- Note [Reductions across rows] ---------------------------------------------
 
@@ -448,15 +530,13 @@ class _Renderer:
                     )
             self.lines.append(f"{outer}}}")
 
-    def _chunks(self, ind: str) -> tuple[str, str]:
+    def _chunks(self, ind: str, chunk: int = REDUCTION_CHUNK) -> tuple[str, str]:
         """Open a loop over the row's chunks; the first and end `r` of one."""
         rnumel = self.k.rnumel
-        end = f"r0 + {REDUCTION_CHUNK}"
-        if not isinstance(rnumel, int) or rnumel % REDUCTION_CHUNK:
+        end = f"r0 + {chunk}"
+        if not isinstance(rnumel, int) or rnumel % chunk:
             end = f"std::min<int64_t>({end}, {rnumel})"
-        self.lines.append(
-            f"{ind}for (int64_t r0 = 0; r0 < {rnumel}; r0 += {REDUCTION_CHUNK}) {{"
-        )
+        self.lines.append(f"{ind}for (int64_t r0 = 0; r0 < {rnumel}; r0 += {chunk}) {{")
         return "r0", end
 
     def _live(self, loop: Loop) -> set[str]:
@@ -671,14 +751,63 @@ template <typename T> static inline T floor_div(T a, T b) {
     }
 }
 """,
+    "lanes_fill": """
+// a reduction's lanes (independent accumulators, whose adds overlap) set to its
+// start; unrolled, so that the compiler keeps the lanes in vector registers
+template <typename T, int L, typename V> static inline void lanes_fill(T (&v)[L], V x) {
+    #pragma GCC unroll 64
+    for (int l = 0; l < L; ++l) v[l] = T(x);
 }
+""",
+    "lanes_sum": """
+// a reduction's lanes joined
+template <typename T, int L> static inline T lanes_sum(const T (&v)[L]) {
+    T total = 0;
+    #pragma omp simd reduction(+:total)
+    for (int l = 0; l < L; ++l) total += v[l];
+    return total;
+}
+""",
+    "lanes_max": """
+// a reduction's lanes joined; a NaN is tracked beside them
+template <typename T, int L> static inline T lanes_max(const T (&v)[L]) {
+    T m = v[0];
+    #pragma omp simd reduction(max:m)
+    for (int l = 0; l < L; ++l) m = std::max(m, v[l]);
+    return m;
+}
+""",
+    "lanes_min": """
+// a reduction's lanes joined; a NaN is tracked beside them
+template <typename T, int L> static inline T lanes_min(const T (&v)[L]) {
+    T m = v[0];
+    #pragma omp simd reduction(min:m)
+    for (int l = 0; l < L; ++l) m = std::min(m, v[l]);
+    return m;
+}
+""",
+}
+LANE_HELPERS = ("lanes_fill", "lanes_sum", "lanes_max", "lanes_min")
 
 
 def render_file(kernels, header: str) -> str:
     texts = [render_kernel(k) for k in kernels]
     body = "\n".join(texts)
-    helpers = [HELPER_SOURCE[h] for h in CPP_HELPERS if f"{h}(" in body]
+    used = [h for h in (*CPP_HELPERS, *LANE_HELPERS) if f"{h}(" in body]
+    helpers = [HELPER_SOURCE[h] for h in used]
     return "\n".join([header, prelude(), *helpers, *texts])
+
+
+def _lanes(reductions: list[Stmt], rnumel) -> int:
+    """How many lanes the reductions of a loop over `rnumel` elements keep (Note
+    [Lanes]); 0 for none."""
+    if not reductions:
+        return 0
+    widest = max(r.dtype.itemsize for r in reductions)
+    lanes = LANE_BYTES // max(widest, 4)  # bool and int8 sums are kept as int
+    if isinstance(rnumel, int) and rnumel < LANES_MIN_GROUPS * lanes:
+        return 0
+    return lanes
 
 
 def _identity(r: Stmt) -> str:
