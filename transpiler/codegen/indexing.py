@@ -8,6 +8,7 @@ from transpiler.ir.program import Index, Kernel, Stmt, Store, Term
 INNER_MIN = 64  # elements: enough for a few full vectors per inner loop of a split
 INNER_MAX = 4096  # elements: an inner loop longer gains nothing more
 OUTER_MIN = 64  # outer iterations: enough to share out among threads evenly
+COLUMN_TILE_MIN = 16  # the fewest neighbouring rows worth a tile of their own
 
 
 def size_text(value) -> str:
@@ -85,24 +86,24 @@ def split_index(
     return Index(index.offset, tuple(terms))
 
 
-def column_tile(indices: list[Index], numel, preferred: int) -> int | None:
+def column_tile(indices: list[Index], numel, most: int) -> int | None:
     """The number of neighbouring rows a kernel reading across rows (`across_rows`)
-    reduces together: a divisor of `numel` near `preferred` with which every index
-    splits into a tile number and a row within the tile printed without `//` or
-    `%` (`split_index`); None when there is none."""
+    reduces together: the largest divisor of `numel` of `COLUMN_TILE_MIN` to `most`
+    with which every index splits into a tile number and a row within the tile
+    printed without `//` or `%` (`split_index`); None when there is none."""
     if not isinstance(numel, int):
         return None
     valid = [
         inner
         for inner in _divisors(numel)
-        if preferred // 4 <= inner <= preferred * 4
+        if min(COLUMN_TILE_MIN, numel) <= inner <= most
         and all(
             (split := split_index(index, inner, numel, wrap=True)) is not None
             and not any(t.var == "x1" and _wraps(t, inner) for t in split.terms)
             for index in indices
         )
     ]
-    return min(valid, key=lambda n: abs(n - preferred), default=None)
+    return max(valid, default=None)
 
 
 def _wraps(t: Term, numel: int) -> bool:

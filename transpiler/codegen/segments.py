@@ -130,7 +130,9 @@ class Welford:
     between: tuple[Stmt, ...]  # per-row statements between the loops, m among them
 
 
-def welford(first: Loop, between: list[Segment], second: Loop, rnumel) -> Welford | None:
+def welford(
+    first: Loop, between: list[Segment], second: Loop, rnumel
+) -> Welford | None:
     """The one-loop form of `first`, `between` and `second`, or None when they are
     not a row's sum, its mean, and the sums of the deviations from it and of their
     squares."""

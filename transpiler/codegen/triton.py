@@ -709,9 +709,7 @@ def kernel_module(k: Kernel, config: LaunchConfig, header: str) -> str:
 
 def _module(header: str, kernel_texts: list[str]) -> str:
     text = "\n".join(kernel_texts)
-    helpers = [
-        HELPER_SOURCE[h] for h in TRITON_HELPERS if re.search(rf"\b{h}\b", text)
-    ]
+    helpers = [HELPER_SOURCE[h] for h in TRITON_HELPERS if re.search(rf"\b{h}\b", text)]
     parts = [header, "import triton", "import triton.language as tl", ""]
     if "libdevice." in text + "".join(helpers):
         parts[-1:] = LIBDEVICE_IMPORT

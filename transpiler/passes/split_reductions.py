@@ -43,7 +43,8 @@ from transpiler.passes.retrace import retrace
 NUMEL_MIN = {"cuda": 1 << 20, "cpu": 1 << 18}  # elements below which no split pays
 UNITS = {"cuda": 1024, "cpu": 32}  # units of work that keep the device busy
 PART_MIN = {"cuda": 256, "cpu": 1024}  # elements each partial result reduces
-TILE = 64  # neighbouring rows read together by a kernel reading across rows
+TILE = {"cuda": 64, "cpu": 1024}  # neighbouring rows a kernel reading across rows
+# reads together, at most (on the CPU: Note [Column tiles] in codegen/cpp.py)
 SPLITS = {  # reduction -> how its parts combine
     "aten.sum.dim_IntList": torch.sum,
     "aten.sum.default": torch.sum,
@@ -83,7 +84,8 @@ def _split(node: Node, nodes: dict[str, Node], device: str) -> tuple | None:
     rows, rnumel = reduction_spec(node, nodes)
     if rows * rnumel < NUMEL_MIN[device]:
         return None
-    units = max(rows // TILE if reduction_order(node, nodes) else rows, 1)
+    tile = TILE[device]
+    units = max(rows // tile if reduction_order(node, nodes) else rows, 1)
     if units >= UNITS[device]:
         return None
     parts = 2
