@@ -88,6 +88,14 @@ def row_any_all(x):
     return (x > 2).any(-1), (x > -3).all(-1)
 
 
+def row_positions(x):
+    return x.argmax(-1), x.argmin(-1)
+
+
+def row_positions_int(x):
+    return x.argmax(-1), x.argmin(-1)
+
+
 def row_max_then_min(x):
     m = x.amax(-1, keepdim=True)
     return (x - m).amin(-1)
@@ -129,6 +137,17 @@ def with_specials(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def with_ties(x: torch.Tensor) -> torch.Tensor:
+    """`with_specials`, and rows whose largest and smallest values, or NaNs, lie
+    in several lanes, the later lane holding the earlier position: 37 before 70
+    (lanes 5 and 6 of 32), 38 before 45 (lanes 6 and 13)."""
+    x = torch.cat([with_specials(x), x[:3]])
+    x[7, 70] = x[7, 37] = 1e3
+    x[8, 70] = x[8, 37] = -1e3
+    x[9, 45] = x[9, 38] = float("nan")
+    return x
+
+
 CASES = {
     "bias_gelu": {"x": randn(96, 80), "b": randn(80)},
     "transpose_add": {"x": randn(64, 48), "y": randn(48, 64)},
@@ -152,6 +171,8 @@ CASES = {
     "row_sum_f64": {"x": randn(6, 1000).double()},
     "row_any_all": {"x": randn(6, 1000)},
     "row_max_then_min": {"x": with_specials(randn(7, 1500))},
+    "row_positions": {"x": with_ties(randn(7, 1500))},
+    "row_positions_int": {"x": torch.randint(-5, 5, (6, 999), generator=g)},
     "row_amax": {"x": with_specials(randn(7, 1500))},
     "row_amin": {"x": with_specials(randn(7, 1500))},
     "row_norm": {"x": 3 + randn(6, 1000)},
@@ -306,18 +327,22 @@ def test_long_rows_are_reduced_in_chunks(
         ("row_sum_int", ["int64_t tmp2_lane"], 16),
         ("row_sum_f64", ["double tmp1_lane"], 16),
         ("row_max_then_min", ["float tmp1_lane", "float tmp3_lane"], 32),
+        ("row_positions", ["float tmp1_best", "int64_t tmp1_at"], 32),
+        ("row_positions_int", ["int64_t tmp1_best", "int64_t tmp1_at"], 16),
     ],
 )
 def test_long_rows_reduce_into_lanes(
     compiled, name: str, accumulators: list[str], lanes: int
 ) -> None:
-    """Sums, maxima and minima of a row longer than 4 groups keep a vector's worth
-    of accumulators several times over: independent chains (Note [Lanes])."""
+    """Sums, maxima, minima and positions of a row longer than 4 groups keep a
+    vector's worth of accumulators several times over: independent chains (Note
+    [Lanes]); a position has no branch, so that it vectorizes."""
     cpp = kernel_text(compiled[name])
     for acc in accumulators:
         assert f"{acc}[{lanes}];" in cpp, cpp
     assert f"for (int64_t l = 0; l < {lanes}; ++l) {{" in cpp, cpp
     assert not re.search(r"reduction\((\+|max|min):", cpp), cpp
+    assert "if (" not in cpp.split("#pragma omp simd")[1], cpp
 
 
 def test_a_short_row_keeps_one_accumulator(compiled) -> None:

@@ -30,10 +30,17 @@ the loop goes over groups of 32 elements, and an inner `omp simd` loop over the
 group adds element `l` to lane `l`. The compiler keeps the lanes in four vector
 registers, four independent chains, and `lanes_sum` joins them after the row. It
 does so only if it sees every lane set (`lanes_fill` unrolls); set by `std::fill_n`,
-the lanes went through the stack on every group, slower than one accumulator. A sum of a row longer than `LANE_DEPTH` elements per lane goes a chunk at a
-time into `acc_part` lanes that then join the row's, so that no lane adds more than
+the lanes went through the stack on every group, slower than one accumulator.
+A sum of a row longer than `LANE_DEPTH` elements per lane goes a chunk at a time
+into `acc_part` lanes that then join the row's, so that no lane adds more than
 `LANE_DEPTH` values to one total (rounding error grows with that length). Rows
 shorter than `LANES_MIN_GROUPS` groups keep the single accumulator.
+
+An argmax or argmin keeps lanes too, each lane its best value and that value's
+first position, updated by selects rather than a branch so that the loop
+vectorizes; `lanes_position` joins them, the earliest position among equal values
+and a NaN before all (argmax over a 32000 vocabulary: 0.75x to 1.8x torch.compile,
+from a scalar loop).
 
 Note [Column tiles]
 ~~~~~~~~~~~~~~~~~~~
@@ -278,11 +285,16 @@ class _Renderer:
         self._reciprocals(loop, ind)
         positions = [r for r in loop.reductions if r.reduce in ARG]
         reductions = [r for r in loop.reductions if r.reduce not in ARG]
-        lanes = 0 if positions else _lanes(reductions, rnumel)
+        widths = [self._dtype(r.args[0]) for r in positions]
+        lanes = _lanes([r.dtype for r in reductions] + widths, rnumel)
         for r in positions:
             t = compute_type(self._dtype(r.args[0]))
-            self.lines.append(f"{ind}{t} {r.name}_best = 0;")
-            self.lines.append(f"{ind}int64_t {r.name} = -1;")
+            if lanes:  # each lane's best value and its first position
+                self._fill(f"{r.name}_best", t, lanes, "0", ind)
+                self._fill(f"{r.name}_at", "int64_t", lanes, "-1", ind)
+            else:
+                self.lines.append(f"{ind}{t} {r.name}_best = 0;")
+                self.lines.append(f"{ind}int64_t {r.name} = -1;")
         for r in reductions:
             t = compute_type(r.dtype)
             if lanes:
@@ -319,7 +331,7 @@ class _Renderer:
         nan = [f" reduction(|:{r.name}_nan)" for r in reductions if _tracks_nan(r)]
         if lanes:
             whole = self._whole_groups(
-                reductions[0].name, first, end, lanes, chunk, ind
+                loop.reductions[0].name, first, end, lanes, chunk, ind
             )
             self.lines.append(
                 f"{ind}for (int64_t r1 = {first}; r1 < {whole}; r1 += {lanes}) {{"
@@ -332,7 +344,8 @@ class _Renderer:
             if whole != str(end):  # the last elements, fewer than a group
                 self.lines.append(f"{ind}#pragma omp simd{''.join(nan)}")
                 self.lines.append(f"{ind}for (int64_t r = {whole}; r < {end}; ++r) {{")
-                self._loop_body(loop, positions, reductions, acc, f"[r - {whole}]", ind)
+                self.lines.append(f"{ind}    int64_t l = r - {whole};")
+                self._loop_body(loop, positions, reductions, acc, "[l]", ind)
             if parts:
                 self.lines.append(f"{ind}#pragma omp simd")
                 self.lines.append(f"{ind}for (int64_t l = 0; l < {lanes}; ++l) {{")
@@ -353,6 +366,11 @@ class _Renderer:
         self.filled |= {s.name for s in loop.body if isinstance(s, Stmt)} & self.kept
         if chunked:
             self.lines.append(f"{outer}}}")
+        for r in positions:
+            if lanes:
+                largest = "true" if r.reduce == "argmax" else "false"
+                fold = f"lanes_position({r.name}_best, {r.name}_at, {largest})"
+                self.lines.append(f"{outer}int64_t {r.name} = {fold};")
         for r in reductions:
             if lanes:
                 t = compute_type(r.dtype)
@@ -397,7 +415,10 @@ class _Renderer:
             if isinstance(s, Stmt) and s.name in self.kept:
                 self.lines.append(f"{ind}    {s.name}_row[r] = {s.name};")
         for r in positions:
-            self._position(r, r.name, f"{r.name}_best", "r", ind + "    ")
+            if lane:
+                self._lane_position(r, lane, ind + "    ")
+            else:
+                self._position(r, r.name, f"{r.name}_best", "r", ind + "    ")
         for r in reductions:
             self._accumulate(r, acc[r.name] + lane, r.args[0], ind + "    ")
             if _tracks_nan(r):
@@ -628,6 +649,18 @@ class _Renderer:
         self.lines.append(f"{ind}    {at} = {where};")
         self.lines.append(f"{ind}}}")
 
+    def _lane_position(self, r: Stmt, lane: str, ind: str) -> None:
+        """`_position` in lane `lane`, without branches (so that it vectorizes):
+        a lane keeps the first position of its own largest (smallest) value."""
+        x, cmp = r.args[0], ">" if r.reduce == "argmax" else "<"
+        best, at = f"{r.name}_best{lane}", f"{r.name}_at{lane}"
+        self.lines.append(
+            f"{ind}bool {r.name}_take = ({at} < 0) | ({x} {cmp} {best}) | "
+            f"(({x} != {x}) & ({best} == {best}));"
+        )
+        self.lines.append(f"{ind}{best} = {r.name}_take ? {x} : {best};")
+        self.lines.append(f"{ind}{at} = {r.name}_take ? r : {at};")
+
     def _accumulate(self, r: Stmt, acc: str, x: str, ind: str) -> None:
         if r.reduce == "sum":
             self.lines.append(f"{ind}{acc} += {x};")
@@ -851,8 +884,34 @@ template <typename T, int L> static inline T lanes_min(const T (&v)[L]) {
     return m;
 }
 """,
+    "lanes_position": """
+// the lanes of an argmax (`largest`) or argmin joined: the first position of the
+// largest (smallest) value, a NaN counting as larger (smaller) than any other
+template <typename T, int L>
+static inline int64_t lanes_position(const T (&best)[L], const int64_t (&at)[L],
+                                     bool largest) {
+    T b = best[0];
+    int64_t i = at[0];
+    for (int l = 1; l < L; ++l) {
+        if (at[l] < 0) continue;  // a lane no element reached
+        T v = best[l];
+        bool earlier = i < 0 || at[l] < i;
+        bool take;
+        if (v != v || b != b) {
+            take = (v != v) && (b == b || earlier);
+        } else {
+            take = (largest ? v > b : v < b) || (v == b && earlier);
+        }
+        if (i < 0 || take) {
+            b = v;
+            i = at[l];
+        }
+    }
+    return i;
 }
-LANE_HELPERS = ("lanes_fill", "lanes_sum", "lanes_max", "lanes_min")
+""",
+}
+LANE_HELPERS = ("lanes_fill", "lanes_sum", "lanes_max", "lanes_min", "lanes_position")
 
 
 def render_file(kernels, header: str) -> str:
@@ -863,12 +922,13 @@ def render_file(kernels, header: str) -> str:
     return "\n".join([header, prelude(), *helpers, *texts])
 
 
-def _lanes(reductions: list[Stmt], rnumel) -> int:
+def _lanes(dtypes: list[torch.dtype], rnumel) -> int:
     """How many lanes the reductions of a loop over `rnumel` elements keep (Note
-    [Lanes]); 0 for none."""
-    if not reductions:
+    [Lanes]), given the types of their accumulators (of the values compared, for
+    positions); 0 for none."""
+    if not dtypes:
         return 0
-    widest = max(r.dtype.itemsize for r in reductions)
+    widest = max(d.itemsize for d in dtypes)
     lanes = LANE_BYTES // max(widest, 4)  # bool and int8 sums are kept as int
     if isinstance(rnumel, int) and rnumel < LANES_MIN_GROUPS * lanes:
         return 0

@@ -216,7 +216,7 @@ def reduction_order(node: Node, nodes: dict[str, Node]) -> tuple[int, ...]:
 
 
 # what kernels reduce integers by: sums (in int64, as eager sums them), max and min
-INTEGER_REDUCE = ("sum", "max", "min")
+INTEGER_REDUCE = ("sum", "max", "min", "argmax", "argmin")
 
 
 def reduction_ok(node: Node, nodes: dict[str, Node]) -> bool:
