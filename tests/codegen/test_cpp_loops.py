@@ -96,6 +96,15 @@ def row_positions_int(x):
     return x.argmax(-1), x.argmin(-1)
 
 
+def row_group_norm(x, w, b):
+    return torch.nn.functional.group_norm(x, 4, w, b)
+
+
+def row_softmax_by_group(x, w):
+    y = torch.softmax(x.flatten(1), -1).view(x.shape)
+    return y * w
+
+
 def row_max_then_min(x):
     m = x.amax(-1, keepdim=True)
     return (x - m).amin(-1)
@@ -172,6 +181,10 @@ CASES = {
     "row_any_all": {"x": randn(6, 1000)},
     "row_max_then_min": {"x": with_specials(randn(7, 1500))},
     "row_positions": {"x": with_ties(randn(7, 1500))},
+    # rows of 2 channels of 256: each channel's weight read once per 256
+    "row_group_norm": {"x": 3 + randn(2, 8, 16, 16), "w": randn(8), "b": randn(8)},
+    # rows of 8 groups of 64; exp(x - max) kept in the row buffer for the last loop
+    "row_softmax_by_group": {"x": randn(4, 8, 64), "w": randn(8, 1)},
     "row_positions_int": {"x": torch.randint(-5, 5, (6, 999), generator=g)},
     "row_amax": {"x": with_specials(randn(7, 1500))},
     "row_amin": {"x": with_specials(randn(7, 1500))},
@@ -343,6 +356,26 @@ def test_long_rows_reduce_into_lanes(
     assert f"for (int64_t l = 0; l < {lanes}; ++l) {{" in cpp, cpp
     assert not re.search(r"reduction\((\+|max|min):", cpp), cpp
     assert "if (" not in cpp.split("#pragma omp simd")[1], cpp
+
+
+@pytest.mark.parametrize(
+    ("name", "groups", "inner", "loads"),
+    [("row_group_norm", 2, 256, 2), ("row_softmax_by_group", 8, 64, 1)],
+)
+def test_a_row_loop_splits_where_an_index_divides_it(
+    compiled, name: str, groups: int, inner: int, loads: int
+) -> None:
+    """A loop over the row whose index needs `r / n` runs as `groups` groups of
+    `inner` elements, the group's weights read once per group, before the
+    vectorized loop; what reads the row buffer finds `r` again."""
+    cpp = kernel_text(compiled[name])
+    head = f"for (int64_t r0 = 0; r0 < {groups}; ++r0) {{"
+    assert head in cpp, cpp
+    group = cpp[cpp.index(head) : cpp.index(f"for (int64_t r1 = 0; r1 < {inner}; ")]
+    assert len(re.findall(r"= in_ptr\d\[[^\]]*\br0\b", group)) == loads, group
+    assert not re.search(r"\br\s*[/%]", cpp), cpp
+    if "_row[" in cpp:
+        assert f"int64_t r = r0 * {inner} + r1;" in cpp, cpp
 
 
 def test_a_short_row_keeps_one_accumulator(compiled) -> None:

@@ -4,7 +4,9 @@ Each kernel is an `extern "C"` function taking one pointer per buffer (shapes ar
 static, so sizes are constants). Rows are split across threads with `omp parallel for`
 when the kernel has enough work; inner loops carry `omp simd` so they vectorize. A
 reduction kernel's `Loop`s become loops over `r` inside the row loop, long rows
-reduced a chunk at a time. f16/bf16 are computed in float.
+reduced a chunk at a time; a loop whose index would need `r / n` (a group norm's
+per-channel weight) runs as groups of `n`, as pointwise loops split at `x`. f16/bf16
+are computed in float.
 
 Note [Prefetching the next row]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -65,6 +67,7 @@ reductions] gives a larger machine more tiles.
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 
 import torch
@@ -128,6 +131,7 @@ class _Renderer:
         self.scaled: set[str] = set()  # divisions by a per-row value, in a loop
         self.inverted: set[str] = set()  # ... those values, with `_inv` declared
         self.prefetch_in: Loop | None = None  # the loop that prefetches the next row
+        self.r_split: tuple[int, int] | None = None  # (inner, rnumel) of a split loop
         self.row_loads = self._row_loads() if k.is_reduction else []
 
     def index(self, index: Index) -> str:
@@ -135,6 +139,10 @@ class _Renderer:
         if self.inner is not None:
             index = split_index(index, self.inner, self.k.xnumel, wrap=True)
             ranges |= {"x0": self.k.xnumel // self.inner, "x1": self.inner}
+        if self.r_split is not None:  # in a loop over a row split in groups
+            inner, rnumel = self.r_split
+            index = split_index(index, inner, rnumel, True, "r")
+            ranges |= {"r0": rnumel // inner, "r1": inner}
         return format_index(index, {v: v for v in ranges}, ranges, "/")
 
     def arg(self, a) -> str:
@@ -283,6 +291,11 @@ class _Renderer:
                 t = compute_type(s.dtype)
                 self.lines.append(f"{ind}{t} {s.name}_row[{rnumel}];")
         self._reciprocals(loop, ind)
+        if not loop.reductions:
+            inner = self._row_split(loop)
+            if inner is not None:
+                self._split_loop(loop, inner, ind)
+                return
         positions = [r for r in loop.reductions if r.reduce in ARG]
         reductions = [r for r in loop.reductions if r.reduce not in ARG]
         widths = [self._dtype(r.args[0]) for r in positions]
@@ -379,6 +392,47 @@ class _Renderer:
             if _tracks_nan(r):
                 self.lines.append(f"{outer}if ({r.name}_nan) {r.name} = NAN;")
 
+    def _row_split(self, loop: Loop) -> int | None:
+        """The inner length of a split of `loop` over `r` that indexes without `/`
+        or `%` (`inner_split`): a group norm's weights, `w[r / 1024]` for a row of
+        8 groups, read once per group of 1024."""
+        rnumel = self.k.rnumel
+        if not isinstance(rnumel, int):
+            return None
+        live = self._live(loop)
+        stmts = [s for s in loop.body if isinstance(s, Stmt) and s.name in live]
+        indices = [i for s in stmts if (i := _index_of(s)) is not None]
+        indices += [s.index for s in loop.body if isinstance(s, Store)]
+        return inner_split(indices, rnumel, var="r", outer_min=1)
+
+    def _split_loop(self, loop: Loop, inner: int, ind: str) -> None:
+        """`loop` as groups `r0` of `inner` elements `r1`, what depends on the group
+        alone computed once per group."""
+        self.r_split = (inner, self.k.rnumel)
+        live = self._live(loop)
+        body = [s for s in loop.body if isinstance(s, Store) or s.name in live]
+        reused = self.kept & self.filled
+        given = set(self.per_row)
+        outer = self._outer_only([s for s in body if s not in reused], "r", given)
+        groups = self.k.rnumel // inner
+        if loop is self.prefetch_in:
+            self.lines.append(f"{ind}// while computing, fetch the next row into cache")
+        self.lines.append(f"{ind}for (int64_t r0 = 0; r0 < {groups}; ++r0) {{")
+        if loop is self.prefetch_in:  # the next row's group
+            self._prefetch(f"r0 * {inner}", f"r0 * {inner} + {inner}", ind + "    ")
+        for s in body:
+            if isinstance(s, Stmt) and s.name in outer:
+                self.stmt(s, ind + "    ")
+        self.lines.append(f"{ind}    #pragma omp simd")
+        self.lines.append(f"{ind}    for (int64_t r1 = 0; r1 < {inner}; ++r1) {{")
+        start = len(self.lines)
+        self._loop_body(loop, [], [], {}, "", ind + "    ", skip=outer)
+        if any(re.search(r"\br\b", line) for line in self.lines[start:]):
+            self.lines.insert(start, f"{ind}        int64_t r = r0 * {inner} + r1;")
+        self.lines.append(f"{ind}}}")
+        self.filled |= {s.name for s in loop.body if isinstance(s, Stmt)} & self.kept
+        self.r_split = None
+
     def _fill(self, name: str, t: str, lanes: int, value: str, ind: str) -> None:
         """Declare an array of `lanes` accumulators, each `value`."""
         self.lines.append(f"{ind}{t} {name}[{lanes}];")
@@ -400,12 +454,15 @@ class _Renderer:
         self.lines.append(f"{ind}int64_t {whole} = {start}{groups} * {lanes};")
         return whole
 
-    def _loop_body(self, loop: Loop, positions, reductions, acc, lane: str, ind: str):
-        """The statements of one element `r` of `loop`, and its reductions into
-        `acc` (indexed by `lane` where they are kept in lanes); closes the loop."""
+    def _loop_body(
+        self, loop: Loop, positions, reductions, acc, lane: str, ind: str, skip=()
+    ):
+        """The statements of one element `r` of `loop` but those to `skip`, and
+        its reductions into `acc` (indexed by `lane` where they are kept in
+        lanes); closes the loop."""
         live = self._live(loop)
         for s in loop.body:
-            if isinstance(s, Stmt) and s.name not in live:
+            if isinstance(s, Stmt) and (s.name not in live or s.name in skip):
                 continue
             if isinstance(s, Stmt) and s.name in self.kept & self.filled:
                 t = compute_type(s.dtype)
@@ -667,21 +724,24 @@ class _Renderer:
         else:
             self.lines.append(f"{ind}{acc} = std::{r.reduce}({acc}, {x});")
 
-    def _outer_only(self, segs) -> set[str]:
-        """The statements of a split kernel that do not depend on `x1` (in a
-        pointwise kernel a channel's coordinate, the piece of a `cat` it lies in,
-        a per-channel weight; in a tile of columns, values of `r` alone): none of
-        their addresses or operands varies along `x1`."""
+    def _outer_only(self, segs, var: str = "x", given=frozenset()) -> set[str]:
+        """The statements of a loop split in two (`var` into `var0` and `var1`,
+        the inner loop) that do not depend on `var1`: in a pointwise kernel a
+        channel's coordinate, the piece of a `cat` it lies in, a per-channel
+        weight; in a tile of columns, values of `r` alone; in a row's loop split
+        at a group, the group's weight. None of their addresses varies along
+        `var1`, nor any operand but those `given` (computed before the loop)."""
+        inner, numel = (self.inner, self.k.xnumel) if var == "x" else self.r_split
         outer: set[str] = set()
         for s in segs:
             if not isinstance(s, Stmt):
                 continue
             index = _index_of(s)
             if index is not None:
-                split = split_index(index, self.inner, self.k.xnumel, wrap=True)
-                if any(t.var == "x1" for t in split.terms):
+                split = split_index(index, inner, numel, True, var)
+                if any(t.var == f"{var}1" for t in split.terms):
                     continue
-            if all(a in outer for a in operands(s)):
+            if all(a in outer or a in given for a in operands(s)):
                 outer.add(s.name)
         return outer
 

@@ -58,29 +58,31 @@ def format_index(
 
 
 def split_index(
-    index: Index, inner: int, numel: int, wrap: bool = False
+    index: Index, inner: int, numel: int, wrap: bool = False, var: str = "x"
 ) -> Index | None:
     """`index` over a flat `x < numel` rewritten over `x0 < numel // inner` and
     `x1 < inner`, with `x = x0 * inner + x1`; None when a term mixes the two.
+    (`var` names the variable split: `r` into `r0` and `r1` alike.)
 
     A term `(x // d) % m` depends on `x0` alone when `inner` divides `d`, on `x1`
     alone when `d * m` divides `inner`, and splits into a sum when `d` divides
     `inner` and it never wraps (`d * m >= numel`) or, with `wrap`, wraps at a
     multiple of `inner` (`x0 % (d * m / inner)` then)."""
     terms: list[Term] = []
+    v0, v1 = f"{var}0", f"{var}1"
     for t in index.terms:
-        if t.var != "x":
+        if t.var != var:
             terms.append(t)
         elif t.div % inner == 0:
-            terms.append(Term("x0", t.div // inner, t.mod, t.stride))
+            terms.append(Term(v0, t.div // inner, t.mod, t.stride))
         elif inner % (t.div * t.mod) == 0:
-            terms.append(Term("x1", t.div, t.mod, t.stride))
+            terms.append(Term(v1, t.div, t.mod, t.stride))
         elif inner % t.div == 0 and (
             t.div * t.mod >= numel or (wrap and t.div * t.mod % inner == 0)
         ):
             outer = min(numel, t.div * t.mod) // inner
-            terms.append(Term("x0", 1, outer, t.stride * (inner // t.div)))
-            terms.append(Term("x1", t.div, inner // t.div, t.stride))
+            terms.append(Term(v0, 1, outer, t.stride * (inner // t.div)))
+            terms.append(Term(v1, t.div, inner // t.div, t.stride))
         else:
             return None
     return Index(index.offset, tuple(terms))
@@ -111,34 +113,39 @@ def _wraps(t: Term, numel: int) -> bool:
     return t.div != 1 or t.div * t.mod < numel
 
 
-def inner_split(indices: list[Index], numel: int) -> int | None:
+def inner_split(
+    indices: list[Index], numel: int, var: str = "x", outer_min: int = OUTER_MIN
+) -> int | None:
     """The length of an inner loop that lets every index of a flat loop be printed
     without `//` or `%` in it (which would stop it vectorizing), or None when the
     flat loop needs none or no such split exists. The longest inner loop of up to
-    `INNER_MAX` that leaves `OUTER_MIN` outer iterations to share out among threads
+    `INNER_MAX` that leaves `outer_min` outer iterations to share out among threads
     is preferred: the fewer inner loops, the fewer partial vectors at their ends
     and the less work on the outer index alone (a channel's weight); else the
-    shortest of at least `INNER_MIN`."""
+    shortest of at least `INNER_MIN`. (`var`: the loop's variable, `x` or `r`; a
+    loop over `r` runs in one thread, `outer_min` 1.)"""
     terms = [t for index in indices for t in index.terms]
     if not all(isinstance(v, int) for t in terms for v in (t.div, t.mod, t.stride)):
         return None
-    if not isinstance(numel, int) or not any(_wraps(t, numel) for t in terms):
+    if not isinstance(numel, int) or not any(
+        _wraps(t, numel) for t in terms if t.var == var
+    ):
         return None
     valid = []
     for inner in _divisors(numel):
         if inner in (1, numel):
             continue
-        split = [split_index(index, inner, numel, wrap=True) for index in indices]
+        split = [split_index(index, inner, numel, True, var) for index in indices]
         if all(
             s is not None
-            and not any(t.var == "x1" and _wraps(t, inner) for t in s.terms)
+            and not any(t.var == f"{var}1" and _wraps(t, inner) for t in s.terms)
             for s in split
         ):
             valid.append(inner)
     if not valid:
         return None
     wide = [inner for inner in valid if inner >= INNER_MIN]
-    long = [i for i in wide if i <= INNER_MAX and numel // i >= OUTER_MIN]
+    long = [i for i in wide if i <= INNER_MAX and numel // i >= outer_min]
     return long[-1] if long else wide[0] if wide else valid[-1]
 
 
