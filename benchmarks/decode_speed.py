@@ -9,8 +9,9 @@ Each model is a transformers causal LM at a realistic size with random weights
 1. `transpile` (a fresh process) compiles two variants of its class: the prefill,
    `input_ids=i64[1,PROMPT], use_cache=bool=True`, which returns the key/value cache
    it built, and the decode step, `input_ids=i64[1,1],
-   past_key_values=benchmarks.decode_speed::kv_cache(P), use_cache=bool=True`, for
-   any cache length P (Note [Objects passed in]);
+   cache=benchmarks.decode_speed::kv_cache(P), use_cache=bool=True` (the cache is
+   `past_key_values` before transformers 5.24), for any cache length P (Note
+   [Objects passed in]);
 2. eager, `torch.compile(model)` (default mode; its automatic dynamic shapes
    recompile once for a second cache length) and the generated module each
    generate `--tokens` tokens greedily from the same random prompt; compiled and
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
+import inspect
 import shutil
 import sys
 import tempfile
@@ -104,13 +106,19 @@ MODELS = {
 }
 
 
-def generate(forward, prompt: torch.Tensor, tokens: int) -> torch.Tensor:
+def cache_argument(model_class) -> str:
+    """What transformers names the key/value cache, as an argument of `forward`
+    and a field of its output: `cache` from 5.24, `past_key_values` before."""
+    forward = inspect.signature(model_class.forward).parameters
+    return "cache" if "cache" in forward else "past_key_values"
+
+
+def generate(forward, prompt: torch.Tensor, tokens: int, cache: str) -> torch.Tensor:
     out = forward(input_ids=prompt, use_cache=True)
     new = [out.logits[:, -1:].argmax(-1)]
     for _ in range(tokens - 1):
-        out = forward(
-            input_ids=new[-1], past_key_values=out.past_key_values, use_cache=True
-        )
+        past = {cache: getattr(out, cache)}
+        out = forward(input_ids=new[-1], **past, use_cache=True)
         new.append(out.logits[:, -1:].argmax(-1))
     return torch.cat(new, dim=1)
 
@@ -118,11 +126,13 @@ def generate(forward, prompt: torch.Tensor, tokens: int) -> torch.Tensor:
 def run_model(model: Model, args: argparse.Namespace, work: Path) -> list[str]:
     out = work / model.name
     decode = "benchmarks.decode_speed::kv_cache(P)"
+    module, name = model.target.split("::")
+    cache = cache_argument(getattr(importlib.import_module(module), name))
     command = [
         model.target, "--factory", f"benchmarks/decode_speed.py::{model.factory}",
         "--variant", f"input_ids=i64[1,{args.prompt}], use_cache=bool=True",
         "--variant",
-        f"input_ids=i64[1,1], past_key_values={decode}, use_cache=bool=True",
+        f"input_ids=i64[1,1], {cache}={decode}, use_cache=bool=True",
         "--device", args.device, "-o", str(out),
     ]  # fmt: skip
     seconds, _ = transpile(model, command, "f32")
@@ -138,8 +148,8 @@ def run_model(model: Model, args: argparse.Namespace, work: Path) -> list[str]:
         generator=torch.Generator().manual_seed(0),
     ).to(args.device)  # fmt: skip
     fns = {
-        "eager": lambda: generate(eager, prompt, args.tokens),
-        "generated": lambda: generate(generated, prompt, args.tokens),
+        "eager": lambda: generate(eager, prompt, args.tokens, cache),
+        "generated": lambda: generate(generated, prompt, args.tokens, cache),
     }
     problems = []
     with torch.no_grad(), warnings.catch_warnings():
@@ -154,12 +164,12 @@ def run_model(model: Model, args: argparse.Namespace, work: Path) -> list[str]:
         if not args.no_compile:
             compiled = torch.compile(eager)
             start = time.perf_counter()
-            first = generate(compiled, prompt, args.tokens)
+            first = generate(compiled, prompt, args.tokens, cache)
             sync(args.device)
             compile_s = time.perf_counter() - start
             if not torch.equal(first, want):
                 problems.append("torch.compile's tokens differ from eager's")
-            fns["compiled"] = lambda: generate(compiled, prompt, args.tokens)
+            fns["compiled"] = lambda: generate(compiled, prompt, args.tokens, cache)
 
         def timer(fn) -> float:
             sync(args.device)

@@ -261,10 +261,8 @@ def check_generation(name: str, module: str, device: str) -> dict:
         prefill = out
         tokens = [out.logits[:, -1:].argmax(-1)]
         for _ in range(NEW_TOKENS - 1):
-            out = forward(
-                input_ids=tokens[-1], past_key_values=out.past_key_values,
-                use_cache=True,
-            )  # fmt: skip
+            cache = {factories.CACHE: getattr(out, factories.CACHE)}
+            out = forward(input_ids=tokens[-1], **cache, use_cache=True)
             tokens.append(out.logits[:, -1:].argmax(-1))
         return torch.cat(tokens, dim=1).cpu(), prefill
 
@@ -282,8 +280,8 @@ def check_generation(name: str, module: str, device: str) -> dict:
     problems += differences(
         want_prefill.logits.cpu(), got_prefill.logits.cpu(), "prefill logits"
     )
-    cache = type(got_prefill.past_key_values).__name__
-    if cache != type(want_prefill.past_key_values).__name__:
+    cache = type(getattr(got_prefill, factories.CACHE)).__name__
+    if cache != type(getattr(want_prefill, factories.CACHE)).__name__:
         problems.append(f"the prefill returned a {cache}")
     if not torch.equal(want, got):
         problems.append(f"tokens {got.tolist()}, not {want.tolist()}")

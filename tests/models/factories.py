@@ -90,7 +90,7 @@ def llama_lm():
 
 def kv_cache(model, P: int):
     """A causal LM's key/value cache as its prefill of `P` tokens (batch 1) leaves
-    it: the decode variant's example of `past_key_values`."""
+    it: the decode variant's example of its cache (`CACHE`)."""
     import torch
     from transformers import DynamicCache
 
@@ -425,12 +425,24 @@ MODELS = [
     ),
 ]
 
+
+def cache_argument() -> str:
+    """What transformers names a causal LM's key/value cache, as an argument and as
+    a field of its output: `cache` from 5.24, `past_key_values` before."""
+    from importlib.metadata import version
+
+    major, minor = (int(part) for part in version("transformers").split(".")[:2])
+    return "cache" if (major, minor) >= (5, 24) else "past_key_values"
+
+
+CACHE = cache_argument()
+
 # Causal language models for greedy generation (tests/models/test_generation.py):
 # the prefill variant takes the prompt and returns the key/value cache it built; the
 # decode variant takes one token and that cache, for any length of it (P).
 _DECODE = {
     "input_ids": "i64[1,1]",
-    "past_key_values": "tests.models.factories::kv_cache(P)",
+    CACHE: "tests.models.factories::kv_cache(P)",
     "use_cache": "bool=True",
 }
 GENERATORS = [

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.models.factories import GENERATORS, Model
+from tests.models.factories import CACHE, GENERATORS, Model
 from tests.models.test_models import ROOT, TIMEOUT_S, _env, _transpile
 
 pytestmark = pytest.mark.slow
@@ -41,8 +41,8 @@ def test_greedy_generation_through_compiled_prefill_and_decode_matches_eager(
         "runtime_shim.rebuild(" in text
     )  # the prefill's cache, built by generated code
     # the decode step appends to the cache passed in, then returns it
-    assert "past_key_values.layers[0].keys = " in text
-    assert "past_key_values=past_key_values," in text
+    assert f"{CACHE}.layers[0].keys = " in text
+    assert f"{CACHE}={CACHE}," in text
     checked = subprocess.run(
         [sys.executable, "-m", "tests.models.check", "--generate", model.name,
          f"gen.{stem}", device],
