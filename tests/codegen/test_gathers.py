@@ -24,6 +24,10 @@ def embed(weight, ids, pos):
     return F.embedding(ids, weight) + pos
 
 
+def embed_long(weight, ids):
+    return F.embedding(ids, weight) * 2
+
+
 def take_rows(x, idx):
     return x[idx] * 2, x[:, idx].relu(), x.index_select(1, idx[0].abs()) + 1
 
@@ -56,6 +60,11 @@ def inputs() -> dict:
             "weight": torch.randn(50, 16, generator=gen),
             "ids": torch.randint(0, 50, (3, 7), generator=gen),
             "pos": torch.randn(7, 16, generator=gen),
+        },
+        # 32768 indices: checked in 4 parts side by side, then the parts
+        "embed_long": {
+            "weight": torch.randn(50, 4, generator=gen),
+            "ids": torch.randint(0, 50, (4, 8192), generator=gen),
         },
         "take_rows": {
             "x": torch.randn(9, 9, generator=gen),
@@ -104,6 +113,22 @@ def test_indirect_loads(compiled, name: str) -> None:
         ("gathered", {"i1": torch.full((6, 3), -1)}),
         ("embed", {"ids": torch.tensor([[0, 1, -1, 2, 3, 4, 5]] * 3)}),
         ("losses", {"target": torch.tensor([40] + [0] * 11)}),
+        (
+            "embed_long",
+            {
+                "ids": torch.zeros(4, 8192, dtype=torch.long).index_fill(
+                    1, torch.tensor([8191]), 50
+                )
+            },
+        ),
+        (
+            "embed_long",
+            {
+                "ids": torch.zeros(4, 8192, dtype=torch.long).index_fill(
+                    0, torch.tensor([2]), -1
+                )
+            },
+        ),
     ],
 )
 def test_index_out_of_range_raises(compiled, name: str, bad: dict) -> None:
@@ -120,6 +145,19 @@ def test_index_out_of_range_raises(compiled, name: str, bad: dict) -> None:
     for variant in variants:
         with pytest.raises(eager_error.type, match="out of"):  # eager's type
             variant(**args)
+
+
+def test_many_indices_are_checked_in_parts(compiled) -> None:
+    """32768 indices are checked as 4 rows of 8192 (programs or threads side by
+    side), then the 4 results: two kernels before the lookup, not one walking all
+    (Note [Indirect loads in range])."""
+    case = compiled["embed_long"]
+    for side, call in (
+        (case.cpu_source, "_cpp.function("),
+        (case.cuda_source, "_triton."),
+    ):
+        assert side.count(call) == 3, side
+        assert "empty((4,), (1,), torch.int8)" in side, side
 
 
 def test_loss_never_writes_the_log_softmax(compiled) -> None:

@@ -16,6 +16,11 @@ fuses with the comparisons, then `torch._assert_async`, which raises where eager
 would (on a GPU asynchronously, as eager's device-side assert does). It runs even
 when nothing uses the result (`dce`: `CHECKS_DATA`). Only for the ops kernels
 compute (`fuse.gather_ok`); an extern call checks for itself.
+
+The reduction has one result: as one row, one GPU program would walk all the
+indices (28 us of a 180 us embedding and layer norm of [128, 512] tokens on an H100,
+beside 150 us for the kernel that gathers). So a large index tensor is checked in
+parts of at least `CHECK_PART` indices, side by side, and then the parts' results.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from transpiler.passes.fuse import gather_ok
 from transpiler.passes.retrace import SameOp, retrace
 
 every = any_all(ANY_ALL[torch.ops.aten.all.default])  # `all`, as kernels compute it
+CHECK_PART = 8192  # indices checked together, at least: one block of a program
+CHECK_PARTS_MAX = 1024
 
 
 # eager's messages (runtime_shim.check_index raises IndexError for those that
@@ -85,11 +92,29 @@ def check_indices(graph: Graph) -> Graph:
         in_range = (index >= low) & (index < x.shape[dim])
         if node.target == "aten.nll_loss_forward.default":  # or ignored
             in_range = in_range | (index == _argument(node, args, 4, -100))
-        torch._assert_async(every(in_range), message)
+        torch._assert_async(_every_in_parts(in_range), message)
         return SameOp(args, kwargs)
 
     targets = (*GATHERS, *DECOMPOSED)
     return retrace(graph, rewrites={target: rewrite for target in targets})
+
+
+def _every_in_parts(ok: torch.Tensor) -> torch.Tensor:
+    """`ok.all()`; for a large static `ok`, that of its parts' (Note [Indirect
+    loads in range])."""
+    n = ok.numel()
+    if not isinstance(n, int):
+        return every(ok)
+    parts = 1
+    while (
+        parts < CHECK_PARTS_MAX
+        and n % (parts * 2) == 0
+        and n // (parts * 2) >= CHECK_PART
+    ):
+        parts *= 2
+    if parts == 1:
+        return every(ok)
+    return every(every(ok.reshape(parts, n // parts), 1))
 
 
 def _argument(node: Node, args, index: int, default):
