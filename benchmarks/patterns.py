@@ -687,17 +687,23 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def generated_like(module, pattern: Pattern, eager):
+    """The generated function, or a copy of the eager module (its weights) of the
+    generated class."""
+    generated = getattr(module, pattern.source)
+    if not isinstance(eager, torch.nn.Module):
+        return generated
+    gen = copy.deepcopy(eager)
+    gen.__class__ = generated
+    return gen
+
+
 def run_generated(
     module, pattern: Pattern, eager, inputs: dict, judge: Judge, row: Row
 ):
     """The generated function or class (holding eager's weights), checked by
     `judge`; its timed call, or None (the reason added to `row.problems`)."""
-    generated = getattr(module, pattern.source)
-    if isinstance(eager, torch.nn.Module):
-        gen = copy.deepcopy(eager)
-        gen.__class__ = generated
-    else:
-        gen = generated
+    gen = generated_like(module, pattern, eager)
     eager_warned = call_watching(eager, inputs)[1]
     (actual, warned), ran = count_variant_calls(
         module, lambda: call_watching(gen, inputs)

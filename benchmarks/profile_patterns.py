@@ -55,14 +55,7 @@ def contenders(pattern, work: Path) -> dict:
     stem = Path(patterns.SOURCE).stem
     sys.path.insert(0, str(work))
     module = importlib.import_module(f"gen_{pattern.name}.{stem}")
-    generated = getattr(module, pattern.source)
-    if isinstance(eager, torch.nn.Module):
-        import copy
-
-        gen = copy.deepcopy(eager)
-        gen.__class__ = generated
-    else:
-        gen = generated
+    gen = patterns.generated_like(module, pattern, eager)
     compiled = torch.compile(eager)
     return {
         "eager": lambda: eager(**inputs),

@@ -926,24 +926,6 @@ template <typename T, int L> static inline T lanes_sum(const T (&v)[L]) {
     return total;
 }
 """,
-    "lanes_max": """
-// a reduction's lanes joined; a NaN is tracked beside them
-template <typename T, int L> static inline T lanes_max(const T (&v)[L]) {
-    T m = v[0];
-    #pragma omp simd reduction(max:m)
-    for (int l = 0; l < L; ++l) m = std::max(m, v[l]);
-    return m;
-}
-""",
-    "lanes_min": """
-// a reduction's lanes joined; a NaN is tracked beside them
-template <typename T, int L> static inline T lanes_min(const T (&v)[L]) {
-    T m = v[0];
-    #pragma omp simd reduction(min:m)
-    for (int l = 0; l < L; ++l) m = std::min(m, v[l]);
-    return m;
-}
-""",
     "lanes_position": """
 // the lanes of an argmax (`largest`) or argmin joined: the first position of the
 // largest (smallest) value, a NaN counting as larger (smaller) than any other
@@ -971,6 +953,16 @@ static inline int64_t lanes_position(const T (&best)[L], const int64_t (&at)[L],
 }
 """,
 }
+_LANES_EXTREMUM = """
+// a reduction's lanes joined; a NaN is tracked beside them
+template <typename T, int L> static inline T lanes_{m}(const T (&v)[L]) {{
+    T m = v[0];
+    #pragma omp simd reduction({m}:m)
+    for (int l = 0; l < L; ++l) m = std::{m}(m, v[l]);
+    return m;
+}}
+"""
+HELPER_SOURCE |= {f"lanes_{m}": _LANES_EXTREMUM.format(m=m) for m in ("max", "min")}
 LANE_HELPERS = ("lanes_fill", "lanes_sum", "lanes_max", "lanes_min", "lanes_position")
 
 
