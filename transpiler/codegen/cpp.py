@@ -411,9 +411,9 @@ class _Renderer:
         self.r_split = (inner, self.k.rnumel)
         live = self._live(loop)
         body = [s for s in loop.body if isinstance(s, Store) or s.name in live]
-        reused = self.kept & self.filled
-        given = set(self.per_row)
-        outer = self._outer_only([s for s in body if s not in reused], "r", given)
+        # values kept in the row buffer are read or written per element there
+        free = [s for s in body if not (isinstance(s, Stmt) and s.name in self.kept)]
+        outer = self._outer_only(free, "r", set(self.per_row))
         groups = self.k.rnumel // inner
         if loop is self.prefetch_in:
             self.lines.append(f"{ind}// while computing, fetch the next row into cache")
