@@ -2,7 +2,7 @@
 
 A kernel op is used by `ir.ops.POINTWISE`, or emitted by the scheduler itself (the
 arithmetic that finishes a mean or a variance, the rounding of a cast to f16/bf16:
-`ir.ops.ROUNDING`). `load`, `reduce` and `cast` are rendered by each backend's
+`ir.ops.ROUNDING`). `load`, `reduce`, `scan` and `cast` are rendered by each backend's
 skeleton, not by the tables. A typed row (Note [Operators that differ from torch's])
 overrides a general row of its own backend; tests/codegen/test_dtype_semantics.py
 runs every row over every dtype on both backends.
@@ -31,7 +31,7 @@ from transpiler.codegen.optable import (
 )
 from transpiler.ir.ops import POINTWISE, ROUNDING, SUPPORTED_DTYPES
 
-SKELETON_OPS = {"load", "reduce", "cast", "index"}  # rendered by the backends
+SKELETON_OPS = {"load", "reduce", "scan", "cast", "index"}  # rendered by the backends
 
 
 def scheduler_ops() -> set[str]:

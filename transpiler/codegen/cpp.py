@@ -107,6 +107,8 @@ ARG = ("argmax", "argmin")  # reductions to a position
 LANE_BYTES = 128  # of a reduction's lanes: 4 AVX2 vectors (Note [Lanes])
 LANES_MIN_GROUPS = 4  # rows shorter than 4 groups of lanes reduce in one vector
 LANE_DEPTH = 128  # elements a lane sums before its chunk's part joins the row's
+SCAN_GROUP = 8  # elements a scan adds up on their own before the row's carry
+# (Note [Scans] in passes/schedule.py)
 CACHE_LINE = 64  # bytes
 PREFETCH_ROW_MAX = 16 << 10  # bytes of the next row that may join this one in L1
 # ops that cost many vector instructions each: where the next row's prefetch goes
@@ -132,6 +134,10 @@ class _Renderer:
         self.inverted: set[str] = set()  # ... those values, with `_inv` declared
         self.prefetch_in: Loop | None = None  # the loop that prefetches the next row
         self.r_split: tuple[int, int] | None = None  # (inner, rnumel) of a split loop
+        # how a scan's value is written: "group" (its group's running value `_run`
+        # plus the row's carry before the group), "carry" (into the carry alone,
+        # element by element) or "column" (a tile's carries, one per column)
+        self.scan_mode = "carry"
         self.row_loads = self._row_loads() if k.is_reduction else []
 
     def index(self, index: Index) -> str:
@@ -163,12 +169,28 @@ class _Renderer:
             expr = self.index(s.args[0])
         elif s.op == "cast":
             expr = f"static_cast<{compute_type(s.dtype)}>({s.args[0]})"
+        elif s.op == "scan":
+            expr = self._scan(s, ind)
         elif s.name in self.scaled:
             expr = f"{s.args[0]} * {s.args[1]}_inv"
         else:
             text = op_text(CPP, CPP_TYPED, s.op, self._operand_dtype(s.args[0]))
             expr = text.format(*(self.arg(a) for a in s.args))
         self.lines.append(f"{ind}{compute_type(s.dtype)} {s.name} = {expr};")
+
+    def _scan(self, s: Stmt, ind: str) -> str:
+        """Add (multiply) this element into the row's running value, as
+        `scan_mode` says; the expression of the element's result."""
+        x, op = s.args[0], "+" if s.reduce == "sum" else "*"
+        t = compute_type(s.dtype)
+        if self.scan_mode == "group":
+            self.lines.append(f"{ind}{s.name}_run {op}= {x};")
+            value = f"{s.name}_carry {op} {s.name}_run"
+        else:
+            carry = f"{s.name}_carry" + ("[x1]" if self.scan_mode == "column" else "")
+            self.lines.append(f"{ind}{carry} {op}= {x};")
+            value = carry
+        return value if _scan_type(s) == t else f"static_cast<{t}>({value})"
 
     def store(self, s: Store, ind: str) -> None:
         value = s.value
@@ -230,7 +252,7 @@ class _Renderer:
             filled |= {s.name for s in loop.body if isinstance(s, Stmt)} & self.kept
             costs.append(cost)
         best = max(range(1, len(loops)), key=lambda i: costs[i])
-        return loops[best]
+        return None if _scans(loops[best]) else loops[best]
 
     def _row_loads(self) -> list[tuple[str, str, int]]:
         """(param, index of the next row, element size) of each load that walks a
@@ -291,7 +313,8 @@ class _Renderer:
                 t = compute_type(s.dtype)
                 self.lines.append(f"{ind}{t} {s.name}_row[{rnumel}];")
         self._reciprocals(loop, ind)
-        if not loop.reductions:
+        scans = [s for s in _scans(loop) if s.name in self._live(loop) - self.filled]
+        if not loop.reductions and not scans:
             inner = self._row_split(loop)
             if inner is not None:
                 self._split_loop(loop, inner, ind)
@@ -299,7 +322,7 @@ class _Renderer:
         positions = [r for r in loop.reductions if r.reduce in ARG]
         reductions = [r for r in loop.reductions if r.reduce not in ARG]
         widths = [self._dtype(r.args[0]) for r in positions]
-        lanes = _lanes([r.dtype for r in reductions] + widths, rnumel)
+        lanes = 0 if scans else _lanes([r.dtype for r in reductions] + widths, rnumel)
         for r in positions:
             t = compute_type(self._dtype(r.args[0]))
             if lanes:  # each lane's best value and its first position
@@ -316,12 +339,15 @@ class _Renderer:
                 self.lines.append(f"{ind}{t} {r.name} = {_identity(r)};")
             if _tracks_nan(r):
                 self.lines.append(f"{ind}int {r.name}_nan = 0;")
+        for s in scans:
+            t, one = _scan_type(s), "0" if s.reduce == "sum" else "1"
+            self.lines.append(f"{ind}{t} {s.name}_carry = {one};")
         prefetch = loop is self.prefetch_in
         chunk = LANE_DEPTH * lanes if lanes and not prefetch else REDUCTION_CHUNK
         # with lanes, only a sum has a reason to go a chunk at a time
         sums = [r for r in reductions if r.reduce == "sum" or not lanes]
         chunked = bool(sums or prefetch) and not (
-            isinstance(rnumel, int) and rnumel <= chunk
+            isinstance(rnumel, int) and rnumel <= chunk or scans
         )
         outer, first, end = ind, "0", rnumel
         # where each reduction accumulates: a sum of a long row into its chunk's part
@@ -370,10 +396,13 @@ class _Renderer:
                 f" reduction({'+' if r.reduce == 'sum' else r.reduce}:{acc[r.name]})"
                 for r in reductions
             ]
-            if not positions:  # a position is found in order: no vectors
-                self.lines.append(f"{ind}#pragma omp simd{''.join(clauses + nan)}")
-            self.lines.append(f"{ind}for (int64_t r = {first}; r < {end}; ++r) {{")
-            self._loop_body(loop, positions, reductions, acc, "", ind)
+            if scans:
+                self._scan_groups(loop, scans, positions, reductions, acc, ind)
+            else:
+                if not positions:  # a position is found in order: no vectors
+                    self.lines.append(f"{ind}#pragma omp simd{''.join(clauses + nan)}")
+                self.lines.append(f"{ind}for (int64_t r = {first}; r < {end}; ++r) {{")
+                self._loop_body(loop, positions, reductions, acc, "", ind)
             for r in parts:
                 self._accumulate(r, r.name, acc[r.name], ind)
         self.filled |= {s.name for s in loop.body if isinstance(s, Stmt)} & self.kept
@@ -391,6 +420,42 @@ class _Renderer:
                 self.lines.append(f"{outer}{t} {r.name} = {fold};")
             if _tracks_nan(r):
                 self.lines.append(f"{outer}if ({r.name}_nan) {r.name} = NAN;")
+
+    def _scan_groups(self, loop: Loop, scans, positions, reductions, acc, ind: str):
+        """A loop computing scans, over groups of `SCAN_GROUP` elements: each
+        scan adds up the group's elements on its own (`_run`), the row's carry
+        added to each, and the group's total joins the carry after it, so that
+        only one add per group waits for the one before (Note [Scans]); the
+        last elements, fewer than a group, go into the carry one by one."""
+        rnumel, step = self.k.rnumel, SCAN_GROUP
+        if isinstance(rnumel, int):
+            whole = str(rnumel - rnumel % step)
+        else:
+            whole = f"{scans[0].name}_whole"
+            self.lines.append(
+                f"{ind}int64_t {whole} = {size_text(rnumel)} / {step} * {step};"
+            )
+        if whole != "0":
+            self.lines.append(
+                f"{ind}for (int64_t r1 = 0; r1 < {whole}; r1 += {step}) {{"
+            )
+            for s in scans:
+                t, one = _scan_type(s), "0" if s.reduce == "sum" else "1"
+                self.lines.append(f"{ind}    {t} {s.name}_run = {one};")
+            self.lines.append(f"{ind}    #pragma GCC unroll {step}")
+            self.lines.append(
+                f"{ind}    for (int64_t r = r1; r < r1 + {step}; ++r) {{"
+            )
+            self.scan_mode = "group"
+            self._loop_body(loop, positions, reductions, acc, "", ind + "    ")
+            self.scan_mode = "carry"
+            for s in scans:
+                op = "+" if s.reduce == "sum" else "*"
+                self.lines.append(f"{ind}    {s.name}_carry {op}= {s.name}_run;")
+            self.lines.append(f"{ind}}}")
+        if whole != str(rnumel):
+            self.lines.append(f"{ind}for (int64_t r = {whole}; r < {rnumel}; ++r) {{")
+            self._loop_body(loop, positions, reductions, acc, "", ind)
 
     def _row_split(self, loop: Loop) -> int | None:
         """The inner length of a split of `loop` over `r` that indexes without `/`
@@ -542,6 +607,8 @@ class _Renderer:
         sums, NaN flags and positions' best values."""
         total = 0
         for s in self.k.body:
+            if isinstance(s, Stmt) and s.op == "scan":
+                total += _compute_bytes(torch.float64)  # its carry
             if not (isinstance(s, Stmt) and s.op == "reduce"):
                 continue
             total += _compute_bytes(s.dtype)
@@ -602,8 +669,14 @@ class _Renderer:
                 self.lines.append(f"{ind}{t} {r.name}_best[{tile}];")
             elif _tracks_nan(r):
                 self.lines.append(f"{ind}int {r.name}_nan[{tile}];")
-        if loop.reductions:
+        scans = _scans(loop)
+        for s in scans:  # each column's running value (Note [Scans])
+            self.lines.append(f"{ind}{_scan_type(s)} {s.name}_carry[{tile}];")
+        if loop.reductions or scans:
             self.lines.append(f"{ind}for (int64_t x1 = 0; x1 < {tile}; ++x1) {{")
+            for s in scans:
+                one = "0" if s.reduce == "sum" else "1"
+                self.lines.append(f"{ind}    {s.name}_carry[x1] = {one};")
             for r in loop.reductions:
                 self.lines.append(f"{ind}    {r.name}_col[x1] = {_identity(r)};")
                 if r.reduce in ARG:
@@ -641,8 +714,10 @@ class _Renderer:
             self.lines.append(f"{ind}        {t} {r.name}_group = 0;")
         self.lines.append(f"{ind}        #pragma GCC unroll {step}")
         self.lines.append(f"{ind}        for (int64_t r = r1; r < {last}; ++r) {{")
+        self.scan_mode = "column"
         for s in body:
             (self.store if isinstance(s, Store) else self.stmt)(s, inner)
+        self.scan_mode = "carry"
         for r in loop.reductions:
             if r.reduce in ARG:
                 at, best = f"{r.name}_col[x1]", f"{r.name}_best[x1]"
@@ -1003,6 +1078,16 @@ def _identity(r: Stmt) -> str:
         return "-INFINITY" if r.reduce == "max" else "INFINITY"
     limit = "lowest" if r.reduce == "max" else "max"
     return f"std::numeric_limits<{compute_type(r.dtype)}>::{limit}()"
+
+
+def _scans(loop: Loop) -> list[Stmt]:
+    return [s for s in loop.body if isinstance(s, Stmt) and s.op == "scan"]
+
+
+def _scan_type(s: Stmt) -> str:
+    """What a scan's running value is kept in: double for floats and int64 for
+    integers, as eager's CPU scans keep theirs."""
+    return "double" if s.dtype.is_floating_point else "int64_t"
 
 
 def _tracks_nan(r: Stmt) -> bool:

@@ -100,7 +100,7 @@ def online_softmax(first: Loop, second: Loop) -> OnlineSoftmax | None:
     (m,), (s,) = first.reductions, second.reductions
     if m.reduce != "max" or s.reduce != "sum":
         return None
-    if any(isinstance(s, Store) for s in first.body + second.body):
+    if any(isinstance(s, Store) or s.op == "scan" for s in first.body + second.body):
         return None
     stmts = {st.name: st for st in second.body}
     e = stmts.get(s.args[0])
@@ -141,7 +141,7 @@ def welford(
     (t,) = first.reductions
     if t.reduce != "sum" or not t.dtype.is_floating_point:
         return None
-    if any(isinstance(s, Store) for s in first.body + second.body):
+    if any(isinstance(s, Store) or s.op == "scan" for s in first.body + second.body):
         return None
     if not all(isinstance(s, Stmt) and s.level == "x" for s in between):
         return None

@@ -176,6 +176,9 @@ class _Renderer:
             expr = f"{s.args[0]}.to({TRITON_DTYPES[s.dtype]})"
         elif s.op == "index":  # a coordinate of the position
             expr = self.index(s.args[0])
+        elif s.op == "scan":
+            self.scan(s, indent)
+            return
         elif s.op == "matmul":  # the product, rounded as `linear` would return it
             product = TRITON_DTYPES[self.k.matmul.dtype]
             expr = f"acc.to({product})"
@@ -196,6 +199,25 @@ class _Renderer:
             expr = text.format(*args)
         self.lines.append(f"{indent}{s.name} = {expr}")
 
+    def scan(self, s: Stmt, indent: str) -> None:
+        """A running sum or product along the block's rows (Note [Scans] in
+        passes/schedule.py); in a loop over the row, the carry from the blocks
+        before is added in, and becomes the block's last element. Elements past
+        the row's end come after every element of it, so they change none."""
+        x = s.args[0]
+        if self._level(x) == "x":  # one value per row, at each element
+            x = f"tl.broadcast_to({x}, [XBLOCK, RBLOCK])"
+        scanned = f"tl.cum{s.reduce}({x}, 1)"
+        if self.persistent:
+            self.lines.append(f"{indent}{s.name} = {scanned}")
+            return
+        op, carry = "+" if s.reduce == "sum" else "*", f"{s.name}_carry"
+        last = f"tl.where(rbase == RBLOCK - 1, {s.name}, 0)"
+        self.lines += [
+            f"{indent}{s.name} = {carry} {op} {scanned}",
+            f"{indent}{carry} = tl.sum({last}, 1)[:, None]",
+        ]
+
     def store(self, s: Store, indent: str) -> None:
         value = s.value
         if TRITON_DTYPES[s.dtype] != TRITON_DTYPES.get(self._dtype(value)):
@@ -213,6 +235,11 @@ class _Renderer:
 
     def _operand_dtype(self, a) -> torch.dtype:
         return a.dtype if isinstance(a, Const) else self._dtype(a)
+
+    def _level(self, name: str) -> str:
+        return next(
+            s.level for s in self.k.body if isinstance(s, Stmt) and s.name == name
+        )
 
     def _identity(self, r: Stmt) -> str:
         """The value reduction `r` starts from: 0 for a sum, else the lowest (for
@@ -242,6 +269,13 @@ class _Renderer:
             )
         indent = "    "
         if not self.persistent:
+            for s in loop.body:
+                if isinstance(s, Stmt) and s.op == "scan":
+                    one = "0" if s.reduce == "sum" else "1"
+                    dtype = TRITON_DTYPES[s.dtype]
+                    self.lines.append(
+                        f"    {s.name}_carry = tl.full([XBLOCK, 1], {one}, {dtype})"
+                    )
             self.lines.append("    for roffset in range(0, rnumel, RBLOCK):")
             self.lines.append("        rindex = roffset + rbase")
             self.lines.append("        rmask = rindex < rnumel")

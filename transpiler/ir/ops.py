@@ -185,6 +185,13 @@ REDUCTIONS: dict[str, str] = {
     "aten.argmin.default": "argmin",
 }
 
+# Scans: kernel scan op (the running sum or product along one dimension, see Note
+# [Scans] in passes/schedule.py).
+SCANS: dict[str, str] = {
+    "aten.cumsum.default": "sum",
+    "aten.cumprod.default": "prod",
+}
+
 # Ops that move data: each element of the result is an element of an input, or a
 # constant, at a position that is index arithmetic of its own (Note [Data movement
 # in kernels] in passes/schedule.py).

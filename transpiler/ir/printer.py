@@ -27,7 +27,7 @@ def format_program(p: Program) -> str:
                     )
                     for i, a in enumerate((s.args,) if s.op == "load" else s.args)
                 )
-                op = s.reduce if s.op == "reduce" else s.op
+                op = {"reduce": s.reduce, "scan": f"cum{s.reduce}"}.get(s.op, s.op)
                 lines.append(f"  {s.name}.{s.level} = {op}({args_text})")
             else:
                 lines.append(f"  {s.buffer}[{format_index(s.index)}] = {s.value}")

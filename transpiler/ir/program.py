@@ -43,12 +43,13 @@ class Stmt:
     `(buffer_param, Index)`."""
 
     name: str
-    op: str  # "load" | "reduce" | a kernel op from codegen.optable
+    op: str  # "load" | "reduce" | "scan" | a kernel op from codegen.optable
     args: tuple[Any, ...]
     dtype: torch.dtype  # the dtype the value is computed in
     level: str  # "x" | "r"
     reduce: str | None = None  # for op == "reduce": "sum" | "max" | "min" |
-    # "argmax" | "argmin" (the first position of the row's max or min, NaN first)
+    # "argmax" | "argmin" (the first position of the row's max or min, NaN first);
+    # for op == "scan" (per element: the row's elements up to it): "sum" | "prod"
 
 
 def operands(s: Stmt) -> tuple[str, ...]:

@@ -43,6 +43,7 @@ from transpiler.ir.ops import (
     MOVEMENT,
     POINTWISE,
     REDUCTIONS,
+    SCANS,
     SUPPORTED_DTYPES,
     bind_args,
     is_view,
@@ -60,7 +61,7 @@ class Group:
 
 @dataclass(frozen=True)
 class Fusion:
-    kinds: dict[str, str]  # node -> buffer|extern|view|item|pointwise|reduction
+    kinds: dict[str, str]  # node -> buffer|extern|view|item|pointwise|reduction|scan
     groups: tuple[Group, ...]
     group_of: dict[str, int]
     realized: frozenset[str]
@@ -87,6 +88,8 @@ def classify(node: Node, nodes: dict[str, Node]) -> str:
         return "pointwise"
     if reduction_ok(node, nodes):
         return "reduction"
+    if scan_ok(node, nodes):
+        return "scan"
     return "extern"
 
 
@@ -177,7 +180,8 @@ def gather_ok(node: Node, nodes: dict[str, Node]) -> bool:
 
 
 def reduced_dims(node: Node, nodes: dict[str, Node]) -> list[int]:
-    """The dimensions of its input a reduction node reduces, sorted."""
+    """The dimensions of its input a reduction node reduces, sorted; a scan's one
+    dimension (a scan's rows are those of a reduction along it)."""
     bound = bind_args(node.target, node.args, node.kwargs)
     rank = len(nodes[node.args[0].name].tensor_meta.shape)
     dims = bound.get("dim")
@@ -236,6 +240,25 @@ def reduction_ok(node: Node, nodes: dict[str, Node]) -> bool:
     return rows >= 1 and rnumel > 1
 
 
+def scan_ok(node: Node, nodes: dict[str, Node]) -> bool:
+    """Whether kernels compute a scan (Note [Scans] in schedule.py): of a supported
+    dtype, into a float result or an integer one (eager's int64 for integers and
+    bools); along a dimension of one element (or of a 0-d tensor) it is a cast."""
+    if node.target not in SCANS or not isinstance(node.args[0], Ref):
+        return False
+    x, out = nodes[node.args[0].name].meta, node.meta
+    if not isinstance(x, TensorMeta) or not isinstance(out, TensorMeta):
+        return False
+    if x.dtype not in SUPPORTED_DTYPES or out.dtype not in SUPPORTED_DTYPES:
+        return False
+    return out.dtype != torch.bool and x.numel > 0 and x.shape == out.shape
+
+
+# what a group's kernel computes: values of the kernel itself, which its readers in
+# the group read from registers
+KERNEL_KINDS = ("pointwise", "reduction", "scan")
+
+
 # ---- fusion ---------------------------------------------------------------------
 
 
@@ -250,7 +273,7 @@ class _State:
         self.shape: tuple[int, ...] = ()  # ... of the values at level "r" if any
 
     def reduce(self, node: Node, nodes: dict[str, Node]) -> None:
-        """Make this the group of reduction `node`."""
+        """Make this the group of reduction (or scan) `node`."""
         self.rows, self.rnumel = reduction_spec(node, nodes)
         self.order = reduction_order(node, nodes)
         self.shape = nodes[node.args[0].name].tensor_meta.shape if self.order else ()
@@ -291,7 +314,7 @@ def resolve(
             return ("buffer", ref.name, name)
     if kinds[name] == "inline" and name == ref.name:
         return ("inline", name, name)
-    if kinds[name] in ("pointwise", "reduction", "item") and chain_ok:
+    if kinds[name] in (*KERNEL_KINDS, "item") and chain_ok:
         return ("virtual", name, name)
     return ("buffer", ref.name, name)
 
@@ -326,7 +349,7 @@ def fuse(graph: Graph) -> Fusion:
             g = groups[group_of[node.args[0].name]]
             g.nodes.append(node.name)
             group_of[node.name] = g.id
-        if kind not in ("pointwise", "reduction"):
+        if kind not in KERNEL_KINDS:
             continue
         best, best_score = None, 0
         reads = _buffer_reads(node, nodes, kinds)
@@ -342,16 +365,16 @@ def fuse(graph: Graph) -> Fusion:
         if best is None:
             rows, rnumel = (
                 reduction_spec(node, nodes)
-                if kind == "reduction"
+                if kind != "pointwise"
                 else (node.tensor_meta.numel, 1)
             )
             best = _State(len(groups), node, rows, rnumel)
             groups.append(best)
-            if kind == "reduction":
+            if kind != "pointwise":
                 best.reduce(node, nodes)
         else:
             best.nodes.append(node.name)
-            if kind == "reduction":
+            if kind != "pointwise":
                 best.reduce(node, nodes)
             through_memory = {
                 group_of.get(root)
@@ -517,7 +540,7 @@ def can_fuse(
         producer = group_of.get(resolve(r, nodes, kinds)[2])
         if producer not in (None, g.id) and _reaches(producer, g.id, reads_from or {}):
             return False
-    if kinds[node.name] == "reduction":
+    if kinds[node.name] in ("reduction", "scan"):
         rows, rnumel = reduction_spec(node, nodes)
         src = nodes[node.args[0].name].tensor_meta
         order = reduction_order(node, nodes)

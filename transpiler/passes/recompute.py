@@ -38,11 +38,11 @@ import torch
 from transpiler.frontend.recorder import resolve_op
 from transpiler.ir.graph import Graph, Node, Ref, read_before_fallback
 from transpiler.ir.ops import GATHERS, MOVEMENT
-from transpiler.passes.fuse import classify, resolve
+from transpiler.passes.fuse import KERNEL_KINDS, classify, resolve
 from transpiler.passes.retrace import retrace
 
 MAX_NODES = 16  # ops recomputed for one operand, views not counted
-KERNEL_VALUES = ("pointwise", "reduction", "item")
+KERNEL_VALUES = (*KERNEL_KINDS, "item")
 
 
 class _KeepOperand(Exception):

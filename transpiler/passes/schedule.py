@@ -33,6 +33,21 @@ sum(d) / k is e, the mean is m + e, and sum(d^2) - sum(d) * e is the sum of squa
 about it, as accurate as eager's Welford reductions. A Triton kernel whose row
 does not fit in a block computes the same sums in one loop over the row (Note
 [Welford] in codegen/triton.py).
+
+Note [Scans]
+~~~~~~~~~~~~
+`cumsum` and `cumprod` are per-element values of a kernel whose rows are those of a
+reduction along the scanned dimension (Note [Reduction order] in fuse.py): element
+`r` of a row is the sum (product) of the row's elements 0..r, in the result's
+dtype (eager's int64 for integers and bools), the input cast to it first. Producers
+and consumers of the same shape join the kernel as they join a reduction's
+(`position_ids = mask.cumsum(-1) - 1` is one kernel), and so do reductions of the
+same rows. A scan's statement is level "r" like any per-element value; each loop
+that computes it starts the row's running value anew. The backends carry that
+value across the row: Triton scans a block (`tl.cumsum`) and adds the carry, the
+last element of the block before; C++ keeps it in a register, in double for
+floats as eager's CPU kernel does, and adds a group of elements' own running sum
+to it so that the loop waits for one add per group, not one per element.
 """
 
 from __future__ import annotations
@@ -57,6 +72,7 @@ from transpiler.ir.ops import (
     POINTWISE,
     REDUCTIONS,
     ROUNDING,
+    SCANS,
     bind_args,
     compute_dtype,
 )
@@ -73,6 +89,7 @@ from transpiler.ir.program import (
     Term,
 )
 from transpiler.passes.fuse import (
+    KERNEL_KINDS,
     Fusion,
     Group,
     reduction_spec,
@@ -163,7 +180,7 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
         if n.op == "param"
     )
     kernel_ops = sum(
-        fusion.kinds[n] in ("pointwise", "reduction")
+        fusion.kinds[n] in KERNEL_KINDS
         for g in fusion.groups
         for n in g.nodes
     ) + sum(kind == "inline" for kind in fusion.kinds.values())
@@ -283,6 +300,8 @@ class KernelBuilder:
                 self.values[name] = self.pointwise(node)
             elif kind == "reduction":
                 self.reduction(node)
+            elif kind == "scan":
+                self.values[name] = self.scan(node)
             if name in self.fusion.realized:
                 self.store(node)
         spans = []
@@ -638,6 +657,17 @@ class KernelBuilder:
             n = self.nodes[item]
             if n.target == "getitem" and n.args[0].name == node.name:
                 self.values[item] = (var, mean)[n.args[1]]
+
+    def scan(self, node: Node) -> str:
+        """A running sum or product along the row (Note [Scans])."""
+        src = self.nodes[node.args[0].name].tensor_meta
+        level = self.level_of(src.numel)  # "x" along one element: the element
+        x = self.operand(node.args[0], src.shape, level)
+        dtype = compute_dtype(node.tensor_meta.dtype)
+        x = self.cast(x, dtype, level)
+        if level == "x":
+            return x
+        return self.emit("scan", (x,), dtype, "r", SCANS[node.target])
 
     def centered_squares(self, x: str, mean: str, k: int, dtype) -> tuple[str, str]:
         """A row's mean, from its first estimate `mean`, and the sum of squared
