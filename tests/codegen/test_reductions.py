@@ -385,3 +385,70 @@ def test_integer_sums(tmp_path) -> None:
             r"(\d+) kernels?, (\d+) extern calls?", case[name].module.__doc__
         )
         assert counts and all(e == "0" for _, e in counts), name
+
+
+PIECES_SOURCE = """
+import torch
+
+
+def stacked_sum(a, b, c):
+    return torch.stack([a, b, c]).sum(0)
+
+
+def stacked_stats(a, b, c, d):
+    s = torch.stack([a, b, c, d])
+    return s.amax(0), s.mean(0), s.amin(0)
+
+
+def cat_then_sum(a, b):
+    return torch.cat([a, b], 1).sum(1)
+
+
+def contiguous_quads(x):
+    return x.view(-1, 4).sum(-1)
+
+
+def broadcast_rows(x, w):
+    return x.expand(3, -1, -1).sum(0), torch.nn.functional.layer_norm(
+        x.unsqueeze(-1).expand(-1, -1, 4), (4,), w.expand(4)
+    )
+"""
+
+
+@pytest.fixture(scope="module")
+def pieces(tmp_path_factory):
+    gen = torch.Generator().manual_seed(5)
+    r = lambda *shape: torch.randn(*shape, generator=gen)  # noqa: E731
+    functions = {
+        "stacked_sum": {"a": r(33, 40), "b": r(33, 40), "c": r(33, 40)},
+        "stacked_stats": {k: r(7, 50) for k in "abcd"},
+        "cat_then_sum": {"a": r(6, 2, 30), "b": r(6, 3, 30)},
+        "contiguous_quads": {"x": r(64, 4)},
+        "broadcast_rows": {"x": r(16, 30), "w": r(1)},
+    }
+    functions["stacked_stats"]["c"][3, 5] = float("nan")
+    root = tmp_path_factory.mktemp("pieces")
+    return compile_source(PIECES_SOURCE, functions, root), functions
+
+
+@pytest.mark.parametrize(
+    ("name", "rblock"),
+    [
+        ("stacked_sum", 1),
+        ("stacked_stats", 1),
+        ("cat_then_sum", 8),  # pieces of 2 and 3 elements: runs along the row
+        ("contiguous_quads", 4),  # a run of memory: read together, as before
+        ("broadcast_rows", 4),  # one value per row, unmasked: not pieces
+    ],
+)
+def test_a_row_of_pieces_is_reduced_a_piece_at_a_time(pieces, name, rblock) -> None:
+    """A reduction over the pieces of a `stack` or `cat` reads each piece at the
+    same address for every element of its row: a Triton block of [rows, 1] steps
+    through the pieces, each load a contiguous run of rows, as torch.compile's
+    pointwise kernel reads them; a row that is a run of memory keeps its block, and
+    so does one that repeats a value (a broadcast)."""
+    compiled, functions = pieces
+    case = compiled[name]
+    case.check(functions[name])
+    blocks = re.findall(r"RBLOCK=(\d+)", case.cuda_source)
+    assert blocks and {int(b) for b in blocks} == {rblock}, case.cuda_source

@@ -80,6 +80,7 @@ PERSISTENT_MAX = 8192  # widest row reduced in registers
 LONG_ROW_MAX = 32768
 LONG_ROW_BODY = 8
 ACROSS_ROWS_BLOCK = (64, 16)  # (XBLOCK, RBLOCK) of a kernel reading across rows
+TINY_ROW = 8  # elements of a row reduced one step each when they are pieces
 ARG = ("argmax", "argmin")  # reductions to a position
 NO_POSITION = 2**31 - 1  # of lanes past the row's end: never the first position
 MATMUL_CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
@@ -101,6 +102,10 @@ def heuristic_config(k: Kernel) -> LaunchConfig:
     if not k.is_reduction:
         xblock = min(1024, max(16, next_pow2(xnumel)))
         return LaunchConfig(xblock, 1, 4 if xblock >= 512 else 2)
+    if isinstance(k.rnumel, int) and k.rnumel <= TINY_ROW and _pieces_only(k):
+        # a row of a few pieces (`stack(...).sum(0)`): a step per piece, each
+        # reading a contiguous block of rows, as a pointwise kernel reads
+        return LaunchConfig(min(1024, max(16, next_pow2(xnumel))), 1, 4)
     if across_rows(k):  # tiles of neighbouring rows, the rows' elements in step
         xblock = min(ACROSS_ROWS_BLOCK[0], next_pow2(xnumel))
         rblock = min(ACROSS_ROWS_BLOCK[1], next_pow2(rnumel))
@@ -114,6 +119,21 @@ def heuristic_config(k: Kernel) -> LaunchConfig:
     most = 32 if rblock > PERSISTENT_MAX else 16
     warps = min(most, max(1, (xblock * rblock) // 256))
     return LaunchConfig(xblock, rblock, next_pow2(warps))
+
+
+def _pieces_only(k: Kernel) -> bool:
+    """Whether every per-element load of `k` is a piece of a `stack` or `cat`: it
+    reads one address for all elements of a row, masked to the element its piece
+    is, and another for each row. A load that reads one value for every element
+    of a row without a mask broadcasts it along the row (`x.expand(3, n).sum(0)`)."""
+    loads = [s for s in k.body if isinstance(s, Stmt) and s.op == "load"]
+    per_element = [s for s in loads if s.level == "r"]
+    return bool(per_element) and all(
+        len(s.args) == 3  # masked: `(param, index, within)`
+        and any(t.var == "x" for t in s.args[1].terms)
+        and not any(t.var == "r" for t in s.args[1].terms)
+        for s in per_element
+    )
 
 
 def _per_element(k: Kernel) -> int:
