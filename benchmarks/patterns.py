@@ -205,6 +205,12 @@ PATTERNS = [
         ints={"target": VOCAB},
     ),
     Pattern(
+        "cross_entropy_128k", "cross_entropy",  # a Llama 3 vocabulary
+        {"logits": "f32[2048,128256]", "target": "i64[2048]"},
+        {"logits": "f32[64,128256]", "target": "i64[64]"},
+        ints={"target": (0, 128256)},
+    ),
+    Pattern(
         "nll_gather", "nll_gather",
         {"logits": "f32[8192,32000]", "target": "i64[8192]"},
         {"logits": "f32[256,32000]", "target": "i64[256]"},
@@ -357,6 +363,11 @@ PATTERNS = [
     Pattern(
         "groupnorm_silu", "GroupNormSiLU",
         {"x": "f32[32,256,64,64]"}, {"x": "f32[16,256,32,32]"},
+    ),
+    Pattern(
+        "groupnorm_silu_sd", "GroupNormSiLU",  # Stable Diffusion's first UNet block
+        {"x": "f32[2,320,64,64]"}, {"x": "f32[1,320,32,32]"},
+        init={"cuda": {"channels": 320}, "cpu": {"channels": 320}},
     ),
     Pattern(
         "l2_normalize", "l2_normalize",

@@ -47,15 +47,20 @@ def kernel_times(call, calls: int = CALLS) -> list[tuple[str, float, int]]:
     return sorted(rows, key=lambda row: -row[1])
 
 
-def contenders(pattern, work: Path) -> dict:
+def contenders(pattern, work: Path, only_generated: bool = False) -> dict:
     """The calls of eager, torch.compile and the generated module on the case's
-    inputs."""
+    inputs (of the generated module alone, with `only_generated`)."""
     eager = patterns.build_eager(pattern, "cuda")
     inputs = patterns.make_inputs(pattern, "cuda")
     stem = Path(patterns.SOURCE).stem
     sys.path.insert(0, str(work))
+    for name in [m for m in sys.modules if m.startswith(f"gen_{pattern.name}")]:
+        del sys.modules[name]  # another --prebuilt DIR's module of the same name
     module = importlib.import_module(f"gen_{pattern.name}.{stem}")
+    sys.path.remove(str(work))
     gen = patterns.generated_like(module, pattern, eager)
+    if only_generated:
+        return {"generated": lambda: gen(**inputs)}
     compiled = torch.compile(eager)
     return {
         "eager": lambda: eager(**inputs),
@@ -66,21 +71,35 @@ def contenders(pattern, work: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prebuilt", type=Path, required=True, metavar="DIR")
+    parser.add_argument(
+        "--prebuilt",
+        type=Path,
+        required=True,
+        nargs="+",
+        metavar="DIR",
+        help="directories of generated code (several: variants of one build)",
+    )
     parser.add_argument("--cases", required=True, help="comma-separated case names")
+    parser.add_argument(
+        "--only-generated",
+        action="store_true",
+        help="profile the generated modules alone (comparing variants)",
+    )
     args = parser.parse_args(argv)
     by_name = {p.name: p for p in patterns.PATTERNS}
     for name in args.cases.split(","):
         pattern = by_name[name]
-        print(f"## {name}\n")
-        with torch.no_grad():
-            for who, call in contenders(pattern, args.prebuilt).items():
-                rows = kernel_times(call)
-                total = sum(us for _, us, _ in rows)
-                print(f"{who}: {total:.1f} us of kernels per call")
-                for kernel, us, launches in rows:
-                    print(f"  {us:9.1f} us  x{launches}  {kernel[:100]}")
-                print()
+        for work in args.prebuilt:
+            print(f"## {name} ({work})\n")
+            with torch.no_grad():
+                calls = contenders(pattern, work, args.only_generated)
+                for who, call in calls.items():
+                    rows = kernel_times(call)
+                    total = sum(us for _, us, _ in rows)
+                    print(f"{who}: {total:.1f} us of kernels per call")
+                    for kernel, us, launches in rows:
+                        print(f"  {us:9.1f} us  x{launches}  {kernel[:100]}")
+                    print()
     return 0
 
 

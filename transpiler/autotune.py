@@ -199,7 +199,7 @@ def candidates(k: Kernel) -> list[LaunchConfig]:
 
 def describe(k: Kernel, c: LaunchConfig) -> str:
     """`XBLOCK=1024, num_warps=8`, or for a reduction
-    `XBLOCK=1, RBLOCK=2048 (looped), num_warps=8`."""
+    `XBLOCK=1, RBLOCK=4096 (looped), num_warps=16`."""
     if not k.is_reduction:
         return f"XBLOCK={c.xblock}, num_warps={c.num_warps}"
     kind = "persistent" if triton_codegen.is_persistent(k, c) else "looped"
