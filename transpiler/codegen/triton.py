@@ -87,7 +87,11 @@ LONG_ROW_BODY = 8
 # Diffusion's first block) 23.6 to 18.3; cross-entropy over 128256 columns 361 to
 # 360. Blocks of 1024 were slower in all four, of 4096 with 32 warps in two.
 LOOPED_RBLOCK = 4096
-ACROSS_ROWS_BLOCK = (64, 16)  # (XBLOCK, RBLOCK) of a kernel reading across rows
+# (XBLOCK, RBLOCK) of a kernel reading across rows: on the H100, a masked mean over
+# the 512 tokens of [256, 512, 768] took 145 us in blocks of (64, 16), 137 in (32,
+# 32); the column sums and maxima of [4096, 2048] 96 and 89. (128, 8), (64, 8) and
+# (256, 8) were slower in both, (256, 16) and (128, 32) in between.
+ACROSS_ROWS_BLOCK = (32, 32)
 TINY_ROW = 8  # elements of a row reduced one step each when they are pieces
 ARG = ("argmax", "argmin")  # reductions to a position
 NO_POSITION = 2**31 - 1  # of lanes past the row's end: never the first position
