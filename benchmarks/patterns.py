@@ -370,6 +370,19 @@ PATTERNS = [
         init={"cuda": {"channels": 320}, "cpu": {"channels": 320}},
     ),
     Pattern(
+        "stem_pool", "StemPool",
+        {"x": "f32[32,64,112,112]"}, {"x": "f32[8,64,112,112]"},
+    ),
+    Pattern(
+        "transition_pool", "transition_pool",
+        {"x": "f32[64,256,56,56]"}, {"x": "f32[16,128,56,56]"},
+    ),
+    Pattern(
+        "fpn_upsample_add", "fpn_upsample_add",
+        {"top": "f32[16,256,64,64]", "lateral": "f32[16,256,128,128]"},
+        {"top": "f32[4,256,32,32]", "lateral": "f32[4,256,64,64]"},
+    ),
+    Pattern(
         "l2_normalize", "l2_normalize",
         {"x": "f32[65536,1024]"}, {"x": "f32[8192,1024]"},
     ),

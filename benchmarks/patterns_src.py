@@ -397,3 +397,27 @@ class LlamaDecoderBlock(nn.Module):
         h = self.post_attention_layernorm(x)
         h = self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
         return residual + h
+
+
+# ---------------------------------------------------------------------- pooling
+
+
+class StemPool(nn.Module):
+    # torchvision / timm ResNet stem after its convolution: bn1, relu, maxpool
+    def __init__(self, channels: int = 64):
+        super().__init__()
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+
+    def forward(self, x):
+        return self.maxpool(F.relu(self.bn1(x)))
+
+
+def transition_pool(x):
+    # DenseNet transition / ResNet-D shortcut: a 2 x 2 average pool
+    return F.avg_pool2d(x, kernel_size=2, stride=2)
+
+
+def fpn_upsample_add(top, lateral):
+    # torchvision FeaturePyramidNetwork / diffusers Upsample2D: nearest x2, then add
+    return F.interpolate(top, size=lateral.shape[-2:], mode="nearest") + lateral

@@ -19,6 +19,9 @@ contiguous `x` becomes `x` itself.
 
 from __future__ import annotations
 
+import math
+import struct
+
 import torch
 from torch._decomp import get_decompositions
 
@@ -60,7 +63,41 @@ ANY_ALL = {
     aten.all.dims: torch.amin,
 }
 
+# Note [Pooling as windows]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~
+# A max or average pool with a fixed window is, for each offset (i, j) within the
+# window, a strided slice of the input padded by the pool's padding (-inf for a
+# max, 0 for an average), and the maximum or the sum of those slices: data
+# movement and pointwise ops that kernels compute as one load per offset, masked
+# at the padding, into the consumer's kernel (a ReLU or a residual add after the
+# pool), never a pooled tensor on its own. An average divides by the window's
+# size, or with `count_include_pad=False` by how many of its elements lie within
+# the input, itself the same sum over a padded tensor of ones (a constant
+# kernels fold). A max pool whose indices are read, `ceil_mode` windows that
+# overhang the padding, and integer maxima stay whole. Nearest-neighbour
+# upsampling by whole factors is an expand and a reshape: each output element
+# reads the input at its coordinates divided by the factor, index arithmetic.
+POOLS = {
+    aten.max_pool2d_with_indices.default: 2,
+    aten.max_pool3d_with_indices.default: 3,
+    aten.avg_pool2d.default: 2,
+    aten.avg_pool3d.default: 3,
+    aten.avg_pool1d.default: 1,
+}
+ADAPTIVE_AVG_POOLS = {
+    aten._adaptive_avg_pool2d.default: 2,
+    aten._adaptive_avg_pool3d.default: 3,
+}
+UPSAMPLE_NEAREST = (
+    aten.upsample_nearest1d.default,
+    aten.upsample_nearest2d.default,
+    aten.upsample_nearest3d.default,
+)
+
 DECOMPOSE = (
+    *POOLS,
+    *ADAPTIVE_AVG_POOLS,
+    *UPSAMPLE_NEAREST,
     aten.native_layer_norm.default,
     aten._softmax.default,
     aten._log_softmax.default,
@@ -147,6 +184,13 @@ def decompose(graph: Graph) -> Graph:
         table[aten.native_group_norm.default]
     )
     table[aten.stack.default] = _stack
+    read = _pool_indices_read(dce(graph))
+    for op, dims in POOLS.items():
+        table[op] = _pool(op, dims, read)
+    for op, dims in ADAPTIVE_AVG_POOLS.items():
+        table[op] = _adaptive_avg_pool(_pool(op, dims, read), dims)
+    for op in UPSAMPLE_NEAREST:
+        table[op] = _upsample_nearest
     table[aten.logsumexp.default] = _logsumexp
     table[aten.pow.Tensor_Scalar] = _pow_of_bools
     for op, mode in INTEGER_DIVISIONS.items():
@@ -267,6 +311,165 @@ def _integer_division(op, mode: str):
         return q if floor_divide else a - q * b
 
     return decompose_integer_division
+
+
+def _pool(op, dims: int, indices_read: bool):
+    """A pool over the last `dims` dimensions as the maximum or sum of strided
+    slices of the padded input (Note [Pooling as windows])."""
+    is_max = "max_pool" in str(op)
+
+    def decompose_pool(x, kernel_size, stride=(), padding=0, *rest, **kwargs):
+        names = (
+            ("dilation", "ceil_mode")
+            if is_max
+            else ("ceil_mode", "count_include_pad", "divisor_override")
+        )
+        given = {**dict(zip(names, rest)), **kwargs}
+        dilation, ceil_mode = given.get("dilation", 1), given.get("ceil_mode", False)
+        count_include_pad = given.get("count_include_pad", True)
+        divisor = given.get("divisor_override")
+        if (is_max and indices_read) or not x.dtype.is_floating_point:
+            return NotImplemented
+        kernel, stride = _per_dim(kernel_size, dims), _per_dim(stride or kernel_size, dims)
+        padding, dilation = _per_dim(padding, dims), _per_dim(dilation, dims)
+        sizes = x.shape[x.dim() - dims :]
+        out = [
+            (n + 2 * p - d * (k - 1) - 1) // s + 1
+            for n, k, s, p, d in zip(sizes, kernel, stride, padding, dilation)
+        ]
+        if ceil_mode and any(
+            (n + 2 * p - d * (k - 1) - 1) % s != 0
+            for n, k, s, p, d in zip(sizes, kernel, stride, padding, dilation)
+        ):
+            return NotImplemented  # a last window overhanging the padding
+        if any(o <= 0 for o in out) or x.numel() == 0:
+            return NotImplemented
+        fill = float("-inf") if is_max else 0.0
+        geometry = (stride, padding, dilation, out)
+        exclude_pad = not count_include_pad and any(padding) and divisor is None
+        result = count = None
+        for offset in _window_offsets(kernel):
+            window = _window(x, offset, *geometry, fill)
+            if result is None:
+                result = window
+            elif is_max:
+                result = torch.maximum(result, window)
+            else:
+                result = result + window
+            if exclude_pad:  # 1 where the window's element is in the input
+                inside = _window(x, offset, *geometry, 0.0, ones=True)
+                count = inside if count is None else count + inside
+        if is_max:
+            return result, torch.empty_like(result, dtype=torch.int64)  # unread
+        if divisor is not None:
+            return result / divisor
+        if count is not None:
+            return result / count
+        return result / math.prod(kernel)
+
+    return decompose_pool
+
+
+def _adaptive_avg_pool(pool, dims: int):
+    """An adaptive average pool whose output divides the input: an average pool
+    with windows of size / output (ResNet's head, to 1 x 1, is a mean already)."""
+
+    def decompose_adaptive(x, output_size):
+        sizes = x.shape[x.dim() - dims :]
+        if any(o <= 0 or n % o for n, o in zip(sizes, output_size)):
+            return NotImplemented
+        window = [n // o for n, o in zip(sizes, output_size)]
+        return pool(x, window, window, 0)
+
+    return decompose_adaptive
+
+
+def _per_dim(value, dims: int) -> list[int]:
+    values = [value] if isinstance(value, int) else list(value)
+    return values * dims if len(values) == 1 else values
+
+
+def _window_offsets(kernel: list[int]) -> list[tuple[int, ...]]:
+    offsets: list[tuple[int, ...]] = [()]
+    for k in kernel:
+        offsets = [o + (i,) for o in offsets for i in range(k)]
+    return offsets
+
+
+def _window(x, offset, stride, padding, dilation, out, fill: float, ones=False):
+    """The elements at `offset` of every window: per dimension, the strided slice
+    of the input that the windows reach within it, padded with `fill` where they
+    reach the padding (a slice, then a pad: both read `x` where it is); with
+    `ones`, 1 in place of the slice's elements."""
+    dims = len(offset)
+    index = [slice(None)] * x.dim()
+    pads: list[int] = []
+    for e, (i, s, p, d, n) in enumerate(zip(offset, stride, padding, dilation, out)):
+        dim = x.dim() - dims + e
+        at = i * d - p  # input position of the first window's element
+        first = max(0, -(at // s) if at < 0 else 0)  # first window within the input
+        last = min(n - 1, (x.shape[dim] - 1 - at) // s)
+        if last < first:  # no window reaches the input: all padding
+            corner = x[(..., *([slice(0, 1)] * dims))]
+            shape = list(x.shape[: x.dim() - dims]) + list(out)
+            return torch.full_like(corner.expand(shape), fill)
+        start = at + first * s
+        index[dim] = slice(start, start + s * (last - first) + 1, s)
+        pads = [first, n - 1 - last] + pads
+    window = x[tuple(index)]
+    if ones:
+        window = torch.ones_like(window)
+    return torch.constant_pad_nd(window, pads, fill) if any(pads) else window
+
+
+def _upsample_nearest(x, output_size, *scales):
+    """Nearest-neighbour upsampling by whole factors: the input expanded by a new
+    dimension after each upsampled one and reshaped, so each output element reads
+    the input at its coordinates divided by the factor (Note [Pooling as
+    windows]); other sizes and explicit scales stay whole."""
+    dims = len(output_size)
+    sizes = x.shape[x.dim() - dims :]
+    scales = list(scales) + [None] * (dims - len(scales))
+    if x.numel() == 0 or not all(
+        _whole_factor(n, o, scale) for n, o, scale in zip(sizes, output_size, scales)
+    ):
+        return NotImplemented
+    lead = x.dim() - dims
+    shape, expanded = list(x.shape[:lead]), list(x.shape[:lead])
+    for n, o in zip(sizes, output_size):
+        shape += [n, 1]
+        expanded += [n, o // n]
+    wide = x.reshape(shape).expand(expanded)
+    return wide.reshape(*x.shape[:lead], *output_size)
+
+
+def _whole_factor(size: int, out: int, scale) -> bool:
+    """Whether eager's nearest source index of each output position `o`,
+    `floor(o * r)` in float32 with `r` the reciprocal of the scale (or size / out),
+    is `o // (out / size)`, the factor a whole number."""
+    if out % size != 0:
+        return False
+    ratio = _float32(1.0 / scale if scale is not None else size / out)
+    factor = out // size
+    return all(
+        min(math.floor(_float32(_float32(o) * ratio)), size - 1) == o // factor
+        for o in range(out)
+    )
+
+
+def _float32(value: float) -> float:
+    """`value` rounded to float32 (a product of two float32 values is exact in a
+    Python float, so rounding it gives float32's product)."""
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
+def _pool_indices_read(graph: Graph) -> bool:
+    """Whether any max pool's indices are read (in a graph without dead code)."""
+    pools = {n.name for n in graph.nodes if "max_pool" in n.target}
+    return any(
+        n.target == "getitem" and n.args[0].name in pools and n.args[1] != 0
+        for n in graph.nodes
+    )
 
 
 def _reads_statistics(graph: Graph) -> bool:
