@@ -42,12 +42,16 @@ template <typename T> static inline T wrap_neg(T a) {
 }
 template <typename T> static inline T wrap_abs(T a) { return a < 0 ? wrap_neg(a) : a; }
 
+// NaN wins, and of equal values the first (torch.maximum's -0.0 vs 0.0); written
+// as a max and a select, not `||`, which compilers turn into branches on the data
 template <typename T> static inline T max_nan(T a, T b) {
-    return (a > b || a != a) ? a : b;
+    T larger = b > a ? b : a;
+    return b != b ? b : larger;
 }
 
 template <typename T> static inline T min_nan(T a, T b) {
-    return (a < b || a != a) ? a : b;
+    T smaller = b < a ? b : a;
+    return b != b ? b : smaller;
 }
 
 // exp for float: exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln(2) / 2, with

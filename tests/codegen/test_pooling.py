@@ -178,3 +178,24 @@ def test_the_pool_and_its_consumer_are_one_kernel(compiled, name: str) -> None:
 def test_cases_the_note_leaves_whole_stay_calls(compiled, name: str) -> None:
     source = compiled[name].cpu_source
     assert re.search(r"pool|upsample", source), source
+
+
+def test_strided_windows_launch_two_elements_a_thread(compiled) -> None:
+    """A window of stride 2 reads neighbouring outputs' inputs two apart: the pool
+    gives each thread two elements, so a warp's loads stay within a few cache
+    lines; the contiguous ReLU before it and the upsampling's reads (the same
+    input for two neighbours) keep eight."""
+    launches = {}
+    for name in ("stem", "upsample_add"):
+        found = re.findall(
+            r"(triton_\w+)\[.*?\]\(\s*[^)]*?XBLOCK=(\d+), num_warps=(\d+)",
+            compiled[name].cuda_source,
+            re.S,
+        )
+        launches |= {k: int(x) // (32 * int(w)) for k, x, w in found}
+    per_thread = {k.split("_", 2)[2].rsplit("_", 1)[0]: v for k, v in launches.items()}
+    assert per_thread == {
+        "relu": 8,
+        "max_pool2d_with_indices": 2,
+        "upsample_nearest2d_add": 8,
+    }, launches

@@ -63,10 +63,25 @@ The widest tile is narrowed to leave `COLUMN_TILES_MIN` tiles (two threads' work
 a column sum of [4096, 2048] took 1.27 ms in one tile of 2048, 0.59 ms in two,
 0.77 ms in four); where the columns are long enough, the split of Note [Split
 reductions] gives a larger machine more tiles.
+
+Note [Edges of windows]
+~~~~~~~~~~~~~~~~~~~~~~~
+A pool's or a padded convolution window's loads are masked where the window
+overhangs the input (`x1 >= 1 ? in[2 * x1 - 1] : 0`), and the compiler vectorizes a
+masked load only where it is contiguous (AVX2 has masked moves, not masked strided
+loads): a 3 x 3 max pool of stride 2 ran one element at a time, 19 ms where eager
+took 11. So where the inner loop has a masked load that is not contiguous, it is
+split where the conditions on `x1` alone change value, which the renderer computes
+for every `x1` (`x1 >= 1` splits 0 from 1..55), and within each part those
+conditions are constants. A mask that then depends on the outer index alone
+(`oh >= 1`: the window's top row) is taken out of the loop, which is written
+once where it holds and once where it does not (at most `VERSIONS_MAX` copies).
+What is left inside the loop is unmasked loads, vectorized: the pool took 2.3 ms.
 """
 
 from __future__ import annotations
 
+import operator
 import re
 from importlib import resources
 
@@ -109,6 +124,23 @@ LANES_MIN_GROUPS = 4  # rows shorter than 4 groups of lanes reduce in one vector
 LANE_DEPTH = 128  # elements a lane sums before its chunk's part joins the row's
 SCAN_GROUP = 8  # elements a scan adds up on their own before the row's carry
 # (Note [Scans] in passes/schedule.py)
+PEELED_LOOPS_MAX = 4  # parts an inner loop is split into (Note [Edges of windows])
+VERSIONS_MAX = 4  # copies of a part, one per value of its conditions on the row
+# the integer and boolean ops whose value for each x1 the renderer computes
+_FOLDED = {
+    "ge": operator.ge,
+    "gt": operator.gt,
+    "le": operator.le,
+    "lt": operator.lt,
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "logical_and": lambda a, b: bool(a) and bool(b),
+    "logical_or": lambda a, b: bool(a) or bool(b),
+    "logical_not": operator.not_,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+}
 CACHE_LINE = 64  # bytes
 PREFETCH_ROW_MAX = 16 << 10  # bytes of the next row that may join this one in L1
 # ops that cost many vector instructions each: where the next row's prefetch goes
@@ -139,6 +171,9 @@ class _Renderer:
         # element by element) or "column" (a tile's carries, one per column)
         self.scan_mode = "carry"
         self.row_loads = self._row_loads() if k.is_reduction else []
+        # what statements become in one part of a split inner loop: a literal, or
+        # another value's name (Note [Edges of windows]); those are not written
+        self.known: dict[str, str] = {}
 
     def index(self, index: Index) -> str:
         ranges = {"x": self.k.xnumel, "r": self.k.rnumel}
@@ -152,9 +187,13 @@ class _Renderer:
         return format_index(index, {v: v for v in ranges}, ranges, "/")
 
     def arg(self, a) -> str:
-        return cpp_literal(a.value, a.dtype) if isinstance(a, Const) else a
+        if isinstance(a, Const):
+            return cpp_literal(a.value, a.dtype)
+        return self.known.get(a, a)
 
     def stmt(self, s: Stmt, ind: str) -> None:
+        if s.name in self.known:
+            return
         if s.op == "load":
             param, index, *within = s.args
             src = next(a.dtype for a in self.k.inputs if a.param == param)
@@ -163,8 +202,11 @@ class _Renderer:
                 expr = f"bf16_to_float({expr})"
             elif src != s.dtype:
                 expr = f"static_cast<{compute_type(s.dtype)}>({expr})"
-            if within:  # read only there
-                expr = f"{within[0]} ? {expr} : {compute_type(s.dtype)}(0)"
+            where = self.arg(within[0]) if within else "true"
+            if where == "false":
+                expr = f"{compute_type(s.dtype)}(0)"
+            elif where != "true":  # read only there
+                expr = f"{where} ? {expr} : {compute_type(s.dtype)}(0)"
         elif s.op == "index":  # a coordinate of the position
             expr = self.index(s.args[0])
         elif s.op == "cast":
@@ -172,7 +214,7 @@ class _Renderer:
         elif s.op == "scan":
             expr = self._scan(s, ind)
         elif s.name in self.scaled:
-            expr = f"{s.args[0]} * {s.args[1]}_inv"
+            expr = f"{self.arg(s.args[0])} * {s.args[1]}_inv"
         else:
             text = op_text(CPP, CPP_TYPED, s.op, self._operand_dtype(s.args[0]))
             expr = text.format(*(self.arg(a) for a in s.args))
@@ -193,7 +235,7 @@ class _Renderer:
         return value if _scan_type(s) == t else f"static_cast<{t}>({value})"
 
     def store(self, s: Store, ind: str) -> None:
-        value = s.value
+        value = self.arg(s.value)
         if s.dtype == torch.bfloat16:
             value = f"float_to_bf16({value})"
         elif s.dtype != self._dtype(s.value):
@@ -443,9 +485,7 @@ class _Renderer:
                 t, one = _scan_type(s), "0" if s.reduce == "sum" else "1"
                 self.lines.append(f"{ind}    {t} {s.name}_run = {one};")
             self.lines.append(f"{ind}    #pragma GCC unroll {step}")
-            self.lines.append(
-                f"{ind}    for (int64_t r = r1; r < r1 + {step}; ++r) {{"
-            )
+            self.lines.append(f"{ind}    for (int64_t r = r1; r < r1 + {step}; ++r) {{")
             self.scan_mode = "group"
             self._loop_body(loop, positions, reductions, acc, "", ind + "    ")
             self.scan_mode = "carry"
@@ -820,6 +860,151 @@ class _Renderer:
                 outer.add(s.name)
         return outer
 
+    def _x1_values(self, segs) -> dict[str, tuple]:
+        """The values, for each `x1`, of the inner loop's statements that depend on
+        `x1` alone: its coordinates and the comparisons and arithmetic on them."""
+        values: dict[str, tuple] = {}
+        for s in segs:
+            if not isinstance(s, Stmt):
+                continue
+            if s.op == "index":
+                index = split_index(s.args[0], self.inner, self.k.xnumel, True)
+                if index is None or any(t.var != "x1" for t in index.terms):
+                    continue
+                values[s.name] = tuple(
+                    index.offset
+                    + sum(t.stride * (x1 // t.div % t.mod) for t in index.terms)
+                    for x1 in range(self.inner)
+                )
+            elif s.op in _FOLDED and all(
+                isinstance(a, Const) or a in values for a in s.args
+            ):
+                columns = [
+                    values[a] if isinstance(a, str) else (a.value,) * self.inner
+                    for a in s.args
+                ]
+                values[s.name] = tuple(_FOLDED[s.op](*v) for v in zip(*columns))
+        return values
+
+    def _fold(self, segs, fixed: dict[str, bool]) -> dict[str, str]:
+        """What the loop's statements become where the conditions `fixed` hold:
+        a literal, or the name of the value they then equal."""
+        known = {name: "true" if v else "false" for name, v in fixed.items()}
+        addresses = {t.var for s in segs for t in _terms(s)}
+        dtypes = {s.name: s.dtype for s in self.k.body if isinstance(s, Stmt)}
+        for s in segs:
+            if not isinstance(s, Stmt) or s.name in known or s.name in addresses:
+                continue
+            a = [
+                self.arg(x) if isinstance(x, Const) else known.get(x, x) for x in s.args
+            ]
+            same = [isinstance(x, Const) or dtypes.get(x) == s.dtype for x in s.args]
+            if s.op in ("logical_and", "logical_or"):
+                absorbing = "false" if s.op == "logical_and" else "true"
+                neutral = "true" if s.op == "logical_and" else "false"
+                if absorbing in a:
+                    known[s.name] = absorbing
+                elif a[0] == neutral and same[1]:
+                    known[s.name] = a[1]
+                elif a[1] == neutral and same[0]:
+                    known[s.name] = a[0]
+            elif s.op == "logical_not" and a[0] in ("true", "false"):
+                known[s.name] = "false" if a[0] == "true" else "true"
+            elif s.op == "where" and a[0] in ("true", "false"):
+                pick = 1 if a[0] == "true" else 2
+                if same[pick]:
+                    known[s.name] = a[pick]
+            elif s.op in ("maximum", "minimum") and s.dtype.is_floating_point:
+                # max(v, -inf) is v, a NaN too: a window's edge left out
+                bound = float("-inf" if s.op == "maximum" else "inf")
+                for i in (0, 1):
+                    if a[i] == cpp_literal(bound, s.dtype) and same[1 - i]:
+                        known[s.name] = a[1 - i]
+                        break
+        return known
+
+    def _strided_masks(self, segs, known: dict[str, str]) -> list[str]:
+        """The masks, as `known` leaves them, of the loop's loads that are neither
+        contiguous in `x1` nor constant along it (no vector load takes them)."""
+        masks = []
+        for s in segs:
+            if not (isinstance(s, Stmt) and s.op == "load" and len(s.args) > 2):
+                continue
+            mask = known.get(s.args[2], s.args[2])
+            index = split_index(s.args[1], self.inner, self.k.xnumel, True)
+            along = [t for t in index.terms if t.var == "x1"] if index else [None]
+            contiguous = all(t and (t.div, t.stride) == (1, 1) for t in along)
+            if not contiguous and mask not in ("true", "false") and mask not in masks:
+                masks.append(mask)
+        return masks
+
+    def _peeled_parts(self, segs, outer: set[str]):
+        """Where the inner loop has masked strided loads, the ranges of `x1` it is
+        split into and the conditions constant in each (Note [Edges of windows]);
+        None where it stays one loop."""
+        if not isinstance(self.inner, int) or not self._strided_masks(segs, {}):
+            return None
+        values = self._x1_values(segs)
+        used = {a for s in segs if isinstance(s, Stmt) for a in operands(s)}
+        conditions = [
+            n for n, v in values.items() if n in used and isinstance(v[0], bool)
+        ]
+        cuts = [0] + [
+            x1
+            for x1 in range(1, self.inner)
+            if any(values[n][x1] != values[n][x1 - 1] for n in conditions)
+        ]
+        if len(cuts) > PEELED_LOOPS_MAX:
+            return None
+        bounds = cuts + [self.inner]
+        parts = [
+            (a, b, {n: values[n][a] for n in conditions})
+            for a, b in zip(bounds, bounds[1:])
+        ]
+        # worth it only where some part is left with masks to take out of the loop,
+        # or with fewer strided masked loads than the whole loop has
+        left = [self._strided_masks(segs, self._fold(segs, f)) for _, _, f in parts]
+        if len(parts) == 1 and not any(m in outer for m in left[0]):
+            return None
+        return parts
+
+    def _split_inner(self, segs, parts, outer: set[str]) -> None:
+        """The inner loop as `parts`, each with its conditions on `x1` constant and
+        written once for each value of the masks left that depend on the row."""
+        self.lines.append("        // split where the conditions on x1 change value")
+        for first, end, fixed in parts:
+            self._version(segs, first, end, fixed, outer, "        ")
+
+    def _version(self, segs, first, end, fixed, outer, ind: str) -> None:
+        known = self._fold(segs, fixed)
+        masks = [m for m in self._strided_masks(segs, known) if m in outer]
+        copies = 2 ** (len([n for n in fixed if n in outer]) + 1)
+        if masks and end - first > 1 and copies <= VERSIONS_MAX:
+            self.lines.append(f"{ind}if ({masks[0]}) {{")
+            self._version(
+                segs, first, end, fixed | {masks[0]: True}, outer, ind + "    "
+            )
+            self.lines.append(f"{ind}}} else {{")
+            self._version(
+                segs, first, end, fixed | {masks[0]: False}, outer, ind + "    "
+            )
+            self.lines.append(f"{ind}}}")
+            return
+        self.known = known
+        live = {known.get(s.value, s.value) for s in segs if isinstance(s, Store)}
+        for s in reversed(segs):
+            if isinstance(s, Stmt) and s.name in live:
+                live |= {known.get(a, a) for a in operands(s)}
+        self.lines.append(f"{ind}#pragma omp simd")
+        self.lines.append(f"{ind}for (int64_t x1 = {first}; x1 < {end}; ++x1) {{")
+        for seg in segs:
+            if isinstance(seg, Store):
+                self.store(seg, ind + "    ")
+            elif seg.name in live:
+                self.stmt(seg, ind + "    ")
+        self.lines.append(f"{ind}}}")
+        self.known = {}
+
     def render(self) -> str:
         k = self.k
         params = [
@@ -858,6 +1043,11 @@ class _Renderer:
                 if isinstance(seg, Stmt) and seg.name in outer:
                     self.stmt(seg, ind)
             segs = [s for s in segs if not (isinstance(s, Stmt) and s.name in outer)]
+            parts = self._peeled_parts(segs, outer)
+            if parts is not None:
+                self._split_inner(segs, parts, outer)
+                self.lines += ["    }", "}"]
+                return "\n".join(self.lines) + "\n"
             lines.append("        #pragma omp simd")
             lines.append(f"        for (int64_t x1 = 0; x1 < {self.inner}; ++x1) {{")
             ind += "    "
@@ -892,6 +1082,12 @@ def _index_of(s: Stmt) -> Index | None:
     if s.op == "index":
         return s.args[0]
     return None
+
+
+def _terms(s) -> tuple:
+    """The index terms a statement or store addresses with."""
+    index = s.index if isinstance(s, Store) else _index_of(s)
+    return index.terms if index is not None else ()
 
 
 def _indices(k: Kernel) -> list[Index]:
