@@ -14,7 +14,6 @@ as controls, in the same kernels as reordered ones where the shapes allow it.
 
 from __future__ import annotations
 
-
 import re
 
 import pytest

@@ -81,6 +81,7 @@ What is left inside the loop is unmasked loads, vectorized: the pool took 2.3 ms
 
 from __future__ import annotations
 
+import itertools
 import operator
 import re
 from importlib import resources
@@ -389,7 +390,7 @@ class _Renderer:
         # with lanes, only a sum has a reason to go a chunk at a time
         sums = [r for r in reductions if r.reduce == "sum" or not lanes]
         chunked = bool(sums or prefetch) and not (
-            isinstance(rnumel, int) and rnumel <= chunk or scans
+            (isinstance(rnumel, int) and rnumel <= chunk) or scans
         )
         outer, first, end = ind, "0", rnumel
         # where each reduction accumulates: a sum of a long row into its chunk's part
@@ -959,7 +960,7 @@ class _Renderer:
         bounds = cuts + [self.inner]
         parts = [
             (a, b, {n: values[n][a] for n in conditions})
-            for a, b in zip(bounds, bounds[1:])
+            for a, b in itertools.pairwise(bounds)
         ]
         # worth it only where some part is left with masks to take out of the loop,
         # or with fewer strided masked loads than the whole loop has

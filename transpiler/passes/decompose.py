@@ -330,7 +330,8 @@ def _pool(op, dims: int, indices_read: bool):
         divisor = given.get("divisor_override")
         if (is_max and indices_read) or not x.dtype.is_floating_point:
             return NotImplemented
-        kernel, stride = _per_dim(kernel_size, dims), _per_dim(stride or kernel_size, dims)
+        kernel = _per_dim(kernel_size, dims)
+        stride = _per_dim(stride or kernel_size, dims)
         padding, dilation = _per_dim(padding, dims), _per_dim(dilation, dims)
         sizes = x.shape[x.dim() - dims :]
         out = [

@@ -180,9 +180,7 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
         if n.op == "param"
     )
     kernel_ops = sum(
-        fusion.kinds[n] in KERNEL_KINDS
-        for g in fusion.groups
-        for n in g.nodes
+        fusion.kinds[n] in KERNEL_KINDS for g in fusion.groups for n in g.nodes
     ) + sum(kind == "inline" for kind in fusion.kinds.values())
     return Program(
         inputs, params, tuple(steps), tuple(kernels), graph.outputs, kernel_ops
