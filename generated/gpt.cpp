@@ -42,16 +42,20 @@ template <typename T> static inline T wrap_neg(T a) {
 }
 template <typename T> static inline T wrap_abs(T a) { return a < 0 ? wrap_neg(a) : a; }
 
-// NaN wins, and of equal values the first (torch.maximum's -0.0 vs 0.0); written
-// as a max and a select, not `||`, which compilers turn into branches on the data
+// NaN wins, and of equal values the first (torch.maximum's -0.0 vs 0.0). Two
+// selects that compilers turn into max instructions, and one NaN test: written
+// with `||`, or with both NaN tests, the test merges with a ReLU's select before
+// it into branches or a dozen blends per element.
 template <typename T> static inline T max_nan(T a, T b) {
-    T larger = b > a ? b : a;
-    return b != b ? b : larger;
+    T larger = b > a ? b : a;  // a where either is NaN
+    T other = a > b ? a : b;  // b where either is NaN
+    return other != other ? other : larger;
 }
 
 template <typename T> static inline T min_nan(T a, T b) {
     T smaller = b < a ? b : a;
-    return b != b ? b : smaller;
+    T other = a < b ? a : b;
+    return other != other ? other : smaller;
 }
 
 // exp for float: exp(x) = 2^n * exp(r), n = round(x / ln 2), |r| <= ln(2) / 2, with

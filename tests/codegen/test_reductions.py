@@ -122,6 +122,7 @@ def test_column_reductions_in_bf16(tmp_path) -> None:
 
 SPLIT_SOURCE = """
 import torch
+import torch.nn.functional as F
 
 
 def column_sums(x):
@@ -134,6 +135,14 @@ def totals(x):
 
 def low_precision(x):
     return x.sum(0), x.mean()
+
+
+def variances(x):
+    return torch.var_mean(x, 0), x.var(0, correction=0), x.std()
+
+
+def group_norm(x, w, b):
+    return F.silu(F.group_norm(x, 4, w, b))
 """
 
 
@@ -149,22 +158,35 @@ def split(tmp_path_factory):
         "column_sums": {"x": torch.randn(2048, 160)},
         "totals": {"x": torch.randn(512, 1024)},
         "low_precision": {"x": torch.randn(4096, 96).to(torch.bfloat16)},
+        "variances": {"x": torch.randn(4096, 96)},
+        "group_norm": {
+            "x": torch.randn(1, 16, 128, 128),
+            "w": torch.randn(16),
+            "b": torch.randn(16),
+        },
     }
     root = tmp_path_factory.mktemp("split")
     return compile_source(SPLIT_SOURCE, functions, root), functions
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["column_sums", "totals", "low_precision"])
+@pytest.mark.parametrize(
+    "name", ["column_sums", "totals", "low_precision", "variances", "group_norm"]
+)
 def test_split_reductions(split, name: str) -> None:
+    """Checked on inputs far from 0 (a mean of 3), where a variance's parts must
+    combine around the whole mean, not their own."""
     compiled, functions = split
     case = compiled[name]
-    x = functions[name]["x"]
+    inputs = dict(functions[name])
     gen = torch.Generator().manual_seed(7)
-    x = (torch.randn(x.shape, generator=gen) + 3).to(x.dtype)
-    case.check({"x": x})
-    # partial results, then their totals: more kernels than reductions
-    assert _kernel_launches(case.cpu_source) >= 2, case.cpu_source
+    x = inputs["x"]
+    inputs["x"] = (torch.randn(x.shape, generator=gen) + 3).to(x.dtype)
+    case.check(inputs)
+    # partial results, then their totals: more kernels than unsplit (`variances`
+    # has two then, `group_norm` one)
+    least = {"variances": 3}.get(name, 2)
+    assert _kernel_launches(case.cpu_source) >= least, case.cpu_source
 
 
 FORMULAS_SOURCE = """

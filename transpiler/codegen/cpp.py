@@ -976,18 +976,22 @@ class _Renderer:
         for first, end, fixed in parts:
             self._version(segs, first, end, fixed, outer, "        ")
 
-    def _version(self, segs, first, end, fixed, outer, ind: str) -> None:
+    def _version(self, segs, first, end, fixed, outer, ind: str, scoped=False):
+        """The loop over `x1` from `first` to `end` where the conditions `fixed`
+        hold, itself written twice if a mask on the row is left (`scoped`: in a
+        branch of that `if`)."""
         known = self._fold(segs, fixed)
         masks = [m for m in self._strided_masks(segs, known) if m in outer]
         copies = 2 ** (len([n for n in fixed if n in outer]) + 1)
         if masks and end - first > 1 and copies <= VERSIONS_MAX:
+            inner = ind + "    "
             self.lines.append(f"{ind}if ({masks[0]}) {{")
             self._version(
-                segs, first, end, fixed | {masks[0]: True}, outer, ind + "    "
+                segs, first, end, fixed | {masks[0]: True}, outer, inner, True
             )
             self.lines.append(f"{ind}}} else {{")
             self._version(
-                segs, first, end, fixed | {masks[0]: False}, outer, ind + "    "
+                segs, first, end, fixed | {masks[0]: False}, outer, inner, True
             )
             self.lines.append(f"{ind}}}")
             return
@@ -996,14 +1000,30 @@ class _Renderer:
         for s in reversed(segs):
             if isinstance(s, Stmt) and s.name in live:
                 live |= {known.get(a, a) for a in operands(s)}
+        # what the folded conditions leave depending on the row alone (a channel's
+        # weight read under a mask that now holds) is computed before the loop
+        names = {s.name for s in self.k.body if isinstance(s, Stmt)}
+        settled = {n for n, v in known.items() if v in outer or v not in names}
+        hoisted = self._outer_only(
+            [s for s in segs if isinstance(s, Stmt) and s.name in live],
+            given=outer | settled,
+        ) - set(known)
+        if hoisted and not scoped:
+            self.lines.append(f"{ind}{{")
+            ind += "    "
+        for seg in segs:
+            if isinstance(seg, Stmt) and seg.name in hoisted:
+                self.stmt(seg, ind)
         self.lines.append(f"{ind}#pragma omp simd")
         self.lines.append(f"{ind}for (int64_t x1 = {first}; x1 < {end}; ++x1) {{")
         for seg in segs:
             if isinstance(seg, Store):
                 self.store(seg, ind + "    ")
-            elif seg.name in live:
+            elif seg.name in live and seg.name not in hoisted:
                 self.stmt(seg, ind + "    ")
         self.lines.append(f"{ind}}}")
+        if hoisted and not scoped:
+            self.lines.append(f"{ind[:-4]}}}")
         self.known = {}
 
     def render(self) -> str:

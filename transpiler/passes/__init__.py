@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import replace
 
 from transpiler.ir.graph import Graph
@@ -29,6 +28,7 @@ from transpiler.passes.split_reductions import split_reductions
 PIPELINE = (
     (check_indices, "check the indices of the indirect loads kernels compute"),
     (decompose, "rewrite composite ops (layer_norm, softmax, gelu) into fusable ops"),
+    (split_reductions, "reduce long reductions with few results in two kernels"),
     (channels_last, "run 2-D convolutions and the kernels between them NHWC"),
     (unroll_small_matmuls, "compute a matmul with K <= 8 as products that fuse"),
     (split_addmm, "move a linear layer's bias into the kernel of its epilogue"),
@@ -46,32 +46,24 @@ DEVICE_PASSES = {
     "cuda": (
         (addmm_activation, "let cuBLAS apply a linear layer's bias and GELU"),
         (repeat_grouped_heads, "call fused f32 attention over grouped heads"),
-        (
-            functools.partial(split_reductions, device="cuda"),
-            "reduce long reductions with few results in two kernels",
-        ),
-    ),
-    "cpu": (
-        (
-            functools.partial(split_reductions, device="cpu"),
-            "reduce long reductions with few results in two kernels",
-        ),
     ),
 }
+# Passes of PIPELINE that take the device: what pays differs between them
+FOR_DEVICE = (split_reductions,)
 
 
 def optimize(graph: Graph, device: str = "cpu") -> Graph:
     for run, _why in DEVICE_PASSES.get(device, ()) + PIPELINE:
-        graph = run(graph)
+        graph = run(graph, device) if run in FOR_DEVICE else run(graph)
         graph.lint()
     graph = fold_device_outputs(graph, device)  # last: a retrace would undo it
     graph.lint()
     return graph
 
 
-def lower(graph: Graph, names: KernelNames) -> Program:
+def lower(graph: Graph, names: KernelNames, device: str = "cpu") -> Program:
     """Fuse into kernels and schedule them with the extern calls."""
-    return schedule(graph, fuse(graph), names)
+    return schedule(graph, fuse(graph, device), names)
 
 
 def lower_region(
@@ -88,7 +80,7 @@ def lower_region(
     """
     env = dict(env or {})
     graph = _rename_inputs(region.graph, env)
-    program = lower(optimize(graph, device), names)
+    program = lower(optimize(graph, device), names, device)
     compiled_loops = tuple(
         (n.target, _lower_loop(loops[int(n.target.split(":")[1])], names, device))
         for n in graph.nodes
@@ -112,7 +104,7 @@ def lower_region(
 
 
 def _lower_loop(body: LoopBody, names: KernelNames, device: str) -> CompiledLoop:
-    program = lower(optimize(body.graph, device), names)
+    program = lower(optimize(body.graph, device), names, device)
     return CompiledLoop(program, body.carried, body.span)
 
 

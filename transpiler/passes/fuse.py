@@ -49,6 +49,12 @@ from transpiler.ir.ops import (
     is_view,
 )
 
+SLICE = "aten.slice.Tensor"
+PAD = "aten.constant_pad_nd.default"
+# ops computed again for all the windows that read one value (a 3 x 3 pool of a
+# batch norm and ReLU: 9 windows of 5 ops)
+WINDOW_OPS_MAX = 96
+
 
 @dataclass(frozen=True)
 class Group:
@@ -310,10 +316,10 @@ def resolve(
         if not alias_ok(node, base):
             chain_ok = False
         name, node = base.name, base
-        if kinds[name] != "view" and not chain_ok:
-            return ("buffer", ref.name, name)
-    if kinds[name] == "inline" and name == ref.name:
-        return ("inline", name, name)
+    if kinds[name] == "inline" and (name == ref.name or window_maps(ref, nodes)):
+        return ("inline", ref.name, name)
+    if not chain_ok:
+        return ("buffer", ref.name, name)
     if kinds[name] in (*KERNEL_KINDS, "item") and chain_ok:
         return ("virtual", name, name)
     return ("buffer", ref.name, name)
@@ -333,10 +339,10 @@ def splits(shape: tuple[int, ...], rnumel: int) -> bool:
     return inner == rnumel
 
 
-def fuse(graph: Graph) -> Fusion:
+def fuse(graph: Graph, device: str = "cpu") -> Fusion:
     nodes = graph.by_name()
     kinds = {n.name: classify(n, nodes) for n in graph.nodes}
-    _mark_inlined(graph, kinds)
+    _mark_inlined(graph, kinds, windows=device == "cuda")
     ancestors = _ancestors(graph)
     groups: list[_State] = []
     group_of: dict[str, int] = {}
@@ -402,18 +408,41 @@ def sources(node: Node, nodes, kinds) -> list[Ref]:
     they are read ("inline"), what they read, in turn."""
     out: list[Ref] = []
     for r in node.refs():
-        if kinds[r.name] == "inline":
-            out += sources(nodes[r.name], nodes, kinds)
+        how, _, root = resolve(r, nodes, kinds)
+        if how == "inline":
+            out += sources(nodes[root], nodes, kinds)
         else:
             out.append(r)
     return out
 
 
-def _mark_inlined(graph: Graph, kinds: dict[str, str]) -> None:
+def window_maps(ref: Ref, nodes) -> dict[int, tuple[int, int]] | None:
+    """For a view made of slices alone (a window of a pool, `x[..., 1::2]`), where
+    each of its coordinates `c` lies in the sliced value: `a * c + b` along each
+    dimension `d` of the result's {d: (a, b)}; None for any other view, or none."""
+    maps: dict[int, tuple[int, int]] = {}
+    node = nodes[ref.name]
+    while node.target == SLICE:
+        base = nodes[node.args[0].name]
+        rank = len(base.tensor_meta.shape)
+        bound = bind_args(node.target, node.args, node.kwargs)
+        d = bound.get("dim", 0) % rank
+        start, step = bound.get("start") or 0, bound.get("step") or 1
+        n = base.tensor_meta.shape[d]
+        start = max(0, start + n if start < 0 else start)
+        a, b = maps.get(d, (1, 0))
+        maps[d] = (step * a, step * b + start)
+        node = base
+    return maps if maps and node.name != ref.name else None
+
+
+def _mark_inlined(graph: Graph, kinds: dict[str, str], windows: bool) -> None:
     """Kind "inline" for pointwise values read only by data movement, directly or
     through other such values of their shape (`-x2` in `cat((-x2, x1), -1)`):
     each is computed where the movement reads it, at the positions it reads,
-    never written (Note [Data movement in kernels] in schedule.py)."""
+    never written (Note [Data movement in kernels] in schedule.py). With
+    `windows` (for GPUs), also those read only through the slices of windows
+    (Note [Windows of computed values] in schedule.py)."""
     users = graph.users()
     nodes = graph.by_name()
     for node in reversed(graph.nodes):
@@ -427,6 +456,70 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str]) -> None:
             for u in readers
         ):
             kinds[node.name] = "inline"
+        elif windows and _read_through_windows(node, nodes, kinds, users):
+            kinds[node.name] = "inline"
+
+
+def _read_through_windows(node: Node, nodes, kinds, users) -> bool:
+    """Whether every reader of pointwise `node` reads it through slices (the
+    windows of a pool, `x[..., ::2]`) and it is cheap enough to compute again at
+    each (Note [Windows of computed values] in schedule.py)."""
+    sites, todo, seen = 0, list(users[node.name]), set()
+    while todo:
+        u = todo.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if u not in nodes:  # the result
+            return False
+        if kinds.get(u) == "view":
+            if nodes[u].target != SLICE:
+                return False
+            todo += users[u]
+            continue
+        reader = nodes[u]
+        reads = [
+            r
+            for r in reader.refs()
+            if r.name != node.name and _slices_of(r, node, nodes)
+        ]
+        if not reads or any(r.name == node.name for r in reader.refs()):
+            return False  # read where it is, too: computed there anyway
+        if kinds.get(u) != "pointwise" or (
+            reader.target in MOVEMENT and reader.target != PAD
+        ):
+            return False
+        if reader.target != PAD and any(
+            nodes[r.name].tensor_meta.shape != reader.tensor_meta.shape for r in reads
+        ):
+            return False  # broadcast to the reader: positions not a slice's
+        sites += len(reads)
+    return (
+        0 < sites and sites * _inline_ops(node, nodes, kinds, users) <= WINDOW_OPS_MAX
+    )
+
+
+def _slices_of(ref: Ref, root: Node, nodes) -> bool:
+    node = nodes[ref.name]
+    while node.target == SLICE:
+        node = nodes[node.args[0].name]
+    return node.name == root.name and nodes[ref.name].target == SLICE
+
+
+def _inline_ops(node: Node, nodes, kinds, users) -> int:
+    """The ops computing `node` again takes: it, and the pointwise values of its
+    shape that only it reads (those become "inline" with it)."""
+    total = 1
+    for r in node.refs():
+        operand = nodes[r.name]
+        if (
+            kinds.get(r.name) == "pointwise"
+            and operand.target in POINTWISE
+            and operand.tensor_meta.shape == node.tensor_meta.shape
+            and users[r.name] == [node.name]
+        ):
+            total += _inline_ops(operand, nodes, kinds, users)
+    return total
 
 
 def _mergeable(g: _State, into: _State, nodes, reads_from, ancestors) -> bool:

@@ -18,8 +18,13 @@ a unit is a row of a kernel reducing trailing dimensions and a tile of
 neighbouring rows of one reading across them (Note [Reduction order] in fuse.py),
 while each partial still reduces `PART_MIN` elements. Sums, means (of equal
 parts), maxima and minima split exactly that way; a mean or sum of f16/bf16 is
-summed in f32 throughout and rounded once at the end, as eager's is. Variances do
-not split here.
+summed in f32 throughout and rounded once at the end, as eager's is.
+
+A variance (`var_mean`: a group norm's statistics) splits into each part's mean
+and variance, which combine as Chan et al.'s parallel algorithm does for parts of
+`k` elements each: the mean is the parts' mean, and the sum of squared deviations
+is `k * sum(var_i) + k * sum((mean_i - mean)^2)`. Stable Diffusion's first group
+norm has 64 rows of 40960: one program a row left half of an H100 idle.
 
 Decided at transpile time for the declared shapes; a dynamic size is never split.
 """
@@ -27,6 +32,7 @@ Decided at transpile time for the declared shapes; a dynamic size is never split
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -56,6 +62,12 @@ SPLITS = {  # reduction -> how its parts combine
     "aten.min.default": torch.amin,
 }
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+VARIANCES = (
+    "aten.var_mean.correction",
+    "aten.var_mean.dim",
+    "aten.var.correction",
+    "aten.var.dim",
+)
 
 
 def split_reductions(graph: Graph, device: str) -> Graph:
@@ -65,10 +77,18 @@ def split_reductions(graph: Graph, device: str) -> Graph:
         for n in graph.nodes
         if n.target in SPLITS and (s := _split(n, nodes, device)) is not None
     }
+    split |= {
+        n.name: s
+        for n in graph.nodes
+        if n.target in VARIANCES and (s := _split(n, nodes, device)) is not None
+    }
     if not split:
         return graph
     rewrites = {
         target: functools.partial(_rewrite, split, SPLITS[target]) for target in SPLITS
+    }
+    rewrites |= {
+        target: functools.partial(_split_variance, split) for target in VARIANCES
     }
     return retrace(graph, rewrites=rewrites)
 
@@ -119,6 +139,42 @@ def _rewrite(split: dict, combine, node: Node, args: tuple, kwargs: dict):
     if keepdim:
         total = total.view(_kept_shape(x.shape, reduced))
     return total.to(args[0].dtype) if low else total
+
+
+def _split_variance(split: dict, node: Node, args: tuple, kwargs: dict):
+    """`var_mean` (or `var`) from the variance and mean of each part (Note
+    [Split reductions])."""
+    if node.name not in split:
+        return NotImplemented
+    d, parts, reduced = split[node.name]
+    x = args[0]
+    bound = bind_args(node.target, node.args, node.kwargs)
+    keepdim = bool(bound.get("keepdim"))
+    if "unbiased" in bound:
+        correction = 1 if bound["unbiased"] else 0
+    else:
+        correction = 1 if bound.get("correction") is None else bound["correction"]
+    shape = list(x.shape)
+    count = math.prod(shape[e] for e in reduced) // parts  # elements in each part
+    if count * parts - correction <= 0:
+        return NotImplemented
+    view = x.view(shape[:d] + [parts, shape[d] // parts] + shape[d + 1 :])
+    if x.dtype in LOW_PRECISION:
+        view = view.float()
+    first = sorted([e + (e > d) for e in reduced if e != d] + [d + 1])
+    every = sorted(first + [d])
+    part_var, part_mean = torch.var_mean(view, first, correction=0, keepdim=True)
+    mean = part_mean.mean(every, keepdim=True)
+    spread = ((part_mean - mean) * (part_mean - mean)).sum(every, keepdim=True)
+    squares = part_var.sum(every, keepdim=True) * count + spread * count
+    var = squares / (count * parts - correction)
+    out = (
+        _kept_shape(shape, reduced)
+        if keepdim
+        else [n for e, n in enumerate(shape) if e not in reduced]
+    )
+    var, mean = var.view(out).to(x.dtype), mean.view(out).to(x.dtype)
+    return (var, mean) if "var_mean" in node.target else var
 
 
 def _kept_shape(shape, reduced: list[int]) -> list[int]:
