@@ -466,8 +466,10 @@ UNARY = [
     "{a}.float()",
     "{a} * {a}.tanh()",
     "torch.nan_to_num({a})",
+    "F.max_pool1d({a}[None], 3, 1, 1)[0]",  # windows of a computed value
 ]
 UNARY_REDUCING = [  # same shape, but a reduction inside (looser tolerance)
+    "F.avg_pool1d({a}[None], 3, 1, 1, count_include_pad=False)[0]",
     "F.softmax({a}, dim=-1)",
     "{a} - {a}.mean(-1, keepdim=True)",
     "F.normalize({a}, dim=-1)",

@@ -72,6 +72,10 @@ UNARY = {
     "times_zero": "{0} * 0",
     "square": "{0} * {0}",
     "nan_to_zero": "torch.where(torch.isnan({0}), 0.0, {0})",
+    "window_max": (  # a max pool of what came before: Note [Windows of computed values]
+        "torch.nn.functional.max_pool1d({0}.reshape(-1, 1, {0}.shape[-1]), 3, 1, 1)"
+        ".reshape({0}.shape)"
+    ),
 }
 BINARY = {
     "add": "{0} + {1}",

@@ -41,6 +41,10 @@ UNARY = {  # all defined and finite-ish on any finite input
     "scale": "{0} * 0.5",
     "shift": "{0} - 1.25",
     "clamp": "{0}.clamp_min(-0.5)",
+    "window_max": (  # a max pool of what came before: Note [Windows of computed values]
+        "torch.nn.functional.max_pool1d({0}.reshape(-1, 1, {0}.shape[-1]), 3, 1, 1)"
+        ".reshape({0}.shape)"
+    ),
 }
 BINARY = {
     "add": "{0} + {1}",
