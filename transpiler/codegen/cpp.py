@@ -70,9 +70,10 @@ A pool's or a padded convolution window's loads are masked where the window
 overhangs the input (`x1 >= 1 ? in[2 * x1 - 1] : 0`), and the compiler vectorizes a
 masked load only where it is contiguous (AVX2 has masked moves, not masked strided
 loads): a 3 x 3 max pool of stride 2 ran one element at a time, 19 ms where all
-of torch.compile's ResNet stem took 11. So where the inner loop has a masked load that is not contiguous, it is
-split where the conditions on `x1` alone change value, which the renderer computes
-for every `x1` (`x1 >= 1` splits 0 from 1..55), and within each part those
+of torch.compile's ResNet stem took 11. So where the inner loop has a masked load
+that is not contiguous, it is split where the conditions on `x1` alone change
+value, which the renderer computes for every `x1` (`x1 >= 1` splits 0 from
+1..55), and within each part those
 conditions are constants. A mask that then depends on the outer index alone
 (`oh >= 1`: the window's top row) is taken out of the loop, which is written
 once where it holds and once where it does not (at most `VERSIONS_MAX` copies).

@@ -403,3 +403,12 @@ def bind_args(target: str, args: tuple, kwargs: tuple) -> dict:
         elif a.has_default_value():
             out[a.name] = a.default_value
     return out
+
+
+def correction(target: str, args: tuple, kwargs: tuple) -> int:
+    """The degrees of freedom a var / var_mean op subtracts (Bessel's: 1)."""
+    bound = bind_args(target, args, kwargs)
+    if "unbiased" in bound:
+        return 1 if bound["unbiased"] else 0
+    value = bound.get("correction")
+    return 1 if value is None else value

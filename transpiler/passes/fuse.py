@@ -478,11 +478,7 @@ def _read_through_windows(node: Node, nodes, kinds, users) -> bool:
             todo += users[u]
             continue
         reader = nodes[u]
-        reads = [
-            r
-            for r in reader.refs()
-            if r.name != node.name and _slices_of(r, node, nodes)
-        ]
+        reads = [r for r in reader.refs() if _slices_of(r, node, nodes)]
         if not reads or any(r.name == node.name for r in reader.refs()):
             return False  # read where it is, too: computed there anyway
         if kinds.get(u) != "pointwise" or (

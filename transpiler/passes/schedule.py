@@ -75,6 +75,7 @@ from transpiler.ir.ops import (
     SCANS,
     bind_args,
     compute_dtype,
+    correction,
 )
 from transpiler.ir.program import (
     Alloc,
@@ -656,7 +657,9 @@ class KernelBuilder:
             self.values[node.name] = mean
             return
         mean, ss = self.centered_squares(x, mean, k, dtype)
-        divisor = Const(max(k - _correction(node), 0), dtype)
+        divisor = Const(
+            max(k - correction(node.target, node.args, node.kwargs), 0), dtype
+        )
         var = self.emit("truediv", (ss, divisor), dtype, "x")
         if kind == "var":
             self.values[node.name] = var
@@ -851,15 +854,6 @@ def _coalesce(terms) -> list[Term]:
                 continue
         out.append(t)
     return out
-
-
-def _correction(node: Node) -> int:
-    """The degrees of freedom a var / var_mean node subtracts (Bessel's: 1)."""
-    bound = bind_args(node.target, node.args, node.kwargs)
-    if "unbiased" in bound:
-        return 1 if bound["unbiased"] else 0
-    correction = bound.get("correction")
-    return 1 if correction is None else correction
 
 
 def _rounded(value: Const, dtype: torch.dtype) -> Const:

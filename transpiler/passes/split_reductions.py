@@ -37,7 +37,7 @@ import math
 import torch
 
 from transpiler.ir.graph import Graph, Node
-from transpiler.ir.ops import bind_args
+from transpiler.ir.ops import bind_args, correction
 from transpiler.passes.fuse import (
     reduced_dims,
     reduction_ok,
@@ -127,14 +127,11 @@ def _rewrite(split: dict, combine, node: Node, args: tuple, kwargs: dict):
     d, parts, reduced = split[node.name]
     x = args[0]
     keepdim = bool(bind_args(node.target, node.args, node.kwargs).get("keepdim"))
-    shape = list(x.shape)
-    view = x.view(shape[:d] + [parts, shape[d] // parts] + shape[d + 1 :])
+    view, first = _parts(x, d, parts, reduced)
     low = x.dtype in LOW_PRECISION and combine in (torch.sum, torch.mean)
     if low:  # after the view: the kernel of the partials computes it
         view = view.float()
-    # the dimensions of `view` reduced first: all reduced ones but the parts
-    first = [e + (e > d) for e in reduced if e != d] + [d + 1]
-    partial = combine(view, sorted(first), keepdim=True)
+    partial = combine(view, first, keepdim=True)
     total = combine(partial, sorted(first + [d]), keepdim=False)
     if keepdim:
         total = total.view(_kept_shape(x.shape, reduced))
@@ -148,26 +145,21 @@ def _split_variance(split: dict, node: Node, args: tuple, kwargs: dict):
         return NotImplemented
     d, parts, reduced = split[node.name]
     x = args[0]
-    bound = bind_args(node.target, node.args, node.kwargs)
-    keepdim = bool(bound.get("keepdim"))
-    if "unbiased" in bound:
-        correction = 1 if bound["unbiased"] else 0
-    else:
-        correction = 1 if bound.get("correction") is None else bound["correction"]
+    keepdim = bool(bind_args(node.target, node.args, node.kwargs).get("keepdim"))
+    dof = correction(node.target, node.args, node.kwargs)
     shape = list(x.shape)
     count = math.prod(shape[e] for e in reduced) // parts  # elements in each part
-    if count * parts - correction <= 0:
+    if count * parts - dof <= 0:
         return NotImplemented
-    view = x.view(shape[:d] + [parts, shape[d] // parts] + shape[d + 1 :])
+    view, first = _parts(x, d, parts, reduced)
     if x.dtype in LOW_PRECISION:
         view = view.float()
-    first = sorted([e + (e > d) for e in reduced if e != d] + [d + 1])
     every = sorted(first + [d])
     part_var, part_mean = torch.var_mean(view, first, correction=0, keepdim=True)
     mean = part_mean.mean(every, keepdim=True)
     spread = ((part_mean - mean) * (part_mean - mean)).sum(every, keepdim=True)
     squares = part_var.sum(every, keepdim=True) * count + spread * count
-    var = squares / (count * parts - correction)
+    var = squares / (count * parts - dof)
     out = (
         _kept_shape(shape, reduced)
         if keepdim
@@ -175,6 +167,14 @@ def _split_variance(split: dict, node: Node, args: tuple, kwargs: dict):
     )
     var, mean = var.view(out).to(x.dtype), mean.view(out).to(x.dtype)
     return (var, mean) if "var_mean" in node.target else var
+
+
+def _parts(x, d: int, parts: int, reduced: list[int]):
+    """`x` with dimension `d` split into (parts, rest), and the dimensions of that
+    view reduced first: all reduced ones but the parts."""
+    shape = list(x.shape)
+    view = x.view(shape[:d] + [parts, shape[d] // parts] + shape[d + 1 :])
+    return view, sorted([e + (e > d) for e in reduced if e != d] + [d + 1])
 
 
 def _kept_shape(shape, reduced: list[int]) -> list[int]:
