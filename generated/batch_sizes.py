@@ -199,7 +199,7 @@ def _cuda_0(self, x):
     linear = torch.nn.functional.linear(x, fc_weight)
     _log_softmax = empty((16, 10), (10, 1), torch.float32)
     _triton.triton_fused_addmm_log_softmax_0[(1,)](
-        linear, fc_bias, _log_softmax, XBLOCK=16, RBLOCK=16, num_warps=1
+        linear, fc_bias, _log_softmax, XBLOCK=16, RBLOCK=16, num_warps=2
     )
     return _log_softmax
 
@@ -588,7 +588,7 @@ def _cuda_2(self, x):
     linear = torch.nn.functional.linear(x, fc_weight)
     _log_softmax = empty((1, 10), (10, 1), torch.float32)
     _triton.triton_fused_addmm_log_softmax_2[(1,)](
-        linear, fc_bias, _log_softmax, XBLOCK=1, RBLOCK=16, num_warps=1
+        linear, fc_bias, _log_softmax, XBLOCK=1, RBLOCK=16, num_warps=2
     )
     return _log_softmax
 
@@ -671,7 +671,7 @@ def _cuda_3(self, x):
     linear = torch.nn.functional.linear(x, fc_weight)
     _log_softmax = empty((B, 10), (10, 1), torch.float32)
     _triton.triton_fused_addmm_log_softmax_3[((B + 63) // 64,)](
-        linear, fc_bias, _log_softmax, B, XBLOCK=64, RBLOCK=16, num_warps=4
+        linear, fc_bias, _log_softmax, B, XBLOCK=64, RBLOCK=16, num_warps=2
     )
     return _log_softmax
 

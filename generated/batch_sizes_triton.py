@@ -22,17 +22,13 @@ def triton_fused_addmm_log_softmax_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], float("-inf"), tl.float32)
     tmp0 = tl.load(in_ptr0 + (10 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
-    acc0_0 = _maximum(acc0_0, tl.where(xmask & rmask, tmp2, float("-inf")))
-    tmp3 = tl.reduce(acc0_0, 1, _maximum)[:, None]
-    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    tmp3 = tl.reduce(tl.where(xmask & rmask, tmp2, float("-inf")), 1, _maximum)[:, None]
     tmp4 = tmp2 - tmp3
     tmp5 = tl.exp(tmp4)
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp5, 0)
-    tmp6 = tl.sum(acc1_0, 1)[:, None]
+    tmp6 = tl.sum(tl.where(xmask & rmask, tmp5, 0), 1)[:, None]
     tmp7 = tl.log(tmp6)
     tmp8 = tmp4 - tmp7
     tl.store(out_ptr0 + (10 * xindex + rindex), tmp8, xmask & rmask)
@@ -50,17 +46,13 @@ def triton_fused_addmm_log_softmax_1(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], float("-inf"), tl.float32)
     tmp0 = tl.load(in_ptr0 + (10 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
-    acc0_0 = _maximum(acc0_0, tl.where(xmask & rmask, tmp2, float("-inf")))
-    tmp3 = tl.reduce(acc0_0, 1, _maximum)[:, None]
-    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    tmp3 = tl.reduce(tl.where(xmask & rmask, tmp2, float("-inf")), 1, _maximum)[:, None]
     tmp4 = tmp2 - tmp3
     tmp5 = tl.exp(tmp4)
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp5, 0)
-    tmp6 = tl.sum(acc1_0, 1)[:, None]
+    tmp6 = tl.sum(tl.where(xmask & rmask, tmp5, 0), 1)[:, None]
     tmp7 = tl.log(tmp6)
     tmp8 = tmp4 - tmp7
     tl.store(out_ptr0 + (10 * xindex + rindex), tmp8, xmask & rmask)
@@ -78,17 +70,13 @@ def triton_fused_addmm_log_softmax_2(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], float("-inf"), tl.float32)
     tmp0 = tl.load(in_ptr0 + rindex, xmask & rmask, other=0)
     tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
-    acc0_0 = _maximum(acc0_0, tl.where(xmask & rmask, tmp2, float("-inf")))
-    tmp3 = tl.reduce(acc0_0, 1, _maximum)[:, None]
-    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    tmp3 = tl.reduce(tl.where(xmask & rmask, tmp2, float("-inf")), 1, _maximum)[:, None]
     tmp4 = tmp2 - tmp3
     tmp5 = tl.exp(tmp4)
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp5, 0)
-    tmp6 = tl.sum(acc1_0, 1)[:, None]
+    tmp6 = tl.sum(tl.where(xmask & rmask, tmp5, 0), 1)[:, None]
     tmp7 = tl.log(tmp6)
     tmp8 = tmp4 - tmp7
     tl.store(out_ptr0 + rindex, tmp8, xmask & rmask)
@@ -106,17 +94,13 @@ def triton_fused_addmm_log_softmax_3(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], float("-inf"), tl.float32)
     tmp0 = tl.load(in_ptr0 + (10 * (xindex % B) + rindex), xmask & rmask, other=0)
     tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
-    acc0_0 = _maximum(acc0_0, tl.where(xmask & rmask, tmp2, float("-inf")))
-    tmp3 = tl.reduce(acc0_0, 1, _maximum)[:, None]
-    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    tmp3 = tl.reduce(tl.where(xmask & rmask, tmp2, float("-inf")), 1, _maximum)[:, None]
     tmp4 = tmp2 - tmp3
     tmp5 = tl.exp(tmp4)
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp5, 0)
-    tmp6 = tl.sum(acc1_0, 1)[:, None]
+    tmp6 = tl.sum(tl.where(xmask & rmask, tmp5, 0), 1)[:, None]
     tmp7 = tl.log(tmp6)
     tmp8 = tmp4 - tmp7
     tl.store(out_ptr0 + (10 * (xindex % B) + rindex), tmp8, xmask & rmask)

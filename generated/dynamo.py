@@ -125,7 +125,7 @@ def _cuda_0(x):
     mul = empty((10,), (1,), torch.float32)
     gt = empty((), (), torch.bool)
     _triton.triton_fused_mul_sum_gt_0[(1,)](
-        x, mul, gt, XBLOCK=1, RBLOCK=16, num_warps=1
+        x, mul, gt, XBLOCK=1, RBLOCK=16, num_warps=2
     )
     # sync: the branch reads tensor data (examples/dynamo.py:9: if y.sum() > 0:  # Dynamic control flow!)
     if gt:

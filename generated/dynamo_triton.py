@@ -17,11 +17,9 @@ def triton_fused_mul_sum_gt_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp0 = tl.load(in_ptr0 + rindex, xmask & rmask, other=0)
     tmp1 = tmp0 * 2.0
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp1, 0)
-    tmp2 = tl.sum(acc0_0, 1)[:, None]
+    tmp2 = tl.sum(tl.where(xmask & rmask, tmp1, 0), 1)[:, None]
     tmp3 = tmp2 > 0.0
     tl.store(out_ptr1 + xindex, tmp3, xmask)
     tl.store(out_ptr0 + rindex, tmp1, xmask & rmask)

@@ -1651,7 +1651,7 @@ def _cuda_0(self, idx):
     (embedding_1,) = constants
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
     ne = empty((), (), torch.bool)
-    _triton.triton_fused_embedding_0[(1,)](idx, ne, XBLOCK=1, RBLOCK=32, num_warps=1)
+    _triton.triton_fused_embedding_0[(1,)](idx, ne, XBLOCK=1, RBLOCK=32, num_warps=2)
     runtime_shim.check_index(ne, "index out of range in self")
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = empty((2, 16, 64), (1024, 64, 1), torch.float32)
@@ -1705,7 +1705,7 @@ def _cuda_0(self, idx):
         native_layer_norm_3_0,
         XBLOCK=16,
         RBLOCK=64,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, h_0_mlp_c_fc_weight)
@@ -1730,7 +1730,7 @@ def _cuda_0(self, idx):
         native_layer_norm_4_0,
         XBLOCK=16,
         RBLOCK=64,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear_4 = torch.nn.functional.linear(
@@ -1769,7 +1769,7 @@ def _cuda_0(self, idx):
         native_layer_norm_5_0,
         XBLOCK=16,
         RBLOCK=64,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_6 = torch.nn.functional.linear(native_layer_norm_5_0, h_1_mlp_c_fc_weight)
@@ -1792,7 +1792,7 @@ def _cuda_0(self, idx):
         native_layer_norm_6_0,
         XBLOCK=16,
         RBLOCK=64,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt.py:52: return self.lm_head(x)  # (B, T, vocab_size)
     linear_8 = torch.nn.functional.linear(native_layer_norm_6_0, wte_weight)

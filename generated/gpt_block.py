@@ -616,7 +616,7 @@ def _cuda_0(self, x):
         native_layer_norm_0,
         XBLOCK=16,
         RBLOCK=64,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear = torch.nn.functional.linear(
@@ -655,7 +655,7 @@ def _cuda_0(self, x):
         native_layer_norm_3_0,
         XBLOCK=16,
         RBLOCK=64,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, mlp_c_fc_weight)
@@ -1256,7 +1256,7 @@ def _cuda_1(self, x):
         native_layer_norm_0,
         XBLOCK=16,
         RBLOCK=64,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear = torch.nn.functional.linear(
@@ -1295,7 +1295,7 @@ def _cuda_1(self, x):
         native_layer_norm_3_0,
         XBLOCK=16,
         RBLOCK=64,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     view_8 = native_layer_norm_3_0.view(32, 64)

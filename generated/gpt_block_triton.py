@@ -35,19 +35,13 @@ def triton_fused_native_layer_norm_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp0 = tl.load(in_ptr0 + (64 * xindex + rindex), xmask & rmask, other=0)
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp0, 0)
-    tmp1 = tl.sum(acc0_0, 1)[:, None]
+    tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
     tmp2 = tmp1 / 64.0
-    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp3 = tmp0 - tmp2
     tmp4 = tmp3 * tmp3
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp4, 0)
-    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp3, 0)
-    tmp5 = tl.sum(acc1_0, 1)[:, None]
-    tmp6 = tl.sum(acc1_1, 1)[:, None]
+    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
+    tmp6 = tl.sum(tl.where(xmask & rmask, tmp3, 0), 1)[:, None]
     tmp7 = tmp6 / 64.0
     tmp8 = tmp6 * tmp7
     tmp9 = tmp5 - tmp8
@@ -89,23 +83,17 @@ def triton_fused_addmm_add_native_layer_norm_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp0 = tl.load(in_ptr0 + (64 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tl.load(in_ptr2 + (64 * xindex + rindex), xmask & rmask, other=0)
     tmp4 = tmp3 + tmp2
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp4, 0)
-    tmp5 = tl.sum(acc0_0, 1)[:, None]
+    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
     tmp6 = tmp5 / 64.0
-    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp7 = tmp4 - tmp6
     tmp8 = tmp7 * tmp7
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp8, 0)
-    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp7, 0)
-    tmp9 = tl.sum(acc1_0, 1)[:, None]
-    tmp10 = tl.sum(acc1_1, 1)[:, None]
+    tmp9 = tl.sum(tl.where(xmask & rmask, tmp8, 0), 1)[:, None]
+    tmp10 = tl.sum(tl.where(xmask & rmask, tmp7, 0), 1)[:, None]
     tmp11 = tmp10 / 64.0
     tmp12 = tmp10 * tmp11
     tmp13 = tmp9 - tmp12
@@ -175,21 +163,15 @@ def triton_fused_native_layer_norm_1(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp0 = tl.load(in_ptr0 + (64 * xindex + rindex), xmask & rmask, other=0).to(
         tl.float32
     )
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp0, 0)
-    tmp1 = tl.sum(acc0_0, 1)[:, None]
+    tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
     tmp2 = tmp1 / 64.0
-    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp3 = tmp0 - tmp2
     tmp4 = tmp3 * tmp3
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp4, 0)
-    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp3, 0)
-    tmp5 = tl.sum(acc1_0, 1)[:, None]
-    tmp6 = tl.sum(acc1_1, 1)[:, None]
+    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
+    tmp6 = tl.sum(tl.where(xmask & rmask, tmp3, 0), 1)[:, None]
     tmp7 = tmp6 / 64.0
     tmp8 = tmp6 * tmp7
     tmp9 = tmp5 - tmp8
@@ -231,7 +213,6 @@ def triton_fused_addmm_add_native_layer_norm_1(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp0 = tl.load(in_ptr0 + (64 * xindex + rindex), xmask & rmask, other=0).to(
         tl.float32
     )
@@ -241,17 +222,12 @@ def triton_fused_addmm_add_native_layer_norm_1(
         tl.float32
     )
     tmp4 = tmp3 + tmp2
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp4, 0)
-    tmp5 = tl.sum(acc0_0, 1)[:, None]
+    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
     tmp6 = tmp5 / 64.0
-    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp7 = tmp4 - tmp6
     tmp8 = tmp7 * tmp7
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp8, 0)
-    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp7, 0)
-    tmp9 = tl.sum(acc1_0, 1)[:, None]
-    tmp10 = tl.sum(acc1_1, 1)[:, None]
+    tmp9 = tl.sum(tl.where(xmask & rmask, tmp8, 0), 1)[:, None]
+    tmp10 = tl.sum(tl.where(xmask & rmask, tmp7, 0), 1)[:, None]
     tmp11 = tmp10 / 64.0
     tmp12 = tmp10 * tmp11
     tmp13 = tmp9 - tmp12

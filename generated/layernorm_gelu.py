@@ -216,7 +216,7 @@ def _cuda_0(self, x):
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
     gelu = empty((16, 256), (256, 1), torch.float32)
     _triton.triton_fused_native_layer_norm_gelu_0[(4,)](
-        x, norm_weight, norm_bias, gelu, XBLOCK=4, RBLOCK=256, num_warps=4
+        x, norm_weight, norm_bias, gelu, XBLOCK=4, RBLOCK=256, num_warps=2
     )
     return gelu
 
@@ -390,7 +390,7 @@ def _cuda_1(self, x):
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
     gelu = empty((16, 256), (256, 1), torch.bfloat16)
     _triton.triton_fused_native_layer_norm_gelu_1[(4,)](
-        x, norm_weight, norm_bias, gelu, XBLOCK=4, RBLOCK=256, num_warps=4
+        x, norm_weight, norm_bias, gelu, XBLOCK=4, RBLOCK=256, num_warps=2
     )
     return gelu
 

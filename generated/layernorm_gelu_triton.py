@@ -16,19 +16,13 @@ def triton_fused_native_layer_norm_gelu_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp0 = tl.load(in_ptr0 + (256 * xindex + rindex), xmask & rmask, other=0)
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp0, 0)
-    tmp1 = tl.sum(acc0_0, 1)[:, None]
+    tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
     tmp2 = tmp1 / 256.0
-    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp3 = tmp0 - tmp2
     tmp4 = tmp3 * tmp3
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp4, 0)
-    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp3, 0)
-    tmp5 = tl.sum(acc1_0, 1)[:, None]
-    tmp6 = tl.sum(acc1_1, 1)[:, None]
+    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
+    tmp6 = tl.sum(tl.where(xmask & rmask, tmp3, 0), 1)[:, None]
     tmp7 = tmp6 / 256.0
     tmp8 = tmp6 * tmp7
     tmp9 = tmp5 - tmp8
@@ -61,21 +55,15 @@ def triton_fused_native_layer_norm_gelu_1(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp0 = tl.load(in_ptr0 + (256 * xindex + rindex), xmask & rmask, other=0).to(
         tl.float32
     )
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp0, 0)
-    tmp1 = tl.sum(acc0_0, 1)[:, None]
+    tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
     tmp2 = tmp1 / 256.0
-    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp3 = tmp0 - tmp2
     tmp4 = tmp3 * tmp3
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp4, 0)
-    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp3, 0)
-    tmp5 = tl.sum(acc1_0, 1)[:, None]
-    tmp6 = tl.sum(acc1_1, 1)[:, None]
+    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
+    tmp6 = tl.sum(tl.where(xmask & rmask, tmp3, 0), 1)[:, None]
     tmp7 = tmp6 / 256.0
     tmp8 = tmp6 * tmp7
     tmp9 = tmp5 - tmp8

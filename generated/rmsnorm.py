@@ -143,7 +143,7 @@ def _cuda_0(self, x):
     # examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
     mul_1 = empty((16, 256), (256, 1), torch.float32)
     _triton.triton_fused_mul_mean_add_rsqrt_0[(4,)](
-        x, weight, mul_1, XBLOCK=4, RBLOCK=256, num_warps=4
+        x, weight, mul_1, XBLOCK=4, RBLOCK=256, num_warps=2
     )
     return mul_1
 

@@ -16,11 +16,9 @@ def triton_fused_mul_mean_add_rsqrt_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp0 = tl.load(in_ptr0 + (256 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tmp0 * tmp0
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp1, 0)
-    tmp2 = tl.sum(acc0_0, 1)[:, None]
+    tmp2 = tl.sum(tl.where(xmask & rmask, tmp1, 0), 1)[:, None]
     tmp3 = tmp2 / 256.0
     tmp4 = tmp3 + 1e-06
     tmp5 = tl.rsqrt(tmp4)

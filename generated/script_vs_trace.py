@@ -182,7 +182,7 @@ def _cuda_1(x):
     empty = runtime_shim.allocator(x.device)
     # examples/script_vs_trace.py:16: if x.sum() > 0:
     gt = empty((), (), torch.bool)
-    _triton.triton_fused_sum_gt_0[(1,)](x, gt, XBLOCK=1, RBLOCK=2, num_warps=1)
+    _triton.triton_fused_sum_gt_0[(1,)](x, gt, XBLOCK=1, RBLOCK=2, num_warps=2)
     # sync: the branch reads tensor data (examples/script_vs_trace.py:16: if x.sum() > 0:)
     if gt:
         # examples/script_vs_trace.py:17: return x * 2

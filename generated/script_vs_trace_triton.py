@@ -28,10 +28,8 @@ def triton_fused_sum_gt_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp0 = tl.load(in_ptr0 + rindex, xmask & rmask, other=0)
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp0, 0)
-    tmp1 = tl.sum(acc0_0, 1)[:, None]
+    tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
     tmp2 = tmp1 > 0.0
     tl.store(out_ptr0 + xindex, tmp2, xmask)
 

@@ -22,14 +22,10 @@ def triton_fused_softmax_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], float("-inf"), tl.float32)
     tmp0 = tl.load(in_ptr0 + (128 * xindex + rindex), xmask & rmask, other=0)
-    acc0_0 = _maximum(acc0_0, tl.where(xmask & rmask, tmp0, float("-inf")))
-    tmp1 = tl.reduce(acc0_0, 1, _maximum)[:, None]
-    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
+    tmp1 = tl.reduce(tl.where(xmask & rmask, tmp0, float("-inf")), 1, _maximum)[:, None]
     tmp2 = tmp0 - tmp1
     tmp3 = tl.exp(tmp2)
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp3, 0)
-    tmp4 = tl.sum(acc1_0, 1)[:, None]
+    tmp4 = tl.sum(tl.where(xmask & rmask, tmp3, 0), 1)[:, None]
     tmp5 = tmp3 / tmp4
     tl.store(out_ptr0 + (128 * xindex + rindex), tmp5, xmask & rmask)

@@ -71,7 +71,6 @@ def triton_fused_addmm_sum_gt_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp0 = tl.load(in_ptr0 + 4 * (rindex // 4), xmask & rmask, other=0)
     tmp1 = tl.load(in_ptr1 + 4 * (rindex % 4), xmask & rmask, other=0)
     tmp2 = tmp0 * tmp1
@@ -89,8 +88,7 @@ def triton_fused_addmm_sum_gt_0(
     tmp14 = tmp10 + tmp13
     tmp15 = tl.load(in_ptr2 + rindex % 4, xmask & rmask, other=0)
     tmp16 = tmp14 + tmp15
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp16, 0)
-    tmp17 = tl.sum(acc0_0, 1)[:, None]
+    tmp17 = tl.sum(tl.where(xmask & rmask, tmp16, 0), 1)[:, None]
     tmp18 = tmp17 > 0.0
     tl.store(out_ptr1 + xindex, tmp18, xmask)
     tl.store(out_ptr0 + rindex, tmp16, xmask & rmask)

@@ -3579,7 +3579,7 @@ def _cuda_0(self, idx):
         native_layer_norm_3_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, h_0_mlp_c_fc_weight)
@@ -3604,7 +3604,7 @@ def _cuda_0(self, idx):
         native_layer_norm_4_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear_4 = torch.nn.functional.linear(
@@ -3649,7 +3649,7 @@ def _cuda_0(self, idx):
         native_layer_norm_5_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_6 = torch.nn.functional.linear(native_layer_norm_5_0, h_1_mlp_c_fc_weight)
@@ -3674,7 +3674,7 @@ def _cuda_0(self, idx):
         native_layer_norm_6_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear_8 = torch.nn.functional.linear(
@@ -3719,7 +3719,7 @@ def _cuda_0(self, idx):
         native_layer_norm_7_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_10 = torch.nn.functional.linear(native_layer_norm_7_0, h_2_mlp_c_fc_weight)
@@ -3744,7 +3744,7 @@ def _cuda_0(self, idx):
         native_layer_norm_8_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear_12 = torch.nn.functional.linear(
@@ -3789,7 +3789,7 @@ def _cuda_0(self, idx):
         native_layer_norm_9_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_14 = torch.nn.functional.linear(native_layer_norm_9_0, h_3_mlp_c_fc_weight)
@@ -3814,7 +3814,7 @@ def _cuda_0(self, idx):
         native_layer_norm_10_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear_16 = torch.nn.functional.linear(
@@ -3859,7 +3859,7 @@ def _cuda_0(self, idx):
         native_layer_norm_11_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_18 = torch.nn.functional.linear(native_layer_norm_11_0, h_4_mlp_c_fc_weight)
@@ -3884,7 +3884,7 @@ def _cuda_0(self, idx):
         native_layer_norm_12_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear_20 = torch.nn.functional.linear(
@@ -3929,7 +3929,7 @@ def _cuda_0(self, idx):
         native_layer_norm_13_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_22 = torch.nn.functional.linear(native_layer_norm_13_0, h_5_mlp_c_fc_weight)
@@ -3954,7 +3954,7 @@ def _cuda_0(self, idx):
         native_layer_norm_14_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear_24 = torch.nn.functional.linear(
@@ -3999,7 +3999,7 @@ def _cuda_0(self, idx):
         native_layer_norm_15_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_26 = torch.nn.functional.linear(native_layer_norm_15_0, h_6_mlp_c_fc_weight)
@@ -4024,7 +4024,7 @@ def _cuda_0(self, idx):
         native_layer_norm_16_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear_28 = torch.nn.functional.linear(
@@ -4069,7 +4069,7 @@ def _cuda_0(self, idx):
         native_layer_norm_17_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_30 = torch.nn.functional.linear(native_layer_norm_17_0, h_7_mlp_c_fc_weight)
@@ -4094,7 +4094,7 @@ def _cuda_0(self, idx):
         native_layer_norm_18_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear_32 = torch.nn.functional.linear(
@@ -4139,7 +4139,7 @@ def _cuda_0(self, idx):
         native_layer_norm_19_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_34 = torch.nn.functional.linear(native_layer_norm_19_0, h_8_mlp_c_fc_weight)
@@ -4164,7 +4164,7 @@ def _cuda_0(self, idx):
         native_layer_norm_20_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear_36 = torch.nn.functional.linear(
@@ -4209,7 +4209,7 @@ def _cuda_0(self, idx):
         native_layer_norm_21_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_38 = torch.nn.functional.linear(native_layer_norm_21_0, h_9_mlp_c_fc_weight)
@@ -4234,7 +4234,7 @@ def _cuda_0(self, idx):
         native_layer_norm_22_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear_40 = torch.nn.functional.linear(
@@ -4279,7 +4279,7 @@ def _cuda_0(self, idx):
         native_layer_norm_23_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_42 = torch.nn.functional.linear(native_layer_norm_23_0, h_10_mlp_c_fc_weight)
@@ -4304,7 +4304,7 @@ def _cuda_0(self, idx):
         native_layer_norm_24_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear_44 = torch.nn.functional.linear(
@@ -4349,7 +4349,7 @@ def _cuda_0(self, idx):
         native_layer_norm_25_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_46 = torch.nn.functional.linear(native_layer_norm_25_0, h_11_mlp_c_fc_weight)
@@ -4372,7 +4372,7 @@ def _cuda_0(self, idx):
         native_layer_norm_26_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt.py:52: return self.lm_head(x)  # (B, T, vocab_size)
     linear_48 = torch.nn.functional.linear(native_layer_norm_26_0, wte_weight)

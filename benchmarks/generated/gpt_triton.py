@@ -35,14 +35,12 @@ def triton_fused_embedding_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], 127, tl.int8)
     tmp0 = tl.load(in_ptr0 + rindex, xmask & rmask, other=0)
     tmp1 = tmp0 >= 0
     tmp2 = tmp0 < 50257
     tmp3 = tmp1 & tmp2
     tmp4 = tmp3.to(tl.int8)
-    acc0_0 = tl.minimum(acc0_0, tl.where(xmask & rmask, tmp4, 127))
-    tmp5 = tl.min(acc0_0, 1)[:, None]
+    tmp5 = tl.min(tl.where(xmask & rmask, tmp4, 127), 1)[:, None]
     tmp6 = tmp5 != 0
     tl.store(out_ptr0 + xindex, tmp6, xmask)
 
@@ -85,7 +83,6 @@ def triton_fused_embedding_add_native_layer_norm_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp0 = tl.load(in_ptr0 + xindex, xmask & rmask, other=0)
     tmp1 = tmp0 < 0
     tmp2 = tmp0 + 50257
@@ -98,17 +95,12 @@ def triton_fused_embedding_add_native_layer_norm_0(
     )
     tmp8 = tl.load(in_ptr2 + (768 * (xindex % 1024) + rindex), xmask & rmask, other=0)
     tmp9 = tmp7 + tmp8
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp9, 0)
-    tmp10 = tl.sum(acc0_0, 1)[:, None]
+    tmp10 = tl.sum(tl.where(xmask & rmask, tmp9, 0), 1)[:, None]
     tmp11 = tmp10 / 768.0
-    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp12 = tmp9 - tmp11
     tmp13 = tmp12 * tmp12
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp13, 0)
-    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp12, 0)
-    tmp14 = tl.sum(acc1_0, 1)[:, None]
-    tmp15 = tl.sum(acc1_1, 1)[:, None]
+    tmp14 = tl.sum(tl.where(xmask & rmask, tmp13, 0), 1)[:, None]
+    tmp15 = tl.sum(tl.where(xmask & rmask, tmp12, 0), 1)[:, None]
     tmp16 = tmp15 / 768.0
     tmp17 = tmp15 * tmp16
     tmp18 = tmp14 - tmp17
@@ -151,23 +143,17 @@ def triton_fused_addmm_add_native_layer_norm_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp0 = tl.load(in_ptr0 + (768 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tl.load(in_ptr2 + (768 * xindex + rindex), xmask & rmask, other=0)
     tmp4 = tmp3 + tmp2
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp4, 0)
-    tmp5 = tl.sum(acc0_0, 1)[:, None]
+    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
     tmp6 = tmp5 / 768.0
-    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp7 = tmp4 - tmp6
     tmp8 = tmp7 * tmp7
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp8, 0)
-    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp7, 0)
-    tmp9 = tl.sum(acc1_0, 1)[:, None]
-    tmp10 = tl.sum(acc1_1, 1)[:, None]
+    tmp9 = tl.sum(tl.where(xmask & rmask, tmp8, 0), 1)[:, None]
+    tmp10 = tl.sum(tl.where(xmask & rmask, tmp7, 0), 1)[:, None]
     tmp11 = tmp10 / 768.0
     tmp12 = tmp10 * tmp11
     tmp13 = tmp9 - tmp12
@@ -231,23 +217,17 @@ def triton_fused_addmm_add_native_layer_norm_1(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    acc0_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp0 = tl.load(in_ptr0 + (768 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tl.load(in_ptr2 + (768 * xindex + rindex), xmask & rmask, other=0)
     tmp4 = tmp3 + tmp2
-    acc0_0 = acc0_0 + tl.where(xmask & rmask, tmp4, 0)
-    tmp5 = tl.sum(acc0_0, 1)[:, None]
+    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
     tmp6 = tmp5 / 768.0
-    acc1_0 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
-    acc1_1 = tl.full([XBLOCK, RBLOCK], 0, tl.float32)
     tmp7 = tmp4 - tmp6
     tmp8 = tmp7 * tmp7
-    acc1_0 = acc1_0 + tl.where(xmask & rmask, tmp8, 0)
-    acc1_1 = acc1_1 + tl.where(xmask & rmask, tmp7, 0)
-    tmp9 = tl.sum(acc1_0, 1)[:, None]
-    tmp10 = tl.sum(acc1_1, 1)[:, None]
+    tmp9 = tl.sum(tl.where(xmask & rmask, tmp8, 0), 1)[:, None]
+    tmp10 = tl.sum(tl.where(xmask & rmask, tmp7, 0), 1)[:, None]
     tmp11 = tmp10 / 768.0
     tmp12 = tmp10 * tmp11
     tmp13 = tmp9 - tmp12

@@ -128,7 +128,7 @@ def _cuda_0(self, x):
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
     gelu = empty((16384, 4096), (4096, 1), torch.float32)
     _triton.triton_fused_native_layer_norm_gelu_0[(16384,)](
-        x, norm_weight, norm_bias, gelu, XBLOCK=1, RBLOCK=4096, num_warps=16
+        x, norm_weight, norm_bias, gelu, XBLOCK=1, RBLOCK=4096, num_warps=8
     )
     return gelu
 

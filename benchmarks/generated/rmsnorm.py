@@ -92,7 +92,7 @@ def _cuda_0(self, x):
     # examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
     mul_1 = empty((16384, 4096), (4096, 1), torch.float32)
     _triton.triton_fused_mul_mean_add_rsqrt_0[(16384,)](
-        x, weight, mul_1, XBLOCK=1, RBLOCK=4096, num_warps=16
+        x, weight, mul_1, XBLOCK=1, RBLOCK=4096, num_warps=8
     )
     return mul_1
 

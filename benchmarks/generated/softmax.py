@@ -71,7 +71,7 @@ def _cuda_0(x):
     # examples/softmax.py:11: return torch.softmax(x, dim=-1)
     _softmax = empty((16384, 4096), (4096, 1), torch.float32)
     _triton.triton_fused_softmax_0[(16384,)](
-        x, _softmax, XBLOCK=1, RBLOCK=4096, num_warps=16
+        x, _softmax, XBLOCK=1, RBLOCK=4096, num_warps=8
     )
     return _softmax
 

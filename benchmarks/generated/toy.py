@@ -128,7 +128,7 @@ def _cuda_0(self, x):
     addmm = empty((2, 4), (4, 1), torch.float32)
     gt = empty((), (), torch.bool)
     _triton.triton_fused_addmm_sum_gt_0[(1,)](
-        x, linear_weight, linear_bias, addmm, gt, XBLOCK=1, RBLOCK=8, num_warps=1
+        x, linear_weight, linear_bias, addmm, gt, XBLOCK=1, RBLOCK=8, num_warps=2
     )
     # sync: the branch reads tensor data (examples/toy.py:28: if y.sum() > 0:)
     if gt:

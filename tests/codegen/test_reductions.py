@@ -189,6 +189,62 @@ def test_split_reductions(split, name: str) -> None:
     assert _kernel_launches(case.cpu_source) >= least, case.cpu_source
 
 
+SIBLINGS_SOURCE = """
+import torch
+import torch.nn.functional as F
+
+
+def siblings(a, b):
+    return a.sum(-1), b.amax(-1)
+
+
+def column_totals(x):
+    return x.sum(0), x.amax(0)
+
+
+def group_norm(x, w, b):
+    return F.silu(F.group_norm(x, 4, w, b))
+
+
+def after_extern(a, w):
+    total = a.sum(-1)
+    m = (a * total[:, None]) @ w
+    return total, m.amax(-1)
+"""
+
+
+def test_sibling_reductions_share_a_kernel(tmp_path) -> None:
+    """Reductions over the same rows share a kernel though they share no input
+    (Note [Sibling reductions] in passes/fuse.py): two inputs' sums and maxima;
+    the totals of a split column sum and max, each over its own partials; a split
+    group norm's statistics, within and between its parts. A reduction of what an
+    extern call computes from the other's result cannot share its kernel."""
+    gen = torch.Generator().manual_seed(3)
+    functions = {
+        "siblings": {"a": torch.randn(64, 48, generator=gen), "b": torch.randn(64, 48)},
+        "column_totals": {"x": torch.randn(2048, 160, generator=gen)},
+        "group_norm": {
+            "x": torch.randn(1, 16, 128, 128, generator=gen) + 3,
+            "w": torch.randn(16, generator=gen),
+            "b": torch.randn(16, generator=gen),
+        },
+        "after_extern": {
+            "a": torch.randn(64, 48, generator=gen),
+            "w": torch.randn(48, 48, generator=gen),
+        },
+    }
+    compiled = compile_source(SIBLINGS_SOURCE, functions, tmp_path)
+    for name, inputs in functions.items():
+        compiled[name].check(inputs)
+    cpu = {name: _kernel_launches(compiled[name].cpu_source) for name in functions}
+    # one kernel; partials then totals; partials, statistics, normalized values
+    assert (
+        cpu["siblings"] == 1 and _kernel_launches(compiled["siblings"].cuda_source) == 1
+    )
+    assert cpu["column_totals"] == 2 and cpu["group_norm"] == 3, cpu
+    assert cpu["after_extern"] >= 2, cpu
+
+
 FORMULAS_SOURCE = """
 import torch
 import torch.nn.functional as F

@@ -81,6 +81,14 @@ PERSISTENT_MAX = 8192  # widest row reduced in registers
 # against 0.19, with SiLU (11) 0.21 against 0.19 (spilled).
 LONG_ROW_MAX = 32768
 LONG_ROW_BODY = 8
+# Bytes of a row in registers each thread loads (with at least 2 warps, and at
+# most 16, or 32 past PERSISTENT_MAX): 16 f32 or 32 bf16 elements, its loads in
+# flight, with fewer warps for a reduction's exchange. On the H100, against 8
+# elements a thread of any type: LayerNorm and GELU over rows of 4096 bf16 162 to
+# 135 us, `any` and `all` over rows of 8192 bools 135 to 100, LayerNorm over rows
+# of 1024 f32 155 to 142; RMSNorm over rows of 4096 bf16 141 to 144, the
+# variance of rows of 4096 f32 98 to 99 (benchmarks/launch_sweep.py).
+ROW_BYTES_PER_THREAD = 64
 # A row longer than that goes through a loop, a block of LOOPED_RBLOCK at a time, 16
 # warps each. On the H100, against blocks of 2048 (8 warps): GroupNorm over rows of
 # 32768 149 to 127 us, with SiLU 151 to 143; over 64 rows of 40960 (Stable
@@ -139,7 +147,8 @@ def heuristic_config(k: Kernel) -> LaunchConfig:
     rblock = next_pow2(rnumel) if persistent else LOOPED_RBLOCK
     xblock = max(1, min(next_pow2(xnumel), 1024 // rblock)) if rblock < 1024 else 1
     most = 32 if rblock > PERSISTENT_MAX else 16
-    warps = min(most, max(1, (xblock * rblock) // 256))
+    per_thread = ROW_BYTES_PER_THREAD // _row_itemsize(k) if persistent else 8
+    warps = min(most, max(2, (xblock * rblock) // (32 * per_thread)))
     return LaunchConfig(xblock, rblock, next_pow2(warps))
 
 
@@ -153,6 +162,17 @@ def _strided_reads(k: Kernel) -> bool:
             if any(isinstance(t.stride, int) and 1 < abs(t.stride) < 32 for t in inner):
                 return True
     return False
+
+
+def _row_itemsize(k: Kernel) -> int:
+    """Bytes of an element of the widest input the kernel reads along its rows."""
+    size = {a.param: a.dtype.itemsize for a in k.inputs}
+    rows = [
+        size[s.args[0]]
+        for s in k.body
+        if isinstance(s, Stmt) and s.op == "load" and s.level == "r"
+    ]
+    return max(rows, default=4)
 
 
 def _pieces_only(k: Kernel) -> bool:
@@ -308,6 +328,10 @@ class _Renderer:
         return str(info.min if low else info.max)
 
     def loop(self, loop: Loop, n: int) -> None:
+        """Render loop `n` over the row: its statements, stores and reductions."""
+        if self.persistent:
+            self.whole_row(loop)
+            return
         acc = {r.name: f"acc{n}_{i}" for i, r in enumerate(loop.reductions)}
         ident = {r.name: self._identity(r) for r in loop.reductions}
         shape = "[XBLOCK, RBLOCK]"
@@ -321,25 +345,19 @@ class _Renderer:
             self.lines.append(
                 f"    {acc[r.name]} = tl.full({shape}, {ident[r.name]}, {dtype})"
             )
-        indent = "    "
-        if not self.persistent:
-            for s in loop.body:
-                if isinstance(s, Stmt) and s.op == "scan":
-                    one = "0" if s.reduce == "sum" else "1"
-                    dtype = TRITON_DTYPES[s.dtype]
-                    self.lines.append(
-                        f"    {s.name}_carry = tl.full([XBLOCK, 1], {one}, {dtype})"
-                    )
-            self.lines.append("    for roffset in range(0, rnumel, RBLOCK):")
-            self.lines.append("        rindex = roffset + rbase")
-            self.lines.append("        rmask = rindex < rnumel")
-            indent = "        "
+        scans = [s for s in loop.body if isinstance(s, Stmt) and s.op == "scan"]
+        for s in scans:
+            one = "0" if s.reduce == "sum" else "1"
+            dtype = TRITON_DTYPES[s.dtype]
+            self.lines.append(
+                f"    {s.name}_carry = tl.full([XBLOCK, 1], {one}, {dtype})"
+            )
+        self.lines.append("    for roffset in range(0, rnumel, RBLOCK):")
+        self.lines.append("        rindex = roffset + rbase")
+        self.lines.append("        rmask = rindex < rnumel")
+        indent = "        "
         for s in loop.body:
-            if isinstance(s, Store):
-                self.store(s, indent)
-            elif not (self.persistent and s.name in self.done):
-                self.stmt(s, indent)
-                self.done.add(s.name)
+            (self.store if isinstance(s, Store) else self.stmt)(s, indent)
         for r in loop.reductions:
             x, a = r.args[0], acc[r.name]
             masked = f"tl.where(xmask & rmask, {x}, {ident[r.name]})"
@@ -364,13 +382,33 @@ class _Renderer:
                 )
                 self.lines.append(f"    {r.name} = {r.name}[:, None].to(tl.int64)")
                 continue
-            floats = r.dtype.is_floating_point  # NaN wins; ints take Triton's own
-            total = {
-                "sum": f"tl.sum({a}, 1)",
-                "max": f"tl.reduce({a}, 1, _maximum)" if floats else f"tl.max({a}, 1)",
-                "min": f"tl.reduce({a}, 1, _minimum)" if floats else f"tl.min({a}, 1)",
-            }[r.reduce]
+            total = _total(r.reduce, a, r.dtype.is_floating_point)
             self.lines.append(f"    {r.name} = {total}[:, None]")
+
+    def whole_row(self, loop: Loop) -> None:
+        """A pass over a row held in registers: its statements once (a later pass
+        reuses what an earlier one computed), each reduction over the block."""
+        for s in loop.body:
+            if isinstance(s, Store):
+                self.store(s, "    ")
+            elif s.name not in self.done:
+                self.stmt(s, "    ")
+                self.done.add(s.name)
+        for r in loop.reductions:
+            x, ident = r.args[0], self._identity(r)
+            value = f"tl.where(xmask & rmask, {x}, {ident})"
+            source = self._dtype(x) if r.reduce in ARG else r.dtype
+            if self._dtype(x) != source:
+                value += f".to({TRITON_DTYPES[source]})"
+            if r.reduce not in ARG:
+                total = _total(r.reduce, value, source.is_floating_point)
+                self.lines.append(f"    {r.name} = {total}[:, None]")
+                continue
+            positions = f"tl.where(xmask & rmask, rindex, {NO_POSITION})"
+            self.lines += [
+                f"    _, {r.name} = tl.reduce(({value}, {positions}), 1, _{r.reduce})",
+                f"    {r.name} = {r.name}[:, None].to(tl.int64)",
+            ]
 
     def online_loop(self, o: OnlineSoftmax, n: int) -> None:
         """The max of a row and the sum of exponentials shifted by it, in one loop
@@ -560,6 +598,16 @@ class _Renderer:
                 self.stmt(seg, "    ")
         del c
         return "\n".join(self.lines) + "\n"
+
+
+def _total(reduce: str, value: str, floats: bool) -> str:
+    """`value` ([XBLOCK, RBLOCK]) reduced along its rows: a float's max or min is
+    NaN where the row holds one, as torch's; ints take Triton's own."""
+    if reduce == "sum":
+        return f"tl.sum({value}, 1)"
+    if floats:
+        return f"tl.reduce({value}, 1, _{reduce}imum)"
+    return f"tl.{reduce}({value}, 1)"
 
 
 def _and(*conditions: str | bool) -> str:

@@ -26,6 +26,18 @@ per-row value is read by per-element code only where it broadcasts over the redu
 dimensions (a `keepdim` mean); two reductions share a kernel only with one order.
 Whether the rows or the row elements are adjacent in memory is the backends'
 concern: a column reduction reads contiguous rows, several at a time.
+
+Note [Sibling reductions]
+~~~~~~~~~~~~~~~~~~~~~~~~~
+Two reductions over the same rows share a kernel though they share no input: the
+totals of a split `x.sum(0)` and `x.amax(0)`, each reading its own partials, or a
+split variance's sums of squares within its parts and between them. Each kernel
+of a few thousand values costs a launch (about 5 us on the H100) and nothing else.
+A reduction node counts such a group as a candidate with the lowest score (any
+group it shares data with wins), where `can_fuse` allows it. A reduction group
+that a value of another group's kernel reads joins that kernel too, where every
+kernel it reads runs before that one (`_mergeable`): one launch, and neither
+result written.
 """
 
 from __future__ import annotations
@@ -362,10 +374,15 @@ def fuse(graph: Graph, device: str = "cpu") -> Fusion:
         candidates = _producer_groups(node, nodes, kinds, group_of)
         if not _broadcasts_only(node, nodes, kinds):
             candidates |= {g.id for g in groups if g.reads & reads.keys()}
-        for gid in sorted(candidates):
+        siblings = (
+            _siblings(node, nodes, kinds, groups) if kind == "reduction" else set()
+        )
+        for gid in sorted(candidates | siblings):
             g = groups[gid]
             if can_fuse(g, node, nodes, kinds, group_of, ancestors, reads_from):
                 s = score(g, node, nodes, kinds, group_of, reads)
+                if gid in siblings:  # sharing nothing, it saves a launch
+                    s = max(s, 1)
                 if s > best_score:
                     best, best_score = g, s
         if best is None:
@@ -389,7 +406,7 @@ def fuse(graph: Graph, device: str = "cpu") -> Fusion:
             }
             for gid in sorted(candidates - {best.id} - through_memory):
                 g = groups[gid]
-                if _mergeable(g, best, nodes, reads_from, ancestors) and not (
+                if _mergeable(g, best, nodes, kinds, reads_from, ancestors) and not (
                     _read_elsewhere(g, node, users, kinds)
                 ):
                     _merge(g, best, group_of, order)
@@ -518,20 +535,39 @@ def _inline_ops(node: Node, nodes, kinds, users) -> int:
     return total
 
 
-def _mergeable(g: _State, into: _State, nodes, reads_from, ancestors) -> bool:
-    """Whether pointwise group `g`, which reads only memory no kernel writes and
-    which no kernel reads yet, can be computed in `into`, per row or per element of
-    it: a value recomputed at its reader's shape (passes/recompute.py) starts a
-    group of its own, having no producer to join, and belongs in its reader's
-    kernel."""
-    if g.rnumel != 1 or not g.nodes:
+def _mergeable(g: _State, into: _State, nodes, kinds, reads_from, ancestors) -> bool:
+    """Whether group `g`, which no kernel reads yet, can be computed in `into`.
+
+    A pointwise `g` must read only memory no kernel writes, and is computed per
+    row or per element of `into`: a value recomputed at its reader's shape
+    (passes/recompute.py) starts a group of its own, having no producer to join,
+    and belongs in its reader's kernel. A reduction `g` over the same rows as
+    reduction `into` must read only kernels `into` reads, so that `into`'s place
+    in the program follows them (Note [Sibling reductions])."""
+    if not g.nodes:
         return False
-    at = level(into, g.rows)
-    if at is None or (
-        at == "r" and not all(r_shape_ok(into, _meta(nodes, m).shape) for m in g.nodes)
-    ):
-        return False
-    if reads_from.get(g.id) or any(g.id in r for r in reads_from.values()):
+    if g.rnumel == 1:
+        at = level(into, g.rows)
+        if at is None or (
+            at == "r"
+            and not all(r_shape_ok(into, _meta(nodes, m).shape) for m in g.nodes)
+        ):
+            return False
+        if reads_from.get(g.id):
+            return False
+    else:
+        same_rows = (g.rows, g.rnumel, g.order, g.shape) == (
+            into.rows,
+            into.rnumel,
+            into.order,
+            into.shape,
+        )
+        scans = any(kinds[m] == "scan" for m in g.nodes + into.nodes)
+        if not same_rows or scans:
+            return False
+        if not reads_from.get(g.id, set()) <= reads_from.get(into.id, set()):
+            return False
+    if any(g.id in r for r in reads_from.values()):
         return False
     members, others = set(g.nodes), set(into.nodes[:-1])
     return not any(ancestors[m] & members for m in others) and not any(
@@ -594,6 +630,21 @@ def _broadcasts_only(node: Node, nodes, kinds) -> bool:
     return bool(reads) and all(
         how == "buffer" and 0 in _meta(nodes, via).stride for how, via, _ in reads
     )
+
+
+def _siblings(node: Node, nodes, kinds, groups: list[_State]) -> set[int]:
+    """Groups reducing rows like reduction `node`'s (Note [Sibling reductions])."""
+    rows, rnumel = reduction_spec(node, nodes)
+    order = reduction_order(node, nodes)
+    shape = nodes[node.args[0].name].tensor_meta.shape if order else ()
+    return {
+        g.id
+        for g in groups
+        if g.nodes
+        and (g.rows, g.rnumel, g.order, g.shape) == (rows, rnumel, order, shape)
+        and g.rnumel != 1
+        and not any(kinds[m] == "scan" for m in g.nodes)
+    }
 
 
 def _producer_groups(node, nodes, kinds, group_of) -> set[int]:
