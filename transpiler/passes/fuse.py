@@ -459,13 +459,22 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], windows: bool) -> None:
     each is computed where the movement reads it, at the positions it reads,
     never written (Note [Data movement in kernels] in schedule.py). With
     `windows` (for GPUs), also those read only through the slices of windows
-    (Note [Windows of computed values] in schedule.py)."""
+    (Note [Windows of computed values] in schedule.py). A number made a tensor
+    of one element (`torch.where(mask, x, -inf)`) is one where kernels read it.
+    """
     users = graph.users()
     nodes = graph.by_name()
     for node in reversed(graph.nodes):
         if kinds[node.name] != "pointwise" or node.target not in POINTWISE:
             continue
         readers = users[node.name]
+        if (
+            _constant(node)
+            and readers
+            and all(kinds.get(u) in ("pointwise", "reduction") for u in readers)
+        ):  # a literal in each kernel that reads it
+            kinds[node.name] = "inline"
+            continue
         shape = node.tensor_meta.shape
         if readers and all(
             (kinds.get(u) == "pointwise" and nodes[u].target in MOVEMENT)
@@ -475,6 +484,14 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], windows: bool) -> None:
             kinds[node.name] = "inline"
         elif windows and _read_through_windows(node, nodes, kinds, users):
             kinds[node.name] = "inline"
+
+
+def _constant(node: Node) -> bool:
+    """A one-element tensor made of a number (`torch.where(mask, x, -inf)`'s
+    `scalar_tensor`, a `full` of one element)."""
+    return node.tensor_meta.numel == 1 and not any(
+        isinstance(a, Ref) for a in (*node.args, *(v for _, v in node.kwargs))
+    )
 
 
 def _read_through_windows(node: Node, nodes, kinds, users) -> bool:
