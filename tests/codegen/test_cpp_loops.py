@@ -449,3 +449,68 @@ def test_a_loop_reading_kept_values_computes_nothing_else(compiled) -> None:
     assert "in_ptr0" not in body and " - " not in body, body
     x = CASES["row_softmax"]["x"]
     torch.testing.assert_close(compiled["row_softmax"].cpu(x), torch.softmax(x, -1))
+
+
+BOOL_SOURCE = """
+import torch
+
+
+def where_scalar(x, m):
+    return torch.where(m, x, -1e9)
+
+
+def masked_scale(x, m):
+    return x * m
+
+
+def masked_fill(x, m):
+    return x.masked_fill(m, 0.0) + 1.0
+"""
+
+
+def test_loops_reading_bools_vectorize(tmp_path: Path) -> None:
+    """A kernel that selects or converts floats by a mask read from memory: GCC
+    vectorizes none that loads `bool` (a scalar loop branching on each element),
+    so a bool input is read as its byte. Checked on GCC's own report of the loops
+    it vectorized, one in each kernel."""
+    import platform
+    import shutil
+    import subprocess
+
+    from runtime_shim.cpp import PORTABLE_CXX_FLAGS
+
+    gcc = shutil.which("g++")
+    if gcc is None or platform.machine() != "x86_64":
+        pytest.skip("g++ for x86-64 (AVX2) reports what it vectorized here")
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(64, 96, generator=gen)
+    m = torch.rand(1, 96, generator=gen) > 0.5
+    names = ("where_scalar", "masked_scale", "masked_fill")
+    compiled = compile_source(
+        BOOL_SOURCE, {name: {"x": x, "m": m} for name in names}, tmp_path
+    )
+    for name in names:
+        compiled[name].check({"x": x, "m": m})
+    text = compiled[names[0]].cpp_text
+    source = tmp_path / "kernels.cpp"
+    source.write_text(text)
+    flags = [f for f in PORTABLE_CXX_FLAGS if f != "-shared"]
+    report = subprocess.run(
+        [gcc, *flags, "-march=x86-64-v3", "-fopt-info-vec-optimized", "-c"]
+        + [str(source), "-o", str(tmp_path / "kernels.o")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stderr
+    vectorized = {
+        int(n) for n in re.findall(r":(\d+):\d+: optimized: loop vectorized", report)
+    }
+    starts = [
+        i + 1
+        for i, line in enumerate(text.splitlines())
+        if line.startswith('extern "C"')
+    ]
+    ends = starts[1:] + [len(text.splitlines()) + 1]
+    assert len(starts) == len(names), text
+    for start, end in zip(starts, ends):
+        assert any(start <= n < end for n in vectorized), (start, end, report)

@@ -154,6 +154,14 @@ def compute_type(dtype: torch.dtype) -> str:
     return CPP_TYPES[dtype]
 
 
+def _input_type(dtype: torch.dtype) -> str:
+    """The element type of an input's pointer: a bool's byte is read as `uint8_t`
+    (0 or 1, as torch stores it), since GCC vectorizes no loop that loads `bool`
+    from memory and then selects or converts a float by it (`where(mask, x, c)`:
+    a scalar loop branching on the mask, 4.4 ms against eager's 3.1)."""
+    return "uint8_t" if dtype == torch.bool else CPP_TYPES[dtype]
+
+
 def _bound(s: Stmt) -> str | None:
     """A float's max or min with a constant that is not NaN (a clamp's bound,
     always the second operand), as one select: a NaN value loses the comparison
@@ -217,6 +225,9 @@ class _Renderer:
             expr = f"{param}[{self.index(index)}]"
             if src == torch.bfloat16:
                 expr = f"bf16_to_float({expr})"
+            elif src == torch.bool and s.dtype.is_floating_point:
+                t = compute_type(s.dtype)
+                expr = f"{expr} ? {t}(1) : {t}(0)"
             elif src != s.dtype:
                 expr = f"static_cast<{compute_type(s.dtype)}>({expr})"
             where = self.arg(within[0]) if within else "true"
@@ -226,6 +237,13 @@ class _Renderer:
                 expr = f"{where} ? {expr} : {compute_type(s.dtype)}(0)"
         elif s.op == "index":  # a coordinate of the position
             expr = self.index(s.args[0])
+        elif (
+            s.op == "cast"
+            and s.dtype.is_floating_point
+            and (self._operand_dtype(s.args[0]) == torch.bool)
+        ):  # a select, where GCC vectorizes no conversion of a bool to a float
+            t = compute_type(s.dtype)
+            expr = f"{s.args[0]} ? {t}(1) : {t}(0)"
         elif s.op == "cast":
             expr = f"static_cast<{compute_type(s.dtype)}>({s.args[0]})"
         elif s.op == "scan":
@@ -1046,7 +1064,7 @@ class _Renderer:
     def render(self) -> str:
         k = self.k
         params = [
-            f"const {CPP_TYPES[a.dtype]}* __restrict__ {a.param}" for a in k.inputs
+            f"const {_input_type(a.dtype)}* __restrict__ {a.param}" for a in k.inputs
         ]
         params += [f"{CPP_TYPES[a.dtype]}* __restrict__ {a.param}" for a in k.outputs]
         params += [f"int64_t {d}" for d in sorted(dims_in(k))]  # dynamic sizes
