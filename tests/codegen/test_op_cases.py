@@ -495,8 +495,8 @@ CASES: list[Case] = [
     Case("aten.clamp_max.default", "aten.clamp_max.default(a, 0.25)", {"a": EDGE_A}),
     Case("aten.clamp_max.default", "aten.clamp_max.default(a, -1)", {"a": ints(*X)}),
     # a bound of zero meets -0.0 and 0.0, NaN and the infinities; a constant first
-    Case("aten.clamp.default", "aten.clamp.default(a, 0.0, 0.0)", {"a": EDGE_A}),
-    Case("aten.clamp.default", "aten.clamp.default(a, -0.0, -0.0)", {"a": EDGE_A}),
+    Case("aten.clamp_min.default", "aten.clamp_min.default(a, 0.0)", {"a": EDGE_A}),
+    Case("aten.clamp_max.default", "aten.clamp_max.default(a, -0.0)", {"a": EDGE_A}),
     Case("aten.maximum.default", "torch.maximum(torch.zeros(()), a)", {"a": EDGE_A}),
     Case("aten.minimum.default", "torch.minimum(torch.zeros(()), a)", {"a": EDGE_A}),
     # comparisons
