@@ -70,19 +70,9 @@ def record(call, module) -> list:
     return launches
 
 
-def time_call(fn) -> float:
-    from triton.testing import do_bench
-
-    return do_bench(fn, warmup=5, rep=25)
-
-
-def time_launch(kernel, grid, args, kwargs) -> float:
-    return time_call(lambda: kernel[grid](*args, **kwargs))
-
-
-def sweep(launch, copy_gbps: float, top: int) -> list[str]:
+def sweep(launch, timer: common.Timer, copy_gbps: float, top: int) -> list[str]:
     name, kernel, grid, args, kwargs = launch
-    moved = sum(a.numel() * a.element_size() for a in args if torch.is_tensor(a))
+    moved = common.tensor_bytes(args)
     xblock, rblock = kwargs["XBLOCK"], kwargs.get("RBLOCK", 1)
     span = grid[0] * xblock  # rows (or elements) the launch covers
     xblocks = REDUCTION_XBLOCKS if "RBLOCK" in kwargs else POINTWISE_XBLOCKS
@@ -96,7 +86,7 @@ def sweep(launch, copy_gbps: float, top: int) -> list[str]:
         kw = dict(kwargs, XBLOCK=x, num_warps=w)
         g = ((span + x - 1) // x,)
         try:
-            ms = time_launch(kernel, g, args, kw)
+            ms = timer(lambda g=g, kw=kw: kernel[g](*args, **kw))
         except Exception as e:  # out of resources: not a candidate
             results.append((float("inf"), x, w, type(e).__name__))
             continue
@@ -121,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", required=True, help="comma-separated case names")
     parser.add_argument("--top", type=int, default=6, help="fastest configs shown")
     args = parser.parse_args(argv)
-    copy_gbps = common.copy_bandwidth("cuda", 1 << 28, time_call)
+    timer, _ = common.cuda_timer(quick=True, rounds=2)
+    copy_gbps = common.copy_bandwidth("cuda", 1 << 28, timer)
     print(f"copy bandwidth: {copy_gbps:.0f} GB/s\n")
     by_name = {p.name: p for p in patterns.PATTERNS}
     for case in args.cases.split(","):
@@ -133,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             for launch in record(call, module):
                 if "XBLOCK" not in launch[4]:  # a matmul's tiles: tuned apart
                     continue
-                print("\n".join(sweep(launch, copy_gbps, args.top)))
+                print("\n".join(sweep(launch, timer, copy_gbps, args.top)))
         print()
     return 0
 

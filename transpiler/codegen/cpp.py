@@ -162,6 +162,15 @@ def _input_type(dtype: torch.dtype) -> str:
     return "uint8_t" if dtype == torch.bool else CPP_TYPES[dtype]
 
 
+def _converted(expr: str, src: torch.dtype, dst: torch.dtype) -> str:
+    """`expr` of type `src` as `dst`'s compute type: a bool made a float is a
+    select, since GCC vectorizes no loop converting one (see `_input_type`)."""
+    t = compute_type(dst)
+    if src == torch.bool and dst.is_floating_point:
+        return f"{expr} ? {t}(1) : {t}(0)"
+    return f"static_cast<{t}>({expr})"
+
+
 def _bound(s: Stmt) -> str | None:
     """A float's max or min with a constant that is not NaN (a clamp's bound,
     always the second operand), as one select: a NaN value loses the comparison
@@ -225,11 +234,8 @@ class _Renderer:
             expr = f"{param}[{self.index(index)}]"
             if src == torch.bfloat16:
                 expr = f"bf16_to_float({expr})"
-            elif src == torch.bool and s.dtype.is_floating_point:
-                t = compute_type(s.dtype)
-                expr = f"{expr} ? {t}(1) : {t}(0)"
             elif src != s.dtype:
-                expr = f"static_cast<{compute_type(s.dtype)}>({expr})"
+                expr = _converted(expr, src, s.dtype)
             where = self.arg(within[0]) if within else "true"
             if where == "false":
                 expr = f"{compute_type(s.dtype)}(0)"
@@ -237,23 +243,17 @@ class _Renderer:
                 expr = f"{where} ? {expr} : {compute_type(s.dtype)}(0)"
         elif s.op == "index":  # a coordinate of the position
             expr = self.index(s.args[0])
-        elif (
-            s.op == "cast"
-            and s.dtype.is_floating_point
-            and (self._operand_dtype(s.args[0]) == torch.bool)
-        ):  # a select, where GCC vectorizes no conversion of a bool to a float
-            t = compute_type(s.dtype)
-            expr = f"{s.args[0]} ? {t}(1) : {t}(0)"
         elif s.op == "cast":
-            expr = f"static_cast<{compute_type(s.dtype)}>({s.args[0]})"
+            x = s.args[0]
+            expr = _converted(x, self._operand_dtype(x), s.dtype)
         elif s.op == "scan":
             expr = self._scan(s, ind)
         elif s.name in self.scaled:
             expr = f"{self.arg(s.args[0])} * {s.args[1]}_inv"
-        elif _bound(s) is not None:
-            expr = _bound(s).format(*(self.arg(a) for a in s.args))
         else:
-            text = op_text(CPP, CPP_TYPED, s.op, self._operand_dtype(s.args[0]))
+            text = _bound(s) or op_text(
+                CPP, CPP_TYPED, s.op, self._operand_dtype(s.args[0])
+            )
             expr = text.format(*(self.arg(a) for a in s.args))
         self.lines.append(f"{ind}{compute_type(s.dtype)} {s.name} = {expr};")
 

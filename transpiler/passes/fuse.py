@@ -292,9 +292,19 @@ class _State:
 
     def reduce(self, node: Node, nodes: dict[str, Node]) -> None:
         """Make this the group of reduction (or scan) `node`."""
-        self.rows, self.rnumel = reduction_spec(node, nodes)
-        self.order = reduction_order(node, nodes)
-        self.shape = nodes[node.args[0].name].tensor_meta.shape if self.order else ()
+        self.rows, self.rnumel, self.order, self.shape = _rows_of(node, nodes)
+
+    def rows_spec(self) -> tuple:
+        """(rows, rnumel, order, shape): equal for groups reducing the same rows."""
+        return self.rows, self.rnumel, self.order, self.shape
+
+
+def _rows_of(node: Node, nodes: dict[str, Node]) -> tuple:
+    """The rows reduction (or scan) `node` reduces, as `_State.rows_spec`."""
+    rows, rnumel = reduction_spec(node, nodes)
+    order = reduction_order(node, nodes)
+    shape = nodes[node.args[0].name].tensor_meta.shape if order else ()
+    return rows, rnumel, order, shape
 
 
 def alias_ok(view: Node, base: Node) -> bool:
@@ -573,12 +583,7 @@ def _mergeable(g: _State, into: _State, nodes, kinds, reads_from, ancestors) -> 
         if reads_from.get(g.id):
             return False
     else:
-        same_rows = (g.rows, g.rnumel, g.order, g.shape) == (
-            into.rows,
-            into.rnumel,
-            into.order,
-            into.shape,
-        )
+        same_rows = g.rows_spec() == into.rows_spec()
         scans = any(kinds[m] == "scan" for m in g.nodes + into.nodes)
         if not same_rows or scans:
             return False
@@ -651,14 +656,12 @@ def _broadcasts_only(node: Node, nodes, kinds) -> bool:
 
 def _siblings(node: Node, nodes, kinds, groups: list[_State]) -> set[int]:
     """Groups reducing rows like reduction `node`'s (Note [Sibling reductions])."""
-    rows, rnumel = reduction_spec(node, nodes)
-    order = reduction_order(node, nodes)
-    shape = nodes[node.args[0].name].tensor_meta.shape if order else ()
+    rows = _rows_of(node, nodes)
     return {
         g.id
         for g in groups
         if g.nodes
-        and (g.rows, g.rnumel, g.order, g.shape) == (rows, rnumel, order, shape)
+        and g.rows_spec() == rows
         and g.rnumel != 1
         and not any(kinds[m] == "scan" for m in g.nodes)
     }
