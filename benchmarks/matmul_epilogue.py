@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script
 
 from benchmarks import common
 from transpiler import autotune
-from transpiler.api import compile_modules
 from transpiler.cli import build_options, build_parser
 from transpiler.ir.program import MatmulConfig
+from transpiler.pipeline import compile_modules
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,10 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         return ms
 
     bench = dataclasses.replace(autotune.cuda_bench(), timer=timer)
-    modules = compile_modules(options)  # heuristic launch configs
+    compiled = compile_modules(options)  # heuristic launch configs
     with tempfile.TemporaryDirectory(prefix="transpile-epilogue-") as folder:
-        for mb in modules.values():
-            autotune.tune_epilogues(mb, bench, Path(folder))
+        for module in compiled.modules:
+            autotune.tune_epilogues(module, bench, Path(folder))
     lines = [
         f"# Matmul epilogues: {args.target} (cuda)",
         "",

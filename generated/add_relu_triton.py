@@ -5,13 +5,13 @@ import triton.language as tl
 
 
 @triton.jit
-def triton_fused_add_relu_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_add_relu_0(a_1_ptr, b_ptr, out_ptr, XBLOCK: tl.constexpr):
     # examples/add_relu.py:7: return (a + b).relu()
     xnumel = 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
-    tmp1 = tl.load(in_ptr1 + xindex, xmask, other=0)
+    tmp0 = tl.load(a_1_ptr + xindex, xmask, other=0)
+    tmp1 = tl.load(b_ptr + xindex, xmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tl.where(tmp2 < 0, 0, tmp2)
-    tl.store(out_ptr0 + xindex, tmp3, xmask)
+    tl.store(out_ptr + xindex, tmp3, xmask)

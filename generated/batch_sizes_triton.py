@@ -12,7 +12,7 @@ def _maximum(a, b):
 
 @triton.jit
 def triton_fused_addmm_log_softmax_0(
-    in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+    linear_ptr, fc_bias_ptr, out_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
 ):
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     xnumel = 16
@@ -22,8 +22,8 @@ def triton_fused_addmm_log_softmax_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + (10 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(linear_ptr + (10 * xindex + rindex), xmask & rmask, other=0)
+    tmp1 = tl.load(fc_bias_ptr + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tl.reduce(tl.where(xmask & rmask, tmp2, float("-inf")), 1, _maximum)[:, None]
     tmp4 = tmp2 - tmp3
@@ -31,12 +31,12 @@ def triton_fused_addmm_log_softmax_0(
     tmp6 = tl.sum(tl.where(xmask & rmask, tmp5, 0), 1)[:, None]
     tmp7 = tl.log(tmp6)
     tmp8 = tmp4 - tmp7
-    tl.store(out_ptr0 + (10 * xindex + rindex), tmp8, xmask & rmask)
+    tl.store(out_ptr + (10 * xindex + rindex), tmp8, xmask & rmask)
 
 
 @triton.jit
 def triton_fused_addmm_log_softmax_1(
-    in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+    linear_ptr, fc_bias_ptr, out_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
 ):
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     xnumel = 32
@@ -46,8 +46,8 @@ def triton_fused_addmm_log_softmax_1(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + (10 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(linear_ptr + (10 * xindex + rindex), xmask & rmask, other=0)
+    tmp1 = tl.load(fc_bias_ptr + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tl.reduce(tl.where(xmask & rmask, tmp2, float("-inf")), 1, _maximum)[:, None]
     tmp4 = tmp2 - tmp3
@@ -55,12 +55,12 @@ def triton_fused_addmm_log_softmax_1(
     tmp6 = tl.sum(tl.where(xmask & rmask, tmp5, 0), 1)[:, None]
     tmp7 = tl.log(tmp6)
     tmp8 = tmp4 - tmp7
-    tl.store(out_ptr0 + (10 * xindex + rindex), tmp8, xmask & rmask)
+    tl.store(out_ptr + (10 * xindex + rindex), tmp8, xmask & rmask)
 
 
 @triton.jit
 def triton_fused_addmm_log_softmax_2(
-    in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+    linear_ptr, fc_bias_ptr, out_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
 ):
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     xnumel = 1
@@ -70,8 +70,8 @@ def triton_fused_addmm_log_softmax_2(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + rindex, xmask & rmask, other=0)
-    tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(linear_ptr + rindex, xmask & rmask, other=0)
+    tmp1 = tl.load(fc_bias_ptr + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tl.reduce(tl.where(xmask & rmask, tmp2, float("-inf")), 1, _maximum)[:, None]
     tmp4 = tmp2 - tmp3
@@ -79,12 +79,12 @@ def triton_fused_addmm_log_softmax_2(
     tmp6 = tl.sum(tl.where(xmask & rmask, tmp5, 0), 1)[:, None]
     tmp7 = tl.log(tmp6)
     tmp8 = tmp4 - tmp7
-    tl.store(out_ptr0 + rindex, tmp8, xmask & rmask)
+    tl.store(out_ptr + rindex, tmp8, xmask & rmask)
 
 
 @triton.jit
 def triton_fused_addmm_log_softmax_3(
-    in_ptr0, in_ptr1, out_ptr0, B, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+    linear_ptr, fc_bias_ptr, out_ptr, B, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
 ):
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     xnumel = B
@@ -94,8 +94,8 @@ def triton_fused_addmm_log_softmax_3(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + (10 * (xindex % B) + rindex), xmask & rmask, other=0)
-    tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(linear_ptr + (10 * (xindex % B) + rindex), xmask & rmask, other=0)
+    tmp1 = tl.load(fc_bias_ptr + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tl.reduce(tl.where(xmask & rmask, tmp2, float("-inf")), 1, _maximum)[:, None]
     tmp4 = tmp2 - tmp3
@@ -103,4 +103,4 @@ def triton_fused_addmm_log_softmax_3(
     tmp6 = tl.sum(tl.where(xmask & rmask, tmp5, 0), 1)[:, None]
     tmp7 = tl.log(tmp6)
     tmp8 = tmp4 - tmp7
-    tl.store(out_ptr0 + (10 * (xindex % B) + rindex), tmp8, xmask & rmask)
+    tl.store(out_ptr + (10 * (xindex % B) + rindex), tmp8, xmask & rmask)

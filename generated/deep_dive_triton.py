@@ -6,7 +6,7 @@ import triton.language as tl
 
 @triton.jit
 def triton_fused_add_relu_mul_0(
-    in_ptr0, in_ptr1, in_ptr2, out_ptr0, XBLOCK: tl.constexpr
+    mm_ptr, bias_ptr, scale_ptr, out_ptr, XBLOCK: tl.constexpr
 ):
     # examples/deep_dive.py:15: y = y + bias  # Kernel 2
     # examples/deep_dive.py:16: y = torch.relu(y)  # Kernel 3
@@ -14,10 +14,10 @@ def triton_fused_add_relu_mul_0(
     xnumel = 4096
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
-    tmp1 = tl.load(in_ptr1 + xindex % 128, xmask, other=0)
+    tmp0 = tl.load(mm_ptr + xindex, xmask, other=0)
+    tmp1 = tl.load(bias_ptr + xindex % 128, xmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tl.where(tmp2 < 0, 0, tmp2)
-    tmp4 = tl.load(in_ptr2 + xindex % 128, xmask, other=0)
+    tmp4 = tl.load(scale_ptr + xindex % 128, xmask, other=0)
     tmp5 = tmp3 * tmp4
-    tl.store(out_ptr0 + xindex, tmp5, xmask)
+    tl.store(out_ptr + xindex, tmp5, xmask)

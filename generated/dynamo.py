@@ -7,8 +7,8 @@ Variants (tried in order):
         cpu_0    cpu: x=f32[10]                           2 kernels, 0 extern calls, 1 branch on tensor data
         cuda_0   cuda: x=f32[10]                          2 kernels, 0 extern calls, 1 branch on tensor data
     problematic (examples/dynamo.py::problematic)
-        cpu_1    cpu: x=f32[8,16]                         1 kernel, 0 extern calls, 1 fallback call
-        cuda_1   cuda: x=f32[8,16]                        1 kernel, 0 extern calls, 1 fallback call
+        cpu_1    cpu: x=f32[8,16]                         1 kernel, 0 extern calls, 1 graph break
+        cuda_1   cuda: x=f32[8,16]                        1 kernel, 0 extern calls, 1 graph break
     func (examples/dynamo.py::func)
         cpu_2    cpu: x=f32[10], multiplier=int=2         1 kernel, 0 extern calls
         cuda_2   cuda: x=f32[10], multiplier=int=2        1 kernel, 0 extern calls

@@ -6,7 +6,7 @@ import triton.language as tl
 
 @triton.jit
 def triton_fused_mul_sum_gt_0(
-    in_ptr0, out_ptr0, out_ptr1, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+    x_ptr, out_mul_ptr, out_gt_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
 ):
     # examples/dynamo.py:8: y = x * 2
     # examples/dynamo.py:9: if y.sum() > 0:  # Dynamic control flow!
@@ -17,56 +17,56 @@ def triton_fused_mul_sum_gt_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(x_ptr + rindex, xmask & rmask, other=0)
     tmp1 = tmp0 * 2.0
     tmp2 = tl.sum(tl.where(xmask & rmask, tmp1, 0), 1)[:, None]
     tmp3 = tmp2 > 0.0
-    tl.store(out_ptr1 + xindex, tmp3, xmask)
-    tl.store(out_ptr0 + rindex, tmp1, xmask & rmask)
+    tl.store(out_gt_ptr + xindex, tmp3, xmask)
+    tl.store(out_mul_ptr + rindex, tmp1, xmask & rmask)
 
 
 @triton.jit
-def triton_fused_add_0(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_add_0(mul_ptr, out_ptr, XBLOCK: tl.constexpr):
     # examples/dynamo.py:10: y = y + 1
     xnumel = 10
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp0 = tl.load(mul_ptr + xindex, xmask, other=0)
     tmp1 = tmp0 + 1.0
-    tl.store(out_ptr0 + xindex, tmp1, xmask)
+    tl.store(out_ptr + xindex, tmp1, xmask)
 
 
 @triton.jit
-def triton_fused_mul_add_0(in_ptr0, out_ptr0, out_ptr1, XBLOCK: tl.constexpr):
+def triton_fused_mul_add_0(x_ptr, out_mul_ptr, out_add_ptr, XBLOCK: tl.constexpr):
     # examples/dynamo.py:15: y = x * 2  # captured
     # examples/dynamo.py:20: z = y + 1  # compiled after the break
     xnumel = 128
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp0 = tl.load(x_ptr + xindex, xmask, other=0)
     tmp1 = tmp0 * 2.0
-    tl.store(out_ptr0 + xindex, tmp1, xmask)
+    tl.store(out_mul_ptr + xindex, tmp1, xmask)
     tmp2 = tmp1 + 1.0
-    tl.store(out_ptr1 + xindex, tmp2, xmask)
+    tl.store(out_add_ptr + xindex, tmp2, xmask)
 
 
 @triton.jit
-def triton_fused_mul_0(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_mul_0(x_ptr, out_ptr, XBLOCK: tl.constexpr):
     # examples/dynamo.py:25: return x * multiplier
     xnumel = 10
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp0 = tl.load(x_ptr + xindex, xmask, other=0)
     tmp1 = tmp0 * 2.0
-    tl.store(out_ptr0 + xindex, tmp1, xmask)
+    tl.store(out_ptr + xindex, tmp1, xmask)
 
 
 @triton.jit
-def triton_fused_mul_1(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_mul_1(x_ptr, out_ptr, XBLOCK: tl.constexpr):
     # examples/dynamo.py:25: return x * multiplier
     xnumel = 10
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp0 = tl.load(x_ptr + xindex, xmask, other=0)
     tmp1 = tmp0 * 3.0
-    tl.store(out_ptr0 + xindex, tmp1, xmask)
+    tl.store(out_ptr + xindex, tmp1, xmask)

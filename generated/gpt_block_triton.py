@@ -25,7 +25,12 @@ def _tanh(x):
 
 @triton.jit
 def triton_fused_native_layer_norm_0(
-    in_ptr0, in_ptr1, in_ptr2, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+    x_ptr,
+    ln_1_weight_ptr,
+    ln_1_bias_ptr,
+    out_ptr,
+    XBLOCK: tl.constexpr,
+    RBLOCK: tl.constexpr,
 ):
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     xnumel = 32
@@ -35,7 +40,7 @@ def triton_fused_native_layer_norm_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + (64 * xindex + rindex), xmask & rmask, other=0)
+    tmp0 = tl.load(x_ptr + (64 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
     tmp2 = tmp1 / 64.0
     tmp3 = tmp0 - tmp2
@@ -54,22 +59,22 @@ def triton_fused_native_layer_norm_0(
     tmp16 = tl.rsqrt(tmp15)
     tmp17 = tmp0 - tmp13
     tmp18 = tmp17 * tmp16
-    tmp19 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp19 = tl.load(ln_1_weight_ptr + rindex, xmask & rmask, other=0)
     tmp20 = tmp18 * tmp19
-    tmp21 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
+    tmp21 = tl.load(ln_1_bias_ptr + rindex, xmask & rmask, other=0)
     tmp22 = tmp20 + tmp21
-    tl.store(out_ptr0 + (64 * xindex + rindex), tmp22, xmask & rmask)
+    tl.store(out_ptr + (64 * xindex + rindex), tmp22, xmask & rmask)
 
 
 @triton.jit
 def triton_fused_addmm_add_native_layer_norm_0(
-    in_ptr0,
-    in_ptr1,
-    in_ptr2,
-    in_ptr3,
-    in_ptr4,
-    out_ptr0,
-    out_ptr1,
+    linear_ptr,
+    c_proj_bias_ptr,
+    x_ptr,
+    ln_2_weight_ptr,
+    ln_2_bias_ptr,
+    out_add_ptr,
+    out_native_layer_norm_ptr,
     XBLOCK: tl.constexpr,
     RBLOCK: tl.constexpr,
 ):
@@ -83,10 +88,10 @@ def triton_fused_addmm_add_native_layer_norm_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + (64 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(linear_ptr + (64 * xindex + rindex), xmask & rmask, other=0)
+    tmp1 = tl.load(c_proj_bias_ptr + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.load(in_ptr2 + (64 * xindex + rindex), xmask & rmask, other=0)
+    tmp3 = tl.load(x_ptr + (64 * xindex + rindex), xmask & rmask, other=0)
     tmp4 = tmp3 + tmp2
     tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
     tmp6 = tmp5 / 64.0
@@ -106,23 +111,23 @@ def triton_fused_addmm_add_native_layer_norm_0(
     tmp20 = tl.rsqrt(tmp19)
     tmp21 = tmp4 - tmp17
     tmp22 = tmp21 * tmp20
-    tmp23 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
+    tmp23 = tl.load(ln_2_weight_ptr + rindex, xmask & rmask, other=0)
     tmp24 = tmp22 * tmp23
-    tmp25 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
+    tmp25 = tl.load(ln_2_bias_ptr + rindex, xmask & rmask, other=0)
     tmp26 = tmp24 + tmp25
-    tl.store(out_ptr0 + (64 * xindex + rindex), tmp4, xmask & rmask)
-    tl.store(out_ptr1 + (64 * xindex + rindex), tmp26, xmask & rmask)
+    tl.store(out_add_ptr + (64 * xindex + rindex), tmp4, xmask & rmask)
+    tl.store(out_native_layer_norm_ptr + (64 * xindex + rindex), tmp26, xmask & rmask)
 
 
 @triton.jit
-def triton_fused_addmm_gelu_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_addmm_gelu_0(linear_ptr, c_fc_bias_ptr, out_ptr, XBLOCK: tl.constexpr):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     xnumel = 8192
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
-    tmp1 = tl.load(in_ptr1 + xindex % 256, xmask, other=0)
+    tmp0 = tl.load(linear_ptr + xindex, xmask, other=0)
+    tmp1 = tl.load(c_fc_bias_ptr + xindex % 256, xmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tmp2 * tmp2
     tmp4 = tmp3 * tmp2
@@ -133,27 +138,34 @@ def triton_fused_addmm_gelu_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
     tmp9 = _tanh(tmp7)
     tmp10 = tmp9 + 1.0
     tmp11 = tmp8 * tmp10
-    tl.store(out_ptr0 + xindex, tmp11, xmask)
+    tl.store(out_ptr + xindex, tmp11, xmask)
 
 
 @triton.jit
-def triton_fused_addmm_add_0(in_ptr0, in_ptr1, in_ptr2, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_addmm_add_0(
+    linear_ptr, c_proj_bias_ptr, add_ptr, out_ptr, XBLOCK: tl.constexpr
+):
     # examples/gpt_block.py:45: x = self.c_proj(x)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     xnumel = 2048
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
-    tmp1 = tl.load(in_ptr1 + xindex % 64, xmask, other=0)
+    tmp0 = tl.load(linear_ptr + xindex, xmask, other=0)
+    tmp1 = tl.load(c_proj_bias_ptr + xindex % 64, xmask, other=0)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.load(in_ptr2 + xindex, xmask, other=0)
+    tmp3 = tl.load(add_ptr + xindex, xmask, other=0)
     tmp4 = tmp3 + tmp2
-    tl.store(out_ptr0 + xindex, tmp4, xmask)
+    tl.store(out_ptr + xindex, tmp4, xmask)
 
 
 @triton.jit
 def triton_fused_native_layer_norm_1(
-    in_ptr0, in_ptr1, in_ptr2, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+    x_ptr,
+    ln_1_weight_ptr,
+    ln_1_bias_ptr,
+    out_ptr,
+    XBLOCK: tl.constexpr,
+    RBLOCK: tl.constexpr,
 ):
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     xnumel = 32
@@ -163,7 +175,7 @@ def triton_fused_native_layer_norm_1(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + (64 * xindex + rindex), xmask & rmask, other=0).to(
+    tmp0 = tl.load(x_ptr + (64 * xindex + rindex), xmask & rmask, other=0).to(
         tl.float32
     )
     tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
@@ -184,22 +196,22 @@ def triton_fused_native_layer_norm_1(
     tmp16 = tl.rsqrt(tmp15)
     tmp17 = tmp0 - tmp13
     tmp18 = tmp17 * tmp16
-    tmp19 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp19 = tl.load(ln_1_weight_ptr + rindex, xmask & rmask, other=0).to(tl.float32)
     tmp20 = tmp18 * tmp19
-    tmp21 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp21 = tl.load(ln_1_bias_ptr + rindex, xmask & rmask, other=0).to(tl.float32)
     tmp22 = tmp20 + tmp21
-    tl.store(out_ptr0 + (64 * xindex + rindex), tmp22.to(tl.bfloat16), xmask & rmask)
+    tl.store(out_ptr + (64 * xindex + rindex), tmp22.to(tl.bfloat16), xmask & rmask)
 
 
 @triton.jit
 def triton_fused_addmm_add_native_layer_norm_1(
-    in_ptr0,
-    in_ptr1,
-    in_ptr2,
-    in_ptr3,
-    in_ptr4,
-    out_ptr0,
-    out_ptr1,
+    linear_ptr,
+    c_proj_bias_ptr,
+    x_ptr,
+    ln_2_weight_ptr,
+    ln_2_bias_ptr,
+    out_add_ptr,
+    out_native_layer_norm_ptr,
     XBLOCK: tl.constexpr,
     RBLOCK: tl.constexpr,
 ):
@@ -213,12 +225,12 @@ def triton_fused_addmm_add_native_layer_norm_1(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + (64 * xindex + rindex), xmask & rmask, other=0).to(
+    tmp0 = tl.load(linear_ptr + (64 * xindex + rindex), xmask & rmask, other=0).to(
         tl.float32
     )
-    tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp1 = tl.load(c_proj_bias_ptr + rindex, xmask & rmask, other=0).to(tl.float32)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.load(in_ptr2 + (64 * xindex + rindex), xmask & rmask, other=0).to(
+    tmp3 = tl.load(x_ptr + (64 * xindex + rindex), xmask & rmask, other=0).to(
         tl.float32
     )
     tmp4 = tmp3 + tmp2
@@ -240,24 +252,30 @@ def triton_fused_addmm_add_native_layer_norm_1(
     tmp20 = tl.rsqrt(tmp19)
     tmp21 = tmp4 - tmp17
     tmp22 = tmp21 * tmp20
-    tmp23 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp23 = tl.load(ln_2_weight_ptr + rindex, xmask & rmask, other=0).to(tl.float32)
     tmp24 = tmp22 * tmp23
-    tmp25 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp25 = tl.load(ln_2_bias_ptr + rindex, xmask & rmask, other=0).to(tl.float32)
     tmp26 = tmp24 + tmp25
-    tl.store(out_ptr0 + (64 * xindex + rindex), tmp4.to(tl.bfloat16), xmask & rmask)
-    tl.store(out_ptr1 + (64 * xindex + rindex), tmp26.to(tl.bfloat16), xmask & rmask)
+    tl.store(out_add_ptr + (64 * xindex + rindex), tmp4.to(tl.bfloat16), xmask & rmask)
+    tl.store(
+        out_native_layer_norm_ptr + (64 * xindex + rindex),
+        tmp26.to(tl.bfloat16),
+        xmask & rmask,
+    )
 
 
 @triton.jit
-def triton_fused_addmm_add_1(in_ptr0, in_ptr1, in_ptr2, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_addmm_add_1(
+    linear_ptr, c_proj_bias_ptr, add_ptr, out_ptr, XBLOCK: tl.constexpr
+):
     # examples/gpt_block.py:45: x = self.c_proj(x)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     xnumel = 2048
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0).to(tl.float32)
-    tmp1 = tl.load(in_ptr1 + xindex % 64, xmask, other=0).to(tl.float32)
+    tmp0 = tl.load(linear_ptr + xindex, xmask, other=0).to(tl.float32)
+    tmp1 = tl.load(c_proj_bias_ptr + xindex % 64, xmask, other=0).to(tl.float32)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.load(in_ptr2 + xindex, xmask, other=0).to(tl.float32)
+    tmp3 = tl.load(add_ptr + xindex, xmask, other=0).to(tl.float32)
     tmp4 = tmp3 + tmp2
-    tl.store(out_ptr0 + xindex, tmp4.to(tl.bfloat16), xmask)
+    tl.store(out_ptr + xindex, tmp4.to(tl.bfloat16), xmask)

@@ -25,7 +25,7 @@ def _tanh(x):
 
 @triton.jit
 def triton_fused_embedding_0(
-    in_ptr0, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+    idx_ptr, out_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
 ):
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
     xnumel = 1
@@ -35,42 +35,44 @@ def triton_fused_embedding_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(idx_ptr + rindex, xmask & rmask, other=0)
     tmp1 = tmp0 >= 0
     tmp2 = tmp0 < 256
     tmp3 = tmp1 & tmp2
     tmp4 = tmp3.to(tl.int8)
     tmp5 = tl.min(tl.where(xmask & rmask, tmp4, 127), 1)[:, None]
     tmp6 = tmp5 != 0
-    tl.store(out_ptr0 + xindex, tmp6, xmask)
+    tl.store(out_ptr + xindex, tmp6, xmask)
 
 
 @triton.jit
-def triton_fused_index_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_index_0(arange_ptr, wpe_weight_ptr, out_ptr, XBLOCK: tl.constexpr):
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
     xnumel = 1024
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex // 64, xmask, other=0)
+    tmp0 = tl.load(arange_ptr + xindex // 64, xmask, other=0)
     tmp1 = tmp0 < 0
     tmp2 = tmp0 + 64
     tmp3 = tl.where(tmp1, tmp2, tmp0)
     tmp4 = tmp3 >= 0
     tmp5 = tmp3 < 64
     tmp6 = (tmp4 != 0) & (tmp5 != 0)
-    tmp7 = tl.load(in_ptr1 + (xindex % 64 + 64 * tmp3), (xmask & tmp6) != 0, other=0)
-    tl.store(out_ptr0 + xindex, tmp7, xmask)
+    tmp7 = tl.load(
+        wpe_weight_ptr + (xindex % 64 + 64 * tmp3), (xmask & tmp6) != 0, other=0
+    )
+    tl.store(out_ptr + xindex, tmp7, xmask)
 
 
 @triton.jit
 def triton_fused_embedding_add_native_layer_norm_0(
-    in_ptr0,
-    in_ptr1,
-    in_ptr2,
-    in_ptr3,
-    in_ptr4,
-    out_ptr0,
-    out_ptr1,
+    idx_ptr,
+    wte_weight_ptr,
+    embedding_ptr,
+    ln_1_weight_ptr,
+    ln_1_bias_ptr,
+    out_add_ptr,
+    out_native_layer_norm_ptr,
     XBLOCK: tl.constexpr,
     RBLOCK: tl.constexpr,
 ):
@@ -83,15 +85,19 @@ def triton_fused_embedding_add_native_layer_norm_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask & rmask, other=0)
+    tmp0 = tl.load(idx_ptr + xindex, xmask & rmask, other=0)
     tmp1 = tmp0 < 0
     tmp2 = tmp0 + 256
     tmp3 = tl.where(tmp1, tmp2, tmp0)
     tmp4 = tmp3 >= 0
     tmp5 = tmp3 < 256
     tmp6 = (tmp4 != 0) & (tmp5 != 0)
-    tmp7 = tl.load(in_ptr1 + (rindex + 64 * tmp3), (xmask & rmask & tmp6) != 0, other=0)
-    tmp8 = tl.load(in_ptr2 + (64 * (xindex % 16) + rindex), xmask & rmask, other=0)
+    tmp7 = tl.load(
+        wte_weight_ptr + (rindex + 64 * tmp3), (xmask & rmask & tmp6) != 0, other=0
+    )
+    tmp8 = tl.load(
+        embedding_ptr + (64 * (xindex % 16) + rindex), xmask & rmask, other=0
+    )
     tmp9 = tmp7 + tmp8
     tmp10 = tl.sum(tl.where(xmask & rmask, tmp9, 0), 1)[:, None]
     tmp11 = tmp10 / 64.0
@@ -111,23 +117,23 @@ def triton_fused_embedding_add_native_layer_norm_0(
     tmp25 = tl.rsqrt(tmp24)
     tmp26 = tmp9 - tmp22
     tmp27 = tmp26 * tmp25
-    tmp28 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
+    tmp28 = tl.load(ln_1_weight_ptr + rindex, xmask & rmask, other=0)
     tmp29 = tmp27 * tmp28
-    tmp30 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
+    tmp30 = tl.load(ln_1_bias_ptr + rindex, xmask & rmask, other=0)
     tmp31 = tmp29 + tmp30
-    tl.store(out_ptr0 + (64 * xindex + rindex), tmp9, xmask & rmask)
-    tl.store(out_ptr1 + (64 * xindex + rindex), tmp31, xmask & rmask)
+    tl.store(out_add_ptr + (64 * xindex + rindex), tmp9, xmask & rmask)
+    tl.store(out_native_layer_norm_ptr + (64 * xindex + rindex), tmp31, xmask & rmask)
 
 
 @triton.jit
 def triton_fused_addmm_add_native_layer_norm_0(
-    in_ptr0,
-    in_ptr1,
-    in_ptr2,
-    in_ptr3,
-    in_ptr4,
-    out_ptr0,
-    out_ptr1,
+    linear_ptr,
+    c_proj_bias_ptr,
+    add_ptr,
+    ln_2_weight_ptr,
+    ln_2_bias_ptr,
+    out_add_ptr,
+    out_native_layer_norm_ptr,
     XBLOCK: tl.constexpr,
     RBLOCK: tl.constexpr,
 ):
@@ -141,10 +147,10 @@ def triton_fused_addmm_add_native_layer_norm_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + (64 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(linear_ptr + (64 * xindex + rindex), xmask & rmask, other=0)
+    tmp1 = tl.load(c_proj_bias_ptr + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.load(in_ptr2 + (64 * xindex + rindex), xmask & rmask, other=0)
+    tmp3 = tl.load(add_ptr + (64 * xindex + rindex), xmask & rmask, other=0)
     tmp4 = tmp3 + tmp2
     tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
     tmp6 = tmp5 / 64.0
@@ -164,23 +170,23 @@ def triton_fused_addmm_add_native_layer_norm_0(
     tmp20 = tl.rsqrt(tmp19)
     tmp21 = tmp4 - tmp17
     tmp22 = tmp21 * tmp20
-    tmp23 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
+    tmp23 = tl.load(ln_2_weight_ptr + rindex, xmask & rmask, other=0)
     tmp24 = tmp22 * tmp23
-    tmp25 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
+    tmp25 = tl.load(ln_2_bias_ptr + rindex, xmask & rmask, other=0)
     tmp26 = tmp24 + tmp25
-    tl.store(out_ptr0 + (64 * xindex + rindex), tmp4, xmask & rmask)
-    tl.store(out_ptr1 + (64 * xindex + rindex), tmp26, xmask & rmask)
+    tl.store(out_add_ptr + (64 * xindex + rindex), tmp4, xmask & rmask)
+    tl.store(out_native_layer_norm_ptr + (64 * xindex + rindex), tmp26, xmask & rmask)
 
 
 @triton.jit
-def triton_fused_addmm_gelu_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_addmm_gelu_0(linear_ptr, c_fc_bias_ptr, out_ptr, XBLOCK: tl.constexpr):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     xnumel = 8192
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
-    tmp1 = tl.load(in_ptr1 + xindex % 256, xmask, other=0)
+    tmp0 = tl.load(linear_ptr + xindex, xmask, other=0)
+    tmp1 = tl.load(c_fc_bias_ptr + xindex % 256, xmask, other=0)
     tmp2 = tmp0 + tmp1
     tmp3 = tmp2 * tmp2
     tmp4 = tmp3 * tmp2
@@ -191,17 +197,17 @@ def triton_fused_addmm_gelu_0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):
     tmp9 = _tanh(tmp7)
     tmp10 = tmp9 + 1.0
     tmp11 = tmp8 * tmp10
-    tl.store(out_ptr0 + xindex, tmp11, xmask)
+    tl.store(out_ptr + xindex, tmp11, xmask)
 
 
 @triton.jit
 def triton_fused_addmm_add_native_layer_norm_1(
-    in_ptr0,
-    in_ptr1,
-    in_ptr2,
-    in_ptr3,
-    in_ptr4,
-    out_ptr0,
+    linear_ptr,
+    c_proj_bias_ptr,
+    add_ptr,
+    ln_f_weight_ptr,
+    ln_f_bias_ptr,
+    out_ptr,
     XBLOCK: tl.constexpr,
     RBLOCK: tl.constexpr,
 ):
@@ -215,10 +221,10 @@ def triton_fused_addmm_add_native_layer_norm_1(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + (64 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(linear_ptr + (64 * xindex + rindex), xmask & rmask, other=0)
+    tmp1 = tl.load(c_proj_bias_ptr + rindex, xmask & rmask, other=0)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.load(in_ptr2 + (64 * xindex + rindex), xmask & rmask, other=0)
+    tmp3 = tl.load(add_ptr + (64 * xindex + rindex), xmask & rmask, other=0)
     tmp4 = tmp3 + tmp2
     tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
     tmp6 = tmp5 / 64.0
@@ -238,8 +244,8 @@ def triton_fused_addmm_add_native_layer_norm_1(
     tmp20 = tl.rsqrt(tmp19)
     tmp21 = tmp4 - tmp17
     tmp22 = tmp21 * tmp20
-    tmp23 = tl.load(in_ptr3 + rindex, xmask & rmask, other=0)
+    tmp23 = tl.load(ln_f_weight_ptr + rindex, xmask & rmask, other=0)
     tmp24 = tmp22 * tmp23
-    tmp25 = tl.load(in_ptr4 + rindex, xmask & rmask, other=0)
+    tmp25 = tl.load(ln_f_bias_ptr + rindex, xmask & rmask, other=0)
     tmp26 = tmp24 + tmp25
-    tl.store(out_ptr0 + (64 * xindex + rindex), tmp26, xmask & rmask)
+    tl.store(out_ptr + (64 * xindex + rindex), tmp26, xmask & rmask)

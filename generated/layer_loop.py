@@ -4,8 +4,8 @@ Regenerate with: transpile
 
 Variants (tried in order):
     LayerLoop (examples/layer_loop.py::LayerLoop)
-        cpu_0    cpu: x=f32[4,32]                         0 kernels, 8 extern calls, 1 fallback call
-        cuda_0   cuda: x=f32[4,32]                        0 kernels, 8 extern calls, 1 fallback call
+        cpu_0    cpu: x=f32[4,32]                         0 kernels, 8 extern calls, 1 graph break
+        cuda_0   cuda: x=f32[4,32]                        0 kernels, 8 extern calls, 1 graph break
 
 Graph breaks (code run eagerly):
     examples/layer_loop.py:18: calls print(), a Python side effect [_fallback_0]

@@ -6,7 +6,12 @@ import triton.language as tl
 
 @triton.jit
 def triton_fused_native_layer_norm_gelu_0(
-    in_ptr0, in_ptr1, in_ptr2, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+    x_ptr,
+    norm_weight_ptr,
+    norm_bias_ptr,
+    out_ptr,
+    XBLOCK: tl.constexpr,
+    RBLOCK: tl.constexpr,
 ):
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
     xnumel = 16
@@ -16,7 +21,7 @@ def triton_fused_native_layer_norm_gelu_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + (256 * xindex + rindex), xmask & rmask, other=0)
+    tmp0 = tl.load(x_ptr + (256 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
     tmp2 = tmp1 / 256.0
     tmp3 = tmp0 - tmp2
@@ -35,17 +40,22 @@ def triton_fused_native_layer_norm_gelu_0(
     tmp16 = tl.rsqrt(tmp15)
     tmp17 = tmp0 - tmp13
     tmp18 = tmp17 * tmp16
-    tmp19 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp19 = tl.load(norm_weight_ptr + rindex, xmask & rmask, other=0)
     tmp20 = tmp18 * tmp19
-    tmp21 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
+    tmp21 = tl.load(norm_bias_ptr + rindex, xmask & rmask, other=0)
     tmp22 = tmp20 + tmp21
     tmp23 = tmp22 * 0.5 * (1.0 + tl.erf(tmp22 * 0.7071067811865476))
-    tl.store(out_ptr0 + (256 * xindex + rindex), tmp23, xmask & rmask)
+    tl.store(out_ptr + (256 * xindex + rindex), tmp23, xmask & rmask)
 
 
 @triton.jit
 def triton_fused_native_layer_norm_gelu_1(
-    in_ptr0, in_ptr1, in_ptr2, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+    x_ptr,
+    norm_weight_ptr,
+    norm_bias_ptr,
+    out_ptr,
+    XBLOCK: tl.constexpr,
+    RBLOCK: tl.constexpr,
 ):
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
     xnumel = 16
@@ -55,7 +65,7 @@ def triton_fused_native_layer_norm_gelu_1(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + (256 * xindex + rindex), xmask & rmask, other=0).to(
+    tmp0 = tl.load(x_ptr + (256 * xindex + rindex), xmask & rmask, other=0).to(
         tl.float32
     )
     tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
@@ -76,10 +86,10 @@ def triton_fused_native_layer_norm_gelu_1(
     tmp16 = tl.rsqrt(tmp15)
     tmp17 = tmp0 - tmp13
     tmp18 = tmp17 * tmp16
-    tmp19 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp19 = tl.load(norm_weight_ptr + rindex, xmask & rmask, other=0)
     tmp20 = tmp18 * tmp19
-    tmp21 = tl.load(in_ptr2 + rindex, xmask & rmask, other=0)
+    tmp21 = tl.load(norm_bias_ptr + rindex, xmask & rmask, other=0)
     tmp22 = tmp20 + tmp21
     tmp23 = tmp22.to(tl.bfloat16).to(tl.float32)
     tmp24 = tmp23 * 0.5 * (1.0 + tl.erf(tmp23 * 0.7071067811865476))
-    tl.store(out_ptr0 + (256 * xindex + rindex), tmp24.to(tl.bfloat16), xmask & rmask)
+    tl.store(out_ptr + (256 * xindex + rindex), tmp24.to(tl.bfloat16), xmask & rmask)

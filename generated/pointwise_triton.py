@@ -6,7 +6,7 @@ import triton.language as tl
 
 @triton.jit
 def triton_fused_mul_add_relu_0(
-    in_ptr0, in_ptr1, in_ptr2, out_ptr0, XBLOCK: tl.constexpr
+    x_ptr, bias_ptr, scale_ptr, out_ptr, XBLOCK: tl.constexpr
 ):
     # examples/pointwise.py:12: y = x * 2
     # examples/pointwise.py:13: y = y + bias
@@ -15,11 +15,11 @@ def triton_fused_mul_add_relu_0(
     xnumel = 8192
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp0 = tl.load(x_ptr + xindex, xmask, other=0)
     tmp1 = tmp0 * 2.0
-    tmp2 = tl.load(in_ptr1 + xindex % 128, xmask, other=0)
+    tmp2 = tl.load(bias_ptr + xindex % 128, xmask, other=0)
     tmp3 = tmp1 + tmp2
     tmp4 = tl.where(tmp3 < 0, 0, tmp3)
-    tmp5 = tl.load(in_ptr2 + xindex % 128, xmask, other=0)
+    tmp5 = tl.load(scale_ptr + xindex % 128, xmask, other=0)
     tmp6 = tmp4 * tmp5
-    tl.store(out_ptr0 + xindex, tmp6, xmask)
+    tl.store(out_ptr + xindex, tmp6, xmask)

@@ -5,21 +5,19 @@ import triton.language as tl
 
 
 @triton.jit
-def triton_fused_mul_0(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_mul_0(x_ptr, out_ptr, XBLOCK: tl.constexpr):
     # examples/script_vs_trace.py:11: x = x * x
     xnumel = 12
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp0 = tl.load(x_ptr + xindex, xmask, other=0)
     tmp1 = tmp0 * tmp0
     tmp2 = tmp1 * tmp1
-    tl.store(out_ptr0 + xindex, tmp2, xmask)
+    tl.store(out_ptr + xindex, tmp2, xmask)
 
 
 @triton.jit
-def triton_fused_sum_gt_0(
-    in_ptr0, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
-):
+def triton_fused_sum_gt_0(x_ptr, out_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     # examples/script_vs_trace.py:16: if x.sum() > 0:
     xnumel = 1
     rnumel = 2
@@ -28,29 +26,29 @@ def triton_fused_sum_gt_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(x_ptr + rindex, xmask & rmask, other=0)
     tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
     tmp2 = tmp1 > 0.0
-    tl.store(out_ptr0 + xindex, tmp2, xmask)
+    tl.store(out_ptr + xindex, tmp2, xmask)
 
 
 @triton.jit
-def triton_fused_mul_1(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_mul_1(x_ptr, out_ptr, XBLOCK: tl.constexpr):
     # examples/script_vs_trace.py:17: return x * 2
     xnumel = 2
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp0 = tl.load(x_ptr + xindex, xmask, other=0)
     tmp1 = tmp0 * 2.0
-    tl.store(out_ptr0 + xindex, tmp1, xmask)
+    tl.store(out_ptr + xindex, tmp1, xmask)
 
 
 @triton.jit
-def triton_fused_mul_2(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_mul_2(x_ptr, out_ptr, XBLOCK: tl.constexpr):
     # examples/script_vs_trace.py:19: return x * -1
     xnumel = 2
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp0 = tl.load(x_ptr + xindex, xmask, other=0)
     tmp1 = tmp0 * -1.0
-    tl.store(out_ptr0 + xindex, tmp1, xmask)
+    tl.store(out_ptr + xindex, tmp1, xmask)

@@ -5,11 +5,12 @@ Note [Where a library comes from]
 `load_cpp(path)` is lazy: the first `function()` call loads the library, trying
 in order:
 
-1. a prebuilt `<dir>/__prebuilt__/<stem>-<key>.so`, keyed by the source text and
-   the platform only, so it needs no compiler (`python -m runtime_shim build`);
-   one that fails to load is skipped with a warning;
-2. the per-user cache, keyed by source text, compiler identity and flags, as far
-   as it can be trusted (Note [Trusting the cache]);
+1. a prebuilt `<dir>/__prebuilt__/<stem>-<key>.so`, keyed by the source text (with
+   that of runtime_shim/kernels.h, which every generated file includes) and the
+   platform only, so it needs no compiler (`python -m runtime_shim build`); one
+   that fails to load is skipped with a warning;
+2. the per-user cache, keyed by the source text, kernels.h, compiler identity and
+   flags, as far as it can be trusted (Note [Trusting the cache]);
 3. a fresh compile into that cache (temp file, then `os.replace`).
 
 Note [Trusting the cache]
@@ -63,6 +64,7 @@ from runtime_shim.warn import warn_once
 
 __all__ = [
     "CXX_FLAGS",
+    "INCLUDE_FLAGS",
     "PORTABLE_CXX_FLAGS",
     "CppLibrary",
     "RuntimeShimError",
@@ -87,6 +89,10 @@ CXX_FLAGS = (
     "-mprefer-vector-width=512",  # where AVX-512 exists, use all of it
 )
 PORTABLE_CXX_FLAGS = CXX_FLAGS[: CXX_FLAGS.index("-march=native")]
+# `#include "runtime_shim/kernels.h"` finds this package's header: the folder that
+# holds the package is searched for quoted includes only, never for <cmath>
+INCLUDE_FLAGS = ("-iquote", str(Path(__file__).resolve().parent.parent))
+KERNELS_H = Path(__file__).resolve().parent / "kernels.h"
 COMPILERS = ("g++", "c++", "clang++")
 PREBUILT_DIR = "__prebuilt__"
 _ERROR_LINES = 40
@@ -101,6 +107,12 @@ _ARG_TYPES = {"p": ctypes.c_void_p, "l": ctypes.c_int64, "d": ctypes.c_double}
 
 class RuntimeShimError(RuntimeError):
     """A generated C++ library cannot be built or loaded."""
+
+
+@functools.cache
+def kernels_h() -> str:
+    """The text of the header every generated C++ file includes."""
+    return KERNELS_H.read_text()
 
 
 def _sha256(*parts: str) -> str:
@@ -118,7 +130,8 @@ def prebuilt_path(cpp_path: Path, source: str, portable: bool = False) -> Path:
 
 
 def _prebuilt_key(source: str, machine: str, system: str, portable: bool) -> str:
-    return _sha256(source, machine, system, *(["portable"] if portable else []))
+    portable_key = ["portable"] if portable else []
+    return _sha256(source, kernels_h(), machine, system, *portable_key)
 
 
 # Platforms whose prebuilt libraries of a current source count as current: one tree
@@ -307,7 +320,7 @@ def compile_shared(
         prefix=f".{out_path.stem}-", suffix=".so", dir=out_path.parent
     )
     os.close(fd)
-    command = [*cxx, *flags, str(cpp_path), "-o", tmp]
+    command = [*cxx, *flags, *INCLUDE_FLAGS, str(cpp_path), "-o", tmp]
     try:
         done = subprocess.run(command, check=False, capture_output=True, text=True)
         if done.returncode != 0:
@@ -348,7 +361,7 @@ def build_prebuilt(cpp_path: Path, portable: bool = False) -> Path:
 
 def _entry_name(cpp_path: Path, source: str, cxx: tuple[str, ...]) -> str:
     """The cache entry's file name: keyed by source, compiler identity and flags."""
-    key = _sha256(source, _compiler_identity(cxx), *CXX_FLAGS)
+    key = _sha256(source, kernels_h(), _compiler_identity(cxx), *CXX_FLAGS)
     return f"{cpp_path.stem}-{key}.so"
 
 

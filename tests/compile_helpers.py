@@ -52,7 +52,7 @@ from transpiler.options import (
     TensorSpec,
     Variant,
 )
-from transpiler.passes import optimize
+from transpiler.pipeline import optimize
 
 Example = torch.Tensor | int | float | bool | None | Spec
 _counter = itertools.count()

@@ -1,70 +1,28 @@
-"""Build, check or explain every target of a run: the whole compiler as one function.
+"""Build, check or explain every target of a run: what the command line runs.
 
-options → for each target: resolve → instantiate on meta → for each variant:
-    trace (frontend) → optimize (graph passes) → lower (fuse + schedule)
-→ render modules (wrapper, Triton, C++) → black → write atomically / diff / explain
+The stages, in order, are in pipeline.py; this module runs them for `transpile` and
+writes (atomically), diffs (`--check`) or reports (`--explain`) what they make.
 """
 
 from __future__ import annotations
 
 import difflib
-import inspect
 import os
 import sys
 import tempfile
-import time
-import types
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
-from torch import nn
-
 from runtime_shim.cpp import current_umask
-from runtime_shim.provenance import source_hash
-from transpiler.autotune import Bench, bench_for, tune_modules
-from transpiler.codegen.module import count, render_module
-from transpiler.codegen.signature import Signature
-from transpiler.codegen.wrapper import TargetCode, VariantCode
+from transpiler.autotune import Bench, bench_for, tune
+from transpiler.build import TargetCode, VariantCode
 from transpiler.errors import UserError
-from transpiler.explain import compiled_nothing
-from transpiler.formatting import format_module
-from transpiler.frontend.fallback import Stub
-from transpiler.frontend.loader import resolve
-from transpiler.frontend.source import SourceCache
-from transpiler.frontend.trace import direct_reads, instantiate, trace
+from transpiler.explain import compiled_nothing, report
 from transpiler.ir.graph import FALLBACK
 from transpiler.ir.program import ExternCall, KernelCall
-from transpiler.options import Options, ScalarSpec, Target, Variant
-from transpiler.passes.schedule import KernelNames
-from transpiler.variants import compile_dynamic, compile_variant
-
-
-@dataclass
-class ModuleBuild:
-    source_file: str
-    source_module: str
-    targets: list[TargetCode] = field(default_factory=list)
-    names: dict[str, KernelNames] = field(
-        default_factory=lambda: {"cpu": KernelNames(), "cuda": KernelNames()}
-    )
-    kernels: dict[str, list] = field(default_factory=lambda: {"cpu": [], "cuda": []})
-    # variants per device, numbered across the module's targets: their functions
-    # (`_cpu_0`, `_guards_cpu_0`) share the generated module's namespace
-    counts: dict[str, int] = field(default_factory=dict)
-    stubs: dict[Stub, str] = field(default_factory=dict)  # fallback code, named
-    # module name -> (path, hash) of every source file its code was read from
-    sources: dict[str, tuple[str, str]] = field(default_factory=dict)
-
-    def variant_name(self, variant: Variant) -> str:
-        """`cpu_0`, `cuda_0`, `cpu_1`, ...: numbered per device across the module."""
-        n = self.counts.get(variant.device, 0)
-        self.counts[variant.device] = n + 1
-        return f"{variant.device}_{n}"
-
-    def stub_name(self, stub: Stub) -> str:
-        return self.stubs.setdefault(stub, f"_fallback_{len(self.stubs)}")
+from transpiler.options import Options
+from transpiler.pipeline import build_files, compile_modules, render
+from transpiler.text import count
 
 
 class Progress:
@@ -93,7 +51,7 @@ class Progress:
             f"({seconds:.1f} s)"
         )
         for vc in code.variants:
-            self.say(f"  variant {vc.name} ({vc.describe()}): {_summary(vc)}", 1)
+            self.say(f"  variant {vc.name} ({vc.describe()}): {vc.summary()}", 1)
 
 
 def _kernels(vc: VariantCode) -> set[tuple[str, str]]:
@@ -110,31 +68,25 @@ def _breaks(vc: VariantCode) -> set[str]:
     }
 
 
-def _summary(vc: VariantCode) -> str:
-    if vc.region is None:
-        return f"runs the source: {vc.fallback_reason} ({vc.fallback_span})"
-    text = count(len(_kernels(vc)), "kernel")
-    breaks = len(_breaks(vc))
-    return f"{text}, {count(breaks, 'graph break')}" if breaks else text
-
-
 def run(options: Options, bench: Bench | None = None, verbosity: int = 0) -> int:
     """Build, check or explain; `verbosity` as `Progress` takes it."""
     bench = bench_for(options, bench)  # --autotune without a GPU fails here
     progress = Progress(options, verbosity)
     writing = not (options.check or options.explain)
     out = options.root / options.out
-    modules = compile_modules(
+    compiled = compile_modules(
         options,
         built=progress.built,
         ready=partial(_check_destination, out) if writing else None,
     )
-    for line in compiled_nothing(modules):
+    for line in compiled_nothing(compiled):
         print(f"transpile: warning: {line}", file=sys.stderr)
     if options.explain:
-        print(explain(modules, options))
+        print(report(compiled, options))
         return 0
-    files = render(modules, options, bench)
+    if bench is not None:
+        compiled = tune(compiled, bench)  # cuda kernels get their fastest config
+    files = render(compiled)
     if options.check:
         code = check(files, options)
         if code == 0:
@@ -150,175 +102,7 @@ def run(options: Options, bench: Bench | None = None, verbosity: int = 0) -> int
 def build(options: Options, bench: Bench | None = None) -> dict[str, str]:
     """Every output file, by path relative to the output directory. With
     `options.autotune`, kernels are timed on `bench` (default: this machine's GPU)."""
-    bench = bench_for(options, bench)
-    return render(compile_modules(options), options, bench)
-
-
-def compile_modules(
-    options: Options,
-    built: Callable[[str, TargetCode, float], None] | None = None,
-    ready: Callable[[str], None] | None = None,
-) -> dict[str, ModuleBuild]:
-    """Every target compiled, grouped by the generated module (file stem) it is in.
-
-    `ready(stem)` is called before a target is compiled, once its module is known;
-    `built(stem, code, seconds)` after it is.
-    """
-    sources = SourceCache(options.root)
-    modules: dict[str, ModuleBuild] = {}
-    for target in options.targets:
-        start = time.perf_counter()
-        stem, code = _build_target(target, options, sources, modules, ready)
-        if built is not None:
-            built(stem, code, time.perf_counter() - start)
-    return modules
-
-
-def render(
-    modules: dict[str, ModuleBuild], options: Options, bench: Bench | None = None
-) -> dict[str, str]:
-    if bench is not None:
-        tune_modules(modules, bench)  # cuda kernels get their fastest launch config
-    files = {"__init__.py": '"""Modules generated by transpile."""\n'}
-    for stem, mb in modules.items():
-        out = render_module(
-            stem,
-            mb.source_file,
-            mb.source_module,
-            mb.targets,
-            options.command,
-            mb.kernels["cpu"],
-            mb.kernels["cuda"],
-            mb.stubs,
-            dict(sorted(mb.sources.items())),
-        )
-        files[f"{stem}.py"] = format_module(out.py)
-        if out.triton is not None:
-            files[f"{stem}_triton.py"] = format_module(out.triton)
-        if out.cpp is not None:
-            files[f"{stem}.cpp"] = out.cpp
-    return files
-
-
-def _build_target(
-    target: Target,
-    options: Options,
-    sources: SourceCache,
-    modules: dict[str, ModuleBuild],
-    ready: Callable[[str], None] | None = None,
-) -> tuple[str, TargetCode]:
-    resolved = resolve(target.source, options.root)
-    obj = resolved.obj
-    is_module = isinstance(obj, type) and issubclass(obj, nn.Module)
-    if not is_module and not isinstance(obj, types.FunctionType):
-        raise UserError(
-            f"{target.source} is neither an nn.Module subclass nor a " "function"
-        )
-    stem = resolved.file.stem
-    if ready is not None:
-        ready(stem)
-    display = sources.display(resolved.file)
-    mb = modules.setdefault(stem, ModuleBuild(display, resolved.module_name))
-    if mb.source_module != resolved.module_name:
-        raise UserError(
-            f"two targets would both write {stem}.py: "
-            f"{mb.source_module} and {resolved.module_name}"
-        )
-    sources.read.clear()
-    module = None
-    if is_module:
-        factory = None
-        if target.factory:
-            factory = resolve(target.factory, options.root).obj
-        module = instantiate(obj, dict(target.init), factory, options.root)
-    fn = type(module).forward if module is not None else obj
-    src, fdef = sources.function(fn)
-    params = _params(fn, is_module, src.display, src.line_of(fdef))
-    variants = []
-    tracer = partial(trace, obj, module, sources=sources)
-    for variant in target.variants:
-        variant = _complete(variant, fn, is_module, target.source)
-        if not variant.dynamic:
-            variants.append(
-                compile_variant(mb.variant_name(variant), variant, tracer, mb)
-            )
-            continue
-        if len(variant.dynamic) > 1:
-            raise UserError(
-                f"{target.source}: one named dimension per variant for now "
-                f"(got {', '.join(variant.dynamic)})"
-            )
-        # size 1 broadcasts and squeezes differently: it gets a variant of its own
-        one = variant.sized({variant.dynamic[0]: 1})
-        code = compile_variant(mb.variant_name(one), one, tracer, mb)
-        variants.append(replace(code, specializes=f"size 1 of {variant.dynamic[0]}"))
-        variants.append(compile_dynamic(mb.variant_name(variant), variant, tracer, mb))
-    for path in sorted(sources.read):
-        rel = Path(sources.display(path))
-        name = ".".join(rel.with_suffix("").parts)
-        mb.sources[name] = (rel.as_posix(), source_hash(path.read_bytes()))
-    qual = resolved.qualname.split(".")[-1]
-    code = TargetCode(
-        qual,
-        target.source,
-        is_module,
-        params,
-        tuple(variants),
-        reads=direct_reads(module) if module is not None else {},
-    )
-    mb.targets.append(code)
-    return stem, code
-
-
-_NOT_A_FUNCTION = {  # calling such a def returns this, without running its body
-    inspect.isgeneratorfunction: "a generator function (its call returns a generator)",
-    inspect.iscoroutinefunction: "an async function (its call returns a coroutine)",
-    inspect.isasyncgenfunction: "an async generator function",
-}
-
-
-def _params(fn, is_module: bool, file: str, line: int) -> Signature:
-    """The parameters of the target's function (a module's forward), as the
-    generated module declares them; `file:line` is where it is defined."""
-    what = "forward" if is_module else fn.__qualname__
-    for test, kind in _NOT_A_FUNCTION.items():
-        if test(inspect.unwrap(fn)):
-            raise UserError(
-                f"{what} is {kind}: transpile compiles functions that compute and "
-                "return their results",
-                file,
-                line,
-            )
-    params = list(inspect.signature(fn).parameters.values())
-    if is_module and (not params or params[0].kind is params[0].VAR_POSITIONAL):
-        raise UserError(
-            "forward takes no named first parameter for the module (self)", file, line
-        )
-    return Signature.of(fn, drop_self=is_module)
-
-
-def _complete(variant: Variant, fn, is_module: bool, source: str) -> Variant:
-    """Give every parameter a spec: undeclared ones take (and guard) their default."""
-    sig = list(inspect.signature(fn).parameters.values())[1 if is_module else 0 :]
-    sig = [p for p in sig if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    given = dict(variant.inputs)
-    for name in given:
-        if name not in {p.name for p in sig}:
-            known = ", ".join(p.name for p in sig)
-            listed = f"its parameters are {known}" if sig else "it has no parameters"
-            raise UserError(
-                f"unknown example {name!r}: {source} has no parameter {name!r}; "
-                + listed
-            )
-    inputs = []
-    for p in sig:
-        if p.name in given:
-            inputs.append((p.name, given[p.name]))
-        elif type(p.default) in (int, float, bool, type(None)):  # not an IntEnum
-            inputs.append((p.name, ScalarSpec(p.default)))
-        else:
-            raise UserError(f"{source}: no example for parameter {p.name!r}")
-    return replace(variant, inputs=tuple(inputs))
+    return build_files(options, bench_for(options, bench))
 
 
 def _check_destination(out: Path, stem: str) -> None:
@@ -401,9 +185,3 @@ def check(files: dict[str, str], options: Options) -> int:
     sys.stdout.writelines(diffs)
     print(f"\n{options.out.as_posix()}/ is stale; regenerate with: {options.command}")
     return 1
-
-
-def explain(modules: dict[str, ModuleBuild], options: Options) -> str:
-    from transpiler.explain import report
-
-    return report(modules, options)

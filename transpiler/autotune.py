@@ -52,6 +52,7 @@ from pathlib import Path
 
 import torch
 
+from transpiler.build import Build, ModuleCode, VariantCode
 from transpiler.codegen import triton as triton_codegen
 from transpiler.codegen.indexing import across_rows
 from transpiler.codegen.triton import (
@@ -351,25 +352,30 @@ class _Launcher:
         return launch, outputs
 
 
-def tune_modules(modules: dict, bench: Bench) -> None:
-    """Replace the cuda kernels of each module (an `api.ModuleBuild`) by their tuned
-    selves, then fuse the linear layers whose epilogue runs faster in a Triton
-    matmul (Note [Matmul epilogues])."""
+def tune(build: Build, bench: Bench) -> Build:
+    """The build with each module's Triton kernels replaced by their tuned selves,
+    and the linear layers whose epilogue runs faster in a Triton matmul fused with
+    it (Note [Matmul epilogues])."""
     with tempfile.TemporaryDirectory(prefix="transpile-autotune-") as folder:
-        for mb in modules.values():
-            mb.kernels["cuda"] = [
-                tune_kernel(k, bench, Path(folder)) for k in mb.kernels["cuda"]
-            ]
-            tune_epilogues(mb, bench, Path(folder))
+        modules = []
+        for module in build.modules:
+            tuned = tuple(
+                tune_kernel(k, bench, Path(folder)) for k in module.kernels_of("triton")
+            )
+            module = dataclasses.replace(
+                module, kernels={**module.kernels, "triton": tuned}
+            )
+            modules.append(tune_epilogues(module, bench, Path(folder)))
+    return dataclasses.replace(build, modules=tuple(modules))
 
 
 # ------------------------------------------------------------------ matmul epilogues
 
 
-def tune_epilogues(mb, bench: Bench, folder: Path) -> None:
-    """In each cuda variant of `mb`, each linear layer and its consumer become one
-    matmul kernel where one of `MATMUL_CONFIGS` beats cuBLAS plus the consumer."""
-    kernels = {k.name: k for k in mb.kernels["cuda"]}
+def tune_epilogues(module: ModuleCode, bench: Bench, folder: Path) -> ModuleCode:
+    """`module` with, in each cuda variant, each linear layer and its consumer made
+    one matmul kernel where one of `MATMUL_CONFIGS` beats cuBLAS plus the consumer."""
+    kernels = {k.name: k for k in module.kernels_of("triton")}
     decided: dict[tuple, Kernel | None] = {}  # same shapes, same consumer: same call
 
     def tune_program(program, inputs: dict[str, TensorMeta]):
@@ -390,26 +396,30 @@ def tune_epilogues(mb, bench: Bench, folder: Path) -> None:
                 chosen.append((e, decided[key]))
         return matmul_epilogue.apply(program, chosen) if chosen else program
 
-    for i, t in enumerate(mb.targets):
-        variants = list(t.variants)
-        for j, vc in enumerate(variants):
-            if vc.variant.device != "cuda" or vc.region is None:
-                continue
-            inputs = _input_layouts(vc.variant)
-            region = map_programs(vc.region, partial(tune_program, inputs=inputs))
-            variants[j] = dataclasses.replace(vc, region=region)
-        mb.targets[i] = dataclasses.replace(t, variants=tuple(variants))
+    def tune_variant(vc: VariantCode) -> VariantCode:
+        if vc.backend != "triton" or vc.region is None:
+            return vc
+        tuned = partial(tune_program, inputs=_input_layouts(vc.variant))
+        return dataclasses.replace(vc, region=map_programs(vc.region, tuned))
+
+    targets = tuple(
+        dataclasses.replace(t, variants=tuple(map(tune_variant, t.variants)))
+        for t in module.targets
+    )
     used = {
         s.kernel
-        for t in mb.targets
+        for t in targets
         for vc in t.variants
-        if vc.variant.device == "cuda"
+        if vc.backend == "triton"
         for p in vc.programs
         for s in p.steps
         if isinstance(s, KernelCall)
     }
     fused = [k for k in decided.values() if k is not None]
-    mb.kernels["cuda"] = [k for k in [*mb.kernels["cuda"], *fused] if k.name in used]
+    triton = tuple(k for k in [*kernels.values(), *fused] if k.name in used)
+    return dataclasses.replace(
+        module, targets=targets, kernels={**module.kernels, "triton": triton}
+    )
 
 
 def _input_layouts(variant) -> dict[str, TensorMeta]:

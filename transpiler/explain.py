@@ -7,27 +7,21 @@ line, the branches on tensor data, and how much of the work runs in generated ke
 
 from __future__ import annotations
 
-from transpiler.codegen import cuda_graphs
-from transpiler.codegen.module import count
-from transpiler.codegen.wrapper import (
-    TargetCode,
-    VariantCode,
-    megabytes,
-    variant_guards,
-)
+from transpiler.build import Build, TargetCode, VariantCode
+from transpiler.codegen.wrapper import OVERWRITTEN, megabytes, variant_guards
 from transpiler.ir.graph import FALLBACK, LOOP
 from transpiler.ir.program import ExternCall, KernelCall
 from transpiler.passes.hoist_constants import kept_bytes
+from transpiler.text import count
 
 
-def report(modules: dict, options) -> str:
+def report(build: Build, options) -> str:
     out: list[str] = []
-    for stem, mb in modules.items():
-        stubs = {name: stub for stub, name in mb.stubs.items()}
-        for t in mb.targets:
-            out.append(f"{t.source} -> {options.out.as_posix()}/{stem}.py")
+    for module in build.modules:
+        for t in module.targets:
+            out.append(f"{t.source} -> {options.out.as_posix()}/{module.stem}.py")
             for vc in t.variants:
-                out += ["  " + line for line in _variant(t, vc, stubs)]
+                out += ["  " + line for line in _variant(t, vc, module.stubs)]
             out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -39,7 +33,7 @@ def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
             *lines,
             f"  runs the source: {vc.fallback_reason} "
             f"({vc.fallback_span}: {vc.fallback_span.text})",
-            *(f"  {line}" for line in cuda_graphs.explain(vc)),
+            *(f"  {line}" for line in _cuda_graph(vc)),
         ]
     guards = variant_guards(t, vc)
     lines.append("  guards:")
@@ -63,7 +57,7 @@ def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
     )
     lines.append(f"  ATen ops in generated kernels: {in_kernels} of {total} ({share})")
     program = vc.region.program
-    if program.kept and not cuda_graphs.uses_cuda_graph(vc):
+    if program.kept and not vc.cuda_graph:
         lines.append(
             f"  kept between calls: {count(len(program.kept), 'value')} of parameters"
             f" and buffers alone ({megabytes(kept_bytes(program))}), computed again"
@@ -84,15 +78,34 @@ def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
         stub = stubs[name]
         lines.append(f"  graph break: {stub.span}: {stub.reason}")
         lines.append(f"    {stub.span.text}")
-    return lines + [f"  {line}" for line in cuda_graphs.explain(vc)]
+    return lines + [f"  {line}" for line in _cuda_graph(vc)]
 
 
-def compiled_nothing(modules: dict) -> list[str]:
+def _cuda_graph(vc: VariantCode) -> list[str]:
+    """The line of a variant that asked for a CUDA graph: what
+    `pipeline.decide_cuda_graph` decided."""
+    if vc.cuda_graph == "tree":
+        segments = len(list(vc.region.walk()))
+        return [
+            f"cuda graph: one per segment between branches on tensor data"
+            f" ({segments} segments), each captured on first use, then"
+            f" replayed; the branches run in Python ({OVERWRITTEN})"
+        ]
+    if vc.cuda_graph:
+        return [
+            f"cuda graph: captured on the first call, then replayed ({OVERWRITTEN})"
+        ]
+    if vc.cuda_graph_off:
+        return [f"cuda graph: off, {vc.cuda_graph_off}; compiled without one"]
+    return []
+
+
+def compiled_nothing(build: Build) -> list[str]:
     """One line for each variant whose every statement runs as the source: all
     fallback, or fallback calls with not one kernel or PyTorch call around them."""
     lines = []
-    for mb in modules.values():
-        for t in mb.targets:
+    for module in build.modules:
+        for t in module.targets:
             for vc in t.variants:
                 where = f"{t.source} variant {vc.name} ({vc.describe()})"
                 if vc.region is None:

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from transpiler.codegen.text import is_reserved
 from transpiler.errors import UserError
+from transpiler.text import is_reserved
 
 try:
     import tomllib

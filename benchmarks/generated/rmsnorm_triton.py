@@ -6,7 +6,7 @@ import triton.language as tl
 
 @triton.jit
 def triton_fused_mul_mean_add_rsqrt_0(
-    in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
+    x_ptr, weight_ptr, out_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
 ):
     # examples/rmsnorm.py:19: return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
     xnumel = 16384
@@ -16,13 +16,13 @@ def triton_fused_mul_mean_add_rsqrt_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + (4096 * xindex + rindex), xmask & rmask, other=0)
+    tmp0 = tl.load(x_ptr + (4096 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tmp0 * tmp0
     tmp2 = tl.sum(tl.where(xmask & rmask, tmp1, 0), 1)[:, None]
     tmp3 = tmp2 / 4096.0
     tmp4 = tmp3 + 1e-06
     tmp5 = tl.rsqrt(tmp4)
     tmp6 = tmp0 * tmp5
-    tmp7 = tl.load(in_ptr1 + rindex, xmask & rmask, other=0)
+    tmp7 = tl.load(weight_ptr + rindex, xmask & rmask, other=0)
     tmp8 = tmp6 * tmp7
-    tl.store(out_ptr0 + (4096 * xindex + rindex), tmp8, xmask & rmask)
+    tl.store(out_ptr + (4096 * xindex + rindex), tmp8, xmask & rmask)

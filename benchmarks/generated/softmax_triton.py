@@ -11,9 +11,7 @@ def _maximum(a, b):
 
 
 @triton.jit
-def triton_fused_softmax_0(
-    in_ptr0, out_ptr0, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr
-):
+def triton_fused_softmax_0(x_ptr, out_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     # examples/softmax.py:11: return torch.softmax(x, dim=-1)
     xnumel = 16384
     rnumel = 4096
@@ -22,10 +20,10 @@ def triton_fused_softmax_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + (4096 * xindex + rindex), xmask & rmask, other=0)
+    tmp0 = tl.load(x_ptr + (4096 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.reduce(tl.where(xmask & rmask, tmp0, float("-inf")), 1, _maximum)[:, None]
     tmp2 = tmp0 - tmp1
     tmp3 = tl.exp(tmp2)
     tmp4 = tl.sum(tl.where(xmask & rmask, tmp3, 0), 1)[:, None]
     tmp5 = tmp3 / tmp4
-    tl.store(out_ptr0 + (4096 * xindex + rindex), tmp5, xmask & rmask)
+    tl.store(out_ptr + (4096 * xindex + rindex), tmp5, xmask & rmask)

@@ -25,11 +25,11 @@ def _tanh(x):
 
 @triton.jit
 def triton_fused_addmm_sum_gt_0(
-    in_ptr0,
-    in_ptr1,
-    in_ptr2,
-    out_ptr0,
-    out_ptr1,
+    x_ptr,
+    linear_weight_ptr,
+    linear_bias_ptr,
+    out_addmm_ptr,
+    out_gt_ptr,
     XBLOCK: tl.constexpr,
     RBLOCK: tl.constexpr,
 ):
@@ -42,46 +42,46 @@ def triton_fused_addmm_sum_gt_0(
     rbase = tl.arange(0, RBLOCK)[None, :]
     rindex = rbase
     rmask = rindex < rnumel
-    tmp0 = tl.load(in_ptr0 + 4 * (rindex // 4), xmask & rmask, other=0)
-    tmp1 = tl.load(in_ptr1 + 4 * (rindex % 4), xmask & rmask, other=0)
+    tmp0 = tl.load(x_ptr + 4 * (rindex // 4), xmask & rmask, other=0)
+    tmp1 = tl.load(linear_weight_ptr + 4 * (rindex % 4), xmask & rmask, other=0)
     tmp2 = tmp0 * tmp1
-    tmp3 = tl.load(in_ptr0 + (4 * (rindex // 4) + 1), xmask & rmask, other=0)
-    tmp4 = tl.load(in_ptr1 + (4 * (rindex % 4) + 1), xmask & rmask, other=0)
+    tmp3 = tl.load(x_ptr + (4 * (rindex // 4) + 1), xmask & rmask, other=0)
+    tmp4 = tl.load(linear_weight_ptr + (4 * (rindex % 4) + 1), xmask & rmask, other=0)
     tmp5 = tmp3 * tmp4
     tmp6 = tmp2 + tmp5
-    tmp7 = tl.load(in_ptr0 + (4 * (rindex // 4) + 2), xmask & rmask, other=0)
-    tmp8 = tl.load(in_ptr1 + (4 * (rindex % 4) + 2), xmask & rmask, other=0)
+    tmp7 = tl.load(x_ptr + (4 * (rindex // 4) + 2), xmask & rmask, other=0)
+    tmp8 = tl.load(linear_weight_ptr + (4 * (rindex % 4) + 2), xmask & rmask, other=0)
     tmp9 = tmp7 * tmp8
     tmp10 = tmp6 + tmp9
-    tmp11 = tl.load(in_ptr0 + (4 * (rindex // 4) + 3), xmask & rmask, other=0)
-    tmp12 = tl.load(in_ptr1 + (4 * (rindex % 4) + 3), xmask & rmask, other=0)
+    tmp11 = tl.load(x_ptr + (4 * (rindex // 4) + 3), xmask & rmask, other=0)
+    tmp12 = tl.load(linear_weight_ptr + (4 * (rindex % 4) + 3), xmask & rmask, other=0)
     tmp13 = tmp11 * tmp12
     tmp14 = tmp10 + tmp13
-    tmp15 = tl.load(in_ptr2 + rindex % 4, xmask & rmask, other=0)
+    tmp15 = tl.load(linear_bias_ptr + rindex % 4, xmask & rmask, other=0)
     tmp16 = tmp14 + tmp15
     tmp17 = tl.sum(tl.where(xmask & rmask, tmp16, 0), 1)[:, None]
     tmp18 = tmp17 > 0.0
-    tl.store(out_ptr1 + xindex, tmp18, xmask)
-    tl.store(out_ptr0 + rindex, tmp16, xmask & rmask)
+    tl.store(out_gt_ptr + xindex, tmp18, xmask)
+    tl.store(out_addmm_ptr + rindex, tmp16, xmask & rmask)
 
 
 @triton.jit
-def triton_fused_relu_0(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_relu_0(addmm_ptr, out_ptr, XBLOCK: tl.constexpr):
     # examples/toy.py:29: return y.relu()
     xnumel = 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp0 = tl.load(addmm_ptr + xindex, xmask, other=0)
     tmp1 = tl.where(tmp0 < 0, 0, tmp0)
-    tl.store(out_ptr0 + xindex, tmp1, xmask)
+    tl.store(out_ptr + xindex, tmp1, xmask)
 
 
 @triton.jit
-def triton_fused_tanh_0(in_ptr0, out_ptr0, XBLOCK: tl.constexpr):
+def triton_fused_tanh_0(addmm_ptr, out_ptr, XBLOCK: tl.constexpr):
     # examples/toy.py:30: return y.tanh()
     xnumel = 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     xmask = xindex < xnumel
-    tmp0 = tl.load(in_ptr0 + xindex, xmask, other=0)
+    tmp0 = tl.load(addmm_ptr + xindex, xmask, other=0)
     tmp1 = _tanh(tmp0)
-    tl.store(out_ptr0 + xindex, tmp1, xmask)
+    tl.store(out_ptr + xindex, tmp1, xmask)

@@ -372,7 +372,7 @@ def test_a_row_loop_splits_where_an_index_divides_it(
     head = f"for (int64_t r0 = 0; r0 < {groups}; ++r0) {{"
     assert head in cpp, cpp
     group = cpp[cpp.index(head) : cpp.index(f"for (int64_t r1 = 0; r1 < {inner}; ")]
-    assert len(re.findall(r"= in_ptr\d\[[^\]]*\br0\b", group)) == loads, group
+    assert len(re.findall(r"= \w+_ptr\[[^\]]*\br0\b", group)) == loads, group
     assert not re.search(r"\br\s*[/%]", cpp), cpp
     if "_row[" in cpp:
         assert f"int64_t r = r0 * {inner} + r1;" in cpp, cpp
@@ -424,7 +424,7 @@ def test_the_exp_loop_prefetches_the_next_row(compiled, name: str, step: int) ->
     cpp = kernel_text(compiled[name])
     prefetches = re.findall(
         r"for \(int64_t r = r0; r < r0 \+ 512; r \+= (\d+)\) \{\n"
-        r"\s*__builtin_prefetch\(&in_ptr0\[1024 \* \(x \+ 1\) \+ r\]\);\n"
+        r"\s*__builtin_prefetch\(&x_ptr\[1024 \* \(x \+ 1\) \+ r\]\);\n"
         r"\s*\}\n\s*for \(int64_t r1 = r0; r1 < r0 \+ 512; r1 \+= 32\) \{\n"
         r"\s*#pragma omp simd\n[^}]*exp_f32",
         cpp,
@@ -446,7 +446,7 @@ def test_a_loop_reading_kept_values_computes_nothing_else(compiled) -> None:
     lines = [line.strip() for line in body.strip().splitlines()]
     assert len(lines) == 3, body
     assert re.fullmatch(r"float (\w+) = \1_row\[r\];", lines[0]), body
-    assert "in_ptr0" not in body and " - " not in body, body
+    assert "x_ptr" not in body and " - " not in body, body
     x = CASES["row_softmax"]["x"]
     torch.testing.assert_close(compiled["row_softmax"].cpu(x), torch.softmax(x, -1))
 
@@ -477,7 +477,7 @@ def test_loops_reading_bools_vectorize(tmp_path: Path) -> None:
     import shutil
     import subprocess
 
-    from runtime_shim.cpp import PORTABLE_CXX_FLAGS
+    from runtime_shim.cpp import INCLUDE_FLAGS, PORTABLE_CXX_FLAGS
 
     gcc = shutil.which("g++")
     if gcc is None or platform.machine() != "x86_64":
@@ -494,7 +494,7 @@ def test_loops_reading_bools_vectorize(tmp_path: Path) -> None:
     text = compiled[names[0]].cpp_text
     source = tmp_path / "kernels.cpp"
     source.write_text(text)
-    flags = [f for f in PORTABLE_CXX_FLAGS if f != "-shared"]
+    flags = [f for f in PORTABLE_CXX_FLAGS if f != "-shared"] + [*INCLUDE_FLAGS]
     report = subprocess.run(
         [gcc, *flags, "-march=x86-64-v3", "-fopt-info-vec-optimized", "-c"]
         + [str(source), "-o", str(tmp_path / "kernels.o")],

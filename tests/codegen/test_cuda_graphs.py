@@ -20,10 +20,10 @@ import torch
 from runtime_shim.cuda_graphs import ATTRIBUTE, CudaGraphRunner, CudaGraphTree, _tensors
 from tests.compile_helpers import import_generated, unique_name
 from tests.devices import REAL_GPU
-from transpiler.api import build, compile_modules
-from transpiler.codegen import cuda_graphs
+from transpiler.api import build
 from transpiler.explain import report
 from transpiler.options import Options, Target, TensorSpec, Variant
+from transpiler.pipeline import compile_modules
 
 # CPU tensors through the cuda variant: its kernels run in Triton's interpreter.
 # On a GPU (tests/devices.py), benchmarks/cuda_graphs_check.py replays them there.
@@ -139,8 +139,8 @@ def generated(project: tuple[Options, str]) -> ModuleType:
 
 def test_which_variants_replay_a_graph(project: tuple[Options, str]) -> None:
     options, _ = project
-    (mb,) = compile_modules(options).values()
-    got = {t.name: [cuda_graphs.blocker(vc) for vc in t.variants] for t in mb.targets}
+    (mb,) = compile_modules(options).modules
+    got = {t.name: [vc.cuda_graph_off for vc in t.variants] for t in mb.targets}
     assert got == {
         **{name: [why] for name, why in BLOCKERS.items()},
         "dynamic": [
@@ -150,7 +150,7 @@ def test_which_variants_replay_a_graph(project: tuple[Options, str]) -> None:
         "Toy": [None],
         "nested": [None],
     }
-    trees = {t.name for t in mb.targets for vc in t.variants if cuda_graphs.is_tree(vc)}
+    trees = {t.name for t in mb.targets for vc in t.variants if vc.cuda_graph == "tree"}
     assert trees == {"branches", "Toy", "nested"}
 
 

@@ -24,9 +24,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.compile_helpers import Compiled, compile_source
-from transpiler.frontend.recorder import resolve_op
 from transpiler.ir.device_outputs import DEVICE_OUTPUTS
-from transpiler.ir.ops import POINTWISE, bind_args
+from transpiler.ir.ops import POINTWISE, bind_args, resolve_op
 
 pytestmark = [  # masked-off lanes of Triton's interpreter compute log(0) and such
     pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),

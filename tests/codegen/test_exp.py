@@ -1,6 +1,6 @@
-"""The C++ helper `exp_f32` (see the prelude) against a float64 reference: within one
-ulp from 2.1e-38 (below which it flushes to 0) up to the largest float, and what
-`torch.exp` gives at infinities, NaN and past the top of the float range."""
+"""The C++ helper `exp_f32` (runtime_shim/kernels.h) against a float64 reference:
+within one ulp from 2.1e-38 (below which it flushes to 0) up to the largest float, and
+what `torch.exp` gives at infinities, NaN and past the top of the float range."""
 
 from __future__ import annotations
 

@@ -32,9 +32,15 @@ from transpiler.frontend.loader import resolve
 from transpiler.frontend.source import SourceCache
 from transpiler.frontend.trace import instantiate, trace
 from transpiler.ir.graph import iter_refs
-from transpiler.ir.program import ExternCall, Kernel, KernelCall, Program, Stmt
-from transpiler.passes import lower, optimize
-from transpiler.passes.schedule import KernelNames
+from transpiler.ir.program import (
+    ExternCall,
+    Kernel,
+    KernelCall,
+    KernelNames,
+    Program,
+    Stmt,
+)
+from transpiler.pipeline import lower, optimize
 
 SOURCE = "examples/gpt_block.py::Block"
 KERNELS = 4

@@ -1,6 +1,6 @@
-"""Exact GELU is one kernel op: the C++ helper `gelu_f32` (a fit, see the prelude)
-against a float64 reference on a dense grid, and at the values where eager's
-`x * 0.5 * (1 + erf(x / sqrt(2)))` is undefined or saturates."""
+"""Exact GELU is one kernel op: the C++ helper `gelu_f32` (a fit, in
+runtime_shim/kernels.h) against a float64 reference on a dense grid, and at the values
+where eager's `x * 0.5 * (1 + erf(x / sqrt(2)))` is undefined or saturates."""
 
 from __future__ import annotations
 

@@ -61,11 +61,11 @@ from tests.opinfo.compare import (
     on_meta,
     upcast_inputs,
 )
-from transpiler import api
-from transpiler.api import compile_modules, render
+from transpiler import pipeline
 from transpiler.ir.graph import FALLBACK
 from transpiler.ir.program import ExternCall, KernelCall
 from transpiler.options import Options, Target, Variant
+from transpiler.pipeline import compile_modules, render
 
 COMPILED, PARTLY, FALLBACK_CLASS = "compiled", "partly eager", "fallback"
 WRONG, ERROR, SKIPPED = "wrong", "error", "skipped"
@@ -308,16 +308,16 @@ def build(cases: list[Case], root: Path) -> dict[str, list[Lowered]]:
             Target(f"{stem}.py::f{i}", (Variant(inp, "cpu"), Variant(inp, "cuda")))
         )
     options = Options(targets=tuple(targets), root=root)
-    modules = compile_modules(options)
+    compiled = compile_modules(options)
     with unformatted():
-        files = render(modules, options)
+        files = render(compiled)
     module = import_generated(files, root, stem)
     if f"{stem}.cpp" in files:
         module._cpp._load()  # compiles the C++ file
     if f"{stem}_triton.py" in files:
         importlib.import_module(f"{module.__package__}.{stem}_triton")
-    mb = modules[stem]
-    reasons = {name: stub.reason for stub, name in mb.stubs.items()}
+    (mb,) = compiled.modules
+    reasons = {name: stub.reason for name, stub in mb.stubs.items()}
     return {
         case.id: [lowered(vc, module, reasons) for vc in target.variants]
         for case, target in zip(cases, mb.targets)
@@ -327,12 +327,8 @@ def build(cases: list[Case], root: Path) -> dict[str, list[Lowered]]:
 @contextlib.contextmanager
 def unformatted():
     """Render without black, which takes most of a batch's build time: formatting
-    changes no behaviour, and the golden tests check it. (Should `api._black` be
-    renamed, the sweep still runs, only slower.)"""
-    if not hasattr(api, "_black"):
-        yield
-        return
-    with mock.patch.object(api, "_black", lambda text: text):
+    changes no behaviour, and the golden tests check it."""
+    with mock.patch.object(pipeline, "format_module", lambda text: text):
         yield
 
 

@@ -11,12 +11,11 @@ import torch
 
 from tests.compile_helpers import assert_same, trace_source
 from transpiler.ir.ops import may_copy
-from transpiler.ir.program import ExternCall
-from transpiler.passes import fuse, lower, optimize
+from transpiler.ir.program import ExternCall, KernelNames
 from transpiler.passes.dce import dce
 from transpiler.passes.decompose import decompose
-from transpiler.passes.fuse import classify
-from transpiler.passes.schedule import KernelNames
+from transpiler.passes.fuse import classify, fuse
+from transpiler.pipeline import lower, optimize
 
 SOURCE = """
 import torch

@@ -19,8 +19,8 @@ from tests.compile_helpers import (
     trace_source,
 )
 from transpiler.ir.graph import Graph
-from transpiler.passes import fuse, optimize
-from transpiler.passes.fuse import Fusion, resolve
+from transpiler.passes.fuse import Fusion, fuse, resolve
+from transpiler.pipeline import optimize
 
 pytestmark = [  # masked-off lanes of Triton's interpreter compute 0 / 0 and such
     pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),

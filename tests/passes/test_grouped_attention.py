@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.compile_helpers import assert_same, compile_source, trace_source
-from transpiler.passes import optimize
+from transpiler.pipeline import optimize
 
 pytestmark = [  # masked-off lanes of Triton's interpreter compute 0 / 0 and such
     pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),

@@ -16,9 +16,9 @@ import torch
 from tests.compile_helpers import Compiled, compile_source
 from tests.devices import REAL_GPU
 from tests.helpers import build_pair, check_call
-from transpiler.api import compile_modules
 from transpiler.explain import report
 from transpiler.options import Options, Target, TensorSpec, Variant
+from transpiler.pipeline import compile_modules
 
 SOURCE = """
 import torch

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tests.compile_helpers import assert_same, compile_source, trace_source
-from transpiler.passes import fuse, optimize
+from transpiler.passes.fuse import fuse
+from transpiler.pipeline import optimize
 
 pytestmark = [  # masked-off lanes of Triton's interpreter compute 0 / 0 and such
     pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),
@@ -138,8 +139,8 @@ def test_batch_norm_statistics_are_read_per_channel(compiled) -> None:
 
 
 def test_an_op_drawing_random_numbers_is_never_recomputed() -> None:
-    from transpiler.frontend.recorder import resolve_op
     from transpiler.ir.graph import Node
+    from transpiler.ir.ops import resolve_op
     from transpiler.passes.recompute import _random
 
     assert _random(Node("r", "call", "aten.rand_like.default"))

@@ -17,10 +17,22 @@ from tests.compile_helpers import (
     compile_source,
     trace_source,
 )
-from transpiler.ir.graph import iter_refs
-from transpiler.ir.program import Alloc, ExternCall, KernelCall, Program, Stmt, Store
-from transpiler.passes import fuse, lower, optimize
-from transpiler.passes.schedule import KernelNames, schedule
+from transpiler.ir.graph import Node, TensorMeta, iter_refs
+from transpiler.ir.program import (
+    Alloc,
+    ExternCall,
+    Index,
+    Kernel,
+    KernelArg,
+    KernelCall,
+    KernelNames,
+    Program,
+    Stmt,
+    Store,
+)
+from transpiler.passes.fuse import fuse
+from transpiler.passes.schedule import _buffer_stem, readable_params, schedule
+from transpiler.pipeline import lower, optimize
 
 pytestmark = [  # masked-off lanes of Triton's interpreter compute 0 / 0 and such
     pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),
@@ -233,7 +245,7 @@ def test_extern_calls_stay_in_order_between_kernels(tmp_path: Path) -> None:
 def test_broadcast_operand_is_indexed_not_copied(tmp_path: Path) -> None:
     (k,) = program("twice", tmp_path).kernels
     loads = [s for s in k.body if isinstance(s, Stmt) and s.op == "load"]
-    bias = next(s for s in loads if s.args[0] == "in_ptr1")
+    bias = next(s for s in loads if s.args[0] == k.inputs[1].param)
     (term,) = bias.args[1].terms
     assert (term.var, term.div, term.mod, term.stride) == ("x", 1, 8, 1)
 
@@ -248,9 +260,9 @@ def test_reshape_of_another_kernels_value_is_read_in_its_own_shape(
     load = next(
         s
         for s in reader.body
-        if isinstance(s, Stmt) and s.op == "load" and s.args[0] == "in_ptr0"
+        if isinstance(s, Stmt) and s.op == "load" and s.args[0] == "add_ptr"
     )
-    assert next(a.buffer for a in reader.inputs if a.param == "in_ptr0") == "add"
+    assert next(a.buffer for a in reader.inputs if a.param == "add_ptr") == "add"
     # flat element i of the view is element i of the buffer
     terms = [(t.var, t.div, t.mod, t.stride) for t in load.args[1].terms]
     if reader.rnumel > 1:
@@ -276,7 +288,7 @@ def test_program_printout_is_deterministic(tmp_path: Path) -> None:
     first = str(schedule(graph, fusion, KernelNames()))
     assert first == str(schedule(graph, fuse(graph), KernelNames()))
     assert first.splitlines()[0] == (
-        "kernel fused_add_relu_0(in_ptr0, in_ptr1, out_ptr0) xnumel=32 rnumel=1:"
+        "kernel fused_add_relu_0(x_ptr, b_ptr, out_ptr) xnumel=32 rnumel=1:"
     )
     assert "fused_add_relu_0(x, b, relu)" in first
     assert "fused_add_relu_0(y, c, relu_1)" in first
@@ -320,3 +332,59 @@ def test_a_kernel_reading_a_returned_view_of_its_own_value(tmp_path: Path) -> No
     args = INPUTS["returned_and_read"]
     assert_same(c.cpu(**args), c.eager(**args))
     assert_same(c.cuda(**args), c.eager(**args))
+
+
+# ---- kernel parameters: named after what they carry -------------------------------
+
+
+def _node(op: str, name: str, target: str) -> Node:
+    return Node(name, op, target, meta=TensorMeta((4,), (1,), 0, torch.float32))
+
+
+@pytest.mark.parametrize(
+    ("node", "stem"),
+    [
+        (_node("input", "x", "x"), "x"),
+        (_node("param", "h_0_ln_1_weight", "h.0.ln_1.weight"), "ln_1_weight"),
+        (_node("param", "weight", "weight"), "weight"),
+        (_node("param", "p", "blocks.3.attn.0.bias"), "attn_bias"),
+        (_node("call", "native_layer_norm_3_0", "aten.x.default"), "native_layer_norm"),
+        (_node("call", "linear", "aten.linear.default"), "linear"),
+        (_node("input", "é", "é"), "buf"),  # ASCII only: C++ reads it too
+        (_node("input", "données", "données"), "donnes"),
+        (_node("param", "p", "layers.0.1"), "layers"),
+    ],
+)
+def test_buffer_stems(node: Node, stem: str) -> None:
+    assert _buffer_stem(node) == stem
+
+
+def test_a_shared_kernel_is_named_after_its_first_launch(tmp_path: Path) -> None:
+    """`(x + b).relu()` and `(y + c).relu()` launch one kernel: its parameters are
+    named after the first launch's buffers, and its loads and stores use them."""
+    p = program("twice", tmp_path)
+    (k,) = p.kernels
+    assert [a.param for a in k.inputs + k.outputs] == ["x_ptr", "b_ptr", "out_ptr"]
+    loaded = {s.args[0] for s in k.body if isinstance(s, Stmt) and s.op == "load"}
+    stored = {s.buffer for s in k.body if isinstance(s, Store)}
+    assert (loaded, stored) == ({"x_ptr", "b_ptr"}, {"out_ptr"})
+    assert [c.args for c in calls(p)] == [("x", "b", "relu"), ("y", "c", "relu_1")]
+
+
+def test_a_stem_taken_twice_is_numbered() -> None:
+    meta = TensorMeta((4,), (1,), 0, torch.float32)
+    nodes = {
+        "add": Node("add", "call", "aten.add.Tensor", meta=meta),
+        "add_1": Node("add_1", "call", "aten.add.Tensor", meta=meta),
+        "a": Node("a", "input", "a", meta=meta),
+    }
+    args = [KernelArg(f"in_ptr{i}", b, torch.float32) for i, b in enumerate(nodes)]
+    body = tuple(
+        Stmt(f"tmp{i}", "load", (a.param, Index(0, ())), torch.float32, "x")
+        for i, a in enumerate(args)
+    )
+    k = Kernel("k", 4, 1, tuple(args), (), body, ())
+    named = readable_params(k, nodes)
+    # `a_ptr` is a matmul kernel's own operand: the input `a` gets another name
+    assert [a.param for a in named.inputs] == ["add_ptr", "add_1_ptr", "a_1_ptr"]
+    assert [s.args[0] for s in named.body] == ["add_ptr", "add_1_ptr", "a_1_ptr"]

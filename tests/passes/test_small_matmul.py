@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tests.compile_helpers import assert_same, compile_source, trace_source
-from transpiler.passes import optimize
 from transpiler.passes.small_matmul import SMALL_K
+from transpiler.pipeline import optimize
 
 pytestmark = [  # masked-off lanes of Triton's interpreter compute 0 / 0 and such
     pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning"),

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tests.compile_helpers import assert_same, trace_source
-from transpiler.passes import fuse
 from transpiler.passes.dce import dce
 from transpiler.passes.decompose import decompose
+from transpiler.passes.fuse import fuse
 from transpiler.passes.split_addmm import split_addmm
 
 g = torch.Generator().manual_seed(0)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import transpiler
-from transpiler import api
+from transpiler import pipeline
 from transpiler.cli import main
 from transpiler.options import tomllib
 
@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def half_second_builds(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each build takes 0.5 s, so the times printed are the same on every run."""
     clock = itertools.count(0, 0.5)
-    monkeypatch.setattr(api, "time", types.SimpleNamespace(perf_counter=clock.__next__))
+    monkeypatch.setattr(
+        pipeline, "time", types.SimpleNamespace(perf_counter=clock.__next__)
+    )
 
 
 def module(root: Path, source: str) -> str:
@@ -124,8 +126,10 @@ def test_quiet_and_verbose(project: Path, capsys: pytest.CaptureFixture[str]) ->
         [
             f"{stem}.py::f -> generated/{stem}.py: 2 variants, 2 kernels, "
             "1 graph break (0.5 s)",
-            "  variant cpu_0 (cpu: x=f32[2,4]): 1 kernel, 1 graph break",
-            "  variant cuda_0 (cuda: x=f32[2,4]): 1 kernel, 1 graph break",
+            "  variant cpu_0 (cpu: x=f32[2,4]): 1 kernel, 0 extern calls, "
+            "1 graph break",
+            "  variant cuda_0 (cuda: x=f32[2,4]): 1 kernel, 0 extern calls, "
+            "1 graph break",
             "wrote 4 files",
         ],
     )

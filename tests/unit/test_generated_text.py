@@ -34,9 +34,9 @@ from tests.devices import REAL_GPU, on_gpu
 from tests.helpers import build_pair, check_call
 from transpiler.api import build
 from transpiler.cli import build_options, build_parser, main
-from transpiler.codegen.text import comment
 from transpiler.ir.graph import self_path
 from transpiler.options import Options, Target, TensorSpec, Variant
+from transpiler.text import comment
 
 PAYLOAD = '__import__("builtins").__setattr__("PWNED", 1)'
 

@@ -1,6 +1,7 @@
-"""The escaping functions of codegen/text.py, one per context (Note [Text in generated
-code]): each gives text that Python (or a C++ compiler) reads back as exactly the
-value, on exactly one line where the context is a line, whatever the input."""
+"""The escaping functions of transpiler/text.py, one per context (Note [Text in
+generated code]): each gives text that Python (or a C++ compiler) reads back as
+exactly the value, on exactly one line where the context is a line, whatever the
+input."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transpiler.codegen.text import (
+from transpiler.text import (
     comment,
     cpp_comment,
     docstring,

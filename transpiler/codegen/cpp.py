@@ -86,7 +86,6 @@ from __future__ import annotations
 import itertools
 import operator
 import re
-from importlib import resources
 
 import torch
 
@@ -107,10 +106,9 @@ from transpiler.codegen.optable import (
     op_text,
 )
 from transpiler.codegen.segments import Loop, segments
-from transpiler.codegen.text import cpp_comment
 from transpiler.ir.dynamic import dims_in, size
-from transpiler.ir.program import Index, Kernel, Stmt, Store, operands
-from transpiler.passes.schedule import Const
+from transpiler.ir.program import Const, Index, Kernel, Stmt, Store, operands
+from transpiler.text import cpp_comment
 
 PARALLEL_MIN = 1 << 15  # elements below which threads cost more than they save
 ROW_BUFFER_MAX = 1 << 14  # widest row whose shared values are kept on the stack
@@ -1157,8 +1155,9 @@ def render_kernel(k: Kernel) -> str:
     return _Renderer(k).render()
 
 
-def prelude() -> str:
-    return resources.files("templates").joinpath("cpp_prelude.h").read_text()
+# Every file's first line of code: the helpers shared by all generated kernels
+# (runtime_shim/kernels.h; runtime_shim.cpp puts its folder on the include path).
+INCLUDE = '#include "runtime_shim/kernels.h"\n'
 
 
 HELPER_SOURCE = {
@@ -1298,7 +1297,7 @@ def render_file(kernels, header: str) -> str:
     body = "\n".join(texts)
     used = [h for h in (*CPP_HELPERS, *LANE_HELPERS) if f"{h}(" in body]
     helpers = [HELPER_SOURCE[h] for h in used]
-    return "\n".join([header, prelude(), *helpers, *texts])
+    return "\n".join([header, INCLUDE, *helpers, *texts])
 
 
 def _lanes(dtypes: list[torch.dtype], rnumel) -> int:

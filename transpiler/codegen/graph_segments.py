@@ -29,10 +29,8 @@ function and one graph.
 
 from __future__ import annotations
 
-from transpiler.codegen.text import docstring
+from transpiler.build import TargetCode, VariantCode
 from transpiler.codegen.wrapper import (
-    TargetCode,
-    VariantCode,
     bind_graph_inputs,
     device_locals,
     device_source,
@@ -43,6 +41,7 @@ from transpiler.codegen.wrapper import (
 )
 from transpiler.ir.graph import Ref
 from transpiler.ir.region import CompiledRegion
+from transpiler.text import docstring
 
 
 def segment_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]:

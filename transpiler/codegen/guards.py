@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from transpiler.codegen.text import identifier, is_reserved, py_literal, py_str
 from transpiler.frontend.guards import GlobalGuard, ModuleGuard, SameTensor
 from transpiler.ir.graph import self_path
+from transpiler.text import identifier, is_reserved, py_literal, py_str
 
 
 @dataclass(frozen=True)

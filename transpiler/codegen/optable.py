@@ -264,7 +264,7 @@ TRITON_TENSOR_OPERANDS = {
     "shift_right",
 }
 
-# C++ helpers beyond the prelude (templates/cpp_prelude.h), emitted once per
+# C++ helpers beyond the shared header (runtime_shim/kernels.h), emitted once per
 # generated file when used
 CPP_HELPERS = {
     "sign_bit": "signbit",

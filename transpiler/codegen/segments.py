@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from transpiler.ir.program import Kernel, Stmt, Store, operands
-from transpiler.passes.schedule import Const
+from transpiler.ir.program import Const, Kernel, Stmt, Store, operands
 
 
 @dataclass(frozen=True)

@@ -79,10 +79,9 @@ from transpiler.codegen.segments import (
     segments,
     welford,
 )
-from transpiler.codegen.text import comment
 from transpiler.ir.dynamic import dims_in, size
-from transpiler.ir.program import Index, Kernel, LaunchConfig, Stmt, Store
-from transpiler.passes.schedule import Const
+from transpiler.ir.program import Const, Index, Kernel, LaunchConfig, Stmt, Store
+from transpiler.text import comment
 
 PERSISTENT_MAX = 8192  # widest row reduced in registers
 # Rows up to LONG_ROW_MAX are reduced in registers too when the kernel computes at

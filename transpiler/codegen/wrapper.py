@@ -11,26 +11,19 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from functools import cached_property, partial
+from dataclasses import replace
+from functools import partial
 
 import torch
 
-from transpiler.codegen import cuda_graphs
+from transpiler.build import RangeGuard, TargetCode, VariantCode
 from transpiler.codegen import triton as triton_codegen
 from transpiler.codegen.guards import Guard, StateCode, fresh, state_code
-from transpiler.codegen.signature import FROM_SOURCE, Signature
-from transpiler.codegen.text import (
-    comment,
-    docstring,
-    py_literal,
-    py_str,
-    source_lines,
-)
 from transpiler.errors import UserError
 from transpiler.frontend import fallback
 from transpiler.frontend.fallback import Stub
 from transpiler.frontend.objects import ObjectInput, dimension_source
+from transpiler.frontend.signature import FROM_SOURCE
 from transpiler.ir.dynamic import Dim, dims_in
 from transpiler.ir.graph import (
     DEVICE,
@@ -40,7 +33,6 @@ from transpiler.ir.graph import (
     InputObject,
     Record,
     Ref,
-    Span,
     Updated,
     leaves,
     map_leaves,
@@ -59,16 +51,23 @@ from transpiler.ir.region import (
     CompiledLoop,
     CompiledRegion,
     map_programs,
-    programs_of,
 )
-from transpiler.options import ObjectSpec, ScalarSpec, TensorSpec, Variant
+from transpiler.options import ObjectSpec, ScalarSpec, TensorSpec
 from transpiler.passes.direct_views import DIRECT_VIEW
 from transpiler.passes.hoist_constants import (
     constant_sources,
     constant_steps,
     kept_bytes,
 )
+from transpiler.text import (
+    comment,
+    docstring,
+    py_literal,
+    py_str,
+    source_lines,
+)
 
+OVERWRITTEN = "outputs are overwritten by the next call"  # of a CUDA graph
 DTYPE_NAMES = {
     d: f"torch.{str(d).split('.')[1]}"
     for d in (
@@ -84,103 +83,6 @@ DTYPE_NAMES = {
         torch.bool,
     )
 }
-
-
-@dataclass(frozen=True)
-class RangeGuard:
-    """A condition on the size of a named dimension that the code was compiled
-    for, decided at transpile time (`x.shape[0] > 4`: Note [Dynamic dimensions]),
-    read from the first input that has the dimension."""
-
-    input: str  # the parameter, or a path from one (`objects.dimension_source`)
-    axis: int | None  # None: the input is the size itself (an int in an object)
-    op: str  # "<", "==", ...
-    left: int | Dim
-    right: int | Dim
-    outcome: bool
-
-    def test(self, name: str) -> str:
-        """The check, with the input read as `name`."""
-        size = name if self.axis is None else f"{name}.shape[{self.axis}]"
-
-        def text(v: int | Dim) -> str:
-            return str(Dim(v.a, v.b, size)) if isinstance(v, Dim) else str(v)
-
-        test = f"{text(self.left)} {self.op} {text(self.right)}"
-        return test if self.outcome else f"not ({test})"
-
-
-@dataclass(frozen=True)
-class VariantCode:
-    """One compiled (or all-fallback) variant of a target."""
-
-    name: str  # "cpu_0"
-    variant: Variant
-    guards: tuple  # the frontend's (Note [State guards]), and RangeGuards
-    region: CompiledRegion | None  # None: the variant runs the source
-    fallback_reason: str | None = None
-    fallback_span: Span | None = None
-    # (named dimension, its name in the code: `variants.code_name`)
-    dynamic: tuple[tuple[str, str], ...] = ()
-    specializes: str = ""  # "size 1 of B": made for a dynamic variant, tried first
-    objects: tuple[ObjectInput, ...] = ()  # objects passed in (frontend/objects.py)
-
-    def describe(self) -> str:
-        text = self.variant.describe()
-        return f"{text} ({self.specializes})" if self.specializes else text
-
-    @property
-    def programs(self) -> list[Program]:
-        return programs_of(self.region) if self.region else []
-
-    @property
-    def calls_fallback(self) -> bool:
-        """Whether fallback code (a graph break) runs in the variant."""
-        return any(
-            isinstance(s, ExternCall) and s.target.startswith(FALLBACK)
-            for p in self.programs
-            for s in p.steps
-        )
-
-
-@dataclass(frozen=True)
-class TargetCode:
-    name: str  # exported name
-    source: str  # "examples/toy.py::ToyLinear"
-    is_module: bool
-    signature: Signature  # the forward's (or function's) parameters
-    variants: tuple[VariantCode, ...]
-    # how each parameter and buffer is read: path -> Python (see `direct_reads`)
-    reads: Mapping[str, str] = field(default_factory=dict)
-
-    def read(self, path: str) -> str:
-        return self.reads.get(path, path)
-
-    @property
-    def params_text(self) -> str:
-        """The exported parameter list, parameters under their own names."""
-        return self.signature.text(self.defaults)
-
-    @property
-    def call_text(self) -> str:
-        """The arguments that pass those parameters on, as the source takes them."""
-        return self.signature.call()
-
-    @property
-    def defaults(self) -> str:
-        """The module's table of the source's own defaults (`defaults_table`)."""
-        return f"_DEFAULTS_{self.name}"
-
-    @cached_property
-    def local_names(self) -> dict[str, str]:
-        """Each parameter's name inside the wrapper's own functions."""
-        return self.signature.local_names(frozenset({self.name}))
-
-    def local(self, name: str) -> str:
-        """How the wrapper's own functions spell parameter `name`, or a path from
-        one (`past_key_values.layers[0].keys`: see `objects.dimension_source`)."""
-        param = re.match(r"\w+", name)[0]
-        return self.local_names[param] + name[len(param) :]
 
 
 def defaults_table(t: TargetCode, module_alias: str) -> list[str]:
@@ -597,11 +499,11 @@ def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
 
 def reads_function(t: TargetCode, vc: VariantCode) -> list[str]:
     """For a CUDA graph: the parameters and buffers it reads in place, by address."""
-    if not (cuda_graphs.uses_cuda_graph(vc) and read_params(vc)):
+    if not (vc.cuda_graph and read_params(vc)):
         return []
     doc = (
         f"What the CUDA graphs of {vc.name} read in place: moving one re-captures them."
-        if cuda_graphs.is_tree(vc)
+        if vc.cuda_graph == "tree"
         else f"What the CUDA graph of {vc.name} reads in place: moving one re-captures"
         " it."
     )
@@ -711,7 +613,7 @@ def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]
         lines.append(f"    {dim} = {size}  # dynamic: one variant for every size")
     region = map_programs(vc.region, partial(_local_objects, t=t))
     # a CUDA graph replays what it captured: it would not compute them again
-    keep_as = None if cuda_graphs.uses_cuda_graph(vc) else vc.name
+    keep_as = None if vc.cuda_graph else vc.name
     return lines + _region_lines(
         region, kernels, vc.variant.device, t.reads, "    ", keep_as
     )
@@ -1070,16 +972,16 @@ def _dispatch_body(
     for vc in compiled:
         guards = f"_guards_{vc.name}({self_}{sig.call(held, names)})"
         lines.append(f"if {guards} is None:")
-        tree = cuda_graphs.is_tree(vc)  # a graph per segment between branches
+        tree = vc.cuda_graph == "tree"  # a graph per segment between branches
         # guards and variants take the parameters under the wrapper's names
         call = f"{self_}{sig.call(held, names)}"
         used |= {f"_guards_{vc.name}", f"_{vc.name}"}
-        if cuda_graphs.uses_cuda_graph(vc):
+        if vc.cuda_graph:
             owner = me if t.is_module else t.name  # where its graph is kept
             reads = f", _reads_{vc.name}" if read_params(vc) else ""
             used |= {owner, f"_reads_{vc.name}"} - {me}
             lines += [
-                f"    # CUDA graph{'s' if tree else ''}: {cuda_graphs.OVERWRITTEN}"
+                f"    # CUDA graph{'s' if tree else ''}: {OVERWRITTEN}"
                 " (clone to keep)",
                 f"    return runtime_shim.cuda_graph{'_tree' if tree else ''}"
                 f"({owner}, _{vc.name}{reads})({call})",

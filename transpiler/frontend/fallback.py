@@ -17,18 +17,34 @@ import re
 import sys
 import types
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import libcst as cst
 import torch
 from torch import nn
 
-from transpiler.codegen.text import docstring
 from transpiler.frontend.recorder import OpaqueValue, Unsupported
 from transpiler.ir.graph import DEVICE, ModuleRef, Span
+from transpiler.text import docstring
 
-if TYPE_CHECKING:
-    from transpiler.frontend.interpreter import ObjectPaths
+
+class ObjectPaths(dict[int, str]):
+    """id(object) -> its path from the model ("self.attn", "self.config"), for the
+    model's submodules and the settings objects read from them. It holds the objects
+    as well: an id names an object only while the object lives, and a property may
+    give a fresh object on every read (transformers' `config.per_layer_config`);
+    had that object died, one the call makes later could take its address and its
+    attributes would be read as the model's, guards the model cannot pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._held: list[Any] = []
+
+    def add(self, obj: Any, path: str) -> None:
+        """Name `obj` by `path`, unless it already has a path."""
+        if id(obj) not in self:
+            self[id(obj)] = path
+            self._held.append(obj)
 
 
 @dataclass(frozen=True)

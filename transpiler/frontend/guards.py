@@ -47,8 +47,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from transpiler.codegen.text import identifier
 from transpiler.ir.graph import self_path
+from transpiler.text import identifier
 
 # ---------------------------------------------------------------- what code reads
 

@@ -34,6 +34,7 @@ from transpiler.frontend.fallback import (
     CONTAINERS,
     MUTATORS,
     Names,
+    ObjectPaths,
     StateWrites,
     Stub,
     is_record,
@@ -1567,25 +1568,6 @@ def _tensor_of_data(data, dtype=None, device=None, requires_grad=False, **kwargs
     if not shape:
         return items[0]
     return torch.stack(items).reshape(shape)
-
-
-class ObjectPaths(dict[int, str]):
-    """id(object) -> its path from the model ("self.attn", "self.config"), for the
-    model's submodules and the settings objects read from them. It holds the objects
-    as well: an id names an object only while the object lives, and a property may
-    give a fresh object on every read (transformers' `config.per_layer_config`);
-    had that object died, one the call makes later could take its address and its
-    attributes would be read as the model's, guards the model cannot pass."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._held: list[Any] = []
-
-    def add(self, obj: Any, path: str) -> None:
-        """Name `obj` by `path`, unless it already has a path."""
-        if id(obj) not in self:
-            self[id(obj)] = path
-            self._held.append(obj)
 
 
 def _is_config(value: Any) -> bool:

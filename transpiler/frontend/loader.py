@@ -9,8 +9,8 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-from transpiler.codegen.text import identifier
 from transpiler.errors import UserError, raised_at
+from transpiler.text import identifier
 
 _MAX_NAMES = 8  # names listed when a target's name is not found
 

@@ -32,11 +32,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from transpiler.codegen.text import py_literal
 from transpiler.errors import UserError
 from transpiler.frontend.fallback import importable
 from transpiler.ir.dynamic import Dim
 from transpiler.ir.graph import Global, InputObject, contiguous_strides
+from transpiler.text import py_literal
 
 
 @dataclass(frozen=True)

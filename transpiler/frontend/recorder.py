@@ -20,9 +20,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from transpiler.codegen.text import identifier, is_reserved, unreserved
 from transpiler.ir.graph import DEVICE, Node, Ref, Span, TensorMeta, map_refs
 from transpiler.ir.ops import CHECKS_DATA, device_strides
+from transpiler.text import identifier, is_reserved, unreserved
 
 
 class Unsupported(Exception):
@@ -314,12 +314,6 @@ def check_dtypes(target: str, args, kwargs) -> None:
 
 def op_name(func) -> str:
     return str(func)  # "aten.add.Tensor"
-
-
-def resolve_op(target: str):
-    """The OpOverload for a node target such as "aten.add.Tensor"."""
-    ns, packet, overload = target.split(".")
-    return getattr(getattr(getattr(torch.ops, ns), packet), overload)
 
 
 class Recorder(TorchDispatchMode):

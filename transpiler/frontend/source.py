@@ -19,8 +19,8 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from transpiler.codegen.text import source_lines
 from transpiler.errors import UserError
+from transpiler.text import source_lines
 
 
 @dataclass

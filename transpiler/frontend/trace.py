@@ -12,10 +12,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from transpiler.codegen.text import py_str
 from transpiler.errors import UserError, raised_at, user_file
 from transpiler.frontend.device_recorder import DeviceRecorder
-from transpiler.frontend.fallback import Stub, importable, record_fields
+from transpiler.frontend.fallback import ObjectPaths, Stub, importable, record_fields
 from transpiler.frontend.guards import (
     GlobalGuard,
     ModuleGuard,
@@ -26,7 +25,6 @@ from transpiler.frontend.guards import (
 from transpiler.frontend.interpreter import (
     BranchPoint,
     Interpreter,
-    ObjectPaths,
     Retrace,
     UserCodeError,
 )
@@ -53,6 +51,7 @@ from transpiler.ir.graph import (
 )
 from transpiler.ir.region import Branch, LoopBody, Region
 from transpiler.options import ObjectSpec, ScalarSpec, TensorSpec, Variant
+from transpiler.text import py_str
 
 MAX_PATHS = 16  # paths through conditions on tensor data compiled for one variant
 

@@ -16,7 +16,7 @@ Note [Graph invariants]
   constants.
 * Every node keeps the `Span` of the user source line that produced it.
 
-`Graph.lint()` checks these; passes call it after they run (see `passes.PIPELINE`).
+`Graph.lint()` checks these; passes call it after they run (see `pipeline.optimize`).
 The printout (`str(graph)`) is what goldens and `--explain` show.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from transpiler.codegen.text import identifier
+from transpiler.text import identifier
 
 
 @dataclass(frozen=True)

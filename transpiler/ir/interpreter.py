@@ -11,11 +11,10 @@ from typing import Any
 import torch
 
 from transpiler.ir.graph import DEVICE, Graph, map_refs
+from transpiler.ir.ops import resolve_op
 
 
 def run_graph(graph: Graph, inputs: dict[str, Any], module=None) -> Any:
-    from transpiler.frontend.recorder import resolve_op
-
     tensors = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
     device = tensors[0].device if tensors else torch.device("cpu")
     env: dict[str, Any] = {}

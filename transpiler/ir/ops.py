@@ -18,6 +18,12 @@ import torch
 from transpiler.ir.graph import contiguous_strides
 
 
+def resolve_op(target: str):
+    """The OpOverload for a node target such as "aten.add.Tensor"."""
+    ns, packet, overload = target.split(".")
+    return getattr(getattr(getattr(torch.ops, ns), packet), overload)
+
+
 @dataclass(frozen=True)
 class Pointwise:
     op: str  # kernel op, a key of codegen.optable.TRITON / CPP
@@ -269,7 +275,6 @@ def may_copy(target: str) -> bool:
 def _aliases(target: str) -> bool:
     if not target.startswith("aten."):
         return False
-    from transpiler.frontend.recorder import resolve_op
 
     schema = resolve_op(target)._schema
     return bool(schema.returns) and all(
@@ -289,7 +294,6 @@ def _composite(target: str) -> bool:
 @functools.cache
 def copies_that_may_alias() -> tuple:
     """Every ATen overload for which `may_copy` holds, in name order."""
-    from transpiler.frontend.recorder import resolve_op
 
     targets = []
     for name in sorted(torch._C._dispatch_get_all_op_names()):
@@ -390,7 +394,6 @@ FIXED_LAYOUT = frozenset(
 
 def bind_args(target: str, args: tuple, kwargs: tuple) -> dict:
     """Arguments by schema name, with the schema's defaults filled in."""
-    from transpiler.frontend.recorder import resolve_op
 
     schema = resolve_op(target)._schema
     given = dict(kwargs)

@@ -15,7 +15,8 @@ which is how views, broadcasting and any strided layout are read without copies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -74,7 +75,7 @@ class Store:
 
 @dataclass(frozen=True)
 class KernelArg:
-    param: str  # name inside the kernel ("in_ptr0")
+    param: str  # name inside the kernel ("x_ptr", "ln_1_weight_ptr", "out_ptr")
     buffer: str  # name in the wrapper
     dtype: torch.dtype
 
@@ -135,6 +136,9 @@ class MatmulConfig:
             "num_warps": self.num_warps,
             "num_stages": self.num_stages,
         }
+
+
+MATMUL_OPERANDS = ("a_ptr", "w_ptr")  # a matmul kernel's own parameters
 
 
 @dataclass(frozen=True)
@@ -221,8 +225,6 @@ class Program:
     kept: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        from transpiler.ir.printer import format_program
-
         return format_program(self)
 
 
@@ -249,3 +251,92 @@ def reads_writes(step: Step, program: Program) -> tuple[list[str], list[str]]:
         return list(step.args[:n]), list(step.args[n:])
     values = [*step.args, *(v for _, v in step.kwargs)]
     return [v.name for v in leaves(values) if isinstance(v, Ref)], [step.out]
+
+
+@dataclass(frozen=True, eq=False)
+class Const:
+    """A scalar literal inside a kernel, with the dtype it is computed in. Equal
+    Consts are the same literal, which statements (`emit`) and kernels of identical
+    bodies share: -0.0 is not 0.0."""
+
+    value: object
+    dtype: torch.dtype
+
+    def _key(self) -> tuple:
+        v = self.value
+        if isinstance(v, float) and v == 0:
+            return (v, math.copysign(1.0, v), self.dtype)
+        return (v, self.dtype)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Const) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+@dataclass
+class KernelNames:
+    """Module-wide kernel names: one namespace, identical bodies share a name."""
+
+    used: dict[str, int] = field(default_factory=dict)
+    by_body: dict[tuple, str] = field(default_factory=dict)
+
+    def name_for(self, base: str, key: tuple) -> tuple[str, bool]:
+        if key in self.by_body:
+            return self.by_body[key], False
+        n = self.used.get(base, 0)
+        self.used[base] = n + 1
+        name = f"{base}_{n}"
+        self.by_body[key] = name
+        return name, True
+
+
+def body_key(k: Kernel) -> tuple:
+    return (
+        k.xnumel,
+        k.rnumel,
+        tuple(a.dtype for a in k.inputs),
+        tuple(a.dtype for a in k.outputs),
+        k.body,
+    )
+
+
+# The text form of a `Program`: what `--explain` and the pass tests show.
+
+
+def format_index(index: Index) -> str:
+    parts = [f"{t.stride}*(({t.var}//{t.div})%{t.mod})" for t in index.terms]
+    if index.offset or not parts:
+        parts.append(str(index.offset))
+    return " + ".join(parts)
+
+
+def format_program(p: Program) -> str:
+    lines = []
+    for k in p.kernels:
+        args = ", ".join(a.param for a in k.inputs + k.outputs)
+        lines.append(f"kernel {k.name}({args}) xnumel={k.xnumel} rnumel={k.rnumel}:")
+        for s in k.body:
+            if isinstance(s, Stmt):
+                args_text = ", ".join(
+                    (
+                        f"{a[0]}[{format_index(a[1])}]"
+                        if s.op == "load" and i == 0
+                        else str(a)
+                    )
+                    for i, a in enumerate((s.args,) if s.op == "load" else s.args)
+                )
+                op = {"reduce": s.reduce, "scan": f"cum{s.reduce}"}.get(s.op, s.op)
+                lines.append(f"  {s.name}.{s.level} = {op}({args_text})")
+            else:
+                lines.append(f"  {s.buffer}[{format_index(s.index)}] = {s.value}")
+    for step in p.steps:
+        if isinstance(step, Alloc):
+            lines.append(f"{step.buffer} = empty({step.meta})")
+        elif isinstance(step, KernelCall):
+            lines.append(f"{step.kernel}({', '.join(step.args)})")
+        elif isinstance(step, ExternCall):
+            lines.append(f"{step.out} = {step.target}{tuple(step.args)}")
+    lines.append(f"return {p.outputs}")
+    return "\n".join(lines)

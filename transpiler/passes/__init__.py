@@ -1,77 +1,25 @@
-"""The optimization pipeline: graph passes in order, then lowering to a Program."""
+"""The graph passes, one per module, and how a variant's tree of regions is lowered.
+
+The order the passes run in, and every other stage, is in pipeline.py.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from transpiler.ir.graph import Graph
 from transpiler.ir.program import Program
 from transpiler.ir.region import CompiledLoop, CompiledRegion, LoopBody, Region
-from transpiler.passes.addmm_activation import addmm_activation
-from transpiler.passes.channels_last import channels_last
-from transpiler.passes.check_indices import check_indices
-from transpiler.passes.constant_fold import constant_fold
-from transpiler.passes.dce import dce
-from transpiler.passes.decompose import decompose
-from transpiler.passes.device_outputs import fold_device_outputs
-from transpiler.passes.drop_copies import drop_copies
-from transpiler.passes.drop_expands import drop_expands
-from transpiler.passes.fold_linear import fold_linear
-from transpiler.passes.fuse import fuse
-from transpiler.passes.grouped_attention import repeat_grouped_heads
-from transpiler.passes.recompute import recompute_broadcasts
-from transpiler.passes.schedule import KernelNames, schedule
-from transpiler.passes.small_matmul import unroll_small_matmuls
-from transpiler.passes.split_addmm import split_addmm
-from transpiler.passes.split_reductions import split_reductions
 
-PIPELINE = (
-    (check_indices, "check the indices of the indirect loads kernels compute"),
-    (decompose, "rewrite composite ops (layer_norm, softmax, gelu) into fusable ops"),
-    (split_reductions, "reduce long reductions with few results in two kernels"),
-    (channels_last, "run 2-D convolutions and the kernels between them NHWC"),
-    (unroll_small_matmuls, "compute a matmul with K <= 8 as products that fuse"),
-    (split_addmm, "move a linear layer's bias into the kernel of its epilogue"),
-    (constant_fold, "strength-reduce pow, drop x*1 and x+0"),
-    (drop_copies, "drop clones of values already laid out as asked"),
-    (drop_expands, "read an expanded value by broadcasting it"),
-    (recompute_broadcasts, "compute small values where a larger kernel reads them"),
-    (fold_linear, "call a linear layer's matmul as one `linear`"),  # no retrace after
-    (dce, "drop values nothing uses"),
-)
-
-
-# Passes for one device only, run before PIPELINE's
-DEVICE_PASSES = {
-    "cuda": (
-        (addmm_activation, "let cuBLAS apply a linear layer's bias and GELU"),
-        (repeat_grouped_heads, "call fused f32 attention over grouped heads"),
-    ),
-}
-# Passes of PIPELINE that take the device: what pays differs between them
-FOR_DEVICE = (split_reductions,)
-
-
-def optimize(graph: Graph, device: str = "cpu") -> Graph:
-    for run, _why in DEVICE_PASSES.get(device, ()) + PIPELINE:
-        graph = run(graph, device) if run in FOR_DEVICE else run(graph)
-        graph.lint()
-    graph = fold_device_outputs(graph, device)  # last: a retrace would undo it
-    graph.lint()
-    return graph
-
-
-def lower(graph: Graph, names: KernelNames, device: str = "cpu") -> Program:
-    """Fuse into kernels and schedule them with the extern calls."""
-    return schedule(graph, fuse(graph, device), names)
+Lower = Callable[[Graph], Program]  # optimize and lower one graph (pipeline.lower)
 
 
 def lower_region(
     region: Region,
-    names: KernelNames,
+    lower: Lower,
     env: dict[str, str] | None = None,
     loops: tuple[LoopBody, ...] = (),
-    device: str = "cpu",
 ) -> CompiledRegion:
     """Optimize and lower each region of a variant (see Note [Regions]).
 
@@ -80,9 +28,9 @@ def lower_region(
     """
     env = dict(env or {})
     graph = _rename_inputs(region.graph, env)
-    program = lower(optimize(graph, device), names, device)
+    program = lower(graph)
     compiled_loops = tuple(
-        (n.target, _lower_loop(loops[int(n.target.split(":")[1])], names, device))
+        (n.target, _lower_loop(loops[int(n.target.split(":")[1])], lower))
         for n in graph.nodes
         if n.is_loop
     )
@@ -97,15 +45,14 @@ def lower_region(
         tuple(r.name for r in live),
         cond.name,
         b.span,
-        lower_region(b.if_true, names, env, loops, device),
-        lower_region(b.if_false, names, env, loops, device),
+        lower_region(b.if_true, lower, env, loops),
+        lower_region(b.if_false, lower, env, loops),
         compiled_loops,
     )
 
 
-def _lower_loop(body: LoopBody, names: KernelNames, device: str) -> CompiledLoop:
-    program = lower(optimize(body.graph, device), names, device)
-    return CompiledLoop(program, body.carried, body.span)
+def _lower_loop(body: LoopBody, lower: Lower) -> CompiledLoop:
+    return CompiledLoop(lower(body.graph), body.carried, body.span)
 
 
 def _rename_inputs(graph: Graph, env: dict[str, str]) -> Graph:

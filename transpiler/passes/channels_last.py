@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import torch
 
-from transpiler.frontend.recorder import resolve_op
 from transpiler.ir.graph import (
     Graph,
     Node,
@@ -52,7 +51,7 @@ from transpiler.ir.graph import (
     iter_refs,
     map_refs,
 )
-from transpiler.ir.ops import is_view
+from transpiler.ir.ops import is_view, resolve_op
 from transpiler.passes.retrace import retrace
 
 CONVOLUTION = "aten.convolution.default"

@@ -26,7 +26,12 @@ import torch
 from torch._decomp import get_decompositions
 
 from transpiler.ir.graph import Graph, Node
-from transpiler.ir.ops import POINTWISE, copies_that_may_alias, may_copy
+from transpiler.ir.ops import (
+    POINTWISE,
+    copies_that_may_alias,
+    may_copy,
+    resolve_op,
+)
 from transpiler.passes.dce import dce
 from transpiler.passes.retrace import retrace
 
@@ -488,13 +493,13 @@ def _decomposes(node: Node) -> bool:
         return False
     if may_copy(node.target):
         return True
-    if _op(node.target) not in DECOMPOSE:
+    if resolve_op(node.target) not in DECOMPOSE:
         return False
     if node.target == BATCH_NORM:
         return not _argument(node.args, dict(node.kwargs), 5, "training")
     if node.target == "aten.pow.Tensor_Scalar":
         return isinstance(node.args[1], bool)
-    if _op(node.target) in INTEGER_DIVISIONS:
+    if resolve_op(node.target) in INTEGER_DIVISIONS:
         floats = node.tensor_meta.dtype.is_floating_point
         return not floats and not _in_kernel_on_integers(node.args[1])
     return not _kernel_op(node.target, dict(node.kwargs))
@@ -516,9 +521,3 @@ def _unless_kernel_op(target: str, decomposition):
         return decomposition(*args, **kwargs)
 
     return decompose_unless_kernel_op
-
-
-def _op(target: str):
-    from transpiler.frontend.recorder import resolve_op
-
-    return resolve_op(target)

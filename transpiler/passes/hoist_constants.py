@@ -43,9 +43,9 @@ from dataclasses import replace
 
 import torch
 
-from transpiler.frontend.recorder import resolve_op
 from transpiler.ir.dynamic import dims_in
 from transpiler.ir.graph import FALLBACK, LOOP, Ref, leaves
+from transpiler.ir.ops import resolve_op
 from transpiler.ir.program import (
     Alloc,
     ExternCall,

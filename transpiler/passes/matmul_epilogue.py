@@ -33,6 +33,7 @@ import torch
 from transpiler.ir.graph import LOOP, Ref, TensorMeta, iter_refs
 from transpiler.ir.ops import HALF_TYPES
 from transpiler.ir.program import (
+    MATMUL_OPERANDS,
     Alloc,
     ExternCall,
     Kernel,
@@ -182,12 +183,11 @@ def _fuse(
             s = Stmt(s.name, "matmul", (), s.dtype, s.level)
         body.append(s)
     inputs = (
-        KernelArg("a_ptr", "", dtype),
-        KernelArg("w_ptr", "", dtype),
+        *(KernelArg(param, "", dtype) for param in MATMUL_OPERANDS),
         *(a for a in consumer.inputs if a.param not in params),
     )
     name = "matmul_" + consumer.name.removeprefix("fused_")
-    matmul = Matmul("a_ptr", "w_ptr", m, n, k, dtype, default_config(m, n))
+    matmul = Matmul(*MATMUL_OPERANDS, m, n, k, dtype, default_config(m, n))
     return replace(
         consumer, name=name, inputs=inputs, body=tuple(body), tuned=None, matmul=matmul
     )

@@ -35,9 +35,8 @@ from collections.abc import Callable
 
 import torch
 
-from transpiler.frontend.recorder import resolve_op
 from transpiler.ir.graph import Graph, Node, Ref, read_before_fallback
-from transpiler.ir.ops import GATHERS, MOVEMENT
+from transpiler.ir.ops import GATHERS, MOVEMENT, resolve_op
 from transpiler.passes.fuse import KERNEL_KINDS, classify, resolve
 from transpiler.passes.retrace import retrace
 

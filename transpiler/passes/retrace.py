@@ -17,10 +17,9 @@ from transpiler.frontend.recorder import (
     GraphBuilder,
     OpaqueValue,
     Recorder,
-    resolve_op,
 )
 from transpiler.ir.graph import DEVICE, Graph, Node, Ref, TensorMeta, map_refs
-from transpiler.ir.ops import EXTERN_LAYOUT, device_strides
+from transpiler.ir.ops import EXTERN_LAYOUT, device_strides, resolve_op
 
 Rewrite = Callable[[Node, tuple, dict], object]  # returns NotImplemented to keep
 

@@ -53,8 +53,8 @@ to it so that the loop waits for one add per group, not one per element.
 from __future__ import annotations
 
 import heapq
-import math
-from dataclasses import dataclass, field
+import re
+from dataclasses import replace
 
 import torch
 
@@ -78,16 +78,20 @@ from transpiler.ir.ops import (
     correction,
 )
 from transpiler.ir.program import (
+    MATMUL_OPERANDS,
     Alloc,
+    Const,
     ExternCall,
     Index,
     Kernel,
     KernelArg,
     KernelCall,
+    KernelNames,
     Program,
     Stmt,
     Store,
     Term,
+    body_key,
 )
 from transpiler.passes.fuse import (
     KERNEL_KINDS,
@@ -98,45 +102,6 @@ from transpiler.passes.fuse import (
     sources,
     window_maps,
 )
-
-
-@dataclass(frozen=True, eq=False)
-class Const:
-    """A scalar literal inside a kernel, with the dtype it is computed in. Equal
-    Consts are the same literal, which statements (`emit`) and kernels of identical
-    bodies share: -0.0 is not 0.0."""
-
-    value: object
-    dtype: torch.dtype
-
-    def _key(self) -> tuple:
-        v = self.value
-        if isinstance(v, float) and v == 0:
-            return (v, math.copysign(1.0, v), self.dtype)
-        return (v, self.dtype)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Const) and self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-
-@dataclass
-class KernelNames:
-    """Module-wide kernel names: one namespace, identical bodies share a name."""
-
-    used: dict[str, int] = field(default_factory=dict)
-    by_body: dict[tuple, str] = field(default_factory=dict)
-
-    def name_for(self, base: str, key: tuple) -> tuple[str, bool]:
-        if key in self.by_body:
-            return self.by_body[key], False
-        n = self.used.get(base, 0)
-        self.used[base] = n + 1
-        name = f"{base}_{n}"
-        self.by_body[key] = name
-        return name, True
 
 
 def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
@@ -157,6 +122,7 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
                 ),
             )
             if new:
+                kernel = readable_params(kernel, nodes)
                 kernels.append(kernel)
             for out in kernel.outputs:
                 steps.append(Alloc(out.buffer, nodes[out.buffer].tensor_meta))
@@ -260,16 +226,6 @@ def _toposort(units: list, graph: Graph, fusion: Fusion, nodes) -> list:
                 heapq.heappush(ready, (first[j], j))
     assert len(order) == len(units), "cycle between kernels"
     return order
-
-
-def body_key(k: Kernel) -> tuple:
-    return (
-        k.xnumel,
-        k.rnumel,
-        tuple(a.dtype for a in k.inputs),
-        tuple(a.dtype for a in k.outputs),
-        k.body,
-    )
 
 
 class KernelBuilder:
@@ -706,6 +662,57 @@ class KernelBuilder:
         self.body.append(Store(param, index, self.values[node.name], level, meta.dtype))
 
 
+def readable_params(kernel: Kernel, nodes: dict[str, Node]) -> Kernel:
+    """`kernel` with its parameters named after the buffers they carry at its first
+    launch, for the reviewer: an input `x_ptr`, a parameter `ln_1_weight_ptr` (the
+    last two names of its path), a value `linear_ptr` (its op); the one output
+    `out_ptr`, several `out_<value>_ptr`. Kernels of identical bodies are shared
+    whatever their names (`body_key` is taken before), so a later launch may pass
+    another layer's buffers, in the same positions."""
+    taken = set(MATMUL_OPERANDS)
+    renames = {}
+    several = len(kernel.outputs) > 1
+    for arg in kernel.inputs + kernel.outputs:
+        base = _buffer_stem(nodes[arg.buffer])
+        if arg in kernel.outputs:
+            base = f"out_{base}" if several else "out"
+        name, n = f"{base}_ptr", 0
+        while name in taken:
+            n += 1
+            name = f"{base}_{n}_ptr"
+        taken.add(name)
+        renames[arg.param] = name
+
+    def renamed(s: Stmt | Store) -> Stmt | Store:
+        if isinstance(s, Store):
+            return replace(s, buffer=renames[s.buffer])
+        if s.op == "load":
+            return replace(s, args=(renames[s.args[0]], *s.args[1:]))
+        return s
+
+    return replace(
+        kernel,
+        inputs=tuple(replace(a, param=renames[a.param]) for a in kernel.inputs),
+        outputs=tuple(replace(a, param=renames[a.param]) for a in kernel.outputs),
+        body=tuple(renamed(s) for s in kernel.body),
+    )
+
+
+def _buffer_stem(node: Node) -> str:
+    """What a buffer is, as an ASCII identifier: a tensor input's parameter name,
+    a parameter's or buffer's last two names (`h.0.ln_1.weight`: `ln_1_weight`), a
+    computed value's op (`native_layer_norm_3`: `native_layer_norm`)."""
+    if node.op == "param":
+        words = [w for w in node.target.split(".") if not w.isdigit()][-2:]
+    elif node.op == "input":
+        words = [node.target]
+    else:
+        words = [re.sub(r"(_\d+)+$", "", node.name)]
+    text = re.sub(r"\W+", "_", "_".join(words).encode("ascii", "ignore").decode())
+    text = text.strip("_")
+    return text if text and not text[0].isdigit() else f"buf_{text}".rstrip("_")
+
+
 def _memory_order(group: Group, fusion: Fusion, nodes) -> tuple[int, ...]:
     """The order of dimensions (outermost first) a pointwise kernel enumerates its
     elements in: that of the memory of the values it stores, when they all have one
@@ -888,4 +895,4 @@ def _promote(node: Node, operands, nodes) -> torch.dtype:
     return torch.result_type(*vals[:2])
 
 
-__all__ = ["Const", "KernelNames", "body_key", "schedule"]
+__all__ = ["schedule"]

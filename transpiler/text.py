@@ -186,3 +186,8 @@ def is_reserved(name: str) -> bool:
         or hasattr(builtins, name)
         or _NUMBERED.fullmatch(name) is not None
     )
+
+
+def count(n: int, one: str, many: str | None = None) -> str:
+    """`1 kernel`, `3 kernels`; `many` where the plural is not `one` + s."""
+    return f"{n} {one}" if n == 1 else f"{n} {many or one + 's'}"

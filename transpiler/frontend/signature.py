@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from transpiler.codegen.text import (
+from transpiler.text import (
     is_plain,
     is_reserved,
     py_literal,

@@ -1,1 +1,0 @@
-"""Source skeletons for generated code, loaded with importlib.resources."""

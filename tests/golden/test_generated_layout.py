@@ -1,0 +1,67 @@
+"""What a reviewer of `generated/` reads: each file holds its own code, not copies of
+shared code (the helpers of every C++ file are runtime_shim/kernels.h, included).
+
+Kernels are a module's own: two modules compiled from sources that share a layer
+(gpt.py's GPT and gpt_block.py's Block) each hold its kernels, as each imports alone.
+What is checked is the code around them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATED = ROOT / "generated"
+WINDOW = 21  # lines: a block this long in two files is a copy
+
+
+def _outside_kernels(text: str) -> list[str]:
+    """The lines of a C++ file that are not in an `extern "C"` kernel function."""
+    lines, inside = [], False
+    for line in text.splitlines():
+        inside = inside or line.startswith('extern "C"')
+        if not inside:
+            lines.append(line)
+        inside = inside and line != "}"
+    return lines
+
+
+def _blocks(path: Path) -> set[tuple[str, ...]]:
+    lines = [line.strip() for line in _outside_kernels(path.read_text())]
+    lines = [line for line in lines if line and not line.startswith("//")]
+    return {tuple(lines[i : i + WINDOW]) for i in range(len(lines) - WINDOW + 1)}
+
+
+def test_no_block_of_cpp_repeats_across_files():
+    files = sorted(GENERATED.glob("*.cpp"))
+    assert len(files) > 5  # the examples' C++ files, which the golden tests keep
+    seen: dict[tuple[str, ...], str] = {}
+    repeated = []
+    for path in files:
+        for block in _blocks(path):
+            if block in seen and seen[block] != path.name:
+                repeated.append((seen[block], path.name, block[0]))
+            seen.setdefault(block, path.name)
+    assert repeated == []
+
+
+def test_the_check_sees_a_copied_block():
+    copied = "\n".join(f"static int helper_{i} = {i};" for i in range(WINDOW))
+    kernel = 'extern "C" void k(float* out) {\n    out[0] = 1;\n}'
+    assert _outside_kernels(f"{copied}\n{kernel}\n") == copied.splitlines()
+
+
+def test_cpp_files_include_the_shared_helpers():
+    for path in sorted(GENERATED.glob("*.cpp")):
+        text = path.read_text()
+        assert '#include "runtime_shim/kernels.h"' in text, path.name
+        assert "static inline float bf16_to_float" not in text, path.name
+
+
+def test_kernel_parameters_are_named_after_what_they_carry():
+    """`x_ptr`, `ln_1_weight_ptr`, `out_ptr`: not positions (`in_ptr3`), which a
+    reviewer would have to look up at the launch."""
+    kernel_files = [*GENERATED.glob("*.cpp"), *GENERATED.glob("*_triton.py")]
+    assert len(kernel_files) > 10
+    for path in kernel_files:
+        assert not re.search(r"\b(in|out)_ptr\d", path.read_text()), path.name

@@ -1,0 +1,189 @@
+"""What each stage of the pipeline hands the next (pipeline.py): typed, immutable
+records.
+
+    compiling a variant  ->  VariantCode   (its regions of lowered programs, guards,
+                                            and the decisions made for it)
+    compiling a target   ->  TargetCode    (its signature and variants, in order)
+    compiling a module   ->  ModuleCode    (its targets, kernels by backend,
+                                            fallback code, the sources read)
+    compiling a run      ->  Build         (every module; what `--autotune` tunes
+                                            and what rendering turns into files)
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from transpiler.frontend.fallback import Stub
+from transpiler.frontend.objects import ObjectInput
+from transpiler.frontend.signature import Signature
+from transpiler.ir.dynamic import Dim
+from transpiler.ir.graph import FALLBACK, Span
+from transpiler.ir.program import ExternCall, Kernel, KernelCall, Program
+from transpiler.ir.region import CompiledRegion, programs_of
+from transpiler.options import Variant
+from transpiler.text import count
+
+BACKENDS = {"cpu": "cpp", "cuda": "triton"}
+
+
+@dataclass(frozen=True)
+class RangeGuard:
+    """A condition on the size of a named dimension that the code was compiled
+    for, decided at transpile time (`x.shape[0] > 4`: Note [Dynamic dimensions]),
+    read from the first input that has the dimension."""
+
+    input: str  # the parameter, or a path from one (`objects.dimension_source`)
+    axis: int | None  # None: the input is the size itself (an int in an object)
+    op: str  # "<", "==", ...
+    left: int | Dim
+    right: int | Dim
+    outcome: bool
+
+    def test(self, name: str) -> str:
+        """The check, with the input read as `name`."""
+        size = name if self.axis is None else f"{name}.shape[{self.axis}]"
+
+        def text(v: int | Dim) -> str:
+            return str(Dim(v.a, v.b, size)) if isinstance(v, Dim) else str(v)
+
+        test = f"{text(self.left)} {self.op} {text(self.right)}"
+        return test if self.outcome else f"not ({test})"
+
+
+@dataclass(frozen=True)
+class VariantCode:
+    """One compiled (or all-fallback) variant of a target."""
+
+    name: str  # "cpu_0"
+    variant: Variant
+    guards: tuple  # the frontend's (Note [State guards]), and RangeGuards
+    region: CompiledRegion | None  # None: the variant runs the source
+    fallback_reason: str | None = None
+    fallback_span: Span | None = None
+    # (named dimension, its name in the code: `variants.code_name`)
+    dynamic: tuple[tuple[str, str], ...] = ()
+    specializes: str = ""  # "size 1 of B": made for a dynamic variant, tried first
+    objects: tuple[ObjectInput, ...] = ()  # objects passed in (frontend/objects.py)
+    # decided once, when the variant is compiled (`pipeline.decide_cuda_graph`):
+    # None, "one" (a graph of the whole call) or "tree" (a graph per segment
+    # between branches on tensor data); and why a variant that asked has none
+    cuda_graph: str | None = None
+    cuda_graph_off: str | None = None
+
+    @property
+    def backend(self) -> str:
+        """Which kernels the variant launches: "triton" on cuda, "cpp" on cpu."""
+        return BACKENDS[self.variant.device]
+
+    def describe(self) -> str:
+        text = self.variant.describe()
+        return f"{text} ({self.specializes})" if self.specializes else text
+
+    @property
+    def programs(self) -> list[Program]:
+        return programs_of(self.region) if self.region else []
+
+    def summary(self) -> str:
+        """One line: what the variant's code does (the module header, `-v`)."""
+        if self.region is None:
+            return f"runs the source: {self.fallback_reason} ({self.fallback_span})"
+        steps = [s for p in self.programs for s in p.steps]
+        calls = [s for s in steps if isinstance(s, ExternCall)]
+        stubs = sum(s.target.startswith(FALLBACK) for s in calls)
+        externs = sum(
+            not (s.is_view or s.target == "getitem" or s.target.startswith(FALLBACK))
+            for s in calls
+        )
+        kernels = sum(isinstance(s, KernelCall) for s in steps)
+        parts = [count(kernels, "kernel"), count(externs, "extern call")]
+        if stubs:
+            parts.append(count(stubs, "graph break"))
+        branches = sum(r.cond is not None for r in self.region.walk())
+        if branches:
+            parts.append(
+                count(branches, "branch on tensor data", "branches on tensor data")
+            )
+        if self.cuda_graph == "tree":
+            segments = len(list(self.region.walk()))
+            parts.append(f"CUDA graphs ({segments} segments)")
+        elif self.cuda_graph:
+            parts.append("CUDA graph")
+        return ", ".join(parts)
+
+    @property
+    def calls_fallback(self) -> bool:
+        """Whether fallback code (a graph break) runs in the variant."""
+        return any(
+            isinstance(s, ExternCall) and s.target.startswith(FALLBACK)
+            for p in self.programs
+            for s in p.steps
+        )
+
+
+@dataclass(frozen=True)
+class TargetCode:
+    name: str  # exported name
+    source: str  # "examples/toy.py::ToyLinear"
+    is_module: bool
+    signature: Signature  # the forward's (or function's) parameters
+    variants: tuple[VariantCode, ...]
+    # how each parameter and buffer is read: path -> Python (see `direct_reads`)
+    reads: Mapping[str, str] = field(default_factory=dict)
+
+    def read(self, path: str) -> str:
+        return self.reads.get(path, path)
+
+    @property
+    def params_text(self) -> str:
+        """The exported parameter list, parameters under their own names."""
+        return self.signature.text(self.defaults)
+
+    @property
+    def call_text(self) -> str:
+        """The arguments that pass those parameters on, as the source takes them."""
+        return self.signature.call()
+
+    @property
+    def defaults(self) -> str:
+        """The module's table of the source's own defaults (`defaults_table`)."""
+        return f"_DEFAULTS_{self.name}"
+
+    @cached_property
+    def local_names(self) -> dict[str, str]:
+        """Each parameter's name inside the wrapper's own functions."""
+        return self.signature.local_names(frozenset({self.name}))
+
+    def local(self, name: str) -> str:
+        """How the wrapper's own functions spell parameter `name`, or a path from
+        one (`past_key_values.layers[0].keys`: see `objects.dimension_source`)."""
+        param = re.match(r"\w+", name)[0]
+        return self.local_names[param] + name[len(param) :]
+
+
+@dataclass(frozen=True)
+class ModuleCode:
+    """One generated module (`<stem>.py`, with `<stem>_triton.py`, `<stem>.cpp`)."""
+
+    stem: str
+    source_file: str  # as the header shows it
+    source_module: str  # what the generated module imports as `_source`
+    targets: tuple[TargetCode, ...]
+    kernels: Mapping[str, tuple[Kernel, ...]]  # by backend: "cpp", "triton"
+    stubs: Mapping[str, Stub]  # fallback code, by its function's name
+    # module name -> (path, hash) of every source file its code was read from
+    sources: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+    def kernels_of(self, backend: str) -> tuple[Kernel, ...]:
+        return self.kernels.get(backend, ())
+
+
+@dataclass(frozen=True)
+class Build:
+    """Every module of a run, and the command that regenerates them."""
+
+    modules: tuple[ModuleCode, ...]
+    command: str

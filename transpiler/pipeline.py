@@ -1,0 +1,454 @@
+"""The compiler, stage by stage: every step from a target's source to the files.
+
+For each target of the run (options.py), grouped by the module it is written to:
+
+    resolve the target and instantiate it on meta tensors       frontend/loader, trace
+    for each variant:
+        trace it into a tree of regions of ATen graphs          frontend/trace.py
+        name its fallback code                                  passes.name_stubs
+        for each graph (region, loop body):
+            DEVICE_PASSES[device], then GRAPH_PASSES            passes/*.py
+            fold_device_outputs                                 passes/device_outputs.py
+            fuse into kernels, schedule with the extern calls   passes/fuse, schedule
+        PROGRAM_PASSES over the lowered programs                passes/*.py
+        decide its CUDA graph                                   decide_cuda_graph
+→ Build: typed records of every module (build.py)
+→ with --autotune, on a GPU: tune launch configs and matmul epilogues   autotune.py
+→ render each module: wrapper, Triton, C++; black                codegen/module.py
+→ write atomically, diff (--check) or report (--explain)        api.py
+
+Every stage takes records and returns new ones; `render` is a function of the build.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import time
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+
+from torch import nn
+
+from runtime_shim.provenance import source_hash
+from transpiler.autotune import Bench, tune
+from transpiler.build import BACKENDS, Build, ModuleCode, TargetCode, VariantCode
+from transpiler.codegen.module import render_module
+from transpiler.errors import UserError
+from transpiler.formatting import format_module
+from transpiler.frontend.fallback import Stub
+from transpiler.frontend.loader import resolve
+from transpiler.frontend.signature import Signature
+from transpiler.frontend.source import SourceCache
+from transpiler.frontend.trace import Traced, direct_reads, instantiate, trace
+from transpiler.ir.dynamic import SAMPLES, Mismatch, generalize
+from transpiler.ir.graph import Graph
+from transpiler.ir.program import KernelNames, Program
+from transpiler.ir.region import CompiledRegion, programs_of
+from transpiler.options import Options, ScalarSpec, Target, Variant
+from transpiler.passes import lower_region, map_graphs, name_stubs
+from transpiler.passes.addmm_activation import addmm_activation
+from transpiler.passes.channels_last import channels_last
+from transpiler.passes.check_indices import check_indices
+from transpiler.passes.constant_fold import constant_fold
+from transpiler.passes.dce import dce
+from transpiler.passes.decompose import decompose
+from transpiler.passes.device_outputs import fold_device_outputs
+from transpiler.passes.direct_views import direct_views
+from transpiler.passes.drop_copies import drop_copies
+from transpiler.passes.drop_expands import drop_expands
+from transpiler.passes.extern_layouts import pin_extern_layouts
+from transpiler.passes.fold_linear import fold_linear
+from transpiler.passes.fuse import fuse
+from transpiler.passes.grouped_attention import repeat_grouped_heads
+from transpiler.passes.hoist_constants import hoist_constants
+from transpiler.passes.recompute import recompute_broadcasts
+from transpiler.passes.schedule import schedule
+from transpiler.passes.small_matmul import unroll_small_matmuls
+from transpiler.passes.split_addmm import split_addmm
+from transpiler.passes.split_reductions import split_reductions
+from transpiler.variants import code_name, range_guards, register_kernels
+
+# ---------------------------------------------------------------- the graph passes
+
+GRAPH_PASSES = (
+    (check_indices, "check the indices of the indirect loads kernels compute"),
+    (decompose, "rewrite composite ops (layer_norm, softmax, gelu) into fusable ops"),
+    (split_reductions, "reduce long reductions with few results in two kernels"),
+    (channels_last, "run 2-D convolutions and the kernels between them NHWC"),
+    (unroll_small_matmuls, "compute a matmul with K <= 8 as products that fuse"),
+    (split_addmm, "move a linear layer's bias into the kernel of its epilogue"),
+    (constant_fold, "strength-reduce pow, drop x*1 and x+0"),
+    (drop_copies, "drop clones of values already laid out as asked"),
+    (drop_expands, "read an expanded value by broadcasting it"),
+    (recompute_broadcasts, "compute small values where a larger kernel reads them"),
+    (fold_linear, "call a linear layer's matmul as one `linear`"),  # no retrace after
+    (dce, "drop values nothing uses"),
+)
+# Passes for one device only, run before GRAPH_PASSES
+DEVICE_PASSES = {
+    "cuda": (
+        (addmm_activation, "let cuBLAS apply a linear layer's bias and GELU"),
+        (repeat_grouped_heads, "call fused f32 attention over grouped heads"),
+    ),
+}
+# Passes of GRAPH_PASSES that take the device: what pays differs between them
+FOR_DEVICE = (split_reductions,)
+
+
+def optimize(graph: Graph, device: str = "cpu") -> Graph:
+    for run, _why in DEVICE_PASSES.get(device, ()) + GRAPH_PASSES:
+        graph = run(graph, device) if run in FOR_DEVICE else run(graph)
+        graph.lint()
+    graph = fold_device_outputs(graph, device)  # last: a retrace would undo it
+    graph.lint()
+    return graph
+
+
+def lower(graph: Graph, names: KernelNames, device: str = "cpu") -> Program:
+    """Fuse into kernels and schedule them with the extern calls."""
+    return schedule(graph, fuse(graph, device), names)
+
+
+# ------------------------------------------------------- the passes over programs
+
+
+def finish(compiled: CompiledRegion, static: bool = True) -> CompiledRegion:
+    """The passes over a variant's lowered programs, in order. A dynamic variant's
+    sizes are expressions: its views stay view methods."""
+    compiled = pin_extern_layouts(compiled)  # the layouts extern calls are given
+    if static:  # a chain of views, one call (Note [Direct views])
+        compiled = direct_views(compiled, tuple(compiled.program.inputs))
+    # values of parameters alone, before any branch (Note [Values of parameters
+    # alone])
+    return replace(compiled, program=hoist_constants(compiled.program))
+
+
+# ------------------------------------------------------------------------ variants
+
+Tracer = Callable[[Variant], Traced]
+
+
+@dataclass
+class ModuleBuilder:
+    """A module while its targets compile: the names its variants, kernels and
+    fallback code take, which are shared by all its targets. `finish` makes the
+    `ModuleCode` the later stages read."""
+
+    stem: str
+    source_file: str
+    source_module: str
+    targets: list[TargetCode] = field(default_factory=list)
+    names: dict[str, KernelNames] = field(
+        default_factory=lambda: {"cpp": KernelNames(), "triton": KernelNames()}
+    )
+    kernels: dict[str, list] = field(default_factory=lambda: {"cpp": [], "triton": []})
+    # variants per device, numbered across the module's targets: their functions
+    # (`_cpu_0`, `_guards_cpu_0`) share the generated module's namespace
+    counts: dict[str, int] = field(default_factory=dict)
+    stubs: dict[Stub, str] = field(default_factory=dict)  # fallback code, named
+    sources: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def variant_name(self, variant: Variant) -> str:
+        """`cpu_0`, `cuda_0`, `cpu_1`, ...: numbered per device across the module."""
+        n = self.counts.get(variant.device, 0)
+        self.counts[variant.device] = n + 1
+        return f"{variant.device}_{n}"
+
+    def stub_name(self, stub: Stub) -> str:
+        return self.stubs.setdefault(stub, f"_fallback_{len(self.stubs)}")
+
+    def finish(self) -> ModuleCode:
+        return ModuleCode(
+            self.stem,
+            self.source_file,
+            self.source_module,
+            tuple(self.targets),
+            {backend: tuple(ks) for backend, ks in self.kernels.items()},
+            {name: stub for stub, name in self.stubs.items()},
+            dict(sorted(self.sources.items())),
+        )
+
+
+def compile_variant(
+    name: str, variant: Variant, tracer: Tracer, mb: ModuleBuilder
+) -> VariantCode:
+    traced = tracer(variant)
+    if traced.region is None:
+        fb = traced.fallback
+        return VariantCode(name, variant, traced.guards, None, fb.reason, fb.span)
+    backend = BACKENDS[variant.device]
+    names = mb.names[backend]
+    before = set(names.by_body.values())
+    compiled = finish(_lower(traced, mb, names, variant.device))
+    mb.kernels[backend] += [
+        k for p in programs_of(compiled) for k in p.kernels if k.name not in before
+    ]
+    return VariantCode(name, variant, traced.guards, compiled, objects=traced.objects)
+
+
+def compile_dynamic(
+    name: str, variant: Variant, tracer: Tracer, mb: ModuleBuilder
+) -> VariantCode:
+    """One variant for every size (>= 2) of the variant's named dimension
+    (Note [Dynamic dimensions] in ir/dynamic.py): compiled at several sizes, then
+    generalized."""
+    (dim,) = variant.dynamic
+    samples = [tracer(variant.sized({dim: size})) for size in SAMPLES]
+    failed = next((t for t in samples if t.region is None), None)
+    if failed is not None:
+        fb = failed.fallback
+        return VariantCode(name, variant, failed.guards, None, fb.reason, fb.span)
+    lowered = [_lower(t, mb, KernelNames(), variant.device) for t in samples]
+    code = code_name(dim, lowered[0])
+    try:
+        guards = generalize([t.guards for t in samples], code)
+        compiled = generalize(lowered, code)
+        comparisons = generalize([list(t.comparisons) for t in samples], code)
+        objects = generalize([t.objects for t in samples], dim)
+    except Mismatch:
+        span = next((c[0] for c in samples[0].comparisons), None)
+        reason = f"the code depends on {dim} beyond sizes (a loop over it, say)"
+        return VariantCode(name, variant, (), None, reason, span)
+    ranges = range_guards(comparisons, variant, objects, dim)
+    backend = BACKENDS[variant.device]
+    compiled, fresh = register_kernels(compiled, mb.names[backend])
+    mb.kernels[backend] += fresh
+    compiled = finish(compiled, static=False)
+    return VariantCode(
+        name,
+        variant,
+        (*guards, *ranges),
+        compiled,
+        dynamic=((dim, code),),
+        objects=objects,
+    )
+
+
+def _lower(
+    traced: Traced, mb: ModuleBuilder, names: KernelNames, device: str
+) -> CompiledRegion:
+    stub_names = [mb.stub_name(stub) for stub in traced.stubs]
+    region = map_graphs(traced.region, partial(name_stubs, names=stub_names))
+    loops = tuple(
+        dataclasses.replace(b, graph=name_stubs(b.graph, stub_names))
+        for b in traced.loops
+    )
+
+    def lower_graph(graph: Graph) -> Program:
+        return lower(optimize(graph, device), names, device)
+
+    return lower_region(region, lower_graph, loops=loops)
+
+
+def decide_cuda_graph(vc: VariantCode) -> VariantCode:
+    """Whether `vc` replays CUDA graphs (`cuda_graphs = true`, `--cuda-graphs`),
+    stored on it for every later stage.
+
+    A CUDA graph replays the exact kernel launches it captured, with the same
+    addresses, sizes and control flow. So a variant that asks for one gets one only
+    if its shapes are static (a named dynamic dimension changes sizes and grids per
+    call), it has no graph breaks (fallback code runs arbitrary Python on every
+    call) and no `while` loop on tensor data (each step reads its condition on the
+    host). Anything else compiles normally, and `transpile --explain` says why. The
+    mechanism is `runtime_shim.cuda_graph` (runtime_shim/cuda_graphs.py).
+
+    A variant that branches on tensor data (`if y.sum() > 0:`) is a *tree* of
+    graphs, as torch.compile's cudagraph trees are around a graph break: its code
+    is split at each branch into straight-line segments, each captured as a graph
+    of its own on first use, and the `if` between them stays in Python, reading the
+    condition that the graph before it wrote (codegen/graph_segments.py,
+    `runtime_shim.cuda_graph_tree`).
+    """
+    if not vc.variant.cuda_graphs:
+        return vc
+    why = _cuda_graph_blocker(vc)
+    if why is not None:
+        return replace(vc, cuda_graph_off=why)
+    return replace(vc, cuda_graph="one" if vc.region.cond is None else "tree")
+
+
+def _cuda_graph_blocker(vc: VariantCode) -> str | None:
+    if vc.variant.device != "cuda":
+        return "not a cuda variant"
+    if vc.region is None:
+        return "it runs the source"
+    if vc.dynamic or vc.specializes:
+        dims = ", ".join(d for d, _ in vc.dynamic) or vc.specializes
+        return f"its shapes are dynamic ({dims})"
+    if vc.objects:
+        names = ", ".join(o.param for o in vc.objects)
+        return f"it takes objects whose tensors it reads in place ({names})"
+    if vc.calls_fallback:
+        return "it has graph breaks (fallback code runs in Python on every call)"
+    if any(r.loops for r in vc.region.walk()):
+        return "it loops on tensor data (a host sync on every step)"
+    return None
+
+
+# ------------------------------------------------------------------ targets, a run
+
+
+def compile_modules(
+    options: Options,
+    built: Callable[[str, TargetCode, float], None] | None = None,
+    ready: Callable[[str], None] | None = None,
+) -> Build:
+    """Every target compiled, grouped by the generated module (file stem) it is in.
+
+    `ready(stem)` is called before a target is compiled, once its module is known;
+    `built(stem, code, seconds)` after it is.
+    """
+    sources = SourceCache(options.root)
+    modules: dict[str, ModuleBuilder] = {}
+    for target in options.targets:
+        start = time.perf_counter()
+        stem, code = _build_target(target, options, sources, modules, ready)
+        if built is not None:
+            built(stem, code, time.perf_counter() - start)
+    return Build(tuple(mb.finish() for mb in modules.values()), options.command)
+
+
+def render(build: Build) -> dict[str, str]:
+    """Every output file of `build`, by path relative to the output directory."""
+    files = {"__init__.py": '"""Modules generated by transpile."""\n'}
+    for module in build.modules:
+        out = render_module(module, build.command)
+        files[f"{module.stem}.py"] = format_module(out.py)
+        if out.triton is not None:
+            files[f"{module.stem}_triton.py"] = format_module(out.triton)
+        if out.cpp is not None:
+            files[f"{module.stem}.cpp"] = out.cpp
+    return files
+
+
+def build_files(options: Options, bench: Bench | None = None) -> dict[str, str]:
+    """Compile, tune on `bench` where it is given (`--autotune`), render."""
+    compiled = compile_modules(options)
+    if bench is not None:
+        compiled = tune(compiled, bench)
+    return render(compiled)
+
+
+def _build_target(
+    target: Target,
+    options: Options,
+    sources: SourceCache,
+    modules: dict[str, ModuleBuilder],
+    ready: Callable[[str], None] | None = None,
+) -> tuple[str, TargetCode]:
+    resolved = resolve(target.source, options.root)
+    obj = resolved.obj
+    is_module = isinstance(obj, type) and issubclass(obj, nn.Module)
+    if not is_module and not isinstance(obj, types.FunctionType):
+        raise UserError(
+            f"{target.source} is neither an nn.Module subclass nor a " "function"
+        )
+    stem = resolved.file.stem
+    if ready is not None:
+        ready(stem)
+    display = sources.display(resolved.file)
+    mb = modules.setdefault(stem, ModuleBuilder(stem, display, resolved.module_name))
+    if mb.source_module != resolved.module_name:
+        raise UserError(
+            f"two targets would both write {stem}.py: "
+            f"{mb.source_module} and {resolved.module_name}"
+        )
+    sources.read.clear()
+    module = None
+    if is_module:
+        factory = None
+        if target.factory:
+            factory = resolve(target.factory, options.root).obj
+        module = instantiate(obj, dict(target.init), factory, options.root)
+    fn = type(module).forward if module is not None else obj
+    src, fdef = sources.function(fn)
+    params = _params(fn, is_module, src.display, src.line_of(fdef))
+    variants = []
+    tracer = partial(trace, obj, module, sources=sources)
+    for variant in target.variants:
+        variant = _complete(variant, fn, is_module, target.source)
+        if not variant.dynamic:
+            variants.append(
+                compile_variant(mb.variant_name(variant), variant, tracer, mb)
+            )
+            continue
+        if len(variant.dynamic) > 1:
+            raise UserError(
+                f"{target.source}: one named dimension per variant for now "
+                f"(got {', '.join(variant.dynamic)})"
+            )
+        # size 1 broadcasts and squeezes differently: it gets a variant of its own
+        one = variant.sized({variant.dynamic[0]: 1})
+        code = compile_variant(mb.variant_name(one), one, tracer, mb)
+        variants.append(replace(code, specializes=f"size 1 of {variant.dynamic[0]}"))
+        variants.append(compile_dynamic(mb.variant_name(variant), variant, tracer, mb))
+    for path in sorted(sources.read):
+        rel = Path(sources.display(path))
+        name = ".".join(rel.with_suffix("").parts)
+        mb.sources[name] = (rel.as_posix(), source_hash(path.read_bytes()))
+    qual = resolved.qualname.split(".")[-1]
+    code = TargetCode(
+        qual,
+        target.source,
+        is_module,
+        params,
+        tuple(decide_cuda_graph(vc) for vc in variants),
+        reads=direct_reads(module) if module is not None else {},
+    )
+    mb.targets.append(code)
+    return stem, code
+
+
+_NOT_A_FUNCTION = {  # calling such a def returns this, without running its body
+    inspect.isgeneratorfunction: "a generator function (its call returns a generator)",
+    inspect.iscoroutinefunction: "an async function (its call returns a coroutine)",
+    inspect.isasyncgenfunction: "an async generator function",
+}
+
+
+def _params(fn, is_module: bool, file: str, line: int) -> Signature:
+    """The parameters of the target's function (a module's forward), as the
+    generated module declares them; `file:line` is where it is defined."""
+    what = "forward" if is_module else fn.__qualname__
+    for test, kind in _NOT_A_FUNCTION.items():
+        if test(inspect.unwrap(fn)):
+            raise UserError(
+                f"{what} is {kind}: transpile compiles functions that compute and "
+                "return their results",
+                file,
+                line,
+            )
+    params = list(inspect.signature(fn).parameters.values())
+    if is_module and (not params or params[0].kind is params[0].VAR_POSITIONAL):
+        raise UserError(
+            "forward takes no named first parameter for the module (self)", file, line
+        )
+    return Signature.of(fn, drop_self=is_module)
+
+
+def _complete(variant: Variant, fn, is_module: bool, source: str) -> Variant:
+    """Give every parameter a spec: undeclared ones take (and guard) their default."""
+    sig = list(inspect.signature(fn).parameters.values())[1 if is_module else 0 :]
+    sig = [p for p in sig if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    given = dict(variant.inputs)
+    for name in given:
+        if name not in {p.name for p in sig}:
+            known = ", ".join(p.name for p in sig)
+            listed = f"its parameters are {known}" if sig else "it has no parameters"
+            raise UserError(
+                f"unknown example {name!r}: {source} has no parameter {name!r}; "
+                + listed
+            )
+    inputs = []
+    for p in sig:
+        if p.name in given:
+            inputs.append((p.name, given[p.name]))
+        elif type(p.default) in (int, float, bool, type(None)):  # not an IntEnum
+            inputs.append((p.name, ScalarSpec(p.default)))
+        else:
+            raise UserError(f"{source}: no example for parameter {p.name!r}")
+    return replace(variant, inputs=tuple(inputs))
