@@ -37,7 +37,7 @@ import torch
 
 from tests.devices import on_gpu
 from tests.helpers import build_pair, check_call, variant_dtype
-from transpiler import passes
+from transpiler import pipeline
 from transpiler.api import build, write
 from transpiler.frontend.loader import resolve
 from transpiler.frontend.source import SourceCache
@@ -159,7 +159,7 @@ def compile_source(
         def hooked(graph: Graph, device: str = "cpu") -> Graph:
             return optimize(graph_hook(graph), device)
 
-        with mock.patch.object(passes, "optimize", hooked):
+        with mock.patch.object(pipeline, "optimize", hooked):
             files = build(options)
     module = import_generated(files, root, stem)
     cpp_text = files.get(f"{stem}.cpp", "")
