@@ -47,26 +47,18 @@ _triton = _Triton()
 def _guards_cpu_0(a, b):
     """Variant cpu_0 (cpu: a=f32[2,4], b=f32[2,4]): the first guard that fails, or None."""
     try:
-        if not (isinstance(a, torch.Tensor)):
-            return "isinstance(a, torch.Tensor)"
-        if not (a.is_cpu):
-            return "a.is_cpu"
-        if not (a.dtype == torch.float32):
+        if not (isinstance(a, torch.Tensor) and a.is_cpu):
+            return "isinstance(a, torch.Tensor) and a.is_cpu"
+        if a.dtype != torch.float32:
             return "a.dtype == torch.float32"
-        if not (a.shape == (2, 4)):
-            return "a.shape == (2, 4)"
-        if not (a.is_contiguous()):
-            return "a.is_contiguous()"
-        if not (isinstance(b, torch.Tensor)):
-            return "isinstance(b, torch.Tensor)"
-        if not (b.is_cpu):
-            return "b.is_cpu"
-        if not (b.dtype == torch.float32):
+        if not (a.shape == (2, 4) and a.is_contiguous()):
+            return "a.shape == (2, 4) and a.is_contiguous()"
+        if not (isinstance(b, torch.Tensor) and b.is_cpu):
+            return "isinstance(b, torch.Tensor) and b.is_cpu"
+        if b.dtype != torch.float32:
             return "b.dtype == torch.float32"
-        if not (b.shape == (2, 4)):
-            return "b.shape == (2, 4)"
-        if not (b.is_contiguous()):
-            return "b.is_contiguous()"
+        if not (b.shape == (2, 4) and b.is_contiguous()):
+            return "b.shape == (2, 4) and b.is_contiguous()"
         if not (
             not torch.is_grad_enabled() or not (a.requires_grad or b.requires_grad)
         ):
@@ -89,30 +81,22 @@ def _cpu_0(a, b):
 def _guards_cuda_0(a, b):
     """Variant cuda_0 (cuda: a=f32[2,4], b=f32[2,4]): the first guard that fails, or None."""
     try:
-        if not (isinstance(a, torch.Tensor)):
-            return "isinstance(a, torch.Tensor)"
-        if not (a.is_cuda):
-            return "a.is_cuda"
-        if not (a.get_device() == torch.cuda.current_device()):
+        if not (isinstance(a, torch.Tensor) and a.is_cuda):
+            return "isinstance(a, torch.Tensor) and a.is_cuda"
+        if a.get_device() != torch.cuda.current_device():
             return "a.get_device() == torch.cuda.current_device()"
-        if not (a.dtype == torch.float32):
+        if a.dtype != torch.float32:
             return "a.dtype == torch.float32"
-        if not (a.shape == (2, 4)):
-            return "a.shape == (2, 4)"
-        if not (a.is_contiguous()):
-            return "a.is_contiguous()"
-        if not (isinstance(b, torch.Tensor)):
-            return "isinstance(b, torch.Tensor)"
-        if not (b.is_cuda):
-            return "b.is_cuda"
-        if not (b.get_device() == torch.cuda.current_device()):
+        if not (a.shape == (2, 4) and a.is_contiguous()):
+            return "a.shape == (2, 4) and a.is_contiguous()"
+        if not (isinstance(b, torch.Tensor) and b.is_cuda):
+            return "isinstance(b, torch.Tensor) and b.is_cuda"
+        if b.get_device() != torch.cuda.current_device():
             return "b.get_device() == torch.cuda.current_device()"
-        if not (b.dtype == torch.float32):
+        if b.dtype != torch.float32:
             return "b.dtype == torch.float32"
-        if not (b.shape == (2, 4)):
-            return "b.shape == (2, 4)"
-        if not (b.is_contiguous()):
-            return "b.is_contiguous()"
+        if not (b.shape == (2, 4) and b.is_contiguous()):
+            return "b.shape == (2, 4) and b.is_contiguous()"
         if not (
             not torch.is_grad_enabled() or not (a.requires_grad or b.requires_grad)
         ):

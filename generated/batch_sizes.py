@@ -50,65 +50,47 @@ class _Triton:
 _triton = _Triton()
 
 
+# The modules the code read: name, class, whether it is called (no hooks),
+# the values read of it (runtime_shim/modules.py)
+# fmt: off
+_MODULES_Classifier = runtime_shim.ModuleStates(
+    ("fc", torch.nn.Linear, True, {"training": False, "in_features": 512,
+                                   "out_features": 10}),
+)
+# fmt: on
+
+
 _LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
     "cpu",
     (("self.fc.bias", torch.float32, (10,), (1,)),),
 )
 
+# fmt: off
+_MODEL_cpu_0 = runtime_shim.ModelState(
+    _MODULES_Classifier,
+    {
+        "_parameters": (
+            "fc.weight", "fc.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cpu_0,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[16,512]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (16, 512)):
-            return "x.shape == (16, 512)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (16, 512) and x.is_contiguous()):
+            return "x.shape == (16, 512) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        fc = self._modules.get("fc")
-        if not (type(fc) is torch.nn.Linear):
-            return "type(self.fc) is torch.nn.Linear"
-        if not (not fc.training and fc.in_features == 512 and fc.out_features == 10):
-            return "not self.fc.training and self.fc.in_features == 512 and self.fc.out_features == 10"
-        if not (
-            not (
-                fc._forward_hooks
-                or fc._forward_pre_hooks
-                or fc._backward_hooks
-                or fc._backward_pre_hooks
-            )
-        ):
-            return "self.fc has no hooks"
-        fc_weight = fc._parameters.get("weight")
-        fc_bias = fc._parameters.get("bias")
-        if not (fc_weight is not None and fc_bias is not None):
-            return "self.fc.weight is not None and self.fc.bias is not None"
-        mismatch = _LAYOUTS_cpu_0.mismatch(
-            fc_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cpu_0.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -131,62 +113,34 @@ _LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
     (("self.fc.bias", torch.float32, (10,), (1,)),),
 )
 
+# fmt: off
+_MODEL_cuda_0 = runtime_shim.ModelState(
+    _MODULES_Classifier,
+    {
+        "_parameters": (
+            "fc.weight", "fc.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cuda_0,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[16,512]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (16, 512)):
-            return "x.shape == (16, 512)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (16, 512) and x.is_contiguous()):
+            return "x.shape == (16, 512) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        fc = self._modules.get("fc")
-        if not (type(fc) is torch.nn.Linear):
-            return "type(self.fc) is torch.nn.Linear"
-        if not (not fc.training and fc.in_features == 512 and fc.out_features == 10):
-            return "not self.fc.training and self.fc.in_features == 512 and self.fc.out_features == 10"
-        if not (
-            not (
-                fc._forward_hooks
-                or fc._forward_pre_hooks
-                or fc._backward_hooks
-                or fc._backward_pre_hooks
-            )
-        ):
-            return "self.fc has no hooks"
-        fc_weight = fc._parameters.get("weight")
-        fc_bias = fc._parameters.get("bias")
-        if not (fc_weight is not None and fc_bias is not None):
-            return "self.fc.weight is not None and self.fc.bias is not None"
-        mismatch = _LAYOUTS_cuda_0.mismatch(
-            fc_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cuda_0.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -209,60 +163,32 @@ _LAYOUTS_cpu_1 = runtime_shim.TensorLayouts(
     (("self.fc.bias", torch.float32, (10,), (1,)),),
 )
 
+# fmt: off
+_MODEL_cpu_1 = runtime_shim.ModelState(
+    _MODULES_Classifier,
+    {
+        "_parameters": (
+            "fc.weight", "fc.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cpu_1,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cpu_1(self, x):
     """Variant cpu_1 (cpu: x=f32[32,512]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (32, 512)):
-            return "x.shape == (32, 512)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (32, 512) and x.is_contiguous()):
+            return "x.shape == (32, 512) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        fc = self._modules.get("fc")
-        if not (type(fc) is torch.nn.Linear):
-            return "type(self.fc) is torch.nn.Linear"
-        if not (not fc.training and fc.in_features == 512 and fc.out_features == 10):
-            return "not self.fc.training and self.fc.in_features == 512 and self.fc.out_features == 10"
-        if not (
-            not (
-                fc._forward_hooks
-                or fc._forward_pre_hooks
-                or fc._backward_hooks
-                or fc._backward_pre_hooks
-            )
-        ):
-            return "self.fc has no hooks"
-        fc_weight = fc._parameters.get("weight")
-        fc_bias = fc._parameters.get("bias")
-        if not (fc_weight is not None and fc_bias is not None):
-            return "self.fc.weight is not None and self.fc.bias is not None"
-        mismatch = _LAYOUTS_cpu_1.mismatch(
-            fc_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cpu_1.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -285,62 +211,34 @@ _LAYOUTS_cuda_1 = runtime_shim.TensorLayouts(
     (("self.fc.bias", torch.float32, (10,), (1,)),),
 )
 
+# fmt: off
+_MODEL_cuda_1 = runtime_shim.ModelState(
+    _MODULES_Classifier,
+    {
+        "_parameters": (
+            "fc.weight", "fc.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cuda_1,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cuda_1(self, x):
     """Variant cuda_1 (cuda: x=f32[32,512]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (32, 512)):
-            return "x.shape == (32, 512)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (32, 512) and x.is_contiguous()):
+            return "x.shape == (32, 512) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        fc = self._modules.get("fc")
-        if not (type(fc) is torch.nn.Linear):
-            return "type(self.fc) is torch.nn.Linear"
-        if not (not fc.training and fc.in_features == 512 and fc.out_features == 10):
-            return "not self.fc.training and self.fc.in_features == 512 and self.fc.out_features == 10"
-        if not (
-            not (
-                fc._forward_hooks
-                or fc._forward_pre_hooks
-                or fc._backward_hooks
-                or fc._backward_pre_hooks
-            )
-        ):
-            return "self.fc has no hooks"
-        fc_weight = fc._parameters.get("weight")
-        fc_bias = fc._parameters.get("bias")
-        if not (fc_weight is not None and fc_bias is not None):
-            return "self.fc.weight is not None and self.fc.bias is not None"
-        mismatch = _LAYOUTS_cuda_1.mismatch(
-            fc_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cuda_1.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -363,60 +261,32 @@ _LAYOUTS_cpu_2 = runtime_shim.TensorLayouts(
     (("self.fc.bias", torch.float32, (10,), (1,)),),
 )
 
+# fmt: off
+_MODEL_cpu_2 = runtime_shim.ModelState(
+    _MODULES_Classifier,
+    {
+        "_parameters": (
+            "fc.weight", "fc.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cpu_2,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cpu_2(self, x):
     """Variant cpu_2 (cpu: x=f32[1,512] (size 1 of B)): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (1, 512)):
-            return "x.shape == (1, 512)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (1, 512) and x.is_contiguous()):
+            return "x.shape == (1, 512) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        fc = self._modules.get("fc")
-        if not (type(fc) is torch.nn.Linear):
-            return "type(self.fc) is torch.nn.Linear"
-        if not (not fc.training and fc.in_features == 512 and fc.out_features == 10):
-            return "not self.fc.training and self.fc.in_features == 512 and self.fc.out_features == 10"
-        if not (
-            not (
-                fc._forward_hooks
-                or fc._forward_pre_hooks
-                or fc._backward_hooks
-                or fc._backward_pre_hooks
-            )
-        ):
-            return "self.fc has no hooks"
-        fc_weight = fc._parameters.get("weight")
-        fc_bias = fc._parameters.get("bias")
-        if not (fc_weight is not None and fc_bias is not None):
-            return "self.fc.weight is not None and self.fc.bias is not None"
-        mismatch = _LAYOUTS_cpu_2.mismatch(
-            fc_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cpu_2.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -439,64 +309,34 @@ _LAYOUTS_cpu_3 = runtime_shim.TensorLayouts(
     (("self.fc.bias", torch.float32, (10,), (1,)),),
 )
 
+# fmt: off
+_MODEL_cpu_3 = runtime_shim.ModelState(
+    _MODULES_Classifier,
+    {
+        "_parameters": (
+            "fc.weight", "fc.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cpu_3,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cpu_3(self, x):
     """Variant cpu_3 (cpu: x=f32[B,512]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.dim() == 2):
-            return "x.dim() == 2"
-        if not (x.shape[0] >= 2):
-            return "x.shape[0] >= 2"
-        if not (x.shape[1] == 512):
-            return "x.shape[1] == 512"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (
+            x.dim() == 2 and x.shape[0] >= 2 and x.shape[1] == 512 and x.is_contiguous()
+        ):
+            return "x.dim() == 2 and x.shape[0] >= 2 and x.shape[1] == 512 and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        fc = self._modules.get("fc")
-        if not (type(fc) is torch.nn.Linear):
-            return "type(self.fc) is torch.nn.Linear"
-        if not (not fc.training and fc.in_features == 512 and fc.out_features == 10):
-            return "not self.fc.training and self.fc.in_features == 512 and self.fc.out_features == 10"
-        if not (
-            not (
-                fc._forward_hooks
-                or fc._forward_pre_hooks
-                or fc._backward_hooks
-                or fc._backward_pre_hooks
-            )
-        ):
-            return "self.fc has no hooks"
-        fc_weight = fc._parameters.get("weight")
-        fc_bias = fc._parameters.get("bias")
-        if not (fc_weight is not None and fc_bias is not None):
-            return "self.fc.weight is not None and self.fc.bias is not None"
-        mismatch = _LAYOUTS_cpu_3.mismatch(
-            fc_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cpu_3.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -520,62 +360,34 @@ _LAYOUTS_cuda_2 = runtime_shim.TensorLayouts(
     (("self.fc.bias", torch.float32, (10,), (1,)),),
 )
 
+# fmt: off
+_MODEL_cuda_2 = runtime_shim.ModelState(
+    _MODULES_Classifier,
+    {
+        "_parameters": (
+            "fc.weight", "fc.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cuda_2,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cuda_2(self, x):
     """Variant cuda_2 (cuda: x=f32[1,512] (size 1 of B)): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (1, 512)):
-            return "x.shape == (1, 512)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (1, 512) and x.is_contiguous()):
+            return "x.shape == (1, 512) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        fc = self._modules.get("fc")
-        if not (type(fc) is torch.nn.Linear):
-            return "type(self.fc) is torch.nn.Linear"
-        if not (not fc.training and fc.in_features == 512 and fc.out_features == 10):
-            return "not self.fc.training and self.fc.in_features == 512 and self.fc.out_features == 10"
-        if not (
-            not (
-                fc._forward_hooks
-                or fc._forward_pre_hooks
-                or fc._backward_hooks
-                or fc._backward_pre_hooks
-            )
-        ):
-            return "self.fc has no hooks"
-        fc_weight = fc._parameters.get("weight")
-        fc_bias = fc._parameters.get("bias")
-        if not (fc_weight is not None and fc_bias is not None):
-            return "self.fc.weight is not None and self.fc.bias is not None"
-        mismatch = _LAYOUTS_cuda_2.mismatch(
-            fc_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cuda_2.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -598,66 +410,36 @@ _LAYOUTS_cuda_3 = runtime_shim.TensorLayouts(
     (("self.fc.bias", torch.float32, (10,), (1,)),),
 )
 
+# fmt: off
+_MODEL_cuda_3 = runtime_shim.ModelState(
+    _MODULES_Classifier,
+    {
+        "_parameters": (
+            "fc.weight", "fc.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cuda_3,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cuda_3(self, x):
     """Variant cuda_3 (cuda: x=f32[B,512]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.dim() == 2):
-            return "x.dim() == 2"
-        if not (x.shape[0] >= 2):
-            return "x.shape[0] >= 2"
-        if not (x.shape[1] == 512):
-            return "x.shape[1] == 512"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (
+            x.dim() == 2 and x.shape[0] >= 2 and x.shape[1] == 512 and x.is_contiguous()
+        ):
+            return "x.dim() == 2 and x.shape[0] >= 2 and x.shape[1] == 512 and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        fc = self._modules.get("fc")
-        if not (type(fc) is torch.nn.Linear):
-            return "type(self.fc) is torch.nn.Linear"
-        if not (not fc.training and fc.in_features == 512 and fc.out_features == 10):
-            return "not self.fc.training and self.fc.in_features == 512 and self.fc.out_features == 10"
-        if not (
-            not (
-                fc._forward_hooks
-                or fc._forward_pre_hooks
-                or fc._backward_hooks
-                or fc._backward_pre_hooks
-            )
-        ):
-            return "self.fc has no hooks"
-        fc_weight = fc._parameters.get("weight")
-        fc_bias = fc._parameters.get("bias")
-        if not (fc_weight is not None and fc_bias is not None):
-            return "self.fc.weight is not None and self.fc.bias is not None"
-        mismatch = _LAYOUTS_cuda_3.mismatch(
-            fc_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (x.requires_grad or fc_weight.requires_grad or fc_bias.requires_grad)
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cuda_3.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 

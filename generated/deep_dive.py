@@ -47,46 +47,30 @@ _triton = _Triton()
 def _guards_cpu_0(x, weight, bias, scale):
     """Variant cpu_0 (cpu: x=f32[32,64], weight=f32[64,128], bias=f32[128], scale=f32[128]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (32, 64)):
-            return "x.shape == (32, 64)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (isinstance(weight, torch.Tensor)):
-            return "isinstance(weight, torch.Tensor)"
-        if not (weight.is_cpu):
-            return "weight.is_cpu"
-        if not (weight.dtype == torch.float32):
+        if not (x.shape == (32, 64) and x.is_contiguous()):
+            return "x.shape == (32, 64) and x.is_contiguous()"
+        if not (isinstance(weight, torch.Tensor) and weight.is_cpu):
+            return "isinstance(weight, torch.Tensor) and weight.is_cpu"
+        if weight.dtype != torch.float32:
             return "weight.dtype == torch.float32"
-        if not (weight.shape == (64, 128)):
-            return "weight.shape == (64, 128)"
-        if not (weight.is_contiguous()):
-            return "weight.is_contiguous()"
-        if not (isinstance(bias, torch.Tensor)):
-            return "isinstance(bias, torch.Tensor)"
-        if not (bias.is_cpu):
-            return "bias.is_cpu"
-        if not (bias.dtype == torch.float32):
+        if not (weight.shape == (64, 128) and weight.is_contiguous()):
+            return "weight.shape == (64, 128) and weight.is_contiguous()"
+        if not (isinstance(bias, torch.Tensor) and bias.is_cpu):
+            return "isinstance(bias, torch.Tensor) and bias.is_cpu"
+        if bias.dtype != torch.float32:
             return "bias.dtype == torch.float32"
-        if not (bias.shape == (128,)):
-            return "bias.shape == (128,)"
-        if not (bias.is_contiguous()):
-            return "bias.is_contiguous()"
-        if not (isinstance(scale, torch.Tensor)):
-            return "isinstance(scale, torch.Tensor)"
-        if not (scale.is_cpu):
-            return "scale.is_cpu"
-        if not (scale.dtype == torch.float32):
+        if not (bias.shape == (128,) and bias.is_contiguous()):
+            return "bias.shape == (128,) and bias.is_contiguous()"
+        if not (isinstance(scale, torch.Tensor) and scale.is_cpu):
+            return "isinstance(scale, torch.Tensor) and scale.is_cpu"
+        if scale.dtype != torch.float32:
             return "scale.dtype == torch.float32"
-        if not (scale.shape == (128,)):
-            return "scale.shape == (128,)"
-        if not (scale.is_contiguous()):
-            return "scale.is_contiguous()"
+        if not (scale.shape == (128,) and scale.is_contiguous()):
+            return "scale.shape == (128,) and scale.is_contiguous()"
         if not (
             not torch.is_grad_enabled()
             or not (
@@ -119,54 +103,38 @@ def _cpu_0(x, weight, bias, scale):
 def _guards_cuda_0(x, weight, bias, scale):
     """Variant cuda_0 (cuda: x=f32[32,64], weight=f32[64,128], bias=f32[128], scale=f32[128]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (32, 64)):
-            return "x.shape == (32, 64)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (isinstance(weight, torch.Tensor)):
-            return "isinstance(weight, torch.Tensor)"
-        if not (weight.is_cuda):
-            return "weight.is_cuda"
-        if not (weight.get_device() == torch.cuda.current_device()):
+        if not (x.shape == (32, 64) and x.is_contiguous()):
+            return "x.shape == (32, 64) and x.is_contiguous()"
+        if not (isinstance(weight, torch.Tensor) and weight.is_cuda):
+            return "isinstance(weight, torch.Tensor) and weight.is_cuda"
+        if weight.get_device() != torch.cuda.current_device():
             return "weight.get_device() == torch.cuda.current_device()"
-        if not (weight.dtype == torch.float32):
+        if weight.dtype != torch.float32:
             return "weight.dtype == torch.float32"
-        if not (weight.shape == (64, 128)):
-            return "weight.shape == (64, 128)"
-        if not (weight.is_contiguous()):
-            return "weight.is_contiguous()"
-        if not (isinstance(bias, torch.Tensor)):
-            return "isinstance(bias, torch.Tensor)"
-        if not (bias.is_cuda):
-            return "bias.is_cuda"
-        if not (bias.get_device() == torch.cuda.current_device()):
+        if not (weight.shape == (64, 128) and weight.is_contiguous()):
+            return "weight.shape == (64, 128) and weight.is_contiguous()"
+        if not (isinstance(bias, torch.Tensor) and bias.is_cuda):
+            return "isinstance(bias, torch.Tensor) and bias.is_cuda"
+        if bias.get_device() != torch.cuda.current_device():
             return "bias.get_device() == torch.cuda.current_device()"
-        if not (bias.dtype == torch.float32):
+        if bias.dtype != torch.float32:
             return "bias.dtype == torch.float32"
-        if not (bias.shape == (128,)):
-            return "bias.shape == (128,)"
-        if not (bias.is_contiguous()):
-            return "bias.is_contiguous()"
-        if not (isinstance(scale, torch.Tensor)):
-            return "isinstance(scale, torch.Tensor)"
-        if not (scale.is_cuda):
-            return "scale.is_cuda"
-        if not (scale.get_device() == torch.cuda.current_device()):
+        if not (bias.shape == (128,) and bias.is_contiguous()):
+            return "bias.shape == (128,) and bias.is_contiguous()"
+        if not (isinstance(scale, torch.Tensor) and scale.is_cuda):
+            return "isinstance(scale, torch.Tensor) and scale.is_cuda"
+        if scale.get_device() != torch.cuda.current_device():
             return "scale.get_device() == torch.cuda.current_device()"
-        if not (scale.dtype == torch.float32):
+        if scale.dtype != torch.float32:
             return "scale.dtype == torch.float32"
-        if not (scale.shape == (128,)):
-            return "scale.shape == (128,)"
-        if not (scale.is_contiguous()):
-            return "scale.is_contiguous()"
+        if not (scale.shape == (128,) and scale.is_contiguous()):
+            return "scale.shape == (128,) and scale.is_contiguous()"
         if not (
             not torch.is_grad_enabled()
             or not (

@@ -60,16 +60,12 @@ def _fallback_0(y):
 def _guards_cpu_0(x):
     """Variant cpu_0 (cpu: x=f32[10]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (10,)):
-            return "x.shape == (10,)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
+        if not (x.shape == (10,) and x.is_contiguous()):
+            return "x.shape == (10,) and x.is_contiguous()"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -99,18 +95,14 @@ def _cpu_0(x):
 def _guards_cuda_0(x):
     """Variant cuda_0 (cuda: x=f32[10]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (10,)):
-            return "x.shape == (10,)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
+        if not (x.shape == (10,) and x.is_contiguous()):
+            return "x.shape == (10,) and x.is_contiguous()"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -152,16 +144,12 @@ def my_function(x):
 def _guards_cpu_1(x):
     """Variant cpu_1 (cpu: x=f32[8,16]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (8, 16)):
-            return "x.shape == (8, 16)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
+        if not (x.shape == (8, 16) and x.is_contiguous()):
+            return "x.shape == (8, 16) and x.is_contiguous()"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -186,18 +174,14 @@ def _cpu_1(x):
 def _guards_cuda_1(x):
     """Variant cuda_1 (cuda: x=f32[8,16]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (8, 16)):
-            return "x.shape == (8, 16)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
+        if not (x.shape == (8, 16) and x.is_contiguous()):
+            return "x.shape == (8, 16) and x.is_contiguous()"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -232,16 +216,12 @@ def problematic(x):
 def _guards_cpu_2(x, multiplier):
     """Variant cpu_2 (cpu: x=f32[10], multiplier=int=2): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (10,)):
-            return "x.shape == (10,)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
+        if not (x.shape == (10,) and x.is_contiguous()):
+            return "x.shape == (10,) and x.is_contiguous()"
         if not (type(multiplier) is int and multiplier == 2):
             return "type(multiplier) is int and multiplier == 2"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
@@ -262,18 +242,14 @@ def _cpu_2(x, multiplier):
 def _guards_cuda_2(x, multiplier):
     """Variant cuda_2 (cuda: x=f32[10], multiplier=int=2): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (10,)):
-            return "x.shape == (10,)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
+        if not (x.shape == (10,) and x.is_contiguous()):
+            return "x.shape == (10,) and x.is_contiguous()"
         if not (type(multiplier) is int and multiplier == 2):
             return "type(multiplier) is int and multiplier == 2"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
@@ -294,16 +270,12 @@ def _cuda_2(x, multiplier):
 def _guards_cpu_3(x, multiplier):
     """Variant cpu_3 (cpu: x=f32[10], multiplier=int=3): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (10,)):
-            return "x.shape == (10,)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
+        if not (x.shape == (10,) and x.is_contiguous()):
+            return "x.shape == (10,) and x.is_contiguous()"
         if not (type(multiplier) is int and multiplier == 3):
             return "type(multiplier) is int and multiplier == 3"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
@@ -324,18 +296,14 @@ def _cpu_3(x, multiplier):
 def _guards_cuda_3(x, multiplier):
     """Variant cuda_3 (cuda: x=f32[10], multiplier=int=3): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (10,)):
-            return "x.shape == (10,)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
+        if not (x.shape == (10,) and x.is_contiguous()):
+            return "x.shape == (10,) and x.is_contiguous()"
         if not (type(multiplier) is int and multiplier == 3):
             return "type(multiplier) is int and multiplier == 3"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):

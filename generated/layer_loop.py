@@ -29,233 +29,63 @@ def _fallback_0(x):
     print(x.mean())  # Graph break
 
 
+# The modules the code read: name, class, whether it is called (no hooks),
+# the values read of it (runtime_shim/modules.py)
+# fmt: off
+_MODULES_LayerLoop = runtime_shim.ModuleStates(
+    ("layers", torch.nn.ModuleList, False, {}, {"children": 8}),
+    ("layers.0", torch.nn.Linear, True, {"training": False, "in_features": 32,
+                                         "out_features": 32}),
+    ("layers.1", torch.nn.Linear, True, {"training": False, "in_features": 32,
+                                         "out_features": 32}),
+    ("layers.2", torch.nn.Linear, True, {"training": False, "in_features": 32,
+                                         "out_features": 32}),
+    ("layers.3", torch.nn.Linear, True, {"training": False, "in_features": 32,
+                                         "out_features": 32}),
+    ("layers.4", torch.nn.Linear, True, {"training": False, "in_features": 32,
+                                         "out_features": 32}),
+    ("layers.5", torch.nn.Linear, True, {"training": False, "in_features": 32,
+                                         "out_features": 32}),
+    ("layers.6", torch.nn.Linear, True, {"training": False, "in_features": 32,
+                                         "out_features": 32}),
+    ("layers.7", torch.nn.Linear, True, {"training": False, "in_features": 32,
+                                         "out_features": 32}),
+)
+# fmt: on
+
+
+# fmt: off
+_MODEL_cpu_0 = runtime_shim.ModelState(
+    _MODULES_LayerLoop,
+    {
+        "_parameters": (
+            "layers.0.weight", "layers.0.bias",
+            "layers.1.weight", "layers.1.bias",
+            "layers.2.weight", "layers.2.bias",
+            "layers.3.weight", "layers.3.bias",
+            "layers.4.weight", "layers.4.bias",
+            "layers.5.weight", "layers.5.bias",
+            "layers.6.weight", "layers.6.bias",
+            "layers.7.weight", "layers.7.bias",
+        ),
+    },
+    grad="all",
+)
+# fmt: on
+
+
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[4,32]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (4, 32)):
-            return "x.shape == (4, 32)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (4, 32) and x.is_contiguous()):
+            return "x.shape == (4, 32) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        layers = self._modules.get("layers")
-        if not (type(layers) is torch.nn.ModuleList):
-            return "type(self.layers) is torch.nn.ModuleList"
-        if not (len(layers._modules) == 8):
-            return "len(self.layers) == 8"
-        layers_0 = layers._modules.get("0")
-        if not (type(layers_0) is torch.nn.Linear):
-            return "type(self.layers[0]) is torch.nn.Linear"
-        if not (
-            not layers_0.training
-            and layers_0.in_features == 32
-            and layers_0.out_features == 32
-        ):
-            return "not self.layers[0].training and self.layers[0].in_features == 32 and self.layers[0].out_features == 32"
-        if not (
-            not (
-                layers_0._forward_hooks
-                or layers_0._forward_pre_hooks
-                or layers_0._backward_hooks
-                or layers_0._backward_pre_hooks
-            )
-        ):
-            return "self.layers[0] has no hooks"
-        layers_1 = layers._modules.get("1")
-        if not (type(layers_1) is torch.nn.Linear):
-            return "type(self.layers[1]) is torch.nn.Linear"
-        if not (
-            not layers_1.training
-            and layers_1.in_features == 32
-            and layers_1.out_features == 32
-        ):
-            return "not self.layers[1].training and self.layers[1].in_features == 32 and self.layers[1].out_features == 32"
-        if not (
-            not (
-                layers_1._forward_hooks
-                or layers_1._forward_pre_hooks
-                or layers_1._backward_hooks
-                or layers_1._backward_pre_hooks
-            )
-        ):
-            return "self.layers[1] has no hooks"
-        layers_2 = layers._modules.get("2")
-        if not (type(layers_2) is torch.nn.Linear):
-            return "type(self.layers[2]) is torch.nn.Linear"
-        if not (
-            not layers_2.training
-            and layers_2.in_features == 32
-            and layers_2.out_features == 32
-        ):
-            return "not self.layers[2].training and self.layers[2].in_features == 32 and self.layers[2].out_features == 32"
-        if not (
-            not (
-                layers_2._forward_hooks
-                or layers_2._forward_pre_hooks
-                or layers_2._backward_hooks
-                or layers_2._backward_pre_hooks
-            )
-        ):
-            return "self.layers[2] has no hooks"
-        layers_3 = layers._modules.get("3")
-        if not (type(layers_3) is torch.nn.Linear):
-            return "type(self.layers[3]) is torch.nn.Linear"
-        if not (
-            not layers_3.training
-            and layers_3.in_features == 32
-            and layers_3.out_features == 32
-        ):
-            return "not self.layers[3].training and self.layers[3].in_features == 32 and self.layers[3].out_features == 32"
-        if not (
-            not (
-                layers_3._forward_hooks
-                or layers_3._forward_pre_hooks
-                or layers_3._backward_hooks
-                or layers_3._backward_pre_hooks
-            )
-        ):
-            return "self.layers[3] has no hooks"
-        layers_4 = layers._modules.get("4")
-        if not (type(layers_4) is torch.nn.Linear):
-            return "type(self.layers[4]) is torch.nn.Linear"
-        if not (
-            not layers_4.training
-            and layers_4.in_features == 32
-            and layers_4.out_features == 32
-        ):
-            return "not self.layers[4].training and self.layers[4].in_features == 32 and self.layers[4].out_features == 32"
-        if not (
-            not (
-                layers_4._forward_hooks
-                or layers_4._forward_pre_hooks
-                or layers_4._backward_hooks
-                or layers_4._backward_pre_hooks
-            )
-        ):
-            return "self.layers[4] has no hooks"
-        layers_5 = layers._modules.get("5")
-        if not (type(layers_5) is torch.nn.Linear):
-            return "type(self.layers[5]) is torch.nn.Linear"
-        if not (
-            not layers_5.training
-            and layers_5.in_features == 32
-            and layers_5.out_features == 32
-        ):
-            return "not self.layers[5].training and self.layers[5].in_features == 32 and self.layers[5].out_features == 32"
-        if not (
-            not (
-                layers_5._forward_hooks
-                or layers_5._forward_pre_hooks
-                or layers_5._backward_hooks
-                or layers_5._backward_pre_hooks
-            )
-        ):
-            return "self.layers[5] has no hooks"
-        layers_6 = layers._modules.get("6")
-        if not (type(layers_6) is torch.nn.Linear):
-            return "type(self.layers[6]) is torch.nn.Linear"
-        if not (
-            not layers_6.training
-            and layers_6.in_features == 32
-            and layers_6.out_features == 32
-        ):
-            return "not self.layers[6].training and self.layers[6].in_features == 32 and self.layers[6].out_features == 32"
-        if not (
-            not (
-                layers_6._forward_hooks
-                or layers_6._forward_pre_hooks
-                or layers_6._backward_hooks
-                or layers_6._backward_pre_hooks
-            )
-        ):
-            return "self.layers[6] has no hooks"
-        layers_7 = layers._modules.get("7")
-        if not (type(layers_7) is torch.nn.Linear):
-            return "type(self.layers[7]) is torch.nn.Linear"
-        if not (
-            not layers_7.training
-            and layers_7.in_features == 32
-            and layers_7.out_features == 32
-        ):
-            return "not self.layers[7].training and self.layers[7].in_features == 32 and self.layers[7].out_features == 32"
-        if not (
-            not (
-                layers_7._forward_hooks
-                or layers_7._forward_pre_hooks
-                or layers_7._backward_hooks
-                or layers_7._backward_pre_hooks
-            )
-        ):
-            return "self.layers[7] has no hooks"
-        layers_0_weight = layers_0._parameters.get("weight")
-        layers_0_bias = layers_0._parameters.get("bias")
-        if not (layers_0_weight is not None and layers_0_bias is not None):
-            return (
-                "self.layers[0].weight is not None and self.layers[0].bias is not None"
-            )
-        layers_1_weight = layers_1._parameters.get("weight")
-        layers_1_bias = layers_1._parameters.get("bias")
-        if not (layers_1_weight is not None and layers_1_bias is not None):
-            return (
-                "self.layers[1].weight is not None and self.layers[1].bias is not None"
-            )
-        layers_2_weight = layers_2._parameters.get("weight")
-        layers_2_bias = layers_2._parameters.get("bias")
-        if not (layers_2_weight is not None and layers_2_bias is not None):
-            return (
-                "self.layers[2].weight is not None and self.layers[2].bias is not None"
-            )
-        layers_3_weight = layers_3._parameters.get("weight")
-        layers_3_bias = layers_3._parameters.get("bias")
-        if not (layers_3_weight is not None and layers_3_bias is not None):
-            return (
-                "self.layers[3].weight is not None and self.layers[3].bias is not None"
-            )
-        layers_4_weight = layers_4._parameters.get("weight")
-        layers_4_bias = layers_4._parameters.get("bias")
-        if not (layers_4_weight is not None and layers_4_bias is not None):
-            return (
-                "self.layers[4].weight is not None and self.layers[4].bias is not None"
-            )
-        layers_5_weight = layers_5._parameters.get("weight")
-        layers_5_bias = layers_5._parameters.get("bias")
-        if not (layers_5_weight is not None and layers_5_bias is not None):
-            return (
-                "self.layers[5].weight is not None and self.layers[5].bias is not None"
-            )
-        layers_6_weight = layers_6._parameters.get("weight")
-        layers_6_bias = layers_6._parameters.get("bias")
-        if not (layers_6_weight is not None and layers_6_bias is not None):
-            return (
-                "self.layers[6].weight is not None and self.layers[6].bias is not None"
-            )
-        layers_7_weight = layers_7._parameters.get("weight")
-        layers_7_bias = layers_7._parameters.get("bias")
-        if not (layers_7_weight is not None and layers_7_bias is not None):
-            return (
-                "self.layers[7].weight is not None and self.layers[7].bias is not None"
-            )
-        if not (
-            not torch.is_grad_enabled()
-            or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cpu_0.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -292,235 +122,40 @@ def _cpu_0(self, x):
     return linear_7
 
 
+# fmt: off
+_MODEL_cuda_0 = runtime_shim.ModelState(
+    _MODULES_LayerLoop,
+    {
+        "_parameters": (
+            "layers.0.weight", "layers.0.bias",
+            "layers.1.weight", "layers.1.bias",
+            "layers.2.weight", "layers.2.bias",
+            "layers.3.weight", "layers.3.bias",
+            "layers.4.weight", "layers.4.bias",
+            "layers.5.weight", "layers.5.bias",
+            "layers.6.weight", "layers.6.bias",
+            "layers.7.weight", "layers.7.bias",
+        ),
+    },
+    grad="all",
+)
+# fmt: on
+
+
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[4,32]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (4, 32)):
-            return "x.shape == (4, 32)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (4, 32) and x.is_contiguous()):
+            return "x.shape == (4, 32) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        layers = self._modules.get("layers")
-        if not (type(layers) is torch.nn.ModuleList):
-            return "type(self.layers) is torch.nn.ModuleList"
-        if not (len(layers._modules) == 8):
-            return "len(self.layers) == 8"
-        layers_0 = layers._modules.get("0")
-        if not (type(layers_0) is torch.nn.Linear):
-            return "type(self.layers[0]) is torch.nn.Linear"
-        if not (
-            not layers_0.training
-            and layers_0.in_features == 32
-            and layers_0.out_features == 32
-        ):
-            return "not self.layers[0].training and self.layers[0].in_features == 32 and self.layers[0].out_features == 32"
-        if not (
-            not (
-                layers_0._forward_hooks
-                or layers_0._forward_pre_hooks
-                or layers_0._backward_hooks
-                or layers_0._backward_pre_hooks
-            )
-        ):
-            return "self.layers[0] has no hooks"
-        layers_1 = layers._modules.get("1")
-        if not (type(layers_1) is torch.nn.Linear):
-            return "type(self.layers[1]) is torch.nn.Linear"
-        if not (
-            not layers_1.training
-            and layers_1.in_features == 32
-            and layers_1.out_features == 32
-        ):
-            return "not self.layers[1].training and self.layers[1].in_features == 32 and self.layers[1].out_features == 32"
-        if not (
-            not (
-                layers_1._forward_hooks
-                or layers_1._forward_pre_hooks
-                or layers_1._backward_hooks
-                or layers_1._backward_pre_hooks
-            )
-        ):
-            return "self.layers[1] has no hooks"
-        layers_2 = layers._modules.get("2")
-        if not (type(layers_2) is torch.nn.Linear):
-            return "type(self.layers[2]) is torch.nn.Linear"
-        if not (
-            not layers_2.training
-            and layers_2.in_features == 32
-            and layers_2.out_features == 32
-        ):
-            return "not self.layers[2].training and self.layers[2].in_features == 32 and self.layers[2].out_features == 32"
-        if not (
-            not (
-                layers_2._forward_hooks
-                or layers_2._forward_pre_hooks
-                or layers_2._backward_hooks
-                or layers_2._backward_pre_hooks
-            )
-        ):
-            return "self.layers[2] has no hooks"
-        layers_3 = layers._modules.get("3")
-        if not (type(layers_3) is torch.nn.Linear):
-            return "type(self.layers[3]) is torch.nn.Linear"
-        if not (
-            not layers_3.training
-            and layers_3.in_features == 32
-            and layers_3.out_features == 32
-        ):
-            return "not self.layers[3].training and self.layers[3].in_features == 32 and self.layers[3].out_features == 32"
-        if not (
-            not (
-                layers_3._forward_hooks
-                or layers_3._forward_pre_hooks
-                or layers_3._backward_hooks
-                or layers_3._backward_pre_hooks
-            )
-        ):
-            return "self.layers[3] has no hooks"
-        layers_4 = layers._modules.get("4")
-        if not (type(layers_4) is torch.nn.Linear):
-            return "type(self.layers[4]) is torch.nn.Linear"
-        if not (
-            not layers_4.training
-            and layers_4.in_features == 32
-            and layers_4.out_features == 32
-        ):
-            return "not self.layers[4].training and self.layers[4].in_features == 32 and self.layers[4].out_features == 32"
-        if not (
-            not (
-                layers_4._forward_hooks
-                or layers_4._forward_pre_hooks
-                or layers_4._backward_hooks
-                or layers_4._backward_pre_hooks
-            )
-        ):
-            return "self.layers[4] has no hooks"
-        layers_5 = layers._modules.get("5")
-        if not (type(layers_5) is torch.nn.Linear):
-            return "type(self.layers[5]) is torch.nn.Linear"
-        if not (
-            not layers_5.training
-            and layers_5.in_features == 32
-            and layers_5.out_features == 32
-        ):
-            return "not self.layers[5].training and self.layers[5].in_features == 32 and self.layers[5].out_features == 32"
-        if not (
-            not (
-                layers_5._forward_hooks
-                or layers_5._forward_pre_hooks
-                or layers_5._backward_hooks
-                or layers_5._backward_pre_hooks
-            )
-        ):
-            return "self.layers[5] has no hooks"
-        layers_6 = layers._modules.get("6")
-        if not (type(layers_6) is torch.nn.Linear):
-            return "type(self.layers[6]) is torch.nn.Linear"
-        if not (
-            not layers_6.training
-            and layers_6.in_features == 32
-            and layers_6.out_features == 32
-        ):
-            return "not self.layers[6].training and self.layers[6].in_features == 32 and self.layers[6].out_features == 32"
-        if not (
-            not (
-                layers_6._forward_hooks
-                or layers_6._forward_pre_hooks
-                or layers_6._backward_hooks
-                or layers_6._backward_pre_hooks
-            )
-        ):
-            return "self.layers[6] has no hooks"
-        layers_7 = layers._modules.get("7")
-        if not (type(layers_7) is torch.nn.Linear):
-            return "type(self.layers[7]) is torch.nn.Linear"
-        if not (
-            not layers_7.training
-            and layers_7.in_features == 32
-            and layers_7.out_features == 32
-        ):
-            return "not self.layers[7].training and self.layers[7].in_features == 32 and self.layers[7].out_features == 32"
-        if not (
-            not (
-                layers_7._forward_hooks
-                or layers_7._forward_pre_hooks
-                or layers_7._backward_hooks
-                or layers_7._backward_pre_hooks
-            )
-        ):
-            return "self.layers[7] has no hooks"
-        layers_0_weight = layers_0._parameters.get("weight")
-        layers_0_bias = layers_0._parameters.get("bias")
-        if not (layers_0_weight is not None and layers_0_bias is not None):
-            return (
-                "self.layers[0].weight is not None and self.layers[0].bias is not None"
-            )
-        layers_1_weight = layers_1._parameters.get("weight")
-        layers_1_bias = layers_1._parameters.get("bias")
-        if not (layers_1_weight is not None and layers_1_bias is not None):
-            return (
-                "self.layers[1].weight is not None and self.layers[1].bias is not None"
-            )
-        layers_2_weight = layers_2._parameters.get("weight")
-        layers_2_bias = layers_2._parameters.get("bias")
-        if not (layers_2_weight is not None and layers_2_bias is not None):
-            return (
-                "self.layers[2].weight is not None and self.layers[2].bias is not None"
-            )
-        layers_3_weight = layers_3._parameters.get("weight")
-        layers_3_bias = layers_3._parameters.get("bias")
-        if not (layers_3_weight is not None and layers_3_bias is not None):
-            return (
-                "self.layers[3].weight is not None and self.layers[3].bias is not None"
-            )
-        layers_4_weight = layers_4._parameters.get("weight")
-        layers_4_bias = layers_4._parameters.get("bias")
-        if not (layers_4_weight is not None and layers_4_bias is not None):
-            return (
-                "self.layers[4].weight is not None and self.layers[4].bias is not None"
-            )
-        layers_5_weight = layers_5._parameters.get("weight")
-        layers_5_bias = layers_5._parameters.get("bias")
-        if not (layers_5_weight is not None and layers_5_bias is not None):
-            return (
-                "self.layers[5].weight is not None and self.layers[5].bias is not None"
-            )
-        layers_6_weight = layers_6._parameters.get("weight")
-        layers_6_bias = layers_6._parameters.get("bias")
-        if not (layers_6_weight is not None and layers_6_bias is not None):
-            return (
-                "self.layers[6].weight is not None and self.layers[6].bias is not None"
-            )
-        layers_7_weight = layers_7._parameters.get("weight")
-        layers_7_bias = layers_7._parameters.get("bias")
-        if not (layers_7_weight is not None and layers_7_bias is not None):
-            return (
-                "self.layers[7].weight is not None and self.layers[7].bias is not None"
-            )
-        if not (
-            not torch.is_grad_enabled()
-            or not (x.requires_grad or any(p.requires_grad for p in self.parameters()))
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cuda_0.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 

@@ -44,89 +44,50 @@ class _Triton:
 _triton = _Triton()
 
 
+# The modules the code read: name, class, whether it is called (no hooks),
+# the values read of it (runtime_shim/modules.py)
+# fmt: off
+_MODULES_MLP = runtime_shim.ModuleStates(
+    ("fc1", torch.nn.Linear, True, {"training": False, "in_features": 64,
+                                    "out_features": 256}),
+    ("fc2", torch.nn.Linear, True, {"training": False, "in_features": 256,
+                                    "out_features": 64}),
+)
+# fmt: on
+
+
 _LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
     "cpu",
     (("self.fc1.bias", torch.float32, (256,), (1,)),),
 )
 
+# fmt: off
+_MODEL_cpu_0 = runtime_shim.ModelState(
+    _MODULES_MLP,
+    {
+        "_parameters": (
+            "fc1.weight", "fc1.bias",
+            "fc2.weight", "fc2.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cpu_0,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[8,64]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (8, 64)):
-            return "x.shape == (8, 64)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (8, 64) and x.is_contiguous()):
+            return "x.shape == (8, 64) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        fc1 = self._modules.get("fc1")
-        if not (type(fc1) is torch.nn.Linear):
-            return "type(self.fc1) is torch.nn.Linear"
-        if not (not fc1.training and fc1.in_features == 64 and fc1.out_features == 256):
-            return "not self.fc1.training and self.fc1.in_features == 64 and self.fc1.out_features == 256"
-        if not (
-            not (
-                fc1._forward_hooks
-                or fc1._forward_pre_hooks
-                or fc1._backward_hooks
-                or fc1._backward_pre_hooks
-            )
-        ):
-            return "self.fc1 has no hooks"
-        fc2 = self._modules.get("fc2")
-        if not (type(fc2) is torch.nn.Linear):
-            return "type(self.fc2) is torch.nn.Linear"
-        if not (not fc2.training and fc2.in_features == 256 and fc2.out_features == 64):
-            return "not self.fc2.training and self.fc2.in_features == 256 and self.fc2.out_features == 64"
-        if not (
-            not (
-                fc2._forward_hooks
-                or fc2._forward_pre_hooks
-                or fc2._backward_hooks
-                or fc2._backward_pre_hooks
-            )
-        ):
-            return "self.fc2 has no hooks"
-        fc1_weight = fc1._parameters.get("weight")
-        fc1_bias = fc1._parameters.get("bias")
-        if not (fc1_weight is not None and fc1_bias is not None):
-            return "self.fc1.weight is not None and self.fc1.bias is not None"
-        fc2_weight = fc2._parameters.get("weight")
-        fc2_bias = fc2._parameters.get("bias")
-        if not (fc2_weight is not None and fc2_bias is not None):
-            return "self.fc2.weight is not None and self.fc2.bias is not None"
-        mismatch = _LAYOUTS_cpu_0.mismatch(
-            fc1_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (
-                x.requires_grad
-                or fc1_weight.requires_grad
-                or fc1_bias.requires_grad
-                or fc2_weight.requires_grad
-                or fc2_bias.requires_grad
-            )
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cpu_0.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -152,86 +113,35 @@ _LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
     (("self.fc1.bias", torch.float32, (256,), (1,)),),
 )
 
+# fmt: off
+_MODEL_cuda_0 = runtime_shim.ModelState(
+    _MODULES_MLP,
+    {
+        "_parameters": (
+            "fc1.weight", "fc1.bias",
+            "fc2.weight", "fc2.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cuda_0,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[8,64]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (8, 64)):
-            return "x.shape == (8, 64)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (8, 64) and x.is_contiguous()):
+            return "x.shape == (8, 64) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        fc1 = self._modules.get("fc1")
-        if not (type(fc1) is torch.nn.Linear):
-            return "type(self.fc1) is torch.nn.Linear"
-        if not (not fc1.training and fc1.in_features == 64 and fc1.out_features == 256):
-            return "not self.fc1.training and self.fc1.in_features == 64 and self.fc1.out_features == 256"
-        if not (
-            not (
-                fc1._forward_hooks
-                or fc1._forward_pre_hooks
-                or fc1._backward_hooks
-                or fc1._backward_pre_hooks
-            )
-        ):
-            return "self.fc1 has no hooks"
-        fc2 = self._modules.get("fc2")
-        if not (type(fc2) is torch.nn.Linear):
-            return "type(self.fc2) is torch.nn.Linear"
-        if not (not fc2.training and fc2.in_features == 256 and fc2.out_features == 64):
-            return "not self.fc2.training and self.fc2.in_features == 256 and self.fc2.out_features == 64"
-        if not (
-            not (
-                fc2._forward_hooks
-                or fc2._forward_pre_hooks
-                or fc2._backward_hooks
-                or fc2._backward_pre_hooks
-            )
-        ):
-            return "self.fc2 has no hooks"
-        fc1_weight = fc1._parameters.get("weight")
-        fc1_bias = fc1._parameters.get("bias")
-        if not (fc1_weight is not None and fc1_bias is not None):
-            return "self.fc1.weight is not None and self.fc1.bias is not None"
-        fc2_weight = fc2._parameters.get("weight")
-        fc2_bias = fc2._parameters.get("bias")
-        if not (fc2_weight is not None and fc2_bias is not None):
-            return "self.fc2.weight is not None and self.fc2.bias is not None"
-        mismatch = _LAYOUTS_cuda_0.mismatch(
-            fc1_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (
-                x.requires_grad
-                or fc1_weight.requires_grad
-                or fc1_bias.requires_grad
-                or fc2_weight.requires_grad
-                or fc2_bias.requires_grad
-            )
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cuda_0.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 

@@ -51,16 +51,12 @@ _triton = _Triton()
 def _guards_cpu_0(x):
     """Variant cpu_0 (cpu: x=f32[3,4]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (3, 4)):
-            return "x.shape == (3, 4)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
+        if not (x.shape == (3, 4) and x.is_contiguous()):
+            return "x.shape == (3, 4) and x.is_contiguous()"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -79,18 +75,14 @@ def _cpu_0(x):
 def _guards_cuda_0(x):
     """Variant cuda_0 (cuda: x=f32[3,4]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (3, 4)):
-            return "x.shape == (3, 4)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
+        if not (x.shape == (3, 4) and x.is_contiguous()):
+            return "x.shape == (3, 4) and x.is_contiguous()"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -121,16 +113,12 @@ def fn_loop(x):
 def _guards_cpu_1(x):
     """Variant cpu_1 (cpu: x=f32[2]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (2,)):
-            return "x.shape == (2,)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
+        if not (x.shape == (2,) and x.is_contiguous()):
+            return "x.shape == (2,) and x.is_contiguous()"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -159,18 +147,14 @@ def _cpu_1(x):
 def _guards_cuda_1(x):
     """Variant cuda_1 (cuda: x=f32[2]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (2,)):
-            return "x.shape == (2,)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
+        if not (x.shape == (2,) and x.is_contiguous()):
+            return "x.shape == (2,) and x.is_contiguous()"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None

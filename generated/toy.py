@@ -47,6 +47,16 @@ class _Triton:
 _triton = _Triton()
 
 
+# The modules the code read: name, class, whether it is called (no hooks),
+# the values read of it (runtime_shim/modules.py)
+# fmt: off
+_MODULES_ToyLinear = runtime_shim.ModuleStates(
+    ("linear", torch.nn.Linear, True, {"training": False, "in_features": 4,
+                                       "out_features": 4}),
+)
+# fmt: on
+
+
 _LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
     "cpu",
     (
@@ -55,67 +65,32 @@ _LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
     ),
 )
 
+# fmt: off
+_MODEL_cpu_0 = runtime_shim.ModelState(
+    _MODULES_ToyLinear,
+    {
+        "_parameters": (
+            "linear.weight", "linear.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cpu_0,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[2,4]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (2, 4)):
-            return "x.shape == (2, 4)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (2, 4) and x.is_contiguous()):
+            return "x.shape == (2, 4) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        linear = self._modules.get("linear")
-        if not (type(linear) is torch.nn.Linear):
-            return "type(self.linear) is torch.nn.Linear"
-        if not (
-            not linear.training and linear.in_features == 4 and linear.out_features == 4
-        ):
-            return "not self.linear.training and self.linear.in_features == 4 and self.linear.out_features == 4"
-        if not (
-            not (
-                linear._forward_hooks
-                or linear._forward_pre_hooks
-                or linear._backward_hooks
-                or linear._backward_pre_hooks
-            )
-        ):
-            return "self.linear has no hooks"
-        linear_weight = linear._parameters.get("weight")
-        linear_bias = linear._parameters.get("bias")
-        if not (linear_weight is not None and linear_bias is not None):
-            return "self.linear.weight is not None and self.linear.bias is not None"
-        mismatch = _LAYOUTS_cpu_0.mismatch(
-            linear_weight,
-            linear_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (
-                x.requires_grad
-                or linear_weight.requires_grad
-                or linear_bias.requires_grad
-            )
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cpu_0.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -140,69 +115,34 @@ _LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
     ),
 )
 
+# fmt: off
+_MODEL_cuda_0 = runtime_shim.ModelState(
+    _MODULES_ToyLinear,
+    {
+        "_parameters": (
+            "linear.weight", "linear.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cuda_0,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[2,4]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (2, 4)):
-            return "x.shape == (2, 4)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (2, 4) and x.is_contiguous()):
+            return "x.shape == (2, 4) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        linear = self._modules.get("linear")
-        if not (type(linear) is torch.nn.Linear):
-            return "type(self.linear) is torch.nn.Linear"
-        if not (
-            not linear.training and linear.in_features == 4 and linear.out_features == 4
-        ):
-            return "not self.linear.training and self.linear.in_features == 4 and self.linear.out_features == 4"
-        if not (
-            not (
-                linear._forward_hooks
-                or linear._forward_pre_hooks
-                or linear._backward_hooks
-                or linear._backward_pre_hooks
-            )
-        ):
-            return "self.linear has no hooks"
-        linear_weight = linear._parameters.get("weight")
-        linear_bias = linear._parameters.get("bias")
-        if not (linear_weight is not None and linear_bias is not None):
-            return "self.linear.weight is not None and self.linear.bias is not None"
-        mismatch = _LAYOUTS_cuda_0.mismatch(
-            linear_weight,
-            linear_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (
-                x.requires_grad
-                or linear_weight.requires_grad
-                or linear_bias.requires_grad
-            )
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cuda_0.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -234,6 +174,16 @@ class ToyLinear(_source.ToyLinear):
         return super().forward(x)
 
 
+# The modules the code read: name, class, whether it is called (no hooks),
+# the values read of it (runtime_shim/modules.py)
+# fmt: off
+_MODULES_ToyModule = runtime_shim.ModuleStates(
+    ("linear", torch.nn.Linear, True, {"training": False, "in_features": 4,
+                                       "out_features": 4}),
+)
+# fmt: on
+
+
 _LAYOUTS_cpu_1 = runtime_shim.TensorLayouts(
     "cpu",
     (
@@ -242,67 +192,32 @@ _LAYOUTS_cpu_1 = runtime_shim.TensorLayouts(
     ),
 )
 
+# fmt: off
+_MODEL_cpu_1 = runtime_shim.ModelState(
+    _MODULES_ToyModule,
+    {
+        "_parameters": (
+            "linear.weight", "linear.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cpu_1,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cpu_1(self, x):
     """Variant cpu_1 (cpu: x=f32[2,4]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (2, 4)):
-            return "x.shape == (2, 4)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (2, 4) and x.is_contiguous()):
+            return "x.shape == (2, 4) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        linear = self._modules.get("linear")
-        if not (type(linear) is torch.nn.Linear):
-            return "type(self.linear) is torch.nn.Linear"
-        if not (
-            not linear.training and linear.in_features == 4 and linear.out_features == 4
-        ):
-            return "not self.linear.training and self.linear.in_features == 4 and self.linear.out_features == 4"
-        if not (
-            not (
-                linear._forward_hooks
-                or linear._forward_pre_hooks
-                or linear._backward_hooks
-                or linear._backward_pre_hooks
-            )
-        ):
-            return "self.linear has no hooks"
-        linear_weight = linear._parameters.get("weight")
-        linear_bias = linear._parameters.get("bias")
-        if not (linear_weight is not None and linear_bias is not None):
-            return "self.linear.weight is not None and self.linear.bias is not None"
-        mismatch = _LAYOUTS_cpu_1.mismatch(
-            linear_weight,
-            linear_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (
-                x.requires_grad
-                or linear_weight.requires_grad
-                or linear_bias.requires_grad
-            )
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cpu_1.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -343,69 +258,34 @@ _LAYOUTS_cuda_1 = runtime_shim.TensorLayouts(
     ),
 )
 
+# fmt: off
+_MODEL_cuda_1 = runtime_shim.ModelState(
+    _MODULES_ToyModule,
+    {
+        "_parameters": (
+            "linear.weight", "linear.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cuda_1,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cuda_1(self, x):
     """Variant cuda_1 (cuda: x=f32[2,4]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (2, 4)):
-            return "x.shape == (2, 4)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (2, 4) and x.is_contiguous()):
+            return "x.shape == (2, 4) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        linear = self._modules.get("linear")
-        if not (type(linear) is torch.nn.Linear):
-            return "type(self.linear) is torch.nn.Linear"
-        if not (
-            not linear.training and linear.in_features == 4 and linear.out_features == 4
-        ):
-            return "not self.linear.training and self.linear.in_features == 4 and self.linear.out_features == 4"
-        if not (
-            not (
-                linear._forward_hooks
-                or linear._forward_pre_hooks
-                or linear._backward_hooks
-                or linear._backward_pre_hooks
-            )
-        ):
-            return "self.linear has no hooks"
-        linear_weight = linear._parameters.get("weight")
-        linear_bias = linear._parameters.get("bias")
-        if not (linear_weight is not None and linear_bias is not None):
-            return "self.linear.weight is not None and self.linear.bias is not None"
-        mismatch = _LAYOUTS_cuda_1.mismatch(
-            linear_weight,
-            linear_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (
-                x.requires_grad
-                or linear_weight.requires_grad
-                or linear_bias.requires_grad
-            )
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cuda_1.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 

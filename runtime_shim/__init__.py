@@ -10,6 +10,7 @@ from runtime_shim.cpp import CppLibrary, RuntimeShimError, load_cpp
 from runtime_shim.cuda_graphs import cuda_graph, cuda_graph_tree
 from runtime_shim.guards import TensorLayouts
 from runtime_shim.layout import allocator, as_layout, view
+from runtime_shim.modules import ModelState, ModuleStates
 from runtime_shim.objects import rebuild
 from runtime_shim.provenance import check_sources
 from runtime_shim.triton_launch import TritonKernels
@@ -21,6 +22,8 @@ __version__ = "0.1.0"
 __all__ = [
     "UNBOUND",
     "CppLibrary",
+    "ModelState",
+    "ModuleStates",
     "RuntimeShimError",
     "TensorLayouts",
     "TritonKernels",

@@ -49,6 +49,7 @@ def test_wheel_holds_runtime_shim_alone(tmp_path: Path) -> None:
         "runtime_shim/guards.py",
         "runtime_shim/layout.py",
         "runtime_shim/libdevice.py",
+        "runtime_shim/modules.py",
         "runtime_shim/objects.py",
         "runtime_shim/provenance.py",
         "runtime_shim/triton_launch.py",

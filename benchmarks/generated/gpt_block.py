@@ -46,6 +46,30 @@ class _Triton:
 _triton = _Triton()
 
 
+# The modules the code read: name, class, whether it is called (no hooks),
+# the values read of it (runtime_shim/modules.py)
+# fmt: off
+_MODULES_Block = runtime_shim.ModuleStates(
+    ("ln_1", torch.nn.LayerNorm, True, {"training": False,
+                                        "normalized_shape": (768,), "eps": 1e-05,
+                                        "elementwise_affine": True}),
+    ("attn", _source.CausalSelfAttention, True, {"n_embd": 768, "n_head": 12}),
+    ("attn.c_attn", torch.nn.Linear, True, {"training": False, "in_features": 768,
+                                            "out_features": 2304}),
+    ("attn.c_proj", torch.nn.Linear, True, {"training": False, "in_features": 768,
+                                            "out_features": 768}),
+    ("ln_2", torch.nn.LayerNorm, True, {"training": False,
+                                        "normalized_shape": (768,), "eps": 1e-05,
+                                        "elementwise_affine": True}),
+    ("mlp", _source.MLP, True, {}),
+    ("mlp.c_fc", torch.nn.Linear, True, {"training": False, "in_features": 768,
+                                         "out_features": 3072}),
+    ("mlp.c_proj", torch.nn.Linear, True, {"training": False, "in_features": 3072,
+                                           "out_features": 768}),
+)
+# fmt: on
+
+
 _LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
     "cuda",
     (
@@ -59,224 +83,39 @@ _LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
     ),
 )
 
+# fmt: off
+_MODEL_cuda_0 = runtime_shim.ModelState(
+    _MODULES_Block,
+    {
+        "_parameters": (
+            "ln_1.weight", "ln_1.bias",
+            "attn.c_attn.weight", "attn.c_attn.bias",
+            "attn.c_proj.weight", "attn.c_proj.bias",
+            "ln_2.weight", "ln_2.bias",
+            "mlp.c_fc.weight", "mlp.c_fc.bias",
+            "mlp.c_proj.weight", "mlp.c_proj.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cuda_0,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[8,1024,768]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (8, 1024, 768)):
-            return "x.shape == (8, 1024, 768)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (8, 1024, 768) and x.is_contiguous()):
+            return "x.shape == (8, 1024, 768) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        ln_1 = self._modules.get("ln_1")
-        if not (type(ln_1) is torch.nn.LayerNorm):
-            return "type(self.ln_1) is torch.nn.LayerNorm"
-        if not (
-            not ln_1.training
-            and ln_1.normalized_shape == (768,)
-            and ln_1.eps == 1e-05
-            and ln_1.elementwise_affine
-        ):
-            return "not self.ln_1.training and self.ln_1.normalized_shape == (768,) and self.ln_1.eps == 1e-05 and self.ln_1.elementwise_affine"
-        if not (
-            not (
-                ln_1._forward_hooks
-                or ln_1._forward_pre_hooks
-                or ln_1._backward_hooks
-                or ln_1._backward_pre_hooks
-            )
-        ):
-            return "self.ln_1 has no hooks"
-        attn = self._modules.get("attn")
-        if not (type(attn) is _source.CausalSelfAttention):
-            return "type(self.attn) is _source.CausalSelfAttention"
-        if not (attn.n_embd == 768 and attn.n_head == 12):
-            return "self.attn.n_embd == 768 and self.attn.n_head == 12"
-        if not (
-            not (
-                attn._forward_hooks
-                or attn._forward_pre_hooks
-                or attn._backward_hooks
-                or attn._backward_pre_hooks
-            )
-        ):
-            return "self.attn has no hooks"
-        attn_c_attn = attn._modules.get("c_attn")
-        if not (type(attn_c_attn) is torch.nn.Linear):
-            return "type(self.attn.c_attn) is torch.nn.Linear"
-        if not (
-            not attn_c_attn.training
-            and attn_c_attn.in_features == 768
-            and attn_c_attn.out_features == 2304
-        ):
-            return "not self.attn.c_attn.training and self.attn.c_attn.in_features == 768 and self.attn.c_attn.out_features == 2304"
-        if not (
-            not (
-                attn_c_attn._forward_hooks
-                or attn_c_attn._forward_pre_hooks
-                or attn_c_attn._backward_hooks
-                or attn_c_attn._backward_pre_hooks
-            )
-        ):
-            return "self.attn.c_attn has no hooks"
-        attn_c_proj = attn._modules.get("c_proj")
-        if not (type(attn_c_proj) is torch.nn.Linear):
-            return "type(self.attn.c_proj) is torch.nn.Linear"
-        if not (
-            not attn_c_proj.training
-            and attn_c_proj.in_features == 768
-            and attn_c_proj.out_features == 768
-        ):
-            return "not self.attn.c_proj.training and self.attn.c_proj.in_features == 768 and self.attn.c_proj.out_features == 768"
-        if not (
-            not (
-                attn_c_proj._forward_hooks
-                or attn_c_proj._forward_pre_hooks
-                or attn_c_proj._backward_hooks
-                or attn_c_proj._backward_pre_hooks
-            )
-        ):
-            return "self.attn.c_proj has no hooks"
-        ln_2 = self._modules.get("ln_2")
-        if not (type(ln_2) is torch.nn.LayerNorm):
-            return "type(self.ln_2) is torch.nn.LayerNorm"
-        if not (
-            not ln_2.training
-            and ln_2.normalized_shape == (768,)
-            and ln_2.eps == 1e-05
-            and ln_2.elementwise_affine
-        ):
-            return "not self.ln_2.training and self.ln_2.normalized_shape == (768,) and self.ln_2.eps == 1e-05 and self.ln_2.elementwise_affine"
-        if not (
-            not (
-                ln_2._forward_hooks
-                or ln_2._forward_pre_hooks
-                or ln_2._backward_hooks
-                or ln_2._backward_pre_hooks
-            )
-        ):
-            return "self.ln_2 has no hooks"
-        mlp = self._modules.get("mlp")
-        if not (type(mlp) is _source.MLP):
-            return "type(self.mlp) is _source.MLP"
-        if not (
-            not (
-                mlp._forward_hooks
-                or mlp._forward_pre_hooks
-                or mlp._backward_hooks
-                or mlp._backward_pre_hooks
-            )
-        ):
-            return "self.mlp has no hooks"
-        mlp_c_fc = mlp._modules.get("c_fc")
-        if not (type(mlp_c_fc) is torch.nn.Linear):
-            return "type(self.mlp.c_fc) is torch.nn.Linear"
-        if not (
-            not mlp_c_fc.training
-            and mlp_c_fc.in_features == 768
-            and mlp_c_fc.out_features == 3072
-        ):
-            return "not self.mlp.c_fc.training and self.mlp.c_fc.in_features == 768 and self.mlp.c_fc.out_features == 3072"
-        if not (
-            not (
-                mlp_c_fc._forward_hooks
-                or mlp_c_fc._forward_pre_hooks
-                or mlp_c_fc._backward_hooks
-                or mlp_c_fc._backward_pre_hooks
-            )
-        ):
-            return "self.mlp.c_fc has no hooks"
-        mlp_c_proj = mlp._modules.get("c_proj")
-        if not (type(mlp_c_proj) is torch.nn.Linear):
-            return "type(self.mlp.c_proj) is torch.nn.Linear"
-        if not (
-            not mlp_c_proj.training
-            and mlp_c_proj.in_features == 3072
-            and mlp_c_proj.out_features == 768
-        ):
-            return "not self.mlp.c_proj.training and self.mlp.c_proj.in_features == 3072 and self.mlp.c_proj.out_features == 768"
-        if not (
-            not (
-                mlp_c_proj._forward_hooks
-                or mlp_c_proj._forward_pre_hooks
-                or mlp_c_proj._backward_hooks
-                or mlp_c_proj._backward_pre_hooks
-            )
-        ):
-            return "self.mlp.c_proj has no hooks"
-        ln_1_weight = ln_1._parameters.get("weight")
-        ln_1_bias = ln_1._parameters.get("bias")
-        if not (ln_1_weight is not None and ln_1_bias is not None):
-            return "self.ln_1.weight is not None and self.ln_1.bias is not None"
-        attn_c_attn_weight = attn_c_attn._parameters.get("weight")
-        attn_c_attn_bias = attn_c_attn._parameters.get("bias")
-        if not (attn_c_attn_weight is not None and attn_c_attn_bias is not None):
-            return "self.attn.c_attn.weight is not None and self.attn.c_attn.bias is not None"
-        attn_c_proj_weight = attn_c_proj._parameters.get("weight")
-        attn_c_proj_bias = attn_c_proj._parameters.get("bias")
-        if not (attn_c_proj_weight is not None and attn_c_proj_bias is not None):
-            return "self.attn.c_proj.weight is not None and self.attn.c_proj.bias is not None"
-        ln_2_weight = ln_2._parameters.get("weight")
-        ln_2_bias = ln_2._parameters.get("bias")
-        if not (ln_2_weight is not None and ln_2_bias is not None):
-            return "self.ln_2.weight is not None and self.ln_2.bias is not None"
-        mlp_c_fc_weight = mlp_c_fc._parameters.get("weight")
-        mlp_c_fc_bias = mlp_c_fc._parameters.get("bias")
-        if not (mlp_c_fc_weight is not None and mlp_c_fc_bias is not None):
-            return "self.mlp.c_fc.weight is not None and self.mlp.c_fc.bias is not None"
-        mlp_c_proj_weight = mlp_c_proj._parameters.get("weight")
-        mlp_c_proj_bias = mlp_c_proj._parameters.get("bias")
-        if not (mlp_c_proj_weight is not None and mlp_c_proj_bias is not None):
-            return "self.mlp.c_proj.weight is not None and self.mlp.c_proj.bias is not None"
-        mismatch = _LAYOUTS_cuda_0.mismatch(
-            ln_1_weight,
-            ln_1_bias,
-            attn_c_proj_bias,
-            ln_2_weight,
-            ln_2_bias,
-            mlp_c_fc_bias,
-            mlp_c_proj_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (
-                x.requires_grad
-                or ln_1_weight.requires_grad
-                or ln_1_bias.requires_grad
-                or attn_c_attn_weight.requires_grad
-                or attn_c_attn_bias.requires_grad
-                or attn_c_proj_weight.requires_grad
-                or attn_c_proj_bias.requires_grad
-                or ln_2_weight.requires_grad
-                or ln_2_bias.requires_grad
-                or mlp_c_fc_weight.requires_grad
-                or mlp_c_fc_bias.requires_grad
-                or mlp_c_proj_weight.requires_grad
-                or mlp_c_proj_bias.requires_grad
-            )
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cuda_0.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -379,222 +218,37 @@ _LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
     ),
 )
 
+# fmt: off
+_MODEL_cpu_0 = runtime_shim.ModelState(
+    _MODULES_Block,
+    {
+        "_parameters": (
+            "ln_1.weight", "ln_1.bias",
+            "attn.c_attn.weight", "attn.c_attn.bias",
+            "attn.c_proj.weight", "attn.c_proj.bias",
+            "ln_2.weight", "ln_2.bias",
+            "mlp.c_fc.weight", "mlp.c_fc.bias",
+            "mlp.c_proj.weight", "mlp.c_proj.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cpu_0,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[2,128,768]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (2, 128, 768)):
-            return "x.shape == (2, 128, 768)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (2, 128, 768) and x.is_contiguous()):
+            return "x.shape == (2, 128, 768) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        ln_1 = self._modules.get("ln_1")
-        if not (type(ln_1) is torch.nn.LayerNorm):
-            return "type(self.ln_1) is torch.nn.LayerNorm"
-        if not (
-            not ln_1.training
-            and ln_1.normalized_shape == (768,)
-            and ln_1.eps == 1e-05
-            and ln_1.elementwise_affine
-        ):
-            return "not self.ln_1.training and self.ln_1.normalized_shape == (768,) and self.ln_1.eps == 1e-05 and self.ln_1.elementwise_affine"
-        if not (
-            not (
-                ln_1._forward_hooks
-                or ln_1._forward_pre_hooks
-                or ln_1._backward_hooks
-                or ln_1._backward_pre_hooks
-            )
-        ):
-            return "self.ln_1 has no hooks"
-        attn = self._modules.get("attn")
-        if not (type(attn) is _source.CausalSelfAttention):
-            return "type(self.attn) is _source.CausalSelfAttention"
-        if not (attn.n_embd == 768 and attn.n_head == 12):
-            return "self.attn.n_embd == 768 and self.attn.n_head == 12"
-        if not (
-            not (
-                attn._forward_hooks
-                or attn._forward_pre_hooks
-                or attn._backward_hooks
-                or attn._backward_pre_hooks
-            )
-        ):
-            return "self.attn has no hooks"
-        attn_c_attn = attn._modules.get("c_attn")
-        if not (type(attn_c_attn) is torch.nn.Linear):
-            return "type(self.attn.c_attn) is torch.nn.Linear"
-        if not (
-            not attn_c_attn.training
-            and attn_c_attn.in_features == 768
-            and attn_c_attn.out_features == 2304
-        ):
-            return "not self.attn.c_attn.training and self.attn.c_attn.in_features == 768 and self.attn.c_attn.out_features == 2304"
-        if not (
-            not (
-                attn_c_attn._forward_hooks
-                or attn_c_attn._forward_pre_hooks
-                or attn_c_attn._backward_hooks
-                or attn_c_attn._backward_pre_hooks
-            )
-        ):
-            return "self.attn.c_attn has no hooks"
-        attn_c_proj = attn._modules.get("c_proj")
-        if not (type(attn_c_proj) is torch.nn.Linear):
-            return "type(self.attn.c_proj) is torch.nn.Linear"
-        if not (
-            not attn_c_proj.training
-            and attn_c_proj.in_features == 768
-            and attn_c_proj.out_features == 768
-        ):
-            return "not self.attn.c_proj.training and self.attn.c_proj.in_features == 768 and self.attn.c_proj.out_features == 768"
-        if not (
-            not (
-                attn_c_proj._forward_hooks
-                or attn_c_proj._forward_pre_hooks
-                or attn_c_proj._backward_hooks
-                or attn_c_proj._backward_pre_hooks
-            )
-        ):
-            return "self.attn.c_proj has no hooks"
-        ln_2 = self._modules.get("ln_2")
-        if not (type(ln_2) is torch.nn.LayerNorm):
-            return "type(self.ln_2) is torch.nn.LayerNorm"
-        if not (
-            not ln_2.training
-            and ln_2.normalized_shape == (768,)
-            and ln_2.eps == 1e-05
-            and ln_2.elementwise_affine
-        ):
-            return "not self.ln_2.training and self.ln_2.normalized_shape == (768,) and self.ln_2.eps == 1e-05 and self.ln_2.elementwise_affine"
-        if not (
-            not (
-                ln_2._forward_hooks
-                or ln_2._forward_pre_hooks
-                or ln_2._backward_hooks
-                or ln_2._backward_pre_hooks
-            )
-        ):
-            return "self.ln_2 has no hooks"
-        mlp = self._modules.get("mlp")
-        if not (type(mlp) is _source.MLP):
-            return "type(self.mlp) is _source.MLP"
-        if not (
-            not (
-                mlp._forward_hooks
-                or mlp._forward_pre_hooks
-                or mlp._backward_hooks
-                or mlp._backward_pre_hooks
-            )
-        ):
-            return "self.mlp has no hooks"
-        mlp_c_fc = mlp._modules.get("c_fc")
-        if not (type(mlp_c_fc) is torch.nn.Linear):
-            return "type(self.mlp.c_fc) is torch.nn.Linear"
-        if not (
-            not mlp_c_fc.training
-            and mlp_c_fc.in_features == 768
-            and mlp_c_fc.out_features == 3072
-        ):
-            return "not self.mlp.c_fc.training and self.mlp.c_fc.in_features == 768 and self.mlp.c_fc.out_features == 3072"
-        if not (
-            not (
-                mlp_c_fc._forward_hooks
-                or mlp_c_fc._forward_pre_hooks
-                or mlp_c_fc._backward_hooks
-                or mlp_c_fc._backward_pre_hooks
-            )
-        ):
-            return "self.mlp.c_fc has no hooks"
-        mlp_c_proj = mlp._modules.get("c_proj")
-        if not (type(mlp_c_proj) is torch.nn.Linear):
-            return "type(self.mlp.c_proj) is torch.nn.Linear"
-        if not (
-            not mlp_c_proj.training
-            and mlp_c_proj.in_features == 3072
-            and mlp_c_proj.out_features == 768
-        ):
-            return "not self.mlp.c_proj.training and self.mlp.c_proj.in_features == 3072 and self.mlp.c_proj.out_features == 768"
-        if not (
-            not (
-                mlp_c_proj._forward_hooks
-                or mlp_c_proj._forward_pre_hooks
-                or mlp_c_proj._backward_hooks
-                or mlp_c_proj._backward_pre_hooks
-            )
-        ):
-            return "self.mlp.c_proj has no hooks"
-        ln_1_weight = ln_1._parameters.get("weight")
-        ln_1_bias = ln_1._parameters.get("bias")
-        if not (ln_1_weight is not None and ln_1_bias is not None):
-            return "self.ln_1.weight is not None and self.ln_1.bias is not None"
-        attn_c_attn_weight = attn_c_attn._parameters.get("weight")
-        attn_c_attn_bias = attn_c_attn._parameters.get("bias")
-        if not (attn_c_attn_weight is not None and attn_c_attn_bias is not None):
-            return "self.attn.c_attn.weight is not None and self.attn.c_attn.bias is not None"
-        attn_c_proj_weight = attn_c_proj._parameters.get("weight")
-        attn_c_proj_bias = attn_c_proj._parameters.get("bias")
-        if not (attn_c_proj_weight is not None and attn_c_proj_bias is not None):
-            return "self.attn.c_proj.weight is not None and self.attn.c_proj.bias is not None"
-        ln_2_weight = ln_2._parameters.get("weight")
-        ln_2_bias = ln_2._parameters.get("bias")
-        if not (ln_2_weight is not None and ln_2_bias is not None):
-            return "self.ln_2.weight is not None and self.ln_2.bias is not None"
-        mlp_c_fc_weight = mlp_c_fc._parameters.get("weight")
-        mlp_c_fc_bias = mlp_c_fc._parameters.get("bias")
-        if not (mlp_c_fc_weight is not None and mlp_c_fc_bias is not None):
-            return "self.mlp.c_fc.weight is not None and self.mlp.c_fc.bias is not None"
-        mlp_c_proj_weight = mlp_c_proj._parameters.get("weight")
-        mlp_c_proj_bias = mlp_c_proj._parameters.get("bias")
-        if not (mlp_c_proj_weight is not None and mlp_c_proj_bias is not None):
-            return "self.mlp.c_proj.weight is not None and self.mlp.c_proj.bias is not None"
-        mismatch = _LAYOUTS_cpu_0.mismatch(
-            ln_1_weight,
-            ln_1_bias,
-            attn_c_proj_bias,
-            ln_2_weight,
-            ln_2_bias,
-            mlp_c_fc_bias,
-            mlp_c_proj_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (
-                x.requires_grad
-                or ln_1_weight.requires_grad
-                or ln_1_bias.requires_grad
-                or attn_c_attn_weight.requires_grad
-                or attn_c_attn_bias.requires_grad
-                or attn_c_proj_weight.requires_grad
-                or attn_c_proj_bias.requires_grad
-                or ln_2_weight.requires_grad
-                or ln_2_bias.requires_grad
-                or mlp_c_fc_weight.requires_grad
-                or mlp_c_fc_bias.requires_grad
-                or mlp_c_proj_weight.requires_grad
-                or mlp_c_proj_bias.requires_grad
-            )
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cpu_0.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -696,6 +350,30 @@ class Block(_source.Block):
         return super().forward(x)
 
 
+# The modules the code read: name, class, whether it is called (no hooks),
+# the values read of it (runtime_shim/modules.py)
+# fmt: off
+_MODULES_BlockBF16 = runtime_shim.ModuleStates(
+    ("ln_1", torch.nn.LayerNorm, True, {"training": False,
+                                        "normalized_shape": (768,), "eps": 1e-05,
+                                        "elementwise_affine": True}),
+    ("attn", _source.CausalSelfAttention, True, {"n_embd": 768, "n_head": 12}),
+    ("attn.c_attn", torch.nn.Linear, True, {"training": False, "in_features": 768,
+                                            "out_features": 2304}),
+    ("attn.c_proj", torch.nn.Linear, True, {"training": False, "in_features": 768,
+                                            "out_features": 768}),
+    ("ln_2", torch.nn.LayerNorm, True, {"training": False,
+                                        "normalized_shape": (768,), "eps": 1e-05,
+                                        "elementwise_affine": True}),
+    ("mlp", _source.MLP, True, {}),
+    ("mlp.c_fc", torch.nn.Linear, True, {"training": False, "in_features": 768,
+                                         "out_features": 3072}),
+    ("mlp.c_proj", torch.nn.Linear, True, {"training": False, "in_features": 3072,
+                                           "out_features": 768}),
+)
+# fmt: on
+
+
 _LAYOUTS_cuda_1 = runtime_shim.TensorLayouts(
     "cuda",
     (
@@ -708,223 +386,39 @@ _LAYOUTS_cuda_1 = runtime_shim.TensorLayouts(
     ),
 )
 
+# fmt: off
+_MODEL_cuda_1 = runtime_shim.ModelState(
+    _MODULES_BlockBF16,
+    {
+        "_parameters": (
+            "ln_1.weight", "ln_1.bias",
+            "attn.c_attn.weight", "attn.c_attn.bias",
+            "attn.c_proj.weight", "attn.c_proj.bias",
+            "ln_2.weight", "ln_2.bias",
+            "mlp.c_fc.weight", "mlp.c_fc.bias",
+            "mlp.c_proj.weight", "mlp.c_proj.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cuda_1,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cuda_1(self, x):
     """Variant cuda_1 (cuda: x=bf16[8,1024,768]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.bfloat16):
+        if x.dtype != torch.bfloat16:
             return "x.dtype == torch.bfloat16"
-        if not (x.shape == (8, 1024, 768)):
-            return "x.shape == (8, 1024, 768)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (8, 1024, 768) and x.is_contiguous()):
+            return "x.shape == (8, 1024, 768) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        ln_1 = self._modules.get("ln_1")
-        if not (type(ln_1) is torch.nn.LayerNorm):
-            return "type(self.ln_1) is torch.nn.LayerNorm"
-        if not (
-            not ln_1.training
-            and ln_1.normalized_shape == (768,)
-            and ln_1.eps == 1e-05
-            and ln_1.elementwise_affine
-        ):
-            return "not self.ln_1.training and self.ln_1.normalized_shape == (768,) and self.ln_1.eps == 1e-05 and self.ln_1.elementwise_affine"
-        if not (
-            not (
-                ln_1._forward_hooks
-                or ln_1._forward_pre_hooks
-                or ln_1._backward_hooks
-                or ln_1._backward_pre_hooks
-            )
-        ):
-            return "self.ln_1 has no hooks"
-        attn = self._modules.get("attn")
-        if not (type(attn) is _source.CausalSelfAttention):
-            return "type(self.attn) is _source.CausalSelfAttention"
-        if not (attn.n_embd == 768 and attn.n_head == 12):
-            return "self.attn.n_embd == 768 and self.attn.n_head == 12"
-        if not (
-            not (
-                attn._forward_hooks
-                or attn._forward_pre_hooks
-                or attn._backward_hooks
-                or attn._backward_pre_hooks
-            )
-        ):
-            return "self.attn has no hooks"
-        attn_c_attn = attn._modules.get("c_attn")
-        if not (type(attn_c_attn) is torch.nn.Linear):
-            return "type(self.attn.c_attn) is torch.nn.Linear"
-        if not (
-            not attn_c_attn.training
-            and attn_c_attn.in_features == 768
-            and attn_c_attn.out_features == 2304
-        ):
-            return "not self.attn.c_attn.training and self.attn.c_attn.in_features == 768 and self.attn.c_attn.out_features == 2304"
-        if not (
-            not (
-                attn_c_attn._forward_hooks
-                or attn_c_attn._forward_pre_hooks
-                or attn_c_attn._backward_hooks
-                or attn_c_attn._backward_pre_hooks
-            )
-        ):
-            return "self.attn.c_attn has no hooks"
-        attn_c_proj = attn._modules.get("c_proj")
-        if not (type(attn_c_proj) is torch.nn.Linear):
-            return "type(self.attn.c_proj) is torch.nn.Linear"
-        if not (
-            not attn_c_proj.training
-            and attn_c_proj.in_features == 768
-            and attn_c_proj.out_features == 768
-        ):
-            return "not self.attn.c_proj.training and self.attn.c_proj.in_features == 768 and self.attn.c_proj.out_features == 768"
-        if not (
-            not (
-                attn_c_proj._forward_hooks
-                or attn_c_proj._forward_pre_hooks
-                or attn_c_proj._backward_hooks
-                or attn_c_proj._backward_pre_hooks
-            )
-        ):
-            return "self.attn.c_proj has no hooks"
-        ln_2 = self._modules.get("ln_2")
-        if not (type(ln_2) is torch.nn.LayerNorm):
-            return "type(self.ln_2) is torch.nn.LayerNorm"
-        if not (
-            not ln_2.training
-            and ln_2.normalized_shape == (768,)
-            and ln_2.eps == 1e-05
-            and ln_2.elementwise_affine
-        ):
-            return "not self.ln_2.training and self.ln_2.normalized_shape == (768,) and self.ln_2.eps == 1e-05 and self.ln_2.elementwise_affine"
-        if not (
-            not (
-                ln_2._forward_hooks
-                or ln_2._forward_pre_hooks
-                or ln_2._backward_hooks
-                or ln_2._backward_pre_hooks
-            )
-        ):
-            return "self.ln_2 has no hooks"
-        mlp = self._modules.get("mlp")
-        if not (type(mlp) is _source.MLP):
-            return "type(self.mlp) is _source.MLP"
-        if not (
-            not (
-                mlp._forward_hooks
-                or mlp._forward_pre_hooks
-                or mlp._backward_hooks
-                or mlp._backward_pre_hooks
-            )
-        ):
-            return "self.mlp has no hooks"
-        mlp_c_fc = mlp._modules.get("c_fc")
-        if not (type(mlp_c_fc) is torch.nn.Linear):
-            return "type(self.mlp.c_fc) is torch.nn.Linear"
-        if not (
-            not mlp_c_fc.training
-            and mlp_c_fc.in_features == 768
-            and mlp_c_fc.out_features == 3072
-        ):
-            return "not self.mlp.c_fc.training and self.mlp.c_fc.in_features == 768 and self.mlp.c_fc.out_features == 3072"
-        if not (
-            not (
-                mlp_c_fc._forward_hooks
-                or mlp_c_fc._forward_pre_hooks
-                or mlp_c_fc._backward_hooks
-                or mlp_c_fc._backward_pre_hooks
-            )
-        ):
-            return "self.mlp.c_fc has no hooks"
-        mlp_c_proj = mlp._modules.get("c_proj")
-        if not (type(mlp_c_proj) is torch.nn.Linear):
-            return "type(self.mlp.c_proj) is torch.nn.Linear"
-        if not (
-            not mlp_c_proj.training
-            and mlp_c_proj.in_features == 3072
-            and mlp_c_proj.out_features == 768
-        ):
-            return "not self.mlp.c_proj.training and self.mlp.c_proj.in_features == 3072 and self.mlp.c_proj.out_features == 768"
-        if not (
-            not (
-                mlp_c_proj._forward_hooks
-                or mlp_c_proj._forward_pre_hooks
-                or mlp_c_proj._backward_hooks
-                or mlp_c_proj._backward_pre_hooks
-            )
-        ):
-            return "self.mlp.c_proj has no hooks"
-        ln_1_weight = ln_1._parameters.get("weight")
-        ln_1_bias = ln_1._parameters.get("bias")
-        if not (ln_1_weight is not None and ln_1_bias is not None):
-            return "self.ln_1.weight is not None and self.ln_1.bias is not None"
-        attn_c_attn_weight = attn_c_attn._parameters.get("weight")
-        attn_c_attn_bias = attn_c_attn._parameters.get("bias")
-        if not (attn_c_attn_weight is not None and attn_c_attn_bias is not None):
-            return "self.attn.c_attn.weight is not None and self.attn.c_attn.bias is not None"
-        attn_c_proj_weight = attn_c_proj._parameters.get("weight")
-        attn_c_proj_bias = attn_c_proj._parameters.get("bias")
-        if not (attn_c_proj_weight is not None and attn_c_proj_bias is not None):
-            return "self.attn.c_proj.weight is not None and self.attn.c_proj.bias is not None"
-        ln_2_weight = ln_2._parameters.get("weight")
-        ln_2_bias = ln_2._parameters.get("bias")
-        if not (ln_2_weight is not None and ln_2_bias is not None):
-            return "self.ln_2.weight is not None and self.ln_2.bias is not None"
-        mlp_c_fc_weight = mlp_c_fc._parameters.get("weight")
-        mlp_c_fc_bias = mlp_c_fc._parameters.get("bias")
-        if not (mlp_c_fc_weight is not None and mlp_c_fc_bias is not None):
-            return "self.mlp.c_fc.weight is not None and self.mlp.c_fc.bias is not None"
-        mlp_c_proj_weight = mlp_c_proj._parameters.get("weight")
-        mlp_c_proj_bias = mlp_c_proj._parameters.get("bias")
-        if not (mlp_c_proj_weight is not None and mlp_c_proj_bias is not None):
-            return "self.mlp.c_proj.weight is not None and self.mlp.c_proj.bias is not None"
-        mismatch = _LAYOUTS_cuda_1.mismatch(
-            ln_1_weight,
-            ln_1_bias,
-            attn_c_proj_bias,
-            ln_2_weight,
-            ln_2_bias,
-            mlp_c_proj_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (
-                x.requires_grad
-                or ln_1_weight.requires_grad
-                or ln_1_bias.requires_grad
-                or attn_c_attn_weight.requires_grad
-                or attn_c_attn_bias.requires_grad
-                or attn_c_proj_weight.requires_grad
-                or attn_c_proj_bias.requires_grad
-                or ln_2_weight.requires_grad
-                or ln_2_bias.requires_grad
-                or mlp_c_fc_weight.requires_grad
-                or mlp_c_fc_bias.requires_grad
-                or mlp_c_proj_weight.requires_grad
-                or mlp_c_proj_bias.requires_grad
-            )
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cuda_1.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 

@@ -45,6 +45,17 @@ class _Triton:
 _triton = _Triton()
 
 
+# The modules the code read: name, class, whether it is called (no hooks),
+# the values read of it (runtime_shim/modules.py)
+# fmt: off
+_MODULES_LayerNormGELU = runtime_shim.ModuleStates(
+    ("norm", torch.nn.LayerNorm, True, {"training": False,
+                                        "normalized_shape": (4096,), "eps": 1e-05,
+                                        "elementwise_affine": True}),
+)
+# fmt: on
+
+
 _LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
     "cuda",
     (
@@ -53,70 +64,34 @@ _LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
     ),
 )
 
+# fmt: off
+_MODEL_cuda_0 = runtime_shim.ModelState(
+    _MODULES_LayerNormGELU,
+    {
+        "_parameters": (
+            "norm.weight", "norm.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cuda_0,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[16384,4096]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (16384, 4096)):
-            return "x.shape == (16384, 4096)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (16384, 4096) and x.is_contiguous()):
+            return "x.shape == (16384, 4096) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        norm = self._modules.get("norm")
-        if not (type(norm) is torch.nn.LayerNorm):
-            return "type(self.norm) is torch.nn.LayerNorm"
-        if not (
-            not norm.training
-            and norm.normalized_shape == (4096,)
-            and norm.eps == 1e-05
-            and norm.elementwise_affine
-        ):
-            return "not self.norm.training and self.norm.normalized_shape == (4096,) and self.norm.eps == 1e-05 and self.norm.elementwise_affine"
-        if not (
-            not (
-                norm._forward_hooks
-                or norm._forward_pre_hooks
-                or norm._backward_hooks
-                or norm._backward_pre_hooks
-            )
-        ):
-            return "self.norm has no hooks"
-        norm_weight = norm._parameters.get("weight")
-        norm_bias = norm._parameters.get("bias")
-        if not (norm_weight is not None and norm_bias is not None):
-            return "self.norm.weight is not None and self.norm.bias is not None"
-        mismatch = _LAYOUTS_cuda_0.mismatch(
-            norm_weight,
-            norm_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (
-                x.requires_grad or norm_weight.requires_grad or norm_bias.requires_grad
-            )
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cuda_0.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -141,68 +116,32 @@ _LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
     ),
 )
 
+# fmt: off
+_MODEL_cpu_0 = runtime_shim.ModelState(
+    _MODULES_LayerNormGELU,
+    {
+        "_parameters": (
+            "norm.weight", "norm.bias",
+        ),
+    },
+    layouts=_LAYOUTS_cpu_0,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[512,4096]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (512, 4096)):
-            return "x.shape == (512, 4096)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (512, 4096) and x.is_contiguous()):
+            return "x.shape == (512, 4096) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (
-            not (
-                torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks
-                or torch.nn.modules.module._global_backward_hooks
-                or torch.nn.modules.module._global_backward_pre_hooks
-            )
-        ):
-            return "no global module hooks"
-        norm = self._modules.get("norm")
-        if not (type(norm) is torch.nn.LayerNorm):
-            return "type(self.norm) is torch.nn.LayerNorm"
-        if not (
-            not norm.training
-            and norm.normalized_shape == (4096,)
-            and norm.eps == 1e-05
-            and norm.elementwise_affine
-        ):
-            return "not self.norm.training and self.norm.normalized_shape == (4096,) and self.norm.eps == 1e-05 and self.norm.elementwise_affine"
-        if not (
-            not (
-                norm._forward_hooks
-                or norm._forward_pre_hooks
-                or norm._backward_hooks
-                or norm._backward_pre_hooks
-            )
-        ):
-            return "self.norm has no hooks"
-        norm_weight = norm._parameters.get("weight")
-        norm_bias = norm._parameters.get("bias")
-        if not (norm_weight is not None and norm_bias is not None):
-            return "self.norm.weight is not None and self.norm.bias is not None"
-        mismatch = _LAYOUTS_cpu_0.mismatch(
-            norm_weight,
-            norm_bias,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled()
-            or not (
-                x.requires_grad or norm_weight.requires_grad or norm_bias.requires_grad
-            )
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cpu_0.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 

@@ -47,42 +47,30 @@ _triton = _Triton()
 def _guards_cuda_0(x, bias, scale):
     """Variant cuda_0 (cuda: x=f32[8192,8192], bias=f32[8192], scale=f32[8192]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (8192, 8192)):
-            return "x.shape == (8192, 8192)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (isinstance(bias, torch.Tensor)):
-            return "isinstance(bias, torch.Tensor)"
-        if not (bias.is_cuda):
-            return "bias.is_cuda"
-        if not (bias.get_device() == torch.cuda.current_device()):
+        if not (x.shape == (8192, 8192) and x.is_contiguous()):
+            return "x.shape == (8192, 8192) and x.is_contiguous()"
+        if not (isinstance(bias, torch.Tensor) and bias.is_cuda):
+            return "isinstance(bias, torch.Tensor) and bias.is_cuda"
+        if bias.get_device() != torch.cuda.current_device():
             return "bias.get_device() == torch.cuda.current_device()"
-        if not (bias.dtype == torch.float32):
+        if bias.dtype != torch.float32:
             return "bias.dtype == torch.float32"
-        if not (bias.shape == (8192,)):
-            return "bias.shape == (8192,)"
-        if not (bias.is_contiguous()):
-            return "bias.is_contiguous()"
-        if not (isinstance(scale, torch.Tensor)):
-            return "isinstance(scale, torch.Tensor)"
-        if not (scale.is_cuda):
-            return "scale.is_cuda"
-        if not (scale.get_device() == torch.cuda.current_device()):
+        if not (bias.shape == (8192,) and bias.is_contiguous()):
+            return "bias.shape == (8192,) and bias.is_contiguous()"
+        if not (isinstance(scale, torch.Tensor) and scale.is_cuda):
+            return "isinstance(scale, torch.Tensor) and scale.is_cuda"
+        if scale.get_device() != torch.cuda.current_device():
             return "scale.get_device() == torch.cuda.current_device()"
-        if not (scale.dtype == torch.float32):
+        if scale.dtype != torch.float32:
             return "scale.dtype == torch.float32"
-        if not (scale.shape == (8192,)):
-            return "scale.shape == (8192,)"
-        if not (scale.is_contiguous()):
-            return "scale.is_contiguous()"
+        if not (scale.shape == (8192,) and scale.is_contiguous()):
+            return "scale.shape == (8192,) and scale.is_contiguous()"
         if not (
             not torch.is_grad_enabled()
             or not (x.requires_grad or bias.requires_grad or scale.requires_grad)
@@ -109,36 +97,24 @@ def _cuda_0(x, bias, scale):
 def _guards_cpu_0(x, bias, scale):
     """Variant cpu_0 (cpu: x=f32[1024,1024], bias=f32[1024], scale=f32[1024]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (1024, 1024)):
-            return "x.shape == (1024, 1024)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (isinstance(bias, torch.Tensor)):
-            return "isinstance(bias, torch.Tensor)"
-        if not (bias.is_cpu):
-            return "bias.is_cpu"
-        if not (bias.dtype == torch.float32):
+        if not (x.shape == (1024, 1024) and x.is_contiguous()):
+            return "x.shape == (1024, 1024) and x.is_contiguous()"
+        if not (isinstance(bias, torch.Tensor) and bias.is_cpu):
+            return "isinstance(bias, torch.Tensor) and bias.is_cpu"
+        if bias.dtype != torch.float32:
             return "bias.dtype == torch.float32"
-        if not (bias.shape == (1024,)):
-            return "bias.shape == (1024,)"
-        if not (bias.is_contiguous()):
-            return "bias.is_contiguous()"
-        if not (isinstance(scale, torch.Tensor)):
-            return "isinstance(scale, torch.Tensor)"
-        if not (scale.is_cpu):
-            return "scale.is_cpu"
-        if not (scale.dtype == torch.float32):
+        if not (bias.shape == (1024,) and bias.is_contiguous()):
+            return "bias.shape == (1024,) and bias.is_contiguous()"
+        if not (isinstance(scale, torch.Tensor) and scale.is_cpu):
+            return "isinstance(scale, torch.Tensor) and scale.is_cpu"
+        if scale.dtype != torch.float32:
             return "scale.dtype == torch.float32"
-        if not (scale.shape == (1024,)):
-            return "scale.shape == (1024,)"
-        if not (scale.is_contiguous()):
-            return "scale.is_contiguous()"
+        if not (scale.shape == (1024,) and scale.is_contiguous()):
+            return "scale.shape == (1024,) and scale.is_contiguous()"
         if not (
             not torch.is_grad_enabled()
             or not (x.requires_grad or bias.requires_grad or scale.requires_grad)

@@ -44,44 +44,48 @@ class _Triton:
 _triton = _Triton()
 
 
+# The modules the code read: name, class, whether it is called (no hooks),
+# the values read of it (runtime_shim/modules.py)
+# fmt: off
+_MODULES_RMSNorm = runtime_shim.ModuleStates(
+    ("", None, False, {"eps": 1e-06}),
+)
+# fmt: on
+
+
 _LAYOUTS_cuda_0 = runtime_shim.TensorLayouts(
     "cuda",
     (("self.weight", torch.float32, (4096,), (1,)),),
 )
 
+# fmt: off
+_MODEL_cuda_0 = runtime_shim.ModelState(
+    _MODULES_RMSNorm,
+    {
+        "_parameters": (
+            "weight",
+        ),
+    },
+    layouts=_LAYOUTS_cuda_0,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[16384,4096]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (16384, 4096)):
-            return "x.shape == (16384, 4096)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (16384, 4096) and x.is_contiguous()):
+            return "x.shape == (16384, 4096) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (self.eps == 1e-06):
-            return "self.eps == 1e-06"
-        weight = self._parameters.get("weight")
-        if not (weight is not None):
-            return "self.weight is not None"
-        mismatch = _LAYOUTS_cuda_0.mismatch(
-            weight,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad)
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cuda_0.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 
@@ -102,37 +106,32 @@ _LAYOUTS_cpu_0 = runtime_shim.TensorLayouts(
     (("self.weight", torch.float32, (4096,), (1,)),),
 )
 
+# fmt: off
+_MODEL_cpu_0 = runtime_shim.ModelState(
+    _MODULES_RMSNorm,
+    {
+        "_parameters": (
+            "weight",
+        ),
+    },
+    layouts=_LAYOUTS_cpu_0,
+    grad="read",
+)
+# fmt: on
+
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[512,4096]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (512, 4096)):
-            return "x.shape == (512, 4096)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
-        if not (not self.training):
+        if not (x.shape == (512, 4096) and x.is_contiguous()):
+            return "x.shape == (512, 4096) and x.is_contiguous()"
+        if self.training:
             return "not self.training"
-        if not (self.eps == 1e-06):
-            return "self.eps == 1e-06"
-        weight = self._parameters.get("weight")
-        if not (weight is not None):
-            return "self.weight is not None"
-        mismatch = _LAYOUTS_cpu_0.mismatch(
-            weight,
-        )
-        if not (mismatch is None):
-            return mismatch
-        if not (
-            not torch.is_grad_enabled() or not (x.requires_grad or weight.requires_grad)
-        ):
-            return "not torch.is_grad_enabled() or nothing it reads requires grad"
-        return None
+        return _MODEL_cpu_0.mismatch(self, x)
     except Exception as e:  # a state no guard foresaw: the source runs
         return f"guards that read without error ({type(e).__name__}: {e})"
 

@@ -47,18 +47,14 @@ _triton = _Triton()
 def _guards_cuda_0(x):
     """Variant cuda_0 (cuda: x=f32[16384,4096]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cuda):
-            return "x.is_cuda"
-        if not (x.get_device() == torch.cuda.current_device()):
+        if not (isinstance(x, torch.Tensor) and x.is_cuda):
+            return "isinstance(x, torch.Tensor) and x.is_cuda"
+        if x.get_device() != torch.cuda.current_device():
             return "x.get_device() == torch.cuda.current_device()"
-        if not (x.dtype == torch.float32):
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (16384, 4096)):
-            return "x.shape == (16384, 4096)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
+        if not (x.shape == (16384, 4096) and x.is_contiguous()):
+            return "x.shape == (16384, 4096) and x.is_contiguous()"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -79,16 +75,12 @@ def _cuda_0(x):
 def _guards_cpu_0(x):
     """Variant cpu_0 (cpu: x=f32[2048,1024]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor)):
-            return "isinstance(x, torch.Tensor)"
-        if not (x.is_cpu):
-            return "x.is_cpu"
-        if not (x.dtype == torch.float32):
+        if not (isinstance(x, torch.Tensor) and x.is_cpu):
+            return "isinstance(x, torch.Tensor) and x.is_cpu"
+        if x.dtype != torch.float32:
             return "x.dtype == torch.float32"
-        if not (x.shape == (2048, 1024)):
-            return "x.shape == (2048, 1024)"
-        if not (x.is_contiguous()):
-            return "x.is_contiguous()"
+        if not (x.shape == (2048, 1024) and x.is_contiguous()):
+            return "x.shape == (2048, 1024) and x.is_contiguous()"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None

@@ -244,10 +244,12 @@ def check_change(
         messages = fallback_messages(record)
         assert len(messages) == 1, messages
         variant = variant_name(c.cpu if device == "cpu" else c.cuda)
-        assert change.guard in needs(messages[0], variant), messages[0]
+        # a class of the source is named by its module (`{source}` in the text)
+        guard = change.guard.replace("{source}", c.module._source.__name__)
+        assert guard in needs(messages[0], variant), messages[0]
         if device == "cpu":
             on_cuda = cuda_guard(c, generated, inputs(), monkeypatch)
-            assert on_cuda is not None and change.guard in on_cuda, on_cuda
+            assert on_cuda is not None and guard in on_cuda, on_cuda
 
 
 # ------------------------------------------------------------------------- the cases
@@ -384,7 +386,7 @@ STRUCTURE_CHANGES = {
         "LibraryLayers", "type(self.fc) is torch.nn.Linear", replace("fc", nn.Identity)
     ),
     "user module replaced": Change(
-        "Structure", "type(self.inner) is _source.Inner", other_inner
+        "Structure", "type(self.inner) is {source}.Inner", other_inner
     ),
     "ModuleList appended to": Change(
         "Structure",
@@ -508,14 +510,37 @@ def test_guards_never_raise(compiled: dict[str, Compiled]) -> None:
             assert isinstance(failed, str), (name, inspect.getsource(change))
 
 
-def test_guards_read_each_module_once(compiled: dict[str, Compiled]) -> None:
-    """Guards read submodules through `_modules`, once each, into locals: no
-    `nn.Module.__getattr__` per check (a microsecond each)."""
+def test_guards_read_each_module_once(
+    compiled: dict[str, Compiled], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model's modules are checked by one table, which reads each through its
+    parent's `_modules`, once: no `nn.Module.__getattr__` per check (a microsecond
+    each), and nothing of the model read in the guard function itself."""
     c = compiled["Structure"]
-    text = inspect.getsource(getattr(c.module, f"_guards_{variant_name(c.cpu)}"))
-    assert 'layers = self._modules.get("layers")' in text
-    assert text.count('._modules.get("layers")') == 1
-    assert "self.inner.fc" not in text.split("return")[0]
+    name = variant_name(c.cpu)
+    text = inspect.getsource(getattr(c.module, f"_guards_{name}"))
+    assert "_modules" not in text and "self.inner" not in text, text
+    assert f"return _MODEL_{name}.mismatch(self, x)" in text, text
+    table = getattr(c.module, f"_MODULES_{c.name}")
+    names = [row.name for row in table.rows]
+    assert names.count("layers") == 1 and names.index("layers") < names.index(
+        "layers.0"
+    )
+    model = getattr(c.module, c.name)().eval()
+    reads = []
+    get = dict.get
+
+    class Counted(dict):
+        def get(self, key, default=None):
+            reads.append(key)
+            return get(self, key, default)
+
+    model._modules = Counted(model._modules)
+    guards = getattr(c.module, f"_guards_{name}")
+    with torch.no_grad():
+        failed = guards(model, inputs_of(c.name, 3)["x"])
+    assert failed is None, failed
+    assert reads.count("layers") == 1, reads
     assert not math.isnan(0.0)  # `math` is used by the guard texts, not the tests
 
 
@@ -568,8 +593,11 @@ def test_globals_of_other_modules_and_functions_are_guarded(tmp_path: Path) -> N
     c, f = compiled["UsesOther"], compiled["shifted"]
     text = inspect.getsource(getattr(c.module, f"_guards_{variant_name(c.cpu)}"))
     assert f"import {other}\n" in text, text
-    assert "type(scale) is _source.Scale" in text, text
     assert f"{other}.FACTOR == 3.0" in text, text
+    table = getattr(c.module, f"_MODULES_{c.name}")  # classes, by identity
+    assert [row.cls for row in table.rows if row.name == "scale"] == [
+        c.module._source.Scale
+    ]
     model = getattr(c.module, c.name)().eval()
     with torch.no_grad(), no_fallback():
         assert_close(model(x), (x * 3.0).relu(), F32, "as built")

@@ -312,8 +312,8 @@ def test_module_compiles_end_to_end(tmp_path: Path) -> None:
     """Guards and parameter reads through a ModuleList are emitted as Python (the
     reads through the registration dicts, as `nn.Module.__getattr__` finds them)."""
     compiled = compile_source(SOURCE, {"Model": {"x": X}}, tmp_path)["Model"]
-    guards = inspect.getsource(compiled.module._guards_cpu_0)
-    assert 'return "self.blocks[1].scale == 0.5"' in guards
+    table = inspect.getsource(compiled.module)  # the model's modules, a row each
+    assert '("blocks.1", _source.Block, True, {"scale": 0.5})' in table, table
     read = 'self._modules["blocks"]._modules["0"]._modules["fc"]._parameters["weight"]'
     assert f"blocks_0_fc_weight=({read})" in "".join(compiled.cpu_source.split())
     compiled.check({"x": X})

@@ -65,3 +65,31 @@ def test_kernel_parameters_are_named_after_what_they_carry():
     assert len(kernel_files) > 10
     for path in kernel_files:
         assert not re.search(r"\b(in|out)_ptr\d", path.read_text()), path.name
+
+
+def _guard_lines(text: str) -> int:
+    """Non-blank lines of the guard functions (`def _guards_...` to the next
+    top-level line)."""
+    count, inside = 0, False
+    for line in text.splitlines():
+        if line.startswith("def _guards_"):
+            inside = True
+        elif inside and line and not line.startswith((" ", ")")):
+            inside = False
+        count += inside and bool(line.strip())
+    return count
+
+
+def test_guard_functions_are_a_small_part_of_the_wrappers():
+    """The model is checked by tables (runtime_shim/modules.py), the inputs one line
+    each: guard functions are under a quarter of the wrappers' lines."""
+    wrappers = [
+        p
+        for p in GENERATED.glob("*.py")
+        if p.name != "__init__.py" and not p.name.endswith("_triton.py")
+    ]
+    texts = [p.read_text() for p in wrappers]
+    guards = sum(_guard_lines(t) for t in texts)
+    total = sum(len([line for line in t.splitlines() if line.strip()]) for t in texts)
+    assert guards < total / 4, (guards, total)
+    assert _guard_lines("def _guards_a(x):\n    return None\n\nx = 1\n") == 2

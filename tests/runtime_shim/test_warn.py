@@ -48,7 +48,8 @@ def test_a_module_call_that_no_variant_takes(record) -> None:
     assert where(record) == [line]
     assert str(record[0].message) == (
         "ToyLinear: running the source (eager) code: variant cpu_0 needs "
-        "x.shape == (2, 4); variant cuda_0 needs x.is_cuda"
+        "x.shape == (2, 4) and x.is_contiguous(); variant cuda_0 needs "
+        "isinstance(x, torch.Tensor) and x.is_cuda"
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from runtime_shim.modules import self_path
 from transpiler.ir.graph import (
     DEVICE,
     Graph,
@@ -15,7 +16,6 @@ from transpiler.ir.graph import (
     contiguous_strides,
     iter_refs,
     map_refs,
-    self_path,
 )
 
 F32 = torch.float32

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
+from runtime_shim.modules import self_path
 from transpiler.frontend.guards import GlobalGuard, ModuleGuard, SameTensor
-from transpiler.ir.graph import self_path
 from transpiler.text import identifier, is_reserved, py_literal, py_str
 
 
@@ -65,6 +65,10 @@ class StateCode:
     locals: dict[str, str] = field(default_factory=dict)  # module name -> local
     tensors: dict[str, str] = field(default_factory=dict)  # "self.ln_1.weight" -> read
     tied: list[SameTensor] = field(default_factory=list)
+    # "self.ln_1.weight" -> ("ln_1.weight", the table of its module that holds it)
+    held: dict[str, tuple[str, str]] = field(default_factory=dict)
+    globals: list[Guard] = field(default_factory=list)  # module-level values
+    global_imports: list[str] = field(default_factory=list)  # what those need
 
 
 def state_code(records: Iterable[Any], taken: set[str]) -> StateCode:
@@ -92,7 +96,12 @@ def state_code(records: Iterable[Any], taken: set[str]) -> StateCode:
     for r in records:
         if isinstance(r, GlobalGuard):
             expr = f"{out.modules.get(r.module, r.module)}.{r.name}"
-            out.guards.append(Guard(check(expr, r.value), check(expr, r.value, True)))
+            guard = Guard(check(expr, r.value), check(expr, r.value, True))
+            out.guards.append(guard)
+            out.globals.append(guard)
+            for m in r.imports:
+                alias = out.modules[m]
+                out.global_imports.append(m if alias == m else f"{m} as {alias}")
         elif isinstance(r, SameTensor):
             out.tied.append(r)
     return out
@@ -141,7 +150,9 @@ def _module(r: ModuleGuard, out: StateCode, taken: set[str]) -> list[Guard]:
         test = f"not ({' or '.join(f'{local}.{h}' for h in MODULE_HOOKS)})"
         guards.append(Guard(test, f"{path} has no hooks"))
     for leaf, table in r.tensors:
-        tensor = self_path(f"{r.name}.{leaf}" if r.name else leaf)
+        dotted = f"{r.name}.{leaf}" if r.name else leaf
+        tensor = self_path(dotted)
+        out.held[tensor] = (dotted, table or "getattr")
         out.tensors[tensor] = (
             f"{local}.{table}.get({py_str(leaf)})"
             if table is not None
@@ -199,3 +210,88 @@ def fresh(base: str, taken: set[str]) -> str:
 
 
 __all__ = ["Guard", "StateCode", "check", "fresh", "state_code", "value_text"]
+
+
+# ------------------------------------------------------------------ as one table
+#
+# What a module target's variant assumes of the model, rendered as data for
+# `runtime_shim.ModuleStates` and `runtime_shim.ModelState` (runtime_shim/modules.py)
+# rather than as checks: a dozen lines of checks per module become one or two of a
+# table. `state_code` above still renders each check, for `--explain`.
+
+WIDTH = 88  # the tables are laid out by hand (`# fmt: off`), a row or two each
+
+
+def module_rows(records: Iterable[Any]) -> list[str]:
+    """The rows of a `runtime_shim.ModuleStates`, one per module, parents first."""
+    rows = []
+    for r in records:
+        if not isinstance(r, ModuleGuard):
+            continue
+        more = {}
+        if r.held != "_modules":
+            more["held"] = "getattr"
+        if r.same_as is not None:
+            more["same_as"] = r.same_as
+            rows.append(_row(r.name, "None", False, {}, more))
+            continue
+        if r.children is not None:
+            more["children"] = r.children[1]
+        values = {k.removeprefix("."): v for k, v in r.state}
+        if r.name or values or more:  # the model itself is read anyway
+            rows.append(_row(r.name, _class(r), r.hooks, values, more))
+    return rows
+
+
+def _class(r: ModuleGuard) -> str:
+    """A module's class as a row gives it: the class itself where the generated
+    module has its name (`torch.nn.LayerNorm`, `_source.Block`), "module:qualname"
+    for one imported when first checked, its `__qualname__` for one no name
+    reaches, None for the model itself (the caller's class)."""
+    if not r.name:
+        return "None"
+    if r.cls is None:
+        return py_str(r.qualname)
+    if r.imports:
+        (module,) = r.imports
+        return py_str(f"{module}:{r.cls[len(module) + 1 :]}")
+    return r.cls
+
+
+def _row(name: str, cls: str, called: bool, values: dict, more: dict) -> str:
+    head = f"    ({py_str(name)}, {cls}, {called}, "
+    tail = f", {_dict(more)})," if more else "),"
+    return _wrapped(
+        head, [f"{py_str(k)}: {value_text(v)}" for k, v in values.items()], tail
+    )
+
+
+def _dict(values: dict) -> str:
+    return (
+        "{"
+        + ", ".join(f"{py_str(k)}: {value_text(v)}" for k, v in values.items())
+        + "}"
+    )
+
+
+def _wrapped(head: str, items: list[str], tail: str) -> str:
+    """`head{item, item, ...}tail` on one line where it fits, else its items wrapped
+    under the brace (on lines of their own after a long head)."""
+    one = head + "{" + ", ".join(items) + "}" + tail
+    if len(one) <= WIDTH:
+        return one
+    if len(head) > WIDTH // 2:
+        head = head.rstrip() + "\n" + " " * 8
+    indent = len(head.rpartition("\n")[2]) + 1
+    lines, line = [], head + "{"
+    for i, item in enumerate(items):
+        text = item + ("," if i < len(items) - 1 else "")
+        last = line.rpartition("\n")[2]
+        if last.endswith("{"):
+            line += text
+        elif len(last) + 1 + len(text) + len(tail) + 1 > WIDTH:
+            lines.append(line)
+            line = " " * indent + text
+        else:
+            line += " " + text
+    return "\n".join([*lines, line + "}" + tail])

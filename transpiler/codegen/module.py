@@ -8,13 +8,17 @@ from transpiler import __version__
 from transpiler.build import ModuleCode, TargetCode
 from transpiler.codegen import cpp, triton
 from transpiler.codegen.graph_segments import segment_functions
+from transpiler.codegen.guards import module_rows
 from transpiler.codegen.wrapper import (
     defaults_table,
     dispatch,
     guard_function,
+    module_table,
     reads_function,
     stub_function,
+    tensor_tables,
     variant_function,
+    variant_state,
 )
 from transpiler.errors import UserError
 from transpiler.text import cpp_comment, docstring, is_reserved, py_literal
@@ -73,6 +77,29 @@ def cuda_graph_trees_note(name: str) -> list[str]:
         "`if` between them stays in Python and reads the condition that the graph",
         "before it wrote.",
     ]
+
+
+def module_tables(t: TargetCode) -> tuple[list[str], dict[str, str]]:
+    """The `runtime_shim.ModuleStates` tables of a module target's variants, one per
+    distinct set of rows (`_MODULES_<target>` where all its variants share one), and
+    the table of each variant. A variant that reads a tensor other than through its
+    module has none: its guard function checks each thing itself."""
+    if not t.is_module:
+        return [], {}
+    rows: dict[str, tuple[str, ...]] = {}
+    for vc in t.variants:
+        state = variant_state(t, vc)
+        if vc.region is not None and tensor_tables(vc, state) is not None:
+            rows[vc.name] = tuple(module_rows(g for g in vc.guards))
+    distinct = list(dict.fromkeys(rows.values()))
+    names = {
+        r: f"_MODULES_{t.name}" if len(distinct) == 1 else f"_MODULES_{vc}"
+        for vc, r in reversed(rows.items())
+    }
+    lines = []
+    for r in distinct:
+        lines += ["", *module_table(names[r], list(r)), ""]
+    return lines, {vc: names[r] for vc, r in rows.items()}
 
 
 def check_exported_names(targets: tuple[TargetCode, ...]) -> None:
@@ -158,6 +185,8 @@ def render_module(module: ModuleCode, command: str) -> ModuleFiles:
         backend: {k.name: k for k in ks} for backend, ks in module.kernels.items()
     }
     for t in targets:
+        tables, table_of = module_tables(t)
+        lines += tables
         for vc in t.variants:
             if vc.region is None:
                 continue
@@ -166,7 +195,7 @@ def render_module(module: ModuleCode, command: str) -> ModuleFiles:
             )
             lines += [
                 "",
-                *guard_function(t, vc),
+                *guard_function(t, vc, table_of.get(vc.name)),
                 "",
                 *write_variant(t, vc, kernels[vc.backend]),
                 "",

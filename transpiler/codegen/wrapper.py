@@ -8,6 +8,7 @@ guards that failed, and runs the source (eager) code.
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from functools import partial
 
 import torch
 
+from runtime_shim.modules import self_path
 from transpiler.build import RangeGuard, TargetCode, VariantCode
 from transpiler.codegen import triton as triton_codegen
 from transpiler.codegen.guards import Guard, StateCode, fresh, state_code
@@ -37,7 +39,6 @@ from transpiler.ir.graph import (
     leaves,
     map_leaves,
     records_in,
-    self_path,
 )
 from transpiler.ir.program import (
     Alloc,
@@ -170,9 +171,9 @@ def _input_tests(t: TargetCode, vc: VariantCode, names: Mapping[str, str]) -> li
         if isinstance(spec, TensorSpec):
             # kernels index inputs as contiguous; torch's notion of contiguous lets
             # size-1 and empty dims have any stride, which indexing never uses
+            # three checks, each read as one: what it is, its dtype, its layout
             guards += [
-                f"isinstance({name}, torch.Tensor)",
-                f"{name}.is_{v.device}",
+                f"isinstance({name}, torch.Tensor) and {name}.is_{v.device}",
                 # kernels launch on the current device, as eager's ops on the
                 # inputs' own would
                 *(
@@ -181,8 +182,9 @@ def _input_tests(t: TargetCode, vc: VariantCode, names: Mapping[str, str]) -> li
                     else []
                 ),
                 f"{name}.dtype == {DTYPE_NAMES[spec.dtype]}",
-                *_shape_guards(name, spec.shape, sizes),
-                f"{name}.is_contiguous()",
+                " and ".join(
+                    [*_shape_guards(name, spec.shape, sizes), f"{name}.is_contiguous()"]
+                ),
             ]
         elif isinstance(spec, ObjectSpec):
             guards += _object_tests(vc, objects[param], name, sizes)
@@ -459,42 +461,170 @@ def variant_guards(
     guards = input_guards(t, vc)
     if t.is_module:
         guards += _plain(["not self.training"])
-    guards += state.guards
-    guards += [
-        Guard(g.test(t.local(g.input)), g.test(g.input))
-        for g in vc.guards
-        if isinstance(g, RangeGuard)
-    ]
+    guards += state.guards + _range_guards(t, vc)
     guards += param_guards(t, vc, state) + grad_guard(t, vc)
     return list(dict.fromkeys(guards))
 
 
-def guard_function(t: TargetCode, vc: VariantCode) -> list[str]:
+def _range_guards(t: TargetCode, vc: VariantCode) -> list[Guard]:
+    return [
+        Guard(g.test(t.local(g.input)), g.test(g.input))
+        for g in vc.guards
+        if isinstance(g, RangeGuard)
+    ]
+
+
+# ------------------------------------------------------ the model, as two tables
+
+
+def module_table(name: str, rows: list[str]) -> list[str]:
+    """`_MODULES_<name>`: the model's modules a target's variants read (Note in
+    runtime_shim/modules.py), one row each, shared by the variants that read the
+    same; laid out by hand, a row or two a module."""
+    return [
+        "# The modules the code read: name, class, whether it is called (no hooks),",
+        "# the values read of it (runtime_shim/modules.py)",
+        "# fmt: off",
+        f"{name} = runtime_shim.ModuleStates(",
+        *rows,
+        ")",
+        "# fmt: on",
+    ]
+
+
+def model_name(vc: VariantCode) -> str:
+    return f"_MODEL_{vc.name}"
+
+
+def tensor_tables(vc: VariantCode, state: StateCode) -> dict[str, list[str]] | None:
+    """The parameters and buffers the variant reads, by the table of their modules
+    that holds them; None where one is read other than through its module (the
+    guard function then checks each itself)."""
+    tables: dict[str, list[str]] = {}
+    for path in read_params(vc):
+        held = state.held.get(path)
+        if held is None:
+            return None
+        name, table = held
+        tables.setdefault(table, []).append(name)
+    return tables
+
+
+def model_table(
+    t: TargetCode, vc: VariantCode, state: StateCode, modules: str
+) -> list[str]:
+    """`_MODEL_<variant>`: the model as the variant's code assumes it, checked in one
+    call (`runtime_shim.ModelState`): its modules, the parameters and buffers it
+    reads there, the layouts of those its kernels read, and autograd."""
+    tables = tensor_tables(vc, state) or {}
+    params = read_params(vc)
+    tied = [
+        f"({py_str(tie.name)}, {py_str(state.held[self_path(tie.name)][1])},"
+        f" {py_str(tie.first)})"
+        for tie in state.tied
+        if self_path(tie.first) in params and self_path(tie.name) in state.held
+    ]
+    inputs = list(graph_inputs(vc))
+    grad = "all" if vc.calls_fallback else "read"
+    grad = grad if inputs or params or vc.calls_fallback else None
+    rows = [f"    {modules},", *_tensors_dict(tables)]
+    if laid_out_params(vc):
+        rows.append(f"    layouts={layouts_name(vc)},")
+    if tied:
+        rows.append(f"    tied=({''.join(f'{row}, ' for row in tied)}),")
+    if grad is not None:
+        rows.append(f"    grad={py_str(grad)},")
+    return [
+        "# fmt: off",
+        f"{model_name(vc)} = runtime_shim.ModelState(",
+        *rows,
+        ")",
+        "# fmt: on",
+    ]
+
+
+def _tensors_dict(tables: dict[str, list[str]]) -> list[str]:
+    """`{"_parameters": ("ln_1.weight", "ln_1.bias", ...), ...}`, one line for the
+    tensors of each module: a module added to the model adds a line, no other line
+    changes."""
+    lines = ["    {"]
+    for table, names in tables.items():
+        lines.append(f"        {py_str(table)}: (")
+        by_module: dict[str, list[str]] = {}
+        for name in names:
+            by_module.setdefault(name.rpartition(".")[0], []).append(py_str(name))
+        lines += [f"            {', '.join(group)}," for group in by_module.values()]
+        lines.append("        ),")
+    return [*lines, "    },"]
+
+
+def guard_function(
+    t: TargetCode, vc: VariantCode, modules: str | None = None
+) -> list[str]:
     """`_guards_<variant>`: the text of the first guard that fails, or None. It never
     raises: a model in a state no guard foresaw (an attribute deleted, a tensor where
-    a number was) fails the guard that reads it, so the call runs the source."""
+    a number was) fails the guard that reads it, so the call runs the source.
+
+    `modules` names the `runtime_shim.ModuleStates` table of the model's modules
+    (`module_table`): the inputs are checked here, one check at a time, and the
+    model in one call of the variant's `ModelState` (`model_table`)."""
     self_ = "self, " if t.is_module else ""
     state = variant_state(t, vc)
     doc = f"Variant {vc.name} ({vc.describe()}): the first guard that fails, or None."
+    model = model_table(t, vc, state, modules) if modules else []
     table = layout_table(vc) if t.is_module else []
     lines = [
         *table,
         *([""] if table else []),
+        *model,
+        *([""] if model else []),
         f"def _guards_{vc.name}({self_}{t.signature.text(t.defaults, t.local_names)}):",
         f'    """{docstring(doc)}"""',
         "    try:",
-        *(f"        import {m}" for m in sorted({*state.imports, *object_imports(vc)})),
     ]
-    for g in variant_guards(t, vc, state):
+    if model:  # the model's modules and tensors: one call, last
+        imports = state.global_imports
+        guards = [*input_guards(t, vc), *_plain(["not self.training"])]
+        guards += state.globals + _range_guards(t, vc)
+    else:
+        imports = state.imports
+        guards = variant_guards(t, vc, state)
+    lines += [f"        import {m}" for m in sorted({*imports, *object_imports(vc)})]
+    for g in guards:
         lines += [f"        {name} = {read}" for name, read in g.binds]
         failure = g.failure or py_str(g.text)
-        lines += [f"        if not ({g.test}):", f"            return {failure}"]
+        lines += [f"        if {_negated(g.test)}:", f"            return {failure}"]
+    if model:
+        inputs = "".join(f", {t.local(n)}" for n in graph_inputs(vc))
+        lines.append(f"        return {model_name(vc)}.mismatch(self{inputs})")
+    else:
+        lines.append("        return None")
     lines += [
-        "        return None",
         "    except Exception as e:  # a state no guard foresaw: the source runs",
         '        return f"guards that read without error ({type(e).__name__}: {e})"',
     ]
     return lines
+
+
+# a comparison whose opposite is its negation, for the values guards compare
+# (scalars, tuples, dtypes, sizes, objects by identity)
+_OPPOSITE = {ast.Eq: "!=", ast.Is: "is not", ast.In: "not in", ast.IsNot: "is"}
+
+
+def _negated(test: str) -> str:
+    """Python true when `test` is false, as plainly as it can be said:
+    `self.training` for `not self.training`, `not isinstance(x, torch.Tensor)`."""
+    node = ast.parse(test, mode="eval").body
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return ast.get_source_segment(test, node.operand)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        op = _OPPOSITE.get(type(node.ops[0]))
+        if op is not None:
+            left = ast.get_source_segment(test, node.left)
+            return f"{left} {op} {ast.get_source_segment(test, node.comparators[0])}"
+    if isinstance(node, (ast.BoolOp, ast.IfExp, ast.NamedExpr, ast.Lambda)):
+        return f"not ({test})"
+    return f"not {test}"
 
 
 def reads_function(t: TargetCode, vc: VariantCode) -> list[str]:

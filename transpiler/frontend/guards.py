@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from transpiler.ir.graph import self_path
+from runtime_shim.modules import self_path
 from transpiler.text import identifier
 
 # ---------------------------------------------------------------- what code reads

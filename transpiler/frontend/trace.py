@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from runtime_shim.modules import self_path
 from transpiler.errors import UserError, raised_at, user_file
 from transpiler.frontend.device_recorder import DeviceRecorder
 from transpiler.frontend.fallback import ObjectPaths, Stub, importable, record_fields
@@ -46,7 +47,6 @@ from transpiler.ir.graph import (
     Record,
     Ref,
     Updated,
-    self_path,
     subgraph,
 )
 from transpiler.ir.region import Branch, LoopBody, Region

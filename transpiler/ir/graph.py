@@ -28,8 +28,6 @@ from typing import Any
 
 import torch
 
-from transpiler.text import identifier
-
 
 @dataclass(frozen=True)
 class Span:
@@ -370,23 +368,6 @@ def _fmt_out(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k!r}: {_fmt_out(v)}" for k, v in value.items()) + "}"
     return _fmt(value)
-
-
-def self_path(name: str) -> str:
-    """Python for a submodule, parameter or buffer of `self`, from its dotted name:
-    `blocks.0.attn` -> `self.blocks[0].attn` (guards and wrappers are Python).
-    An index is an integer as Python spells one (`"²"` and `"01"` are not); an
-    attribute, a name as Python spells it (`"ﬁ"` reads as `fi`, `"if"` not at all);
-    anything else, `getattr(self.blocks, '01')`."""
-    path = "self"
-    for part in name.split(".") if name else ():
-        if part.isascii() and part.isdigit() and str(int(part)) == part:
-            path += f"[{part}]"
-        elif identifier(part) == part:
-            path += f".{part}"
-        else:
-            path = f"getattr({path}, {part!r})"  # repr escapes as py_str
-    return path
 
 
 @dataclass(frozen=True)

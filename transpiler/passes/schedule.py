@@ -58,13 +58,13 @@ from dataclasses import replace
 
 import torch
 
+from runtime_shim.modules import self_path
 from transpiler.ir.graph import (
     Graph,
     Node,
     Ref,
     TensorMeta,
     iter_refs,
-    self_path,
 )
 from transpiler.ir.ops import (
     GATHERS,
