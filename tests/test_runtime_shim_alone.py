@@ -56,6 +56,8 @@ def test_wheel_holds_runtime_shim_alone(tmp_path: Path) -> None:
         "runtime_shim/unbound.py",
         "runtime_shim/warn.py",
     }
+    # the header every generated C++ file includes ships with the package
+    assert "runtime_shim/kernels.h" in names
     metadata = next(n for n in names if n.endswith("METADATA"))
     requires = [
         line.split(":", 1)[1].strip()
