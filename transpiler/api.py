@@ -18,8 +18,7 @@ from transpiler.autotune import Bench, bench_for, tune
 from transpiler.build import TargetCode, VariantCode
 from transpiler.errors import UserError
 from transpiler.explain import compiled_nothing, report
-from transpiler.ir.graph import FALLBACK
-from transpiler.ir.program import ExternCall, KernelCall
+from transpiler.ir.program import KernelCall
 from transpiler.options import Options
 from transpiler.pipeline import build_files, compile_modules, render
 from transpiler.text import count
@@ -55,17 +54,12 @@ class Progress:
 
 
 def _kernels(vc: VariantCode) -> set[tuple[str, str]]:
-    steps = (s for p in vc.programs for s in p.steps)
+    steps = vc.steps
     return {(vc.variant.device, s.kernel) for s in steps if isinstance(s, KernelCall)}
 
 
 def _breaks(vc: VariantCode) -> set[str]:
-    steps = (s for p in vc.programs for s in p.steps)
-    return {
-        s.target
-        for s in steps
-        if isinstance(s, ExternCall) and s.target.startswith(FALLBACK)
-    }
+    return {s.target for s in vc.fallback_calls}
 
 
 def run(options: Options, bench: Bench | None = None, verbosity: int = 0) -> int:

@@ -91,14 +91,13 @@ class VariantCode:
         """One line: what the variant's code does (the module header, `-v`)."""
         if self.region is None:
             return f"runs the source: {self.fallback_reason} ({self.fallback_span})"
-        steps = [s for p in self.programs for s in p.steps]
-        calls = [s for s in steps if isinstance(s, ExternCall)]
-        stubs = sum(s.target.startswith(FALLBACK) for s in calls)
+        calls = [s for s in self.steps if isinstance(s, ExternCall)]
+        stubs = len(self.fallback_calls)
         externs = sum(
             not (s.is_view or s.target == "getitem" or s.target.startswith(FALLBACK))
             for s in calls
         )
-        kernels = sum(isinstance(s, KernelCall) for s in steps)
+        kernels = sum(isinstance(s, KernelCall) for s in self.steps)
         parts = [count(kernels, "kernel"), count(externs, "extern call")]
         if stubs:
             parts.append(count(stubs, "graph break"))
@@ -115,13 +114,23 @@ class VariantCode:
         return ", ".join(parts)
 
     @property
+    def steps(self) -> list:
+        """The steps of all the variant's programs, in order."""
+        return [s for p in self.programs for s in p.steps]
+
+    @property
+    def fallback_calls(self) -> list[ExternCall]:
+        """The calls of fallback code (graph breaks) among the steps."""
+        return [
+            s
+            for s in self.steps
+            if isinstance(s, ExternCall) and s.target.startswith(FALLBACK)
+        ]
+
+    @property
     def calls_fallback(self) -> bool:
         """Whether fallback code (a graph break) runs in the variant."""
-        return any(
-            isinstance(s, ExternCall) and s.target.startswith(FALLBACK)
-            for p in self.programs
-            for s in p.steps
-        )
+        return bool(self.fallback_calls)
 
 
 @dataclass(frozen=True)

@@ -38,15 +38,10 @@ def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
     guards = variant_guards(t, vc)
     lines.append("  guards:")
     lines += [f"    {g.text}" for g in guards]
-    steps = [s for p in vc.programs for s in p.steps]
+    steps = vc.steps
     kernels = [s for s in steps if isinstance(s, KernelCall)]
-    calls = [
-        s
-        for s in steps
-        if isinstance(s, ExternCall) and not s.is_view and s.target != "getitem"
-    ]
-    externs = [s.target for s in calls if not s.target.startswith((FALLBACK, LOOP))]
-    breaks = [s for s in calls if s.target.startswith(FALLBACK)]
+    externs = [s.target for s in steps if _extern_work(s)]
+    breaks = vc.fallback_calls
     in_kernels = sum(p.kernel_ops for p in vc.programs)
     total = in_kernels + len(externs)
     share = f"{100 * in_kernels // total}%" if total else "-"
@@ -114,17 +109,8 @@ def compiled_nothing(build: Build) -> list[str]:
                         f"({vc.fallback_span}); it runs the source"
                     )
                     continue
-                steps = [s for p in vc.programs for s in p.steps]
                 work = [
-                    s
-                    for s in steps
-                    if isinstance(s, KernelCall)
-                    or (
-                        isinstance(s, ExternCall)
-                        and not s.is_view
-                        and s.target != "getitem"
-                        and not s.target.startswith((FALLBACK, LOOP))
-                    )
+                    s for s in vc.steps if isinstance(s, KernelCall) or _extern_work(s)
                 ]
                 if not work and vc.calls_fallback:
                     lines.append(
@@ -132,3 +118,13 @@ def compiled_nothing(build: Build) -> list[str]:
                         "work is fallback code (see --explain)"
                     )
     return lines
+
+
+def _extern_work(s) -> bool:
+    """An extern call that computes (not a view, `getitem`, fallback or a loop)."""
+    return (
+        isinstance(s, ExternCall)
+        and not s.is_view
+        and s.target != "getitem"
+        and not s.target.startswith((FALLBACK, LOOP))
+    )

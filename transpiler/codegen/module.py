@@ -92,10 +92,11 @@ def module_tables(t: TargetCode) -> tuple[list[str], dict[str, str]]:
         if vc.region is not None and tensor_tables(vc, state) is not None:
             rows[vc.name] = tuple(module_rows(g for g in vc.guards))
     distinct = list(dict.fromkeys(rows.values()))
-    names = {
-        r: f"_MODULES_{t.name}" if len(distinct) == 1 else f"_MODULES_{vc}"
-        for vc, r in reversed(rows.items())
-    }
+    names: dict[tuple[str, ...], str] = {}  # a table is named by its first variant
+    for vc, r in rows.items():
+        names.setdefault(
+            r, f"_MODULES_{t.name}" if len(distinct) == 1 else f"_MODULES_{vc}"
+        )
     lines = []
     for r in distinct:
         lines += ["", *module_table(names[r], list(r)), ""]
