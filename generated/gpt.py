@@ -30,6 +30,11 @@ runtime_shim.check_sources(
 # C++ kernels, compiled on first use (or prebuilt: python -m runtime_shim build)
 _cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")
 
+# C++ kernels that gpt_block.py compiles too, written once, in gpt_block.cpp
+_cpp_gpt_block = runtime_shim.load_cpp(
+    os.path.join(os.path.dirname(__file__), "gpt_block.cpp")
+)
+
 
 class _Triton:
     """Triton kernels, imported on first launch: CPU-only machines need no Triton.
@@ -374,7 +379,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     native_layer_norm_3_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
-    _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
+    _cpp_gpt_block.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_1.data_ptr(),
         h_0_attn_c_proj_bias.data_ptr(),
         add.data_ptr(),
@@ -387,7 +392,7 @@ def _cpu_0(self, idx):
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, h_0_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu = empty((2, 16, 256), (4096, 256, 1), torch.float32)
-    _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
+    _cpp_gpt_block.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_2.data_ptr(), h_0_mlp_c_fc_bias.data_ptr(), gelu.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
@@ -396,7 +401,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_2 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     native_layer_norm_4_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
-    _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
+    _cpp_gpt_block.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_3.data_ptr(),
         h_0_mlp_c_proj_bias.data_ptr(),
         add_1.data_ptr(),
@@ -432,7 +437,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_3 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
     native_layer_norm_5_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
-    _cpp.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
+    _cpp_gpt_block.function("cpp_fused_addmm_add_native_layer_norm_0", "ppppppp")(
         linear_5.data_ptr(),
         h_1_attn_c_proj_bias.data_ptr(),
         add_2.data_ptr(),
@@ -445,7 +450,7 @@ def _cpu_0(self, idx):
     linear_6 = torch.nn.functional.linear(native_layer_norm_5_0, h_1_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     gelu_1 = empty((2, 16, 256), (4096, 256, 1), torch.float32)
-    _cpp.function("cpp_fused_addmm_gelu_0", "ppp")(
+    _cpp_gpt_block.function("cpp_fused_addmm_gelu_0", "ppp")(
         linear_6.data_ptr(), h_1_mlp_c_fc_bias.data_ptr(), gelu_1.data_ptr()
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)

@@ -5,7 +5,8 @@ records.
                                             and the decisions made for it)
     compiling a target   ->  TargetCode    (its signature and variants, in order)
     compiling a module   ->  ModuleCode    (its targets, kernels by backend,
-                                            fallback code, the sources read)
+                                            fallback code, the sources read,
+                                            the C++ kernels another module writes)
     compiling a run      ->  Build         (every module; what `--autotune` tunes
                                             and what rendering turns into files)
 """
@@ -174,6 +175,15 @@ class TargetCode:
 
 
 @dataclass(frozen=True)
+class SharedKernel:
+    """A C++ kernel that a module calls where an earlier module of the run writes
+    it (`pipeline.share_kernels`): in `<home>.cpp`, named `kernel.name` there."""
+
+    home: str  # that module's stem
+    kernel: Kernel
+
+
+@dataclass(frozen=True)
 class ModuleCode:
     """One generated module (`<stem>.py`, with `<stem>_triton.py`, `<stem>.cpp`)."""
 
@@ -185,6 +195,8 @@ class ModuleCode:
     stubs: Mapping[str, Stub]  # fallback code, by its function's name
     # module name -> (path, hash) of every source file its code was read from
     sources: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # the C++ kernels its calls name that another module writes, by those names
+    shared: Mapping[str, SharedKernel] = field(default_factory=dict)
 
     def kernels_of(self, backend: str) -> tuple[Kernel, ...]:
         return self.kernels.get(backend, ())

@@ -10,9 +10,10 @@ For each target of the run (options.py), grouped by the module it is written to:
             DEVICE_PASSES[device], then GRAPH_PASSES            passes/*.py
             fold_device_outputs                                 passes/device_outputs.py
             fuse into kernels, schedule with the extern calls   passes/fuse, schedule
-        PROGRAM_PASSES over the lowered programs                passes/*.py
+        the passes over the lowered programs                    finish
         decide its CUDA graph                                   decide_cuda_graph
 → Build: typed records of every module (build.py)
+→ each C++ kernel written once, in the first module that has it   share_kernels
 → with --autotune, on a GPU: tune launch configs and matmul epilogues   autotune.py
 → render each module: wrapper, Triton, C++; black                codegen/module.py
 → write atomically, diff (--check) or report (--explain)        api.py
@@ -35,7 +36,14 @@ from torch import nn
 
 from runtime_shim.provenance import source_hash
 from transpiler.autotune import Bench, tune
-from transpiler.build import BACKENDS, Build, ModuleCode, TargetCode, VariantCode
+from transpiler.build import (
+    BACKENDS,
+    Build,
+    ModuleCode,
+    SharedKernel,
+    TargetCode,
+    VariantCode,
+)
 from transpiler.codegen.module import render_module
 from transpiler.errors import UserError
 from transpiler.formatting import format_module
@@ -46,7 +54,7 @@ from transpiler.frontend.source import SourceCache
 from transpiler.frontend.trace import Traced, direct_reads, instantiate, trace
 from transpiler.ir.dynamic import SAMPLES, Mismatch, generalize
 from transpiler.ir.graph import Graph
-from transpiler.ir.program import KernelNames, Program
+from transpiler.ir.program import KernelNames, Program, body_key
 from transpiler.ir.region import CompiledRegion, programs_of
 from transpiler.options import Options, ScalarSpec, Target, Variant
 from transpiler.passes import lower_region, map_graphs, name_stubs
@@ -309,7 +317,29 @@ def compile_modules(
         stem, code = _build_target(target, options, sources, modules, ready)
         if built is not None:
             built(stem, code, time.perf_counter() - start)
-    return Build(tuple(mb.finish() for mb in modules.values()), options.command)
+    return share_kernels(
+        Build(tuple(mb.finish() for mb in modules.values()), options.command)
+    )
+
+
+def share_kernels(build: Build) -> Build:
+    """Each C++ kernel written once in the run: a module that compiles a kernel an
+    earlier module of the run has (GPT compiles its blocks' kernels, which the Block
+    target has too) calls it in that module's library. Triton kernels stay in the
+    module that launches them, where `--autotune` tunes them for its calls."""
+    homes: dict[tuple, SharedKernel] = {}
+    modules = []
+    for module in build.modules:
+        own, shared = [], {}
+        for k in module.kernels_of("cpp"):
+            home = homes.setdefault(body_key(k), SharedKernel(module.stem, k))
+            if home.home == module.stem:
+                own.append(k)
+            else:
+                shared[k.name] = home
+        kernels = {**module.kernels, "cpp": tuple(own)}
+        modules.append(replace(module, kernels=kernels, shared=shared))
+    return replace(build, modules=tuple(modules))
 
 
 def render(build: Build) -> dict[str, str]:

@@ -163,7 +163,7 @@ WRAPPER_NAMES = frozenset(
     }
 )
 _NUMBERED = re.compile(
-    r"_(fallback|guards|reads|dispatch|DEFAULTS|LAYOUTS|MODULES|MODEL)_\w+"
+    r"_(fallback|guards|reads|dispatch|cpp|DEFAULTS|LAYOUTS|MODULES|MODEL)_\w+"
     r"|_(cpu|cuda)_\d+(_seg\d+)?"
 )
 

@@ -1,9 +1,8 @@
 """What a reviewer of `generated/` reads: each file holds its own code, not copies of
-shared code (the helpers of every C++ file are runtime_shim/kernels.h, included).
-
-Kernels are a module's own: two modules compiled from sources that share a layer
-(gpt.py's GPT and gpt_block.py's Block) each hold its kernels, as each imports alone.
-What is checked is the code around them."""
+shared code. The helpers of every C++ file are runtime_shim/kernels.h, included; a
+kernel that two modules compile (gpt.py's GPT builds gpt_block.py's Block) is written
+once, in the first module of the run, and called there by the other
+(`pipeline.share_kernels`)."""
 
 from __future__ import annotations
 
@@ -43,6 +42,37 @@ def test_no_block_of_cpp_repeats_across_files():
                 repeated.append((seen[block], path.name, block[0]))
             seen.setdefault(block, path.name)
     assert repeated == []
+
+
+def _kernels(path: Path) -> dict[str, str]:
+    """The kernel functions of a C++ file, by name, each with its parameters named
+    by position and its comments dropped: two with the same text are one kernel."""
+    kernels, lines, name = {}, [], None
+    for line in path.read_text().splitlines():
+        match = re.match(r'extern "C" void (\w+)\(', line)
+        name = match[1] if match else name
+        if name is not None and not line.startswith("//"):
+            lines.append(line)
+        if name is not None and line == "}":
+            text = "\n".join(lines)
+            params = re.findall(r"(\w+_ptr)\b", text.split(") {")[0])
+            for i, param in enumerate(params):
+                text = re.sub(rf"\b{param}\b", f"p{i}", text)
+            kernels[name] = text.split("(", 1)[1]
+            lines, name = [], None
+    return kernels
+
+
+def test_no_kernel_is_written_in_two_files():
+    where: dict[str, str] = {}
+    written_twice = []
+    for path in sorted(GENERATED.glob("*.cpp")):
+        for name, text in _kernels(path).items():
+            if where.setdefault(text, f"{path.name}:{name}") != f"{path.name}:{name}":
+                written_twice.append((where[text], f"{path.name}:{name}"))
+    assert written_twice == []
+    calls = (GENERATED / "gpt.py").read_text()
+    assert '_cpp_gpt_block.function("cpp_fused_addmm_gelu_0"' in calls
 
 
 def test_the_check_sees_a_copied_block():

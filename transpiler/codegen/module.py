@@ -21,7 +21,13 @@ from transpiler.codegen.wrapper import (
     variant_state,
 )
 from transpiler.errors import UserError
-from transpiler.text import cpp_comment, docstring, is_reserved, py_literal
+from transpiler.text import (
+    cpp_comment,
+    docstring,
+    is_reserved,
+    py_literal,
+    py_str,
+)
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,15 @@ def render_module(module: ModuleCode, command: str) -> ModuleFiles:
             '_cpp = runtime_shim.load_cpp(os.path.splitext(__file__)[0] + ".cpp")',
             "",
         ]
+    for home in dict.fromkeys(s.home for s in module.shared.values()):
+        path = py_str(f"{home}.cpp")
+        lines += [
+            f"# C++ kernels that {home}.py compiles too, written once, in {home}.cpp",
+            f"_cpp_{home} = runtime_shim.load_cpp(",
+            f"    os.path.join(os.path.dirname(__file__), {path})",
+            ")",
+            "",
+        ]
     if triton_kernels:
         lines += [
             "",
@@ -185,6 +200,7 @@ def render_module(module: ModuleCode, command: str) -> ModuleFiles:
     kernels = {  # one namespace per backend: a name may be in both
         backend: {k.name: k for k in ks} for backend, ks in module.kernels.items()
     }
+    kernels["cpp"].update(module.shared)
     for t in targets:
         tables, table_of = module_tables(t)
         lines += tables

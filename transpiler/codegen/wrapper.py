@@ -18,7 +18,7 @@ from functools import partial
 import torch
 
 from runtime_shim.modules import self_path
-from transpiler.build import RangeGuard, TargetCode, VariantCode
+from transpiler.build import RangeGuard, SharedKernel, TargetCode, VariantCode
 from transpiler.codegen import triton as triton_codegen
 from transpiler.codegen.guards import Guard, StateCode, fresh, state_code
 from transpiler.errors import UserError
@@ -1009,12 +1009,15 @@ def stub_function(name: str, stub: Stub) -> list[str]:
 
 def _kernel_call(step: KernelCall, kernels: dict, device: str) -> str:
     k = kernels[step.kernel]
+    library = "_cpp"
+    if isinstance(k, SharedKernel):  # written in another module's library
+        library, k = f"_cpp_{k.home}", k.kernel
     dims = sorted(dims_in(k))  # dynamic sizes, passed by value
     if device == "cpu":
         sig = "p" * len(step.args) + "l" * len(dims)
         args = ", ".join([*(f"{a}.data_ptr()" for a in step.args), *dims])
-        name = py_str(f"cpp_{step.kernel}")
-        return f"_cpp.function({name}, {py_str(sig)})({args})"
+        name = py_str(f"cpp_{k.name}")
+        return f"{library}.function({name}, {py_str(sig)})({args})"
     if k.matmul is not None:
         mm, c = k.matmul, k.matmul.config
         blocks = ", ".join(f"{key}={v}" for key, v in c.launch_kwargs().items())

@@ -16,7 +16,8 @@ which is how views, broadcasting and any strided layout are read without copies.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -176,6 +177,23 @@ class Kernel:
             isinstance(s, Stmt) and s.op == "reduce" for s in self.body
         )
 
+    def renamed(self, params: Mapping[str, str]) -> Kernel:
+        """The kernel with its parameters renamed, old name -> new."""
+
+        def rename(s: Stmt | Store) -> Stmt | Store:
+            if isinstance(s, Store):
+                return replace(s, buffer=params[s.buffer])
+            if s.op == "load":
+                return replace(s, args=(params[s.args[0]], *s.args[1:]))
+            return s
+
+        return replace(
+            self,
+            inputs=tuple(replace(a, param=params[a.param]) for a in self.inputs),
+            outputs=tuple(replace(a, param=params[a.param]) for a in self.outputs),
+            body=tuple(rename(s) for s in self.body),
+        )
+
 
 @dataclass(frozen=True)
 class Alloc:
@@ -293,6 +311,10 @@ class KernelNames:
 
 
 def body_key(k: Kernel) -> tuple:
+    """What makes two kernels one: their sizes, dtypes and bodies, whatever the
+    kernels and their parameters are named."""
+    args = k.inputs + k.outputs
+    k = k.renamed({a.param: f"p{i}" for i, a in enumerate(args)})
     return (
         k.xnumel,
         k.rnumel,

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import heapq
 import re
-from dataclasses import replace
 
 import torch
 
@@ -667,7 +666,7 @@ def readable_params(kernel: Kernel, nodes: dict[str, Node]) -> Kernel:
     launch, for the reviewer: an input `x_ptr`, a parameter `ln_1_weight_ptr` (the
     last two names of its path), a value `linear_ptr` (its op); the one output
     `out_ptr`, several `out_<value>_ptr`. Kernels of identical bodies are shared
-    whatever their names (`body_key` is taken before), so a later launch may pass
+    whatever their parameters are named (`body_key`), so a later launch may pass
     another layer's buffers, in the same positions."""
     taken = set(MATMUL_OPERANDS)
     renames = {}
@@ -682,20 +681,7 @@ def readable_params(kernel: Kernel, nodes: dict[str, Node]) -> Kernel:
             name = f"{base}_{n}_ptr"
         taken.add(name)
         renames[arg.param] = name
-
-    def renamed(s: Stmt | Store) -> Stmt | Store:
-        if isinstance(s, Store):
-            return replace(s, buffer=renames[s.buffer])
-        if s.op == "load":
-            return replace(s, args=(renames[s.args[0]], *s.args[1:]))
-        return s
-
-    return replace(
-        kernel,
-        inputs=tuple(replace(a, param=renames[a.param]) for a in kernel.inputs),
-        outputs=tuple(replace(a, param=renames[a.param]) for a in kernel.outputs),
-        body=tuple(renamed(s) for s in kernel.body),
-    )
+    return kernel.renamed(renames)
 
 
 def _buffer_stem(node: Node) -> str:
