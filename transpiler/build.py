@@ -22,8 +22,14 @@ from transpiler.frontend.fallback import Stub
 from transpiler.frontend.objects import ObjectInput
 from transpiler.frontend.signature import Signature
 from transpiler.ir.dynamic import Dim
-from transpiler.ir.graph import FALLBACK, Span
-from transpiler.ir.program import ExternCall, Kernel, KernelCall, Program
+from transpiler.ir.graph import Span
+from transpiler.ir.program import (
+    ExternCall,
+    FallbackCall,
+    Kernel,
+    KernelCall,
+    Program,
+)
 from transpiler.ir.region import CompiledRegion, programs_of
 from transpiler.options import Variant
 from transpiler.text import count
@@ -92,12 +98,8 @@ class VariantCode:
         """One line: what the variant's code does (the module header, `-v`)."""
         if self.region is None:
             return f"runs the source: {self.fallback_reason} ({self.fallback_span})"
-        calls = [s for s in self.steps if isinstance(s, ExternCall)]
         stubs = len(self.fallback_calls)
-        externs = sum(
-            not (s.is_view or s.target == "getitem" or s.target.startswith(FALLBACK))
-            for s in calls
-        )
+        externs = sum(isinstance(s, ExternCall) and s.computes for s in self.steps)
         kernels = sum(isinstance(s, KernelCall) for s in self.steps)
         parts = [count(kernels, "kernel"), count(externs, "extern call")]
         if stubs:
@@ -122,11 +124,7 @@ class VariantCode:
     @property
     def fallback_calls(self) -> list[ExternCall]:
         """The calls of fallback code (graph breaks) among the steps."""
-        return [
-            s
-            for s in self.steps
-            if isinstance(s, ExternCall) and s.target.startswith(FALLBACK)
-        ]
+        return [s for s in self.steps if isinstance(s, FallbackCall)]
 
     @property
     def calls_fallback(self) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from transpiler.build import Build, TargetCode, VariantCode
 from transpiler.codegen.wrapper import OVERWRITTEN, megabytes, variant_guards
-from transpiler.ir.graph import FALLBACK, LOOP
 from transpiler.ir.program import ExternCall, KernelCall
 from transpiler.passes.hoist_constants import kept_bytes
 from transpiler.text import count
@@ -40,7 +39,7 @@ def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
     lines += [f"    {g.text}" for g in guards]
     steps = vc.steps
     kernels = [s for s in steps if isinstance(s, KernelCall)]
-    externs = [s.target for s in steps if _extern_work(s)]
+    externs = [s.target for s in steps if isinstance(s, ExternCall) and s.computes]
     breaks = vc.fallback_calls
     in_kernels = sum(p.kernel_ops for p in vc.programs)
     total = in_kernels + len(externs)
@@ -110,7 +109,10 @@ def compiled_nothing(build: Build) -> list[str]:
                     )
                     continue
                 work = [
-                    s for s in vc.steps if isinstance(s, KernelCall) or _extern_work(s)
+                    s
+                    for s in vc.steps
+                    if isinstance(s, KernelCall)
+                    or (isinstance(s, ExternCall) and s.computes)
                 ]
                 if not work and vc.calls_fallback:
                     lines.append(
@@ -118,13 +120,3 @@ def compiled_nothing(build: Build) -> list[str]:
                         "work is fallback code (see --explain)"
                     )
     return lines
-
-
-def _extern_work(s) -> bool:
-    """An extern call that computes (not a view, `getitem`, fallback or a loop)."""
-    return (
-        isinstance(s, ExternCall)
-        and not s.is_view
-        and s.target != "getitem"
-        and not s.target.startswith((FALLBACK, LOOP))
-    )

@@ -73,6 +73,8 @@ def test_loop_is_compiled_not_fallback(compiled: dict[str, Compiled]) -> None:
     assert "sync: the loop condition reads tensor data" in c.cpu_source
     # one kernel for the body and the next condition: y / 2, |y|, max, > 1
     assert c.cpu_source.count("_cpp.function(") == 3
+    # the header counts the loop as what it runs, as --explain does: not an extern
+    assert "3 kernels, 0 extern calls" in c.module.__doc__
 
 
 @pytest.mark.parametrize("n", [[0.0, 0.0], [2.0, 1.0], [3.0, -5.0]])

@@ -62,7 +62,6 @@ from tests.opinfo.compare import (
     upcast_inputs,
 )
 from transpiler import pipeline
-from transpiler.ir.graph import FALLBACK
 from transpiler.ir.program import ExternCall, KernelCall
 from transpiler.options import Options, Target, Variant
 from transpiler.pipeline import compile_modules, render
@@ -337,11 +336,11 @@ def lowered(vc, module, reasons: dict[str, str]) -> Lowered:
     if vc.region is None:
         why = f"all fallback: {vc.fallback_reason}"
         return Lowered(vc.name, FALLBACK_CLASS, 0, (), (why,), None)
-    steps = [s for p in vc.programs for s in p.steps]
-    calls = [s for s in steps if isinstance(s, ExternCall) and not s.is_view]
-    stubs = [s.target for s in calls if s.target.startswith(FALLBACK)]
-    externs = [s.target for s in calls if s.target != "getitem"]
-    externs = sorted({t for t in externs if not t.startswith(FALLBACK)})
+    steps = vc.steps
+    stubs = vc.fallback_calls
+    externs = sorted(
+        {s.target for s in steps if isinstance(s, ExternCall) and s.computes}
+    )
     kind = FALLBACK_CLASS if stubs else PARTLY if externs else COMPILED
     fn = module.__dict__[f"_{vc.name}"]
     return Lowered(

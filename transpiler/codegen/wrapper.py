@@ -29,8 +29,6 @@ from transpiler.frontend.signature import FROM_SOURCE
 from transpiler.ir.dynamic import Dim, dims_in
 from transpiler.ir.graph import (
     DEVICE,
-    FALLBACK,
-    LOOP,
     Global,
     InputObject,
     Record,
@@ -43,7 +41,9 @@ from transpiler.ir.graph import (
 from transpiler.ir.program import (
     Alloc,
     ExternCall,
+    FallbackCall,
     KernelCall,
+    LoopCall,
     Program,
     kernel_params,
     reads_writes,
@@ -711,7 +711,7 @@ def _step_lines(step) -> list[str]:
             return [f"{step.out} = {_laid_out(item, step)}"]
         args = [literal(a) for a in step.args]
         kwargs = [f"{k}={literal(v)}" for k, v in step.kwargs if not k.startswith("_")]
-        if step.target.startswith(FALLBACK):  # the user's code, run eagerly
+        if isinstance(step, FallbackCall):  # the user's code, run eagerly
             call = f"{step.target}({', '.join(args + kwargs)})"
             return [f"{step.out} = {call}" if step.meta else call]
         call = _extern_call(step.target, list(step.args), kwargs)
@@ -967,7 +967,7 @@ def _steps_lines(
         allocs = []
         if isinstance(step, KernelCall):
             lines.append(ind + _kernel_call(step, kernels, device))
-        elif step.target.startswith(LOOP):
+        elif isinstance(step, LoopCall):
             loop = dict(r.loops)[step.target]
             lines += _loop_lines(step, loop, kernels, device, reads, ind)
         else:

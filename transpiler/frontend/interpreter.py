@@ -52,8 +52,6 @@ from transpiler.frontend.recorder import (
 )
 from transpiler.frontend.source import OPAQUE_PACKAGES, SourceCache, SourceFile
 from transpiler.ir.graph import (
-    FALLBACK,
-    LOOP,
     InputObject,
     Node,
     Opaque,
@@ -779,10 +777,10 @@ class Interpreter:
         readers = _readers(builder.nodes, written)
         if readers:
             kwargs.append(("_reads", readers))
-        target = f"{FALLBACK}:{index}"
+        target = str(index)
         if plan.stub.returns:  # its value is the function's result
             name = builder.add(
-                "call", target, plan.args, kwargs, Opaque(), span, base="fallback"
+                "fallback", target, plan.args, kwargs, Opaque(), span, base="fallback"
             )
             self.last_stub = Ref(name)
             raise _Return(OpaqueValue(name))
@@ -795,7 +793,7 @@ class Interpreter:
             for n in plan.stub.outputs
         )
         name = builder.add(
-            "call", target, plan.args, kwargs, metas, span, base="fallback"
+            "fallback", target, plan.args, kwargs, metas, span, base="fallback"
         )
         self.last_stub = Ref(name)
         fresh = _fresh_memory(list(plan.tensor_outputs.values()))
@@ -1118,9 +1116,7 @@ class Interpreter:
         )
         kwargs = (("_after", self.last_stub),) if self.last_stub else ()
         metas = tuple(TensorMeta.of(before[n]) for n in carried)
-        name = builder.add(
-            "call", f"{LOOP}:{index}", args, kwargs, metas, span, base="loop"
-        )
+        name = builder.add("loop", str(index), args, kwargs, metas, span, base="loop")
         self.last_stub = Ref(name)
         for i, n in enumerate(carried):
             t = _like(before[n])

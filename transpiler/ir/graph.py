@@ -9,6 +9,10 @@ Note [Graph invariants]
     - "param":   a parameter or buffer of the module (`target` is its dotted path);
     - "call":    an ATen op (`target` is "aten.add.Tensor") or "getitem" (picks one
                  result of a multi-output node);
+    - "fallback": a call of fallback code, in its place among the others (`target`
+                 is its number in the trace, then its function's name: `name_stubs`);
+    - "loop":    a `while` loop on tensor data (`target` is its number in the trace:
+                 its body is a graph of its own, `Traced.loops`);
 * Every tensor-valued node carries `TensorMeta`: shape, stride, storage offset and
   dtype, exactly as PyTorch's meta kernels computed them. Views keep the strides and
   offset of their base's storage, so folding a view into indexing needs no per-op rule.
@@ -114,7 +118,7 @@ Meta = TensorMeta | Opaque | tuple[TensorMeta | Opaque, ...] | None
 @dataclass(frozen=True)
 class Node:
     name: str
-    op: str  # "input" | "param" | "call"
+    op: str  # "input" | "param" | "call" | "fallback" | "loop"
     target: str
     args: tuple[Any, ...] = ()
     kwargs: tuple[tuple[str, Any], ...] = ()
@@ -130,12 +134,12 @@ class Node:
     @property
     def is_fallback(self) -> bool:
         """A call of fallback code: runs eagerly, keeps its place among the others."""
-        return self.target.startswith(FALLBACK)
+        return self.op == "fallback"
 
     @property
     def is_loop(self) -> bool:
         """A `while` loop on tensor data; its body is a graph of its own."""
-        return self.target.startswith(LOOP)
+        return self.op == "loop"
 
     def refs(self) -> Iterator[Ref]:
         yield from iter_refs((self.args, self.kwargs))
@@ -146,7 +150,10 @@ class Node:
         else:
             parts = [_fmt(a) for a in self.args]
             parts += [f"{k}={_fmt(v)}" for k, v in self.kwargs]
-            rhs = f"{self.target}({', '.join(parts)})"
+            callee = self.target  # a fallback or loop by number: `loop[0]`
+            if self.op in ("fallback", "loop") and self.target.isdigit():
+                callee = f"{self.op}[{self.target}]"
+            rhs = f"{callee}({', '.join(parts)})"
         meta = self.meta
         if isinstance(meta, tuple):
             ann = "(" + ", ".join(map(str, meta)) + ")"
@@ -220,10 +227,6 @@ class Updated:
     def __repr__(self) -> str:
         sets = "; ".join(f"{o}.{a} = {_fmt(v)}" for o, a, v in self.writes)
         return f"{_fmt(self.result)} after {sets}"
-
-
-FALLBACK = "_fallback"  # target prefix of fallback calls
-LOOP = "_loop"  # target prefix of loops on tensor data
 
 
 def iter_refs(value: Any) -> Iterator[Ref]:
@@ -332,7 +335,7 @@ class Graph:
         seen: set[str] = set()
         for n in self.nodes:
             assert n.name not in seen, f"duplicate node name {n.name}"
-            assert n.op in ("input", "param", "call"), n
+            assert n.op in ("input", "param", "call", "fallback", "loop"), n
             for r in n.refs():
                 assert r.name in seen, f"{n.name} uses {r.name} before it is defined"
             assert n.meta is not None, f"{n.name} has no meta"

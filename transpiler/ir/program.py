@@ -223,8 +223,34 @@ class ExternCall:
     is_view: bool = False
     layout: tuple[Any, ...] | None = None
 
+    @property
+    def computes(self) -> bool:
+        """Whether the call is work done outside the kernels (not a view, `getitem`,
+        fallback code or a loop): what the summary and `--explain` count."""
+        return not (self.is_view or self.target == "getitem")
 
-Step = Alloc | KernelCall | ExternCall
+
+@dataclass(frozen=True)
+class FallbackCall(ExternCall):
+    """A call of fallback code (a graph break), in its place among the steps:
+    `target` is its function in the generated module (`_fallback_0`)."""
+
+    @property
+    def computes(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
+class LoopCall(ExternCall):
+    """A `while` loop on tensor data: `target` names its body among the region's
+    `loops`; the results are its carried values."""
+
+    @property
+    def computes(self) -> bool:
+        return False
+
+
+Step = Alloc | KernelCall | ExternCall  # FallbackCall and LoopCall among them
 
 
 @dataclass(frozen=True)

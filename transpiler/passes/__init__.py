@@ -30,7 +30,7 @@ def lower_region(
     graph = _rename_inputs(region.graph, env)
     program = lower(graph)
     compiled_loops = tuple(
-        (n.target, _lower_loop(loops[int(n.target.split(":")[1])], lower))
+        (n.target, _lower_loop(loops[int(n.target)], lower))
         for n in graph.nodes
         if n.is_loop
     )
@@ -69,9 +69,10 @@ def _rename_inputs(graph: Graph, env: dict[str, str]) -> Graph:
 
 
 def name_stubs(graph: Graph, names: list[str]) -> Graph:
-    """Give fallback calls (`_fallback:N`) their names in the generated module."""
+    """Give fallback calls (by their number in the trace) their functions' names
+    in the generated module."""
     return graph.with_nodes(
-        replace(n, target=names[int(n.target.split(":")[1])]) if n.is_fallback else n
+        replace(n, target=names[int(n.target)]) if n.is_fallback else n
         for n in graph.nodes
     )
 

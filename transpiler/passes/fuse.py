@@ -95,6 +95,8 @@ CAST_KWARGS = {"dtype", "layout", "device", "pin_memory"}
 def classify(node: Node, nodes: dict[str, Node]) -> str:
     if node.op in ("input", "param"):
         return "buffer"
+    if node.op in ("fallback", "loop"):  # run as they are, between the kernels
+        return "extern"
     if node.target == "getitem":
         source = nodes[node.args[0].name]
         if source.target in REDUCTIONS and reduction_ok(source, nodes):

@@ -44,12 +44,14 @@ from dataclasses import replace
 import torch
 
 from transpiler.ir.dynamic import dims_in
-from transpiler.ir.graph import FALLBACK, LOOP, Ref, leaves
+from transpiler.ir.graph import Ref, leaves
 from transpiler.ir.ops import resolve_op
 from transpiler.ir.program import (
     Alloc,
     ExternCall,
+    FallbackCall,
     KernelCall,
+    LoopCall,
     Program,
     Step,
     reads_writes,
@@ -134,7 +136,7 @@ def _writes_only_its_own(program: Program) -> bool:
             if not set(reads_writes(step, program)[1]) <= allocated:
                 return False
         elif isinstance(step, ExternCall) and step.target != DIRECT_VIEW:
-            if step.target.startswith((FALLBACK, LOOP)):
+            if isinstance(step, (FallbackCall, LoopCall)):
                 return False
             op = _aten(step.target)
             if op is not None and op._schema.is_mutable:
@@ -144,7 +146,7 @@ def _writes_only_its_own(program: Program) -> bool:
 
 def _aten(target: str):
     """The OpOverload an extern call's target names, or None (not an op)."""
-    if target.count(".") != 2 or target.startswith((FALLBACK, LOOP)):
+    if target.count(".") != 2:
         return None
     return resolve_op(target)
 

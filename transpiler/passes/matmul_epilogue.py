@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from transpiler.ir.graph import LOOP, Ref, TensorMeta, iter_refs
+from transpiler.ir.graph import Ref, TensorMeta, iter_refs
 from transpiler.ir.ops import HALF_TYPES
 from transpiler.ir.program import (
     MATMUL_OPERANDS,
@@ -39,6 +39,7 @@ from transpiler.ir.program import (
     Kernel,
     KernelArg,
     KernelCall,
+    LoopCall,
     Matmul,
     MatmulConfig,
     Program,
@@ -85,9 +86,7 @@ def find(
 ) -> list[Epilogue]:
     """Every linear layer of `program` whose consumer could be its epilogue;
     `inputs` gives the layouts of the program's inputs where known."""
-    if any(
-        isinstance(s, ExternCall) and s.target.startswith(LOOP) for s in program.steps
-    ):
+    if any(isinstance(s, LoopCall) for s in program.steps):
         return []  # a loop body may read any earlier value by name: keep them all
     layout = inputs | metas(program)
     readers: dict[str, list] = {}  # buffer -> the steps that read it

@@ -142,7 +142,7 @@ def _fallback(node: Node, values: dict, builder: GraphBuilder):
 
     kwargs = tuple((k, map_refs(v, ref)) for k, v in node.kwargs)
     name = builder.add(
-        "call",
+        node.op,
         node.target,
         map_refs(node.args, ref),
         kwargs,

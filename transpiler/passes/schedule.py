@@ -81,11 +81,13 @@ from transpiler.ir.program import (
     Alloc,
     Const,
     ExternCall,
+    FallbackCall,
     Index,
     Kernel,
     KernelArg,
     KernelCall,
     KernelNames,
+    LoopCall,
     Program,
     Stmt,
     Store,
@@ -129,8 +131,9 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
             steps.append(KernelCall(name, args, kernel.spans))
         else:
             node = nodes[unit]
+            call = STEP_KINDS.get(node.op, ExternCall)
             steps.append(
-                ExternCall(
+                call(
                     node.name,
                     node.target,
                     node.args,
@@ -659,6 +662,10 @@ class KernelBuilder:
         self.outputs.append(KernelArg(param, node.name, meta.dtype))
         index = self.index(meta.shape, level, meta, 0)
         self.body.append(Store(param, index, self.values[node.name], level, meta.dtype))
+
+
+# The step a node of the graph is, other than an ATen op's call (an ExternCall)
+STEP_KINDS = {"fallback": FallbackCall, "loop": LoopCall}
 
 
 def readable_params(kernel: Kernel, nodes: dict[str, Node]) -> Kernel:
