@@ -19,8 +19,7 @@ def triton_fused_addmm_log_softmax_0(
     rnumel = 10
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(linear_ptr + (10 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.load(fc_bias_ptr + rindex, xmask & rmask, other=0)
@@ -43,8 +42,7 @@ def triton_fused_addmm_log_softmax_1(
     rnumel = 10
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(linear_ptr + (10 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.load(fc_bias_ptr + rindex, xmask & rmask, other=0)
@@ -67,8 +65,7 @@ def triton_fused_addmm_log_softmax_2(
     rnumel = 10
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(linear_ptr + rindex, xmask & rmask, other=0)
     tmp1 = tl.load(fc_bias_ptr + rindex, xmask & rmask, other=0)
@@ -91,8 +88,7 @@ def triton_fused_addmm_log_softmax_3(
     rnumel = 10
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(linear_ptr + (10 * (xindex % B) + rindex), xmask & rmask, other=0)
     tmp1 = tl.load(fc_bias_ptr + rindex, xmask & rmask, other=0)

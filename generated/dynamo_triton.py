@@ -14,8 +14,7 @@ def triton_fused_mul_sum_gt_0(
     rnumel = 10
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(x_ptr + rindex, xmask & rmask, other=0)
     tmp1 = tmp0 * 2.0

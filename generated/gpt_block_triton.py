@@ -37,8 +37,7 @@ def triton_fused_native_layer_norm_0(
     rnumel = 64
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(x_ptr + (64 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
@@ -85,8 +84,7 @@ def triton_fused_addmm_add_native_layer_norm_0(
     rnumel = 64
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(linear_ptr + (64 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.load(c_proj_bias_ptr + rindex, xmask & rmask, other=0)
@@ -172,8 +170,7 @@ def triton_fused_native_layer_norm_1(
     rnumel = 64
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(x_ptr + (64 * xindex + rindex), xmask & rmask, other=0).to(
         tl.float32
@@ -222,8 +219,7 @@ def triton_fused_addmm_add_native_layer_norm_1(
     rnumel = 64
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(linear_ptr + (64 * xindex + rindex), xmask & rmask, other=0).to(
         tl.float32

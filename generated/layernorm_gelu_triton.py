@@ -18,8 +18,7 @@ def triton_fused_native_layer_norm_gelu_0(
     rnumel = 256
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(x_ptr + (256 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
@@ -62,8 +61,7 @@ def triton_fused_native_layer_norm_gelu_1(
     rnumel = 256
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(x_ptr + (256 * xindex + rindex), xmask & rmask, other=0).to(
         tl.float32

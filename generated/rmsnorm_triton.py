@@ -13,8 +13,7 @@ def triton_fused_mul_mean_add_rsqrt_0(
     rnumel = 256
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(x_ptr + (256 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tmp0 * tmp0

@@ -17,8 +17,7 @@ def triton_fused_softmax_0(x_ptr, out_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.cons
     rnumel = 128
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(x_ptr + (128 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.reduce(tl.where(xmask & rmask, tmp0, float("-inf")), 1, _maximum)[:, None]

@@ -32,8 +32,7 @@ def triton_fused_embedding_0(
     rnumel = 8192
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(idx_ptr + rindex, xmask & rmask, other=0)
     tmp1 = tmp0 >= 0
@@ -82,8 +81,7 @@ def triton_fused_embedding_add_native_layer_norm_0(
     rnumel = 768
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(idx_ptr + xindex, xmask & rmask, other=0)
     tmp1 = tmp0 < 0
@@ -144,8 +142,7 @@ def triton_fused_addmm_add_native_layer_norm_0(
     rnumel = 768
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(linear_ptr + (768 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.load(c_proj_bias_ptr + rindex, xmask & rmask, other=0)
@@ -218,8 +215,7 @@ def triton_fused_addmm_add_native_layer_norm_1(
     rnumel = 768
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(linear_ptr + (768 * xindex + rindex), xmask & rmask, other=0)
     tmp1 = tl.load(c_proj_bias_ptr + rindex, xmask & rmask, other=0)

@@ -39,8 +39,7 @@ def triton_fused_addmm_sum_gt_0(
     rnumel = 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     xmask = xindex < xnumel
-    rbase = tl.arange(0, RBLOCK)[None, :]
-    rindex = rbase
+    rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
     tmp0 = tl.load(x_ptr + 4 * (rindex // 4), xmask & rmask, other=0)
     tmp1 = tl.load(linear_weight_ptr + 4 * (rindex % 4), xmask & rmask, other=0)

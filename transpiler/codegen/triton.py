@@ -588,10 +588,14 @@ class _Renderer:
                 "    xindex = tl.program_id(0) * XBLOCK"
                 " + tl.arange(0, XBLOCK)[:, None]",
                 "    xmask = xindex < xnumel",
-                "    rbase = tl.arange(0, RBLOCK)[None, :]",
             ]
-            if self.persistent:
-                head += ["    rindex = rbase", "    rmask = rindex < rnumel"]
+            if self.persistent:  # the whole row in one block: no loop over it
+                head += [
+                    "    rindex = tl.arange(0, RBLOCK)[None, :]",
+                    "    rmask = rindex < rnumel",
+                ]
+            else:
+                head.append("    rbase = tl.arange(0, RBLOCK)[None, :]")
         else:
             head += [
                 "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)",
