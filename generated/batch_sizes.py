@@ -97,8 +97,9 @@ def _guards_cpu_0(self, x):
 
 def _cpu_0(self, x):
     empty = runtime_shim.allocator(x.device)
-    fc_weight = self._modules["fc"]._parameters["weight"]
-    fc_bias = self._modules["fc"]._parameters["bias"]
+    fc = self._modules["fc"]
+    fc_weight = fc._parameters["weight"]
+    fc_bias = fc._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
     _log_softmax = empty((16, 10), (10, 1), torch.float32)
@@ -147,8 +148,9 @@ def _guards_cuda_0(self, x):
 
 def _cuda_0(self, x):
     empty = runtime_shim.allocator(x.device)
-    fc_weight = self._modules["fc"]._parameters["weight"]
-    fc_bias = self._modules["fc"]._parameters["bias"]
+    fc = self._modules["fc"]
+    fc_weight = fc._parameters["weight"]
+    fc_bias = fc._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
     _log_softmax = empty((16, 10), (10, 1), torch.float32)
@@ -195,8 +197,9 @@ def _guards_cpu_1(self, x):
 
 def _cpu_1(self, x):
     empty = runtime_shim.allocator(x.device)
-    fc_weight = self._modules["fc"]._parameters["weight"]
-    fc_bias = self._modules["fc"]._parameters["bias"]
+    fc = self._modules["fc"]
+    fc_weight = fc._parameters["weight"]
+    fc_bias = fc._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
     _log_softmax = empty((32, 10), (10, 1), torch.float32)
@@ -245,8 +248,9 @@ def _guards_cuda_1(self, x):
 
 def _cuda_1(self, x):
     empty = runtime_shim.allocator(x.device)
-    fc_weight = self._modules["fc"]._parameters["weight"]
-    fc_bias = self._modules["fc"]._parameters["bias"]
+    fc = self._modules["fc"]
+    fc_weight = fc._parameters["weight"]
+    fc_bias = fc._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
     _log_softmax = empty((32, 10), (10, 1), torch.float32)
@@ -293,8 +297,9 @@ def _guards_cpu_2(self, x):
 
 def _cpu_2(self, x):
     empty = runtime_shim.allocator(x.device)
-    fc_weight = self._modules["fc"]._parameters["weight"]
-    fc_bias = self._modules["fc"]._parameters["bias"]
+    fc = self._modules["fc"]
+    fc_weight = fc._parameters["weight"]
+    fc_bias = fc._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
     _log_softmax = empty((1, 10), (10, 1), torch.float32)
@@ -344,8 +349,9 @@ def _guards_cpu_3(self, x):
 def _cpu_3(self, x):
     empty = runtime_shim.allocator(x.device)
     B = x.shape[0]  # dynamic: one variant for every size
-    fc_weight = self._modules["fc"]._parameters["weight"]
-    fc_bias = self._modules["fc"]._parameters["bias"]
+    fc = self._modules["fc"]
+    fc_weight = fc._parameters["weight"]
+    fc_bias = fc._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
     _log_softmax = empty((B, 10), (10, 1), torch.float32)
@@ -394,8 +400,9 @@ def _guards_cuda_2(self, x):
 
 def _cuda_2(self, x):
     empty = runtime_shim.allocator(x.device)
-    fc_weight = self._modules["fc"]._parameters["weight"]
-    fc_bias = self._modules["fc"]._parameters["bias"]
+    fc = self._modules["fc"]
+    fc_weight = fc._parameters["weight"]
+    fc_bias = fc._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
     _log_softmax = empty((1, 10), (10, 1), torch.float32)
@@ -447,8 +454,9 @@ def _guards_cuda_3(self, x):
 def _cuda_3(self, x):
     empty = runtime_shim.allocator(x.device)
     B = x.shape[0]  # dynamic: one variant for every size
-    fc_weight = self._modules["fc"]._parameters["weight"]
-    fc_bias = self._modules["fc"]._parameters["bias"]
+    fc = self._modules["fc"]
+    fc_weight = fc._parameters["weight"]
+    fc_bias = fc._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
     _log_softmax = empty((B, 10), (10, 1), torch.float32)

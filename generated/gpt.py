@@ -183,146 +183,54 @@ def _guards_cpu_0(self, idx):
 def _cpu_0(self, idx):
     empty = runtime_shim.allocator(idx.device)
     device = idx.device
+    h = self._modules["h"]
+    h_0 = h._modules["0"]
+    h_0_ln_1 = h_0._modules["ln_1"]
+    h_0_attn = h_0._modules["attn"]
+    h_0_attn_c_attn = h_0_attn._modules["c_attn"]
+    h_0_attn_c_proj = h_0_attn._modules["c_proj"]
+    h_0_ln_2 = h_0._modules["ln_2"]
+    h_0_mlp = h_0._modules["mlp"]
+    h_0_mlp_c_fc = h_0_mlp._modules["c_fc"]
+    h_0_mlp_c_proj = h_0_mlp._modules["c_proj"]
+    h_1 = h._modules["1"]
+    h_1_ln_1 = h_1._modules["ln_1"]
+    h_1_attn = h_1._modules["attn"]
+    h_1_attn_c_attn = h_1_attn._modules["c_attn"]
+    h_1_attn_c_proj = h_1_attn._modules["c_proj"]
+    h_1_ln_2 = h_1._modules["ln_2"]
+    h_1_mlp = h_1._modules["mlp"]
+    h_1_mlp_c_fc = h_1_mlp._modules["c_fc"]
+    h_1_mlp_c_proj = h_1_mlp._modules["c_proj"]
+    ln_f = self._modules["ln_f"]
     wte_weight = self._modules["wte"]._parameters["weight"]
     wpe_weight = self._modules["wpe"]._parameters["weight"]
-    h_0_ln_1_weight = (
-        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_0_ln_1_bias = (
-        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_0_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_0_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_0_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_0_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_0_ln_2_weight = (
-        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_0_ln_2_bias = (
-        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_0_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_0_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_0_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_0_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_1_ln_1_weight = (
-        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_1_ln_1_bias = (
-        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_1_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_1_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_1_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_1_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_1_ln_2_weight = (
-        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_1_ln_2_bias = (
-        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_1_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_1_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_1_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_1_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    ln_f_weight = self._modules["ln_f"]._parameters["weight"]
-    ln_f_bias = self._modules["ln_f"]._parameters["bias"]
+    h_0_ln_1_weight = h_0_ln_1._parameters["weight"]
+    h_0_ln_1_bias = h_0_ln_1._parameters["bias"]
+    h_0_attn_c_attn_weight = h_0_attn_c_attn._parameters["weight"]
+    h_0_attn_c_attn_bias = h_0_attn_c_attn._parameters["bias"]
+    h_0_attn_c_proj_weight = h_0_attn_c_proj._parameters["weight"]
+    h_0_attn_c_proj_bias = h_0_attn_c_proj._parameters["bias"]
+    h_0_ln_2_weight = h_0_ln_2._parameters["weight"]
+    h_0_ln_2_bias = h_0_ln_2._parameters["bias"]
+    h_0_mlp_c_fc_weight = h_0_mlp_c_fc._parameters["weight"]
+    h_0_mlp_c_fc_bias = h_0_mlp_c_fc._parameters["bias"]
+    h_0_mlp_c_proj_weight = h_0_mlp_c_proj._parameters["weight"]
+    h_0_mlp_c_proj_bias = h_0_mlp_c_proj._parameters["bias"]
+    h_1_ln_1_weight = h_1_ln_1._parameters["weight"]
+    h_1_ln_1_bias = h_1_ln_1._parameters["bias"]
+    h_1_attn_c_attn_weight = h_1_attn_c_attn._parameters["weight"]
+    h_1_attn_c_attn_bias = h_1_attn_c_attn._parameters["bias"]
+    h_1_attn_c_proj_weight = h_1_attn_c_proj._parameters["weight"]
+    h_1_attn_c_proj_bias = h_1_attn_c_proj._parameters["bias"]
+    h_1_ln_2_weight = h_1_ln_2._parameters["weight"]
+    h_1_ln_2_bias = h_1_ln_2._parameters["bias"]
+    h_1_mlp_c_fc_weight = h_1_mlp_c_fc._parameters["weight"]
+    h_1_mlp_c_fc_bias = h_1_mlp_c_fc._parameters["bias"]
+    h_1_mlp_c_proj_weight = h_1_mlp_c_proj._parameters["weight"]
+    h_1_mlp_c_proj_bias = h_1_mlp_c_proj._parameters["bias"]
+    ln_f_weight = ln_f._parameters["weight"]
+    ln_f_bias = ln_f._parameters["bias"]
     sources = (wpe_weight,)
     constants = runtime_shim.constants(self, "cpu_0", sources)
     if constants is None:
@@ -547,146 +455,54 @@ def _guards_cuda_0(self, idx):
 def _cuda_0(self, idx):
     empty = runtime_shim.allocator(idx.device)
     device = idx.device
+    h = self._modules["h"]
+    h_0 = h._modules["0"]
+    h_0_ln_1 = h_0._modules["ln_1"]
+    h_0_attn = h_0._modules["attn"]
+    h_0_attn_c_attn = h_0_attn._modules["c_attn"]
+    h_0_attn_c_proj = h_0_attn._modules["c_proj"]
+    h_0_ln_2 = h_0._modules["ln_2"]
+    h_0_mlp = h_0._modules["mlp"]
+    h_0_mlp_c_fc = h_0_mlp._modules["c_fc"]
+    h_0_mlp_c_proj = h_0_mlp._modules["c_proj"]
+    h_1 = h._modules["1"]
+    h_1_ln_1 = h_1._modules["ln_1"]
+    h_1_attn = h_1._modules["attn"]
+    h_1_attn_c_attn = h_1_attn._modules["c_attn"]
+    h_1_attn_c_proj = h_1_attn._modules["c_proj"]
+    h_1_ln_2 = h_1._modules["ln_2"]
+    h_1_mlp = h_1._modules["mlp"]
+    h_1_mlp_c_fc = h_1_mlp._modules["c_fc"]
+    h_1_mlp_c_proj = h_1_mlp._modules["c_proj"]
+    ln_f = self._modules["ln_f"]
     wte_weight = self._modules["wte"]._parameters["weight"]
     wpe_weight = self._modules["wpe"]._parameters["weight"]
-    h_0_ln_1_weight = (
-        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_0_ln_1_bias = (
-        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_0_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_0_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_0_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_0_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_0_ln_2_weight = (
-        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_0_ln_2_bias = (
-        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_0_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_0_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_0_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_0_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_1_ln_1_weight = (
-        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_1_ln_1_bias = (
-        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_1_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_1_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_1_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_1_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_1_ln_2_weight = (
-        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_1_ln_2_bias = (
-        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_1_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_1_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_1_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_1_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    ln_f_weight = self._modules["ln_f"]._parameters["weight"]
-    ln_f_bias = self._modules["ln_f"]._parameters["bias"]
+    h_0_ln_1_weight = h_0_ln_1._parameters["weight"]
+    h_0_ln_1_bias = h_0_ln_1._parameters["bias"]
+    h_0_attn_c_attn_weight = h_0_attn_c_attn._parameters["weight"]
+    h_0_attn_c_attn_bias = h_0_attn_c_attn._parameters["bias"]
+    h_0_attn_c_proj_weight = h_0_attn_c_proj._parameters["weight"]
+    h_0_attn_c_proj_bias = h_0_attn_c_proj._parameters["bias"]
+    h_0_ln_2_weight = h_0_ln_2._parameters["weight"]
+    h_0_ln_2_bias = h_0_ln_2._parameters["bias"]
+    h_0_mlp_c_fc_weight = h_0_mlp_c_fc._parameters["weight"]
+    h_0_mlp_c_fc_bias = h_0_mlp_c_fc._parameters["bias"]
+    h_0_mlp_c_proj_weight = h_0_mlp_c_proj._parameters["weight"]
+    h_0_mlp_c_proj_bias = h_0_mlp_c_proj._parameters["bias"]
+    h_1_ln_1_weight = h_1_ln_1._parameters["weight"]
+    h_1_ln_1_bias = h_1_ln_1._parameters["bias"]
+    h_1_attn_c_attn_weight = h_1_attn_c_attn._parameters["weight"]
+    h_1_attn_c_attn_bias = h_1_attn_c_attn._parameters["bias"]
+    h_1_attn_c_proj_weight = h_1_attn_c_proj._parameters["weight"]
+    h_1_attn_c_proj_bias = h_1_attn_c_proj._parameters["bias"]
+    h_1_ln_2_weight = h_1_ln_2._parameters["weight"]
+    h_1_ln_2_bias = h_1_ln_2._parameters["bias"]
+    h_1_mlp_c_fc_weight = h_1_mlp_c_fc._parameters["weight"]
+    h_1_mlp_c_fc_bias = h_1_mlp_c_fc._parameters["bias"]
+    h_1_mlp_c_proj_weight = h_1_mlp_c_proj._parameters["weight"]
+    h_1_mlp_c_proj_bias = h_1_mlp_c_proj._parameters["bias"]
+    ln_f_weight = ln_f._parameters["weight"]
+    ln_f_bias = ln_f._parameters["bias"]
     sources = (wpe_weight,)
     constants = runtime_shim.constants(self, "cuda_0", sources)
     if constants is None:

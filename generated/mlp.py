@@ -94,10 +94,12 @@ def _guards_cpu_0(self, x):
 
 def _cpu_0(self, x):
     empty = runtime_shim.allocator(x.device)
-    fc1_weight = self._modules["fc1"]._parameters["weight"]
-    fc1_bias = self._modules["fc1"]._parameters["bias"]
-    fc2_weight = self._modules["fc2"]._parameters["weight"]
-    fc2_bias = self._modules["fc2"]._parameters["bias"]
+    fc1 = self._modules["fc1"]
+    fc2 = self._modules["fc2"]
+    fc1_weight = fc1._parameters["weight"]
+    fc1_bias = fc1._parameters["bias"]
+    fc2_weight = fc2._parameters["weight"]
+    fc2_bias = fc2._parameters["bias"]
     # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
     linear = torch.nn.functional.linear(x, fc1_weight)
     gelu = empty((8, 256), (256, 1), torch.float32)
@@ -148,10 +150,12 @@ def _guards_cuda_0(self, x):
 
 def _cuda_0(self, x):
     empty = runtime_shim.allocator(x.device)
-    fc1_weight = self._modules["fc1"]._parameters["weight"]
-    fc1_bias = self._modules["fc1"]._parameters["bias"]
-    fc2_weight = self._modules["fc2"]._parameters["weight"]
-    fc2_bias = self._modules["fc2"]._parameters["bias"]
+    fc1 = self._modules["fc1"]
+    fc2 = self._modules["fc2"]
+    fc1_weight = fc1._parameters["weight"]
+    fc1_bias = fc1._parameters["bias"]
+    fc2_weight = fc2._parameters["weight"]
+    fc2_bias = fc2._parameters["bias"]
     # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
     linear = torch.nn.functional.linear(x, fc1_weight)
     gelu = empty((8, 256), (256, 1), torch.float32)

@@ -97,8 +97,9 @@ def _guards_cpu_0(self, x):
 
 def _cpu_0(self, x):
     empty = runtime_shim.allocator(x.device)
-    linear_weight = self._modules["linear"]._parameters["weight"]
-    linear_bias = self._modules["linear"]._parameters["bias"]
+    linear = self._modules["linear"]
+    linear_weight = linear._parameters["weight"]
+    linear_bias = linear._parameters["bias"]
     # examples/toy.py:15: return self.linear(x).relu()
     relu = empty((2, 4), (4, 1), torch.float32)
     _cpp.function("cpp_fused_addmm_relu_0", "pppp")(
@@ -149,8 +150,9 @@ def _guards_cuda_0(self, x):
 
 def _cuda_0(self, x):
     empty = runtime_shim.allocator(x.device)
-    linear_weight = self._modules["linear"]._parameters["weight"]
-    linear_bias = self._modules["linear"]._parameters["bias"]
+    linear = self._modules["linear"]
+    linear_weight = linear._parameters["weight"]
+    linear_bias = linear._parameters["bias"]
     # examples/toy.py:15: return self.linear(x).relu()
     relu = empty((2, 4), (4, 1), torch.float32)
     _triton.triton_fused_addmm_relu_0[(1,)](
@@ -224,8 +226,9 @@ def _guards_cpu_1(self, x):
 
 def _cpu_1(self, x):
     empty = runtime_shim.allocator(x.device)
-    linear_weight = self._modules["linear"]._parameters["weight"]
-    linear_bias = self._modules["linear"]._parameters["bias"]
+    linear = self._modules["linear"]
+    linear_weight = linear._parameters["weight"]
+    linear_bias = linear._parameters["bias"]
     # examples/toy.py:27: y = self.linear(x)
     # examples/toy.py:28: if y.sum() > 0:
     addmm = empty((2, 4), (4, 1), torch.float32)
@@ -292,8 +295,9 @@ def _guards_cuda_1(self, x):
 
 def _cuda_1(self, x):
     empty = runtime_shim.allocator(x.device)
-    linear_weight = self._modules["linear"]._parameters["weight"]
-    linear_bias = self._modules["linear"]._parameters["bias"]
+    linear = self._modules["linear"]
+    linear_weight = linear._parameters["weight"]
+    linear_bias = linear._parameters["bias"]
     # examples/toy.py:27: y = self.linear(x)
     # examples/toy.py:28: if y.sum() > 0:
     addmm = empty((2, 4), (4, 1), torch.float32)

@@ -491,826 +491,264 @@ def _guards_cuda_0(self, idx):
 def _cuda_0(self, idx):
     empty = runtime_shim.allocator(idx.device)
     device = idx.device
+    h = self._modules["h"]
+    h_0 = h._modules["0"]
+    h_0_ln_1 = h_0._modules["ln_1"]
+    h_0_attn = h_0._modules["attn"]
+    h_0_attn_c_attn = h_0_attn._modules["c_attn"]
+    h_0_attn_c_proj = h_0_attn._modules["c_proj"]
+    h_0_ln_2 = h_0._modules["ln_2"]
+    h_0_mlp = h_0._modules["mlp"]
+    h_0_mlp_c_fc = h_0_mlp._modules["c_fc"]
+    h_0_mlp_c_proj = h_0_mlp._modules["c_proj"]
+    h_1 = h._modules["1"]
+    h_1_ln_1 = h_1._modules["ln_1"]
+    h_1_attn = h_1._modules["attn"]
+    h_1_attn_c_attn = h_1_attn._modules["c_attn"]
+    h_1_attn_c_proj = h_1_attn._modules["c_proj"]
+    h_1_ln_2 = h_1._modules["ln_2"]
+    h_1_mlp = h_1._modules["mlp"]
+    h_1_mlp_c_fc = h_1_mlp._modules["c_fc"]
+    h_1_mlp_c_proj = h_1_mlp._modules["c_proj"]
+    h_2 = h._modules["2"]
+    h_2_ln_1 = h_2._modules["ln_1"]
+    h_2_attn = h_2._modules["attn"]
+    h_2_attn_c_attn = h_2_attn._modules["c_attn"]
+    h_2_attn_c_proj = h_2_attn._modules["c_proj"]
+    h_2_ln_2 = h_2._modules["ln_2"]
+    h_2_mlp = h_2._modules["mlp"]
+    h_2_mlp_c_fc = h_2_mlp._modules["c_fc"]
+    h_2_mlp_c_proj = h_2_mlp._modules["c_proj"]
+    h_3 = h._modules["3"]
+    h_3_ln_1 = h_3._modules["ln_1"]
+    h_3_attn = h_3._modules["attn"]
+    h_3_attn_c_attn = h_3_attn._modules["c_attn"]
+    h_3_attn_c_proj = h_3_attn._modules["c_proj"]
+    h_3_ln_2 = h_3._modules["ln_2"]
+    h_3_mlp = h_3._modules["mlp"]
+    h_3_mlp_c_fc = h_3_mlp._modules["c_fc"]
+    h_3_mlp_c_proj = h_3_mlp._modules["c_proj"]
+    h_4 = h._modules["4"]
+    h_4_ln_1 = h_4._modules["ln_1"]
+    h_4_attn = h_4._modules["attn"]
+    h_4_attn_c_attn = h_4_attn._modules["c_attn"]
+    h_4_attn_c_proj = h_4_attn._modules["c_proj"]
+    h_4_ln_2 = h_4._modules["ln_2"]
+    h_4_mlp = h_4._modules["mlp"]
+    h_4_mlp_c_fc = h_4_mlp._modules["c_fc"]
+    h_4_mlp_c_proj = h_4_mlp._modules["c_proj"]
+    h_5 = h._modules["5"]
+    h_5_ln_1 = h_5._modules["ln_1"]
+    h_5_attn = h_5._modules["attn"]
+    h_5_attn_c_attn = h_5_attn._modules["c_attn"]
+    h_5_attn_c_proj = h_5_attn._modules["c_proj"]
+    h_5_ln_2 = h_5._modules["ln_2"]
+    h_5_mlp = h_5._modules["mlp"]
+    h_5_mlp_c_fc = h_5_mlp._modules["c_fc"]
+    h_5_mlp_c_proj = h_5_mlp._modules["c_proj"]
+    h_6 = h._modules["6"]
+    h_6_ln_1 = h_6._modules["ln_1"]
+    h_6_attn = h_6._modules["attn"]
+    h_6_attn_c_attn = h_6_attn._modules["c_attn"]
+    h_6_attn_c_proj = h_6_attn._modules["c_proj"]
+    h_6_ln_2 = h_6._modules["ln_2"]
+    h_6_mlp = h_6._modules["mlp"]
+    h_6_mlp_c_fc = h_6_mlp._modules["c_fc"]
+    h_6_mlp_c_proj = h_6_mlp._modules["c_proj"]
+    h_7 = h._modules["7"]
+    h_7_ln_1 = h_7._modules["ln_1"]
+    h_7_attn = h_7._modules["attn"]
+    h_7_attn_c_attn = h_7_attn._modules["c_attn"]
+    h_7_attn_c_proj = h_7_attn._modules["c_proj"]
+    h_7_ln_2 = h_7._modules["ln_2"]
+    h_7_mlp = h_7._modules["mlp"]
+    h_7_mlp_c_fc = h_7_mlp._modules["c_fc"]
+    h_7_mlp_c_proj = h_7_mlp._modules["c_proj"]
+    h_8 = h._modules["8"]
+    h_8_ln_1 = h_8._modules["ln_1"]
+    h_8_attn = h_8._modules["attn"]
+    h_8_attn_c_attn = h_8_attn._modules["c_attn"]
+    h_8_attn_c_proj = h_8_attn._modules["c_proj"]
+    h_8_ln_2 = h_8._modules["ln_2"]
+    h_8_mlp = h_8._modules["mlp"]
+    h_8_mlp_c_fc = h_8_mlp._modules["c_fc"]
+    h_8_mlp_c_proj = h_8_mlp._modules["c_proj"]
+    h_9 = h._modules["9"]
+    h_9_ln_1 = h_9._modules["ln_1"]
+    h_9_attn = h_9._modules["attn"]
+    h_9_attn_c_attn = h_9_attn._modules["c_attn"]
+    h_9_attn_c_proj = h_9_attn._modules["c_proj"]
+    h_9_ln_2 = h_9._modules["ln_2"]
+    h_9_mlp = h_9._modules["mlp"]
+    h_9_mlp_c_fc = h_9_mlp._modules["c_fc"]
+    h_9_mlp_c_proj = h_9_mlp._modules["c_proj"]
+    h_10 = h._modules["10"]
+    h_10_ln_1 = h_10._modules["ln_1"]
+    h_10_attn = h_10._modules["attn"]
+    h_10_attn_c_attn = h_10_attn._modules["c_attn"]
+    h_10_attn_c_proj = h_10_attn._modules["c_proj"]
+    h_10_ln_2 = h_10._modules["ln_2"]
+    h_10_mlp = h_10._modules["mlp"]
+    h_10_mlp_c_fc = h_10_mlp._modules["c_fc"]
+    h_10_mlp_c_proj = h_10_mlp._modules["c_proj"]
+    h_11 = h._modules["11"]
+    h_11_ln_1 = h_11._modules["ln_1"]
+    h_11_attn = h_11._modules["attn"]
+    h_11_attn_c_attn = h_11_attn._modules["c_attn"]
+    h_11_attn_c_proj = h_11_attn._modules["c_proj"]
+    h_11_ln_2 = h_11._modules["ln_2"]
+    h_11_mlp = h_11._modules["mlp"]
+    h_11_mlp_c_fc = h_11_mlp._modules["c_fc"]
+    h_11_mlp_c_proj = h_11_mlp._modules["c_proj"]
+    ln_f = self._modules["ln_f"]
     wte_weight = self._modules["wte"]._parameters["weight"]
     wpe_weight = self._modules["wpe"]._parameters["weight"]
-    h_0_ln_1_weight = (
-        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_0_ln_1_bias = (
-        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_0_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_0_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_0_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_0_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_0_ln_2_weight = (
-        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_0_ln_2_bias = (
-        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_0_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_0_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_0_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_0_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_1_ln_1_weight = (
-        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_1_ln_1_bias = (
-        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_1_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_1_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_1_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_1_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_1_ln_2_weight = (
-        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_1_ln_2_bias = (
-        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_1_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_1_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_1_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_1_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_2_ln_1_weight = (
-        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_2_ln_1_bias = (
-        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_2_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_2_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_2_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_2_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_2_ln_2_weight = (
-        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_2_ln_2_bias = (
-        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_2_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_2_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_2_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_2_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_3_ln_1_weight = (
-        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_3_ln_1_bias = (
-        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_3_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_3_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_3_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_3_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_3_ln_2_weight = (
-        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_3_ln_2_bias = (
-        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_3_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_3_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_3_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_3_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_4_ln_1_weight = (
-        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_4_ln_1_bias = (
-        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_4_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_4_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_4_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_4_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_4_ln_2_weight = (
-        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_4_ln_2_bias = (
-        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_4_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_4_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_4_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_4_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_5_ln_1_weight = (
-        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_5_ln_1_bias = (
-        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_5_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_5_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_5_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_5_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_5_ln_2_weight = (
-        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_5_ln_2_bias = (
-        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_5_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_5_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_5_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_5_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_6_ln_1_weight = (
-        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_6_ln_1_bias = (
-        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_6_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_6_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_6_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_6_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_6_ln_2_weight = (
-        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_6_ln_2_bias = (
-        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_6_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_6_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_6_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_6_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_7_ln_1_weight = (
-        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_7_ln_1_bias = (
-        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_7_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_7_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_7_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_7_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_7_ln_2_weight = (
-        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_7_ln_2_bias = (
-        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_7_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_7_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_7_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_7_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_8_ln_1_weight = (
-        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_8_ln_1_bias = (
-        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_8_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_8_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_8_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_8_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_8_ln_2_weight = (
-        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_8_ln_2_bias = (
-        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_8_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_8_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_8_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_8_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_9_ln_1_weight = (
-        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_9_ln_1_bias = (
-        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_9_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_9_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_9_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_9_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_9_ln_2_weight = (
-        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_9_ln_2_bias = (
-        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_9_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_9_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_9_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_9_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_10_ln_1_weight = (
-        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_10_ln_1_bias = (
-        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_10_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_10_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_10_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_10_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_10_ln_2_weight = (
-        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_10_ln_2_bias = (
-        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_10_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_10_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_10_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_10_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_11_ln_1_weight = (
-        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_11_ln_1_bias = (
-        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_11_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_11_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_11_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_11_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_11_ln_2_weight = (
-        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_11_ln_2_bias = (
-        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_11_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_11_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_11_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_11_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    ln_f_weight = self._modules["ln_f"]._parameters["weight"]
-    ln_f_bias = self._modules["ln_f"]._parameters["bias"]
+    h_0_ln_1_weight = h_0_ln_1._parameters["weight"]
+    h_0_ln_1_bias = h_0_ln_1._parameters["bias"]
+    h_0_attn_c_attn_weight = h_0_attn_c_attn._parameters["weight"]
+    h_0_attn_c_attn_bias = h_0_attn_c_attn._parameters["bias"]
+    h_0_attn_c_proj_weight = h_0_attn_c_proj._parameters["weight"]
+    h_0_attn_c_proj_bias = h_0_attn_c_proj._parameters["bias"]
+    h_0_ln_2_weight = h_0_ln_2._parameters["weight"]
+    h_0_ln_2_bias = h_0_ln_2._parameters["bias"]
+    h_0_mlp_c_fc_weight = h_0_mlp_c_fc._parameters["weight"]
+    h_0_mlp_c_fc_bias = h_0_mlp_c_fc._parameters["bias"]
+    h_0_mlp_c_proj_weight = h_0_mlp_c_proj._parameters["weight"]
+    h_0_mlp_c_proj_bias = h_0_mlp_c_proj._parameters["bias"]
+    h_1_ln_1_weight = h_1_ln_1._parameters["weight"]
+    h_1_ln_1_bias = h_1_ln_1._parameters["bias"]
+    h_1_attn_c_attn_weight = h_1_attn_c_attn._parameters["weight"]
+    h_1_attn_c_attn_bias = h_1_attn_c_attn._parameters["bias"]
+    h_1_attn_c_proj_weight = h_1_attn_c_proj._parameters["weight"]
+    h_1_attn_c_proj_bias = h_1_attn_c_proj._parameters["bias"]
+    h_1_ln_2_weight = h_1_ln_2._parameters["weight"]
+    h_1_ln_2_bias = h_1_ln_2._parameters["bias"]
+    h_1_mlp_c_fc_weight = h_1_mlp_c_fc._parameters["weight"]
+    h_1_mlp_c_fc_bias = h_1_mlp_c_fc._parameters["bias"]
+    h_1_mlp_c_proj_weight = h_1_mlp_c_proj._parameters["weight"]
+    h_1_mlp_c_proj_bias = h_1_mlp_c_proj._parameters["bias"]
+    h_2_ln_1_weight = h_2_ln_1._parameters["weight"]
+    h_2_ln_1_bias = h_2_ln_1._parameters["bias"]
+    h_2_attn_c_attn_weight = h_2_attn_c_attn._parameters["weight"]
+    h_2_attn_c_attn_bias = h_2_attn_c_attn._parameters["bias"]
+    h_2_attn_c_proj_weight = h_2_attn_c_proj._parameters["weight"]
+    h_2_attn_c_proj_bias = h_2_attn_c_proj._parameters["bias"]
+    h_2_ln_2_weight = h_2_ln_2._parameters["weight"]
+    h_2_ln_2_bias = h_2_ln_2._parameters["bias"]
+    h_2_mlp_c_fc_weight = h_2_mlp_c_fc._parameters["weight"]
+    h_2_mlp_c_fc_bias = h_2_mlp_c_fc._parameters["bias"]
+    h_2_mlp_c_proj_weight = h_2_mlp_c_proj._parameters["weight"]
+    h_2_mlp_c_proj_bias = h_2_mlp_c_proj._parameters["bias"]
+    h_3_ln_1_weight = h_3_ln_1._parameters["weight"]
+    h_3_ln_1_bias = h_3_ln_1._parameters["bias"]
+    h_3_attn_c_attn_weight = h_3_attn_c_attn._parameters["weight"]
+    h_3_attn_c_attn_bias = h_3_attn_c_attn._parameters["bias"]
+    h_3_attn_c_proj_weight = h_3_attn_c_proj._parameters["weight"]
+    h_3_attn_c_proj_bias = h_3_attn_c_proj._parameters["bias"]
+    h_3_ln_2_weight = h_3_ln_2._parameters["weight"]
+    h_3_ln_2_bias = h_3_ln_2._parameters["bias"]
+    h_3_mlp_c_fc_weight = h_3_mlp_c_fc._parameters["weight"]
+    h_3_mlp_c_fc_bias = h_3_mlp_c_fc._parameters["bias"]
+    h_3_mlp_c_proj_weight = h_3_mlp_c_proj._parameters["weight"]
+    h_3_mlp_c_proj_bias = h_3_mlp_c_proj._parameters["bias"]
+    h_4_ln_1_weight = h_4_ln_1._parameters["weight"]
+    h_4_ln_1_bias = h_4_ln_1._parameters["bias"]
+    h_4_attn_c_attn_weight = h_4_attn_c_attn._parameters["weight"]
+    h_4_attn_c_attn_bias = h_4_attn_c_attn._parameters["bias"]
+    h_4_attn_c_proj_weight = h_4_attn_c_proj._parameters["weight"]
+    h_4_attn_c_proj_bias = h_4_attn_c_proj._parameters["bias"]
+    h_4_ln_2_weight = h_4_ln_2._parameters["weight"]
+    h_4_ln_2_bias = h_4_ln_2._parameters["bias"]
+    h_4_mlp_c_fc_weight = h_4_mlp_c_fc._parameters["weight"]
+    h_4_mlp_c_fc_bias = h_4_mlp_c_fc._parameters["bias"]
+    h_4_mlp_c_proj_weight = h_4_mlp_c_proj._parameters["weight"]
+    h_4_mlp_c_proj_bias = h_4_mlp_c_proj._parameters["bias"]
+    h_5_ln_1_weight = h_5_ln_1._parameters["weight"]
+    h_5_ln_1_bias = h_5_ln_1._parameters["bias"]
+    h_5_attn_c_attn_weight = h_5_attn_c_attn._parameters["weight"]
+    h_5_attn_c_attn_bias = h_5_attn_c_attn._parameters["bias"]
+    h_5_attn_c_proj_weight = h_5_attn_c_proj._parameters["weight"]
+    h_5_attn_c_proj_bias = h_5_attn_c_proj._parameters["bias"]
+    h_5_ln_2_weight = h_5_ln_2._parameters["weight"]
+    h_5_ln_2_bias = h_5_ln_2._parameters["bias"]
+    h_5_mlp_c_fc_weight = h_5_mlp_c_fc._parameters["weight"]
+    h_5_mlp_c_fc_bias = h_5_mlp_c_fc._parameters["bias"]
+    h_5_mlp_c_proj_weight = h_5_mlp_c_proj._parameters["weight"]
+    h_5_mlp_c_proj_bias = h_5_mlp_c_proj._parameters["bias"]
+    h_6_ln_1_weight = h_6_ln_1._parameters["weight"]
+    h_6_ln_1_bias = h_6_ln_1._parameters["bias"]
+    h_6_attn_c_attn_weight = h_6_attn_c_attn._parameters["weight"]
+    h_6_attn_c_attn_bias = h_6_attn_c_attn._parameters["bias"]
+    h_6_attn_c_proj_weight = h_6_attn_c_proj._parameters["weight"]
+    h_6_attn_c_proj_bias = h_6_attn_c_proj._parameters["bias"]
+    h_6_ln_2_weight = h_6_ln_2._parameters["weight"]
+    h_6_ln_2_bias = h_6_ln_2._parameters["bias"]
+    h_6_mlp_c_fc_weight = h_6_mlp_c_fc._parameters["weight"]
+    h_6_mlp_c_fc_bias = h_6_mlp_c_fc._parameters["bias"]
+    h_6_mlp_c_proj_weight = h_6_mlp_c_proj._parameters["weight"]
+    h_6_mlp_c_proj_bias = h_6_mlp_c_proj._parameters["bias"]
+    h_7_ln_1_weight = h_7_ln_1._parameters["weight"]
+    h_7_ln_1_bias = h_7_ln_1._parameters["bias"]
+    h_7_attn_c_attn_weight = h_7_attn_c_attn._parameters["weight"]
+    h_7_attn_c_attn_bias = h_7_attn_c_attn._parameters["bias"]
+    h_7_attn_c_proj_weight = h_7_attn_c_proj._parameters["weight"]
+    h_7_attn_c_proj_bias = h_7_attn_c_proj._parameters["bias"]
+    h_7_ln_2_weight = h_7_ln_2._parameters["weight"]
+    h_7_ln_2_bias = h_7_ln_2._parameters["bias"]
+    h_7_mlp_c_fc_weight = h_7_mlp_c_fc._parameters["weight"]
+    h_7_mlp_c_fc_bias = h_7_mlp_c_fc._parameters["bias"]
+    h_7_mlp_c_proj_weight = h_7_mlp_c_proj._parameters["weight"]
+    h_7_mlp_c_proj_bias = h_7_mlp_c_proj._parameters["bias"]
+    h_8_ln_1_weight = h_8_ln_1._parameters["weight"]
+    h_8_ln_1_bias = h_8_ln_1._parameters["bias"]
+    h_8_attn_c_attn_weight = h_8_attn_c_attn._parameters["weight"]
+    h_8_attn_c_attn_bias = h_8_attn_c_attn._parameters["bias"]
+    h_8_attn_c_proj_weight = h_8_attn_c_proj._parameters["weight"]
+    h_8_attn_c_proj_bias = h_8_attn_c_proj._parameters["bias"]
+    h_8_ln_2_weight = h_8_ln_2._parameters["weight"]
+    h_8_ln_2_bias = h_8_ln_2._parameters["bias"]
+    h_8_mlp_c_fc_weight = h_8_mlp_c_fc._parameters["weight"]
+    h_8_mlp_c_fc_bias = h_8_mlp_c_fc._parameters["bias"]
+    h_8_mlp_c_proj_weight = h_8_mlp_c_proj._parameters["weight"]
+    h_8_mlp_c_proj_bias = h_8_mlp_c_proj._parameters["bias"]
+    h_9_ln_1_weight = h_9_ln_1._parameters["weight"]
+    h_9_ln_1_bias = h_9_ln_1._parameters["bias"]
+    h_9_attn_c_attn_weight = h_9_attn_c_attn._parameters["weight"]
+    h_9_attn_c_attn_bias = h_9_attn_c_attn._parameters["bias"]
+    h_9_attn_c_proj_weight = h_9_attn_c_proj._parameters["weight"]
+    h_9_attn_c_proj_bias = h_9_attn_c_proj._parameters["bias"]
+    h_9_ln_2_weight = h_9_ln_2._parameters["weight"]
+    h_9_ln_2_bias = h_9_ln_2._parameters["bias"]
+    h_9_mlp_c_fc_weight = h_9_mlp_c_fc._parameters["weight"]
+    h_9_mlp_c_fc_bias = h_9_mlp_c_fc._parameters["bias"]
+    h_9_mlp_c_proj_weight = h_9_mlp_c_proj._parameters["weight"]
+    h_9_mlp_c_proj_bias = h_9_mlp_c_proj._parameters["bias"]
+    h_10_ln_1_weight = h_10_ln_1._parameters["weight"]
+    h_10_ln_1_bias = h_10_ln_1._parameters["bias"]
+    h_10_attn_c_attn_weight = h_10_attn_c_attn._parameters["weight"]
+    h_10_attn_c_attn_bias = h_10_attn_c_attn._parameters["bias"]
+    h_10_attn_c_proj_weight = h_10_attn_c_proj._parameters["weight"]
+    h_10_attn_c_proj_bias = h_10_attn_c_proj._parameters["bias"]
+    h_10_ln_2_weight = h_10_ln_2._parameters["weight"]
+    h_10_ln_2_bias = h_10_ln_2._parameters["bias"]
+    h_10_mlp_c_fc_weight = h_10_mlp_c_fc._parameters["weight"]
+    h_10_mlp_c_fc_bias = h_10_mlp_c_fc._parameters["bias"]
+    h_10_mlp_c_proj_weight = h_10_mlp_c_proj._parameters["weight"]
+    h_10_mlp_c_proj_bias = h_10_mlp_c_proj._parameters["bias"]
+    h_11_ln_1_weight = h_11_ln_1._parameters["weight"]
+    h_11_ln_1_bias = h_11_ln_1._parameters["bias"]
+    h_11_attn_c_attn_weight = h_11_attn_c_attn._parameters["weight"]
+    h_11_attn_c_attn_bias = h_11_attn_c_attn._parameters["bias"]
+    h_11_attn_c_proj_weight = h_11_attn_c_proj._parameters["weight"]
+    h_11_attn_c_proj_bias = h_11_attn_c_proj._parameters["bias"]
+    h_11_ln_2_weight = h_11_ln_2._parameters["weight"]
+    h_11_ln_2_bias = h_11_ln_2._parameters["bias"]
+    h_11_mlp_c_fc_weight = h_11_mlp_c_fc._parameters["weight"]
+    h_11_mlp_c_fc_bias = h_11_mlp_c_fc._parameters["bias"]
+    h_11_mlp_c_proj_weight = h_11_mlp_c_proj._parameters["weight"]
+    h_11_mlp_c_proj_bias = h_11_mlp_c_proj._parameters["bias"]
+    ln_f_weight = ln_f._parameters["weight"]
+    ln_f_bias = ln_f._parameters["bias"]
     sources = (wpe_weight,)
     constants = runtime_shim.constants(self, "cuda_0", sources)
     if constants is None:
@@ -2390,826 +1828,264 @@ def _guards_cpu_0(self, idx):
 def _cpu_0(self, idx):
     empty = runtime_shim.allocator(idx.device)
     device = idx.device
+    h = self._modules["h"]
+    h_0 = h._modules["0"]
+    h_0_ln_1 = h_0._modules["ln_1"]
+    h_0_attn = h_0._modules["attn"]
+    h_0_attn_c_attn = h_0_attn._modules["c_attn"]
+    h_0_attn_c_proj = h_0_attn._modules["c_proj"]
+    h_0_ln_2 = h_0._modules["ln_2"]
+    h_0_mlp = h_0._modules["mlp"]
+    h_0_mlp_c_fc = h_0_mlp._modules["c_fc"]
+    h_0_mlp_c_proj = h_0_mlp._modules["c_proj"]
+    h_1 = h._modules["1"]
+    h_1_ln_1 = h_1._modules["ln_1"]
+    h_1_attn = h_1._modules["attn"]
+    h_1_attn_c_attn = h_1_attn._modules["c_attn"]
+    h_1_attn_c_proj = h_1_attn._modules["c_proj"]
+    h_1_ln_2 = h_1._modules["ln_2"]
+    h_1_mlp = h_1._modules["mlp"]
+    h_1_mlp_c_fc = h_1_mlp._modules["c_fc"]
+    h_1_mlp_c_proj = h_1_mlp._modules["c_proj"]
+    h_2 = h._modules["2"]
+    h_2_ln_1 = h_2._modules["ln_1"]
+    h_2_attn = h_2._modules["attn"]
+    h_2_attn_c_attn = h_2_attn._modules["c_attn"]
+    h_2_attn_c_proj = h_2_attn._modules["c_proj"]
+    h_2_ln_2 = h_2._modules["ln_2"]
+    h_2_mlp = h_2._modules["mlp"]
+    h_2_mlp_c_fc = h_2_mlp._modules["c_fc"]
+    h_2_mlp_c_proj = h_2_mlp._modules["c_proj"]
+    h_3 = h._modules["3"]
+    h_3_ln_1 = h_3._modules["ln_1"]
+    h_3_attn = h_3._modules["attn"]
+    h_3_attn_c_attn = h_3_attn._modules["c_attn"]
+    h_3_attn_c_proj = h_3_attn._modules["c_proj"]
+    h_3_ln_2 = h_3._modules["ln_2"]
+    h_3_mlp = h_3._modules["mlp"]
+    h_3_mlp_c_fc = h_3_mlp._modules["c_fc"]
+    h_3_mlp_c_proj = h_3_mlp._modules["c_proj"]
+    h_4 = h._modules["4"]
+    h_4_ln_1 = h_4._modules["ln_1"]
+    h_4_attn = h_4._modules["attn"]
+    h_4_attn_c_attn = h_4_attn._modules["c_attn"]
+    h_4_attn_c_proj = h_4_attn._modules["c_proj"]
+    h_4_ln_2 = h_4._modules["ln_2"]
+    h_4_mlp = h_4._modules["mlp"]
+    h_4_mlp_c_fc = h_4_mlp._modules["c_fc"]
+    h_4_mlp_c_proj = h_4_mlp._modules["c_proj"]
+    h_5 = h._modules["5"]
+    h_5_ln_1 = h_5._modules["ln_1"]
+    h_5_attn = h_5._modules["attn"]
+    h_5_attn_c_attn = h_5_attn._modules["c_attn"]
+    h_5_attn_c_proj = h_5_attn._modules["c_proj"]
+    h_5_ln_2 = h_5._modules["ln_2"]
+    h_5_mlp = h_5._modules["mlp"]
+    h_5_mlp_c_fc = h_5_mlp._modules["c_fc"]
+    h_5_mlp_c_proj = h_5_mlp._modules["c_proj"]
+    h_6 = h._modules["6"]
+    h_6_ln_1 = h_6._modules["ln_1"]
+    h_6_attn = h_6._modules["attn"]
+    h_6_attn_c_attn = h_6_attn._modules["c_attn"]
+    h_6_attn_c_proj = h_6_attn._modules["c_proj"]
+    h_6_ln_2 = h_6._modules["ln_2"]
+    h_6_mlp = h_6._modules["mlp"]
+    h_6_mlp_c_fc = h_6_mlp._modules["c_fc"]
+    h_6_mlp_c_proj = h_6_mlp._modules["c_proj"]
+    h_7 = h._modules["7"]
+    h_7_ln_1 = h_7._modules["ln_1"]
+    h_7_attn = h_7._modules["attn"]
+    h_7_attn_c_attn = h_7_attn._modules["c_attn"]
+    h_7_attn_c_proj = h_7_attn._modules["c_proj"]
+    h_7_ln_2 = h_7._modules["ln_2"]
+    h_7_mlp = h_7._modules["mlp"]
+    h_7_mlp_c_fc = h_7_mlp._modules["c_fc"]
+    h_7_mlp_c_proj = h_7_mlp._modules["c_proj"]
+    h_8 = h._modules["8"]
+    h_8_ln_1 = h_8._modules["ln_1"]
+    h_8_attn = h_8._modules["attn"]
+    h_8_attn_c_attn = h_8_attn._modules["c_attn"]
+    h_8_attn_c_proj = h_8_attn._modules["c_proj"]
+    h_8_ln_2 = h_8._modules["ln_2"]
+    h_8_mlp = h_8._modules["mlp"]
+    h_8_mlp_c_fc = h_8_mlp._modules["c_fc"]
+    h_8_mlp_c_proj = h_8_mlp._modules["c_proj"]
+    h_9 = h._modules["9"]
+    h_9_ln_1 = h_9._modules["ln_1"]
+    h_9_attn = h_9._modules["attn"]
+    h_9_attn_c_attn = h_9_attn._modules["c_attn"]
+    h_9_attn_c_proj = h_9_attn._modules["c_proj"]
+    h_9_ln_2 = h_9._modules["ln_2"]
+    h_9_mlp = h_9._modules["mlp"]
+    h_9_mlp_c_fc = h_9_mlp._modules["c_fc"]
+    h_9_mlp_c_proj = h_9_mlp._modules["c_proj"]
+    h_10 = h._modules["10"]
+    h_10_ln_1 = h_10._modules["ln_1"]
+    h_10_attn = h_10._modules["attn"]
+    h_10_attn_c_attn = h_10_attn._modules["c_attn"]
+    h_10_attn_c_proj = h_10_attn._modules["c_proj"]
+    h_10_ln_2 = h_10._modules["ln_2"]
+    h_10_mlp = h_10._modules["mlp"]
+    h_10_mlp_c_fc = h_10_mlp._modules["c_fc"]
+    h_10_mlp_c_proj = h_10_mlp._modules["c_proj"]
+    h_11 = h._modules["11"]
+    h_11_ln_1 = h_11._modules["ln_1"]
+    h_11_attn = h_11._modules["attn"]
+    h_11_attn_c_attn = h_11_attn._modules["c_attn"]
+    h_11_attn_c_proj = h_11_attn._modules["c_proj"]
+    h_11_ln_2 = h_11._modules["ln_2"]
+    h_11_mlp = h_11._modules["mlp"]
+    h_11_mlp_c_fc = h_11_mlp._modules["c_fc"]
+    h_11_mlp_c_proj = h_11_mlp._modules["c_proj"]
+    ln_f = self._modules["ln_f"]
     wte_weight = self._modules["wte"]._parameters["weight"]
     wpe_weight = self._modules["wpe"]._parameters["weight"]
-    h_0_ln_1_weight = (
-        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_0_ln_1_bias = (
-        self._modules["h"]._modules["0"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_0_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_0_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_0_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_0_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_0_ln_2_weight = (
-        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_0_ln_2_bias = (
-        self._modules["h"]._modules["0"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_0_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_0_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_0_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_0_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["0"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_1_ln_1_weight = (
-        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_1_ln_1_bias = (
-        self._modules["h"]._modules["1"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_1_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_1_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_1_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_1_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_1_ln_2_weight = (
-        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_1_ln_2_bias = (
-        self._modules["h"]._modules["1"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_1_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_1_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_1_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_1_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["1"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_2_ln_1_weight = (
-        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_2_ln_1_bias = (
-        self._modules["h"]._modules["2"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_2_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_2_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_2_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_2_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_2_ln_2_weight = (
-        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_2_ln_2_bias = (
-        self._modules["h"]._modules["2"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_2_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_2_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_2_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_2_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["2"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_3_ln_1_weight = (
-        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_3_ln_1_bias = (
-        self._modules["h"]._modules["3"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_3_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_3_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_3_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_3_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_3_ln_2_weight = (
-        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_3_ln_2_bias = (
-        self._modules["h"]._modules["3"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_3_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_3_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_3_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_3_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["3"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_4_ln_1_weight = (
-        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_4_ln_1_bias = (
-        self._modules["h"]._modules["4"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_4_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_4_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_4_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_4_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_4_ln_2_weight = (
-        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_4_ln_2_bias = (
-        self._modules["h"]._modules["4"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_4_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_4_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_4_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_4_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["4"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_5_ln_1_weight = (
-        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_5_ln_1_bias = (
-        self._modules["h"]._modules["5"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_5_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_5_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_5_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_5_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_5_ln_2_weight = (
-        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_5_ln_2_bias = (
-        self._modules["h"]._modules["5"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_5_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_5_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_5_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_5_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["5"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_6_ln_1_weight = (
-        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_6_ln_1_bias = (
-        self._modules["h"]._modules["6"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_6_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_6_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_6_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_6_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_6_ln_2_weight = (
-        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_6_ln_2_bias = (
-        self._modules["h"]._modules["6"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_6_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_6_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_6_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_6_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["6"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_7_ln_1_weight = (
-        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_7_ln_1_bias = (
-        self._modules["h"]._modules["7"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_7_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_7_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_7_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_7_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_7_ln_2_weight = (
-        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_7_ln_2_bias = (
-        self._modules["h"]._modules["7"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_7_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_7_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_7_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_7_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["7"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_8_ln_1_weight = (
-        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_8_ln_1_bias = (
-        self._modules["h"]._modules["8"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_8_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_8_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_8_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_8_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_8_ln_2_weight = (
-        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_8_ln_2_bias = (
-        self._modules["h"]._modules["8"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_8_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_8_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_8_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_8_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["8"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_9_ln_1_weight = (
-        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_9_ln_1_bias = (
-        self._modules["h"]._modules["9"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_9_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_9_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_9_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_9_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_9_ln_2_weight = (
-        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_9_ln_2_bias = (
-        self._modules["h"]._modules["9"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_9_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_9_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_9_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_9_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["9"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_10_ln_1_weight = (
-        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_10_ln_1_bias = (
-        self._modules["h"]._modules["10"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_10_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_10_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_10_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_10_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_10_ln_2_weight = (
-        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_10_ln_2_bias = (
-        self._modules["h"]._modules["10"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_10_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_10_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_10_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_10_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["10"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_11_ln_1_weight = (
-        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["weight"]
-    )
-    h_11_ln_1_bias = (
-        self._modules["h"]._modules["11"]._modules["ln_1"]._parameters["bias"]
-    )
-    h_11_attn_c_attn_weight = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["weight"]
-    )
-    h_11_attn_c_attn_bias = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["attn"]
-        ._modules["c_attn"]
-        ._parameters["bias"]
-    )
-    h_11_attn_c_proj_weight = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_11_attn_c_proj_bias = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["attn"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    h_11_ln_2_weight = (
-        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["weight"]
-    )
-    h_11_ln_2_bias = (
-        self._modules["h"]._modules["11"]._modules["ln_2"]._parameters["bias"]
-    )
-    h_11_mlp_c_fc_weight = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["weight"]
-    )
-    h_11_mlp_c_fc_bias = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["mlp"]
-        ._modules["c_fc"]
-        ._parameters["bias"]
-    )
-    h_11_mlp_c_proj_weight = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["weight"]
-    )
-    h_11_mlp_c_proj_bias = (
-        self._modules["h"]
-        ._modules["11"]
-        ._modules["mlp"]
-        ._modules["c_proj"]
-        ._parameters["bias"]
-    )
-    ln_f_weight = self._modules["ln_f"]._parameters["weight"]
-    ln_f_bias = self._modules["ln_f"]._parameters["bias"]
+    h_0_ln_1_weight = h_0_ln_1._parameters["weight"]
+    h_0_ln_1_bias = h_0_ln_1._parameters["bias"]
+    h_0_attn_c_attn_weight = h_0_attn_c_attn._parameters["weight"]
+    h_0_attn_c_attn_bias = h_0_attn_c_attn._parameters["bias"]
+    h_0_attn_c_proj_weight = h_0_attn_c_proj._parameters["weight"]
+    h_0_attn_c_proj_bias = h_0_attn_c_proj._parameters["bias"]
+    h_0_ln_2_weight = h_0_ln_2._parameters["weight"]
+    h_0_ln_2_bias = h_0_ln_2._parameters["bias"]
+    h_0_mlp_c_fc_weight = h_0_mlp_c_fc._parameters["weight"]
+    h_0_mlp_c_fc_bias = h_0_mlp_c_fc._parameters["bias"]
+    h_0_mlp_c_proj_weight = h_0_mlp_c_proj._parameters["weight"]
+    h_0_mlp_c_proj_bias = h_0_mlp_c_proj._parameters["bias"]
+    h_1_ln_1_weight = h_1_ln_1._parameters["weight"]
+    h_1_ln_1_bias = h_1_ln_1._parameters["bias"]
+    h_1_attn_c_attn_weight = h_1_attn_c_attn._parameters["weight"]
+    h_1_attn_c_attn_bias = h_1_attn_c_attn._parameters["bias"]
+    h_1_attn_c_proj_weight = h_1_attn_c_proj._parameters["weight"]
+    h_1_attn_c_proj_bias = h_1_attn_c_proj._parameters["bias"]
+    h_1_ln_2_weight = h_1_ln_2._parameters["weight"]
+    h_1_ln_2_bias = h_1_ln_2._parameters["bias"]
+    h_1_mlp_c_fc_weight = h_1_mlp_c_fc._parameters["weight"]
+    h_1_mlp_c_fc_bias = h_1_mlp_c_fc._parameters["bias"]
+    h_1_mlp_c_proj_weight = h_1_mlp_c_proj._parameters["weight"]
+    h_1_mlp_c_proj_bias = h_1_mlp_c_proj._parameters["bias"]
+    h_2_ln_1_weight = h_2_ln_1._parameters["weight"]
+    h_2_ln_1_bias = h_2_ln_1._parameters["bias"]
+    h_2_attn_c_attn_weight = h_2_attn_c_attn._parameters["weight"]
+    h_2_attn_c_attn_bias = h_2_attn_c_attn._parameters["bias"]
+    h_2_attn_c_proj_weight = h_2_attn_c_proj._parameters["weight"]
+    h_2_attn_c_proj_bias = h_2_attn_c_proj._parameters["bias"]
+    h_2_ln_2_weight = h_2_ln_2._parameters["weight"]
+    h_2_ln_2_bias = h_2_ln_2._parameters["bias"]
+    h_2_mlp_c_fc_weight = h_2_mlp_c_fc._parameters["weight"]
+    h_2_mlp_c_fc_bias = h_2_mlp_c_fc._parameters["bias"]
+    h_2_mlp_c_proj_weight = h_2_mlp_c_proj._parameters["weight"]
+    h_2_mlp_c_proj_bias = h_2_mlp_c_proj._parameters["bias"]
+    h_3_ln_1_weight = h_3_ln_1._parameters["weight"]
+    h_3_ln_1_bias = h_3_ln_1._parameters["bias"]
+    h_3_attn_c_attn_weight = h_3_attn_c_attn._parameters["weight"]
+    h_3_attn_c_attn_bias = h_3_attn_c_attn._parameters["bias"]
+    h_3_attn_c_proj_weight = h_3_attn_c_proj._parameters["weight"]
+    h_3_attn_c_proj_bias = h_3_attn_c_proj._parameters["bias"]
+    h_3_ln_2_weight = h_3_ln_2._parameters["weight"]
+    h_3_ln_2_bias = h_3_ln_2._parameters["bias"]
+    h_3_mlp_c_fc_weight = h_3_mlp_c_fc._parameters["weight"]
+    h_3_mlp_c_fc_bias = h_3_mlp_c_fc._parameters["bias"]
+    h_3_mlp_c_proj_weight = h_3_mlp_c_proj._parameters["weight"]
+    h_3_mlp_c_proj_bias = h_3_mlp_c_proj._parameters["bias"]
+    h_4_ln_1_weight = h_4_ln_1._parameters["weight"]
+    h_4_ln_1_bias = h_4_ln_1._parameters["bias"]
+    h_4_attn_c_attn_weight = h_4_attn_c_attn._parameters["weight"]
+    h_4_attn_c_attn_bias = h_4_attn_c_attn._parameters["bias"]
+    h_4_attn_c_proj_weight = h_4_attn_c_proj._parameters["weight"]
+    h_4_attn_c_proj_bias = h_4_attn_c_proj._parameters["bias"]
+    h_4_ln_2_weight = h_4_ln_2._parameters["weight"]
+    h_4_ln_2_bias = h_4_ln_2._parameters["bias"]
+    h_4_mlp_c_fc_weight = h_4_mlp_c_fc._parameters["weight"]
+    h_4_mlp_c_fc_bias = h_4_mlp_c_fc._parameters["bias"]
+    h_4_mlp_c_proj_weight = h_4_mlp_c_proj._parameters["weight"]
+    h_4_mlp_c_proj_bias = h_4_mlp_c_proj._parameters["bias"]
+    h_5_ln_1_weight = h_5_ln_1._parameters["weight"]
+    h_5_ln_1_bias = h_5_ln_1._parameters["bias"]
+    h_5_attn_c_attn_weight = h_5_attn_c_attn._parameters["weight"]
+    h_5_attn_c_attn_bias = h_5_attn_c_attn._parameters["bias"]
+    h_5_attn_c_proj_weight = h_5_attn_c_proj._parameters["weight"]
+    h_5_attn_c_proj_bias = h_5_attn_c_proj._parameters["bias"]
+    h_5_ln_2_weight = h_5_ln_2._parameters["weight"]
+    h_5_ln_2_bias = h_5_ln_2._parameters["bias"]
+    h_5_mlp_c_fc_weight = h_5_mlp_c_fc._parameters["weight"]
+    h_5_mlp_c_fc_bias = h_5_mlp_c_fc._parameters["bias"]
+    h_5_mlp_c_proj_weight = h_5_mlp_c_proj._parameters["weight"]
+    h_5_mlp_c_proj_bias = h_5_mlp_c_proj._parameters["bias"]
+    h_6_ln_1_weight = h_6_ln_1._parameters["weight"]
+    h_6_ln_1_bias = h_6_ln_1._parameters["bias"]
+    h_6_attn_c_attn_weight = h_6_attn_c_attn._parameters["weight"]
+    h_6_attn_c_attn_bias = h_6_attn_c_attn._parameters["bias"]
+    h_6_attn_c_proj_weight = h_6_attn_c_proj._parameters["weight"]
+    h_6_attn_c_proj_bias = h_6_attn_c_proj._parameters["bias"]
+    h_6_ln_2_weight = h_6_ln_2._parameters["weight"]
+    h_6_ln_2_bias = h_6_ln_2._parameters["bias"]
+    h_6_mlp_c_fc_weight = h_6_mlp_c_fc._parameters["weight"]
+    h_6_mlp_c_fc_bias = h_6_mlp_c_fc._parameters["bias"]
+    h_6_mlp_c_proj_weight = h_6_mlp_c_proj._parameters["weight"]
+    h_6_mlp_c_proj_bias = h_6_mlp_c_proj._parameters["bias"]
+    h_7_ln_1_weight = h_7_ln_1._parameters["weight"]
+    h_7_ln_1_bias = h_7_ln_1._parameters["bias"]
+    h_7_attn_c_attn_weight = h_7_attn_c_attn._parameters["weight"]
+    h_7_attn_c_attn_bias = h_7_attn_c_attn._parameters["bias"]
+    h_7_attn_c_proj_weight = h_7_attn_c_proj._parameters["weight"]
+    h_7_attn_c_proj_bias = h_7_attn_c_proj._parameters["bias"]
+    h_7_ln_2_weight = h_7_ln_2._parameters["weight"]
+    h_7_ln_2_bias = h_7_ln_2._parameters["bias"]
+    h_7_mlp_c_fc_weight = h_7_mlp_c_fc._parameters["weight"]
+    h_7_mlp_c_fc_bias = h_7_mlp_c_fc._parameters["bias"]
+    h_7_mlp_c_proj_weight = h_7_mlp_c_proj._parameters["weight"]
+    h_7_mlp_c_proj_bias = h_7_mlp_c_proj._parameters["bias"]
+    h_8_ln_1_weight = h_8_ln_1._parameters["weight"]
+    h_8_ln_1_bias = h_8_ln_1._parameters["bias"]
+    h_8_attn_c_attn_weight = h_8_attn_c_attn._parameters["weight"]
+    h_8_attn_c_attn_bias = h_8_attn_c_attn._parameters["bias"]
+    h_8_attn_c_proj_weight = h_8_attn_c_proj._parameters["weight"]
+    h_8_attn_c_proj_bias = h_8_attn_c_proj._parameters["bias"]
+    h_8_ln_2_weight = h_8_ln_2._parameters["weight"]
+    h_8_ln_2_bias = h_8_ln_2._parameters["bias"]
+    h_8_mlp_c_fc_weight = h_8_mlp_c_fc._parameters["weight"]
+    h_8_mlp_c_fc_bias = h_8_mlp_c_fc._parameters["bias"]
+    h_8_mlp_c_proj_weight = h_8_mlp_c_proj._parameters["weight"]
+    h_8_mlp_c_proj_bias = h_8_mlp_c_proj._parameters["bias"]
+    h_9_ln_1_weight = h_9_ln_1._parameters["weight"]
+    h_9_ln_1_bias = h_9_ln_1._parameters["bias"]
+    h_9_attn_c_attn_weight = h_9_attn_c_attn._parameters["weight"]
+    h_9_attn_c_attn_bias = h_9_attn_c_attn._parameters["bias"]
+    h_9_attn_c_proj_weight = h_9_attn_c_proj._parameters["weight"]
+    h_9_attn_c_proj_bias = h_9_attn_c_proj._parameters["bias"]
+    h_9_ln_2_weight = h_9_ln_2._parameters["weight"]
+    h_9_ln_2_bias = h_9_ln_2._parameters["bias"]
+    h_9_mlp_c_fc_weight = h_9_mlp_c_fc._parameters["weight"]
+    h_9_mlp_c_fc_bias = h_9_mlp_c_fc._parameters["bias"]
+    h_9_mlp_c_proj_weight = h_9_mlp_c_proj._parameters["weight"]
+    h_9_mlp_c_proj_bias = h_9_mlp_c_proj._parameters["bias"]
+    h_10_ln_1_weight = h_10_ln_1._parameters["weight"]
+    h_10_ln_1_bias = h_10_ln_1._parameters["bias"]
+    h_10_attn_c_attn_weight = h_10_attn_c_attn._parameters["weight"]
+    h_10_attn_c_attn_bias = h_10_attn_c_attn._parameters["bias"]
+    h_10_attn_c_proj_weight = h_10_attn_c_proj._parameters["weight"]
+    h_10_attn_c_proj_bias = h_10_attn_c_proj._parameters["bias"]
+    h_10_ln_2_weight = h_10_ln_2._parameters["weight"]
+    h_10_ln_2_bias = h_10_ln_2._parameters["bias"]
+    h_10_mlp_c_fc_weight = h_10_mlp_c_fc._parameters["weight"]
+    h_10_mlp_c_fc_bias = h_10_mlp_c_fc._parameters["bias"]
+    h_10_mlp_c_proj_weight = h_10_mlp_c_proj._parameters["weight"]
+    h_10_mlp_c_proj_bias = h_10_mlp_c_proj._parameters["bias"]
+    h_11_ln_1_weight = h_11_ln_1._parameters["weight"]
+    h_11_ln_1_bias = h_11_ln_1._parameters["bias"]
+    h_11_attn_c_attn_weight = h_11_attn_c_attn._parameters["weight"]
+    h_11_attn_c_attn_bias = h_11_attn_c_attn._parameters["bias"]
+    h_11_attn_c_proj_weight = h_11_attn_c_proj._parameters["weight"]
+    h_11_attn_c_proj_bias = h_11_attn_c_proj._parameters["bias"]
+    h_11_ln_2_weight = h_11_ln_2._parameters["weight"]
+    h_11_ln_2_bias = h_11_ln_2._parameters["bias"]
+    h_11_mlp_c_fc_weight = h_11_mlp_c_fc._parameters["weight"]
+    h_11_mlp_c_fc_bias = h_11_mlp_c_fc._parameters["bias"]
+    h_11_mlp_c_proj_weight = h_11_mlp_c_proj._parameters["weight"]
+    h_11_mlp_c_proj_bias = h_11_mlp_c_proj._parameters["bias"]
+    ln_f_weight = ln_f._parameters["weight"]
+    ln_f_bias = ln_f._parameters["bias"]
     sources = ()
     constants = runtime_shim.constants(self, "cpu_0", sources)
     if constants is None:

@@ -98,8 +98,9 @@ def _guards_cuda_0(self, x):
 
 def _cuda_0(self, x):
     empty = runtime_shim.allocator(x.device)
-    norm_weight = self._modules["norm"]._parameters["weight"]
-    norm_bias = self._modules["norm"]._parameters["bias"]
+    norm = self._modules["norm"]
+    norm_weight = norm._parameters["weight"]
+    norm_bias = norm._parameters["bias"]
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
     gelu = empty((16384, 4096), (4096, 1), torch.float32)
     _triton.triton_fused_native_layer_norm_gelu_0[(16384,)](
@@ -148,8 +149,9 @@ def _guards_cpu_0(self, x):
 
 def _cpu_0(self, x):
     empty = runtime_shim.allocator(x.device)
-    norm_weight = self._modules["norm"]._parameters["weight"]
-    norm_bias = self._modules["norm"]._parameters["bias"]
+    norm = self._modules["norm"]
+    norm_weight = norm._parameters["weight"]
+    norm_bias = norm._parameters["bias"]
     # examples/layernorm_gelu.py:17: return F.gelu(self.norm(x))
     gelu = empty((512, 4096), (4096, 1), torch.float32)
     _cpp.function("cpp_fused_native_layer_norm_gelu_0", "pppp")(

@@ -310,12 +310,18 @@ def test_optional_tensor_argument(tmp_path: Path) -> None:
 
 def test_module_compiles_end_to_end(tmp_path: Path) -> None:
     """Guards and parameter reads through a ModuleList are emitted as Python (the
-    reads through the registration dicts, as `nn.Module.__getattr__` finds them)."""
+    reads through the registration dicts, as `nn.Module.__getattr__` finds them,
+    each module looked up once, into a local named after its path)."""
     compiled = compile_source(SOURCE, {"Model": {"x": X}}, tmp_path)["Model"]
     table = inspect.getsource(compiled.module)  # the model's modules, a row each
     assert '("blocks.1", _source.Block, True, {"scale": 0.5})' in table, table
-    read = 'self._modules["blocks"]._modules["0"]._modules["fc"]._parameters["weight"]'
-    assert f"blocks_0_fc_weight=({read})" in "".join(compiled.cpu_source.split())
+    code = compiled.cpu_source
+    for line in (
+        'blocks = self._modules["blocks"]',  # two blocks read: bound
+        'blocks_0_fc = blocks._modules["0"]._modules["fc"]',  # blocks.0: one read
+        'blocks_0_fc_weight = blocks_0_fc._parameters["weight"]',
+    ):
+        assert f"    {line}\n" in code, code
     compiled.check({"x": X})
     eager, model = build_pair(compiled.eager, compiled.module.Model, {})
     with torch.no_grad(), warnings.catch_warnings():

@@ -664,3 +664,57 @@ def test_dimension_named_like_a_kernels_own_name(tmp_path: Path, dim: str, code:
     mine = module.Scale().eval()
     with no_fallback(), torch.no_grad():
         torch.testing.assert_close(mine(x), eager(x))
+
+
+# Submodules whose locals in the variant (`module_locals`) would take a name already
+# in use: the input `x`, the allocator `empty`, a keyword, another path's joined
+# name (`a.b` and `a_b`) and a parameter's local (`w_weight` of `w`, and a module
+# named `w_weight`).
+LOCALS = """
+import torch
+from torch import nn
+
+
+class Two(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8))
+        self.bias = nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        return x * self.weight + self.bias
+
+
+class Crowded(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.x = Two()
+        self.empty = Two()
+        self.add_module("if", Two())
+        self.a = nn.Module()
+        self.a.b = Two()
+        self.a.c = Two()
+        self.a_b = Two()
+        self.w = Two()
+        self.w_weight = Two()
+
+    def forward(self, x):
+        y = self.x(x) + self.empty(x) + getattr(self, "if")(x)
+        y = y + self.a.b(x) * self.a.c(x) + self.a_b(x)
+        return y + self.w(x) * self.w_weight(x)
+"""
+
+
+def test_module_locals_never_take_a_name_in_use(tmp_path: Path):
+    inputs = {"x": torch.randn(4, 8)}
+    c = compile_source(LOCALS, {"Crowded": inputs}, tmp_path)["Crowded"]
+    bound = dict(
+        line.strip().split(" = ", 1)
+        for line in c.cpu_source.splitlines()
+        if "._modules[" in line and "._parameters[" not in line
+    )
+    assert len(bound) == 9, c.cpu_source  # x, empty, if, a, a.b, a.c, a_b, w, w_weight
+    assert not {"x", "empty", "if", "self"} & set(bound), bound
+    for name in bound:
+        assert name.isidentifier() and name.count("=") == 0, name
+    c.check(inputs)  # every module's parameters read from that module

@@ -741,12 +741,79 @@ def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]
     lines += device_locals(device_source(t, vc), vc.programs)
     for dim, size in _dynamic_sizes(t, vc):
         lines.append(f"    {dim} = {size}  # dynamic: one variant for every size")
+    bound, reads = module_locals(t, vc)
+    lines += bound
     region = map_programs(vc.region, partial(_local_objects, t=t))
     # a CUDA graph replays what it captured: it would not compute them again
     keep_as = None if vc.cuda_graph else vc.name
     return lines + _region_lines(
-        region, kernels, vc.variant.device, t.reads, "    ", keep_as
+        region, kernels, vc.variant.device, reads, "    ", keep_as
     )
+
+
+def _direct_read(text: str) -> tuple[tuple[str, ...], str, str] | None:
+    """`self._modules["attn"]._modules["c_attn"]._parameters["weight"]` ->
+    (("attn", "c_attn"), "_parameters", "weight"); None for another read."""
+    node = ast.parse(text, mode="eval").body
+    chain = []
+    while isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute):
+        if not isinstance(node.slice, ast.Constant):
+            return None
+        chain.append((node.value.attr, node.slice.value))
+        node = node.value.value
+    if not (isinstance(node, ast.Name) and node.id == "self" and chain):
+        return None
+    (table, leaf), *modules = chain
+    if table not in ("_parameters", "_buffers") or any(
+        attr != "_modules" for attr, _ in modules
+    ):
+        return None
+    return tuple(key for _, key in reversed(modules)), table, leaf
+
+
+def module_locals(t: TargetCode, vc: VariantCode) -> tuple[list[str], dict[str, str]]:
+    """`attn = self._modules["attn"]`, `attn_c_attn = attn._modules["c_attn"]` for
+    each submodule that two or more of the parameters (or the submodules holding
+    them) the variant reads are found in, and how each parameter and buffer is then
+    read (`attn_c_attn._parameters["weight"]`): each module is looked up once a
+    call, under the name the source's path gives it. Where fallback code runs,
+    which may set a module's attributes, every read starts from `self`."""
+    reads = {}
+    if vc.calls_fallback:
+        return [], dict(t.reads)
+    for p in vc.programs:
+        for _, path, _ in p.params:
+            read = _direct_read(t.read(path))
+            if read is not None:
+                steps, table, leaf = read
+                reads[path] = (steps, f".{table}[{py_str(leaf)}]")
+    uses: dict[tuple, set] = {}  # a module -> what is read in it: tensors, modules
+    for steps, leaf in reads.values():
+        for n in range(len(steps)):
+            uses.setdefault(steps[:n], set()).add(steps[n])
+        uses.setdefault(steps, set()).add(leaf)
+    taken = {*t.local_names.values(), "self", "empty", "device"}
+    for p in vc.programs:
+        taken |= {*p.inputs, *(n for n, _, _ in p.params)}
+        taken |= {s.buffer for s in p.steps if isinstance(s, Alloc)}
+        taken |= {s.out for s in p.steps if isinstance(s, ExternCall)}
+    names: dict[tuple, str] = {(): "self"}
+    lines = []
+
+    def name_of(steps: tuple) -> str:
+        """How the code reads the module at `steps`: its local, once bound."""
+        if steps not in names:
+            parent = name_of(steps[:-1])
+            text = f"{parent}._modules[{py_str(steps[-1])}]"
+            if len(uses[steps]) < 2:
+                return text
+            names[steps] = fresh("_".join(steps), taken)
+            lines.append(f"    {names[steps]} = {text}")
+        return names[steps]
+
+    out = dict(t.reads)
+    out.update({path: name_of(steps) + leaf for path, (steps, leaf) in reads.items()})
+    return lines, out
 
 
 def _local_objects(p: Program, t: TargetCode) -> Program:
@@ -922,6 +989,7 @@ def _kept_lines(
     sources = constant_sources(p)
     bound = (name for step in p.steps for name in reads_writes(step, p)[1])
     taken = {*p.inputs, *(n for n, _, _ in p.params), *bound}
+    taken |= {re.match(r"\w+", read)[0] for read in reads.values()}  # module_locals
     held, kept = fresh("sources", taken), fresh("constants", taken)
     nbytes = kept_bytes(p)
     # one per line (trailing commas): a value more or less changes one line
