@@ -13,6 +13,7 @@ For each target of the run (options.py), grouped by the module it is written to:
         the passes over the lowered programs                    finish
         decide its CUDA graph                                   decide_cuda_graph
 → Build: typed records of every module (build.py)
+→ how each C++ kernel's loops are written                         schedule_cpp
 → each C++ kernel written once, in the first module that has it   share_kernels
 → with --autotune, on a GPU: tune launch configs and matmul epilogues   autotune.py
 → render each module: wrapper, Triton, C++; black                codegen/module.py
@@ -44,6 +45,7 @@ from transpiler.build import (
     TargetCode,
     VariantCode,
 )
+from transpiler.codegen import cpp
 from transpiler.codegen.module import render_module
 from transpiler.errors import UserError
 from transpiler.formatting import format_module
@@ -317,9 +319,20 @@ def compile_modules(
         stem, code = _build_target(target, options, sources, modules, ready)
         if built is not None:
             built(stem, code, time.perf_counter() - start)
-    return share_kernels(
-        Build(tuple(mb.finish() for mb in modules.values()), options.command)
-    )
+    build = Build(tuple(mb.finish() for mb in modules.values()), options.command)
+    return share_kernels(schedule_cpp(build))
+
+
+def schedule_cpp(build: Build) -> Build:
+    """Each C++ kernel with its schedule: how its loops are written, decided once
+    (`codegen.cpp.schedule`), which its renderer follows."""
+    modules = []
+    for module in build.modules:
+        kernels = tuple(
+            replace(k, cpp=cpp.schedule(k)) for k in module.kernels_of("cpp")
+        )
+        modules.append(replace(module, kernels={**module.kernels, "cpp": kernels}))
+    return replace(build, modules=tuple(modules))
 
 
 def share_kernels(build: Build) -> Build:

@@ -107,7 +107,16 @@ from transpiler.codegen.optable import (
 )
 from transpiler.codegen.segments import Loop, segments
 from transpiler.ir.dynamic import dims_in, size
-from transpiler.ir.program import Const, Index, Kernel, Stmt, Store, operands
+from transpiler.ir.program import (
+    Const,
+    CppSchedule,
+    Index,
+    Kernel,
+    RowLoop,
+    Stmt,
+    Store,
+    operands,
+)
 from transpiler.text import cpp_comment
 
 PARALLEL_MIN = 1 << 15  # elements below which threads cost more than they save
@@ -184,19 +193,23 @@ def _bound(s: Stmt) -> str | None:
 
 
 class _Renderer:
-    def __init__(self, k: Kernel):
+    """Writes a kernel as its schedule says; `schedule` makes the choices, with the
+    same analyses of the kernel (which values a loop needs, what depends on the
+    outer index alone, ...)."""
+
+    def __init__(self, k: Kernel, plan: CppSchedule):
         self.k = k
+        self.plan = plan
         self.lines: list[str] = []
-        self.kept: set[str] = set()  # per-element values kept in a row buffer
+        self.kept: set[str] = set(plan.kept)  # per-element values in a row buffer
         self.carried: set[str] = set()  # per-row values of a tile kept in arrays
         self.filled: set[str] = set()  # ... already written there for this row
-        self.inner = None if k.is_reduction else inner_split(_indices(k), k.xnumel)
+        self.inner = plan.inner
         self.per_row = {
             s.name for s in k.body if isinstance(s, Stmt) and s.level == "x"
         }
         self.scaled: set[str] = set()  # divisions by a per-row value, in a loop
         self.inverted: set[str] = set()  # ... those values, with `_inv` declared
-        self.prefetch_in: Loop | None = None  # the loop that prefetches the next row
         self.r_split: tuple[int, int] | None = None  # (inner, rnumel) of a split loop
         # how a scan's value is written: "group" (its group's running value `_run`
         # plus the row's carry before the group), "carry" (into the carry alone,
@@ -376,7 +389,28 @@ class _Renderer:
                 self.inverted.add(d)
             self.scaled.add(s.name)
 
-    def loop(self, loop: Loop, ind: str) -> None:
+    def row_loop(self, loop: Loop, prefetch: bool) -> RowLoop:
+        """How `loop` walks the row (for `schedule`): in groups where its indices
+        split (a group norm's weights), a chunk at a time, in lanes."""
+        rnumel = self.k.rnumel
+        scans = [s for s in _scans(loop) if s.name in self._live(loop) - self.filled]
+        if not loop.reductions and not scans:
+            groups = self._row_split(loop)
+            if groups is not None:
+                return RowLoop(prefetch=prefetch, groups=groups)
+        positions = [r for r in loop.reductions if r.reduce in ARG]
+        reductions = [r for r in loop.reductions if r.reduce not in ARG]
+        widths = [self._dtype(r.args[0]) for r in positions]
+        lanes = 0 if scans else _lanes([r.dtype for r in reductions] + widths, rnumel)
+        chunk = LANE_DEPTH * lanes if lanes and not prefetch else REDUCTION_CHUNK
+        # with lanes, only a sum has a reason to go a chunk at a time
+        sums = [r for r in reductions if r.reduce == "sum" or not lanes]
+        chunked = bool(sums or prefetch) and not (
+            (isinstance(rnumel, int) and rnumel <= chunk) or scans
+        )
+        return RowLoop(lanes, chunk, chunked, prefetch)
+
+    def loop(self, loop: Loop, plan: RowLoop, ind: str) -> None:
         """A loop over `r`, vectorized: max/min reduce with `std::max`/`std::min`
         and remember separately whether a NaN went by, which then wins.
 
@@ -390,16 +424,18 @@ class _Renderer:
                 t = compute_type(s.dtype)
                 self.lines.append(f"{ind}{t} {s.name}_row[{rnumel}];")
         self._reciprocals(loop, ind)
+        if plan.groups is not None:
+            self._split_loop(loop, plan.groups, plan.prefetch, ind)
+            return
         scans = [s for s in _scans(loop) if s.name in self._live(loop) - self.filled]
-        if not loop.reductions and not scans:
-            inner = self._row_split(loop)
-            if inner is not None:
-                self._split_loop(loop, inner, ind)
-                return
         positions = [r for r in loop.reductions if r.reduce in ARG]
         reductions = [r for r in loop.reductions if r.reduce not in ARG]
-        widths = [self._dtype(r.args[0]) for r in positions]
-        lanes = 0 if scans else _lanes([r.dtype for r in reductions] + widths, rnumel)
+        lanes, prefetch, chunk, chunked = (
+            plan.lanes,
+            plan.prefetch,
+            plan.chunk,
+            plan.chunked,
+        )
         for r in positions:
             t = compute_type(self._dtype(r.args[0]))
             if lanes:  # each lane's best value and its first position
@@ -419,13 +455,6 @@ class _Renderer:
         for s in scans:
             t, one = _scan_type(s), "0" if s.reduce == "sum" else "1"
             self.lines.append(f"{ind}{t} {s.name}_carry = {one};")
-        prefetch = loop is self.prefetch_in
-        chunk = LANE_DEPTH * lanes if lanes and not prefetch else REDUCTION_CHUNK
-        # with lanes, only a sum has a reason to go a chunk at a time
-        sums = [r for r in reductions if r.reduce == "sum" or not lanes]
-        chunked = bool(sums or prefetch) and not (
-            (isinstance(rnumel, int) and rnumel <= chunk) or scans
-        )
         outer, first, end = ind, "0", rnumel
         # where each reduction accumulates: a sum of a long row into its chunk's part
         acc = {r.name: f"{r.name}_lane" if lanes else r.name for r in reductions}
@@ -545,7 +574,7 @@ class _Renderer:
         indices += [s.index for s in loop.body if isinstance(s, Store)]
         return inner_split(indices, rnumel, var="r", outer_min=1)
 
-    def _split_loop(self, loop: Loop, inner: int, ind: str) -> None:
+    def _split_loop(self, loop: Loop, inner: int, prefetch: bool, ind: str) -> None:
         """`loop` as groups `r0` of `inner` elements `r1`, what depends on the group
         alone computed once per group."""
         self.r_split = (inner, self.k.rnumel)
@@ -555,10 +584,10 @@ class _Renderer:
         free = [s for s in body if not (isinstance(s, Stmt) and s.name in self.kept)]
         outer = self._outer_only(free, "r", set(self.per_row))
         groups = self.k.rnumel // inner
-        if loop is self.prefetch_in:
+        if prefetch:
             self.lines.append(f"{ind}// while computing, fetch the next row into cache")
         self.lines.append(f"{ind}for (int64_t r0 = 0; r0 < {groups}; ++r0) {{")
-        if loop is self.prefetch_in:  # the next row's group
+        if prefetch:  # the next row's group
             self._prefetch(f"r0 * {inner}", f"r0 * {inner} + {inner}", ind + "    ")
         for s in body:
             if isinstance(s, Stmt) and s.name in outer:
@@ -633,10 +662,6 @@ class _Renderer:
         per-row value `v` lives in an array `v_col[x1]` for the tile."""
         k = self.k
         xnumel = k.xnumel
-        most = min(COLUMN_TILE_MAX, COLUMN_BYTES // self._column_bytes())
-        if isinstance(xnumel, int):  # two tiles at least, where they can be
-            most = min(most, max(xnumel // COLUMN_TILES_MIN, 1))
-        self.inner = column_tile(_indices(k), xnumel, most)
         ind = "        "
         if parallel:
             self.lines.append("    #pragma omp parallel for")
@@ -676,6 +701,15 @@ class _Renderer:
             else:
                 self._column_pass(part, tile, n, ind)
         self.lines += ["    }", "}"]
+
+    def column_tile(self) -> int | None:
+        """The widest tile of columns (for `schedule`) that splits every index,
+        within `COLUMN_BYTES` of accumulators and `COLUMN_TILES_MIN` tiles."""
+        xnumel = self.k.xnumel
+        most = min(COLUMN_TILE_MAX, COLUMN_BYTES // self._column_bytes())
+        if isinstance(xnumel, int):  # two tiles at least, where they can be
+            most = min(most, max(xnumel // COLUMN_TILES_MIN, 1))
+        return column_tile(_indices(self.k), xnumel, most)
 
     def _column_bytes(self) -> int:
         """Bytes a tile keeps per row for its reductions: accumulators, partial
@@ -1072,7 +1106,7 @@ class _Renderer:
             f"    {p}{',' if i < len(params) - 1 else ''}" for i, p in enumerate(params)
         ]
         lines.append(") {")
-        parallel = size(k.xnumel) * size(k.rnumel) >= PARALLEL_MIN
+        parallel = self.plan.parallel
         ind = "        "
         if across_rows(k):
             self.lines = lines
@@ -1097,8 +1131,8 @@ class _Renderer:
                 if isinstance(seg, Stmt) and seg.name in outer:
                     self.stmt(seg, ind)
             segs = [s for s in segs if not (isinstance(s, Stmt) and s.name in outer)]
-            parts = self._peeled_parts(segs, outer)
-            if parts is not None:
+            if self.plan.parts is not None:
+                parts = [(a, b, dict(fixed)) for a, b, fixed in self.plan.parts]
                 self._split_inner(segs, parts, outer)
                 self.lines += ["    }", "}"]
                 return "\n".join(self.lines) + "\n"
@@ -1109,12 +1143,10 @@ class _Renderer:
             simd = "parallel for simd" if parallel else "simd"
             lines.append(f"    #pragma omp {simd}")
             lines.append(f"    for (int64_t x = 0; x < {k.xnumel}; ++x) {{")
-        self.kept = self._kept_rows(segs)
-        if k.is_reduction:
-            self.prefetch_in = self._prefetch_loop(segs)
+        plans = iter(self.plan.loops)
         for seg in segs:
             if isinstance(seg, Loop):
-                self.loop(seg, ind)
+                self.loop(seg, next(plans), ind)
             elif isinstance(seg, Store):
                 self.store(seg, ind)
             else:
@@ -1152,7 +1184,39 @@ def _indices(k: Kernel) -> list[Index]:
 
 
 def render_kernel(k: Kernel) -> str:
-    return _Renderer(k).render()
+    assert k.cpp is not None, f"{k.name} has no C++ schedule (`schedule`)"
+    return _Renderer(k, k.cpp).render()
+
+
+def schedule(k: Kernel) -> CppSchedule:
+    """How `k`'s C++ loops are written, every choice made here and kept on the
+    kernel for the renderer: threads for enough work, the inner loop's length
+    (a pointwise kernel's split, a tile of columns), the pieces a window's inner
+    loop is split into, the values a row keeps on the stack, and for each loop
+    over a row its lanes, chunks, groups and whether it prefetches the next."""
+    parallel = size(k.xnumel) * size(k.rnumel) >= PARALLEL_MIN
+    analysis = _Renderer(k, CppSchedule(parallel))  # nothing is written
+    if across_rows(k):
+        return CppSchedule(parallel, analysis.column_tile())
+    segs = segments(k)
+    if not k.is_reduction:
+        inner = inner_split(_indices(k), k.xnumel)
+        if inner is None:
+            return CppSchedule(parallel)
+        analysis.inner = inner
+        outer = analysis._outer_only(segs)
+        segs = [s for s in segs if not (isinstance(s, Stmt) and s.name in outer)]
+        parts = analysis._peeled_parts(segs, outer)
+        if parts is not None:
+            parts = tuple((a, b, tuple(fixed.items())) for a, b, fixed in parts)
+        return CppSchedule(parallel, inner, parts=parts)
+    analysis.kept = kept = analysis._kept_rows(segs)
+    prefetch = analysis._prefetch_loop(segs)
+    loops = []
+    for loop in (seg for seg in segs if isinstance(seg, Loop)):
+        loops.append(analysis.row_loop(loop, loop is prefetch))
+        analysis.filled |= {s.name for s in loop.body if isinstance(s, Stmt)} & kept
+    return CppSchedule(parallel, None, frozenset(kept), tuple(loops))
 
 
 # Every file's first line of code: the helpers shared by all generated kernels

@@ -111,6 +111,31 @@ class Tuned:
 
 
 @dataclass(frozen=True)
+class RowLoop:
+    """How the C++ code walks one loop over a reduction's row (codegen/cpp.py)."""
+
+    lanes: int = 0  # accumulators per reduction (Note [Lanes]); 0: one
+    chunk: int = 0  # elements a chunk of the row holds
+    chunked: bool = False  # whether the row is walked a chunk at a time
+    prefetch: bool = False  # fetches the next row (Note [Prefetching the next row])
+    groups: int | None = None  # walked as groups of this many (`inner_split` on r)
+
+
+@dataclass(frozen=True)
+class CppSchedule:
+    """How a kernel's C++ loops are written, decided once (`cpp.schedule`) and
+    rendered as is: threads, the inner loop's length, what rows keep on the
+    stack, each loop over a row, the pieces a window's inner loop is split into."""
+
+    parallel: bool  # rows split across threads (`omp parallel for`)
+    inner: int | None = None  # x1: a pointwise kernel's inner loop, a column tile
+    kept: frozenset[str] = frozenset()  # values kept in a row buffer
+    loops: tuple[RowLoop, ...] = ()  # each loop over r, in order
+    # the ranges of x1 and the conditions constant in each (Note [Edges of windows])
+    parts: tuple[tuple[int, int, tuple[tuple[str, bool], ...]], ...] | None = None
+
+
+@dataclass(frozen=True)
 class MatmulConfig:
     """How a matmul kernel is tiled: a `block_m` x `block_n` tile of the result per
     program, `block_k` of the shared dimension per step, programs grouped `group_m`
@@ -170,6 +195,7 @@ class Kernel:
     spans: tuple[Span, ...]
     tuned: Tuned | None = None  # None: codegen's heuristic launch config
     matmul: Matmul | None = None  # a matmul with this kernel as its epilogue
+    cpp: CppSchedule | None = None  # how its C++ is written (`cpp.schedule`)
 
     @property
     def is_reduction(self) -> bool:
