@@ -20,7 +20,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from transpiler.ir.graph import DEVICE, Node, Ref, Span, TensorMeta, map_refs
+from transpiler.ir.graph import DEVICE, Node, Opaque, Ref, Span, TensorMeta, map_refs
 from transpiler.ir.ops import CHECKS_DATA, device_strides
 from transpiler.text import identifier, is_reserved, unreserved
 
@@ -358,9 +358,12 @@ class Recorder(TorchDispatchMode):
             meta = TensorMeta.of(out)
             b.bind(out, b.add("call", target, ir_args, ir_kwargs, meta, self.span))
             return
-        metas = tuple(TensorMeta.of(t) for t in out)
+        # an op's result left out (a gradient not asked for) is None: no value
+        metas = tuple(Opaque() if t is None else TensorMeta.of(t) for t in out)
         name = b.add("call", target, ir_args, ir_kwargs, metas, self.span)
         for i, t in enumerate(out):
+            if t is None:
+                continue
             item = b.add(
                 "call",
                 "getitem",

@@ -171,6 +171,12 @@ BATCH_NORM = "aten.native_batch_norm.default"
 def decompose(graph: Graph) -> Graph:
     if not any(_decomposes(n) for n in graph.nodes):
         return graph
+    return retrace(graph, decompositions=decomposition_table(graph))
+
+
+def decomposition_table(graph: Graph) -> dict:
+    """Each op of `DECOMPOSE` -> how it is decomposed in `graph` (batch norm and
+    pools decompose by what the graph reads of them)."""
     table = get_decompositions(list(DECOMPOSE))
     for op in DECOMPOSE:
         if op not in table:  # no entry in torch._decomp: the composite's own kernel
@@ -203,7 +209,7 @@ def decompose(graph: Graph) -> Graph:
     for op, reduce in ANY_ALL.items():
         table[op] = any_all(reduce)
     table.update({op: op.decompose for op in copies_that_may_alias()})
-    return retrace(graph, decompositions=table)
+    return table
 
 
 # Note [Batch norm in eval]

@@ -49,9 +49,9 @@ def retrace(
     rewrites = rewrites or {}
     with torch.device("meta"), torch.no_grad(), recorder:
         for node in graph.nodes:
-            value = _run(node, values, builder, recorder, rewrites)
+            value = run_node(node, values, builder, recorder, rewrites)
             values[node.name] = value
-            _keep_name(node, value, builder, reserved={n.name for n in graph.nodes})
+            keep_name(node, value, builder, reserved={n.name for n in graph.nodes})
     builder_nodes = builder.nodes
     outputs = map_refs(graph.outputs, lambda r: _ref_of(values[r.name], builder))
     return graph.with_nodes(builder_nodes, outputs)
@@ -61,7 +61,7 @@ def _ref_of(value, builder: GraphBuilder) -> Ref:
     return builder.ref(value, None)
 
 
-def _keep_name(node: Node, value, builder: GraphBuilder, reserved: set[str]) -> None:
+def keep_name(node: Node, value, builder: GraphBuilder, reserved: set[str]) -> None:
     """Give a rewritten node's result the node's name, unless it is an older value
     (a rewrite like `x * 1 -> x`): names stay stable through passes."""
     if not isinstance(value, torch.Tensor) or node.op != "call":
@@ -71,13 +71,15 @@ def _keep_name(node: Node, value, builder: GraphBuilder, reserved: set[str]) -> 
         builder.rename(current, node.name)
 
 
-def _run(
+def run_node(
     node: Node,
     values: dict,
     builder: GraphBuilder,
     recorder: Recorder,
     rewrites: dict[str, Rewrite],
 ):
+    """Rerun `node` on the meta values of the nodes before it (`values`), recorded
+    by `recorder` into `builder`, with its rewrite if it has one; its value."""
     if node.op in ("input", "param") and not isinstance(node.meta, TensorMeta):
         builder.keep_opaque(node)
         return OpaqueValue(node.name)
@@ -182,4 +184,4 @@ def _stub_result(node: Node, stub: _StubResults, builder: GraphBuilder):
     return value
 
 
-__all__ = ["SameOp", "retrace"]
+__all__ = ["SameOp", "keep_name", "retrace", "run_node"]

@@ -1,0 +1,176 @@
+"""The joint graph of a forward graph and its backward, from PyTorch's own autograd
+formulas: the graph AOTAutograd traces for torch.compile's training.
+
+Before:  x: f32[4,8] = input('x');  weight: f32[8] = param('weight')
+         mul = aten.mul.Tensor(x, weight);  exp = aten.exp.default(mul)
+         outputs: exp
+After:   the same forward, then (the `detach` of each saved value left out here)
+         tangent_0: f32[4,8] = input('tangent_0')      (d loss / d exp)
+         mul_2 = aten.mul.Tensor(tangent_0, exp)       (d loss / d mul)
+         mul_3 = aten.mul.Tensor(mul_2, x)
+         mul_4 = aten.mul.Tensor(mul_2, weight)        (d loss / d x)
+         sum_ = aten.sum.dim_IntList(mul_3, [0], True);  view = aten.view(sum_, [8])
+         outputs: (exp, (mul_4, view))                  (d/dx, d/dweight)
+
+Each forward node is rerun on meta tensors with grad enabled under a `Recorder`,
+as `retrace` reruns them without; the inputs and parameters asked for require
+gradients. `torch.autograd.grad` then runs the backward formulas PyTorch registered
+for every op it recorded, and the ATen calls they make are recorded too: each
+derivative is PyTorch's own (`native_layer_norm_backward`, `gelu_backward`, `mm` of
+a tangent and a saved input), never one written here. One tangent input, the
+gradient of the loss with respect to that output, comes in per forward output that
+depends on something differentiated.
+
+What the backward reads of the forward (a saved input, `exp`'s result) are `Ref`s to
+forward values, so the graph is one: a partition decides later which of them the
+forward keeps for the backward and which the backward computes again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch._decomp import get_decompositions
+from torch.utils._python_dispatch import _disable_current_modes
+
+from transpiler.frontend.recorder import GraphBuilder, Recorder, Unsupported
+from transpiler.ir.graph import DEVICE, Graph, Node, TensorMeta, leaves, map_refs
+from transpiler.ir.ops import resolve_op
+from transpiler.passes.decompose import decomposition_table
+from transpiler.passes.retrace import keep_name, run_node
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class Joint:
+    """A forward graph with its backward (`joint`). `graph.outputs` is
+    `(forward outputs, gradients)`: one gradient per name of `wrt`, None where
+    the outputs do not depend on it."""
+
+    graph: Graph
+    wrt: tuple[str, ...]  # inputs (parameter names) and parameters (their paths)
+    tangents: tuple[str, ...]  # the input of each differentiable forward output
+
+
+# The backward ops PyTorch's formulas call that are formulas of ops kernels fuse:
+# decomposed by `torch._decomp`, as the forward's composites are (decompose.py)
+BACKWARD_DECOMPOSE = (
+    aten.native_layer_norm_backward.default,
+    aten.native_group_norm_backward.default,
+    aten._softmax_backward_data.default,
+    aten._log_softmax_backward_data.default,
+    aten.gelu_backward.default,
+    aten.silu_backward.default,
+    aten.tanh_backward.default,
+    aten.sigmoid_backward.default,
+    aten.threshold_backward.default,
+    aten.hardtanh_backward.default,
+    aten.leaky_relu_backward.default,
+    aten.elu_backward.default,
+    aten.softplus_backward.default,
+    aten.hardswish_backward.default,
+    aten.hardsigmoid_backward.default,
+)
+
+
+def joint(graph: Graph, wrt: Sequence[str], decomposed: bool = True) -> Joint:
+    """`graph` and the gradients of its outputs with respect to `wrt`: names of
+    floating-point inputs, paths of parameters. `decomposed`: composite ops of
+    both halves (a layer norm and its backward) as the ops kernels fuse, so that
+    the partition may compute their parts again and the fuser fuse them."""
+    table = {}
+    if decomposed:
+        table = decomposition_table(graph)
+        table |= get_decompositions(list(BACKWARD_DECOMPOSE))
+    targets = {n.target: n for n in graph.nodes if n.op in ("input", "param")}
+    missing = [name for name in wrt if name not in targets]
+    assert not missing, f"no input or parameter {missing} in the graph"
+    special = next((n for n in graph.nodes if n.is_fallback or n.is_loop), None)
+    if special is not None:
+        raise Unsupported("the backward of fallback code or a loop", special.span)
+    builder = GraphBuilder()
+    builder.reserve(n.name for n in graph.nodes)
+    recorder = Recorder(builder, table)
+    values: dict[str, object] = {}
+    reserved = {n.name for n in graph.nodes}
+    # what autograd saves for the backward is given back as the very tensor the
+    # builder knows (unpacked, a saved result would be a new tensor object)
+    keep_saved = torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)
+    with torch.device("meta"), torch.enable_grad(), recorder, keep_saved:
+        for node in graph.nodes:
+            value = _run(node, values, builder, recorder)
+            if node.op in ("input", "param") and node.target in wrt:
+                with _disable_current_modes():
+                    value.requires_grad_(True)
+            values[node.name] = value
+            keep_name(node, value, builder, reserved)
+            for t in leaves(value):  # the backward of this op is this line's
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                    t.grad_fn.metadata.setdefault("span", node.span)
+    outputs = map_refs(graph.outputs, lambda r: values[r.name])
+    differentiable = [
+        t
+        for t in leaves(outputs)
+        if isinstance(t, torch.Tensor) and t.grad_fn is not None
+    ]
+    tangents = []
+    for i, out in enumerate(differentiable):
+        with _disable_current_modes():  # an input of the backward, not an op
+            tangent = torch.empty_strided(
+                out.shape, out.stride(), dtype=out.dtype, device="meta"
+            )
+        builder.add_input(f"tangent_{i}", tangent)
+        tangents.append(tangent)
+    wanted = [values[targets[name].name] for name in wrt]
+    backward = _BackwardRecorder(builder, table)
+    with torch.device("meta"), backward:
+        grads = torch.autograd.grad(differentiable, wanted, tangents, allow_unused=True)
+    refs = map_refs(graph.outputs, lambda r: builder.ref(values[r.name], None))
+    grad_refs = tuple(None if g is None else builder.ref(g, None) for g in grads)
+    result = graph.with_nodes(builder.nodes, (refs, grad_refs))
+    result.lint()
+    names = tuple(builder.name_of(t) for t in tangents)
+    return Joint(result, tuple(wrt), names)
+
+
+def _run(node: Node, values: dict, builder: GraphBuilder, recorder: Recorder):
+    """`node` rerun with autograd: an op is called through the recorder, where a
+    composite op kept whole in inference (attention) is decomposed, so that its
+    backward is that of the ops it is made of."""
+    if node.op != "call" or node.target == "getitem":
+        return run_node(node, values, builder, recorder, {})
+    recorder.span = node.span
+    args = map_refs(node.args, lambda r: values[r.name])
+    kwargs = {
+        k: (
+            torch.device("meta")
+            if v is DEVICE
+            else map_refs(v, lambda r: values[r.name])
+        )
+        for k, v in node.kwargs
+    }
+    out = resolve_op(node.target)(*args, **kwargs)
+    meta = node.meta
+    if isinstance(meta, TensorMeta) and out.stride() != meta.stride:
+        # decomposed, the op lays its result out as its parts do; what follows was
+        # traced for the layout the device's kernel gives it (`EXTERN_LAYOUT`)
+        laid_out = torch.empty_strided(meta.shape, meta.stride, dtype=meta.dtype)
+        out = laid_out.copy_(out)
+    return out
+
+
+class _BackwardRecorder(Recorder):
+    """Records the backward's ops, each with the span of the forward op whose
+    gradient formula runs it."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            self.span = node.metadata.get("span", self.span)
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+__all__ = ["Joint", "joint"]
