@@ -357,28 +357,6 @@ class Block(_source.Block):
         return super().forward(x)
 
 
-# The modules the code read: name, class, whether it is called (no hooks),
-# the values read of it (runtime_shim/modules.py)
-# fmt: off
-_MODULES_BlockBF16 = runtime_shim.ModuleStates(
-    ("ln_1", torch.nn.LayerNorm, True, {"training": False, "normalized_shape": (64,),
-                                        "eps": 1e-05, "elementwise_affine": True}),
-    ("attn", _source.CausalSelfAttention, True, {"n_embd": 64, "n_head": 4}),
-    ("attn.c_attn", torch.nn.Linear, True, {"training": False, "in_features": 64,
-                                            "out_features": 192}),
-    ("attn.c_proj", torch.nn.Linear, True, {"training": False, "in_features": 64,
-                                            "out_features": 64}),
-    ("ln_2", torch.nn.LayerNorm, True, {"training": False, "normalized_shape": (64,),
-                                        "eps": 1e-05, "elementwise_affine": True}),
-    ("mlp", _source.MLP, True, {}),
-    ("mlp.c_fc", torch.nn.Linear, True, {"training": False, "in_features": 64,
-                                         "out_features": 256}),
-    ("mlp.c_proj", torch.nn.Linear, True, {"training": False, "in_features": 256,
-                                           "out_features": 64}),
-)
-# fmt: on
-
-
 _LAYOUTS_cpu_1 = runtime_shim.TensorLayouts(
     "cpu",
     (
@@ -394,7 +372,7 @@ _LAYOUTS_cpu_1 = runtime_shim.TensorLayouts(
 
 # fmt: off
 _MODEL_cpu_1 = runtime_shim.ModelState(
-    _MODULES_BlockBF16,
+    _MODULES_Block,
     {
         "_parameters": (
             "ln_1.weight", "ln_1.bias",
@@ -527,7 +505,7 @@ _LAYOUTS_cuda_1 = runtime_shim.TensorLayouts(
 
 # fmt: off
 _MODEL_cuda_1 = runtime_shim.ModelState(
-    _MODULES_BlockBF16,
+    _MODULES_Block,
     {
         "_parameters": (
             "ln_1.weight", "ln_1.bias",

@@ -176,16 +176,6 @@ class ToyLinear(_source.ToyLinear):
         return super().forward(x)
 
 
-# The modules the code read: name, class, whether it is called (no hooks),
-# the values read of it (runtime_shim/modules.py)
-# fmt: off
-_MODULES_ToyModule = runtime_shim.ModuleStates(
-    ("linear", torch.nn.Linear, True, {"training": False, "in_features": 4,
-                                       "out_features": 4}),
-)
-# fmt: on
-
-
 _LAYOUTS_cpu_1 = runtime_shim.TensorLayouts(
     "cpu",
     (
@@ -196,7 +186,7 @@ _LAYOUTS_cpu_1 = runtime_shim.TensorLayouts(
 
 # fmt: off
 _MODEL_cpu_1 = runtime_shim.ModelState(
-    _MODULES_ToyModule,
+    _MODULES_ToyLinear,
     {
         "_parameters": (
             "linear.weight", "linear.bias",
@@ -263,7 +253,7 @@ _LAYOUTS_cuda_1 = runtime_shim.TensorLayouts(
 
 # fmt: off
 _MODEL_cuda_1 = runtime_shim.ModelState(
-    _MODULES_ToyModule,
+    _MODULES_ToyLinear,
     {
         "_parameters": (
             "linear.weight", "linear.bias",

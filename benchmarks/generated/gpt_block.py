@@ -366,30 +366,6 @@ class Block(_source.Block):
         return super().forward(x)
 
 
-# The modules the code read: name, class, whether it is called (no hooks),
-# the values read of it (runtime_shim/modules.py)
-# fmt: off
-_MODULES_BlockBF16 = runtime_shim.ModuleStates(
-    ("ln_1", torch.nn.LayerNorm, True, {"training": False,
-                                        "normalized_shape": (768,), "eps": 1e-05,
-                                        "elementwise_affine": True}),
-    ("attn", _source.CausalSelfAttention, True, {"n_embd": 768, "n_head": 12}),
-    ("attn.c_attn", torch.nn.Linear, True, {"training": False, "in_features": 768,
-                                            "out_features": 2304}),
-    ("attn.c_proj", torch.nn.Linear, True, {"training": False, "in_features": 768,
-                                            "out_features": 768}),
-    ("ln_2", torch.nn.LayerNorm, True, {"training": False,
-                                        "normalized_shape": (768,), "eps": 1e-05,
-                                        "elementwise_affine": True}),
-    ("mlp", _source.MLP, True, {}),
-    ("mlp.c_fc", torch.nn.Linear, True, {"training": False, "in_features": 768,
-                                         "out_features": 3072}),
-    ("mlp.c_proj", torch.nn.Linear, True, {"training": False, "in_features": 3072,
-                                           "out_features": 768}),
-)
-# fmt: on
-
-
 _LAYOUTS_cuda_1 = runtime_shim.TensorLayouts(
     "cuda",
     (
@@ -404,7 +380,7 @@ _LAYOUTS_cuda_1 = runtime_shim.TensorLayouts(
 
 # fmt: off
 _MODEL_cuda_1 = runtime_shim.ModelState(
-    _MODULES_BlockBF16,
+    _MODULES_Block,
     {
         "_parameters": (
             "ln_1.weight", "ln_1.bias",

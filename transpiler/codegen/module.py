@@ -85,11 +85,16 @@ def cuda_graph_trees_note(name: str) -> list[str]:
     ]
 
 
-def module_tables(t: TargetCode) -> tuple[list[str], dict[str, str]]:
+def module_tables(
+    t: TargetCode, written: dict[tuple[str, ...], str] | None = None
+) -> tuple[list[str], dict[str, str]]:
     """The `runtime_shim.ModuleStates` tables of a module target's variants, one per
     distinct set of rows (`_MODULES_<target>` where all its variants share one), and
     the table of each variant. A variant that reads a tensor other than through its
-    module has none: its guard function checks each thing itself."""
+    module has none: its guard function checks each thing itself. `written` holds
+    the tables an earlier target of the module wrote (rows -> name), which this
+    one's variants use where their rows are the same; it gains this target's."""
+    written = {} if written is None else written
     if not t.is_module:
         return [], {}
     rows: dict[str, tuple[str, ...]] = {}
@@ -105,6 +110,10 @@ def module_tables(t: TargetCode) -> tuple[list[str], dict[str, str]]:
         )
     lines = []
     for r in distinct:
+        if r in written:  # an earlier target's table, the same rows
+            names[r] = written[r]
+            continue
+        written[r] = names[r]
         lines += ["", *module_table(names[r], list(r)), ""]
     return lines, {vc: names[r] for vc, r in rows.items()}
 
@@ -201,8 +210,9 @@ def render_module(module: ModuleCode, command: str) -> ModuleFiles:
         backend: {k.name: k for k in ks} for backend, ks in module.kernels.items()
     }
     kernels["cpp"].update(module.shared)
+    written: dict[tuple[str, ...], str] = {}  # module tables, shared by targets
     for t in targets:
-        tables, table_of = module_tables(t)
+        tables, table_of = module_tables(t, written)
         lines += tables
         for vc in t.variants:
             if vc.region is None:
