@@ -72,6 +72,16 @@ def attention_probs(q, k):
 def silu_residual(x, w):
     y = F.silu(x @ w)
     return x + y * torch.sigmoid(y)
+
+
+def grad_regions(x, w):
+    y = x * w
+    with torch.no_grad():
+        s = y.sum()
+        with torch.enable_grad():
+            t = y.exp()
+    z = y.detach() * y
+    return z * s + t, x
 """
 
 CASES = {
@@ -81,6 +91,8 @@ CASES = {
     "attention_probs": ({"q": torch.randn(2, 6, 16), "k": torch.randn(2, 6, 16)}, None),
     "silu_residual": ({"x": torch.randn(8, 16), "w": torch.randn(16, 16) / 4}, None),
     "Block": ({"x": torch.randn(2, 8, 32)}, {"n_embd": 32, "n_head": 4}),
+    # no_grad, enable_grad inside it, detach; an input returned as it is
+    "grad_regions": ({"x": torch.randn(4, 8), "w": torch.randn(4, 8)}, None),
 }
 
 
@@ -237,3 +249,16 @@ def test_the_backward_is_made_of_ops_kernels_fuse(name: str, tmp_path: Path) -> 
     assert whole <= {"aten.mm.default", "aten.bmm.default", "aten.cat.default"}, whole
     composite = joint(traced.graph, [*inputs, *params], decomposed=False)
     assert any("_backward" in n.target for n in composite.graph.nodes)
+
+
+def test_nodes_computed_under_no_grad_are_marked(tmp_path: Path) -> None:
+    inputs = CASES["grad_regions"][0]
+    graph = trace_source(SOURCE, "grad_regions", inputs, tmp_path).graph
+    marked = {n.span.text.strip(): n.grad for n in graph.nodes if n.op == "call"}
+    assert marked == {
+        "y = x * w": True,
+        "s = y.sum()": False,
+        "t = y.exp()": True,  # enable_grad inside no_grad
+        "z = y.detach() * y": True,
+        "return z * s + t, x": True,
+    }, marked

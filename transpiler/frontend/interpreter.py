@@ -1191,11 +1191,18 @@ class Interpreter:
                 frame.locals.pop(name, None)
 
     def exec_With(self, stmt: cst.With, frame: Frame) -> None:
+        builder = self.recorder.builder
+        grad = builder.grad
         for item in stmt.items:
             ctx = self.eval(item.item, frame)
             if not isinstance(ctx, NO_EFFECT_CONTEXTS) or item.asname is not None:
                 raise Unsupported("unsupported `with` context", self._span())
-        self.exec_block(stmt.body, frame)
+            grad = _grad_inside(ctx, grad)
+        builder.grad, outside = grad, builder.grad  # recorded on each node
+        try:
+            self.exec_block(stmt.body, frame)
+        finally:
+            builder.grad = outside
 
     def static(self, expr, frame: Frame, what: str) -> bool:
         value = self.eval(expr, frame)
@@ -1741,6 +1748,16 @@ def _has_effect(fn, owner: str) -> bool:
         or fn is torch.Generator  # a stateful object of the run
         or isinstance(getattr(fn, "__self__", None), torch.Generator)
     )
+
+
+def _grad_inside(ctx, grad: bool) -> bool:
+    """Whether grad is enabled inside `with ctx:` (one of NO_EFFECT_CONTEXTS),
+    where it is `grad` outside."""
+    if isinstance(ctx, torch.enable_grad):
+        return True
+    if isinstance(ctx, torch.inference_mode):
+        return grad and not ctx.mode
+    return False  # torch.no_grad
 
 
 def _owner(fn) -> str:

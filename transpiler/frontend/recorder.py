@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -115,6 +115,9 @@ class GraphBuilder:
         self._journal: list[tuple[int, str | None, bool]] = []
         # storages of inputs, parameters and buffers: memory the caller owns
         self._owned: set[int] = set()
+        # whether the code being recorded runs with grad enabled (`with
+        # torch.no_grad():` turns it off): what the backward differentiates
+        self.grad = True
 
     def fresh(self, base: str) -> str:
         """A new unique name: `base`, else `base_1`, `base_2`, ...; never a name the
@@ -150,15 +153,11 @@ class GraphBuilder:
 
         for j in range(i, len(self.nodes)):
             n = self.nodes[j]
-            self.nodes[j] = Node(
-                new if j == i else n.name,
-                n.op,
-                n.target,
-                map_refs(n.args, ref),
-                tuple((k, map_refs(v, ref)) for k, v in n.kwargs),
-                n.meta,
-                n.span,
-                n.origin,
+            self.nodes[j] = replace(
+                n,
+                name=new if j == i else n.name,
+                args=map_refs(n.args, ref),
+                kwargs=tuple((k, map_refs(v, ref)) for k, v in n.kwargs),
             )
         for key, name in self._names.items():
             if name == old:
@@ -203,7 +202,8 @@ class GraphBuilder:
 
     def add(self, op, target, args=(), kwargs=(), meta=None, span=None, base=None):
         name = self.fresh(base or target.split(".")[1] if op == "call" else target)
-        self.nodes.append(Node(name, op, target, args, tuple(kwargs), meta, span))
+        node = Node(name, op, target, args, tuple(kwargs), meta, span)
+        self.nodes.append(node if self.grad else replace(node, grad=False))
         return name
 
     def bind(self, tensor: torch.Tensor, name: str) -> None:

@@ -125,6 +125,7 @@ class Node:
     meta: Meta = None
     span: Span | None = None
     origin: str | None = None  # the op this node was decomposed from, for naming
+    grad: bool = True  # False: computed under `torch.no_grad()` (no gradient flows)
 
     @property
     def tensor_meta(self) -> TensorMeta:

@@ -111,10 +111,10 @@ def joint(graph: Graph, wrt: Sequence[str], decomposed: bool = True) -> Joint:
                 if isinstance(t, torch.Tensor) and t.grad_fn is not None:
                     t.grad_fn.metadata.setdefault("span", node.span)
     outputs = map_refs(graph.outputs, lambda r: values[r.name])
+    # an output that depends on what is differentiated (or is it: an input
+    # returned as it is, whose gradient is then its tangent)
     differentiable = [
-        t
-        for t in leaves(outputs)
-        if isinstance(t, torch.Tensor) and t.grad_fn is not None
+        t for t in leaves(outputs) if isinstance(t, torch.Tensor) and t.requires_grad
     ]
     tangents = []
     for i, out in enumerate(differentiable):
@@ -142,6 +142,11 @@ def _run(node: Node, values: dict, builder: GraphBuilder, recorder: Recorder):
     backward is that of the ops it is made of."""
     if node.op != "call" or node.target == "getitem":
         return run_node(node, values, builder, recorder, {})
+    with torch.set_grad_enabled(node.grad):  # `with torch.no_grad():` in the source
+        return _call(node, values, recorder)
+
+
+def _call(node: Node, values: dict, recorder: Recorder):
     recorder.span = node.span
     args = map_refs(node.args, lambda r: values[r.name])
     kwargs = {
