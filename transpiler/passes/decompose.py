@@ -174,9 +174,11 @@ def decompose(graph: Graph) -> Graph:
     return retrace(graph, decompositions=decomposition_table(graph))
 
 
-def decomposition_table(graph: Graph) -> dict:
+def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     """Each op of `DECOMPOSE` -> how it is decomposed in `graph` (batch norm and
-    pools decompose by what the graph reads of them)."""
+    pools decompose by what the graph reads of them). With `backward` (the joint
+    graph, passes/joint.py), a max pool's backward reads its indices: it stays
+    whole, and computes them."""
     table = get_decompositions(list(DECOMPOSE))
     for op in DECOMPOSE:
         if op not in table:  # no entry in torch._decomp: the composite's own kernel
@@ -195,7 +197,7 @@ def decomposition_table(graph: Graph) -> dict:
         table[aten.native_group_norm.default]
     )
     table[aten.stack.default] = _stack
-    read = _pool_indices_read(dce(graph))
+    read = backward or _pool_indices_read(dce(graph))
     for op, dims in POOLS.items():
         table[op] = _pool(op, dims, read)
     for op, dims in ADAPTIVE_AVG_POOLS.items():

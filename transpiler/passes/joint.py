@@ -83,7 +83,7 @@ def joint(graph: Graph, wrt: Sequence[str], decomposed: bool = True) -> Joint:
     the partition may compute their parts again and the fuser fuse them."""
     table = {}
     if decomposed:
-        table = decomposition_table(graph)
+        table = decomposition_table(graph, backward=True)
         table |= get_decompositions(list(BACKWARD_DECOMPOSE))
     targets = {n.target: n for n in graph.nodes if n.op in ("input", "param")}
     missing = [name for name in wrt if name not in targets]
