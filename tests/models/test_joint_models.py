@@ -17,11 +17,12 @@ from tests.models.test_models import ROOT, _env
 pytestmark = pytest.mark.slow
 
 # Traced as a tree of regions (branches on tensor data in their attention masks):
-# the joint graph of one graph does not take them yet.
+# the joint graph of one graph does not take them yet, and they are left out.
 REGIONS = {"gpt2", "llama", "bert_mask", "qwen2", "gemma", "distilbert_mask"}
+ONE_GRAPH = [m for m in MODELS if m.name not in REGIONS]
 
 
-@pytest.mark.parametrize("model", MODELS, ids=[m.name for m in MODELS])
+@pytest.mark.parametrize("model", ONE_GRAPH, ids=[m.name for m in ONE_GRAPH])
 def test_joint_graph_of_a_library_model_matches_eager(model: Model) -> None:
     run = subprocess.run(
         [sys.executable, "-m", "tests.models.joint_check", model.name],
@@ -33,9 +34,7 @@ def test_joint_graph_of_a_library_model_matches_eager(model: Model) -> None:
     )
     assert run.returncode == 0, run.stderr[-4000:]
     result = json.loads(run.stdout.splitlines()[-1])
-    assert result["regions"] == (model.name in REGIONS), result
-    if result["regions"]:
-        return
+    assert not result["regions"], result
     count, outputs = result["tangents"]
     assert count == outputs, result
     assert result["output_error"] < 1e-4, result
