@@ -36,10 +36,10 @@ from torch._decomp import get_decompositions
 from torch.utils._python_dispatch import _disable_current_modes
 
 from transpiler.frontend.recorder import GraphBuilder, Recorder, Unsupported
-from transpiler.ir.graph import DEVICE, Graph, Node, TensorMeta, leaves, map_refs
+from transpiler.ir.graph import Graph, Node, TensorMeta, leaves, map_refs
 from transpiler.ir.ops import resolve_op
 from transpiler.passes.decompose import decomposition_table
-from transpiler.passes.retrace import keep_name, run_node
+from transpiler.passes.retrace import arguments, keep_name, run_node
 
 aten = torch.ops.aten
 
@@ -148,15 +148,7 @@ def _run(node: Node, values: dict, builder: GraphBuilder, recorder: Recorder):
 
 def _call(node: Node, values: dict, recorder: Recorder):
     recorder.span = node.span
-    args = map_refs(node.args, lambda r: values[r.name])
-    kwargs = {
-        k: (
-            torch.device("meta")
-            if v is DEVICE
-            else map_refs(v, lambda r: values[r.name])
-        )
-        for k, v in node.kwargs
-    }
+    args, kwargs = arguments(node, values)
     out = resolve_op(node.target)(*args, **kwargs)
     meta = node.meta
     if isinstance(meta, TensorMeta) and out.stride() != meta.stride:

@@ -71,6 +71,21 @@ def keep_name(node: Node, value, builder: GraphBuilder, reserved: set[str]) -> N
         builder.rename(current, node.name)
 
 
+def arguments(node: Node, values: dict) -> tuple[tuple, dict]:
+    """`node`'s arguments with the values of the nodes they name (`values`), on
+    the meta device."""
+    args = map_refs(node.args, lambda r: values[r.name])
+    kwargs = {
+        k: (
+            torch.device("meta")
+            if v is DEVICE
+            else map_refs(v, lambda r: values[r.name])
+        )
+        for k, v in node.kwargs
+    }
+    return args, kwargs
+
+
 def run_node(
     node: Node,
     values: dict,
@@ -89,11 +104,7 @@ def run_node(
             t = torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device="meta")
         builder.keep(node, t)
         return t
-    args = map_refs(node.args, lambda r: values[r.name])
-    kwargs = {k: map_refs(v, lambda r: values[r.name]) for k, v in node.kwargs}
-    kwargs = {
-        k: (torch.device("meta") if v is DEVICE else v) for k, v in kwargs.items()
-    }
+    args, kwargs = arguments(node, values)
     if node.target == "getitem" and isinstance(args[0], _StubResults):
         return _stub_result(node, args[0], builder)
     if node.target == "getitem":
@@ -184,4 +195,4 @@ def _stub_result(node: Node, stub: _StubResults, builder: GraphBuilder):
     return value
 
 
-__all__ = ["SameOp", "keep_name", "retrace", "run_node"]
+__all__ = ["SameOp", "arguments", "keep_name", "retrace", "run_node"]
