@@ -79,23 +79,8 @@ extern "C" void cpp_fused_embedding_add_native_layer_norm_0(
             tmp10 += tmp9;
         }
         float tmp11 = tmp10 / 64.0f;
-        float tmp14 = 0;
-        float tmp15 = 0;
-        #pragma omp simd reduction(+:tmp14) reduction(+:tmp15)
-        for (int64_t r = 0; r < 64; ++r) {
-            float tmp9 = tmp9_row[r];
-            float tmp12 = tmp9 - tmp11;
-            float tmp13 = tmp12 * tmp12;
-            tmp14 += tmp13;
-            tmp15 += tmp12;
-        }
-        float tmp16 = tmp15 / 64.0f;
-        float tmp17 = tmp15 * tmp16;
-        float tmp18 = tmp14 - tmp17;
-        float tmp19 = tmp18 < 0 ? 0 : tmp18;
-        float tmp20 = tmp11 + tmp16;
-        bool tmp21 = tmp16 != tmp16;
-        float tmp22 = tmp21 ? tmp11 : tmp20;
+        // the row's mean and the sum of squared deviations about it
+        auto [tmp22, tmp19] = row_spread<float>(tmp9_row, 64, tmp11);
         float tmp23 = tmp19 / 64.0f;
         float tmp24 = tmp23 + 1e-05f;
         float tmp25 = 1 / std::sqrt(tmp24);
@@ -143,23 +128,8 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
             tmp5 += tmp4;
         }
         float tmp6 = tmp5 / 64.0f;
-        float tmp9 = 0;
-        float tmp10 = 0;
-        #pragma omp simd reduction(+:tmp9) reduction(+:tmp10)
-        for (int64_t r = 0; r < 64; ++r) {
-            float tmp4 = tmp4_row[r];
-            float tmp7 = tmp4 - tmp6;
-            float tmp8 = tmp7 * tmp7;
-            tmp9 += tmp8;
-            tmp10 += tmp7;
-        }
-        float tmp11 = tmp10 / 64.0f;
-        float tmp12 = tmp10 * tmp11;
-        float tmp13 = tmp9 - tmp12;
-        float tmp14 = tmp13 < 0 ? 0 : tmp13;
-        float tmp15 = tmp6 + tmp11;
-        bool tmp16 = tmp11 != tmp11;
-        float tmp17 = tmp16 ? tmp6 : tmp15;
+        // the row's mean and the sum of squared deviations about it
+        auto [tmp17, tmp14] = row_spread<float>(tmp4_row, 64, tmp6);
         float tmp18 = tmp14 / 64.0f;
         float tmp19 = tmp18 + 1e-05f;
         float tmp20 = 1 / std::sqrt(tmp19);

@@ -17,23 +17,8 @@ extern "C" void cpp_fused_native_layer_norm_0(
             tmp1 += tmp0;
         }
         float tmp2 = tmp1 / 64.0f;
-        float tmp5 = 0;
-        float tmp6 = 0;
-        #pragma omp simd reduction(+:tmp5) reduction(+:tmp6)
-        for (int64_t r = 0; r < 64; ++r) {
-            float tmp0 = x_ptr[64 * x + r];
-            float tmp3 = tmp0 - tmp2;
-            float tmp4 = tmp3 * tmp3;
-            tmp5 += tmp4;
-            tmp6 += tmp3;
-        }
-        float tmp7 = tmp6 / 64.0f;
-        float tmp8 = tmp6 * tmp7;
-        float tmp9 = tmp5 - tmp8;
-        float tmp10 = tmp9 < 0 ? 0 : tmp9;
-        float tmp11 = tmp2 + tmp7;
-        bool tmp12 = tmp7 != tmp7;
-        float tmp13 = tmp12 ? tmp2 : tmp11;
+        // the row's mean and the sum of squared deviations about it
+        auto [tmp13, tmp10] = row_spread<float>(x_ptr + 64 * x, 64, tmp2);
         float tmp14 = tmp10 / 64.0f;
         float tmp15 = tmp14 + 1e-05f;
         float tmp16 = 1 / std::sqrt(tmp15);
@@ -81,23 +66,8 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
             tmp5 += tmp4;
         }
         float tmp6 = tmp5 / 64.0f;
-        float tmp9 = 0;
-        float tmp10 = 0;
-        #pragma omp simd reduction(+:tmp9) reduction(+:tmp10)
-        for (int64_t r = 0; r < 64; ++r) {
-            float tmp4 = tmp4_row[r];
-            float tmp7 = tmp4 - tmp6;
-            float tmp8 = tmp7 * tmp7;
-            tmp9 += tmp8;
-            tmp10 += tmp7;
-        }
-        float tmp11 = tmp10 / 64.0f;
-        float tmp12 = tmp10 * tmp11;
-        float tmp13 = tmp9 - tmp12;
-        float tmp14 = tmp13 < 0 ? 0 : tmp13;
-        float tmp15 = tmp6 + tmp11;
-        bool tmp16 = tmp11 != tmp11;
-        float tmp17 = tmp16 ? tmp6 : tmp15;
+        // the row's mean and the sum of squared deviations about it
+        auto [tmp17, tmp14] = row_spread<float>(tmp4_row, 64, tmp6);
         float tmp18 = tmp14 / 64.0f;
         float tmp19 = tmp18 + 1e-05f;
         float tmp20 = 1 / std::sqrt(tmp19);
@@ -248,23 +218,8 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
             tmp5 += tmp4;
         }
         float tmp6 = tmp5 / 64.0f;
-        float tmp9 = 0;
-        float tmp10 = 0;
-        #pragma omp simd reduction(+:tmp9) reduction(+:tmp10)
-        for (int64_t r = 0; r < 64; ++r) {
-            float tmp4 = tmp4_row[r];
-            float tmp7 = tmp4 - tmp6;
-            float tmp8 = tmp7 * tmp7;
-            tmp9 += tmp8;
-            tmp10 += tmp7;
-        }
-        float tmp11 = tmp10 / 64.0f;
-        float tmp12 = tmp10 * tmp11;
-        float tmp13 = tmp9 - tmp12;
-        float tmp14 = tmp13 < 0 ? 0 : tmp13;
-        float tmp15 = tmp6 + tmp11;
-        bool tmp16 = tmp11 != tmp11;
-        float tmp17 = tmp16 ? tmp6 : tmp15;
+        // the row's mean and the sum of squared deviations about it
+        auto [tmp17, tmp14] = row_spread<float>(tmp4_row, 64, tmp6);
         float tmp18 = tmp14 / 64.0f;
         float tmp19 = tmp18 + 1e-05f;
         float tmp20 = 1 / std::sqrt(tmp19);

@@ -39,30 +39,8 @@ extern "C" void cpp_fused_native_layer_norm_gelu_0(
         }
         float tmp1 = lanes_sum(tmp1_lane);
         float tmp2 = tmp1 / 256.0f;
-        float tmp5_lane[32];
-        lanes_fill(tmp5_lane, 0);
-        float tmp6_lane[32];
-        lanes_fill(tmp6_lane, 0);
-        for (int64_t r1 = 0; r1 < 256; r1 += 32) {
-            #pragma omp simd
-            for (int64_t l = 0; l < 32; ++l) {
-                int64_t r = r1 + l;
-                float tmp0 = x_ptr[256 * x + r];
-                float tmp3 = tmp0 - tmp2;
-                float tmp4 = tmp3 * tmp3;
-                tmp5_lane[l] += tmp4;
-                tmp6_lane[l] += tmp3;
-            }
-        }
-        float tmp5 = lanes_sum(tmp5_lane);
-        float tmp6 = lanes_sum(tmp6_lane);
-        float tmp7 = tmp6 / 256.0f;
-        float tmp8 = tmp6 * tmp7;
-        float tmp9 = tmp5 - tmp8;
-        float tmp10 = tmp9 < 0 ? 0 : tmp9;
-        float tmp11 = tmp2 + tmp7;
-        bool tmp12 = tmp7 != tmp7;
-        float tmp13 = tmp12 ? tmp2 : tmp11;
+        // the row's mean and the sum of squared deviations about it
+        auto [tmp13, tmp10] = row_spread<float, 32>(x_ptr + 256 * x, 256, tmp2);
         float tmp14 = tmp10 / 256.0f;
         float tmp15 = tmp14 + 1e-05f;
         float tmp16 = 1 / std::sqrt(tmp15);

@@ -169,3 +169,53 @@ static inline float gelu_f32(float x) {
 static inline double gelu_f32(double x) {
     return x == -INFINITY ? -0.0 : 0.5 * x * std::erfc(-x * 0.7071067811865476);
 }
+
+// A row's mean and the sum of squared deviations about it, from the row and a first
+// mean `m` (its sum over n): the corrected two-pass algorithm (Chan, Golub and
+// LeVeque, 1983). The deviations' sum e is the first mean's rounding error times n,
+// so the mean is m + e / n and the sum of squares loses e * e / n. An inf in the
+// row leaves the first mean (inf, as eager's) and a NaN sum. With L lanes, element
+// r goes to lane r % L, and the lanes join at the end, as a reduction's loop does.
+template <typename T> struct Spread {
+    T mean;
+    T squares;
+};
+template <typename T, int L = 0>
+static inline Spread<T> row_spread(const T* row, int64_t n, T m) {
+    T squares = 0;
+    T residual = 0;
+    if constexpr (L == 0) {
+        #pragma omp simd reduction(+:squares) reduction(+:residual)
+        for (int64_t r = 0; r < n; ++r) {
+            T d = row[r] - m;
+            squares += d * d;
+            residual += d;
+        }
+    } else {
+        T squares_lane[L] = {};
+        T residual_lane[L] = {};
+        int64_t whole = n - n % L;
+        for (int64_t r1 = 0; r1 < whole; r1 += L) {
+            #pragma omp simd
+            for (int l = 0; l < L; ++l) {
+                T d = row[r1 + l] - m;
+                squares_lane[l] += d * d;
+                residual_lane[l] += d;
+            }
+        }
+        #pragma omp simd
+        for (int64_t r = whole; r < n; ++r) {
+            T d = row[r] - m;
+            squares_lane[r - whole] += d * d;
+            residual_lane[r - whole] += d;
+        }
+        #pragma omp simd reduction(+:squares) reduction(+:residual)
+        for (int l = 0; l < L; ++l) {
+            squares += squares_lane[l];
+            residual += residual_lane[l];
+        }
+    }
+    T error = residual / T(n);
+    T less = squares - residual * error;
+    return {error != error ? m : m + error, less < 0 ? T(0) : less};
+}

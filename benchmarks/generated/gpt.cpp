@@ -92,30 +92,8 @@ extern "C" void cpp_fused_embedding_index_add_native_layer_norm_0(
         }
         float tmp17 = lanes_sum(tmp17_lane);
         float tmp18 = tmp17 / 768.0f;
-        float tmp21_lane[32];
-        lanes_fill(tmp21_lane, 0);
-        float tmp22_lane[32];
-        lanes_fill(tmp22_lane, 0);
-        for (int64_t r1 = 0; r1 < 768; r1 += 32) {
-            #pragma omp simd
-            for (int64_t l = 0; l < 32; ++l) {
-                int64_t r = r1 + l;
-                float tmp16 = tmp16_row[r];
-                float tmp19 = tmp16 - tmp18;
-                float tmp20 = tmp19 * tmp19;
-                tmp21_lane[l] += tmp20;
-                tmp22_lane[l] += tmp19;
-            }
-        }
-        float tmp21 = lanes_sum(tmp21_lane);
-        float tmp22 = lanes_sum(tmp22_lane);
-        float tmp23 = tmp22 / 768.0f;
-        float tmp24 = tmp22 * tmp23;
-        float tmp25 = tmp21 - tmp24;
-        float tmp26 = tmp25 < 0 ? 0 : tmp25;
-        float tmp27 = tmp18 + tmp23;
-        bool tmp28 = tmp23 != tmp23;
-        float tmp29 = tmp28 ? tmp18 : tmp27;
+        // the row's mean and the sum of squared deviations about it
+        auto [tmp29, tmp26] = row_spread<float, 32>(tmp16_row, 768, tmp18);
         float tmp30 = tmp26 / 768.0f;
         float tmp31 = tmp30 + 1e-05f;
         float tmp32 = 1 / std::sqrt(tmp31);
@@ -166,30 +144,8 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_0(
         }
         float tmp5 = lanes_sum(tmp5_lane);
         float tmp6 = tmp5 / 768.0f;
-        float tmp9_lane[32];
-        lanes_fill(tmp9_lane, 0);
-        float tmp10_lane[32];
-        lanes_fill(tmp10_lane, 0);
-        for (int64_t r1 = 0; r1 < 768; r1 += 32) {
-            #pragma omp simd
-            for (int64_t l = 0; l < 32; ++l) {
-                int64_t r = r1 + l;
-                float tmp4 = tmp4_row[r];
-                float tmp7 = tmp4 - tmp6;
-                float tmp8 = tmp7 * tmp7;
-                tmp9_lane[l] += tmp8;
-                tmp10_lane[l] += tmp7;
-            }
-        }
-        float tmp9 = lanes_sum(tmp9_lane);
-        float tmp10 = lanes_sum(tmp10_lane);
-        float tmp11 = tmp10 / 768.0f;
-        float tmp12 = tmp10 * tmp11;
-        float tmp13 = tmp9 - tmp12;
-        float tmp14 = tmp13 < 0 ? 0 : tmp13;
-        float tmp15 = tmp6 + tmp11;
-        bool tmp16 = tmp11 != tmp11;
-        float tmp17 = tmp16 ? tmp6 : tmp15;
+        // the row's mean and the sum of squared deviations about it
+        auto [tmp17, tmp14] = row_spread<float, 32>(tmp4_row, 768, tmp6);
         float tmp18 = tmp14 / 768.0f;
         float tmp19 = tmp18 + 1e-05f;
         float tmp20 = 1 / std::sqrt(tmp19);
@@ -274,30 +230,8 @@ extern "C" void cpp_fused_addmm_add_native_layer_norm_1(
         }
         float tmp5 = lanes_sum(tmp5_lane);
         float tmp6 = tmp5 / 768.0f;
-        float tmp9_lane[32];
-        lanes_fill(tmp9_lane, 0);
-        float tmp10_lane[32];
-        lanes_fill(tmp10_lane, 0);
-        for (int64_t r1 = 0; r1 < 768; r1 += 32) {
-            #pragma omp simd
-            for (int64_t l = 0; l < 32; ++l) {
-                int64_t r = r1 + l;
-                float tmp4 = tmp4_row[r];
-                float tmp7 = tmp4 - tmp6;
-                float tmp8 = tmp7 * tmp7;
-                tmp9_lane[l] += tmp8;
-                tmp10_lane[l] += tmp7;
-            }
-        }
-        float tmp9 = lanes_sum(tmp9_lane);
-        float tmp10 = lanes_sum(tmp10_lane);
-        float tmp11 = tmp10 / 768.0f;
-        float tmp12 = tmp10 * tmp11;
-        float tmp13 = tmp9 - tmp12;
-        float tmp14 = tmp13 < 0 ? 0 : tmp13;
-        float tmp15 = tmp6 + tmp11;
-        bool tmp16 = tmp11 != tmp11;
-        float tmp17 = tmp16 ? tmp6 : tmp15;
+        // the row's mean and the sum of squared deviations about it
+        auto [tmp17, tmp14] = row_spread<float, 32>(tmp4_row, 768, tmp6);
         float tmp18 = tmp14 / 768.0f;
         float tmp19 = tmp18 + 1e-05f;
         float tmp20 = 1 / std::sqrt(tmp19);

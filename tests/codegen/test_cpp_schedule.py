@@ -34,12 +34,17 @@ def row_sum(x):
 
 def pool(x):
     return F.max_pool2d(x, 3, 2, padding=1)
+
+
+def norm(x, w, b):
+    return F.layer_norm(x, (96,), w, b)
 """
 
 INPUTS = {
     "softmax": {"x": torch.randn(64, 1024)},
     "row_sum": {"x": torch.randn(64, 4096)},
     "pool": {"x": torch.randn(2, 8, 16, 16)},
+    "norm": {"x": torch.randn(64, 96), "w": torch.randn(96), "b": torch.randn(96)},
 }
 
 
@@ -63,6 +68,10 @@ def _one_inner_loop(s: CppSchedule) -> CppSchedule:
     return replace(s, parts=None)
 
 
+def _variance_inline(s: CppSchedule) -> CppSchedule:
+    return replace(s, loops=tuple(replace(lp, spread=False) for lp in s.loops))
+
+
 # change -> (what the decided schedule has that the change takes away, as text of
 # the C++ it is written to)
 CHANGES = {
@@ -70,6 +79,7 @@ CHANGES = {
     "no prefetch": (_no_prefetch, "__builtin_prefetch"),
     "one accumulator": (_one_accumulator, "lanes_sum("),
     "one inner loop": (_one_inner_loop, "// split where the conditions on x1 change"),
+    "variance inline": (_variance_inline, "row_spread<float"),
 }
 
 
@@ -109,9 +119,10 @@ def test_every_kernel_is_rendered_from_its_schedule(decided) -> None:
 @pytest.mark.parametrize("change", CHANGES, ids=list(CHANGES))
 def test_the_renderer_follows_a_changed_schedule(change, decided, tmp_path) -> None:
     fn, text = CHANGES[change]
-    assert text in decided[0]["softmax"].cpp_text  # the schedule made that choice
+    fn_name = "norm" if change == "variance inline" else "softmax"
+    assert text in decided[0][fn_name].cpp_text  # the schedule made that choice
     compiled, _ = _build(tmp_path, fn)
-    assert text not in compiled["softmax"].cpp_text
+    assert text not in compiled[fn_name].cpp_text
     for name, inputs in INPUTS.items():  # the C++ variant (the Triton one is as was)
         want = getattr(compiled[name].module._source, name)
         check_call(compiled[name].cpu, want, inputs, torch.float32, f"{name} cpu")

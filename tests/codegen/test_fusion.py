@@ -253,15 +253,18 @@ def kernel_text(backend: str, name: str) -> tuple[list[str], str]:
     raise AssertionError(f"no Triton kernel {name}")
 
 
+# prefix, a reduction's text, the rsqrt's, and how a layer norm's kernel reduces
+# its row: the mean, then the squared deviations and the deviations (Note
+# [Variance]), in three reductions, or in C++ the last two in one helper
 BACKENDS = {
-    "cpu": ("cpp_", "reduction(+:", "std::sqrt"),
-    "cuda": ("triton_", "tl.sum(", "tl.rsqrt("),
+    "cpu": ("cpp_", "reduction(+:", "std::sqrt", 1, "row_spread<float"),
+    "cuda": ("triton_", "tl.sum(", "tl.rsqrt(", 3, "tl.sum("),
 }
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])
 def test_generated_kernels(backend: str) -> None:
-    prefix, reduction, rsqrt = BACKENDS[backend]
+    prefix, reduction, rsqrt, reductions, spread = BACKENDS[backend]
     calls = generated_calls(backend)
     assert len(calls) == KERNELS, calls
     assert all(c.kernel.startswith(prefix) for c in calls), calls
@@ -285,11 +288,11 @@ def test_generated_kernels(backend: str) -> None:
     bound = dict(zip(ln_2.args, params))
     for name in ("x", "attn_c_proj_bias"):
         assert re.search(rf"\b{bound[name]}\b", body), f"{name} is not loaded"
-    # the mean, then the squared deviations and the deviations (Note [Variance])
-    assert body.count(reduction) == 3, body
+    assert body.count(reduction) == reductions and spread in body, body
     assert rsqrt in body
     for norm in norms:
-        assert kernel_text(backend, norm.kernel)[1].count(reduction) == 3
+        norm_body = kernel_text(backend, norm.kernel)[1]
+        assert norm_body.count(reduction) == reductions and spread in norm_body
     others = [c for c in calls if c not in norms]
     assert all(reduction not in kernel_text(backend, c.kernel)[1] for c in others)
 

@@ -358,16 +358,19 @@ def variances(x):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("long", [True, False])
-def test_variance_of_rows_longer_than_a_block(tmp_path, long: bool) -> None:
+@pytest.mark.parametrize("rows", ["long", "held", "short"])
+def test_variance_of_rows_longer_than_a_block(tmp_path, rows: str) -> None:
     """Rows longer than a block (Note [Welford] in codegen/triton.py): the mean
     and the sum of squared deviations in one pass, lanes joined pairwise, against
     eager and against float64: rows far from zero (where E[x^2] - E[x]^2 would
     lose every digit), constant rows (variance exactly 0), a NaN and an inf, rows
     that end inside a block; group norm normalizes with them, reading its rows
-    twice. Rows held in registers whole are reduced twice there (the control)."""
+    twice. Rows held in registers whole are reduced twice there (the control).
+    Short rows: the C++ kernel computes the corrected statistics with one helper
+    (`row_spread` in runtime_shim/kernels.h) over the row's buffer."""
     gen = torch.Generator().manual_seed(7)
-    n = triton_codegen.LONG_ROW_MAX + 1000 if long else 3000
+    n = {"long": triton_codegen.LONG_ROW_MAX + 1000, "held": 3000, "short": 100}[rows]
+    long = rows == "long"
     x = torch.randn(6, n, generator=gen)
     x[1] = 1000 + 1e-3 * torch.randn(n, generator=gen)  # far from zero
     x[2] = 3.25  # constant
@@ -382,6 +385,8 @@ def test_variance_of_rows_longer_than_a_block(tmp_path, long: bool) -> None:
     # (Note [Passes over a row] in codegen/triton.py)
     assert ('eviction_policy="evict_last"' in text) == long
     assert ('eviction_policy="evict_first"' in text) == long
+    if rows == "short":  # a row read whole, not a chunk at a time
+        assert "row_spread<float>(" in case["variances"].cpp_text
     exact = x[[0, 1, 5]].double()
     for variant in (case["variances"].cpu, case["variances"].cuda):
         var, mean, _, _ = variant(x)

@@ -83,6 +83,7 @@ What is left inside the loop is unmasked loads, vectorized: the pool's loop took
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import operator
 import re
@@ -105,7 +106,7 @@ from transpiler.codegen.optable import (
     cpp_literal,
     op_text,
 )
-from transpiler.codegen.segments import Loop, segments
+from transpiler.codegen.segments import Loop, Spread, segments, spread
 from transpiler.ir.dynamic import dims_in, size
 from transpiler.ir.program import (
     Const,
@@ -219,6 +220,7 @@ class _Renderer:
         # what statements become in one part of a split inner loop: a literal, or
         # another value's name (Note [Edges of windows]); those are not written
         self.known: dict[str, str] = {}
+        self.written: set[str] = set()  # statements a helper call computed
 
     def index(self, index: Index) -> str:
         ranges = {"x": self.k.xnumel, "r": self.k.rnumel}
@@ -237,7 +239,7 @@ class _Renderer:
         return self.known.get(a, a)
 
     def stmt(self, s: Stmt, ind: str) -> None:
-        if s.name in self.known:
+        if s.name in self.known or s.name in self.written:
             return
         if s.op == "load":
             param, index, *within = s.args
@@ -410,6 +412,57 @@ class _Renderer:
         )
         return RowLoop(lanes, chunk, chunked, prefetch)
 
+    def spread(self, loop: Loop) -> Spread | None:
+        """`loop` with the correction after it as one `row_spread` call (Note
+        [Variance]), where the loop computes nothing else and its values are a
+        row in memory: their row buffer, or an input's contiguous row; None
+        otherwise."""
+        found = spread(loop, self.k, self.k.rnumel)
+        if found is None or self._row_pointer(found.value) is None:
+            return None
+        if self._live(loop) - found.replaced != {found.value}:
+            return None
+        return found
+
+    def _row_pointer(self, name: str) -> str | None:
+        """Where the row of the per-element value `name` is in memory, as a C++
+        pointer to its first element: its row buffer, or the row of an input it
+        is loaded from unchanged (contiguous, of its computed type); None when
+        it is neither."""
+        if name in self.kept & self.filled:
+            return f"{name}_row"
+        s = next(s for s in self.k.body if getattr(s, "name", None) == name)
+        if s.op != "load" or len(s.args) != 2 or not isinstance(self.k.rnumel, int):
+            return None
+        param, index = s.args
+        src = next(a.dtype for a in self.k.inputs if a.param == param)
+        along = [t for t in index.terms if t.var == "r"]
+        if src != s.dtype or s.dtype not in (torch.float32, torch.float64):
+            return None
+        if [(t.div, t.stride) for t in along] != [(1, 1)]:
+            return None
+        if not isinstance(along[0].mod, int) or along[0].mod < self.k.rnumel:
+            return None
+        start = Index(index.offset, tuple(t for t in index.terms if t.var != "r"))
+        offset = self.index(start)
+        return param if offset == "0" else f"{param} + {offset}"
+
+    def row_spread(self, found: Spread, plan: RowLoop, ind: str) -> None:
+        """The loop of `found` and the correction after it, as the helper's call;
+        in lanes where the loop's plan has them."""
+        if plan.prefetch:
+            self.lines.append(f"{ind}// while computing, fetch the next row into cache")
+            self._prefetch("0", self.k.rnumel, ind)
+        t = compute_type(self._dtype(found.mean))
+        lanes = f", {plan.lanes}" if plan.lanes else ""
+        row = self._row_pointer(found.value)
+        self.lines += [
+            f"{ind}// the row's mean and the sum of squared deviations about it",
+            f"{ind}auto [{found.mean}, {found.squares}] = "
+            f"row_spread<{t}{lanes}>({row}, {self.k.rnumel}, {found.first});",
+        ]
+        self.written |= found.replaced
+
     def loop(self, loop: Loop, plan: RowLoop, ind: str) -> None:
         """A loop over `r`, vectorized: max/min reduce with `std::max`/`std::min`
         and remember separately whether a NaN went by, which then wins.
@@ -419,6 +472,9 @@ class _Renderer:
         row loses less to rounding). Within a chunk, a long row's sums, maxima and
         minima are kept in lanes: see Note [Lanes]."""
         rnumel = self.k.rnumel
+        if plan.spread:
+            self.row_spread(self.spread(loop), plan, ind)
+            return
         for s in loop.body:
             if isinstance(s, Stmt) and s.name in self.kept - self.filled:
                 t = compute_type(s.dtype)
@@ -1214,7 +1270,11 @@ def schedule(k: Kernel) -> CppSchedule:
     prefetch = analysis._prefetch_loop(segs)
     loops = []
     for loop in (seg for seg in segs if isinstance(seg, Loop)):
-        loops.append(analysis.row_loop(loop, loop is prefetch))
+        plan = analysis.row_loop(loop, loop is prefetch)
+        whole = not plan.chunked and plan.groups is None
+        if whole and analysis.spread(loop) is not None:
+            plan = dataclasses.replace(plan, spread=True)
+        loops.append(plan)
         analysis.filled |= {s.name for s in loop.body if isinstance(s, Stmt)} & kept
     return CppSchedule(parallel, None, frozenset(kept), tuple(loops))
 

@@ -192,3 +192,80 @@ def welford(
         first.body,
         tuple(between),
     )
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A loop over a row's deviations `d = v - m` from a first mean `m`, summing
+    `d * d` and `d`, and the per-row statements after it that correct the mean and
+    the sum of squares by the deviations' sum (Note [Variance] in
+    passes/schedule.py): computed together by one helper where `v` is read back
+    from the row's buffer."""
+
+    value: str  # v
+    first: str  # m
+    mean: str  # the corrected mean (the first where the correction is NaN)
+    squares: str  # the sum of squared deviations about it, at least 0
+    replaced: frozenset[str]  # every statement the helper computes
+
+
+def spread(loop: Loop, kernel: Kernel, rnumel) -> Spread | None:
+    """`loop` and the correction that follows it in `kernel`, as the statements
+    `centered_squares` (passes/schedule.py) emits, or None when they are not that
+    or when another statement reads a value between."""
+    if any(isinstance(s, Store) for s in loop.body) or len(loop.reductions) != 2:
+        return None
+    stmts = {s.name: s for s in kernel.body if isinstance(s, Stmt)}
+    by_op: dict[tuple, Stmt] = {}
+    for s in kernel.body:
+        if isinstance(s, Stmt) and s.op != "load":
+            by_op.setdefault((s.op, s.args), s)
+
+    def find(op, *args):
+        return by_op.get((op, args))
+
+    sums = {r.args[0]: r for r in loop.reductions if r.reduce == "sum"}
+    d = next((stmts[a] for a in sums if stmts[a].op == "sub"), None)
+    if d is None or len(sums) != 2:
+        return None
+    value, first = d.args
+    sq = find("mul", d.name, d.name)
+    if sq is None or sq.name not in sums or not isinstance(first, str):
+        return None
+    squares, residual = sums[sq.name], sums[d.name]
+    error = next(
+        (
+            s
+            for s in stmts.values()
+            if s.op == "truediv"
+            and s.args[0] == residual.name
+            and isinstance(s.args[1], Const)
+            and s.args[1].value == rnumel
+        ),
+        None,
+    )
+    if error is None:
+        return None
+    excess = find("mul", residual.name, error.name)
+    less = excess and find("sub", squares.name, excess.name)
+    clamped = less and find("relu", less.name)
+    corrected = find("add", first, error.name)
+    undefined = find("isnan", error.name)
+    mean = (
+        undefined and corrected and find("where", undefined.name, first, corrected.name)
+    )
+    if not (clamped and mean):
+        return None
+    inner = {d.name, sq.name, squares.name, residual.name}
+    after = {error, excess, less, corrected, undefined}
+    replaced = inner | {s.name for s in after} | {clamped.name, mean.name}
+    readers = [
+        s
+        for s in kernel.body
+        if getattr(s, "name", None) not in replaced
+        and (set(operands(s)) if isinstance(s, Stmt) else {s.value})
+        & (replaced - {clamped.name, mean.name})
+    ]
+    if readers or any(s.level != "x" for s in after):
+        return None
+    return Spread(value, first, mean.name, clamped.name, frozenset(replaced))

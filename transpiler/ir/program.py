@@ -119,6 +119,9 @@ class RowLoop:
     chunked: bool = False  # whether the row is walked a chunk at a time
     prefetch: bool = False  # fetches the next row (Note [Prefetching the next row])
     groups: int | None = None  # walked as groups of this many (`inner_split` on r)
+    # the loop and the correction after it are one `row_spread` call over the
+    # row in memory (`segments.spread`, Note [Variance])
+    spread: bool = False
 
 
 @dataclass(frozen=True)
