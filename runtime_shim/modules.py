@@ -325,8 +325,9 @@ class ModelState:
     `tensors` maps a table of the modules that hold them (`"_parameters"`,
     `"_buffers"`; `"getattr"` for an attribute) to their names under the model;
     `tied` rows are (name, its table, the name of the tensor it must be); `grad` is
-    "read" (the inputs and the tensors read must not require grad) or "all" (nor
-    may any parameter of the model: fallback code may read any).
+    "read" (the inputs and the tensors read must not require grad), "all" (nor
+    may any parameter of the model: fallback code may read any) or "train" (a
+    training variant's: grad enabled, and every parameter it reads requiring it).
     """
 
     def __init__(
@@ -354,7 +355,17 @@ class ModelState:
             tensor = _tensor_read(name, table, local, source)
             text = f"{self_path(name)} is {self_path(first)}"
             source.fail(f"{tensor} is not {read[self_path(first)]}", text)
-        if grad is not None:
+        if grad == "train":  # a training variant's: its inputs are checked apart
+            needs = [
+                f"{read[self_path(name)]}.requires_grad"
+                for name in tensors.get("_parameters", ())
+            ]
+            test = " and ".join(["torch.is_grad_enabled()", *needs])
+            source.fail(
+                f"not ({test})",
+                "torch.is_grad_enabled() and the parameters it reads require grad",
+            )
+        elif grad is not None:
             needs = ["any(t.requires_grad for t in inputs)"]
             needs += [f"{t}.requires_grad" for t in read.values()]
             if grad == "all":

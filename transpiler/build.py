@@ -62,6 +62,23 @@ class RangeGuard:
 
 
 @dataclass(frozen=True)
+class Backward:
+    """The compiled backward of a training variant (`pipeline.compile_training`).
+    Its forward (`VariantCode.region`) returns `(outputs, saved)`; the backward's
+    program takes the saved values, then the tangents (the gradients of the
+    differentiable outputs), and returns a gradient per name of `wrt`, None where
+    the outputs do not depend on it."""
+
+    region: CompiledRegion
+    saved: tuple[str, ...]  # the backward's inputs the forward saves, in order
+    tangents: tuple[str, ...]  # its inputs that are tangents, in output order
+    wrt: tuple[str, ...]  # input names, then parameter paths
+    differentiable: tuple[bool, ...]  # per output: has a tangent
+    saved_bytes: int  # what the forward saves, inputs and parameters aside
+    recomputed: tuple[str, ...]  # forward values the backward computes again
+
+
+@dataclass(frozen=True)
 class VariantCode:
     """One compiled (or all-fallback) variant of a target."""
 
@@ -80,6 +97,7 @@ class VariantCode:
     # between branches on tensor data); and why a variant that asked has none
     cuda_graph: str | None = None
     cuda_graph_off: str | None = None
+    backward: Backward | None = None  # a training variant's
 
     @property
     def backend(self) -> str:
@@ -92,18 +110,25 @@ class VariantCode:
 
     @property
     def programs(self) -> list[Program]:
-        return programs_of(self.region) if self.region else []
+        """The programs of its code: the forward's, then the backward's."""
+        if self.region is None:
+            return []
+        backward = programs_of(self.backward.region) if self.backward else []
+        return programs_of(self.region) + backward
 
     def summary(self) -> str:
         """One line: what the variant's code does (the module header, `-v`)."""
         if self.region is None:
-            return f"runs the source: {self.fallback_reason} ({self.fallback_span})"
+            where = f" ({self.fallback_span})" if self.fallback_span else ""
+            return f"runs the source: {self.fallback_reason}{where}"
         stubs = len(self.fallback_calls)
         externs = sum(isinstance(s, ExternCall) and s.computes for s in self.steps)
         kernels = sum(isinstance(s, KernelCall) for s in self.steps)
         parts = [count(kernels, "kernel"), count(externs, "extern call")]
         if stubs:
             parts.append(count(stubs, "graph break"))
+        if self.backward is not None:
+            parts.append("forward and backward")
         branches = sum(r.cond is not None for r in self.region.walk())
         if branches:
             parts.append(

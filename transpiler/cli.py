@@ -39,6 +39,7 @@ from transpiler.options import (
     collect_variants,
     describe_inputs,
     find_config,
+    for_training,
     format_init,
     load_config,
     parse_example,
@@ -111,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay each cuda variant that can be (static shapes, no graph breaks, "
         "no branch on tensor data) from a CUDA graph captured on its first call; "
         "its outputs are overwritten by the next call",
+    )
+    add(
+        "--train",
+        action="store_true",
+        help="compile every variant for training: the module in train mode, grad "
+        "enabled, its parameters and the inputs declared NAME=f32[..]:grad requiring "
+        "gradients, forward and backward compiled",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
@@ -185,6 +193,8 @@ def _config_options(args: argparse.Namespace, here: Path, out: Path | None) -> O
     config_out, targets = load_config(pyproject, root)
     if args.cuda_graphs:
         targets = tuple(with_cuda_graphs(target) for target in targets)
+    if args.train:
+        targets = tuple(for_training(target) for target in targets)
     return Options(
         targets=targets,
         root=root,
@@ -195,6 +205,7 @@ def _config_options(args: argparse.Namespace, here: Path, out: Path | None) -> O
         command="transpile"
         + (f" --config {args.config}" if args.config else "")
         + (" --cuda-graphs" if args.cuda_graphs else "")
+        + (" --train" if args.train else "")
         + (" --autotune" if args.autotune else ""),
     )
 
@@ -259,7 +270,11 @@ def _one_off_options(args: argparse.Namespace, root: Path, out: Path) -> Options
     if init and factory:
         raise UserError("give --init or --factory, not both")
     devices = tuple(dict.fromkeys(args.device)) or DEVICES
-    variants = collect_variants(((inputs, None) for inputs in input_sets), devices)
+    variants = collect_variants(
+        ((inputs, None) for inputs in input_sets),
+        devices,
+        [args.train] * len(input_sets),
+    )
     target = Target(source, variants, init, factory)
     if args.cuda_graphs:
         target = with_cuda_graphs(target)
@@ -296,6 +311,8 @@ def _one_off_command(
         words += ["--factory", target.factory]
     for device in dict.fromkeys(devices):
         words += ["--device", device]
+    if any(v.train for v in target.variants):
+        words.append("--train")
     if any(v.cuda_graphs for v in target.variants):
         words.append("--cuda-graphs")
     if out != DEFAULT_OUT:

@@ -28,10 +28,11 @@ def report(build: Build, options) -> str:
 def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
     lines = [f"variant {vc.name} ({vc.describe()})"]
     if vc.region is None:
+        span = vc.fallback_span
+        where = f" ({span}: {span.text})" if span is not None else ""
         return [
             *lines,
-            f"  runs the source: {vc.fallback_reason} "
-            f"({vc.fallback_span}: {vc.fallback_span.text})",
+            f"  runs the source: {vc.fallback_reason}{where}",
             *(f"  {line}" for line in _cuda_graph(vc)),
         ]
     guards = variant_guards(t, vc)
@@ -66,6 +67,7 @@ def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
     for _, loop in (loop for r in vc.region.walk() for loop in r.loops):
         where = f"{loop.span}: {loop.span.text}" if loop.span else "a loop"
         lines.append(f"  loop on tensor data: {where}")
+    lines += _training(vc)
     if not breaks:
         lines.append("  graph breaks: none")
     for name in dict.fromkeys(s.target for s in breaks):
@@ -73,6 +75,24 @@ def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
         lines.append(f"  graph break: {stub.span}: {stub.reason}")
         lines.append(f"    {stub.span.text}")
     return lines + [f"  {line}" for line in _cuda_graph(vc)]
+
+
+def _training(vc: VariantCode) -> list[str]:
+    """What a training variant's forward saves for its backward, and what the
+    backward computes again (Note [Save or recompute] in passes/partition.py)."""
+    b = vc.backward
+    if b is None:
+        return []
+    of = ", ".join(b.wrt)
+    again = ", ".join(b.recomputed[:8]) + (", ..." if len(b.recomputed) > 8 else "")
+    return [
+        f"  backward: compiled, the gradients of {of}",
+        f"  saved for the backward: {count(len(b.saved), 'tensor')}"
+        f" ({megabytes(b.saved_bytes)} beside inputs and parameters):"
+        f" {', '.join(b.saved)}",
+        f"  computed again in the backward: {count(len(b.recomputed), 'value')}"
+        + (f" ({again})" if again else ""),
+    ]
 
 
 def _cuda_graph(vc: VariantCode) -> list[str]:

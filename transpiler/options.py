@@ -55,17 +55,18 @@ class TensorSpec:
     dtype: torch.dtype
     shape: tuple[int | str, ...]
     device: str | None = None
+    grad: bool = False  # `:grad`: a training variant computes its gradient
 
     def sized(self, sizes: dict[str, int]) -> TensorSpec:
         """This spec with named dimensions given sizes."""
         shape = tuple(sizes[d] if isinstance(d, str) else d for d in self.shape)
-        return TensorSpec(self.dtype, shape, self.device)
+        return replace(self, shape=shape)
 
     def __str__(self) -> str:
         name = next(k for k, v in DTYPES.items() if v == self.dtype)
         dims = ",".join(str(d) for d in self.shape)
         at = f"@{self.device}" if self.device else ""
-        return f"{name}[{dims}]{at}"
+        return f"{name}[{dims}]{at}{':grad' if self.grad else ''}"
 
 
 @dataclass(frozen=True)
@@ -113,11 +114,15 @@ class Variant:
     """One specialization: the inputs by parameter name, and the device it runs on.
 
     `cuda_graphs` (cuda only) asks for the variant to be captured into a CUDA graph
-    and replayed; it is not part of what makes two variants the same."""
+    and replayed; it is not part of what makes two variants the same. `train`: the
+    variant is for training (the module in train mode, grad enabled, its
+    parameters and the inputs declared `:grad` requiring gradients), with a
+    compiled backward."""
 
     inputs: tuple[tuple[str, Spec], ...]
     device: str
     cuda_graphs: bool = field(default=False, compare=False)
+    train: bool = False
 
     @property
     def dynamic(self) -> tuple[str, ...]:
@@ -139,7 +144,7 @@ class Variant:
 
     def describe(self) -> str:
         args = ", ".join(f"{name}={spec}" for name, spec in self.inputs)
-        return f"{self.device}: {args}"
+        return f"{self.device}{', train' if self.train else ''}: {args}"
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,9 @@ Inputs = tuple[tuple[str, Spec], ...]
 # --------------------------------------------------------------------------------------
 # TYPE specs
 
-_TENSOR = re.compile(r"(?P<dtype>\w+)\[(?P<dims>[^\[\]]*)\](?:@(?P<device>.*))?")
+_TENSOR = re.compile(
+    r"(?P<dtype>\w+)\[(?P<dims>[^\[\]]*)\](?:@(?P<device>.*?))?(?P<grad>:grad)?"
+)
 _DIM = re.compile(r"[0-9]+|[A-Za-z_]\w*")  # a size, or a named dynamic dimension
 _OBJECT = re.compile(r"(?P<function>[^()]+::[^()]+)\((?P<args>[^()]*)\)")
 _OBJECT_ARG = re.compile(r"(?P<key>[A-Za-z_]\w*)(?:=(?P<size>[0-9]+))?")
@@ -179,7 +186,8 @@ _SCALARS = ("bool", "float", "int")
 
 
 def parse_spec(text: str) -> Spec:
-    """Parse one TYPE: `f32[2,4]`, `bf16[8,128]@cuda`, `f32[]`, `int=3`, `None`,
+    """Parse one TYPE: `f32[2,4]`, `bf16[8,128]@cuda`, `f32[8,64]:grad` (a training
+    variant computes its gradient), `f32[]`, `int=3`, `None`,
     `pkg.mod::make_cache(P)`, ..."""
     shown = text.strip()
     compact = "".join(text.split())
@@ -208,7 +216,10 @@ def parse_spec(text: str) -> Spec:
         check_device(device, f" in {shown!r}")
     shape = tuple(int(d) if d.isdigit() else d for d in sizes)
     _check_size(shown, DTYPES[dtype], shape)
-    return TensorSpec(DTYPES[dtype], shape, device)
+    grad = match["grad"] is not None
+    if grad and not DTYPES[dtype].is_floating_point:
+        raise UserError(f"bad TYPE {shown!r}: only a floating-point tensor has a grad")
+    return TensorSpec(DTYPES[dtype], shape, device, grad)
 
 
 MAX_BYTES = 2**63 - 1  # what torch can address in one tensor
@@ -413,12 +424,24 @@ def expand_variants(
 
 
 def collect_variants(
-    input_sets: Iterable[tuple[Inputs, str | None]], devices: tuple[str, ...]
+    input_sets: Iterable[tuple[Inputs, str | None]],
+    devices: tuple[str, ...],
+    trains: Iterable[bool] | None = None,
 ) -> tuple[Variant, ...]:
-    """Expand (inputs, pinned device) pairs in order; a repeated variant is an error."""
+    """Expand (inputs, pinned device) pairs in order, each for training where
+    `trains` says so; a repeated variant is an error."""
     variants: list[Variant] = []
-    for inputs, pinned_device in input_sets:
+    input_sets = list(input_sets)
+    trains = list(trains) if trains is not None else [False] * len(input_sets)
+    for (inputs, pinned_device), train in zip(input_sets, trains, strict=True):
+        grads = [n for n, s in inputs if isinstance(s, TensorSpec) and s.grad]
+        if grads and not train:
+            raise UserError(
+                f"variant {describe_inputs(inputs)!r} declares {grads[0]}:grad, "
+                "which only a training variant (train = true, --train) computes"
+            )
         for variant in expand_variants(inputs, devices, pinned_device):
+            variant = replace(variant, train=train)
             if variant in variants:
                 raise UserError(f"variant {variant.describe()!r} is given twice")
             variants.append(variant)
@@ -429,8 +452,16 @@ def collect_variants(
 # [tool.transpile] in pyproject.toml
 
 _CONFIG_KEYS = ("out", "target")
-_TARGET_KEYS = ("cuda_graphs", "devices", "factory", "init", "source", "variants")
-_VARIANT_KEYS = ("cuda_graphs", "device")  # in a variant table, beside its inputs
+_TARGET_KEYS = (
+    "cuda_graphs",
+    "devices",
+    "factory",
+    "init",
+    "source",
+    "train",
+    "variants",
+)
+_VARIANT_KEYS = ("cuda_graphs", "device", "train")  # in a variant table, beside inputs
 
 
 def find_config(start: Path) -> Path:
@@ -527,11 +558,16 @@ def _target_from_toml(value: object, index: int) -> Target:
     if not isinstance(tables, list) or not tables:
         raise UserError(f'{label} has no variants = [{{ x = "f32[2,4]" }}, ...]')
     graphs = _cuda_graphs_from_toml(entry, label, False)
+    train = _flag_from_toml(entry, "train", label, False)
     input_sets = [
         _variant_from_toml(t, f"{label} variant {j}") for j, t in enumerate(tables, 1)
     ]
+    trains = [
+        _flag_from_toml(t, "train", f"{label} variant {j}", train)
+        for j, t in enumerate(tables, 1)
+    ]
     try:
-        variants = collect_variants(input_sets, devices)
+        variants = collect_variants(input_sets, devices, trains)
     except UserError as err:
         raise UserError(f"{label}: {err.message}") from None
     if graphs and all(v.device != "cuda" for v in variants):
@@ -546,9 +582,13 @@ def _target_from_toml(value: object, index: int) -> Target:
 
 
 def _cuda_graphs_from_toml(table: dict, label: str, default: bool) -> bool:
-    value = table.get("cuda_graphs", default)
+    return _flag_from_toml(table, "cuda_graphs", label, default)
+
+
+def _flag_from_toml(table: dict, key: str, label: str, default: bool) -> bool:
+    value = table.get(key, default)
     if not isinstance(value, bool):
-        raise UserError(f"{label}: cuda_graphs must be true or false, not {value!r}")
+        raise UserError(f"{label}: {key} must be true or false, not {value!r}")
     return value
 
 
@@ -567,6 +607,13 @@ def _cuda_variants(
             f"{label}: cuda_graphs = true needs a cuda variant; this one runs on cpu"
         )
     return cuda
+
+
+def for_training(target: Target) -> Target:
+    """`target` with every variant for training (`--train`)."""
+    return replace(
+        target, variants=tuple(replace(v, train=True) for v in target.variants)
+    )
 
 
 def with_cuda_graphs(target: Target) -> Target:

@@ -5,6 +5,8 @@ For each target of the run (options.py), grouped by the module it is written to:
     resolve the target and instantiate it on meta tensors       frontend/loader, trace
     for each variant:
         trace it into a tree of regions of ATen graphs          frontend/trace.py
+        (a training variant: joint graph, partition; then each
+        half as a graph below: Note [Training variants])        passes/joint, partition
         name its fallback code                                  passes.name_stubs
         for each graph (region, loop body):
             DEVICE_PASSES[device], then GRAPH_PASSES            passes/*.py
@@ -39,6 +41,7 @@ from runtime_shim.provenance import source_hash
 from transpiler.autotune import Bench, tune
 from transpiler.build import (
     BACKENDS,
+    Backward,
     Build,
     ModuleCode,
     SharedKernel,
@@ -51,14 +54,15 @@ from transpiler.errors import UserError
 from transpiler.formatting import format_module
 from transpiler.frontend.fallback import Stub
 from transpiler.frontend.loader import resolve
+from transpiler.frontend.recorder import Unsupported
 from transpiler.frontend.signature import Signature
 from transpiler.frontend.source import SourceCache
 from transpiler.frontend.trace import Traced, direct_reads, instantiate, trace
 from transpiler.ir.dynamic import SAMPLES, Mismatch, generalize
-from transpiler.ir.graph import Graph
+from transpiler.ir.graph import Graph, Ref, TensorMeta
 from transpiler.ir.program import KernelNames, Program, body_key
-from transpiler.ir.region import CompiledRegion, programs_of
-from transpiler.options import Options, ScalarSpec, Target, Variant
+from transpiler.ir.region import CompiledRegion, Region, programs_of
+from transpiler.options import Options, ScalarSpec, Target, TensorSpec, Variant
 from transpiler.passes import lower_region, map_graphs, name_stubs
 from transpiler.passes.addmm_activation import addmm_activation
 from transpiler.passes.channels_last import channels_last
@@ -75,6 +79,8 @@ from transpiler.passes.fold_linear import fold_linear
 from transpiler.passes.fuse import fuse
 from transpiler.passes.grouped_attention import repeat_grouped_heads
 from transpiler.passes.hoist_constants import hoist_constants
+from transpiler.passes.joint import joint
+from transpiler.passes.partition import partition
 from transpiler.passes.recompute import recompute_broadcasts
 from transpiler.passes.schedule import schedule
 from transpiler.passes.small_matmul import unroll_small_matmuls
@@ -194,10 +200,135 @@ def compile_variant(
     names = mb.names[backend]
     before = set(names.by_body.values())
     compiled = finish(_lower(traced, mb, names, variant.device))
-    mb.kernels[backend] += [
-        k for p in programs_of(compiled) for k in p.kernels if k.name not in before
-    ]
+    mb.kernels[backend] += _new_kernels(programs_of(compiled), before)
     return VariantCode(name, variant, traced.guards, compiled, objects=traced.objects)
+
+
+def _new_kernels(programs: list[Program], before: set[str]) -> list:
+    """The kernels `programs` call that are not among the module's `before`, each
+    once: as the first program that calls it has it."""
+    new = {}
+    for p in programs:
+        for k in p.kernels:
+            if k.name not in before:
+                new.setdefault(k.name, k)
+    return list(new.values())
+
+
+# Note [Training variants]
+# ~~~~~~~~~~~~~~~~~~~~~~~~
+# A training variant (`train = true`, `--train`) is traced with the module in train
+# mode. Its graph's joint graph (passes/joint.py) holds the forward and, from
+# PyTorch's own autograd formulas, the gradients of the inputs declared `:grad` and
+# of every floating-point parameter the graph reads; the partition (passes/
+# partition.py) splits it at a minimum cut into a forward that returns `(outputs,
+# saved)` and a backward from the saved values and the outputs' gradients (the
+# tangents) to the gradients. The backward is lowered first: its program's inputs
+# fix the order of the saved values, which the forward then returns in that order.
+# Both halves go through the same graph passes, fusion and program passes as any
+# variant, with the module's kernel names, so a kernel both halves compute is one.
+# The wrapper (codegen/training.py) joins them in a `torch.autograd.Function`.
+# Only code that traces as one graph returning tensors is compiled for training;
+# any other runs the source, saying why (`_not_one_graph`).
+
+
+def compile_training(
+    name: str,
+    variant: Variant,
+    tracer: Tracer,
+    mb: ModuleBuilder,
+    parameters: frozenset[str] = frozenset(),
+) -> VariantCode:
+    """A training variant (Note [Training variants]): the traced graph, its joint
+    graph with the gradients of the parameters it reads and of the inputs declared
+    `:grad`, split into a forward that saves what the backward reads and a
+    backward that computes the rest again; each half lowered as a variant's graph
+    is."""
+    traced = tracer(variant)
+    if traced.region is None:
+        fb = traced.fallback
+        return VariantCode(name, variant, traced.guards, None, fb.reason, fb.span)
+    why = _not_one_graph(traced)
+    if why is not None:
+        return VariantCode(name, variant, traced.guards, None, *why)
+    graph = name_stubs(traced.graph, [])
+    wrt = differentiated(graph, variant, parameters)
+    try:
+        halves = partition(joint(graph, wrt))
+    except Unsupported as e:
+        return VariantCode(name, variant, traced.guards, None, e.reason, e.span)
+    backend = BACKENDS[variant.device]
+    names = mb.names[backend]
+    before = set(names.by_body.values())
+
+    def lower_graph(g: Graph) -> Program:
+        return lower(optimize(g, variant.device), names, variant.device)
+
+    backward = lower_region(Region(halves.backward), lower_graph)
+    tangents = set(halves.tangents)
+    saved = tuple(n for n in backward.program.inputs if n not in tangents)
+    outputs, _ = halves.forward.outputs
+    forward_graph = halves.forward.with_nodes(
+        halves.forward.nodes, (outputs, tuple(Ref(n) for n in saved))
+    )
+    forward = finish(lower_region(Region(forward_graph), lower_graph))
+    backward = finish(backward)
+    mb.kernels[backend] += _new_kernels(
+        programs_of(backward) + programs_of(forward), before
+    )
+    code = Backward(
+        backward,
+        saved,
+        tuple(n for n in backward.program.inputs if n in tangents),
+        halves.wrt,
+        halves.differentiable,
+        halves.saved_bytes(),
+        halves.recomputed,
+    )
+    return VariantCode(
+        name, variant, traced.guards, forward, objects=traced.objects, backward=code
+    )
+
+
+def _not_one_graph(traced: Traced) -> tuple[str, object] | None:
+    """Why a training variant is not compiled, and where: its backward is
+    compiled for code that traces as one graph returning tensors."""
+    if traced.stubs:
+        stub = traced.stubs[0]
+        return f"a training variant with a graph break ({stub.reason})", stub.span
+    if traced.loops:
+        return "a training variant with a loop on tensor data", traced.loops[0].span
+    if traced.graph is None:
+        branch = traced.region.branch
+        return "a training variant that branches on tensor data", branch.span
+    spans = [n.span for n in traced.graph.nodes if n.span is not None]
+    last = spans[-1] if spans else None
+    if traced.objects:
+        return "a training variant that takes objects", last
+    outputs = traced.graph.outputs
+    flat = outputs if isinstance(outputs, tuple) else (outputs,)
+    if not all(isinstance(o, Ref) for o in flat):
+        return "a training variant that returns other than tensors", last
+    return None
+
+
+def differentiated(
+    graph: Graph, variant: Variant, parameters: frozenset[str]
+) -> tuple[str, ...]:
+    """What a training variant computes gradients of: the inputs declared `:grad`,
+    then every floating-point parameter (of the names `parameters`) its graph
+    reads; buffers are not differentiated."""
+    declared = {n for n, s in variant.inputs if isinstance(s, TensorSpec) and s.grad}
+    inputs = [n.target for n in graph.nodes if n.op == "input" and n.target in declared]
+    params = [
+        n.target
+        for n in graph.nodes
+        if n.op == "param"
+        and n.target in parameters
+        and isinstance(n.meta, TensorMeta)
+        and n.meta.dtype.is_floating_point
+    ]
+    return tuple(inputs + params)
 
 
 def compile_dynamic(
@@ -412,12 +543,24 @@ def _build_target(
     params = _params(fn, is_module, src.display, src.line_of(fdef))
     variants = []
     tracer = partial(trace, obj, module, sources=sources)
+    parameters = frozenset(
+        name
+        for name, _ in (
+            module.named_parameters(remove_duplicate=False) if module else ()
+        )
+    )
     for variant in target.variants:
         variant = _complete(variant, fn, is_module, target.source)
-        if not variant.dynamic:
-            variants.append(
-                compile_variant(mb.variant_name(variant), variant, tracer, mb)
+        if variant.train and variant.dynamic:
+            raise UserError(
+                f"{target.source}: variant {variant.describe()!r}: a training "
+                "variant has static shapes for now (no named dimension)"
             )
+        if not variant.dynamic:
+            compile_ = compile_variant
+            if variant.train:
+                compile_ = partial(compile_training, parameters=parameters)
+            variants.append(compile_(mb.variant_name(variant), variant, tracer, mb))
             continue
         if len(variant.dynamic) > 1:
             raise UserError(

@@ -390,7 +390,7 @@ CONFIG_ERRORS = [
         TARGET + 'varients = [{ x = "f32[2]" }]\n',
         (
             "pyproject.toml: unknown key 'varients' in [[tool.transpile.target]] #1 "
-            "(known: cuda_graphs, devices, factory, init, source, variants)"
+            "(known: cuda_graphs, devices, factory, init, source, train, variants)"
         ),
     ),
     (

@@ -9,6 +9,7 @@ from transpiler.build import ModuleCode, TargetCode
 from transpiler.codegen import cpp, triton
 from transpiler.codegen.graph_segments import segment_functions
 from transpiler.codegen.guards import module_rows
+from transpiler.codegen.training import training_functions
 from transpiler.codegen.wrapper import (
     defaults_table,
     dispatch,
@@ -220,6 +221,8 @@ def render_module(module: ModuleCode, command: str) -> ModuleFiles:
             write_variant = (
                 segment_functions if vc.cuda_graph == "tree" else variant_function
             )
+            if vc.backward is not None:
+                write_variant = training_functions
             lines += [
                 "",
                 *guard_function(t, vc, table_of.get(vc.name)),

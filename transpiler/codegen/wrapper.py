@@ -186,6 +186,8 @@ def _input_tests(t: TargetCode, vc: VariantCode, names: Mapping[str, str]) -> li
                     [*_shape_guards(name, spec.shape, sizes), f"{name}.is_contiguous()"]
                 ),
             ]
+            if v.train:  # its gradient is computed where it was declared `:grad`
+                guards.append(f"{'' if spec.grad else 'not '}{name}.requires_grad")
         elif isinstance(spec, ObjectSpec):
             guards += _object_tests(vc, objects[param], name, sizes)
         elif spec.value is None:
@@ -424,7 +426,17 @@ def layout_table(vc: VariantCode) -> list[str]:
 def grad_guard(t: TargetCode, vc: VariantCode) -> list[Guard]:
     """Kernels do not record autograd: with grad on, anything needing it runs eager.
 
-    Only what the variant reads matters; fallback code may read any parameter."""
+    Only what the variant reads matters; fallback code may read any parameter. A
+    training variant is for grad enabled and the parameters it differentiates
+    requiring grad (its inputs are checked with the inputs: `input_guards`)."""
+    if vc.backward is not None:
+        params = read_params(vc)
+        paths = (self_path(p) for p in vc.backward.wrt)
+        needs = [params[p][0] for p in paths if p in params]
+        test = " and ".join(
+            ["torch.is_grad_enabled()"] + [f"{n}.requires_grad" for n in needs]
+        )
+        return [Guard(test, "torch.is_grad_enabled() and the parameters require grad")]
     tensors = list(graph_inputs(vc)) if vc.region else []
     needs = [f"{t.local(n)}.requires_grad" for n in tensors]
     if t.is_module and vc.calls_fallback:
@@ -460,10 +472,15 @@ def variant_guards(
     state = state or variant_state(t, vc)
     guards = input_guards(t, vc)
     if t.is_module:
-        guards += _plain(["not self.training"])
+        guards += _plain([mode_test(vc)])
     guards += state.guards + _range_guards(t, vc)
     guards += param_guards(t, vc, state) + grad_guard(t, vc)
     return list(dict.fromkeys(guards))
+
+
+def mode_test(vc: VariantCode) -> str:
+    """The module's mode the variant is for: train mode for a training variant."""
+    return "self.training" if vc.variant.train else "not self.training"
 
 
 def _range_guards(t: TargetCode, vc: VariantCode) -> list[Guard]:
@@ -527,6 +544,8 @@ def model_table(
     inputs = list(graph_inputs(vc))
     grad = "all" if vc.calls_fallback else "read"
     grad = grad if inputs or params or vc.calls_fallback else None
+    if vc.backward is not None:
+        grad = "train"
     rows = [f"    {modules},", *_tensors_dict(tables)]
     if laid_out_params(vc):
         rows.append(f"    layouts={layouts_name(vc)},")
@@ -584,7 +603,7 @@ def guard_function(
     ]
     if model:  # the model's modules and tensors: one call, last
         imports = state.global_imports
-        guards = [*input_guards(t, vc), *_plain(["not self.training"])]
+        guards = [*input_guards(t, vc), *_plain([mode_test(vc)])]
         guards += state.globals + _range_guards(t, vc)
     else:
         imports = state.imports

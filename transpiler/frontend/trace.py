@@ -162,7 +162,20 @@ def trace(
     obj, module: nn.Module | None, variant: Variant, sources: SourceCache
 ) -> Traced:
     """Interpret `obj` (a function, or `module.forward`) on meta inputs, along every
-    path through its conditions on tensor data (see Note [Regions])."""
+    path through its conditions on tensor data (see Note [Regions]); the module in
+    train mode for a training variant, else in eval mode."""
+    if module is None or not variant.train:
+        return _trace(obj, module, variant, sources)
+    module.train()
+    try:
+        return _trace(obj, module, variant, sources)
+    finally:
+        module.eval()
+
+
+def _trace(
+    obj, module: nn.Module | None, variant: Variant, sources: SourceCache
+) -> Traced:
     params: dict[int, str] = {}
     module_paths = ObjectPaths()
     reads: dict[tuple, object] = {}  # what the paths read (Note [State guards])

@@ -53,6 +53,8 @@ class Joint:
     graph: Graph
     wrt: tuple[str, ...]  # inputs (parameter names) and parameters (their paths)
     tangents: tuple[str, ...]  # the input of each differentiable forward output
+    # per tensor of the forward's outputs (in `leaves` order): whether it has one
+    differentiable: tuple[bool, ...] = ()
 
 
 # The backward ops PyTorch's formulas call that are formulas of ops kernels fuse:
@@ -113,6 +115,11 @@ def joint(graph: Graph, wrt: Sequence[str], decomposed: bool = True) -> Joint:
     outputs = map_refs(graph.outputs, lambda r: values[r.name])
     # an output that depends on what is differentiated (or is it: an input
     # returned as it is, whose gradient is then its tangent)
+    flags = tuple(
+        isinstance(t, torch.Tensor) and t.requires_grad
+        for t in leaves(outputs)
+        if isinstance(t, torch.Tensor)
+    )
     differentiable = [
         t for t in leaves(outputs) if isinstance(t, torch.Tensor) and t.requires_grad
     ]
@@ -133,7 +140,7 @@ def joint(graph: Graph, wrt: Sequence[str], decomposed: bool = True) -> Joint:
     result = graph.with_nodes(builder.nodes, (refs, grad_refs))
     result.lint()
     names = tuple(builder.name_of(t) for t in tangents)
-    return Joint(result, tuple(wrt), names)
+    return Joint(result, tuple(wrt), names, flags)
 
 
 def _run(node: Node, values: dict, builder: GraphBuilder, recorder: Recorder):

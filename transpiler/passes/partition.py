@@ -52,6 +52,9 @@ class Partition:
     backward: Graph
     saved: tuple[str, ...]  # in the order of `forward.outputs[1]`
     tangents: tuple[str, ...]
+    wrt: tuple[str, ...] = ()  # what each gradient is of (`Joint.wrt`)
+    differentiable: tuple[bool, ...] = ()  # `Joint.differentiable`
+    recomputed: tuple[str, ...] = ()  # forward values the backward computes again
 
     def saved_bytes(self) -> int:
         """Bytes of the saved values that are not inputs or parameters."""
@@ -92,7 +95,12 @@ def partition(j: Joint) -> Partition:
     read = {n.name for n in bwd.nodes}  # the values of the cut the backward reads
     saved = tuple(n.name for n in forward if n.name in cut and n.name in read)
     fwd = _forward_graph(graph, forward, outputs, saved)
-    return Partition(fwd, bwd, saved, j.tangents)
+    again = tuple(
+        n.name
+        for n in bwd.nodes
+        if n.name in forward_names and n.op == "call" and n.target != "getitem"
+    )
+    return Partition(fwd, bwd, saved, j.tangents, j.wrt, j.differentiable, again)
 
 
 def _depends_on(graph: Graph, roots: set[str]) -> set[str]:

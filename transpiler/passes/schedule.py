@@ -114,7 +114,7 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
         if isinstance(unit, Group):
             kernel = KernelBuilder(unit, fusion, nodes).build()
             key = body_key(kernel)
-            name, new = names.name_for(kernel.name, key)
+            name, _ = names.name_for(kernel.name, key)
             kernel = Kernel(
                 name,
                 *(
@@ -122,9 +122,10 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
                     for f in ("xnumel", "rnumel", "inputs", "outputs", "body", "spans")
                 ),
             )
-            if new:
-                kernel = readable_params(kernel, nodes)
-                kernels.append(kernel)
+            # every kernel it calls, those an earlier program named too (the
+            # module writes each once: the first program's)
+            if all(k.name != name for k in kernels):
+                kernels.append(readable_params(kernel, nodes))
             for out in kernel.outputs:
                 steps.append(Alloc(out.buffer, nodes[out.buffer].tensor_meta))
             args = tuple(a.buffer for a in kernel.inputs + kernel.outputs)

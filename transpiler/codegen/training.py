@@ -1,0 +1,138 @@
+"""The functions of a training variant (Note [Training variants] in pipeline.py).
+
+_cpu_0_forward(self, x)            the forward's program: (outputs, saved)
+_cpu_0_backward(self, mean, ..., tangent_0)
+                                   the backward's: one gradient per input
+                                   declared `:grad`, then per parameter
+class _cpu_0_autograd(torch.autograd.Function)
+                                   forward saves what the backward reads;
+                                   backward maps the outputs' gradients onto
+                                   the tangents and returns the gradients
+_cpu_0(self, x)                    `_cpu_0_autograd.apply(self, x, <params>)`:
+                                   the parameters are arguments, so that
+                                   autograd gives them their gradients
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from runtime_shim.modules import self_path
+from transpiler.build import TargetCode, VariantCode
+from transpiler.codegen.wrapper import (
+    _region_lines,
+    device_locals,
+    megabytes,
+    module_locals,
+    variant_function,
+)
+from transpiler.options import TensorSpec
+from transpiler.text import count, docstring
+
+
+def training_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]:
+    """The four functions of training variant `vc`."""
+    forward = replace(vc, name=f"{vc.name}_forward", backward=None)
+    return [
+        *variant_function(t, forward, kernels),
+        "",
+        "",
+        *backward_function(t, vc, kernels),
+        "",
+        "",
+        *autograd_class(t, vc),
+        "",
+        "",
+        *apply_function(t, vc),
+    ]
+
+
+def backward_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]:
+    """`_cpu_0_backward`: the saved values and the tangents in, the gradients out."""
+    b = vc.backward
+    assert b is not None
+    self_ = "self, " if t.is_module else ""
+    params = ", ".join((*b.saved, *b.tangents))
+    of = ", ".join(b.wrt)
+    doc = f"The backward of {vc.name}: the gradients of {of}."
+    alone = replace(vc, region=b.region, backward=None)
+    lines = [
+        f"def _{vc.name}_backward({self_}{params}):",
+        f'    """{docstring(doc)}"""',
+    ]
+    first = (*b.saved, *b.tangents)[0]
+    lines += device_locals(f"{first}.device", alone.programs)
+    bound, reads = module_locals(t, alone) if t.is_module else ([], {})
+    lines += bound
+    return lines + _region_lines(b.region, kernels, vc.variant.device, reads, "    ")
+
+
+def autograd_class(t: TargetCode, vc: VariantCode) -> list[str]:
+    """`_cpu_0_autograd`: what the forward saves, and the backward's gradients
+    given back in the order of `apply`'s arguments."""
+    b = vc.backward
+    assert b is not None
+    names = [t.local(n) for n, _ in vc.variant.inputs]
+    self_ = ["self"] if t.is_module else []
+    args = ", ".join([*self_, *names])
+    call = t.signature.call(t.local_names, t.local_names)
+    outputs = len(b.differentiable)
+    saved = count(len(b.saved), "tensor")
+    doc = (
+        f"{vc.name} for training: its forward saves {saved} "
+        f"({megabytes(b.saved_bytes)} beside inputs and parameters) for the "
+        f"backward, which computes {count(len(b.recomputed), 'value')} of the "
+        "forward again."
+    )
+    lines = [
+        f"class _{vc.name}_autograd(torch.autograd.Function):",
+        f'    """{docstring(doc)}"""',
+        "",
+        "    @staticmethod",
+        f"    def forward(ctx, {args}, *differentiated):",
+        f"        outputs, saved = _{vc.name}_forward({', '.join([*self_, call])})",
+        f"        ctx.module = {'self' if t.is_module else 'None'}",
+        "        ctx.save_for_backward(*saved)",
+    ]
+    fixed = [i for i, d in enumerate(b.differentiable) if not d]
+    if fixed:
+        one = outputs == 1 and not isinstance(vc.region.program.outputs[0], tuple)
+        values = ["outputs"] if one else [f"outputs[{i}]" for i in fixed]
+        lines.append(f"        ctx.mark_non_differentiable({', '.join(values)})")
+    lines += ["        return outputs", "", "    @staticmethod"]
+    grads = [f"grad_{i}" for i in range(outputs)]
+    lines.append(f"    def backward(ctx, {', '.join(grads)}):")
+    tangents = [g for g, d in zip(grads, b.differentiable) if d]
+    module = ["ctx.module"] if t.is_module else []
+    call_args = ", ".join([*module, "*ctx.saved_tensors", *tangents])
+    lines.append(f"        gradients = _{vc.name}_backward({call_args})")
+    position = {name: i for i, name in enumerate(b.wrt)}
+    out = ["None"] * len(self_)
+    for n, spec in vc.variant.inputs:
+        grad = isinstance(spec, TensorSpec) and n in position
+        out.append(f"gradients[{position[n]}]" if grad else "None")
+    params = [p for p in b.wrt if p not in dict(vc.variant.inputs)]
+    out += [f"gradients[{position[p]}]" for p in params]
+    lines.append(f"        return {', '.join(out)}")
+    return lines
+
+
+def apply_function(t: TargetCode, vc: VariantCode) -> list[str]:
+    """`_cpu_0`: the training variant's entry, the wrapper's call."""
+    b = vc.backward
+    assert b is not None
+    self_ = ["self"] if t.is_module else []
+    lines = [
+        f"def _{vc.name}({', '.join(self_)}{', ' if self_ else ''}"
+        f"{t.signature.text(t.defaults, t.local_names)}):"
+    ]
+    names = [t.local(n) for n, _ in vc.variant.inputs]
+    params = [p for p in b.wrt if p not in dict(vc.variant.inputs)]
+    args = [*self_, *names, *(t.read(self_path(p)) for p in params)]
+    lines.append(f"    return _{vc.name}_autograd.apply(")
+    lines += [f"        {a}," for a in args]
+    lines.append("    )")
+    return lines
+
+
+__all__ = ["training_functions"]
