@@ -3,7 +3,11 @@
 Depends on torch and the standard library only; see README.md.
 """
 
-from runtime_shim.blas import addmm_activation
+from runtime_shim.blas import (
+    addmm_activation,
+    efficient_attention,
+    efficient_attention_backward,
+)
 from runtime_shim.checks import check_index
 from runtime_shim.constants import constants, keep_constants
 from runtime_shim.cpp import CppLibrary, RuntimeShimError, load_cpp
@@ -36,6 +40,8 @@ __all__ = [
     "constants",
     "cuda_graph",
     "cuda_graph_tree",
+    "efficient_attention",
+    "efficient_attention_backward",
     "keep_constants",
     "load_cpp",
     "rebuild",

@@ -254,7 +254,7 @@ def compile_training(
     graph = name_stubs(traced.graph, [])
     wrt = differentiated(graph, variant, parameters)
     try:
-        halves = partition(joint(graph, wrt))
+        halves = partition(joint(graph, wrt, device=variant.device))
     except Unsupported as e:
         return VariantCode(name, variant, traced.guards, None, e.reason, e.span)
     backend = BACKENDS[variant.device]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from functools import partial
 from pathlib import Path
 
 if os.environ.get("TRANSPILE_TEST_DEVICE") != "cuda":  # see tests/devices.py
@@ -23,6 +24,7 @@ import pytest
 import torch
 
 from tests.compile_helpers import import_generated, unique_name
+from tests.devices import REAL_GPU
 from tests.helpers import randomize_parameters
 from transpiler.api import build
 from transpiler.options import Options, Target, TensorSpec, Variant
@@ -42,6 +44,19 @@ class Mlp(nn.Module):
 
     def forward(self, x):
         return x + self.fc2(F.gelu(self.fc1(self.ln(x))))
+
+
+class DropMlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(32)
+        self.fc1 = nn.Linear(32, 64)
+        self.fc2 = nn.Linear(64, 32)
+        self.drop = nn.Dropout(0.2)
+
+    def forward(self, x):
+        h = self.drop(F.gelu(self.fc1(self.ln(x))))
+        return x + self.drop(self.fc2(h))
 
 
 class GatedRms(nn.Module):
@@ -89,6 +104,7 @@ def loss_fn(x, y):
 GRAD = "grad"  # an input whose gradient is computed (`:grad`)
 CASES = {
     "Mlp": {"x": ((4, 8, 32), GRAD)},
+    "DropMlp": {"x": ((4, 8, 32), GRAD)},
     "GatedRms": {"x": ((6, 48), None), "gate": ((6, 48), None)},
     "Attention": {"x": ((2, 8, 32), GRAD)},
     "Heads": {"x": ((5, 16), None)},
@@ -114,16 +130,22 @@ def generated(tmp_path_factory: pytest.TempPathFactory):
     return import_generated(files, root, stem), files[f"{stem}.py"]
 
 
-def _inputs(name: str, seed: int) -> dict[str, torch.Tensor]:
+def _on(device: str) -> str:
+    """Where a variant for `device` runs here: a cuda variant runs on the GPU with
+    TRANSPILE_TEST_DEVICE=cuda, else on CPU tensors in Triton's interpreter."""
+    return "cuda" if device == "cuda" and REAL_GPU else "cpu"
+
+
+def _inputs(name: str, seed: int, device: str = "cpu") -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
     out = {}
     for n, (shape, grad) in CASES[name].items():
-        t = torch.randn(shape, generator=gen)
+        t = torch.randn(shape, generator=gen).to(_on(device))
         out[n] = t.requires_grad_(grad == GRAD)
     return out
 
 
-def _pair(module, name: str):
+def _pair(module, name: str, device: str = "cpu"):
     """The eager model and the generated one, with the same random weights."""
     source = getattr(module._source, name)
     exported = getattr(module, name)
@@ -134,6 +156,7 @@ def _pair(module, name: str):
     randomize_parameters(eager, 0)
     mine = exported()
     mine.load_state_dict(eager.state_dict())
+    eager, mine = eager.to(_on(device)), mine.to(_on(device))
     return eager.train(), mine.train(), eager, mine
 
 
@@ -141,9 +164,9 @@ def _pair(module, name: str):
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_gradients_match_eager_autograd(generated, name: str, device: str) -> None:
     module, _text = generated
-    eager_fn, _mine_fn, eager_mod, mine_mod = _pair(module, name)
+    eager_fn, _mine_fn, eager_mod, mine_mod = _pair(module, name, device)
     variant = _variant_of(module, name, device)
-    inputs = _inputs(name, 1)
+    inputs = _inputs(name, 1, device)
     theirs = {
         n: t.detach().clone().requires_grad_(t.requires_grad) for n, t in inputs.items()
     }
@@ -151,10 +174,12 @@ def test_gradients_match_eager_autograd(generated, name: str, device: str) -> No
     # the variant runs: its guards pass (a cuda variant's in Triton's interpreter
     # takes CPU tensors, which its device guard refuses), and it computes the call
     guards = vars(module)[f"_guards_{variant}"]
-    if device == "cpu":
+    if _on(device) == device:
         assert guards(*self_, **inputs) is None
     run = vars(module)[f"_{variant}"]
+    torch.manual_seed(7)  # dropout: the same masks from the same seed
     want = eager_fn(**theirs)
+    torch.manual_seed(7)
     got = run(*self_, **inputs)
     want_t = [w for w in _leaves(want)]
     got_t = [g for g in _leaves(got)]
@@ -164,7 +189,9 @@ def test_gradients_match_eager_autograd(generated, name: str, device: str) -> No
     differentiable = [(g, w) for g, w in zip(got_t, want_t) if w.requires_grad]
     assert differentiable and all(g.requires_grad for g, _ in differentiable)
     gen = torch.Generator().manual_seed(2)
-    tangents = [torch.randn(w.shape, generator=gen) for _, w in differentiable]
+    tangents = [
+        torch.randn(w.shape, generator=gen).to(w.device) for _, w in differentiable
+    ]
     torch.autograd.backward([w for _, w in differentiable], tangents)
     torch.autograd.backward([g for g, _ in differentiable], tangents)
     for n, t in inputs.items():
@@ -208,6 +235,17 @@ def test_the_header_and_the_autograd_class_say_what_is_saved(generated) -> None:
     assert "graph break" not in module.__doc__.split("Graph breaks")[0]
 
 
+def test_attention_saves_no_attention_matrix(generated) -> None:
+    """Attention is the device's fused kernel in both halves (Note [Attention in
+    the joint graph]): its backward reads the rows' logsumexp, not the matrix."""
+    _, text = generated
+    assert "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(" in text
+    assert "runtime_shim.efficient_attention(" in text
+    assert "runtime_shim.efficient_attention_backward(" in text
+    saved = [line for line in text.splitlines() if "its forward saves" in line]
+    assert saved
+
+
 def test_eval_mode_and_no_grad_run_the_source(generated) -> None:
     """A training variant is for train mode with grad enabled: in eval mode, or
     under no_grad, its guards fail and (no other variant) the source runs."""
@@ -227,30 +265,25 @@ def test_eval_mode_and_no_grad_run_the_source(generated) -> None:
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_sgd_steps_follow_eager(generated, device: str) -> None:
-    """Twenty steps of SGD with momentum: the same loss at every step, and the same
-    weights after, when the gradients and the in-place updates between calls are
-    the generated module's."""
+def test_fifty_sgd_steps_with_dropout_follow_eager(generated, device: str) -> None:
+    """Fifty steps of SGD with momentum, dropout on: the same loss at every step,
+    and the same weights after. Dropout draws from torch's generator as eager's
+    does, so the same seed before each step gives the same masks; the gradients
+    and the in-place updates between calls are the generated module's."""
     module, _ = generated
-    _, _, eager_mod, mine_mod = _pair(module, "Mlp")
-    variant = _variant_of(module, "Mlp", device)
+    _, _, eager_mod, mine_mod = _pair(module, "DropMlp", device)
+    variant = _variant_of(module, "DropMlp", device)
     run = vars(module)[f"_{variant}"]
-    opts = [
-        torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
-        for m in (eager_mod, mine_mod)
-    ]
+    models = ((eager_mod, eager_mod), (mine_mod, partial(run, mine_mod)))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for m, _ in models]
     gen = torch.Generator().manual_seed(5)
-    target = torch.randn(4, 8, 32, generator=gen)
-    for step in range(20):
-        x = torch.randn(4, 8, 32, generator=gen)
+    target = torch.randn(4, 8, 32, generator=gen).to(_on(device))
+    for step in range(50):
+        x = torch.randn(4, 8, 32, generator=gen).to(_on(device))
         losses = []
-        for m, opt, call in (
-            (eager_mod, opts[0], eager_mod),
-            (mine_mod, opts[1], None),
-        ):
-            xi = x.clone().requires_grad_(True)
-            out = call(xi) if call is not None else run(m, xi)
-            loss = ((out - target) ** 2).mean()
+        for (_, call), opt in zip(models, opts):
+            torch.manual_seed(1000 + step)
+            loss = ((call(x.clone().requires_grad_(True)) - target) ** 2).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()

@@ -34,7 +34,7 @@ def training_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[st
     """The four functions of training variant `vc`."""
     forward = replace(vc, name=f"{vc.name}_forward", backward=None)
     return [
-        *variant_function(t, forward, kernels),
+        *variant_function(t, forward, kernels, free=True),
         "",
         "",
         *backward_function(t, vc, kernels),
@@ -64,7 +64,9 @@ def backward_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str
     lines += device_locals(f"{first}.device", alone.programs)
     bound, reads = module_locals(t, alone) if t.is_module else ([], {})
     lines += bound
-    return lines + _region_lines(b.region, kernels, vc.variant.device, reads, "    ")
+    return lines + _region_lines(
+        b.region, kernels, vc.variant.device, reads, "    ", free=True
+    )
 
 
 def autograd_class(t: TargetCode, vc: VariantCode) -> list[str]:

@@ -34,6 +34,7 @@ from transpiler.ir.graph import (
     Record,
     Ref,
     Updated,
+    iter_refs,
     leaves,
     map_leaves,
     records_in,
@@ -683,6 +684,14 @@ FUNCTIONS = {
 # direct view is a chain of view methods in one call (passes/direct_views.py).
 SHIM_FUNCTIONS = {
     "aten._addmm_activation.default": "runtime_shim.addmm_activation",
+    # a cuda variant's attention in training (Note [Attention in the joint graph]);
+    # the shim's path for CPU tensors serves Triton's interpreter
+    "aten._scaled_dot_product_efficient_attention.default": (
+        "runtime_shim.efficient_attention"
+    ),
+    "aten._scaled_dot_product_efficient_attention_backward.default": (
+        "runtime_shim.efficient_attention_backward"
+    ),
     # raises eager's error type on the CPU (Note [Indirect loads in range])
     "aten._assert_async.msg": "runtime_shim.check_index",
     DIRECT_VIEW: DIRECT_VIEW,
@@ -748,7 +757,9 @@ def _laid_out(value: str, step: ExternCall) -> str:
     return f"runtime_shim.as_layout({value}, {literal(step.layout)})"
 
 
-def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]:
+def variant_function(
+    t: TargetCode, vc: VariantCode, kernels: dict, free: bool = False
+) -> list[str]:
     """`_cpu_0`: the variant's code. It takes the target's parameters under the
     wrapper's names for them (`TargetCode.local_names`) and first binds each
     tensor input to the name of its graph value, where the two differ."""
@@ -766,7 +777,7 @@ def variant_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]
     # a CUDA graph replays what it captured: it would not compute them again
     keep_as = None if vc.cuda_graph else vc.name
     return lines + _region_lines(
-        region, kernels, vc.variant.device, reads, "    ", keep_as
+        region, kernels, vc.variant.device, reads, "    ", keep_as, free
     )
 
 
@@ -941,9 +952,12 @@ def _region_lines(
     reads: Mapping[str, str],
     ind: str,
     keep_as: str | None = None,
+    free: bool = False,
 ) -> list[str]:
-    """One region's steps; a branch on tensor data becomes a Python `if`."""
-    lines = straight_lines(r, kernels, device, reads, ind, keep_as)
+    """One region's steps; a branch on tensor data becomes a Python `if`. With
+    `free` (a training variant's halves), each value is dropped after its last
+    use (`last_uses`)."""
+    lines = straight_lines(r, kernels, device, reads, ind, keep_as, free)
     if r.cond is None:
         outputs = r.program.outputs
         imports = sorted({rec.module for rec in records_in(outputs)})
@@ -978,6 +992,7 @@ def straight_lines(
     reads: Mapping[str, str],
     ind: str,
     keep_as: str | None = None,
+    free: bool = False,
 ) -> list[str]:
     """A region's parameters and steps, up to its branch or return: straight-line
     code (a `while` on tensor data aside), a segment of a CUDA graph tree. `reads`
@@ -990,7 +1005,35 @@ def straight_lines(
     if keep_as is not None and p.kept:
         inside, steps = constant_steps(p)
         lines += _kept_lines(p, inside, r, kernels, device, reads, ind, keep_as)
-    return lines + _steps_lines(steps, r, kernels, device, reads, ind)
+    # a region that branches keeps its values for the code of its branches
+    frees = last_uses(p, steps) if free and r.cond is None and not r.loops else {}
+    return lines + _steps_lines(steps, r, kernels, device, reads, ind, frees)
+
+
+def last_uses(p: Program, steps: list) -> dict[int, list[str]]:
+    """The buffers and values of `p` that no step after step `i` reads, by `i`:
+    the code drops them there (`del`), so that the allocator reuses their memory
+    as eager's frees it; not the inputs, parameters, kept values and outputs."""
+    keep = {*p.inputs, *(n for n, _, _ in p.params), *p.kept}
+    keep |= {r.name for r in iter_refs(p.outputs)}
+    last: dict[str, int] = {}
+    for i, step in enumerate(steps):
+        read, written = reads_writes(step, p)
+        for name in (*read, *written):
+            last[name] = i
+    bound = {step.buffer for step in steps if isinstance(step, Alloc)}
+    bound |= {s.out for s in steps if isinstance(s, ExternCall) and _binds(s)}
+    frees: dict[int, list[str]] = {}
+    for name, i in last.items():
+        if name in bound - keep and not isinstance(steps[i], Alloc):
+            frees.setdefault(i, []).append(name)
+    return frees
+
+
+def _binds(step: ExternCall) -> bool:
+    """Whether the code of `step` assigns its result (`_step_lines`): not a check
+    of tensor data, nor fallback code that returns nothing."""
+    return step.meta != () and not (isinstance(step, FallbackCall) and not step.meta)
 
 
 def _kept_lines(
@@ -1037,11 +1080,13 @@ def _steps_lines(
     device: str,
     reads: Mapping[str, str],
     ind: str,
+    frees: Mapping[int, list[str]] | None = None,
 ) -> list[str]:
+    """The steps' code; after step `i`, `del` of the values `frees[i]` lists."""
     lines = []
     last_span = None
     allocs: list[str] = []  # written just before the kernel that fills them
-    for step in steps:
+    for i, step in enumerate(steps):
         if isinstance(step, Alloc):
             allocs += _step_lines(step)
             continue
@@ -1059,6 +1104,9 @@ def _steps_lines(
             lines += _loop_lines(step, loop, kernels, device, reads, ind)
         else:
             lines += [ind + s for s in _step_lines(step)]
+        dead = (frees or {}).get(i)
+        if dead:
+            lines.append(f"{ind}del {', '.join(dead)}")
     return lines
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import types
@@ -76,6 +77,27 @@ class Traced:
         if self.region is None or self.region.branch is not None:
             return None
         return self.region.graph
+
+
+class DropoutAsOp(torch.overrides.TorchFunctionMode):
+    """`F.dropout` in train mode as the ATen op `native_dropout`, which returns the
+    mask it drew with the result: one op of the graph, whose backward
+    (`native_dropout_backward`) reads the mask, and which at run time draws from
+    torch's generator as eager's dropout does (the same masks after the same
+    `torch.manual_seed`). Otherwise dropout is an empty tensor filled in place
+    by `bernoulli_`, which no graph holds (fallback code)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.dropout:
+            names = ("input", "p", "training", "inplace")
+            given = dict(zip(names, args)) | kwargs
+            p = given.get("p", 0.5)
+            if given.get("training", True) and not given.get("inplace", False):
+                if isinstance(p, float) and 0.0 < p < 1.0:
+                    x = given["input"]
+                    return torch.ops.aten.native_dropout.default(x, p, True)[0]
+        return func(*args, **kwargs)
 
 
 @dataclass
@@ -214,7 +236,8 @@ def _trace(
             interp.inputs.update(example.places)
             interp._held.append(example.copies)
         try:
-            with torch.device("meta"), torch.no_grad(), recorder:
+            dropout = DropoutAsOp() if variant.train else contextlib.nullcontext()
+            with torch.device("meta"), torch.no_grad(), recorder, dropout:
                 self_ = (module,) if module is not None else ()
                 # the variant takes the parameters of the decorated function, so
                 # its decorators' wrappers are not run (Note [Entry decorators])

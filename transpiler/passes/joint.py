@@ -75,14 +75,19 @@ BACKWARD_DECOMPOSE = (
     aten.softplus_backward.default,
     aten.hardswish_backward.default,
     aten.hardsigmoid_backward.default,
+    aten.native_dropout_backward.default,
 )
 
 
-def joint(graph: Graph, wrt: Sequence[str], decomposed: bool = True) -> Joint:
+def joint(
+    graph: Graph, wrt: Sequence[str], decomposed: bool = True, device: str = "cpu"
+) -> Joint:
     """`graph` and the gradients of its outputs with respect to `wrt`: names of
     floating-point inputs, paths of parameters. `decomposed`: composite ops of
     both halves (a layer norm and its backward) as the ops kernels fuse, so that
-    the partition may compute their parts again and the fuser fuse them."""
+    the partition may compute their parts again and the fuser fuse them.
+    Attention is the fused kernel eager's runs on `device` (Note [Attention in
+    the joint graph])."""
     table = {}
     if decomposed:
         table = decomposition_table(graph, backward=True)
@@ -103,7 +108,7 @@ def joint(graph: Graph, wrt: Sequence[str], decomposed: bool = True) -> Joint:
     keep_saved = torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t)
     with torch.device("meta"), torch.enable_grad(), recorder, keep_saved:
         for node in graph.nodes:
-            value = _run(node, values, builder, recorder)
+            value = _run(node, values, builder, recorder, device)
             if node.op in ("input", "param") and node.target in wrt:
                 with _disable_current_modes():
                     value.requires_grad_(True)
@@ -143,20 +148,66 @@ def joint(graph: Graph, wrt: Sequence[str], decomposed: bool = True) -> Joint:
     return Joint(result, tuple(wrt), names, flags)
 
 
-def _run(node: Node, values: dict, builder: GraphBuilder, recorder: Recorder):
+def _run(
+    node: Node,
+    values: dict,
+    builder: GraphBuilder,
+    recorder: Recorder,
+    device: str = "cpu",
+):
     """`node` rerun with autograd: an op is called through the recorder, where a
     composite op kept whole in inference (attention) is decomposed, so that its
     backward is that of the ops it is made of."""
     if node.op != "call" or node.target == "getitem":
         return run_node(node, values, builder, recorder, {})
     with torch.set_grad_enabled(node.grad):  # `with torch.no_grad():` in the source
-        return _call(node, values, recorder)
+        return _call(node, values, recorder, device)
 
 
-def _call(node: Node, values: dict, recorder: Recorder):
+# Note [Attention in the joint graph]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# `scaled_dot_product_attention` picks a fused kernel by device; on the meta device
+# it takes the math path, whose backward reads the whole attention matrix, saved.
+# So the joint graph calls the kernel eager's picks itself, whose autograd formula
+# is its own fused backward: memory-efficient attention on cuda, the CPU's flash
+# attention on cpu. Each saves its output and the rows' logsumexp, not the matrix;
+# both halves call them as extern ops. Dropout inside attention and grouped heads
+# keep the math path.
+FUSED_ATTENTION = {
+    "cuda": aten._scaled_dot_product_efficient_attention.default,
+    "cpu": aten._scaled_dot_product_flash_attention_for_cpu.default,
+}
+
+
+def _fused_attention(args, kwargs, device: str):
+    """The output of the device's fused attention kernel, or None where it does
+    not apply (then the op decomposes)."""
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
+    given = dict(zip(names, args)) | kwargs
+    q, k, v = given["query"], given["key"], given["value"]
+    mask, causal = given.get("attn_mask"), given.get("is_causal", False)
+    scale = given.get("scale")
+    if given.get("dropout_p", 0.0) or given.get("enable_gqa", False):
+        return None
+    if q.dim() != 4 or q.shape[1] != k.shape[1] or not q.dtype.is_floating_point:
+        return None
+    if device == "cuda":
+        if mask is not None and mask.dtype == torch.bool:
+            return None
+        out = FUSED_ATTENTION["cuda"](q, k, v, mask, True, 0.0, causal, scale=scale)
+    else:
+        out = FUSED_ATTENTION["cpu"](q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
+    return out[0]
+
+
+def _call(node: Node, values: dict, recorder: Recorder, device: str = "cpu"):
     recorder.span = node.span
     args, kwargs = arguments(node, values)
-    out = resolve_op(node.target)(*args, **kwargs)
+    out = None
+    if node.target == "aten.scaled_dot_product_attention.default":
+        out = _fused_attention(args, kwargs, device)
+    if out is None:
+        out = resolve_op(node.target)(*args, **kwargs)
     meta = node.meta
     if isinstance(meta, TensorMeta) and out.stride() != meta.stride:
         # decomposed, the op lays its result out as its parts do; what follows was
