@@ -257,6 +257,12 @@ def compile_training(
         halves = partition(joint(graph, wrt, device=variant.device))
     except Unsupported as e:
         return VariantCode(name, variant, traced.guards, None, e.reason, e.span)
+    if not halves.tangents:
+        spans = [n.span for n in graph.nodes if n.span is not None]
+        why = "a training variant none of whose outputs has a gradient"
+        return VariantCode(
+            name, variant, traced.guards, None, why, spans[-1] if spans else None
+        )
     backend = BACKENDS[variant.device]
     names = mb.names[backend]
     before = set(names.by_body.values())

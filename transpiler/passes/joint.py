@@ -139,7 +139,13 @@ def joint(
     wanted = [values[targets[name].name] for name in wrt]
     backward = _BackwardRecorder(builder, table)
     with torch.device("meta"), backward:
-        grads = torch.autograd.grad(differentiable, wanted, tangents, allow_unused=True)
+        try:
+            grads = torch.autograd.grad(
+                differentiable, wanted, tangents, allow_unused=True
+            )
+        except (RuntimeError, NotImplementedError) as e:  # no formula: eager's too
+            message = str(e).splitlines()[0]
+            raise Unsupported(f"no backward: {message}", backward.span) from None
     refs = map_refs(graph.outputs, lambda r: builder.ref(values[r.name], None))
     grad_refs = tuple(None if g is None else builder.ref(g, None) for g in grads)
     result = graph.with_nodes(builder.nodes, (refs, grad_refs))
