@@ -123,9 +123,11 @@ def compiled_nothing(build: Build) -> list[str]:
             for vc in t.variants:
                 where = f"{t.source} variant {vc.name} ({vc.describe()})"
                 if vc.region is None:
+                    span = vc.fallback_span
+                    at = f" ({span})" if span is not None else ""
                     lines.append(
-                        f"{where} compiles nothing: {vc.fallback_reason} "
-                        f"({vc.fallback_span}); it runs the source"
+                        f"{where} compiles nothing: {vc.fallback_reason}{at}; "
+                        "it runs the source"
                     )
                     continue
                 work = [

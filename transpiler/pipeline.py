@@ -253,6 +253,12 @@ def compile_training(
         return VariantCode(name, variant, traced.guards, None, *why)
     graph = name_stubs(traced.graph, [])
     wrt = differentiated(graph, variant, parameters)
+    if not wrt:
+        why = (
+            "a training variant with nothing to differentiate (no parameter, "
+            "no NAME=f32[..]:grad)"
+        )
+        return VariantCode(name, variant, traced.guards, None, why)
     try:
         halves = partition(joint(graph, wrt, device=variant.device))
     except Unsupported as e:
@@ -558,10 +564,10 @@ def _build_target(
     for variant in target.variants:
         variant = _complete(variant, fn, is_module, target.source)
         if variant.train and variant.dynamic:
-            raise UserError(
-                f"{target.source}: variant {variant.describe()!r}: a training "
-                "variant has static shapes for now (no named dimension)"
-            )
+            why = "a training variant with a named dimension (static shapes only)"
+            name = mb.variant_name(variant)
+            variants.append(VariantCode(name, variant, (), None, why))
+            continue
         if not variant.dynamic:
             compile_ = compile_variant
             if variant.train:

@@ -6,6 +6,7 @@ the same loss at every step and the same weights after."""
 from __future__ import annotations
 
 import importlib
+import itertools
 import os
 import sys
 from pathlib import Path
@@ -85,3 +86,99 @@ def test_gpt_trains_to_eager_losses(generated, device: str) -> None:
             a, b, rtol=1e-3, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}"
         )
     assert losses[0] < 3.0  # it learned (log(64) = 4.16 at the start)
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory: pytest.TempPathFactory):
+    """Every target of this repository's `[tool.transpile]`, for training."""
+    from transpiler.options import for_training, load_config
+
+    _, targets = load_config(ROOT / "pyproject.toml", ROOT)
+    targets = tuple(for_training(t) for t in targets)
+    files = build(Options(targets=targets, root=ROOT))
+    out = tmp_path_factory.mktemp("examples_training")
+    package = unique_name("gen")
+    write(files, out / package)
+    sys.path.insert(0, str(out))
+    try:
+        stems = sorted(
+            {Path(f).stem for f in files if f.endswith(".py")} - {"__init__"}
+        )
+        return targets, {s: importlib.import_module(f"{package}.{s}") for s in stems}
+    finally:
+        sys.path.remove(str(out))
+
+
+# why a training variant of an example runs the source: what it does that training
+# variants do not compile yet, or that there is nothing to differentiate
+NOT_COMPILED = (
+    "branches on tensor data",
+    "with a graph break",
+    "nothing to differentiate",
+    "with a named dimension",
+)
+
+
+def _example_input(spec, gen: torch.Generator, on: str):
+    if not isinstance(spec, TensorSpec):
+        return spec.value
+    if spec.dtype.is_floating_point:
+        return torch.randn(spec.shape, generator=gen).to(spec.dtype).to(on)
+    return torch.randint(0, 16, spec.shape, generator=gen).to(on)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_every_example_trains_or_says_why(examples, device: str) -> None:
+    """Each example's training variant computes eager's outputs and the gradients
+    of every parameter; one that is not compiled names a reason of NOT_COMPILED."""
+    targets, modules = examples
+    on = "cuda" if device == "cuda" and REAL_GPU else "cpu"
+    compiled = 0
+    for target in targets:
+        stem = Path(target.source.split("::")[0]).stem
+        module = modules[stem]
+        name = target.source.split("::")[1]
+        doc = module.__doc__
+        after = doc.split(f"\n    {name} (")[1].splitlines()[1:]
+        lines = list(itertools.takewhile(lambda x: x.startswith(" " * 8), after))
+        ours = iter(v for v in target.variants if v.device == device)
+        for line in lines:  # the header lists the variants in order
+            variant, described = line.split()[:2]
+            if described.rstrip(",") != device:
+                continue
+            spec = next(ours)
+            if "forward and backward" not in line:
+                assert any(why in line for why in NOT_COMPILED), line
+                continue
+            compiled += 1
+            _check_example(module, target, name, variant, spec, on)
+    assert compiled >= 8  # ToyLinear, MLP, LayerNormGELU x2, RMSNorm, Block x2, GPT
+
+
+def _check_example(module, target, name, variant, spec, on) -> None:
+    from tests.helpers import randomize_parameters
+
+    source = getattr(module._source, name)
+    init = dict(target.init)
+    torch.manual_seed(0)
+    eager = source(**init)
+    randomize_parameters(eager, 0)
+    mine = getattr(module, name)(**init)
+    mine.load_state_dict(eager.state_dict())
+    eager, mine = eager.to(on).train(), mine.to(on).train()
+    gen = torch.Generator().manual_seed(1)
+    inputs = {n: _example_input(s, gen, on) for n, s in spec.inputs}
+    want = eager(**inputs)
+    got = vars(module)[f"_{variant}"](mine, **inputs)
+    tensors = [*eager.parameters(), *(t for t in inputs.values() if torch.is_tensor(t))]
+    loose = any(t.dtype == torch.bfloat16 for t in tensors)  # eager rounds each op
+    tol = {"rtol": 2e-2, "atol": 2e-2} if loose else {"rtol": 1e-4, "atol": 1e-5}
+    torch.testing.assert_close(got, want, **tol)
+    tangent = torch.randn(want.shape, generator=gen).to(want.dtype).to(on)
+    want.backward(tangent)
+    got.backward(tangent)
+    for (p, a), (_, b) in zip(mine.named_parameters(), eager.named_parameters()):
+        scale = float(b.grad.abs().max().float()) or 1.0
+        err = float((a.grad.float() - b.grad.float()).abs().max()) / scale
+        assert err < (3e-2 if loose else 1e-4), f"{name} {variant} {p}: {err}"

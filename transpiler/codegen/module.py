@@ -54,9 +54,9 @@ def header(module: ModuleCode, command: str) -> str:
         for vc in t.variants:
             lines.append(f"        {vc.name:<8} {vc.describe():<40} {vc.summary()}")
             if vc.region is None:
+                at = f"{vc.fallback_span}: " if vc.fallback_span else ""
                 breaks.append(
-                    f"    {vc.fallback_span}: {vc.fallback_reason} "
-                    f"[all of {t.name} {vc.name}]"
+                    f"    {at}{vc.fallback_reason} [all of {t.name} {vc.name}]"
                 )
     for name, stub in module.stubs.items():
         breaks.append(f"    {stub.span}: {stub.reason} [{name}]")
