@@ -16,6 +16,7 @@ from runtime_shim.guards import TensorLayouts
 from runtime_shim.layout import allocator, as_layout, view
 from runtime_shim.modules import ModelState, ModuleStates
 from runtime_shim.objects import rebuild
+from runtime_shim.optim import SGD, AdamW
 from runtime_shim.provenance import check_sources
 from runtime_shim.triton_launch import TritonKernels
 from runtime_shim.unbound import UNBOUND
@@ -24,7 +25,9 @@ from runtime_shim.warn import warn_fallback, warn_once
 __version__ = "0.1.0"
 
 __all__ = [
+    "SGD",
     "UNBOUND",
+    "AdamW",
     "CppLibrary",
     "ModelState",
     "ModuleStates",

@@ -51,13 +51,16 @@ def test_wheel_holds_runtime_shim_alone(tmp_path: Path) -> None:
         "runtime_shim/libdevice.py",
         "runtime_shim/modules.py",
         "runtime_shim/objects.py",
+        "runtime_shim/optim.py",
         "runtime_shim/provenance.py",
         "runtime_shim/triton_launch.py",
         "runtime_shim/unbound.py",
         "runtime_shim/warn.py",
     }
-    # the header every generated C++ file includes ships with the package
+    # the header every generated C++ file includes ships with the package, and
+    # the fused optimizers' C++
     assert "runtime_shim/kernels.h" in names
+    assert "runtime_shim/optim.cpp" in names
     metadata = next(n for n in names if n.endswith("METADATA"))
     requires = [
         line.split(":", 1)[1].strip()

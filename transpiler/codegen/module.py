@@ -119,6 +119,22 @@ def module_tables(
     return lines, {vc: names[r] for vc, r in rows.items()}
 
 
+def optimizer_exports(targets: tuple[TargetCode, ...]) -> list[str]:
+    """For a module with a training variant: the fused optimizers, exported next to
+    its targets (`generated.gpt.AdamW`), but for a name a target takes."""
+    if not any(vc.backward for t in targets for vc in t.variants):
+        return []
+    names = [n for n in ("AdamW", "SGD") if n not in {t.name for t in targets}]
+    if not names:
+        return []
+    return [
+        "# Fused optimizers for training its parameters: drop-in for torch.optim's",
+        "# (runtime_shim/optim.py)",
+        *(f"{n} = runtime_shim.{n}" for n in names),
+        "",
+    ]
+
+
 def check_exported_names(targets: tuple[TargetCode, ...]) -> None:
     """A target's exported name is a global of the generated module: it must not be
     one the module has a use for (`torch`, `_source`, `_cpu_0`) nor a builtin, which
@@ -166,6 +182,7 @@ def render_module(module: ModuleCode, command: str) -> ModuleFiles:
         "",
         *([*defaults, ""] if defaults else []),
     ]
+    lines += optimizer_exports(targets)
     if cpu_kernels:
         lines += [
             "# C++ kernels, compiled on first use (or prebuilt: python -m runtime_shim "
