@@ -11,6 +11,10 @@ import pytest
 import torch
 
 import runtime_shim
+from tests.devices import REAL_GPU
+
+# with TRANSPILE_TEST_DEVICE=cuda on a GPU, the CUDA step (one Triton launch) too
+DEVICES = ["cpu", "cuda"] if REAL_GPU else ["cpu"]
 
 SETTINGS = {
     "adamw": (runtime_shim.AdamW, torch.optim.AdamW, {"lr": 1e-2}),
@@ -61,8 +65,9 @@ def _groups(model: Net, lr_scale: float = 0.5) -> list[dict]:
 
 def _train(model, opt, steps: int, seed: int) -> None:
     gen = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
     for _ in range(steps):
-        x = torch.randn(32, 16, generator=gen)
+        x = torch.randn(32, 16, generator=gen).to(device)
         opt.zero_grad()
         model(x).pow(2).mean().backward()
         opt.step()
@@ -79,11 +84,12 @@ def _same(a: torch.nn.Module, b: torch.nn.Module, oa, ob) -> None:
             torch.testing.assert_close(sa[key], sb[key], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("setting", SETTINGS)
-def test_steps_and_state_follow_torch(setting: str) -> None:
+def test_steps_and_state_follow_torch(setting: str, device: str) -> None:
     ours, theirs, kwargs = SETTINGS[setting]
     torch.manual_seed(0)
-    model = Net()
+    model = Net().to(device)
     model.frozen.requires_grad_(False)
     a, b = copy.deepcopy(model), copy.deepcopy(model)
     oa, ob = theirs(_groups(a), **kwargs), ours(_groups(b), **kwargs)
