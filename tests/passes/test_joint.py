@@ -229,6 +229,11 @@ def test_a_pointwise_chain_is_recomputed_not_saved(tmp_path: Path) -> None:
     assert split.saved_bytes() == 8 * 32 * 4
     recomputed = {n.target for n in split.backward.nodes}
     assert {"aten.sin.default", "aten.cos.default"} <= recomputed
+    # what `--explain` lists as computed again: the forward's work, not its views
+    backward = {n.name: n for n in split.backward.nodes}
+    again = {backward[name].target for name in split.recomputed}
+    assert {"aten.sin.default", "aten.cos.default"} <= again
+    assert not any(is_view(t) for t in again), again
 
 
 @pytest.mark.parametrize("name", ["MLP", "Norms", "attention_probs", "Block"])

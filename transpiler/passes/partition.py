@@ -95,10 +95,13 @@ def partition(j: Joint) -> Partition:
     read = {n.name for n in bwd.nodes}  # the values of the cut the backward reads
     saved = tuple(n.name for n in forward if n.name in cut and n.name in read)
     fwd = _forward_graph(graph, forward, outputs, saved)
-    again = tuple(
+    again = tuple(  # computed: views and getitems are not work
         n.name
         for n in bwd.nodes
-        if n.name in forward_names and n.op == "call" and n.target != "getitem"
+        if n.name in forward_names
+        and n.op == "call"
+        and n.target != "getitem"
+        and not is_view(n.target)
     )
     return Partition(fwd, bwd, saved, j.tangents, j.wrt, j.differentiable, again)
 
