@@ -177,8 +177,10 @@ def _run(
 # So the joint graph calls the kernel eager's picks itself, whose autograd formula
 # is its own fused backward: memory-efficient attention on cuda, the CPU's flash
 # attention on cpu. Each saves its output and the rows' logsumexp, not the matrix;
-# both halves call them as extern ops. Dropout inside attention and grouped heads
-# keep the math path.
+# both halves call them as extern ops. Dropout inside attention, grouped heads, and
+# masks the kernels do not take (any on cuda, where eager's pads them first; on the
+# CPU a boolean one, or one with a gradient: T5's learned position bias) keep the
+# math path.
 FUSED_ATTENTION = {
     "cuda": aten._scaled_dot_product_efficient_attention.default,
     "cpu": aten._scaled_dot_product_flash_attention_for_cpu.default,
@@ -197,10 +199,12 @@ def _fused_attention(args, kwargs, device: str):
         return None
     if q.dim() != 4 or q.shape[1] != k.shape[1] or not q.dtype.is_floating_point:
         return None
+    if mask is not None and (
+        device == "cuda" or mask.dtype != q.dtype or mask.requires_grad
+    ):  # what the kernels take: on the CPU a mask of the query's dtype, constant
+        return None
     if device == "cuda":
-        if mask is not None and mask.dtype == torch.bool:
-            return None
-        out = FUSED_ATTENTION["cuda"](q, k, v, mask, True, 0.0, causal, scale=scale)
+        out = FUSED_ATTENTION["cuda"](q, k, v, None, True, 0.0, causal, scale=scale)
     else:
         out = FUSED_ATTENTION["cpu"](q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
     return out[0]
