@@ -156,12 +156,14 @@ def test_every_example_trains_or_says_why(examples, device: str) -> None:
             if "forward and backward" not in line:
                 assert any(why in line for why in NOT_COMPILED), line
                 continue
-            compiled += 1
-            _check_example(module, target, name, variant, spec, on)
-    assert compiled >= 8  # ToyLinear, MLP, LayerNormGELU x2, RMSNorm, Block x2, GPT
+            compiled += _check_example(module, target, name, variant, spec, on)
+    # ToyLinear, MLP, LayerNormGELU (f32; bf16 but where eager rejects it), RMSNorm,
+    # Block x2, GPT
+    assert compiled >= 7
 
 
-def _check_example(module, target, name, variant, spec, on) -> None:
+def _check_example(module, target, name, variant, spec, on) -> int:
+    """1 once the variant matched eager; 0 where eager itself cannot run it."""
     from tests.helpers import randomize_parameters
 
     source = getattr(module._source, name)
@@ -174,7 +176,12 @@ def _check_example(module, target, name, variant, spec, on) -> None:
     eager, mine = eager.to(on).train(), mine.to(on).train()
     gen = torch.Generator().manual_seed(1)
     inputs = {n: _example_input(s, gen, on) for n, s in spec.inputs}
-    want = eager(**inputs)
+    try:
+        want = eager(**inputs)
+    except RuntimeError as e:  # eager rejects these inputs here: nothing to compare
+        # (CUDA's layer norm takes no bf16 input with f32 weights; the CPU's does)
+        assert on == "cuda" and "expected scalar type" in str(e), e
+        return 0
     got = vars(module)[f"_{variant}"](mine, **inputs)
     tensors = [*eager.parameters(), *(t for t in inputs.values() if torch.is_tensor(t))]
     loose = any(t.dtype == torch.bfloat16 for t in tensors)  # eager rounds each op
@@ -187,3 +194,4 @@ def _check_example(module, target, name, variant, spec, on) -> None:
         scale = float(b.grad.abs().max().float()) or 1.0
         err = float((a.grad.float() - b.grad.float()).abs().max()) / scale
         assert err < (3e-2 if loose else 1e-4), f"{name} {variant} {p}: {err}"
+    return 1
