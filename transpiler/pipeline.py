@@ -59,7 +59,7 @@ from transpiler.frontend.signature import Signature
 from transpiler.frontend.source import SourceCache
 from transpiler.frontend.trace import Traced, direct_reads, instantiate, trace
 from transpiler.ir.dynamic import SAMPLES, Mismatch, generalize
-from transpiler.ir.graph import Graph, Ref, TensorMeta
+from transpiler.ir.graph import Graph, Ref, TensorMeta, Updated
 from transpiler.ir.program import KernelNames, Program, body_key
 from transpiler.ir.region import CompiledRegion, Region, programs_of
 from transpiler.options import Options, ScalarSpec, Target, TensorSpec, Variant
@@ -259,6 +259,10 @@ def compile_training(
             "no NAME=f32[..]:grad)"
         )
         return VariantCode(name, variant, traced.guards, None, why)
+    written = _written(graph) & set(wrt)
+    if written:
+        why = "a training variant that writes in place a tensor it differentiates"
+        return VariantCode(name, variant, traced.guards, None, why)
     try:
         halves = partition(joint(graph, wrt, device=variant.device))
     except Unsupported as e:
@@ -280,9 +284,10 @@ def compile_training(
     tangents = set(halves.tangents)
     saved = tuple(n for n in backward.program.inputs if n not in tangents)
     outputs, _ = halves.forward.outputs
-    forward_graph = halves.forward.with_nodes(
-        halves.forward.nodes, (outputs, tuple(Ref(n) for n in saved))
-    )
+    returned = (outputs, tuple(Ref(n) for n in saved))
+    if isinstance(outputs, Updated):  # buffers written back, then the return
+        returned = replace(outputs, result=(outputs.result, returned[1]))
+    forward_graph = halves.forward.with_nodes(halves.forward.nodes, returned)
     forward = finish(lower_region(Region(forward_graph), lower_graph))
     backward = finish(backward)
     mb.kernels[backend] += _new_kernels(
@@ -318,10 +323,20 @@ def _not_one_graph(traced: Traced) -> tuple[str, object] | None:
     if traced.objects:
         return "a training variant that takes objects", last
     outputs = traced.graph.outputs
+    if isinstance(outputs, Updated):  # tensors written in place: the forward's
+        outputs = outputs.result
     flat = outputs if isinstance(outputs, tuple) else (outputs,)
     if not all(isinstance(o, Ref) for o in flat):
         return "a training variant that returns other than tensors", last
     return None
+
+
+def _written(graph: Graph) -> set[str]:
+    """The inputs (names) and parameters (paths) `graph` writes in place."""
+    if not isinstance(graph.outputs, Updated):
+        return set()
+    targets = {n.name: n.target for n in graph.nodes}
+    return {targets[t.name] for t, _ in graph.outputs.copies}
 
 
 def differentiated(

@@ -16,7 +16,7 @@ import torch
 from tests.compile_helpers import TraceResult, compile_source, trace_source
 from tests.helpers import build_pair, check_call
 from transpiler.codegen.guards import state_code
-from transpiler.ir.graph import Ref
+from transpiler.ir.graph import Ref, Updated
 
 SOURCE = """
 import torch
@@ -199,12 +199,18 @@ def test_augmented_assignment_is_functionalized(tmp_path: Path) -> None:
     assert not any(t.split(".")[1].endswith("_") for t in targets)
 
 
-def test_in_place_update_of_an_input_is_fallback_code(tmp_path: Path) -> None:
+def test_in_place_update_of_an_input_is_written_back(tmp_path: Path) -> None:
+    """`x += 1` on an input is its functional op, copied into the input at the
+    return, which returns the input itself (Note [Writes into the caller's
+    tensors])."""
     result = traced("in_place_input", {"x": X}, tmp_path)
-    (stub,) = result.traced.stubs
-    assert "in-place" in stub.reason and stub.source == "x += 1\n"
-    assert stub.outputs == ("x",)  # later code reads the updated x
-    assert stub.span.line == line_of("    x += 1")
+    graph = result.graph
+    assert not result.traced.stubs
+    (add,) = [n for n in graph.nodes if n.target == "aten.add.Tensor"]
+    assert add.span.line == line_of("    x += 1")
+    assert isinstance(graph.outputs, Updated)
+    assert graph.outputs.copies == ((Ref("x"), Ref(add.name)),)
+    assert graph.outputs.result == Ref("x")
 
 
 def test_returned_structure_is_kept(tmp_path: Path) -> None:

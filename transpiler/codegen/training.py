@@ -26,6 +26,7 @@ from transpiler.codegen.wrapper import (
     module_locals,
     variant_function,
 )
+from transpiler.ir.graph import Updated
 from transpiler.options import TensorSpec
 from transpiler.text import count, docstring
 
@@ -98,7 +99,10 @@ def autograd_class(t: TargetCode, vc: VariantCode) -> list[str]:
     ]
     fixed = [i for i, d in enumerate(b.differentiable) if not d]
     if fixed:
-        one = outputs == 1 and not isinstance(vc.region.program.outputs[0], tuple)
+        returned = vc.region.program.outputs
+        if isinstance(returned, Updated):  # buffers written back before it
+            returned = returned.result
+        one = outputs == 1 and not isinstance(returned[0], tuple)
         values = ["outputs"] if one else [f"outputs[{i}]" for i in fixed]
         lines.append(f"        ctx.mark_non_differentiable({', '.join(values)})")
     lines += ["        return outputs", "", "    @staticmethod"]

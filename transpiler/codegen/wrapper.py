@@ -967,6 +967,7 @@ def _region_lines(
                 f"{ind}{literal(obj)}.{attr} = {literal(value)}"
                 for obj, attr, value in outputs.writes
             ]
+            lines += copy_lines(outputs, ind)
             outputs = outputs.result
         return [*lines, f"{ind}return {literal(outputs)}"]
     lines += [
@@ -977,6 +978,16 @@ def _region_lines(
         *_region_lines(r.if_false, kernels, device, reads, ind + "    "),
     ]
     return lines
+
+
+def copy_lines(outputs: Updated, ind: str) -> list[str]:
+    """The copies of new values into the inputs, parameters and buffers the call
+    wrote (Note [Writes into the caller's tensors] in frontend/recorder.py)."""
+    return [
+        f"{ind}{literal(to)}.copy_({literal(value)})"
+        for to, value in outputs.copies
+        if to != value
+    ]
 
 
 def sync_comment(r: CompiledRegion) -> str:

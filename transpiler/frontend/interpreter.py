@@ -1242,7 +1242,15 @@ class Interpreter:
             or id(obj) in self.inputs
         ):
             self._set_attribute(obj, target.attr.value, value)
-        elif isinstance(target, cst.Subscript) and self._local_item(target, frame):
+        elif isinstance(target, cst.Attribute) and _holds(
+            _lookup(target.value, frame), target.attr.value, value
+        ):  # `self.count += 1` sets the buffer it updated in place: no change
+            pass
+        elif isinstance(target, cst.Subscript) and (
+            self._local_item(target, frame)
+            or isinstance(_lookup(target.value, frame), torch.Tensor)
+        ):  # a tensor's item: an in-place op (Note [Writes into the caller's
+            # tensors] in recorder.py)
             container = self.eval(target.value, frame)
             index = [self._slice(e.slice, frame) for e in target.slice]
             key = index[0] if len(index) == 1 else tuple(index)
@@ -1713,6 +1721,19 @@ def needs_data(error: BaseException) -> bool:
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def _holds(obj: Any, name: str, value: Any) -> bool:
+    """Whether `obj` is a module whose tensor `name` is `value` already (the very
+    object), so that setting it changes nothing."""
+    if not isinstance(obj, nn.Module) or not isinstance(value, torch.Tensor):
+        return False
+    if type(obj).__setattr__ is not nn.Module.__setattr__:
+        return False
+    try:
+        return getattr(obj, name) is value
+    except Exception:
+        return False
 
 
 def _lookup(expr: cst.BaseExpression, frame: Frame) -> Any:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+from torch._decomp import decomposition_table
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -94,10 +95,11 @@ class OpaqueValue:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """Where a GraphBuilder stood: its node count and journal length."""
+    """Where a GraphBuilder stood: its node count, journal length and writes."""
 
     nodes: int
     binds: int
+    writes: int = 0
 
 
 class GraphBuilder:
@@ -115,6 +117,11 @@ class GraphBuilder:
         self._journal: list[tuple[int, str | None, bool]] = []
         # storages of inputs, parameters and buffers: memory the caller owns
         self._owned: set[int] = set()
+        # each input, parameter and buffer by its storage, with the name of its
+        # node: what a write into the caller's memory writes back to (Note [Writes
+        # into the caller's tensors])
+        self._roots: dict[int, tuple[torch.Tensor, str]] = {}
+        self._writes: list[int] = []  # the storages of those written, in order
         # whether the code being recorded runs with grad enabled (`with
         # torch.no_grad():` turns it off): what the backward differentiates
         self.grad = True
@@ -165,12 +172,13 @@ class GraphBuilder:
         self._taken.add(new)
 
     def checkpoint(self) -> Checkpoint:
-        return Checkpoint(len(self.nodes), len(self._journal))
+        return Checkpoint(len(self.nodes), len(self._journal), len(self._writes))
 
     def rollback(self, mark: Checkpoint) -> None:
         """Forget the nodes added since `checkpoint()` returned `mark`, and give
         each tensor bound or marked stale since the node it held then."""
         del self.nodes[mark.nodes :]
+        del self._writes[mark.writes :]
         while len(self._journal) > mark.binds:
             key, name, stale = self._journal.pop()
             if name is None:
@@ -198,7 +206,7 @@ class GraphBuilder:
         self._taken.add(node.name)
         self.bind(tensor, node.name)
         if node.op in ("input", "param"):
-            self._owned.add(memory_of(tensor))
+            self._own_root(tensor, node.name)
 
     def add(self, op, target, args=(), kwargs=(), meta=None, span=None, base=None):
         name = self.fresh(base or target.split(".")[1] if op == "call" else target)
@@ -213,8 +221,31 @@ class GraphBuilder:
         self._alive.append(tensor)
 
     def add_input(self, name: str, tensor: torch.Tensor) -> None:
-        self.bind(tensor, self.add("input", name, meta=TensorMeta.of(tensor)))
+        node = self.add("input", name, meta=TensorMeta.of(tensor))
+        self.bind(tensor, node)
+        self._own_root(tensor, node)
+
+    def _own_root(self, tensor: torch.Tensor, node: str) -> None:
         self._owned.add(memory_of(tensor))
+        self._roots[memory_of(tensor)] = (tensor, node)
+
+    def root_of(self, tensor: torch.Tensor) -> torch.Tensor | None:
+        """The input, parameter or buffer whose memory `tensor` shares, where it
+        is all of that memory; else None."""
+        root, _ = self._roots.get(memory_of(tensor), (None, None))
+        return root if root is not None and covers(root) else None
+
+    def wrote(self, tensor: torch.Tensor) -> None:
+        """Note that the input, parameter or buffer `tensor` shares memory with
+        was written in place."""
+        self._writes.append(memory_of(tensor))
+
+    def caller_writes(self) -> tuple[tuple[str, str], ...]:
+        """The inputs, parameters and buffers written in place, each as the name
+        of its node and the name of the value it holds now, in the order they
+        were first written."""
+        roots = (self._roots[m] for m in dict.fromkeys(self._writes))
+        return tuple((node, self._names[id(t)]) for t, node in roots)
 
     def owned_by_caller(self, tensor: torch.Tensor) -> bool:
         """Whether `tensor` shares memory with an input, parameter or buffer (is
@@ -231,7 +262,7 @@ class GraphBuilder:
             path = self._params[id(tensor)]
             name = self.add("param", path, meta=TensorMeta.of(tensor), span=span)
             self.bind(tensor, name)
-            self._owned.add(memory_of(tensor))
+            self._own_root(tensor, name)
         if name is None:
             raise Unsupported("uses a tensor created outside the compiled code", span)
         return Ref(name)
@@ -312,6 +343,45 @@ def check_dtypes(target: str, args, kwargs) -> None:
         raise RuntimeError(f"{name} takes tensors of one dtype, got {shown}")
 
 
+# Note [Writes into the caller's tensors]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# An in-place op on an input, a parameter or a buffer (`num_batches_tracked.add_(1)`,
+# a running mean's update, `cache[:, pos] = k`, `x.mul_(2)`) is recorded like any
+# in-place op: as its functional op, whose result the written tensor is bound to,
+# so that what reads it after reads the new value (views and other aliases of it
+# are derived again from the new value of the whole memory, `_update_aliases`).
+# What the caller sees is written back at the return: `Updated.copies` names each
+# input, parameter or buffer whose value changed and the value it holds then, and
+# the generated code copies it there before it returns (`x.copy_(add)`), as
+# AOTAutograd applies the mutations of a functionalized graph's inputs.
+#
+# Ops that write into arguments other than their first are recorded as PyTorch's
+# decomposition of them, whose writes are `copy_`s into those arguments: a batch
+# norm in train mode updates its running statistics so, though `native_batch_norm`'s
+# schema declares no write.
+aten = torch.ops.aten
+WRITES_ARGUMENTS = {
+    op: decomposition
+    for op, decomposition in decomposition_table.items()
+    if op
+    in (
+        aten.native_batch_norm.default,
+        aten._native_batch_norm_legit.default,
+        aten._batch_norm_with_update.default,
+    )
+}
+
+
+def _writes_arguments(func, args) -> bool:
+    """Whether `func` writes into an argument other than its first: a batch norm
+    updating running statistics (training, with running statistics)."""
+    if func not in WRITES_ARGUMENTS:
+        return False
+    if func == aten._batch_norm_with_update.default:
+        return True
+    return bool(args[5]) and args[3] is not None  # training, running_mean
+
+
 def op_name(func) -> str:
     return str(func)  # "aten.add.Tensor"
 
@@ -331,6 +401,9 @@ class Recorder(TorchDispatchMode):
                 out = self.decompositions[func](*args, **kwargs)
                 if out is not NotImplemented:
                     return out
+        if _writes_arguments(func, args):  # as its decomposition, which `copy_`s
+            with self:
+                return WRITES_ARGUMENTS[func](*args, **kwargs)
         if func._schema.is_mutable:
             return self._functionalize(func, args, kwargs)
         out = func(*args, **kwargs)
@@ -405,24 +478,28 @@ class Recorder(TorchDispatchMode):
         if not packet.endswith("_") or functional is None:
             raise Unsupported(f"{func} mutates its input", self.span)
         target = args[0]
+        if id(target) not in self.builder._names and self.builder.knows(target):
+            self.builder.ref(target, self.span)  # a parameter first read here
         name = self.builder._names.get(id(target))
         node = next((n for n in self.builder.nodes if n.name == name), None)
         base = target._base
-        if (
-            node is None
-            or node.op != "call"
-            or (base is not None and not self.builder.knows(base))
+        caller = self.builder.owned_by_caller(target)
+        if node is None or (
+            not caller
+            and (node.op != "call" or (base is not None and not self.builder.knows(base)))
         ):
             raise Unsupported(f"in-place {packet} on an input or parameter", self.span)
-        if self.builder.owned_by_caller(target):
-            # a view, `detach` or alias of an input, parameter or buffer: the write
-            # must reach the caller's tensor, which only eager code does for now
+        if caller and self.builder.root_of(target) is None:
+            # memory of the caller's that no input or parameter is all of (a view
+            # fallback code returned): only eager code writes it
             raise Unsupported(
                 f"in-place {packet} writes into an input, parameter or buffer",
                 self.span,
             )
         fn: Callable | None = getattr(functional, overload, None)
-        if fn is None:  # `transpose_`: changes the metadata, not the data
+        if fn is None or (caller and torch.Tag.inplace_view in func.tags):
+            # `transpose_`: changes the metadata, not the data; of the caller's
+            # tensor, the change would outlive the call
             raise Unsupported(f"{func} changes its input in place", self.span)
         result = fn(*args, **kwargs)
         self.record(op_name(fn), args, kwargs, result)
@@ -438,6 +515,8 @@ class Recorder(TorchDispatchMode):
         self._update_aliases(target, result)
         # The mutated tensor now holds the functional result.
         self.builder.bind(target, self.builder._names[id(result)])
+        if caller:
+            self.builder.wrote(target)
         return target
 
     def _update_aliases(self, target: torch.Tensor, result: torch.Tensor) -> None:

@@ -48,6 +48,7 @@ from transpiler.ir.graph import (
     Record,
     Ref,
     Updated,
+    map_refs,
     subgraph,
 )
 from transpiler.ir.region import Branch, LoopBody, Region
@@ -246,8 +247,12 @@ def _trace(
                 interp.returned()
                 outputs = _output_refs(result, builder, recorder, interp)
                 writes = _input_writes(builder, recorder, interp)
-                if writes:
-                    outputs = Updated(outputs, writes)
+                copies = _tensor_writes(builder, interp)
+                if copies:  # the tensor written, returned, is the caller's
+                    returned = {v: t for t, v in copies}
+                    outputs = map_refs(outputs, lambda r: returned.get(r, r))
+                if writes or copies:
+                    outputs = Updated(outputs, writes, copies)
         finally:
             reads.update(interp.guards)
             comparisons.extend(interp.comparisons)
@@ -387,6 +392,18 @@ def _input_writes(builder: GraphBuilder, recorder: Recorder, interp) -> tuple:
         )
         for key, obj in written.items()
     )
+
+
+def _tensor_writes(builder: GraphBuilder, interp) -> tuple:
+    """The inputs, parameters and buffers the call wrote in place, each with its
+    value at the return (Note [Writes into the caller's tensors])."""
+    copies = tuple((Ref(t), Ref(v)) for t, v in builder.caller_writes())
+    if copies and interp.stubs:
+        raise Unsupported(
+            "writes into an input, parameter or buffer and has fallback code, "
+            "which would read it before it is written"
+        )
+    return copies
 
 
 def _output_refs(value, builder: GraphBuilder, recorder: Recorder, interp):

@@ -219,15 +219,26 @@ class InputObject:
 
 @dataclass(frozen=True)
 class Updated:
-    """A path's result, and the attributes it set on objects passed in, each
-    with its value at the return: generated code sets them, then returns."""
+    """A path's result, and its effects on what the caller owns: the attributes it
+    set on objects passed in, each with its value at the return, and the inputs,
+    parameters and buffers it wrote in place (`copies`: the `Ref` of the input or
+    parameter node, then of its value at the return; Note [Writes into the
+    caller's tensors] in frontend/recorder.py). Generated code sets and copies
+    them, then returns."""
 
     result: Any
-    writes: tuple[tuple[InputObject, str, Any], ...]
+    writes: tuple[tuple[InputObject, str, Any], ...] = ()
+    copies: tuple[tuple[Ref, Ref], ...] = ()
 
     def __repr__(self) -> str:
-        sets = "; ".join(f"{o}.{a} = {_fmt(v)}" for o, a, v in self.writes)
-        return f"{_fmt(self.result)} after {sets}"
+        sets = [f"{o}.{a} = {_fmt(v)}" for o, a, v in self.writes]
+        sets += [f"{_fmt(t)} <- {_fmt(v)}" for t, v in self.copies]
+        return f"{_fmt(self.result)} after {'; '.join(sets)}"
+
+    def effects(self) -> list[Any]:
+        """The values the effects read: each attribute's value, each written
+        tensor and its new value."""
+        return [*(v for _, _, v in self.writes), *(x for c in self.copies for x in c)]
 
 
 def iter_refs(value: Any) -> Iterator[Ref]:
@@ -237,7 +248,7 @@ def iter_refs(value: Any) -> Iterator[Ref]:
 def leaves(value: Any) -> Iterator[Any]:
     """Every value in a nested output structure that holds no other."""
     if isinstance(value, Updated):
-        value = [value.result, [v for _, _, v in value.writes]]
+        value = [value.result, value.effects()]
     if isinstance(value, Record):
         value = [v for _, v in value.fields]
     if isinstance(value, (list, tuple)):
@@ -255,7 +266,7 @@ def records_in(value: Any) -> Iterator[Record | Global]:
     if isinstance(value, Global):
         yield value
     if isinstance(value, Updated):
-        value = [value.result, [v for _, _, v in value.writes]]
+        value = [value.result, value.effects()]
     if isinstance(value, Record):
         yield value
         value = [v for _, v in value.fields]
@@ -302,7 +313,8 @@ def map_leaves(value: Any, fn) -> Any:
         return replace(value, fields=fields)
     if isinstance(value, Updated):
         writes = tuple((fn(o), a, map_leaves(v, fn)) for o, a, v in value.writes)
-        return Updated(map_leaves(value.result, fn), writes)
+        copies = tuple((fn(t), fn(v)) for t, v in value.copies)
+        return Updated(map_leaves(value.result, fn), writes, copies)
     return fn(value)
 
 

@@ -205,6 +205,8 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     for op in UPSAMPLE_NEAREST:
         table[op] = _upsample_nearest
     table[aten.logsumexp.default] = _logsumexp
+    for op in SCALED_SECOND:
+        table[op] = _scaled_second(op)
     table[aten.pow.Tensor_Scalar] = _pow_of_bools
     for op, mode in INTEGER_DIVISIONS.items():
         table[op] = _integer_division(op, mode)
@@ -219,9 +221,11 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
 # With its running statistics (eval mode), batch norm is a per-channel scale and
 # shift: decomposed, it fuses into the kernel of what follows it, after a
 # convolution that is its ReLU and residual add, so the normalized activation is
-# never written on its own. In training it updates the running statistics in
-# place and stays whole. The statistics it also returns differ between devices
-# (Note in ir/device_outputs.py): a graph that reads them keeps the op whole.
+# never written on its own. In training with running statistics the frontend
+# records it as its decomposition, whose updates of them are writes into buffers
+# (Note [Writes into the caller's tensors] in frontend/recorder.py); without them
+# it stays whole. The statistics it also returns differ between devices (Note in
+# ir/device_outputs.py): a graph that reads them keeps the op whole.
 
 
 def _in_eval(decomposition):
@@ -235,6 +239,20 @@ def _in_eval(decomposition):
 
 def _argument(args: tuple, kwargs: dict, index: int, name: str):
     return args[index] if len(args) > index else kwargs.get(name)
+
+
+# `add(a, b, alpha=k)`, `sub(a, b, alpha=k)`: `b` scaled, then the op (alpha 1 is
+# the op itself, which kernels compute)
+SCALED_SECOND = (aten.add.Tensor, aten.sub.Tensor)
+
+
+def _scaled_second(op):
+    def scaled_second(a, b, *, alpha=1):
+        if alpha == 1:
+            return NotImplemented
+        return op(a, torch.mul(b, alpha))
+
+    return scaled_second
 
 
 def _logsumexp(x, dim, keepdim=False):
@@ -501,6 +519,8 @@ def _decomposes(node: Node) -> bool:
         return False
     if may_copy(node.target):
         return True
+    if resolve_op(node.target) in SCALED_SECOND:
+        return dict(node.kwargs).get("alpha", 1) != 1
     if resolve_op(node.target) not in DECOMPOSE:
         return False
     if node.target == BATCH_NORM:

@@ -44,7 +44,7 @@ from dataclasses import replace
 import torch
 
 from transpiler.ir.dynamic import dims_in
-from transpiler.ir.graph import Ref, leaves
+from transpiler.ir.graph import Ref, Updated, leaves
 from transpiler.ir.ops import resolve_op
 from transpiler.ir.program import (
     Alloc,
@@ -129,7 +129,10 @@ def _repeatable(step: Step, kernels) -> bool:
 
 
 def _writes_only_its_own(program: Program) -> bool:
-    """No step may write a tensor the program did not allocate."""
+    """No step may write a tensor the program did not allocate, nor the program
+    write back into a parameter or buffer (`Updated.copies`)."""
+    if isinstance(program.outputs, Updated) and program.outputs.copies:
+        return False
     allocated = {s.buffer for s in program.steps if isinstance(s, Alloc)}
     for step in program.steps:
         if isinstance(step, KernelCall):

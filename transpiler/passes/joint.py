@@ -36,7 +36,7 @@ from torch._decomp import get_decompositions
 from torch.utils._python_dispatch import _disable_current_modes
 
 from transpiler.frontend.recorder import GraphBuilder, Recorder, Unsupported
-from transpiler.ir.graph import Graph, Node, TensorMeta, leaves, map_refs
+from transpiler.ir.graph import Graph, Node, TensorMeta, Updated, leaves, map_refs
 from transpiler.ir.ops import resolve_op
 from transpiler.passes.decompose import decomposition_table
 from transpiler.passes.retrace import arguments, keep_name, run_node
@@ -118,6 +118,8 @@ def joint(
                 if isinstance(t, torch.Tensor) and t.grad_fn is not None:
                     t.grad_fn.metadata.setdefault("span", node.span)
     outputs = map_refs(graph.outputs, lambda r: values[r.name])
+    if isinstance(outputs, Updated):  # the values written back into buffers (a
+        outputs = outputs.result  # running mean) are no outputs: no gradient
     # an output that depends on what is differentiated (or is it: an input
     # returned as it is, whose gradient is then its tangent)
     flags = tuple(
