@@ -7,9 +7,9 @@ A step is the forward, a loss, the backward and an optimizer step (the same
 `torch.optim.AdamW` for all three: fused on cuda, foreach on cpu), so the three
 differ in their forward and backward alone. Each case is first checked in the same
 run: one step of eager and of the generated module from the same weights and
-inputs, the loss and every parameter's gradient compared. Then rounds of steps,
-the three interleaved, with the median time per step and the peak memory of a step
-(cuda) beside it. The generated modules are built with `--build` where `transpile`
+inputs, the loss, every parameter's gradient and every buffer (a batch norm's
+running statistics) compared. Then rounds of steps, the three interleaved, with the
+median time per step and the peak memory of a step (cuda) beside it. The generated modules are built with `--build` where `transpile`
 is installed and imported from DIR with `--prebuilt`.
 """
 
@@ -66,6 +66,12 @@ CASES = {
             {"idx": (torch.int64, (8, 512), False)},
             tokens=50304,
         ),
+        Case(
+            "resnet_basic_block",
+            "benchmarks/patterns_src.py::ResNetBasicBlock",
+            {"channels": 64},
+            {"x": (torch.float32, (32, 64, 56, 56), True)},
+        ),
     ],
     "cpu": [
         Case(
@@ -86,6 +92,12 @@ CASES = {
             },
             {"idx": (torch.int64, (4, 128), False)},
             tokens=4096,
+        ),
+        Case(
+            "resnet_basic_block",
+            "benchmarks/patterns_src.py::ResNetBasicBlock",
+            {"channels": 64},
+            {"x": (torch.float32, (4, 64, 28, 28), True)},
         ),
     ],
 }
@@ -169,6 +181,9 @@ def check(case: Case, device: str, work: Path) -> float:
     ]
     scale = max(float(a.abs().max()) for a, _ in grads) or 1.0
     err = max(float((a - b).abs().max()) for a, b in grads) / scale
+    for a, b in zip(eager.buffers(), mine.buffers()):  # running statistics
+        a, b = a.double(), b.double()
+        err = max(err, float((a - b).abs().max()) / (float(a.abs().max()) or 1.0))
     rel = abs(loss_a.item() - loss_b.item()) / max(abs(loss_a.item()), 1e-12)
     return max(err, rel)
 
