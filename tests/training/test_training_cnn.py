@@ -86,9 +86,7 @@ def test_cnn_trains_to_eager_losses(tmp_path, device: str) -> None:
             step,
             losses,
         )
-    for (name, a), (_, b) in zip(
-        mine.state_dict().items(), eager.state_dict().items()
-    ):
+    for (name, a), (_, b) in zip(mine.state_dict().items(), eager.state_dict().items()):
         torch.testing.assert_close(
             a, b, rtol=1e-3, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}"
         )

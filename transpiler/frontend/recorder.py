@@ -372,14 +372,18 @@ WRITES_ARGUMENTS = {
 }
 
 
-def _writes_arguments(func, args) -> bool:
+def _writes_arguments(func, args, kwargs) -> bool:
     """Whether `func` writes into an argument other than its first: a batch norm
     updating running statistics (training, with running statistics)."""
     if func not in WRITES_ARGUMENTS:
         return False
     if func == aten._batch_norm_with_update.default:
         return True
-    return bool(args[5]) and args[3] is not None  # training, running_mean
+
+    def argument(i: int, name: str):
+        return args[i] if len(args) > i else kwargs.get(name)
+
+    return bool(argument(5, "training")) and argument(3, "running_mean") is not None
 
 
 def op_name(func) -> str:
@@ -401,7 +405,9 @@ class Recorder(TorchDispatchMode):
                 out = self.decompositions[func](*args, **kwargs)
                 if out is not NotImplemented:
                     return out
-        if _writes_arguments(func, args):  # as its decomposition, which `copy_`s
+        if _writes_arguments(
+            func, args, kwargs
+        ):  # as its decomposition, which `copy_`s
             with self:
                 return WRITES_ARGUMENTS[func](*args, **kwargs)
         if func._schema.is_mutable:
@@ -486,7 +492,9 @@ class Recorder(TorchDispatchMode):
         caller = self.builder.owned_by_caller(target)
         if node is None or (
             not caller
-            and (node.op != "call" or (base is not None and not self.builder.knows(base)))
+            and (
+                node.op != "call" or (base is not None and not self.builder.knows(base))
+            )
         ):
             raise Unsupported(f"in-place {packet} on an input or parameter", self.span)
         if caller and self.builder.root_of(target) is None:
