@@ -454,6 +454,14 @@ def _cuda_graph_blocker(vc: VariantCode) -> str | None:
         return "it has graph breaks (fallback code runs in Python on every call)"
     if any(r.loops for r in vc.region.walk()):
         return "it loops on tensor data (a host sync on every step)"
+    inputs = set(vc.region.program.inputs)
+    for r in vc.region.walk():  # Note [Writes into the caller's tensors]
+        outputs = r.program.outputs
+        if isinstance(outputs, Updated) and any(
+            t.name in inputs for t, _ in outputs.copies
+        ):
+            # a graph reads and writes its own copies of the inputs
+            return "it writes into an input in place"
     return None
 
 

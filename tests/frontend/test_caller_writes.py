@@ -147,3 +147,15 @@ def test_modules_write_their_buffers(tmp_path, name: str, device: str) -> None:
             modules=(mine, eager),
             where=f"{name} {device}",
         )
+
+
+def test_a_variant_writing_an_input_replays_no_cuda_graph(tmp_path) -> None:
+    """A CUDA graph copies the inputs into buffers of its own: a write into one
+    would not reach the caller's tensor, so such a variant is compiled without."""
+    specs = (("x", TensorSpec(torch.float32, (6, 8))),)
+    wanted = Variant(specs, "cuda", cuda_graphs=True)
+    source = FUNCTIONS + "\n\ndef reads_it(x):\n    return x * 2\n"
+    writes = compile_variants(source, "scale_input", [wanted], tmp_path / "a")
+    reads = compile_variants(source, "reads_it", [wanted], tmp_path / "b")
+    assert "runtime_shim.cuda_graph" in inspect.getsource(reads)
+    assert "runtime_shim.cuda_graph" not in inspect.getsource(writes)
