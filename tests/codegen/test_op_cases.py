@@ -755,16 +755,6 @@ CASES = [c for c in CASES if c.packet not in NO_ROW_YET]
 # they stay extern calls, and must still compute the right values.
 EXTERN_CASES = [
     Case(
-        "aten.add.Tensor",
-        "aten.add.Tensor(a, b, alpha=2)",
-        {"a": randn(*X), "b": randn(*X)},
-    ),
-    Case(
-        "aten.sub.Tensor",
-        "torch.sub(a, b, alpha=0.5).relu()",
-        {"a": randn(*X), "b": randn(*X)},
-    ),
-    Case(
         "aten.sum.dim_IntList",
         "a.sum(-1, dtype=torch.float64)",
         {"a": randn(*X)},
@@ -781,6 +771,10 @@ EXTERN_CASES = [
 # Ops without a row that decompose into kernel ops (passes/decompose.py): they run
 # in kernels, with eager's values at the edges
 DECOMPOSED_CASES = [
+    # `alpha` scales the second operand first (`_scaled_second`)
+    Case("aten.add.Tensor", "aten.add.Tensor(a, b, alpha=2)", EDGES),
+    Case("aten.sub.Tensor", "torch.sub(a, b, alpha=0.5).relu()", EDGES),
+    Case("aten.add.Tensor", "torch.add(a, b, alpha=3)", {"a": ints(*X), "b": ints(33)}),
     Case("aten.logaddexp.default", "torch.logaddexp(a, b)", EDGES),
     Case(
         "aten.logaddexp.default",

@@ -43,6 +43,12 @@ def clamp_negatives(x, y):
 
 def returns_it(x):
     return x.add_(1)
+
+
+def compares_into(x, y):
+    z = x[:, ::2].eq_(y[:, ::2])  # a bool stored in x's dtype
+    h = x * 1
+    return h.lt_(y)[:, ::2] + z
 """
 
 F32 = {"x": torch.randn(6, 8), "y": torch.randn(6, 8)}
@@ -51,6 +57,7 @@ CASES = {
     "write_a_column": {"x": F32["x"]},
     "clamp_negatives": F32,
     "returns_it": {"x": F32["x"]},
+    "compares_into": {"x": F32["x"].round(), "y": F32["y"].round()},
 }
 
 MODULES = """

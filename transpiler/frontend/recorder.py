@@ -510,8 +510,21 @@ class Recorder(TorchDispatchMode):
             # tensor, the change would outlive the call
             raise Unsupported(f"{func} changes its input in place", self.span)
         result = fn(*args, **kwargs)
+        inplace_view = torch.Tag.inplace_view in func.tags
+        if not inplace_view and result.dtype != target.dtype:
+            # `x.eq_(y)` computes a bool and stores it in x's dtype; a store eager
+            # refuses (an integer `div_`) raises there, at run time
+            if not torch.can_cast(result.dtype, target.dtype):
+                raise Unsupported(
+                    f"in-place {packet} stores {result.dtype} into {target.dtype}",
+                    self.span,
+                )
+            self.record(op_name(fn), args, kwargs, result)
+            args, kwargs = (result,), {"dtype": target.dtype}
+            fn = torch.ops.aten._to_copy.default
+            result = fn(*args, **kwargs)
         self.record(op_name(fn), args, kwargs, result)
-        if torch.Tag.inplace_view in func.tags:
+        if inplace_view:
             # `y.squeeze_(0)` (F.linear of a vector does it): the same data, seen
             # with other sizes and strides from now on, as `target` itself is
             with torch.utils._python_dispatch._disable_current_modes():
