@@ -1,12 +1,22 @@
 """Fused optimizer steps for training with generated modules: `AdamW` and `SGD`.
 
 Drop-in replacements of `torch.optim.AdamW` and `torch.optim.SGD` (the same
-arguments, state and `state_dict`, so either loads the other's): a step updates
-every float32 CPU parameter of a group in one pass over its elements, in C++
-(runtime_shim/optim.cpp), where PyTorch's `foreach` steps make one pass per
-arithmetic op. Other tensors (CUDA, bf16, sparse gradients aside) take PyTorch's
-own step, as `torch.optim` computes it. Generated modules with a training variant
-export both (`generated.gpt.AdamW`).
+arguments, state and `state_dict`, so either loads the other's). A step makes one
+pass over the elements of every parameter of a group, where PyTorch's default
+(`foreach`) steps make one pass per arithmetic op:
+
+- float32 CPU parameters: in C++ (runtime_shim/optim.cpp), one call per group;
+- floating parameters on a GPU (CUDA and the other devices PyTorch has
+  multi-tensor fused kernels for): those kernels (`torch._fused_adamw_`,
+  `torch._fused_sgd_`, what `fused=True` runs), one launch per device and dtype
+  (more only where a list outgrows one launch), with the step counts kept on the
+  device so that a step never waits for the host;
+- the rest (other CPU dtypes, sparse gradients, `amsgrad`, `maximize`, SGD
+  without momentum): PyTorch's own step, as `torch.optim` computes it. PyTorch's
+  CPU fused SGD kernel is not used: for bf16 and f16 it leaves wrong momentum
+  buffers (torch 2.13).
+
+Generated modules with a training variant export both (`generated.gpt.AdamW`).
 """
 
 from __future__ import annotations
@@ -16,6 +26,20 @@ from pathlib import Path
 import torch
 
 from runtime_shim.cpp import load_cpp
+
+try:  # the devices PyTorch has multi-tensor fused optimizer kernels for
+    from torch.utils._foreach_utils import (
+        _get_fused_kernels_supported_devices as _fused_devices,
+    )
+except ImportError:  # pragma: no cover - a torch without them
+
+    def _fused_devices() -> list[str]:
+        return []
+
+
+# where PyTorch's fused kernels step parameters: its devices but the CPU
+_KERNEL_DEVICES = frozenset(_fused_devices()) - {"cpu"}
+
 
 _LIBRARY = None
 
@@ -38,6 +62,42 @@ def _fused(t: torch.Tensor) -> bool:
         and t.grad.is_contiguous()
         and not t.grad.is_sparse
     )
+
+
+def _kernel_fused(t: torch.Tensor) -> bool:
+    """Whether PyTorch's multi-tensor fused kernel updates `t` (one the C++ step
+    does not take)."""
+    return (
+        t.device.type in _KERNEL_DEVICES
+        and t.dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+        and t.grad is not None
+        and t.grad.dtype == t.dtype
+        and not t.grad.is_sparse
+    )
+
+
+def _by_device_and_dtype(params: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """`params` split into lists of one device and dtype, in order of first use."""
+    lists: dict = {}
+    for p in params:
+        lists.setdefault((p.device, p.dtype), []).append(p)
+    return list(lists.values())
+
+
+def _split(group: dict, plain: bool):
+    """A group's parameters with gradients: those of the C++ step, those of the
+    fused kernels (lists of one device and dtype) and the rest."""
+    cpp, kernel, others = [], [], []
+    for p in group["params"]:
+        if p.grad is None:
+            continue
+        if plain and _fused(p):
+            cpp.append(p)
+        elif plain and _kernel_fused(p):
+            kernel.append(p)
+        else:
+            others.append(p)
+    return cpp, _by_device_and_dtype(kernel), others
 
 
 def _torch_step(optimizer, step, group: dict, params: list[torch.Tensor]) -> None:
@@ -69,26 +129,50 @@ class AdamW(torch.optim.AdamW):
                 loss = closure()
         for group in self.param_groups:
             plain = not (group["amsgrad"] or group["maximize"])
-            mine = [p for p in group["params"] if plain and _fused(p)]
-            fused = {id(p) for p in mine}
-            others = [
-                p for p in group["params"] if p.grad is not None and id(p) not in fused
-            ]
-            if mine:
-                self._fused_step(group, mine)
+            cpp, kernel, others = _split(group, plain)
+            if cpp:
+                self._fused_step(group, cpp)
+            for params in kernel:
+                self._kernel_step(group, params)
             if others:
                 _torch_step(self, super().step, group, others)
         return loss
 
-    def _state(self, p: torch.Tensor) -> dict:
+    def _state(self, p: torch.Tensor, step_device: torch.device | None = None) -> dict:
+        """`p`'s state, started as torch.optim.AdamW starts it; its step count on
+        `step_device` (the fused kernels read it there)."""
         state = self.state[p]
-        if not state:  # as torch.optim.AdamW starts it
+        if not state:
             state["step"] = torch.tensor(0.0, dtype=torch.float32)
             state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             state["exp_avg_sq"] = torch.zeros_like(
                 p, memory_format=torch.preserve_format
             )
+        if step_device is not None and state["step"].device != step_device:
+            state["step"] = state["step"].to(step_device, torch.float32)
         return state
+
+    def _kernel_step(self, group: dict, params: list[torch.Tensor]) -> None:
+        """PyTorch's fused AdamW kernel over `params` (one device and dtype)."""
+        states = [self._state(p, p.device) for p in params]
+        steps = [s["step"] for s in states]
+        torch._foreach_add_(steps, 1)
+        beta1, beta2 = group["betas"]
+        torch._fused_adamw_(
+            params,
+            [p.grad for p in params],
+            [s["exp_avg"] for s in states],
+            [s["exp_avg_sq"] for s in states],
+            [],
+            steps,
+            amsgrad=False,
+            lr=float(group["lr"]),
+            beta1=float(beta1),
+            beta2=float(beta2),
+            weight_decay=float(group["weight_decay"]),
+            eps=float(group["eps"]),
+            maximize=False,
+        )
 
     def _fused_step(self, group: dict, params: list[torch.Tensor]) -> None:
         states = [self._state(p) for p in params]
@@ -128,16 +212,41 @@ class SGD(torch.optim.SGD):
                 loss = closure()
         for group in self.param_groups:
             plain = group["momentum"] != 0 and not group["maximize"]
-            mine = [p for p in group["params"] if plain and _fused(p)]
-            fused = {id(p) for p in mine}
-            others = [
-                p for p in group["params"] if p.grad is not None and id(p) not in fused
-            ]
-            if mine:
-                self._fused_step(group, mine)
+            cpp, kernel, others = _split(group, plain)
+            if cpp:
+                self._fused_step(group, cpp)
+            for params in kernel:
+                self._kernel_step(group, params)
             if others:
                 _torch_step(self, super().step, group, others)
         return loss
+
+    def _kernel_step(self, group: dict, params: list[torch.Tensor]) -> None:
+        """PyTorch's fused SGD kernel over `params` (one device and dtype): one
+        launch for those whose momentum buffer starts now (it is the gradient,
+        as torch.optim.SGD starts it), one for the rest."""
+        fresh = [p for p in params if self.state[p].get("momentum_buffer") is None]
+        for p in fresh:
+            self.state[p]["momentum_buffer"] = torch.empty_like(
+                p, memory_format=torch.preserve_format
+            )
+        known = {id(p) for p in fresh}
+        going = [p for p in params if id(p) not in known]
+        for first, ps in ((True, fresh), (False, going)):
+            if not ps:
+                continue
+            torch._fused_sgd_(
+                ps,
+                [p.grad for p in ps],
+                [self.state[p]["momentum_buffer"] for p in ps],
+                weight_decay=float(group["weight_decay"]),
+                momentum=float(group["momentum"]),
+                lr=float(group["lr"]),
+                dampening=float(group["dampening"]),
+                nesterov=bool(group["nesterov"]),
+                maximize=False,
+                is_first_step=first,
+            )
 
     def _fused_step(self, group: dict, params: list[torch.Tensor]) -> None:
         first = []
