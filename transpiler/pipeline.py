@@ -11,7 +11,9 @@ For each target of the run (options.py), grouped by the module it is written to:
         for each graph (region, loop body):
             DEVICE_PASSES[device], then GRAPH_PASSES            passes/*.py
             fold_device_outputs                                 passes/device_outputs.py
-            fuse into kernels, schedule with the extern calls   passes/fuse, schedule
+            fuse into kernels                                   passes/fuse.py
+            compute stored values again in their readers        passes/rematerialize
+            schedule the kernels with the extern calls          passes/schedule.py
         the passes over the lowered programs                    finish
         decide its CUDA graph                                   decide_cuda_graph
 → Build: typed records of every module (build.py)
@@ -82,6 +84,7 @@ from transpiler.passes.hoist_constants import hoist_constants
 from transpiler.passes.joint import joint
 from transpiler.passes.partition import partition
 from transpiler.passes.recompute import recompute_broadcasts
+from transpiler.passes.rematerialize import rematerialize
 from transpiler.passes.schedule import schedule
 from transpiler.passes.small_matmul import unroll_small_matmuls
 from transpiler.passes.split_addmm import split_addmm
@@ -125,8 +128,10 @@ def optimize(graph: Graph, device: str = "cpu") -> Graph:
 
 
 def lower(graph: Graph, names: KernelNames, device: str = "cpu") -> Program:
-    """Fuse into kernels and schedule them with the extern calls."""
-    return schedule(graph, fuse(graph, device), names)
+    """Fuse into kernels, compute stored values again where that reads less
+    (passes/rematerialize.py), and schedule the kernels with the extern calls."""
+    graph, fusion = rematerialize(graph, fuse(graph, device), device)
+    return schedule(graph, fusion, names)
 
 
 # ------------------------------------------------------- the passes over programs

@@ -539,3 +539,33 @@ def test_a_row_of_pieces_is_reduced_a_piece_at_a_time(pieces, name, rblock) -> N
     case.check(functions[name])
     blocks = re.findall(r"RBLOCK=(\d+)", case.cuda_source)
     assert blocks and {int(b) for b in blocks} == {rblock}, case.cuda_source
+
+
+WHOLE_SOURCE = """
+import torch
+
+
+def channel_statistics(x, m):
+    h = (x - m[:, None, None]).relu()
+    return h.sum((0, 2, 3)), torch.var_mean(x * 2, (0, 2, 3))
+"""
+
+
+def test_split_over_a_whole_dimension(tmp_path) -> None:
+    """A batch norm's statistics over (0, 2, 3) of NCHW split at the batch
+    dimension: partials over (2, 3) per image and channel, then their totals
+    (Note [Split reductions]). No view stands between the reductions and the
+    values they reduce, which are computed in the partials' kernel, not stored."""
+    gen = torch.Generator().manual_seed(5)
+    inputs = {
+        "x": torch.randn(32, 16, 32, 32, generator=gen) + 3,
+        "m": torch.randn(16, generator=gen),
+    }
+    case = compile_source(WHOLE_SOURCE, {"channel_statistics": inputs}, tmp_path)[
+        "channel_statistics"
+    ]
+    case.check(inputs)
+    source = case.cpu_source
+    assert _kernel_launches(source) == 2, source
+    assert "empty((32, 16, 32, 32)" not in source, source  # neither h nor x * 2
+    assert "empty((32, 16, 1, 1)" in source, source  # the partials

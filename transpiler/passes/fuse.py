@@ -363,7 +363,12 @@ def splits(shape: tuple[int, ...], rnumel: int) -> bool:
     return inner == rnumel
 
 
-def fuse(graph: Graph, device: str = "cpu") -> Fusion:
+def fuse(
+    graph: Graph, device: str = "cpu", alone: frozenset[str] = frozenset()
+) -> Fusion:
+    """`graph`'s nodes in kernels. A node of `alone` joins no kernel for sharing
+    its reads, only those of its producers (its reader's kernel takes it in:
+    passes/rematerialize.py)."""
     nodes = graph.by_name()
     kinds = {n.name: classify(n, nodes) for n in graph.nodes}
     _mark_inlined(graph, kinds, windows=device == "cuda")
@@ -384,7 +389,7 @@ def fuse(graph: Graph, device: str = "cpu") -> Fusion:
         best, best_score = None, 0
         reads = _buffer_reads(node, nodes, kinds)
         candidates = _producer_groups(node, nodes, kinds, group_of)
-        if not _broadcasts_only(node, nodes, kinds):
+        if node.name not in alone and not _broadcasts_only(node, nodes, kinds):
             candidates |= {g.id for g in groups if g.reads & reads.keys()}
         siblings = (
             _siblings(node, nodes, kinds, groups) if kind == "reduction" else set()
@@ -422,6 +427,9 @@ def fuse(graph: Graph, device: str = "cpu") -> Fusion:
                     _read_elsewhere(g, node, users, kinds)
                 ):
                     _merge(g, best, group_of, order)
+                    reads_from.setdefault(best.id, set()).update(
+                        reads_from.pop(g.id, set())
+                    )
         best.reads |= reads.keys()
         group_of[node.name] = best.id
         producers = {
@@ -567,10 +575,11 @@ def _inline_ops(node: Node, nodes, kinds, users) -> int:
 def _mergeable(g: _State, into: _State, nodes, kinds, reads_from, ancestors) -> bool:
     """Whether group `g`, which no kernel reads yet, can be computed in `into`.
 
-    A pointwise `g` must read only memory no kernel writes, and is computed per
-    row or per element of `into`: a value recomputed at its reader's shape
-    (passes/recompute.py) starts a group of its own, having no producer to join,
-    and belongs in its reader's kernel. A reduction `g` over the same rows as
+    A pointwise `g` is computed per row or per element of `into`: a value
+    recomputed at its reader's shape (passes/recompute.py), or a reduction's
+    result broadcast back over its input (a mean's backward), starts a group of
+    its own, having no producer it can join, and belongs in its reader's kernel.
+    The kernels it reads must not read `into`. A reduction `g` over the same rows as
     reduction `into` must read only kernels `into` reads, so that `into`'s place
     in the program follows them (Note [Sibling reductions])."""
     if not g.nodes:
@@ -582,7 +591,7 @@ def _mergeable(g: _State, into: _State, nodes, kinds, reads_from, ancestors) -> 
             and not all(r_shape_ok(into, _meta(nodes, m).shape) for m in g.nodes)
         ):
             return False
-        if reads_from.get(g.id):
+        if any(_reaches(p, into.id, reads_from) for p in reads_from.get(g.id, ())):
             return False
     else:
         same_rows = g.rows_spec() == into.rows_spec()

@@ -26,6 +26,15 @@ and variance, which combine as Chan et al.'s parallel algorithm does for parts o
 is `k * sum(var_i) + k * sum((mean_i - mean)^2)`. Stable Diffusion's first group
 norm has 64 rows of 40960: one program a row left half of an H100 idle.
 
+Where the reduction runs over several dimensions, one of them whole can be the
+parts: a batch norm's statistics over (0, 2, 3) of NCHW reduce (2, 3) first, one
+row per image and channel, then the images. No view stands between the reduction
+and its input, so the pointwise values it reduces (a batch norm backward's
+products) are computed in the kernel of the partials, never stored; a split view
+of a value computed in another kernel would have to store that value. Such a
+split is taken where it gives the device enough units of work, each part reducing
+`PART_MIN` elements.
+
 Decided at transpile time for the declared shapes; a dynamic size is never split.
 """
 
@@ -95,7 +104,8 @@ def split_reductions(graph: Graph, device: str) -> Graph:
 
 def _split(node: Node, nodes: dict[str, Node], device: str) -> tuple | None:
     """(dimension split, parts, dimensions reduced) of a reduction worth
-    splitting, or None."""
+    splitting, or None. `parts` is None where dimension split is reduced whole
+    in the second kernel (Note [Split reductions])."""
     if not reduction_ok(node, nodes):
         return None
     shape = nodes[node.args[0].name].tensor_meta.shape
@@ -108,10 +118,21 @@ def _split(node: Node, nodes: dict[str, Node], device: str) -> tuple | None:
     units = max(rows // tile if reduction_order(node, nodes) else rows, 1)
     if units >= UNITS[device]:
         return None
+    reduced = reduced_dims(node, nodes)
+    for d in reduced:  # a whole dimension as the parts
+        rest = [e for e in reduced if e != d]
+        if not rest or rnumel // shape[d] < PART_MIN[device]:
+            continue
+        sized = [e for e in range(len(shape)) if shape[e] != 1 and e != d]
+        trailing = [e for e in sized if e in rest] == sized[
+            len(sized) - len([e for e in sized if e in rest]) :
+        ]
+        parted = rows * shape[d] // (1 if trailing else tile)
+        if parted >= UNITS[device]:
+            return d, None, reduced
     parts = 2
     while units * parts < UNITS[device]:
         parts *= 2
-    reduced = reduced_dims(node, nodes)
     while parts > 1:
         if rnumel // parts >= PART_MIN[device]:
             for d in reduced:
@@ -148,8 +169,9 @@ def _split_variance(split: dict, node: Node, args: tuple, kwargs: dict):
     keepdim = bool(bind_args(node.target, node.args, node.kwargs).get("keepdim"))
     dof = correction(node.target, node.args, node.kwargs)
     shape = list(x.shape)
-    count = math.prod(shape[e] for e in reduced) // parts  # elements in each part
-    if count * parts - dof <= 0:
+    n = parts or shape[d]
+    count = math.prod(shape[e] for e in reduced) // n  # elements in each part
+    if count * n - dof <= 0:
         return NotImplemented
     view, first = _parts(x, d, parts, reduced)
     if x.dtype in LOW_PRECISION:
@@ -159,7 +181,7 @@ def _split_variance(split: dict, node: Node, args: tuple, kwargs: dict):
     mean = part_mean.mean(every, keepdim=True)
     spread = ((part_mean - mean) * (part_mean - mean)).sum(every, keepdim=True)
     squares = part_var.sum(every, keepdim=True) * count + spread * count
-    var = squares / (count * parts - dof)
+    var = squares / (count * n - dof)
     out = (
         _kept_shape(shape, reduced)
         if keepdim
@@ -169,9 +191,12 @@ def _split_variance(split: dict, node: Node, args: tuple, kwargs: dict):
     return (var, mean) if "var_mean" in node.target else var
 
 
-def _parts(x, d: int, parts: int, reduced: list[int]):
+def _parts(x, d: int, parts: int | None, reduced: list[int]):
     """`x` with dimension `d` split into (parts, rest), and the dimensions of that
-    view reduced first: all reduced ones but the parts."""
+    view reduced first: all reduced ones but the parts. Parts None: `x` itself,
+    dimension `d` the parts."""
+    if parts is None:
+        return x, [e for e in reduced if e != d]
     shape = list(x.shape)
     view = x.view(shape[:d] + [parts, shape[d] // parts] + shape[d + 1 :])
     return view, sorted([e + (e > d) for e in reduced if e != d] + [d + 1])
