@@ -186,6 +186,9 @@ def test_fused_kernel_steps_equal_torch_fused(
     oa.load_state_dict(copy.deepcopy(plain.state_dict()))
     for group in oa.param_groups:  # loading took plain's settings, `fused` too
         group["fused"] = True
+    for state in oa.state.values():  # where torch's fused step keeps the count
+        if "step" in state:
+            state["step"] = state["step"].to(device)
     b.load_state_dict(a.state_dict())
     before = copy.deepcopy(a)
     _train(a, oa, 3, seed=3)
