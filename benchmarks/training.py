@@ -9,7 +9,9 @@ differ in their forward and backward alone. Each case is first checked in the sa
 run: one step of eager and of the generated module from the same weights and
 inputs, the loss, every parameter's gradient and every buffer (a batch norm's
 running statistics) compared. Then rounds of steps, the three interleaved, with the
-median time per step and the peak memory of a step (cuda) beside it. The generated modules are built with `--build` where `transpile`
+median time per step and the peak memory of a step (cuda) beside it, each measured
+after every contestant has taken a step, so that all three optimizers' states are
+allocated alike. The generated modules are built with `--build` where `transpile`
 is installed and imported from DIR with `--prebuilt`.
 """
 
@@ -210,9 +212,10 @@ def measure(case: Case, device: str, work: Path, rounds: int, steps: int) -> dic
     first = time.perf_counter() - start
     times = {k: [] for k in contestants}
     peaks = {}
-    for name in contestants:  # warm, and the peak memory of one step
+    for name in contestants:  # warm: every optimizer's state exists from here on
         step(name)
         sync()
+    for name in contestants:  # the peak memory of one step
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
             step(name)

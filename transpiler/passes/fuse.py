@@ -34,7 +34,12 @@ totals of a split `x.sum(0)` and `x.amax(0)`, each reading its own partials, or 
 split variance's sums of squares within its parts and between them. Each kernel
 of a few thousand values costs a launch (about 5 us on the H100) and nothing else.
 A reduction node counts such a group as a candidate with the lowest score (any
-group it shares data with wins), where `can_fuse` allows it. A reduction group
+group it shares data with wins), where `can_fuse` allows it, and where it reads
+at most `SIBLING_NUMEL` elements. A larger one gains a launch and loses more:
+the shared kernel runs where the first of them could, keeping the values every
+later one computes alive from there, with all their loads and stores in one
+program (a 12-layer GPT-2's backward would compute its 24 layer norms again in
+one kernel, at its start, 24 rows a program). A reduction group
 that a value of another group's kernel reads joins that kernel too, where every
 kernel it reads runs before that one (`_mergeable`): one launch, and neither
 result written.
@@ -66,6 +71,9 @@ PAD = "aten.constant_pad_nd.default"
 # ops computed again for all the windows that read one value (a 3 x 3 pool of a
 # batch norm and ReLU: 9 windows of 5 ops)
 WINDOW_OPS_MAX = 96
+# elements a reduction reads at most to share a kernel with one it shares no data
+# with (Note [Sibling reductions]): 1 MB of f32 is read in well under a launch
+SIBLING_NUMEL = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -666,8 +674,11 @@ def _broadcasts_only(node: Node, nodes, kinds) -> bool:
 
 
 def _siblings(node: Node, nodes, kinds, groups: list[_State]) -> set[int]:
-    """Groups reducing rows like reduction `node`'s (Note [Sibling reductions])."""
+    """Groups reducing rows like reduction `node`'s, where it is small enough for
+    its launch to outweigh its memory traffic (Note [Sibling reductions])."""
     rows = _rows_of(node, nodes)
+    if rows[0] * rows[1] > SIBLING_NUMEL:
+        return set()
     return {
         g.id
         for g in groups

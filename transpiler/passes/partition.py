@@ -24,6 +24,15 @@ than to read, and are not to be computed twice (a matmul, attention, a random dr
 at or after them: they are saved, or values after them are.
 
 Inputs and parameters are saved for free: the caller holds them.
+
+Cuts of equal bytes are common: a GPT's residual stream `x1 = x0 + attn(x0)`,
+`x2 = x1 + mlp(x1)`, ... can be saved as the sums `x1, x2, ...` or as the outputs
+`attn(x0), mlp(x1), ...` added up again. The latter makes every layer's backward
+recompute the whole stream up to it; fused, one kernel at the backward's start
+computes every layer's input and holds them all. So, as AOTAutograd's partitioner
+weighs values by their distance from the backward, each edge costs its bytes times
+`1 + dist / DISTANCE`, `dist` the ops between the value and the nearest one the
+backward reads: of equal cuts, the one nearest the backward is taken.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from transpiler.ir.ops import POINTWISE, REDUCTIONS, is_view
 from transpiler.passes.joint import Joint
 
 INFINITE = 1 << 62
+DISTANCE = 64  # Note [Save or recompute]: a value 64 ops away costs double
 # Ops whose results the backward may compute again rather than save: elementwise
 # math, views and reductions (read-bound: recomputing reads what saving would).
 RECOMPUTABLE_EXTRA = frozenset({"aten.detach.default"})
@@ -126,15 +136,19 @@ def _min_cut(forward: list[Node], needed: set[str]) -> set[str]:
     """The forward values to save: a minimum cut between the inputs (and what is
     not recomputable) and what the backward reads."""
     flow = _Flow()
+    dist = _distances(forward, needed)
     for n in forward:
+        cost = _bytes(n)
+        if cost < INFINITE:
+            cost = cost * (DISTANCE + min(dist[n.name], 100 * DISTANCE)) // DISTANCE
         if n.op in ("input", "param"):
             flow.edge("source", (n.name, "in"), INFINITE)
             flow.edge((n.name, "in"), (n.name, "out"), 0)  # free to save
         elif n.target == "getitem" or recomputable(n):
-            flow.edge((n.name, "in"), (n.name, "out"), _bytes(n))
+            flow.edge((n.name, "in"), (n.name, "out"), cost)
         else:  # computed once: the cut lies at or after it
             flow.edge("source", (n.name, "in"), INFINITE)
-            flow.edge((n.name, "in"), (n.name, "out"), _bytes(n))
+            flow.edge((n.name, "in"), (n.name, "out"), cost)
         for r in set(n.refs()):
             flow.edge((r.name, "out"), (n.name, "in"), INFINITE)
         if n.name in needed:
@@ -145,6 +159,18 @@ def _min_cut(forward: list[Node], needed: set[str]) -> set[str]:
         for n in forward
         if (n.name, "in") in reached and (n.name, "out") not in reached
     }
+
+
+def _distances(forward: list[Node], needed: set[str]) -> dict[str, int]:
+    """For each forward value, the ops from it to the nearest value the backward
+    reads (0 for those; a large number where none follows)."""
+    far = 1 << 20
+    dist = {n.name: 0 if n.name in needed else far for n in forward}
+    for n in reversed(forward):
+        for r in n.refs():
+            if r.name in dist:
+                dist[r.name] = min(dist[r.name], dist[n.name] + 1)
+    return dist
 
 
 def _forward_graph(
