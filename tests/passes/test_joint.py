@@ -270,3 +270,66 @@ def test_nodes_computed_under_no_grad_are_marked(tmp_path: Path) -> None:
         "z = y.detach() * y": True,
         "return z * s + t, x": True,
     }, marked
+
+
+RESIDUAL = """
+import torch
+import torch.nn.functional as F
+
+
+def residual(x, w1, w2, w3):
+    for w in (w1, w2, w3):
+        x = x + F.layer_norm(x, (16,)) @ w
+    return x
+"""
+
+
+def _residual_split(tmp_path: Path):
+    inputs = {"x": torch.randn(8, 16)} | {
+        f"w{i}": torch.randn(16, 16) for i in (1, 2, 3)
+    }
+    traced = trace_source(RESIDUAL, "residual", inputs, tmp_path)
+    return partition(joint(traced.graph, ["x", "w1", "w2", "w3"]))
+
+
+def test_of_equal_cuts_the_nearest_to_the_backward_is_saved(tmp_path: Path) -> None:
+    """Three residual layers: saving the stream's sums or the matmuls' outputs
+    costs the same bytes. The sums are what each layer norm's backward reads, so
+    they are saved and no layer adds up the stream before it again (Note [Save
+    or recompute])."""
+    split = _residual_split(tmp_path)
+    nodes = {n.name: n for n in split.forward.nodes}
+    computed = [nodes[s] for s in split.saved if nodes[s].op not in ("input", "param")]
+    assert [n.target for n in computed] == ["aten.add.Tensor"] * 2, computed
+    assert all(n.tensor_meta.shape == (8, 16) for n in computed)
+    sums_again = [
+        n.name
+        for n in split.backward.nodes
+        if n.name in split.recomputed
+        and n.target == "aten.add.Tensor"
+        and n.tensor_meta.shape == (8, 16)
+    ]
+    assert not sums_again, sums_again
+
+
+def test_values_computed_again_come_just_before_their_first_use(
+    tmp_path: Path,
+) -> None:
+    """Each layer norm is computed again where its layer's backward needs it:
+    the first layer's after the other layers' matmuls, not at the start of the
+    backward, where its values would be alive throughout."""
+    split = _residual_split(tmp_path)
+    at = {
+        kind: [
+            i
+            for i, n in enumerate(split.backward.nodes)
+            if n.target == kind and (kind != VAR_MEAN or n.name in split.recomputed)
+        ]
+        for kind in (VAR_MEAN, "aten.mm.default")
+    }
+    norms, mms = at[VAR_MEAN], at["aten.mm.default"]
+    assert len(norms) == 3 and len(mms) == 6, split.backward
+    assert norms[1] > mms[1] and norms[2] > mms[3], split.backward
+
+
+VAR_MEAN = "aten.var_mean.dim"

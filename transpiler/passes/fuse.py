@@ -374,9 +374,8 @@ def splits(shape: tuple[int, ...], rnumel: int) -> bool:
 def fuse(
     graph: Graph, device: str = "cpu", alone: frozenset[str] = frozenset()
 ) -> Fusion:
-    """`graph`'s nodes in kernels. A node of `alone` joins no kernel for sharing
-    its reads, only those of its producers (its reader's kernel takes it in:
-    passes/rematerialize.py)."""
+    """`graph`'s nodes in kernels. A node of `alone` joins only the kernel of
+    another it reads (its reader's kernel takes them in: passes/rematerialize.py)."""
     nodes = graph.by_name()
     kinds = {n.name: classify(n, nodes) for n in graph.nodes}
     _mark_inlined(graph, kinds, windows=device == "cuda")
@@ -397,7 +396,13 @@ def fuse(
         best, best_score = None, 0
         reads = _buffer_reads(node, nodes, kinds)
         candidates = _producer_groups(node, nodes, kinds, group_of)
-        if node.name not in alone and not _broadcasts_only(node, nodes, kinds):
+        if node.name in alone:  # with the copies it reads only
+            candidates = {
+                group_of[r.name]
+                for r in node.refs()
+                if r.name in alone and r.name in group_of
+            }
+        elif not _broadcasts_only(node, nodes, kinds):
             candidates |= {g.id for g in groups if g.reads & reads.keys()}
         siblings = (
             _siblings(node, nodes, kinds, groups) if kind == "reduction" else set()

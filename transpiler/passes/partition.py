@@ -211,7 +211,42 @@ def _backward_graph(
             out.append(Node(n.name, "input", n.name, meta=n.meta, span=n.span))
         elif n.name in saved or n.name in backward_only or n.op != "input":
             out.append(n)
-    return graph.with_nodes(out, grads)
+    return graph.with_nodes(_late(out, backward_only), grads)
+
+
+def _late(nodes: list[Node], backward_only: set[str]) -> list[Node]:
+    """`nodes` with each value computed again from the forward placed just before
+    the first backward node that needs it, not at the start: it is alive from
+    there on only (the first layer's normalized input, read by the last matmul of
+    the backward, is computed at the end)."""
+    by_name = {n.name: n for n in nodes}
+    placed: set[str] = set()
+    out: list[Node] = []
+
+    def place(root: Node) -> None:
+        stack = [(root, False)]
+        while stack:
+            n, ready = stack.pop()
+            if n.name in placed:
+                continue
+            if ready:
+                placed.add(n.name)
+                out.append(n)
+                continue
+            stack.append((n, True))
+            for r in reversed(list(n.refs())):
+                if r.name in by_name and r.name not in placed:
+                    stack.append((by_name[r.name], False))
+
+    for n in nodes:
+        if n.op in ("input", "param"):
+            place(n)
+    for n in nodes:
+        if n.name in backward_only:
+            place(n)
+    for n in nodes:
+        place(n)
+    return out
 
 
 def _needed_by(nodes: list[Node], roots: set[str]) -> set[str]:

@@ -23,7 +23,9 @@ choice is made after a first fusion, from what each kernel reads:
 
 - a value is computed again where it is pointwise and a function of memory
   through at most `MAX_NODES` pointwise ops of its own kernel (no reduction, data
-  movement or random draw among them), read directly by the other kernel;
+  movement or random draw among them), read directly by the other kernel; a
+  value of its kernel it reads through a view is read from memory, where that
+  kernel stores it anyway;
 - for each reading kernel, the values it would compute again are taken together:
   the bytes per element of the memory their ops read that the kernel does not
   read already must not exceed the bytes of the values it no longer reads.
@@ -31,7 +33,7 @@ choice is made after a first fusion, from what each kernel reads:
 
 The graph is fused again with each copy starting its own kernel, which the
 reader's kernel takes in (`fuse`'s `alone`). Where a copy would still be stored,
-the first fusion stands.
+that reader keeps reading the stored values, and the graph is fused again.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ def rematerialize(graph: Graph, fusion: Fusion, device: str) -> tuple[Graph, Fus
     chains = {
         name: chain
         for name in sorted(fusion.realized)
-        if (chain := _chain(nodes[name], nodes, kinds, group_of)) is not None
+        if (chain := _chain(nodes[name], nodes, kinds, group_of, fusion.realized))
+        is not None
     }
     if not chains:
         return graph, fusion
@@ -67,18 +70,26 @@ def rematerialize(graph: Graph, fusion: Fusion, device: str) -> tuple[Graph, Fus
             taken[gid] = chosen
     if not taken:
         return graph, fusion
-    again, copies = _copied(graph, nodes, chains, taken, group_of)
-    again = dce(again)
-    refused = fuse(again, device, alone=frozenset(copies))
-    if refused.realized & copies:
-        return graph, fusion  # a copy would be stored too: no better
-    return again, refused
+    while taken:
+        again, copies = _copied(graph, nodes, chains, taken, group_of)
+        again = dce(again)
+        refused = fuse(again, device, alone=frozenset(copies))
+        stored = {copies[c] for c in refused.realized & copies.keys()}
+        if not stored:
+            return again, refused
+        # a copy its reader's kernel did not take would be stored too: no better
+        taken = {gid: v for gid, v in taken.items() if gid not in stored}
+    return graph, fusion
 
 
-def _chain(node: Node, nodes, kinds, group_of) -> dict[str, dict[str, int]] | None:
+def _chain(
+    node: Node, nodes, kinds, group_of, stored: frozenset[str]
+) -> dict[str, dict[str, int]] | None:
     """The ops of `node`'s kernel that compute it (it last), each with the memory
     it reads and the bytes per element of each read (0: broadcast); None where
-    it cannot be computed again."""
+    it cannot be computed again. A value of the kernel read through a view is
+    read from memory where the kernel stores it anyway (a split reduction's
+    `x.view(16, 256, n).float()` of a bf16 `x` a matmul reads too)."""
     out: dict[str, dict[str, int]] = {}
 
     def visit(n: Node) -> bool:
@@ -95,9 +106,12 @@ def _chain(node: Node, nodes, kinds, group_of) -> dict[str, dict[str, int]] | No
         for r in n.refs():
             how, via, root = resolve(r, nodes, kinds)
             if how == "virtual" and group_of.get(root) == group_of[node.name]:
-                if r.name != root or not visit(nodes[root]):
+                if r.name != root and root in stored and root != node.name:
+                    via = r.name  # through a view: read back where it is stored
+                elif r.name != root or not visit(nodes[root]):
                     return False
-                continue
+                else:
+                    continue
             if how == "inline":
                 return False
             meta = nodes[via].tensor_meta
@@ -179,9 +193,12 @@ def _bytes(values: list[str], nodes) -> int:
     return sum(nodes[v].tensor_meta.dtype.itemsize for v in values)
 
 
-def _copied(graph: Graph, nodes, chains, taken, group_of) -> tuple[Graph, set[str]]:
+def _copied(
+    graph: Graph, nodes, chains, taken, group_of
+) -> tuple[Graph, dict[str, int]]:
     """`graph` with, for each reading kernel, a copy of the ops of the values it
-    computes again, placed after each original, and its reads rewired to them."""
+    computes again, placed after each original, and its reads rewired to them;
+    and the kernel each copy is for."""
     used = set(nodes)
     copy_of: dict[tuple[int, str], str] = {}  # (kernel, original) -> copy
     for gid, values in taken.items():
@@ -210,7 +227,7 @@ def _copied(graph: Graph, nodes, chains, taken, group_of) -> tuple[Graph, set[st
                 n, lambda r: Ref(copy_of[g, r.name]) if (g, r.name) in copy_of else r
             )
             out.append(dataclasses.replace(copy, name=copy_of[g, n.name]))
-    return graph.with_nodes(out), set(copy_of.values())
+    return graph.with_nodes(out), {c: gid for (gid, _), c in copy_of.items()}
 
 
 def _rewired(n: Node, fn) -> Node:
