@@ -14,8 +14,6 @@ inputs) is not in the figures: they are what the step adds on top.
 
 from __future__ import annotations
 
-import argparse
-import copy
 import sys
 from collections import Counter
 from pathlib import Path
@@ -25,7 +23,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script
 
-from benchmarks.training import CASES, _inputs, _loss, _models, _optimizer  # noqa: E402
+from benchmarks.training import steps_to_inspect  # noqa: E402
 
 
 def _where(frames: list[dict]) -> str:
@@ -60,55 +58,25 @@ def _peak(trace: list[dict]) -> tuple[int, list[tuple[int, str]]]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--prebuilt", type=Path, required=True)
-    p.add_argument("--cases", default="")
-    p.add_argument("--top", type=int, default=12)
-    args = p.parse_args(argv)
-    work = args.prebuilt.resolve()
-    sys.path.insert(0, str(work))
-    wanted = set(filter(None, args.cases.split(",")))
-    for case in CASES["cuda"]:
-        if wanted and case.name not in wanted:
-            continue
-        eager, mine = _models(case, "cuda", work)
-        compiled_src = copy.deepcopy(eager)
-        contestants = {
-            "eager": (eager, eager),
-            "compile": (torch.compile(compiled_src), compiled_src),
-            "generated": (mine, mine),
-        }
-        inputs = _inputs(case, "cuda", 2)
-        for name, (model, owner) in contestants.items():
-            opt = _optimizer(owner, "cuda")
-
-            def step() -> None:
-                _loss(model(**inputs)).backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-
-            step()
-            step()
-            torch.cuda.synchronize()
-            start = torch.cuda.memory_allocated()
-            torch.cuda.memory._record_memory_history(
-                max_entries=200_000, stacks="python"
-            )
-            step()
-            torch.cuda.synchronize()
-            snapshot = torch.cuda.memory._snapshot()
-            torch.cuda.memory._record_memory_history(enabled=None)
-            trace = snapshot["device_traces"][torch.cuda.current_device()]
-            peak, live = _peak(trace)
-            print(
-                f"\n## {case.name}: {name}, peak {peak / 2**20:.0f} MiB above the"
-                f" {start / 2**20:.0f} MiB allocated at the start"
-            )
-            by_line = Counter()
-            for size, where in live:
-                by_line[where] += size
-            for where, size in by_line.most_common(args.top):
-                print(f"  {size / 2**20:8.1f} MiB  {where}")
+    args, steps = steps_to_inspect(__doc__, 12, argv)
+    for case, name, step in steps:
+        start = torch.cuda.memory_allocated()
+        torch.cuda.memory._record_memory_history(max_entries=200_000, stacks="python")
+        step()
+        torch.cuda.synchronize()
+        snapshot = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        trace = snapshot["device_traces"][torch.cuda.current_device()]
+        peak, live = _peak(trace)
+        print(
+            f"\n## {case.name}: {name}, peak {peak / 2**20:.0f} MiB above the"
+            f" {start / 2**20:.0f} MiB allocated at the start"
+        )
+        by_line = Counter()
+        for size, where in live:
+            by_line[where] += size
+        for where, size in by_line.most_common(args.top):
+            print(f"  {size / 2**20:8.1f} MiB  {where}")
     return 0
 
 

@@ -12,8 +12,6 @@ waiting for the host).
 
 from __future__ import annotations
 
-import argparse
-import copy
 import sys
 import time
 from collections import defaultdict
@@ -25,63 +23,35 @@ from torch.profiler import ProfilerActivity, profile
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a script
 
-from benchmarks.training import CASES, _inputs, _loss, _models, _optimizer  # noqa: E402
+from benchmarks.training import steps_to_inspect  # noqa: E402
 
 STEPS = 3
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--prebuilt", type=Path, required=True)
-    p.add_argument("--cases", default="")
-    p.add_argument("--top", type=int, default=15)
-    args = p.parse_args(argv)
-    work = args.prebuilt.resolve()
-    sys.path.insert(0, str(work))
-    wanted = set(filter(None, args.cases.split(",")))
-    for case in CASES["cuda"]:
-        if wanted and case.name not in wanted:
-            continue
-        eager, mine = _models(case, "cuda", work)
-        compiled_src = copy.deepcopy(eager)
-        contestants = {
-            "eager": (eager, eager),
-            "compile": (torch.compile(compiled_src), compiled_src),
-            "generated": (mine, mine),
-        }
-        inputs = _inputs(case, "cuda", 2)
-        for name, (model, owner) in contestants.items():
-            opt = _optimizer(owner, "cuda")
-
-            def step() -> None:
-                _loss(model(**inputs)).backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-
-            step()
-            step()
+    args, steps = steps_to_inspect(__doc__, 15, argv)
+    for case, name, step in steps:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            start = time.perf_counter()
+            for _ in range(STEPS):
+                step()
             torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                start = time.perf_counter()
-                for _ in range(STEPS):
-                    step()
-                torch.cuda.synchronize()
-                wall = (time.perf_counter() - start) / STEPS * 1e3
-            us: dict[str, float] = defaultdict(float)
-            count: dict[str, int] = defaultdict(int)
-            for e in prof.events():
-                if e.device_type == torch.autograd.DeviceType.CUDA:
-                    us[e.name] += e.device_time / STEPS
-                    count[e.name] += 1
-            total = sum(us.values()) / 1e3
-            print(
-                f"\n## {case.name}: {name}, kernels {total:.2f} ms of a"
-                f" {wall:.2f} ms step (profiled), {sum(count.values()) // STEPS}"
-                " launches"
-            )
-            for kernel, t in sorted(us.items(), key=lambda kv: -kv[1])[: args.top]:
-                short = kernel if len(kernel) < 90 else kernel[:87] + "..."
-                print(f"  {t / 1e3:7.3f} ms  x{count[kernel] // STEPS:<3d} {short}")
+            wall = (time.perf_counter() - start) / STEPS * 1e3
+        us: dict[str, float] = defaultdict(float)
+        count: dict[str, int] = defaultdict(int)
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                us[e.name] += e.device_time / STEPS
+                count[e.name] += 1
+        total = sum(us.values()) / 1e3
+        print(
+            f"\n## {case.name}: {name}, kernels {total:.2f} ms of a"
+            f" {wall:.2f} ms step (profiled), {sum(count.values()) // STEPS}"
+            " launches"
+        )
+        for kernel, t in sorted(us.items(), key=lambda kv: -kv[1])[: args.top]:
+            short = kernel if len(kernel) < 90 else kernel[:87] + "..."
+            print(f"  {t / 1e3:7.3f} ms  x{count[kernel] // STEPS:<3d} {short}")
     return 0
 
 

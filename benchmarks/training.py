@@ -164,6 +164,54 @@ def _optimizer(model, device: str):
     return torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
 
 
+def steps_to_inspect(doc: str, top: int, argv=None):
+    """The command line of the scripts that look inside one step (`--prebuilt
+    DIR`, `--cases`, `--top`): its arguments, and (case, name, step) of each
+    contestant of each case asked for, warm (`warm_steps`)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--prebuilt", type=Path, required=True)
+    p.add_argument("--cases", default="")
+    p.add_argument("--top", type=int, default=top)
+    args = p.parse_args(argv)
+    work = args.prebuilt.resolve()
+    sys.path.insert(0, str(work))
+    wanted = set(filter(None, args.cases.split(",")))
+
+    def steps():
+        for case in CASES["cuda"]:
+            if not wanted or case.name in wanted:
+                for name, step in warm_steps(case, work):
+                    yield case, name, step
+
+    return args, steps()
+
+
+def warm_steps(case: Case, work: Path):
+    """(name, step) of eager, torch.compile and the generated module on cuda,
+    each a training step with its own AdamW, taken twice already: for the
+    scripts that look inside one step (memory_peak.py, profile_training.py)."""
+    eager, mine = _models(case, "cuda", work)
+    compiled_src = copy.deepcopy(eager)
+    contestants = {
+        "eager": (eager, eager),
+        "compile": (torch.compile(compiled_src), compiled_src),
+        "generated": (mine, mine),
+    }
+    inputs = _inputs(case, "cuda", 2)
+    for name, (model, owner) in contestants.items():
+        opt = _optimizer(owner, "cuda")
+
+        def step(model=model, opt=opt) -> None:
+            _loss(model(**inputs)).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        step()
+        step()
+        torch.cuda.synchronize()
+        yield name, step
+
+
 def check(case: Case, device: str, work: Path) -> float:
     """The largest error of the loss and the gradients of one step, relative to
     the largest gradient (eager against generated)."""

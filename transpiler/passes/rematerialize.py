@@ -213,19 +213,20 @@ def _copied(
     by_original: dict[str, list[int]] = {}
     for gid, name in copy_of:
         by_original.setdefault(name, []).append(gid)
+
+    def reads_copies(n: Node, gid: int, of: set[str]) -> Node:
+        """`n` reading kernel `gid`'s copies of the values `of`."""
+        return _rewired(n, lambda r: Ref(copy_of[gid, r.name]) if r.name in of else r)
+
     out: list[Node] = []
     for n in graph.nodes:
         gid = group_of.get(n.name)
         if gid in taken:
-            wanted = set(taken[gid])
-            n = _rewired(
-                n, lambda r: Ref(copy_of[gid, r.name]) if r.name in wanted else r
-            )
+            n = reads_copies(n, gid, set(taken[gid]))
         out.append(n)
         for g in sorted(by_original.get(n.name, ())):
-            copy = _rewired(
-                n, lambda r: Ref(copy_of[g, r.name]) if (g, r.name) in copy_of else r
-            )
+            copied = {name for (k, name) in copy_of if k == g}
+            copy = reads_copies(n, g, copied)
             out.append(dataclasses.replace(copy, name=copy_of[g, n.name]))
     return graph.with_nodes(out), {c: gid for (gid, _), c in copy_of.items()}
 

@@ -33,7 +33,12 @@ and its input, so the pointwise values it reduces (a batch norm backward's
 products) are computed in the kernel of the partials, never stored; a split view
 of a value computed in another kernel would have to store that value. Such a
 split is taken where it gives the device enough units of work, each part reducing
-`PART_MIN` elements.
+`WHOLE_PART_MIN` elements; on the CPU from `WHOLE_NUMEL_MIN` elements, fewer
+than a reshaped split needs: the unsplit kernel walks the reduced dimensions of
+NCHW with a division per element, and there the batch norm's backward joins
+both its statistics in one kernel of 64 rows; the partials read contiguous rows.
+A ResNet block's training step at [4, 64, 28, 28] spent 5.6 ms in its kernels
+on two threads, 1.7 ms split.
 
 Decided at transpile time for the declared shapes; a dynamic size is never split.
 """
@@ -56,6 +61,10 @@ from transpiler.passes.fuse import (
 from transpiler.passes.retrace import retrace
 
 NUMEL_MIN = {"cuda": 1 << 20, "cpu": 1 << 18}  # elements below which no split pays
+# ... no split at a whole dimension: on the CPU it pays from fewer, its partials
+# reading contiguous rows where the unsplit kernel divides to walk the dimensions
+WHOLE_NUMEL_MIN = {"cuda": 1 << 20, "cpu": 1 << 16}
+WHOLE_PART_MIN = {"cuda": 256, "cpu": 512}  # ... and the elements of its partials
 UNITS = {"cuda": 1024, "cpu": 32}  # units of work that keep the device busy
 PART_MIN = {"cuda": 256, "cpu": 1024}  # elements each partial result reduces
 TILE = {"cuda": 64, "cpu": 1024}  # neighbouring rows a kernel reading across rows
@@ -112,7 +121,7 @@ def _split(node: Node, nodes: dict[str, Node], device: str) -> tuple | None:
     if not all(isinstance(n, int) for n in shape):
         return None
     rows, rnumel = reduction_spec(node, nodes)
-    if rows * rnumel < NUMEL_MIN[device]:
+    if rows * rnumel < WHOLE_NUMEL_MIN[device]:
         return None
     tile = TILE[device]
     units = max(rows // tile if reduction_order(node, nodes) else rows, 1)
@@ -121,7 +130,7 @@ def _split(node: Node, nodes: dict[str, Node], device: str) -> tuple | None:
     reduced = reduced_dims(node, nodes)
     for d in reduced:  # a whole dimension as the parts
         rest = [e for e in reduced if e != d]
-        if not rest or rnumel // shape[d] < PART_MIN[device]:
+        if not rest or rnumel // shape[d] < WHOLE_PART_MIN[device]:
             continue
         sized = [e for e in range(len(shape)) if shape[e] != 1 and e != d]
         trailing = [e for e in sized if e in rest] == sized[
@@ -130,6 +139,8 @@ def _split(node: Node, nodes: dict[str, Node], device: str) -> tuple | None:
         parted = rows * shape[d] // (1 if trailing else tile)
         if parted >= UNITS[device]:
             return d, None, reduced
+    if rows * rnumel < NUMEL_MIN[device]:
+        return None
     parts = 2
     while units * parts < UNITS[device]:
         parts *= 2
