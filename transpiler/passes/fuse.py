@@ -239,12 +239,18 @@ def reduction_order(node: Node, nodes: dict[str, Node]) -> tuple[int, ...]:
     () when the reduced ones already are the last (Note [Reduction order])."""
     shape = nodes[node.args[0].name].tensor_meta.shape
     reduced = reduced_dims(node, nodes)
-    sized = [d for d in range(len(shape)) if shape[d] != 1]  # 1s go anywhere
-    sized_reduced = [d for d in sized if d in reduced]
-    if sized_reduced == sized[len(sized) - len(sized_reduced) :]:
+    if trailing(shape, reduced):
         return ()
     kept = tuple(d for d in range(len(shape)) if d not in reduced)
     return kept + tuple(reduced)
+
+
+def trailing(shape, reduced, ignored: int | None = None) -> bool:
+    """Whether the dimensions `reduced` of `shape` are its last ones, dimensions
+    of size 1 (and `ignored`) aside: they go anywhere."""
+    sized = [d for d in range(len(shape)) if shape[d] != 1 and d != ignored]
+    sized_reduced = [d for d in sized if d in reduced]
+    return sized_reduced == sized[len(sized) - len(sized_reduced) :]
 
 
 # what kernels reduce integers by: sums (in int64, as eager sums them), max and min

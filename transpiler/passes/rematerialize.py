@@ -68,8 +68,6 @@ def rematerialize(graph: Graph, fusion: Fusion, device: str) -> tuple[Graph, Fus
         chosen = _worth_it(values, chains, reads.get(gid, {}), nodes)
         if chosen:
             taken[gid] = chosen
-    if not taken:
-        return graph, fusion
     while taken:
         again, copies = _copied(graph, nodes, chains, taken, group_of)
         again = dce(again)

@@ -57,6 +57,7 @@ from transpiler.passes.fuse import (
     reduction_ok,
     reduction_order,
     reduction_spec,
+    trailing,
 )
 from transpiler.passes.retrace import retrace
 
@@ -132,11 +133,7 @@ def _split(node: Node, nodes: dict[str, Node], device: str) -> tuple | None:
         rest = [e for e in reduced if e != d]
         if not rest or rnumel // shape[d] < WHOLE_PART_MIN[device]:
             continue
-        sized = [e for e in range(len(shape)) if shape[e] != 1 and e != d]
-        trailing = [e for e in sized if e in rest] == sized[
-            len(sized) - len([e for e in sized if e in rest]) :
-        ]
-        parted = rows * shape[d] // (1 if trailing else tile)
+        parted = rows * shape[d] // (1 if trailing(shape, rest, d) else tile)
         if parted >= UNITS[device]:
             return d, None, reduced
     if rows * rnumel < NUMEL_MIN[device]:
