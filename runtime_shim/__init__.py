@@ -5,8 +5,8 @@ Depends on torch and the standard library only; see README.md.
 
 from runtime_shim.blas import (
     addmm_activation,
-    efficient_attention,
-    efficient_attention_backward,
+    attention,
+    attention_backward,
 )
 from runtime_shim.checks import check_index
 from runtime_shim.constants import constants, keep_constants
@@ -38,13 +38,13 @@ __all__ = [
     "addmm_activation",
     "allocator",
     "as_layout",
+    "attention",
+    "attention_backward",
     "check_index",
     "check_sources",
     "constants",
     "cuda_graph",
     "cuda_graph_tree",
-    "efficient_attention",
-    "efficient_attention_backward",
     "keep_constants",
     "load_cpp",
     "rebuild",

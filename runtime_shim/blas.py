@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import torch
+from torch.nn.attention import SDPBackend
 
-__all__ = ["addmm_activation", "efficient_attention", "efficient_attention_backward"]
+__all__ = ["addmm_activation", "attention", "attention_backward"]
 
 
 def addmm_activation(
@@ -24,29 +25,84 @@ def addmm_activation(
     return out.relu_()
 
 
-def efficient_attention(
-    q, k, v, bias, compute_log_sumexp, dropout_p, is_causal, scale=None
-):
-    """`aten._scaled_dot_product_efficient_attention`: (out, logsumexp, seed,
-    offset). On CUDA tensors the op itself; on others (a cuda variant's code run
-    on CPU tensors, Triton interpreting its kernels) the CPU's flash attention,
-    its logsumexp padded as the CUDA kernel pads it (to a multiple of 32 rows)."""
+# Note [Attention kernels at run time]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A training variant's attention is traced as the memory-efficient kernel (its
+# results' shapes, its backward's inputs), but which kernel is fastest depends on
+# the GPU and the dtype, known only where the module runs: on an H100, half
+# precision runs cuDNN's attention in eager PyTorch and torch.compile, twice as
+# fast backward as the memory-efficient kernel. So `attention` asks PyTorch's own
+# dispatcher (`torch._fused_sdp_choice`, what `F.scaled_dot_product_attention`
+# asks) and runs its pick: cuDNN, FlashAttention, or the memory-efficient kernel
+# otherwise. Its output is laid out as the traced kernel lays it out. Without
+# dropout the kernels' random-number state is not read, so the seed's place in
+# the results holds the kernel run, an `SDPBackend` value in a CPU tensor, and the
+# offset's place the kernel's own seed tensor; `attention_backward` runs that
+# kernel's backward with the logsumexp it returned (its own shape), passing it the
+# seed tensor for its seed and offset (unread, but checked for their device).
+_CUDNN = int(SDPBackend.CUDNN_ATTENTION)
+_FLASH = int(SDPBackend.FLASH_ATTENTION)
+_EFFICIENT = int(SDPBackend.EFFICIENT_ATTENTION)
+_KERNELS = {}  # SDPBackend value -> its tag tensor
+
+
+def _kernel_tag(kernel: int) -> torch.Tensor:
+    tag = _KERNELS.get(kernel)
+    if tag is None:
+        tag = _KERNELS[kernel] = torch.tensor(kernel, dtype=torch.int64)
+    return tag
+
+
+def attention(q, k, v, bias, compute_log_sumexp, dropout_p, is_causal, scale=None):
+    """`aten._scaled_dot_product_efficient_attention`'s arguments and results
+    (out, logsumexp, seed, offset), without a mask or dropout, computed by the
+    kernel PyTorch's dispatcher picks (Note [Attention kernels at run time]). On
+    other than CUDA tensors (a cuda variant's code run on CPU tensors, Triton
+    interpreting its kernels) the CPU's flash attention, its logsumexp padded as
+    the memory-efficient kernel pads it (to a multiple of 32 rows)."""
     aten = torch.ops.aten
-    if q.is_cuda:
-        return aten._scaled_dot_product_efficient_attention(
-            q, k, v, bias, compute_log_sumexp, dropout_p, is_causal, scale=scale
+    if bias is not None or dropout_p:
+        raise ValueError("runtime_shim.attention takes no mask and no dropout")
+    if not q.is_cuda:
+        out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
+            q, k, v, 0.0, is_causal, scale=scale
         )
-    out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, dropout_p, is_causal, attn_mask=bias, scale=scale
-    )
-    rows = lse.shape[-1]
-    padded = lse.new_zeros((*lse.shape[:-1], (rows + 31) // 32 * 32))
-    padded[..., :rows] = lse
-    empty = torch.empty((), dtype=torch.int64)
-    return out, padded, empty, empty
+        rows = lse.shape[-1]
+        padded = lse.new_zeros((*lse.shape[:-1], (rows + 31) // 32 * 32))
+        padded[..., :rows] = lse
+        tag = _kernel_tag(int(SDPBackend.MATH))  # not read off CUDA
+        return _rows_before_heads(out), padded, tag, tag
+    kernel = torch._fused_sdp_choice(q, k, v, None, 0.0, is_causal, scale=scale)
+    if kernel == _CUDNN:
+        result = aten._scaled_dot_product_cudnn_attention(
+            q, k, v, None, True, 0.0, is_causal, scale=scale
+        )
+    elif kernel == _FLASH:
+        result = aten._scaled_dot_product_flash_attention(
+            q, k, v, 0.0, is_causal, scale=scale
+        )
+    else:  # the traced kernel, also where the dispatcher would take the math path
+        kernel = _EFFICIENT
+        result = aten._scaled_dot_product_efficient_attention(
+            q, k, v, None, True, 0.0, is_causal, scale=scale
+        )
+    philox = result[2] if kernel == _EFFICIENT else result[6]
+    return _rows_before_heads(result[0]), result[1], _kernel_tag(kernel), philox
 
 
-def efficient_attention_backward(
+def _rows_before_heads(out: torch.Tensor) -> torch.Tensor:
+    """`out` [B, H, M, K] laid out as the memory-efficient kernel lays it out (as
+    traced): [B, M, H, K]-contiguous. The kernels give that layout for a GPT's q,
+    k and v; for others this copies."""
+    batch, heads, rows, width = out.shape
+    wanted = (rows * heads * width, width, heads * width, 1)
+    if all(n == 1 or s == w for n, s, w in zip(out.shape, out.stride(), wanted)):
+        return out
+    laid_out = out.new_empty((batch, rows, heads, width)).transpose(1, 2)
+    return laid_out.copy_(out)
+
+
+def attention_backward(
     grad,
     q,
     k,
@@ -61,38 +117,77 @@ def efficient_attention_backward(
     is_causal=False,
     scale=None,
 ):
-    """`aten._scaled_dot_product_efficient_attention_backward`; on other than
-    CUDA tensors, the CPU flash attention's backward (see `efficient_attention`)."""
+    """`aten._scaled_dot_product_efficient_attention_backward`'s arguments and
+    results (dq, dk, dv, dbias) for what `attention` returned: the backward of the
+    kernel it ran, named by `seed` (Note [Attention kernels at run time]), or on
+    other than CUDA tensors the CPU flash attention's backward."""
     aten = torch.ops.aten
-    if q.is_cuda:
-        return aten._scaled_dot_product_efficient_attention_backward(
+    if not q.is_cuda:
+        dq, dk, dv = aten._scaled_dot_product_flash_attention_for_cpu_backward(
             grad,
             q,
             k,
             v,
-            bias,
             out,
-            lse,
-            seed,
-            offset,
-            dropout_p,
-            grad_input_mask,
+            lse[..., : q.shape[-2]].contiguous(),
+            0.0,
             is_causal,
             scale=scale,
         )
-    dq, dk, dv = aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        return dq, dk, dv, None
+    kernel = int(seed)
+    rows, columns = q.shape[-2], k.shape[-2]
+    if kernel == _CUDNN:
+        dq, dk, dv = aten._scaled_dot_product_cudnn_attention_backward(
+            grad,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            offset,
+            offset,
+            None,
+            None,
+            None,
+            rows,
+            columns,
+            0.0,
+            is_causal,
+            scale=scale,
+        )
+        return dq, dk, dv, None
+    if kernel == _FLASH:
+        dq, dk, dv = aten._scaled_dot_product_flash_attention_backward(
+            grad,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            None,
+            None,
+            rows,
+            columns,
+            0.0,
+            is_causal,
+            offset,
+            offset,
+            scale=scale,
+        )
+        return dq, dk, dv, None
+    return aten._scaled_dot_product_efficient_attention_backward(
         grad,
         q,
         k,
         v,
+        None,
         out,
-        lse[..., : q.shape[-2]].contiguous(),
-        dropout_p,
+        lse,
+        offset,
+        offset,
+        0.0,
+        grad_input_mask,
         is_causal,
-        attn_mask=bias,
         scale=scale,
     )
-    dbias = None
-    if bias is not None and grad_input_mask[3]:
-        raise NotImplementedError("the gradient of an attention bias off CUDA")
-    return dq, dk, dv, dbias

@@ -240,8 +240,8 @@ def test_attention_saves_no_attention_matrix(generated) -> None:
     the joint graph]): its backward reads the rows' logsumexp, not the matrix."""
     _, text = generated
     assert "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(" in text
-    assert "runtime_shim.efficient_attention(" in text
-    assert "runtime_shim.efficient_attention_backward(" in text
+    assert "runtime_shim.attention(" in text
+    assert "runtime_shim.attention_backward(" in text
     saved = [line for line in text.splitlines() if "its forward saves" in line]
     assert saved
 

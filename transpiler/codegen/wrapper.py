@@ -687,10 +687,10 @@ SHIM_FUNCTIONS = {
     # a cuda variant's attention in training (Note [Attention in the joint graph]);
     # the shim's path for CPU tensors serves Triton's interpreter
     "aten._scaled_dot_product_efficient_attention.default": (
-        "runtime_shim.efficient_attention"
+        "runtime_shim.attention"
     ),
     "aten._scaled_dot_product_efficient_attention_backward.default": (
-        "runtime_shim.efficient_attention_backward"
+        "runtime_shim.attention_backward"
     ),
     # raises eager's error type on the CPU (Note [Indirect loads in range])
     "aten._assert_async.msg": "runtime_shim.check_index",

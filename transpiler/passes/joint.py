@@ -176,10 +176,12 @@ def _run(
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # `scaled_dot_product_attention` picks a fused kernel by device; on the meta device
 # it takes the math path, whose backward reads the whole attention matrix, saved.
-# So the joint graph calls the kernel eager's picks itself, whose autograd formula
-# is its own fused backward: memory-efficient attention on cuda, the CPU's flash
-# attention on cpu. Each saves its output and the rows' logsumexp, not the matrix;
-# both halves call them as extern ops. Dropout inside attention, grouped heads, and
+# So the joint graph calls a fused kernel itself, whose autograd formula is its own
+# fused backward: memory-efficient attention on cuda (in the generated code,
+# `runtime_shim.attention`, which runs the kernel PyTorch's dispatcher picks where
+# the module runs: Note [Attention kernels at run time]), the CPU's flash attention
+# on cpu. Each saves its output and the rows' logsumexp, not the matrix; both
+# halves call them as extern ops. Dropout inside attention, grouped heads, and
 # masks the kernels do not take (any on cuda, where eager's pads them first; on the
 # CPU a boolean one, or one with a gradient: T5's learned position bias) keep the
 # math path.
