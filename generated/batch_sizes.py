@@ -153,7 +153,7 @@ def _cuda_0(self, x):
     fc_bias = fc._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
-    _log_softmax = empty((16, 10), (10, 1), torch.float32)
+    _log_softmax = linear  # written over: not read after
     _triton.triton_fused_addmm_log_softmax_0[(1,)](
         linear, fc_bias, _log_softmax, XBLOCK=16, RBLOCK=16, num_warps=2
     )
@@ -253,7 +253,7 @@ def _cuda_1(self, x):
     fc_bias = fc._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
-    _log_softmax = empty((32, 10), (10, 1), torch.float32)
+    _log_softmax = linear  # written over: not read after
     _triton.triton_fused_addmm_log_softmax_1[(1,)](
         linear, fc_bias, _log_softmax, XBLOCK=32, RBLOCK=16, num_warps=2
     )
@@ -405,7 +405,7 @@ def _cuda_2(self, x):
     fc_bias = fc._parameters["bias"]
     # examples/batch_sizes.py:17: return F.log_softmax(self.fc(x), dim=-1)
     linear = torch.nn.functional.linear(x, fc_weight)
-    _log_softmax = empty((1, 10), (10, 1), torch.float32)
+    _log_softmax = linear  # written over: not read after
     _triton.triton_fused_addmm_log_softmax_2[(1,)](
         linear, fc_bias, _log_softmax, XBLOCK=1, RBLOCK=16, num_warps=2
     )

@@ -157,7 +157,7 @@ def _cuda_0(x, weight, bias, scale):
     # examples/deep_dive.py:15: y = y + bias  # Kernel 2
     # examples/deep_dive.py:16: y = torch.relu(y)  # Kernel 3
     # examples/deep_dive.py:17: y = y * scale  # Kernel 4
-    mul = empty((32, 128), (128, 1), torch.float32)
+    mul = mm  # written over: not read after
     _triton.triton_fused_add_relu_mul_0[(4,)](
         mm, bias, scale, mul, XBLOCK=1024, num_warps=4
     )

@@ -561,7 +561,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_1 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
-    native_layer_norm_3_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_3_0 = linear_1  # written over: not read after
     _triton.triton_fused_addmm_add_native_layer_norm_0[(2,)](
         linear_1,
         h_0_attn_c_proj_bias,
@@ -577,7 +577,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, h_0_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu = empty((2, 16, 256), (4096, 256, 1), torch.float32)
+    gelu = linear_2  # written over: not read after
     _triton.triton_fused_addmm_gelu_0[(8,)](
         linear_2, h_0_mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
@@ -586,7 +586,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add_2 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
-    native_layer_norm_4_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_4_0 = linear_3  # written over: not read after
     _triton.triton_fused_addmm_add_native_layer_norm_0[(2,)](
         linear_3,
         h_0_mlp_c_proj_bias,
@@ -625,7 +625,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add_3 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
-    native_layer_norm_5_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_5_0 = linear_5  # written over: not read after
     _triton.triton_fused_addmm_add_native_layer_norm_0[(2,)](
         linear_5,
         h_1_attn_c_proj_bias,
@@ -641,7 +641,7 @@ def _cuda_0(self, idx):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_6 = torch.nn.functional.linear(native_layer_norm_5_0, h_1_mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu_1 = empty((2, 16, 256), (4096, 256, 1), torch.float32)
+    gelu_1 = linear_6  # written over: not read after
     _triton.triton_fused_addmm_gelu_0[(8,)](
         linear_6, h_1_mlp_c_fc_bias, gelu_1, XBLOCK=1024, num_warps=4
     )
@@ -649,7 +649,7 @@ def _cuda_0(self, idx):
     linear_7 = torch.nn.functional.linear(gelu_1, h_1_mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     # examples/gpt.py:51: x = self.ln_f(x)
-    native_layer_norm_6_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_6_0 = linear_7  # written over: not read after
     _triton.triton_fused_addmm_add_native_layer_norm_1[(2,)](
         linear_7,
         h_1_mlp_c_proj_bias,

@@ -312,7 +312,7 @@ def _cuda_0(self, x):
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = empty((2, 16, 64), (1024, 64, 1), torch.float32)
-    native_layer_norm_3_0 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    native_layer_norm_3_0 = linear_1  # written over: not read after
     _triton.triton_fused_addmm_add_native_layer_norm_0[(2,)](
         linear_1,
         attn_c_proj_bias,
@@ -328,14 +328,14 @@ def _cuda_0(self, x):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu = empty((2, 16, 256), (4096, 256, 1), torch.float32)
+    gelu = linear_2  # written over: not read after
     _triton.triton_fused_addmm_gelu_0[(8,)](
         linear_2, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
     linear_3 = torch.nn.functional.linear(gelu, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = empty((2, 16, 64), (1024, 64, 1), torch.float32)
+    add_1 = linear_3  # written over: not read after
     _triton.triton_fused_addmm_add_0[(2,)](
         linear_3, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )
@@ -599,7 +599,7 @@ def _cuda_1(self, x):
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = empty((2, 16, 64), (1024, 64, 1), torch.bfloat16)
-    native_layer_norm_3_0 = empty((2, 16, 64), (1024, 64, 1), torch.bfloat16)
+    native_layer_norm_3_0 = linear_1  # written over: not read after
     _triton.triton_fused_addmm_add_native_layer_norm_1[(2,)](
         linear_1,
         attn_c_proj_bias,
@@ -620,7 +620,7 @@ def _cuda_1(self, x):
     # examples/gpt_block.py:45: x = self.c_proj(x)
     linear_2 = torch.nn.functional.linear(view_9, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = empty((2, 16, 64), (1024, 64, 1), torch.bfloat16)
+    add_1 = linear_2  # written over: not read after
     _triton.triton_fused_addmm_add_1[(2,)](
         linear_2, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )

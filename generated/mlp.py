@@ -158,7 +158,7 @@ def _cuda_0(self, x):
     fc2_bias = fc2._parameters["bias"]
     # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
     linear = torch.nn.functional.linear(x, fc1_weight)
-    gelu = empty((8, 256), (256, 1), torch.float32)
+    gelu = linear  # written over: not read after
     _triton.triton_fused_addmm_gelu_0[(2,)](
         linear, fc1_bias, gelu, XBLOCK=1024, num_warps=4
     )

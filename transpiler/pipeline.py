@@ -85,6 +85,7 @@ from transpiler.passes.joint import joint
 from transpiler.passes.partition import partition
 from transpiler.passes.recompute import recompute_broadcasts
 from transpiler.passes.rematerialize import rematerialize
+from transpiler.passes.reuse_buffers import reuse_buffers
 from transpiler.passes.schedule import schedule
 from transpiler.passes.small_matmul import unroll_small_matmuls
 from transpiler.passes.split_addmm import split_addmm
@@ -137,7 +138,9 @@ def lower(graph: Graph, names: KernelNames, device: str = "cpu") -> Program:
 # ------------------------------------------------------- the passes over programs
 
 
-def finish(compiled: CompiledRegion, static: bool = True) -> CompiledRegion:
+def finish(
+    compiled: CompiledRegion, backend: str, static: bool = True
+) -> CompiledRegion:
     """The passes over a variant's lowered programs, in order. A dynamic variant's
     sizes are expressions: its views stay view methods."""
     compiled = pin_extern_layouts(compiled)  # the layouts extern calls are given
@@ -145,7 +148,10 @@ def finish(compiled: CompiledRegion, static: bool = True) -> CompiledRegion:
         compiled = direct_views(compiled, tuple(compiled.program.inputs))
     # values of parameters alone, before any branch (Note [Values of parameters
     # alone])
-    return replace(compiled, program=hoist_constants(compiled.program))
+    compiled = replace(compiled, program=hoist_constants(compiled.program))
+    if static and backend == "triton":  # Note [Writing over a dead input]
+        compiled = reuse_buffers(compiled)
+    return compiled
 
 
 # ------------------------------------------------------------------------ variants
@@ -204,7 +210,7 @@ def compile_variant(
     backend = BACKENDS[variant.device]
     names = mb.names[backend]
     before = set(names.by_body.values())
-    compiled = finish(_lower(traced, mb, names, variant.device))
+    compiled = finish(_lower(traced, mb, names, variant.device), backend)
     mb.kernels[backend] += _new_kernels(programs_of(compiled), before)
     return VariantCode(name, variant, traced.guards, compiled, objects=traced.objects)
 
@@ -293,8 +299,8 @@ def compile_training(
     if isinstance(outputs, Updated):  # buffers written back, then the return
         returned = replace(outputs, result=(outputs.result, returned[1]))
     forward_graph = halves.forward.with_nodes(halves.forward.nodes, returned)
-    forward = finish(lower_region(Region(forward_graph), lower_graph))
-    backward = finish(backward)
+    forward = finish(lower_region(Region(forward_graph), lower_graph), backend)
+    backward = finish(backward, backend)
     mb.kernels[backend] += _new_kernels(
         programs_of(backward) + programs_of(forward), before
     )
@@ -390,7 +396,7 @@ def compile_dynamic(
     backend = BACKENDS[variant.device]
     compiled, fresh = register_kernels(compiled, mb.names[backend])
     mb.kernels[backend] += fresh
-    compiled = finish(compiled, static=False)
+    compiled = finish(compiled, backend, static=False)
     return VariantCode(
         name,
         variant,

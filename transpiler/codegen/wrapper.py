@@ -686,9 +686,7 @@ SHIM_FUNCTIONS = {
     "aten._addmm_activation.default": "runtime_shim.addmm_activation",
     # a cuda variant's attention in training (Note [Attention in the joint graph]);
     # the shim's path for CPU tensors serves Triton's interpreter
-    "aten._scaled_dot_product_efficient_attention.default": (
-        "runtime_shim.attention"
-    ),
+    "aten._scaled_dot_product_efficient_attention.default": ("runtime_shim.attention"),
     "aten._scaled_dot_product_efficient_attention_backward.default": (
         "runtime_shim.attention_backward"
     ),
@@ -729,6 +727,12 @@ def _extern_call(target: str, args: list, kwargs: list[str]) -> str:
 def _step_lines(step) -> list[str]:
     if isinstance(step, Alloc):
         m = step.meta
+        if step.reuses is not None:  # Note [Writing over a dead input]
+            memory = step.reuses
+            if step.as_view:
+                view = (Ref(memory), m.shape, m.stride, 0)
+                memory = _extern_call(DIRECT_VIEW, list(view), [])
+            return [f"{step.buffer} = {memory}  # written over: not read after"]
         return [
             f"{step.buffer} = empty({literal(m.shape)}, {literal(m.stride)}, "
             f"{DTYPE_NAMES[m.dtype]})"

@@ -228,6 +228,11 @@ class Kernel:
 class Alloc:
     buffer: str
     meta: TensorMeta
+    # the buffer whose memory it takes, which no step after its kernel reads
+    # (Note [Writing over a dead input] in passes/reuse_buffers.py), seen at
+    # this shape and strides (`as_view`) where its own differ
+    reuses: str | None = None
+    as_view: bool = False
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,15 @@ def apply(program: Program, chosen: list[tuple[Epilogue, Kernel]]) -> Program:
         spans = ((e.linear.span,) if e.linear.span else ()) + e.call.spans
         launch[id(e.call)] = KernelCall(fused.name, args, tuple(dict.fromkeys(spans)))
     steps = tuple(launch.get(id(s), s) for s in program.steps if id(s) not in drop)
+    gone_values = {s.out for s in program.steps if id(s) in drop}
+    steps = tuple(  # a buffer that took a dropped product's memory is its own
+        (
+            replace(s, reuses=None, as_view=False)
+            if isinstance(s, Alloc) and s.reuses in gone_values
+            else s
+        )
+        for s in steps
+    )
     kernels = {k.name: k for k in program.kernels}
     kernels |= {fused.name: fused for _, fused in chosen}
     used = {s.kernel for s in steps if isinstance(s, KernelCall)}

@@ -1,0 +1,206 @@
+"""Kernels that write their output over an input nothing reads after them.
+
+Note [Writing over a dead input]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A kernel that reads a buffer for the last time and writes a buffer of the same
+layout holds both while it runs: the input is freed after the kernel, the output
+allocated before it. In a backward the chain of such kernels over [B, T, 4C]
+activations (a GELU's gradient from the gradient of its output) is where a
+training step's memory peaks. So the output takes the input's memory:
+
+    mul_21 = linear  # written over: not read after
+    _triton.triton_fused_mul_add_tanh_rsub_0[(12288,)](
+        view_9, linear, gelu, mul_21, XBLOCK=1024, num_warps=4
+    )
+
+when, for an input `linear` and an output `mul_21` of one Triton kernel call:
+
+- both have the same dtype and span the same memory (a [4096, 3072] buffer takes
+  the memory of an [8, 512, 3072] one, as a view of it);
+- `linear` is memory the program allocated (a buffer, or the result of an extern
+  call that allocates its own: a matmul, `linear`), and nothing shares it that is
+  read after the call: no view of it (any extern call that may return an alias
+  counts as one, all but those with a layout of their own: matmuls, linear), and it
+  is not an input, parameter, kept value or result of the program;
+- the kernel reads `linear` only where it writes `mul_21` (every load of it and
+  every store of the output at one index, one level, unmasked), and the value
+  stored depends on every one of those loads: an element is read before it is
+  written over, whatever order the compiler gives loads and stores it takes for
+  independent. A reduction's earlier passes over the row are before the store,
+  which needs their result.
+
+Inductor does the same with its in-place buffers. C++ kernels are left alone:
+their pointers are `__restrict__`. Only straight-line programs are rewritten (a
+region that branches hands its values to the code of its branches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from transpiler.ir.graph import TensorMeta, iter_refs
+from transpiler.ir.ops import FIXED_LAYOUT
+from transpiler.ir.program import (
+    Alloc,
+    ExternCall,
+    Kernel,
+    KernelCall,
+    Program,
+    Stmt,
+    Store,
+    operands,
+    reads_writes,
+)
+from transpiler.ir.region import CompiledRegion
+
+
+def reuse_buffers(region: CompiledRegion) -> CompiledRegion:
+    """`region` with each Triton kernel output that can take a dead input's
+    memory taking it (Note [Writing over a dead input])."""
+    if region.cond is not None or region.loops:
+        return region
+    program = _reuse(region.program, frozenset(region.live_outs))
+    return replace(region, program=program)
+
+
+def _reuse(p: Program, live_outs: frozenset[str]) -> Program:
+    kernels = {k.name: k for k in p.kernels}
+    steps = list(p.steps)
+    last: dict[str, int] = {}
+    for i, step in enumerate(steps):
+        read, written = reads_writes(step, p)
+        for name in (*read, *written):
+            last[name] = i
+    kept = {*p.inputs, *(n for n, _, _ in p.params), *p.kept, *live_outs}
+    kept |= {r.name for r in iter_refs(p.outputs)}
+    shares = _Storage(kept, last)
+    for step in steps:
+        if isinstance(step, ExternCall) and step.target not in FIXED_LAYOUT:
+            for r in iter_refs((step.args, step.kwargs)):
+                shares.join(r.name, step.out)  # may be a view of it
+    allocs = {s.buffer: i for i, s in enumerate(steps) if isinstance(s, Alloc)}
+    owned = {s.buffer: s.meta for s in steps if isinstance(s, Alloc)}
+    owned |= {  # results of extern calls that allocate them (matmuls, linear)
+        s.out: s.meta
+        for s in steps
+        if isinstance(s, ExternCall)
+        and s.target in FIXED_LAYOUT
+        and isinstance(s.meta, TensorMeta)
+    }
+    for i, step in enumerate(steps):
+        if not isinstance(step, KernelCall):
+            continue
+        kernel = kernels[step.kernel]
+        if kernel.matmul is not None:
+            continue
+        n = len(kernel.inputs)
+        for out_arg, out in zip(kernel.outputs, step.args[n:]):
+            if out not in allocs or steps[allocs[out]].reuses is not None:
+                continue
+            meta = steps[allocs[out]].meta
+            for in_arg, name in zip(kernel.inputs, step.args[:n]):
+                memory = owned.get(name)
+                if (
+                    memory is not None
+                    and _fits(memory, meta, out in shares.kept)
+                    and shares.dead_after(name, i)
+                    and [a for a in step.args if shares.same(a, name)] == [name]
+                    and _in_place(kernel, in_arg.param, out_arg.param)
+                ):
+                    steps[allocs[out]] = replace(
+                        steps[allocs[out]], reuses=name, as_view=memory != meta
+                    )
+                    shares.join(name, out)
+                    break
+    return replace(p, steps=tuple(steps))
+
+
+class _Storage:
+    """Which names may share memory, and the last step reading or writing any of
+    them; a group holding a name the program must keep is never dead."""
+
+    def __init__(self, kept: set[str], last: dict[str, int]):
+        self.root: dict[str, str] = {}
+        self.last = last
+        self.kept = kept
+
+    def find(self, name: str) -> str:
+        while self.root.get(name, name) != name:
+            name = self.root[name]
+        return name
+
+    def join(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.root[rb] = ra
+            self.last[ra] = max(self.last.get(ra, -1), self.last.get(rb, -1))
+            if rb in self.kept:
+                self.kept.add(ra)
+
+    def same(self, a: str, b: str) -> bool:
+        return self.find(a) == self.find(b)
+
+    def dead_after(self, name: str, i: int) -> bool:
+        root = self.find(name)
+        return root not in self.kept and self.last.get(root, -1) <= i
+
+
+def _fits(memory: TensorMeta, meta: TensorMeta, returned: bool) -> bool:
+    """Whether a buffer of `meta` can take the memory of one of `memory`: the
+    same dtype over the same elements (the kernel's indices say they line up),
+    seen as a view of it (not recorded as one: never for a value returned)."""
+    if memory == meta:
+        return True
+    return (
+        not returned
+        and memory.dtype == meta.dtype
+        and memory.offset == meta.offset == 0
+        and _extent(memory) == _extent(meta)
+    )
+
+
+def _extent(m: TensorMeta) -> int:
+    return m.offset + 1 + sum((n - 1) * s for n, s in zip(m.shape, m.stride))
+
+
+def _in_place(k: Kernel, param: str, out: str) -> bool:
+    """Whether `k` reads its parameter `param` only where it stores `out`, each
+    such read before the store needs it (Note [Writing over a dead input])."""
+    stores = [s for s in k.body if isinstance(s, Store) and s.buffer == out]
+    loads = [
+        s
+        for s in k.body
+        if isinstance(s, Stmt) and s.op == "load" and s.args[0] == param
+    ]
+    if not stores or not loads:
+        return False
+    where = (stores[0].index, stores[0].level)
+    if any((s.index, s.level) != where for s in stores):
+        return False
+    if any(len(s.args) != 2 or (s.args[1], s.level) != where for s in loads):
+        return False
+    needs = _needs(k)
+    passes = [s.name for s in k.body if isinstance(s, Stmt) and s.op in _PASSES]
+    return all(
+        set(needs[store.value]) >= {*(load.name for load in loads), *passes}
+        for store in stores
+    )
+
+
+_PASSES = ("reduce", "scan")  # ops that may end a pass over the row
+
+
+def _needs(k: Kernel) -> dict[str, set[str]]:
+    """Each statement of `k` -> the statements its value depends on, itself
+    included."""
+    needs: dict[str, set[str]] = {}
+    for s in k.body:
+        if isinstance(s, Stmt):
+            deps = {s.name}
+            for a in operands(s):
+                deps |= needs.get(a, set())
+            needs[s.name] = deps
+    return needs
+
+
+__all__ = ["reuse_buffers"]
