@@ -47,6 +47,16 @@ def matmul_user(x, w, b):
 
 def alpha_beta(x, w, b):
     return torch.addmm(b, x, w.t(), beta=0.5).relu()
+
+
+def returned_and_pointwise(x, w, b):
+    h = F.linear(x, w, b)
+    return h, F.gelu(h)
+
+
+def returned_view_and_pointwise(x, w, b):
+    h = F.linear(x, w, b)
+    return h.view(2, 3, 16), h.relu()
 """
 
 
@@ -98,9 +108,23 @@ def test_addmm_feeding_pointwise_is_split(
     assert len(fusion.groups[gid].nodes) > 1, fusion.groups
 
 
-@pytest.mark.parametrize("name", ["returned", "matmul_user", "alpha_beta"])
-def test_addmm_without_pointwise_user_stays(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        "returned",
+        "matmul_user",
+        "alpha_beta",
+        # stored anyway: cuBLAS adds the bias as it writes the product
+        "returned_and_pointwise",
+        "returned_view_and_pointwise",
+    ],
+)
+def test_addmm_without_pointwise_user_or_returned_stays(
+    name: str, tmp_path: Path
+) -> None:
     inputs = {"x": X, "w": W, "b": B}
+    if name == "returned_view_and_pointwise":
+        inputs = {"x": torch.randn(6, 8), "w": W, "b": B}
     if name == "matmul_user":  # y @ w needs a square weight
         inputs = {"x": torch.randn(4, 16), "w": torch.randn(16, 16), "b": B}
     before, after = split(name, inputs, tmp_path)

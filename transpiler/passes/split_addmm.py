@@ -5,6 +5,9 @@ After:   mm = aten.mm.default(x, wt);  add = aten.add.Tensor(mm, b);  v = view(a
 
 The matmul stays an extern call; the bias add then fuses with the epilogue (GELU, a
 residual add), costing no extra pass over memory, instead of a separate kernel.
+Not where the graph returns the sum (a training forward saving a GELU's input for
+the backward): stored anyway, it is best stored by cuBLAS, which adds the bias as it
+writes the product; split, the epilogue's kernel would write it a second time.
 """
 
 from __future__ import annotations
@@ -29,10 +32,19 @@ def split_addmm(graph: Graph) -> Graph:
                 return True
         return False
 
+    def returned(name: str) -> bool:
+        return any(
+            u == "<output>" or (is_view(nodes[u].target) and returned(u))
+            for u in users[name]
+        )
+
     chosen = {
         n.name
         for n in graph.nodes
-        if n.target == "aten.addmm.default" and not n.kwargs and feeds_pointwise(n.name)
+        if n.target == "aten.addmm.default"
+        and not n.kwargs
+        and feeds_pointwise(n.name)
+        and not returned(n.name)
     }
     if not chosen:
         return graph
