@@ -569,3 +569,48 @@ def test_split_over_a_whole_dimension(tmp_path) -> None:
     assert _kernel_launches(source) == 2, source
     assert "empty((32, 16, 32, 32)" not in source, source  # neither h nor x * 2
     assert "empty((32, 16, 1, 1)" in source, source  # the partials
+
+
+LANES_SOURCE = """
+import torch
+
+
+def batch_statistics(x):
+    return x.sum((0, 2)), x.amax((0, 2))
+
+
+def two_apart(x):
+    return x.mean((1, 3))
+
+
+def spatial_and_batch(x):
+    return x.var((0, 2, 3)), x.sum((0, 2, 3))
+"""
+# rows long enough to be walked in lanes (Note [Lanes]), made of several
+# dimensions that are not neighbours in memory
+LANES_CASES = {
+    "batch_statistics": torch.randn(16, 24, 512),
+    "two_apart": torch.randn(4, 8, 6, 256),
+    "spatial_and_batch": torch.randn(8, 16, 32, 32),
+}
+
+
+def test_lanes_walk_several_dimensions_without_dividing(tmp_path) -> None:
+    """A row over several dimensions read in lanes: the part of each address that
+    depends on the group of lanes is computed from the group's start, the lane's
+    part is `+ l` (a vector load), not `r / n` and `r % n` for every element."""
+    functions = {name: {"x": x} for name, x in LANES_CASES.items()}
+    compiled = compile_source(LANES_SOURCE, functions, tmp_path)
+    for name, x in LANES_CASES.items():
+        case = compiled[name]
+        case.check({"x": x})
+        assert "torch.ops" not in case.cpu_source
+    loops = re.findall(
+        r"for \(int64_t l = 0; l < \d+; \+\+l\) \{\n(.*?)\n\s*\}",
+        next(iter(compiled.values())).cpp_text,
+        re.S,
+    )
+    loads = [line for body in loops for line in body.splitlines() if "_ptr[" in line]
+    assert any(re.search(r"\+ l\]", line) for line in loads), loads
+    for line in loads:  # a contiguous row's `x_ptr[512 * x + r]` stays as it is
+        assert not re.search(r"\br [/%]", line), line
