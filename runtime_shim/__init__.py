@@ -3,6 +3,7 @@
 Depends on torch and the standard library only; see README.md.
 """
 
+from runtime_shim.autograd import take_saved
 from runtime_shim.blas import (
     addmm_activation,
     attention,
@@ -48,6 +49,7 @@ __all__ = [
     "keep_constants",
     "load_cpp",
     "rebuild",
+    "take_saved",
     "view",
     "warn_fallback",
     "warn_once",

@@ -41,6 +41,7 @@ def test_wheel_holds_runtime_shim_alone(tmp_path: Path) -> None:
     assert modules == {
         "runtime_shim/__init__.py",
         "runtime_shim/__main__.py",
+        "runtime_shim/autograd.py",
         "runtime_shim/blas.py",
         "runtime_shim/cpp.py",
         "runtime_shim/cuda_graphs.py",

@@ -76,6 +76,9 @@ class Backward:
     differentiable: tuple[bool, ...]  # per output: has a tangent
     saved_bytes: int  # what the forward saves, inputs and parameters aside
     recomputed: tuple[str, ...]  # forward values the backward computes again
+    # the strides each tangent was traced with (its output's): a gradient
+    # autograd passes in is given them (`.sum().backward()` passes an expanded one)
+    tangent_strides: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -304,14 +304,17 @@ def compile_training(
     mb.kernels[backend] += _new_kernels(
         programs_of(backward) + programs_of(forward), before
     )
+    tangent_inputs = tuple(n for n in backward.program.inputs if n in tangents)
+    metas = {n.name: n.meta for n in halves.backward.nodes if n.op == "input"}
     code = Backward(
         backward,
         saved,
-        tuple(n for n in backward.program.inputs if n in tangents),
+        tangent_inputs,
         halves.wrt,
         halves.differentiable,
         halves.saved_bytes(),
         halves.recomputed,
+        tuple(tuple(metas[n].stride) for n in tangent_inputs),
     )
     return VariantCode(
         name, variant, traced.guards, forward, objects=traced.objects, backward=code

@@ -304,3 +304,53 @@ def test_the_exported_module_runs_the_variant(generated) -> None:
     assert type(out.grad_fn).__name__ == "_cpu_0_autogradBackward"  # the variant's
     want = eager_mod(x.detach().clone())
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_backward_frees_what_the_forward_saved(
+    generated, device: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The autograd node lets go of the saved tensors as its backward starts
+    (`runtime_shim.take_saved`) and the generated backward empties the list, so
+    each saved value is freed after its last use there; with `retain_graph` they
+    are kept, and a second backward gives eager's gradients again. The gradient
+    `.sum().backward()` passes in is an expanded tensor: the backward takes it in
+    the layout it was traced with."""
+    module, text = generated
+    assert text.count("    saved.clear()") >= 2 * len(CASES)
+    _, _, eager_mod, mine_mod = _pair(module, "Mlp", device)
+    variant = _variant_of(module, "Mlp", device)
+    backward = vars(module)[f"_{variant}_backward"]
+    released = []
+
+    def watched(*args):
+        gradients = backward(*args)
+        try:  # the node's saved tensors, read while its backward still runs
+            _ = out.grad_fn.saved_tensors
+        except RuntimeError as error:
+            released.append("freed" in str(error))
+        else:
+            released.append(False)
+        return gradients
+
+    monkeypatch.setitem(vars(module), f"_{variant}_backward", watched)
+    x = _inputs("Mlp", 3, device)["x"]
+    out = vars(module)[f"_{variant}"](mine_mod, x)
+    out.sum().backward()
+    assert released == [True]
+
+    released.clear()
+    theirs = x.detach().clone().requires_grad_()
+    want = eager_mod(theirs)
+    x = x.detach().clone().requires_grad_()
+    mine_mod.zero_grad()
+    out = vars(module)[f"_{variant}"](mine_mod, x)
+    for _ in range(2):
+        want.sum().backward(retain_graph=True)
+        out.sum().backward(retain_graph=True)
+    assert released == [False, False]
+    torch.testing.assert_close(x.grad, theirs.grad, rtol=1e-4, atol=1e-5)
+    for (p, a), (_, b) in zip(
+        mine_mod.named_parameters(), eager_mod.named_parameters()
+    ):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=p)

@@ -1,9 +1,11 @@
 """The functions of a training variant (Note [Training variants] in pipeline.py).
 
 _cpu_0_forward(self, x)            the forward's program: (outputs, saved)
-_cpu_0_backward(self, mean, ..., tangent_0)
+_cpu_0_backward(self, saved, tangent_0)
                                    the backward's: one gradient per input
-                                   declared `:grad`, then per parameter
+                                   declared `:grad`, then per parameter; it
+                                   empties the list `saved` and drops each
+                                   saved value after its last use
 class _cpu_0_autograd(torch.autograd.Function)
                                    forward saves what the backward reads;
                                    backward maps the outputs' gradients onto
@@ -53,20 +55,25 @@ def backward_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str
     b = vc.backward
     assert b is not None
     self_ = "self, " if t.is_module else ""
-    params = ", ".join((*b.saved, *b.tangents))
+    params = ", ".join(("saved", *b.tangents))
     of = ", ".join(b.wrt)
-    doc = f"The backward of {vc.name}: the gradients of {of}."
+    doc = (
+        f"The backward of {vc.name}: the gradients of {of}. It empties `saved`, "
+        "so that each saved value is freed after its last use."
+    )
     alone = replace(vc, region=b.region, backward=None)
     lines = [
         f"def _{vc.name}_backward({self_}{params}):",
         f'    """{docstring(doc)}"""',
     ]
+    if b.saved:
+        lines += [f"    ({', '.join(b.saved)},) = saved", "    saved.clear()"]
     first = (*b.saved, *b.tangents)[0]
     lines += device_locals(f"{first}.device", alone.programs)
     bound, reads = module_locals(t, alone) if t.is_module else ([], {})
     lines += bound
     return lines + _region_lines(
-        b.region, kernels, vc.variant.device, reads, "    ", free=True
+        b.region, kernels, vc.variant.device, reads, "    ", free=True, free_inputs=True
     )
 
 
@@ -109,8 +116,10 @@ def autograd_class(t: TargetCode, vc: VariantCode) -> list[str]:
     grads = [f"grad_{i}" for i in range(outputs)]
     lines.append(f"    def backward(ctx, {', '.join(grads)}):")
     tangents = [g for g, d in zip(grads, b.differentiable) if d]
+    for g, stride in zip(tangents, b.tangent_strides):  # as traced: any layout in
+        lines.append(f"        {g} = runtime_shim.as_layout({g}, {stride!r})")
     module = ["ctx.module"] if t.is_module else []
-    call_args = ", ".join([*module, "*ctx.saved_tensors", *tangents])
+    call_args = ", ".join([*module, "runtime_shim.take_saved(ctx)", *tangents])
     lines.append(f"        gradients = _{vc.name}_backward({call_args})")
     position = {name: i for i, name in enumerate(b.wrt)}
     out = ["None"] * len(self_)

@@ -957,11 +957,13 @@ def _region_lines(
     ind: str,
     keep_as: str | None = None,
     free: bool = False,
+    free_inputs: bool = False,
 ) -> list[str]:
     """One region's steps; a branch on tensor data becomes a Python `if`. With
     `free` (a training variant's halves), each value is dropped after its last
-    use (`last_uses`)."""
-    lines = straight_lines(r, kernels, device, reads, ind, keep_as, free)
+    use (`last_uses`); with `free_inputs` too, the inputs (a backward's saved
+    values, which the caller no longer holds)."""
+    lines = straight_lines(r, kernels, device, reads, ind, keep_as, free, free_inputs)
     if r.cond is None:
         outputs = r.program.outputs
         imports = sorted({rec.module for rec in records_in(outputs)})
@@ -1008,6 +1010,7 @@ def straight_lines(
     ind: str,
     keep_as: str | None = None,
     free: bool = False,
+    free_inputs: bool = False,
 ) -> list[str]:
     """A region's parameters and steps, up to its branch or return: straight-line
     code (a `while` on tensor data aside), a segment of a CUDA graph tree. `reads`
@@ -1021,22 +1024,28 @@ def straight_lines(
         inside, steps = constant_steps(p)
         lines += _kept_lines(p, inside, r, kernels, device, reads, ind, keep_as)
     # a region that branches keeps its values for the code of its branches
-    frees = last_uses(p, steps) if free and r.cond is None and not r.loops else {}
+    frees = {}
+    if free and r.cond is None and not r.loops:
+        frees = last_uses(p, steps, free_inputs)
     return lines + _steps_lines(steps, r, kernels, device, reads, ind, frees)
 
 
-def last_uses(p: Program, steps: list) -> dict[int, list[str]]:
+def last_uses(p: Program, steps: list, inputs: bool = False) -> dict[int, list[str]]:
     """The buffers and values of `p` that no step after step `i` reads, by `i`:
     the code drops them there (`del`), so that the allocator reuses their memory
-    as eager's frees it; not the inputs, parameters, kept values and outputs."""
-    keep = {*p.inputs, *(n for n, _, _ in p.params), *p.kept}
+    as eager's frees it; not the parameters, kept values and outputs, nor the
+    inputs unless `inputs` says the caller no longer holds them."""
+    keep = {*(n for n, _, _ in p.params), *p.kept}
     keep |= {r.name for r in iter_refs(p.outputs)}
+    if not inputs:
+        keep |= set(p.inputs)
     last: dict[str, int] = {}
     for i, step in enumerate(steps):
         read, written = reads_writes(step, p)
         for name in (*read, *written):
             last[name] = i
     bound = {step.buffer for step in steps if isinstance(step, Alloc)}
+    bound |= set(p.inputs)  # kept above unless `inputs`
     bound |= {s.out for s in steps if isinstance(s, ExternCall) and _binds(s)}
     frees: dict[int, list[str]] = {}
     for name, i in last.items():
