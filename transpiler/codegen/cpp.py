@@ -76,15 +76,17 @@ Note [Edges of windows]
 ~~~~~~~~~~~~~~~~~~~~~~~
 A pool's or a padded convolution window's loads are masked where the window
 overhangs the input (`x1 >= 1 ? in[2 * x1 - 1] : 0`), and the compiler vectorizes a
-masked load only where it is contiguous (AVX2 has masked moves, not masked strided
-loads): a 3 x 3 max pool of stride 2 ran one element at a time, 19 ms where all
-of torch.compile's ResNet stem took 11. So where the inner loop has a masked load
-that is not contiguous, it is split where the conditions on `x1` alone change
-value, which the renderer computes for every `x1` (`x1 >= 1` splits 0 from
-1..55), and within each part those
-conditions are constants. A mask that then depends on the outer index alone
-(`oh >= 1`: the window's top row) is taken out of the loop, which is written
-once where it holds and once where it does not (at most `VERSIONS_MAX` copies).
+masked load that is not contiguous not at all (AVX2 has masked moves, not masked
+strided loads): a 3 x 3 max pool of stride 2 ran one element at a time, 19 ms
+where all of torch.compile's ResNet stem took 11. A contiguous one it vectorizes
+only in a simple loop: `sigmoid(F.pad(x, (1, 1, 1, 1)))` over [16, 128, 56, 56]
+took 2.3 ms, twice eager's pad and sigmoid. So where the inner loop has a masked
+load, it is split where the conditions on `x1` alone change value, which the
+renderer computes for every `x1` (`x1 >= 1` splits 0 from 1..55), and within
+each part those conditions are constants (the padded sigmoid: 0.6 ms). A mask
+that then depends on the outer index alone (`oh >= 1`: the window's top row) is
+taken out of the loop, which is written once where it holds and once where it
+does not (at most `VERSIONS_MAX` copies).
 What is left inside the loop is unmasked loads, vectorized: the pool's loop took
 2.1 to 2.5 ms.
 """
@@ -1071,26 +1073,24 @@ class _Renderer:
                         break
         return known
 
-    def _strided_masks(self, segs, known: dict[str, str]) -> list[str]:
-        """The masks, as `known` leaves them, of the loop's loads that are neither
-        contiguous in `x1` nor constant along it (no vector load takes them)."""
+    def _masks(self, segs, known: dict[str, str]) -> list[str]:
+        """The masks, as `known` leaves them, of the loop's masked loads (Note
+        [Edges of windows]): contiguous in `x1` or not, they keep the loop from
+        being vectorized whole."""
         masks = []
         for s in segs:
             if not (isinstance(s, Stmt) and s.op == "load" and len(s.args) > 2):
                 continue
             mask = known.get(s.args[2], s.args[2])
-            index = split_index(s.args[1], self.inner, self.k.xnumel, True)
-            along = [t for t in index.terms if t.var == "x1"] if index else [None]
-            contiguous = all(t and (t.div, t.stride) == (1, 1) for t in along)
-            if not contiguous and mask not in ("true", "false") and mask not in masks:
+            if mask not in ("true", "false") and mask not in masks:
                 masks.append(mask)
         return masks
 
     def _peeled_parts(self, segs, outer: set[str]):
-        """Where the inner loop has masked strided loads, the ranges of `x1` it is
+        """Where the inner loop has masked loads, the ranges of `x1` it is
         split into and the conditions constant in each (Note [Edges of windows]);
         None where it stays one loop."""
-        if not isinstance(self.inner, int) or not self._strided_masks(segs, {}):
+        if not isinstance(self.inner, int) or not self._masks(segs, {}):
             return None
         values = self._x1_values(segs)
         used = {a for s in segs if isinstance(s, Stmt) for a in operands(s)}
@@ -1110,7 +1110,7 @@ class _Renderer:
             for a, b in itertools.pairwise(bounds)
         ]
         if len(parts) == 1:  # worth it only for a mask on the row to take out
-            left = self._strided_masks(segs, self._fold(segs, parts[0][2]))
+            left = self._masks(segs, self._fold(segs, parts[0][2]))
             if not any(m in outer for m in left):
                 return None
         return parts
@@ -1127,7 +1127,7 @@ class _Renderer:
         hold, itself written twice if a mask on the row is left (`scoped`: in a
         branch of that `if`)."""
         known = self._fold(segs, fixed)
-        masks = [m for m in self._strided_masks(segs, known) if m in outer]
+        masks = [m for m in self._masks(segs, known) if m in outer]
         copies = 2 ** (len([n for n in fixed if n in outer]) + 1)
         if masks and end - first > 1 and copies <= VERSIONS_MAX:
             inner = ind + "    "
