@@ -37,10 +37,19 @@ extern "C" void cpp_fused_index_0(
         bool tmp4 = tmp3 >= int64_t{0};
         bool tmp5 = tmp3 < int64_t{64};
         bool tmp6 = tmp4 && tmp5;
-        #pragma omp simd
-        for (int64_t x1 = 0; x1 < 64; ++x1) {
-            float tmp7 = tmp6 ? wpe_weight_ptr[x1 + 64 * tmp3] : float(0);
-            out_ptr[64 * x0 + x1] = tmp7;
+        // split where the conditions on x1 change value
+        if (tmp6) {
+            #pragma omp simd
+            for (int64_t x1 = 0; x1 < 64; ++x1) {
+                float tmp7 = wpe_weight_ptr[x1 + 64 * tmp3];
+                out_ptr[64 * x0 + x1] = tmp7;
+            }
+        } else {
+            #pragma omp simd
+            for (int64_t x1 = 0; x1 < 64; ++x1) {
+                float tmp7 = float(0);
+                out_ptr[64 * x0 + x1] = tmp7;
+            }
         }
     }
 }
