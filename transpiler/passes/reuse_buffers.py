@@ -26,8 +26,9 @@ when, for an input `linear` and an output `mul_21` of one Triton kernel call:
   every store of the output at one index, one level, unmasked), and the value
   stored depends on every one of those loads: an element is read before it is
   written over, whatever order the compiler gives loads and stores it takes for
-  independent. A reduction's earlier passes over the row are before the store,
-  which needs their result.
+  independent. In a reduction kernel the value stored also depends on every
+  reduction and scan: it is stored in the last pass over the row, and the
+  passes before it, which may load the input again, are done.
 
 Inductor does the same with its in-place buffers. C++ kernels are left alone:
 their pointers are `__restrict__`. Only straight-line programs are rewritten (a
