@@ -354,3 +354,19 @@ def test_the_backward_frees_what_the_forward_saved(
         mine_mod.named_parameters(), eager_mod.named_parameters()
     ):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=p)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_second_derivative_is_an_error(generated, device: str) -> None:
+    """The backward's kernels record no graph. A gradient penalty (the norm of a
+    gradient taken with `create_graph=True`, in the loss) differentiates it
+    again: that raises, where the penalty's dependence on the weights would
+    otherwise be silently left out of their gradients."""
+    module, _ = generated
+    _, _, _, mine_mod = _pair(module, "Mlp", device)
+    variant = _variant_of(module, "Mlp", device)
+    x = _inputs("Mlp", 4, device)["x"]
+    out = vars(module)[f"_{variant}"](mine_mod, x)
+    (g,) = torch.autograd.grad(out.pow(2).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        ((g.norm() - 1) ** 2 + out.sum()).backward()

@@ -112,7 +112,14 @@ def autograd_class(t: TargetCode, vc: VariantCode) -> list[str]:
         one = outputs == 1 and not isinstance(returned[0], tuple)
         values = ["outputs"] if one else [f"outputs[{i}]" for i in fixed]
         lines.append(f"        ctx.mark_non_differentiable({', '.join(values)})")
-    lines += ["        return outputs", "", "    @staticmethod"]
+    # its kernels record no graph: a second derivative through it is an error,
+    # not a gradient that silently does not depend on the inputs
+    lines += [
+        "        return outputs",
+        "",
+        "    @staticmethod",
+        "    @torch.autograd.function.once_differentiable",
+    ]
     grads = [f"grad_{i}" for i in range(outputs)]
     lines.append(f"    def backward(ctx, {', '.join(grads)}):")
     tangents = [g for g, d in zip(grads, b.differentiable) if d]
