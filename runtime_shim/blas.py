@@ -122,23 +122,22 @@ def attention_backward(
     kernel it ran, named by `seed` (Note [Attention kernels at run time]), or on
     other than CUDA tensors the CPU flash attention's backward."""
     aten = torch.ops.aten
-    if not q.is_cuda:
-        dq, dk, dv = aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            grad,
-            q,
-            k,
-            v,
-            out,
-            lse[..., : q.shape[-2]].contiguous(),
-            0.0,
-            is_causal,
-            scale=scale,
-        )
-        return dq, dk, dv, None
-    kernel = int(seed)
     rows, columns = q.shape[-2], k.shape[-2]
-    if kernel == _CUDNN:
-        dq, dk, dv = aten._scaled_dot_product_cudnn_attention_backward(
+    kernel = int(seed) if q.is_cuda else None
+    if kernel is None:
+        grads = aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad,
+            q,
+            k,
+            v,
+            out,
+            lse[..., :rows].contiguous(),
+            0.0,
+            is_causal,
+            scale=scale,
+        )
+    elif kernel == _CUDNN:
+        grads = aten._scaled_dot_product_cudnn_attention_backward(
             grad,
             q,
             k,
@@ -156,9 +155,8 @@ def attention_backward(
             is_causal,
             scale=scale,
         )
-        return dq, dk, dv, None
-    if kernel == _FLASH:
-        dq, dk, dv = aten._scaled_dot_product_flash_attention_backward(
+    elif kernel == _FLASH:
+        grads = aten._scaled_dot_product_flash_attention_backward(
             grad,
             q,
             k,
@@ -175,19 +173,20 @@ def attention_backward(
             offset,
             scale=scale,
         )
-        return dq, dk, dv, None
-    return aten._scaled_dot_product_efficient_attention_backward(
-        grad,
-        q,
-        k,
-        v,
-        None,
-        out,
-        lse,
-        offset,
-        offset,
-        0.0,
-        grad_input_mask,
-        is_causal,
-        scale=scale,
-    )
+    else:
+        return aten._scaled_dot_product_efficient_attention_backward(
+            grad,
+            q,
+            k,
+            v,
+            None,
+            out,
+            lse,
+            offset,
+            offset,
+            0.0,
+            grad_input_mask,
+            is_causal,
+            scale=scale,
+        )
+    return (*grads, None)  # no bias, no gradient of one

@@ -78,7 +78,7 @@ class Backward:
     recomputed: tuple[str, ...]  # forward values the backward computes again
     # the strides each tangent was traced with (its output's): a gradient
     # autograd passes in is given them (`.sum().backward()` passes an expanded one)
-    tangent_strides: tuple[tuple[int, ...], ...] = ()
+    tangent_strides: tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from transpiler.ir.program import (
     LoopCall,
     Program,
     kernel_params,
+    last_steps,
     reads_writes,
 )
 from transpiler.ir.region import (
@@ -686,7 +687,7 @@ SHIM_FUNCTIONS = {
     "aten._addmm_activation.default": "runtime_shim.addmm_activation",
     # a cuda variant's attention in training (Note [Attention in the joint graph]);
     # the shim's path for CPU tensors serves Triton's interpreter
-    "aten._scaled_dot_product_efficient_attention.default": ("runtime_shim.attention"),
+    "aten._scaled_dot_product_efficient_attention.default": "runtime_shim.attention",
     "aten._scaled_dot_product_efficient_attention_backward.default": (
         "runtime_shim.attention_backward"
     ),
@@ -1039,11 +1040,7 @@ def last_uses(p: Program, steps: list, inputs: bool = False) -> dict[int, list[s
     keep |= {r.name for r in iter_refs(p.outputs)}
     if not inputs:
         keep |= set(p.inputs)
-    last: dict[str, int] = {}
-    for i, step in enumerate(steps):
-        read, written = reads_writes(step, p)
-        for name in (*read, *written):
-            last[name] = i
+    last = last_steps(p, steps)
     bound = {step.buffer for step in steps if isinstance(step, Alloc)}
     bound |= set(p.inputs)  # kept above unless `inputs`
     bound |= {s.out for s in steps if isinstance(s, ExternCall) and _binds(s)}

@@ -331,6 +331,17 @@ def reads_writes(step: Step, program: Program) -> tuple[list[str], list[str]]:
     return [v.name for v in leaves(values) if isinstance(v, Ref)], [step.out]
 
 
+def last_steps(program: Program, steps) -> dict[str, int]:
+    """Each wrapper name `steps` (of `program`) read or write -> the index of the
+    last step that does."""
+    last: dict[str, int] = {}
+    for i, step in enumerate(steps):
+        read, written = reads_writes(step, program)
+        for name in (*read, *written):
+            last[name] = i
+    return last
+
+
 @dataclass(frozen=True, eq=False)
 class Const:
     """A scalar literal inside a kernel, with the dtype it is computed in. Equal

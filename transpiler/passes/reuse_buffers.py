@@ -49,8 +49,8 @@ from transpiler.ir.program import (
     Program,
     Stmt,
     Store,
+    last_steps,
     operands,
-    reads_writes,
 )
 from transpiler.ir.region import CompiledRegion
 
@@ -67,14 +67,9 @@ def reuse_buffers(region: CompiledRegion) -> CompiledRegion:
 def _reuse(p: Program, live_outs: frozenset[str]) -> Program:
     kernels = {k.name: k for k in p.kernels}
     steps = list(p.steps)
-    last: dict[str, int] = {}
-    for i, step in enumerate(steps):
-        read, written = reads_writes(step, p)
-        for name in (*read, *written):
-            last[name] = i
     kept = {*p.inputs, *(n for n, _, _ in p.params), *p.kept, *live_outs}
     kept |= {r.name for r in iter_refs(p.outputs)}
-    shares = _Storage(kept, last)
+    shares = _Storage(kept, last_steps(p, steps))
     for step in steps:
         if isinstance(step, ExternCall) and step.target not in FIXED_LAYOUT:
             for r in iter_refs((step.args, step.kwargs)):
@@ -96,7 +91,7 @@ def _reuse(p: Program, live_outs: frozenset[str]) -> Program:
             continue
         n = len(kernel.inputs)
         for out_arg, out in zip(kernel.outputs, step.args[n:]):
-            if out not in allocs or steps[allocs[out]].reuses is not None:
+            if out not in allocs:
                 continue
             meta = steps[allocs[out]].meta
             for in_arg, name in zip(kernel.inputs, step.args[:n]):
