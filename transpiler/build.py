@@ -101,6 +101,10 @@ class VariantCode:
     cuda_graph: str | None = None
     cuda_graph_off: str | None = None
     backward: Backward | None = None  # a training variant's
+    # a training variant with graph breaks: the compiled parts its code calls
+    # between them (Note [Training through graph breaks] in passes/parts.py),
+    # each a training variant of its own (or inference, computing no gradient)
+    parts: tuple[VariantCode, ...] = ()
 
     @property
     def backend(self) -> str:
@@ -113,11 +117,25 @@ class VariantCode:
 
     @property
     def programs(self) -> list[Program]:
-        """The programs of its code: the forward's, then the backward's."""
+        """The programs of its code: the forward's, then the backward's, then
+        its parts'."""
         if self.region is None:
             return []
         backward = programs_of(self.backward.region) if self.backward else []
-        return programs_of(self.region) + backward
+        parts = [p for part in self.parts for p in part.programs]
+        return programs_of(self.region) + backward + parts
+
+    @property
+    def backwards(self) -> list[Backward]:
+        """The compiled backwards of a training variant: its own, or its
+        parts'."""
+        own = [self.backward] if self.backward is not None else []
+        return own + [b for part in self.parts for b in part.backwards]
+
+    @property
+    def trains(self) -> bool:
+        """Whether it is a training variant that compiles a backward."""
+        return bool(self.backwards)
 
     def summary(self) -> str:
         """One line: what the variant's code does (the module header, `-v`)."""
@@ -130,8 +148,10 @@ class VariantCode:
         parts = [count(kernels, "kernel"), count(externs, "extern call")]
         if stubs:
             parts.append(count(stubs, "graph break"))
-        if self.backward is not None:
+        if self.trains:
             parts.append("forward and backward")
+        if self.parts:
+            parts.append(count(len(self.parts), "compiled part"))
         branches = sum(r.cond is not None for r in self.region.walk())
         if branches:
             parts.append(

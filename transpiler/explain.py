@@ -7,7 +7,7 @@ line, the branches on tensor data, and how much of the work runs in generated ke
 
 from __future__ import annotations
 
-from transpiler.build import Build, TargetCode, VariantCode
+from transpiler.build import Backward, Build, TargetCode, VariantCode
 from transpiler.codegen.wrapper import OVERWRITTEN, megabytes, variant_guards
 from transpiler.ir.program import ExternCall, KernelCall
 from transpiler.passes.hoist_constants import kept_bytes
@@ -80,17 +80,28 @@ def _variant(t: TargetCode, vc: VariantCode, stubs: dict) -> list[str]:
 def _training(vc: VariantCode) -> list[str]:
     """What a training variant's forward saves for its backward, and what the
     backward computes again (Note [Save or recompute] in passes/partition.py)."""
-    b = vc.backward
-    if b is None:
-        return []
+    if vc.backward is not None:
+        return _backward_lines(vc.backward, "  ")
+    lines = []
+    for part in vc.parts:  # Note [Training through graph breaks]
+        names = ", ".join(n for n, _ in part.variant.inputs)
+        if part.backward is None:
+            lines.append(f"  part {part.name} ({names}): no gradient, no backward")
+            continue
+        lines.append(f"  part {part.name} ({names}):")
+        lines += _backward_lines(part.backward, "    ")
+    return lines
+
+
+def _backward_lines(b: Backward, ind: str) -> list[str]:
     of = ", ".join(b.wrt)
     again = ", ".join(b.recomputed[:8]) + (", ..." if len(b.recomputed) > 8 else "")
     return [
-        f"  backward: compiled, the gradients of {of}",
-        f"  saved for the backward: {count(len(b.saved), 'tensor')}"
+        f"{ind}backward: compiled, the gradients of {of}",
+        f"{ind}saved for the backward: {count(len(b.saved), 'tensor')}"
         f" ({megabytes(b.saved_bytes)} beside inputs and parameters):"
         f" {', '.join(b.saved)}",
-        f"  computed again in the backward: {count(len(b.recomputed), 'value')}"
+        f"{ind}computed again in the backward: {count(len(b.recomputed), 'value')}"
         + (f" ({again})" if again else ""),
     ]
 

@@ -83,6 +83,8 @@ from transpiler.passes.grouped_attention import repeat_grouped_heads
 from transpiler.passes.hoist_constants import hoist_constants
 from transpiler.passes.joint import joint
 from transpiler.passes.partition import partition
+from transpiler.passes.parts import Part, as_part_calls
+from transpiler.passes.parts import split as split_parts
 from transpiler.passes.recompute import recompute_broadcasts
 from transpiler.passes.rematerialize import rematerialize
 from transpiler.passes.reuse_buffers import reuse_buffers
@@ -249,12 +251,14 @@ def compile_training(
     tracer: Tracer,
     mb: ModuleBuilder,
     parameters: frozenset[str] = frozenset(),
+    module: bool = True,
 ) -> VariantCode:
     """A training variant (Note [Training variants]): the traced graph, its joint
     graph with the gradients of the parameters it reads and of the inputs declared
     `:grad`, split into a forward that saves what the backward reads and a
     backward that computes the rest again; each half lowered as a variant's graph
-    is."""
+    is. With graph breaks, each compiled part between them is (Note [Training
+    through graph breaks] in passes/parts.py)."""
     traced = tracer(variant)
     if traced.region is None:
         fb = traced.fallback
@@ -262,28 +266,48 @@ def compile_training(
     why = _not_one_graph(traced)
     if why is not None:
         return VariantCode(name, variant, traced.guards, None, *why)
-    graph = name_stubs(traced.graph, [])
-    wrt = differentiated(graph, variant, parameters)
-    if not wrt:
-        why = (
-            "a training variant with nothing to differentiate (no parameter, "
-            "no NAME=f32[..]:grad)"
-        )
-        return VariantCode(name, variant, traced.guards, None, why)
-    written = _written(graph) & set(wrt)
-    if written:
-        why = "a training variant that writes in place a tensor it differentiates"
-        return VariantCode(name, variant, traced.guards, None, why)
     try:
-        halves = partition(joint(graph, wrt, device=variant.device))
+        if traced.stubs or traced.graph is None:  # Note [Training through graph
+            # breaks]: fallback calls, or branches on tensor data, between parts
+            return _training_parts(name, variant, traced, mb, parameters, module)
+        forward, backward = _train(traced.graph, variant, mb, parameters)
     except Unsupported as e:
         return VariantCode(name, variant, traced.guards, None, e.reason, e.span)
+    return VariantCode(
+        name, variant, traced.guards, forward, objects=traced.objects, backward=backward
+    )
+
+
+class _NoGradient(Unsupported):
+    """A graph none of whose outputs depends on what is differentiated."""
+
+
+NOTHING_TO_DIFFERENTIATE = (
+    "a training variant with nothing to differentiate (no parameter, "
+    "no NAME=f32[..]:grad)"
+)
+NO_OUTPUT_GRADIENT = "a training variant none of whose outputs has a gradient"
+
+
+def _train(
+    graph: Graph, variant: Variant, mb: ModuleBuilder, parameters: frozenset[str]
+) -> tuple[CompiledRegion, Backward]:
+    """A graph's compiled forward and backward: see `compile_training`. Raises
+    `Unsupported` where it is not compiled, `_NoGradient` where it has nothing to
+    differentiate."""
+    wrt = differentiated(graph, variant, parameters)
+    if not wrt:
+        raise _NoGradient(NOTHING_TO_DIFFERENTIATE)
+    written = _written(graph) & set(wrt)
+    if written:
+        span = next((n.span for n in graph.nodes if n.target in written), None)
+        raise Unsupported(
+            "a training variant that writes in place a tensor it differentiates", span
+        )
+    halves = partition(joint(graph, wrt, device=variant.device))
     if not halves.tangents:
         spans = [n.span for n in graph.nodes if n.span is not None]
-        why = "a training variant none of whose outputs has a gradient"
-        return VariantCode(
-            name, variant, traced.guards, None, why, spans[-1] if spans else None
-        )
+        raise _NoGradient(NO_OUTPUT_GRADIENT, spans[-1] if spans else None)
     backend = BACKENDS[variant.device]
     names = mb.names[backend]
     before = set(names.by_body.values())
@@ -316,27 +340,105 @@ def compile_training(
         halves.recomputed,
         tuple(tuple(metas[n].stride) for n in tangent_inputs),
     )
+    return forward, code
+
+
+def _training_parts(
+    name: str,
+    variant: Variant,
+    traced: Traced,
+    mb: ModuleBuilder,
+    parameters: frozenset[str],
+    module: bool,
+) -> VariantCode:
+    """A training variant with graph breaks or branches on tensor data (Note
+    [Training through graph breaks] in passes/parts.py): each region's graph
+    split at its fallback calls into parts, each compiled as a training graph (or
+    as inference, where nothing it computes has a gradient); the variant's code
+    calls the parts and the fallback code in turn, and branches between them."""
+    graphs = [r.graph for r in traced.region.walk()]
+    if not any(differentiated(g, variant, parameters) for g in graphs):
+        raise _NoGradient(NOTHING_TO_DIFFERENTIATE)
+    stub_names = [mb.stub_name(stub) for stub in traced.stubs]
+    region = map_graphs(traced.region, partial(name_stubs, names=stub_names))
+    backend = BACKENDS[variant.device]
+    names = mb.names[backend]
+    specs = dict(variant.inputs)
+    prefix = f"_{name}_part_"
+    grads: set[str] = set()  # values that may carry a gradient
+    compiled: list[VariantCode] = []
+
+    def lower_graph(g: Graph) -> Program:
+        return lower(optimize(g, variant.device), names, variant.device)
+
+    def compile_part(part: Part, fallback_values: set[str]) -> VariantCode:
+        inputs = []
+        for n in part.graph.nodes:
+            if n.op != "input":
+                continue
+            if n.target in specs:  # an input of the variant
+                inputs.append((n.target, specs[n.target]))
+                continue
+            meta = n.tensor_meta
+            grad = n.name in grads or (
+                n.name in fallback_values and meta.dtype.is_floating_point
+            )
+            inputs.append((n.target, TensorSpec(meta.dtype, meta.shape, None, grad)))
+        part_variant = replace(variant, inputs=tuple(inputs))
+        part_name = f"{name}_part_{len(compiled)}"
+        before = set(names.by_body.values())
+        try:
+            forward, backward = _train(part.graph, part_variant, mb, parameters)
+        except _NoGradient:  # inference code, run where autograd records nothing
+            lowered = finish(lower_region(Region(part.graph), lower_graph), backend)
+            mb.kernels[backend] += _new_kernels(programs_of(lowered), before)
+            return VariantCode(part_name, part_variant, (), lowered)
+        grads.update(o for o, d in zip(part.outputs, backward.differentiable) if d)
+        return VariantCode(part_name, part_variant, (), forward, backward=backward)
+
+    def outer_of(r: Region) -> Region:
+        """The code of region `r`: its parts' calls and the fallback calls."""
+        cut = split_parts(r.graph, module, prefix, first=len(compiled))
+        results = cut.fallback_results()
+        for part in cut.parts:
+            compiled.append(compile_part(part, results))
+        branch = r.branch
+        if branch is not None:
+            true, false = outer_of(branch.if_true), outer_of(branch.if_false)
+            branch = replace(branch, if_true=true, if_false=false)
+        return Region(cut.outer, branch)
+
+    outer = outer_of(region)
+    if not any(part.backward for part in compiled):
+        spans = [n.span for g in graphs for n in g.nodes if n.span is not None]
+        raise _NoGradient(NO_OUTPUT_GRADIENT, spans[-1] if spans else None)
+    # no kernel: the parts' calls and the fallback calls
+    lowered = lower_region(outer, partial(lower, names=names, device=variant.device))
     return VariantCode(
-        name, variant, traced.guards, forward, objects=traced.objects, backward=code
+        name,
+        variant,
+        traced.guards,
+        as_part_calls(finish(lowered, backend), prefix),
+        objects=traced.objects,
+        parts=tuple(compiled),
     )
 
 
 def _not_one_graph(traced: Traced) -> tuple[str, object] | None:
     """Why a training variant is not compiled, and where: its backward is
-    compiled for code that traces as one graph returning tensors."""
-    if traced.stubs:
-        stub = traced.stubs[0]
-        return f"a training variant with a graph break ({stub.reason})", stub.span
+    compiled for code that traces as one graph returning tensors, or as graphs
+    split by fallback calls and branches on tensor data (whose compiled parts
+    return tensors)."""
     if traced.loops:
         return "a training variant with a loop on tensor data", traced.loops[0].span
-    if traced.graph is None:
-        branch = traced.region.branch
-        return "a training variant that branches on tensor data", branch.span
-    spans = [n.span for n in traced.graph.nodes if n.span is not None]
+    graph = traced.region.graph
+    spans = [n.span for n in graph.nodes if n.span is not None]
     last = spans[-1] if spans else None
     if traced.objects:
         return "a training variant that takes objects", last
-    outputs = traced.graph.outputs
+    if traced.stubs or traced.graph is None:
+        return None
+    outputs = graph.outputs
     if isinstance(outputs, Updated):  # tensors written in place: the forward's
         outputs = outputs.result
     flat = outputs if isinstance(outputs, tuple) else (outputs,)
@@ -608,7 +710,9 @@ def _build_target(
         if not variant.dynamic:
             compile_ = compile_variant
             if variant.train:
-                compile_ = partial(compile_training, parameters=parameters)
+                compile_ = partial(
+                    compile_training, parameters=parameters, module=is_module
+                )
             variants.append(compile_(mb.variant_name(variant), variant, tracer, mb))
             continue
         if len(variant.dynamic) > 1:

@@ -118,7 +118,6 @@ def examples(tmp_path_factory: pytest.TempPathFactory):
 # variants do not compile yet, or that there is nothing to differentiate
 NOT_COMPILED = (
     "branches on tensor data",
-    "with a graph break",
     "nothing to differentiate",
     "with a named dimension",
 )

@@ -9,7 +9,7 @@ from transpiler.build import ModuleCode, TargetCode
 from transpiler.codegen import cpp, triton
 from transpiler.codegen.graph_segments import segment_functions
 from transpiler.codegen.guards import module_rows
-from transpiler.codegen.training import training_functions
+from transpiler.codegen.training import part_functions, training_functions
 from transpiler.codegen.wrapper import (
     defaults_table,
     dispatch,
@@ -122,7 +122,7 @@ def module_tables(
 def optimizer_exports(targets: tuple[TargetCode, ...]) -> list[str]:
     """For a module with a training variant: the fused optimizers, exported next to
     its targets (`generated.gpt.AdamW`), but for a name a target takes."""
-    if not any(vc.backward for t in targets for vc in t.variants):
+    if not any(vc.trains for t in targets for vc in t.variants):
         return []
     names = [n for n in ("AdamW", "SGD") if n not in {t.name for t in targets}]
     if not names:
@@ -244,6 +244,7 @@ def render_module(module: ModuleCode, command: str) -> ModuleFiles:
                 "",
                 *guard_function(t, vc, table_of.get(vc.name)),
                 "",
+                *part_functions(t, vc, kernels[vc.backend]),
                 *write_variant(t, vc, kernels[vc.backend]),
                 "",
                 "",

@@ -13,15 +13,23 @@ class _cpu_0_autograd(torch.autograd.Function)
 _cpu_0(self, x)                    `_cpu_0_autograd.apply(self, x, <params>)`:
                                    the parameters are arguments, so that
                                    autograd gives them their gradients
+
+A variant with graph breaks has these four for each compiled part
+(`_cpu_0_part_1_forward`, ...: Note [Training through graph breaks] in
+passes/parts.py), which take the values of earlier code they read; `_cpu_0`
+calls them and the fallback code in turn.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 
 from runtime_shim.modules import self_path
 from transpiler.build import TargetCode, VariantCode
+from transpiler.frontend.signature import Signature
 from transpiler.codegen.wrapper import (
+    variant_function as inference_function,
     _region_lines,
     device_locals,
     megabytes,
@@ -31,6 +39,23 @@ from transpiler.codegen.wrapper import (
 from transpiler.ir.graph import Updated
 from transpiler.options import TensorSpec
 from transpiler.text import count, docstring
+
+
+def part_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]:
+    """The functions of each compiled part of training variant `vc` (none for
+    another): a part that computes gradients is written as a training variant
+    of its own, one that computes none as an inference one. Each takes the
+    tensors it reads from earlier code as parameters named after them."""
+    lines = []
+    for part in vc.parts:
+        params = tuple(
+            inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            for n, _ in part.variant.inputs
+        )
+        own = replace(t, signature=Signature(params), variants=())
+        write = training_functions if part.backward else inference_function
+        lines += [*write(own, part, kernels), "", ""]
+    return lines
 
 
 def training_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]:

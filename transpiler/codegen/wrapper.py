@@ -45,6 +45,7 @@ from transpiler.ir.program import (
     FallbackCall,
     KernelCall,
     LoopCall,
+    PartCall,
     Program,
     kernel_params,
     last_steps,
@@ -54,6 +55,7 @@ from transpiler.ir.region import (
     CompiledLoop,
     CompiledRegion,
     map_programs,
+    programs_of,
 )
 from transpiler.options import ObjectSpec, ScalarSpec, TensorSpec
 from transpiler.passes.direct_views import DIRECT_VIEW
@@ -431,9 +433,9 @@ def grad_guard(t: TargetCode, vc: VariantCode) -> list[Guard]:
     Only what the variant reads matters; fallback code may read any parameter. A
     training variant is for grad enabled and the parameters it differentiates
     requiring grad (its inputs are checked with the inputs: `input_guards`)."""
-    if vc.backward is not None:
+    if vc.trains:
         params = read_params(vc)
-        paths = (self_path(p) for p in vc.backward.wrt)
+        paths = (self_path(p) for b in vc.backwards for p in b.wrt)
         needs = [params[p][0] for p in paths if p in params]
         test = " and ".join(
             ["torch.is_grad_enabled()"] + [f"{n}.requires_grad" for n in needs]
@@ -546,7 +548,7 @@ def model_table(
     inputs = list(graph_inputs(vc))
     grad = "all" if vc.calls_fallback else "read"
     grad = grad if inputs or params or vc.calls_fallback else None
-    if vc.backward is not None:
+    if vc.trains:
         grad = "train"
     rows = [f"    {modules},", *_tensors_dict(tables)]
     if laid_out_params(vc):
@@ -744,7 +746,8 @@ def _step_lines(step) -> list[str]:
             return [f"{step.out} = {_laid_out(item, step)}"]
         args = [literal(a) for a in step.args]
         kwargs = [f"{k}={literal(v)}" for k, v in step.kwargs if not k.startswith("_")]
-        if isinstance(step, FallbackCall):  # the user's code, run eagerly
+        if isinstance(step, (FallbackCall, PartCall)):  # the user's code, run eagerly
+            # (a part: its compiled code, through its autograd.Function)
             call = f"{step.target}({', '.join(args + kwargs)})"
             return [f"{step.out} = {call}" if step.meta else call]
         call = _extern_call(step.target, list(step.args), kwargs)
@@ -773,7 +776,7 @@ def variant_function(
     names = t.local_names
     lines = [f"def _{vc.name}({self_}{t.signature.text(t.defaults, names)}):"]
     lines += bind_graph_inputs(t, vc)
-    lines += device_locals(device_source(t, vc), vc.programs)
+    lines += device_locals(device_source(t, vc), programs_of(vc.region))
     for dim, size in _dynamic_sizes(t, vc):
         lines.append(f"    {dim} = {size}  # dynamic: one variant for every size")
     bound, reads = module_locals(t, vc)
@@ -816,7 +819,8 @@ def module_locals(t: TargetCode, vc: VariantCode) -> tuple[list[str], dict[str, 
     reads = {}
     if vc.calls_fallback:
         return [], dict(t.reads)
-    for p in vc.programs:
+    programs = programs_of(vc.region)  # its own: not its parts'
+    for p in programs:
         for _, path, _ in p.params:
             read = _direct_read(t.read(path))
             if read is not None:
@@ -828,7 +832,7 @@ def module_locals(t: TargetCode, vc: VariantCode) -> tuple[list[str], dict[str, 
             uses.setdefault(steps[:n], set()).add(steps[n])
         uses.setdefault(steps, set()).add(leaf)
     taken = {*t.local_names.values(), "self", "empty", "device"}
-    for p in vc.programs:
+    for p in programs:
         taken |= {*p.inputs, *(n for n, _, _ in p.params)}
         taken |= {s.buffer for s in p.steps if isinstance(s, Alloc)}
         taken |= {s.out for s in p.steps if isinstance(s, ExternCall)}
@@ -1054,7 +1058,8 @@ def last_uses(p: Program, steps: list, inputs: bool = False) -> dict[int, list[s
 def _binds(step: ExternCall) -> bool:
     """Whether the code of `step` assigns its result (`_step_lines`): not a check
     of tensor data, nor fallback code that returns nothing."""
-    return step.meta != () and not (isinstance(step, FallbackCall) and not step.meta)
+    called = isinstance(step, (FallbackCall, PartCall))
+    return step.meta != () and not (called and not step.meta)
 
 
 def _kept_lines(

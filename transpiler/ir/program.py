@@ -275,6 +275,18 @@ class FallbackCall(ExternCall):
 
 
 @dataclass(frozen=True)
+class PartCall(ExternCall):
+    """A call of a compiled part of a training variant with graph breaks (Note
+    [Training through graph breaks] in passes/parts.py): `target` is its
+    function in the generated module (`_cpu_0_part_1`), which applies its
+    `autograd.Function`; the result is the tuple of its values later code reads."""
+
+    @property
+    def computes(self) -> bool:
+        return False
+
+
+@dataclass(frozen=True)
 class LoopCall(ExternCall):
     """A `while` loop on tensor data: `target` names its body among the region's
     `loops`; the results are its carried values."""
@@ -284,7 +296,7 @@ class LoopCall(ExternCall):
         return False
 
 
-Step = Alloc | KernelCall | ExternCall  # FallbackCall and LoopCall among them
+Step = Alloc | KernelCall | ExternCall  # FallbackCall, PartCall, LoopCall among them
 
 
 @dataclass(frozen=True)

@@ -213,7 +213,17 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     for op, reduce in ANY_ALL.items():
         table[op] = any_all(reduce)
     table.update({op: op.decompose for op in copies_that_may_alias()})
+    table[aten.conj_physical.default] = _real_conj
     return table
+
+
+def _real_conj(x):
+    """`conj_physical` of a real tensor is a copy (PyTorch's backward formulas
+    call it: tanh's, a matmul's): a clone, which fuses or drops; a complex
+    tensor's stays the op."""
+    if x.is_complex():
+        return NotImplemented
+    return aten.clone.default(x)
 
 
 # Note [Batch norm in eval]
