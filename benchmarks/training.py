@@ -35,10 +35,35 @@ sys.path.insert(0, str(ROOT))  # run as a script
 @dataclass(frozen=True)
 class Case:
     name: str
-    source: str  # FILE.py::Class
+    source: str  # FILE.py::Class, or a library's pkg.mod::Class
     init: dict
     inputs: dict  # name -> (dtype, shape, grad)
     tokens: int = 0  # > 0: the input is token ids below this
+    factory: str = ""  # a function of this file building the model (a library's)
+
+
+# Library models, as their users train them: random weights from a config
+def hf_gpt2_lm():
+    """transformers' GPT-2 small with its language-model head; called with
+    `labels`, it computes its own cross-entropy loss (dropout 0.1 throughout)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(n_positions=512))
+
+
+def hf_bert_mlm():
+    """transformers' BERT-base with its masked-language-model head and loss."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    return BertForMaskedLM(BertConfig())
+
+
+def hf_gpt2_small():
+    """The same GPT-2 small at CPU size: 2 layers, hidden 256."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(n_positions=128, n_layer=2, n_embd=256, n_head=4)
+    return GPT2LMHeadModel(config)
 
 
 CASES = {
@@ -74,6 +99,28 @@ CASES = {
             {"channels": 64},
             {"x": (torch.float32, (32, 64, 56, 56), True)},
         ),
+        Case(
+            "hf_gpt2_lm",
+            "transformers.models.gpt2.modeling_gpt2::GPT2LMHeadModel",
+            {},
+            {
+                "input_ids": (torch.int64, (8, 512), False),
+                "labels": (torch.int64, (8, 512), False),
+            },
+            tokens=50257,
+            factory="hf_gpt2_lm",
+        ),
+        Case(
+            "hf_bert_mlm",
+            "transformers.models.bert.modeling_bert::BertForMaskedLM",
+            {},
+            {
+                "input_ids": (torch.int64, (16, 256), False),
+                "labels": (torch.int64, (16, 256), False),
+            },
+            tokens=30522,
+            factory="hf_bert_mlm",
+        ),
     ],
     "cpu": [
         Case(
@@ -101,6 +148,17 @@ CASES = {
             {"channels": 64},
             {"x": (torch.float32, (4, 64, 28, 28), True)},
         ),
+        Case(
+            "hf_gpt2_lm",
+            "transformers.models.gpt2.modeling_gpt2::GPT2LMHeadModel",
+            {},
+            {
+                "input_ids": (torch.int64, (4, 128), False),
+                "labels": (torch.int64, (4, 128), False),
+            },
+            tokens=50257,
+            factory="hf_gpt2_small",
+        ),
     ],
 }
 
@@ -117,8 +175,12 @@ def build(device: str, out: Path) -> None:
             (n, TensorSpec(dtype, shape, grad=grad))
             for n, (dtype, shape, grad) in case.inputs.items()
         )
+        factory = f"benchmarks/training.py::{case.factory}" if case.factory else None
         target = Target(
-            case.source, (Variant(specs, device, train=True),), tuple(case.init.items())
+            case.source,
+            (Variant(specs, device, train=True),),
+            tuple(case.init.items()),
+            factory,
         )
         start = time.perf_counter()
         files = transpile_build(Options(targets=(target,), root=ROOT))
@@ -139,19 +201,23 @@ def _inputs(case: Case, device: str, seed: int) -> dict:
     return out
 
 
-def _loss(out: torch.Tensor) -> torch.Tensor:
+def _loss(out) -> torch.Tensor:
+    if not isinstance(out, torch.Tensor):  # a library model's output: its loss
+        return out.loss
     return out.float().pow(2).mean()
 
 
 def _models(case: Case, device: str, work: Path):
-    source = importlib.import_module(
-        case.source.split("::")[0].removesuffix(".py").replace("/", ".")
-    )
-    cls_name = case.source.split("::")[1]
-    generated = importlib.import_module(
-        f"train_{case.name}.{case.source.split('::')[0].split('/')[-1][:-3]}"
-    )
+    path, cls_name = case.source.split("::")
+    stem = path.removesuffix(".py").replace("/", ".").split(".")[-1]
+    generated = importlib.import_module(f"train_{case.name}.{stem}")
     torch.manual_seed(0)
+    if case.factory:  # the same instance, given the generated class
+        eager = globals()[case.factory]().to(device).train()
+        mine = copy.deepcopy(eager)
+        mine.__class__ = getattr(generated, cls_name)
+        return eager, mine
+    source = importlib.import_module(path.removesuffix(".py").replace("/", "."))
     eager = getattr(source, cls_name)(**case.init).to(device).train()
     mine = getattr(generated, cls_name)(**case.init).to(device).train()
     mine.load_state_dict(eager.state_dict())
@@ -221,7 +287,9 @@ def check(case: Case, device: str, work: Path) -> float:
         n: t.detach().clone().requires_grad_(t.requires_grad) for n, t in inputs.items()
     }
     with torch.autocast(device, enabled=False):
+        torch.manual_seed(3)  # dropout: the same masks
         loss_a = _loss(eager(**theirs))
+        torch.manual_seed(3)
         loss_b = _loss(mine(**inputs))
     loss_a.backward()
     loss_b.backward()

@@ -53,7 +53,9 @@ def _kernel_tag(kernel: int) -> torch.Tensor:
     return tag
 
 
-def attention(q, k, v, bias, compute_log_sumexp, dropout_p, is_causal, scale=None):
+def attention(
+    q, k, v, bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, scale=None
+):
     """`aten._scaled_dot_product_efficient_attention`'s arguments and results
     (out, logsumexp, seed, offset), without a mask or dropout, computed by the
     kernel PyTorch's dispatcher picks (Note [Attention kernels at run time]). On

@@ -267,10 +267,13 @@ def compile_training(
     if why is not None:
         return VariantCode(name, variant, traced.guards, None, *why)
     try:
-        if traced.stubs or traced.graph is None:  # Note [Training through graph
-            # breaks]: fallback calls, or branches on tensor data, between parts
+        graph = traced.graph
+        if traced.stubs or graph is None or not _returns_tensors(graph):
+            # Note [Training through graph breaks]: fallback calls, branches on
+            # tensor data between parts, or a result the code around the part
+            # builds (a transformers ModelOutput, None among tensors)
             return _training_parts(name, variant, traced, mb, parameters, module)
-        forward, backward = _train(traced.graph, variant, mb, parameters)
+        forward, backward = _train(graph, variant, mb, parameters)
     except Unsupported as e:
         return VariantCode(name, variant, traced.guards, None, e.reason, e.span)
     return VariantCode(
@@ -426,25 +429,24 @@ def _training_parts(
 
 def _not_one_graph(traced: Traced) -> tuple[str, object] | None:
     """Why a training variant is not compiled, and where: its backward is
-    compiled for code that traces as one graph returning tensors, or as graphs
-    split by fallback calls and branches on tensor data (whose compiled parts
-    return tensors)."""
+    compiled for graphs, split by fallback calls and branches on tensor data;
+    not for loops on tensor data or objects passed in."""
     if traced.loops:
         return "a training variant with a loop on tensor data", traced.loops[0].span
-    graph = traced.region.graph
-    spans = [n.span for n in graph.nodes if n.span is not None]
-    last = spans[-1] if spans else None
     if traced.objects:
-        return "a training variant that takes objects", last
-    if traced.stubs or traced.graph is None:
-        return None
+        spans = [n.span for n in traced.region.graph.nodes if n.span is not None]
+        return "a training variant that takes objects", spans[-1] if spans else None
+    return None
+
+
+def _returns_tensors(graph: Graph) -> bool:
+    """Whether `graph` returns tensors alone, one or a tuple (buffers written back
+    aside): what one autograd.Function returns."""
     outputs = graph.outputs
     if isinstance(outputs, Updated):  # tensors written in place: the forward's
         outputs = outputs.result
     flat = outputs if isinstance(outputs, tuple) else (outputs,)
-    if not all(isinstance(o, Ref) for o in flat):
-        return "a training variant that returns other than tensors", last
-    return None
+    return all(isinstance(o, Ref) for o in flat)
 
 
 def _written(graph: Graph) -> set[str]:

@@ -2,6 +2,7 @@
 
     python -m tests.models.check MODEL PACKAGE.MODULE
     python -m tests.models.check --generate MODEL PACKAGE.MODULE DEVICE
+    python -m tests.models.check --train MODEL PACKAGE.MODULE
 
 (run with the directory holding PACKAGE on sys.path). It refuses imports of the
 compiler's packages (`transpiler`, libcst, black), imports the generated module,
@@ -16,7 +17,8 @@ class, and calls both on inputs the compiler never saw (`inputs`):
 Outputs must match eager's in type and values, and the inputs, parameters and
 buffers must be unchanged by the call as by eager's. It prints one JSON line: what
 it found, with `problems` empty when all of that holds. With --generate, it
-checks greedy generation instead (`check_generation`).
+checks greedy generation instead (`check_generation`); with --train, a training
+step's outputs and gradients (`check_training`).
 """
 
 from __future__ import annotations
@@ -220,6 +222,156 @@ def check(name: str, module: str) -> dict:
     return result
 
 
+GRAD_RTOL, GRAD_ATOL = 1e-5, 1e-7  # of the gradient's largest element
+
+
+def check_training(name: str, module: str) -> dict:
+    """A module transpiled with `--train`: both models in train mode, called
+    with the same seed (dropout draws alike), then a backward from the same
+    random gradients of every floating-point output. Through the exported class
+    the dispatch must pick the compiled `_cpu_N` variant, and each `_cuda_N`
+    variant is called directly (on CPU tensors in Triton's interpreter; not in GPU
+    mode). The outputs, every parameter's gradient (None where eager's is None)
+    and the parameters and buffers after the call must match eager's, and no ATen
+    op may run inside fallback code."""
+    sys.meta_path.insert(0, NoCompiler())
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from tests.models import factories
+
+    model = next(m for m in factories.MODELS if m.name == name)
+    gen = importlib.import_module(module)
+    problems: list[str] = []
+    counts = {"variant": 0, "fallback": 0}
+    depth = {"n": 0}
+    _counting(gen, r"_cpu_\d+", counts, "variant")
+    _counting(gen, r"_fallback_\d+", counts, "fallback", depth)
+
+    class FallbackOps(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            FallbackOps.ops += depth["n"] > 0
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    eager = getattr(factories, model.factory.split("::")[1])().train()
+    compiled = copy.deepcopy(eager)
+    compiled.__class__ = getattr(gen, model.target.split("::")[1])
+    runs = [("cpu", lambda m, kw: m(**kw))]
+    if os.environ.get("TRANSPILE_TEST_DEVICE") != "cuda":
+        cuda = sorted(n for n in vars(gen) if re.fullmatch(r"_cuda_\d+", n))
+        runs += [(v, lambda m, kw, v=v: getattr(gen, v)(m, **kw)) for v in cuda]
+    exact = copy.deepcopy(eager).double()  # the reference of both: float64
+
+    def step(m, run, args: dict, seed: int):
+        """The call and a backward from the same random output gradients."""
+        m.zero_grad(set_to_none=True)
+        torch.manual_seed(seed)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with FallbackOps():
+                out = run(m, copy.deepcopy(args))
+        tangents = torch.Generator().manual_seed(seed + 1)
+        loss = sum(
+            (t * torch.randn(t.shape, generator=tangents, dtype=t.dtype)).sum()
+            for t in _tensors(out)
+            if t.is_floating_point() and t.requires_grad
+        )
+        loss.backward()
+        return out, [str(w.message) for w in caught if "(eager)" in str(w.message)]
+
+    def wide(args: dict) -> dict:
+        return {
+            k: v.double() if torch.is_tensor(v) and v.is_floating_point() else v
+            for k, v in args.items()
+        }
+
+    grads = 0
+    for seed in SEEDS:
+        args = inputs(model, seed)
+        for label, call in runs:
+            where = f"{label}, seed {seed}"
+            want, _ = step(eager, lambda m, kw: m(**kw), args, seed)
+            best, _ = step(exact, lambda m, kw: m(**kw), wide(args), seed)
+            got, ran = step(compiled, call, args, seed)
+            if ran:
+                problems.append(f"{where}: ran the source: {ran[0]}")
+            found = differences(want, got)
+            if all("values differ" in d for d in found):  # float32's own error?
+                found = _off(_tensors(want), _tensors(got), _tensors(best))
+            problems += [f"{where}: {d}" for d in found]
+            named = zip(
+                eager.named_parameters(),
+                compiled.named_parameters(),
+                exact.parameters(),
+            )
+            for (p, a), (_, b), e in named:
+                if (a.grad is None) != (b.grad is None):
+                    has = "has" if b.grad is not None else "has no"
+                    problems.append(f"{where}: {p} {has} gradient, unlike eager")
+                    continue
+                if a.grad is None:
+                    continue
+                grads += 1
+                # against float64: eager's float32 error is what float32 allows
+                # here (a batch norm over two values is ill-conditioned)
+                allowed = (a.grad.double() - e.grad).abs().max().item()
+                err = (b.grad.double() - e.grad).abs().max().item()
+                scale = e.grad.abs().max().item()
+                if err > 4 * allowed + GRAD_RTOL * scale + GRAD_ATOL:
+                    problems.append(
+                        f"{where}: {p}.grad is {err:.3g} off float64's, eager's "
+                        f"{allowed:.3g} (largest {scale:.3g})"
+                    )
+            problems += [
+                f"{where}: {d}"
+                for d in differences(eager.state_dict(), compiled.state_dict(), "state")
+            ]
+    if counts["variant"] != len(SEEDS):
+        problems.append(f"{counts['variant']} compiled CPU calls of {len(SEEDS)}")
+    if FallbackOps.ops:
+        problems.append(f"{FallbackOps.ops} ATen ops ran inside fallback code")
+    return {
+        "model": name,
+        "problems": problems,
+        "gradients": grads,
+        "fallback_calls": counts["fallback"],
+    }
+
+
+def _off(want: list, got: list, exact: list) -> list[str]:
+    """Where a float32 result `got` is further from the float64 one `exact` than
+    4 times eager's float32 result `want` is, and than float32 rounding."""
+    out = []
+    for i, (w, g, e) in enumerate(zip(want, got, exact)):
+        if not w.is_floating_point():
+            continue
+        allowed = (w.double() - e).abs().max().item()
+        err = (g.double() - e).abs().max().item()
+        scale = e.abs().max().item()
+        if err > 4 * allowed + GRAD_RTOL * scale + GRAD_ATOL:
+            out.append(f"output {i}: {err:.3g} off float64's, eager's {allowed:.3g}")
+    return out
+
+
+def _tensors(value) -> list:
+    """The tensors of a model's result, in order: tensors, tuples, dicts and
+    dataclasses (transformers' outputs) of them."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if dataclasses.is_dataclass(value):
+        value = vars(value)
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
 NEW_TOKENS = 32
 
 
@@ -292,5 +444,7 @@ if __name__ == "__main__":
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     if sys.argv[1] == "--generate":
         print(json.dumps(check_generation(*sys.argv[2:5])))
+    elif sys.argv[1] == "--train":
+        print(json.dumps(check_training(*sys.argv[2:4])))
     else:
         print(json.dumps(check(sys.argv[1], sys.argv[2])))

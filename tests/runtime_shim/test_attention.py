@@ -121,3 +121,29 @@ def test_attention_takes_no_mask_and_no_dropout():
         runtime_shim.attention(q, k, v, None, True, 0.1, False)
     with pytest.raises(ValueError, match="no mask and no dropout"):
         runtime_shim.attention(q, k, v, torch.zeros(32, 32), True, 0.0, False)
+
+
+@pytest.mark.parametrize(
+    "shim, op",
+    [
+        ("attention", "_scaled_dot_product_efficient_attention"),
+        ("attention_backward", "_scaled_dot_product_efficient_attention_backward"),
+    ],
+)
+def test_the_shim_takes_the_ops_arguments_and_defaults(shim: str, op: str) -> None:
+    """Generated code calls the shim as the op's node was recorded, which leaves
+    out arguments equal to their defaults (ViT's attention, not causal, passes no
+    `dropout_p` or `is_causal`): each of the op's arguments, in order, with its
+    default."""
+    import inspect
+
+    import runtime_shim
+
+    schema = getattr(torch.ops.aten, op).default._schema
+    params = list(inspect.signature(getattr(runtime_shim, shim)).parameters.values())
+    assert len(params) == len(schema.arguments)
+    for p, a in zip(params, schema.arguments):
+        if a.has_default_value():
+            assert p.default == a.default_value, (shim, a.name)
+        else:
+            assert p.default is inspect.Parameter.empty, (shim, a.name)

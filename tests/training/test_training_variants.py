@@ -97,6 +97,36 @@ class Heads(nn.Module):
         return logits.log_softmax(-1), logits.argmax(-1)
 
 
+class DropAttention(nn.Module):
+    """Attention with dropout, as transformers' models call it in training."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(32, 96)
+
+    def forward(self, x, mask):
+        b, t, c = x.shape
+        q, k, v = (
+            z.view(b, t, 4, 8).transpose(1, 2) for z in self.qkv(x).split(c, dim=2)
+        )
+        causal = F.scaled_dot_product_attention(q, k, v, dropout_p=0.2, is_causal=True)
+        masked = F.scaled_dot_product_attention(q, k, v, mask, dropout_p=0.1)
+        return causal + masked
+
+
+class DropPath(nn.Module):
+    """timm's drop path: a fresh tensor filled in place by `bernoulli_`."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        keep = x.new_empty((x.shape[0], 1)).bernoulli_(0.7)
+        keep.div_(0.7)
+        return x + self.fc(x).relu() * keep
+
+
 def loss_fn(x, y):
     return ((x.sin() * y).sum(-1) ** 2).mean()
 '''
@@ -109,6 +139,8 @@ CASES = {
     "Attention": {"x": ((2, 8, 32), GRAD)},
     "Heads": {"x": ((5, 16), None)},
     "loss_fn": {"x": ((3, 7), GRAD), "y": ((3, 7), GRAD)},
+    "DropAttention": {"x": ((2, 8, 32), GRAD), "mask": ((8, 8), None)},
+    "DropPath": {"x": ((8, 16), GRAD)},
 }
 
 

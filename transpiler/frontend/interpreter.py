@@ -113,6 +113,16 @@ COMPARE_OPS = {
 EXTERN_FUNCTIONS = {
     F.scaled_dot_product_attention: "aten.scaled_dot_product_attention.default",
 }
+
+
+def _drops(fn, args, kwargs) -> bool:
+    """Whether a call of an extern function applies dropout (attention's
+    `dropout_p`)."""
+    names = ("query", "key", "value", "attn_mask", "dropout_p")
+    p = (dict(zip(names, args)) | kwargs).get("dropout_p", 0.0)
+    return not isinstance(p, (int, float)) or p > 0
+
+
 NO_EFFECT_CONTEXTS = (torch.no_grad, torch.inference_mode, torch.enable_grad)
 PYTHON_SIDE_EFFECTS = {
     builtins.print,
@@ -429,6 +439,9 @@ class Interpreter:
         # statements (by id) that are fallback code on every path, with the reason
         self.whole = whole if whole is not None else {}
         self.last_stub: Ref | None = None
+        # a training variant's: attention with dropout is traced through its ops
+        # (`trace.DropoutAsOp`), not kept whole
+        self.train = False
         # integer comparisons decided here, as (span, operator, left, right, outcome):
         # with a dynamic dimension, one whose operands change with it is a guard
         self.comparisons: list[tuple] = []
@@ -538,7 +551,7 @@ class Interpreter:
             return RUN_STATE[fn]
         if fn in (torch.tensor, torch.as_tensor) and args and _python_data(args[0]):
             return _tensor_of_data(*args, **kwargs)
-        if fn in EXTERN_FUNCTIONS:
+        if fn in EXTERN_FUNCTIONS and not (self.train and _drops(fn, args, kwargs)):
             return self._extern(EXTERN_FUNCTIONS[fn], fn, args, kwargs)
         if fn in PYTHON_SIDE_EFFECTS:
             raise Unsupported(

@@ -390,6 +390,15 @@ def op_name(func) -> str:
     return str(func)  # "aten.add.Tensor"
 
 
+# In-place ops whose functional overload has another name: `x.bernoulli_(p)` (a
+# float p) is `bernoulli.p`, which draws as it does (timm's drop path fills a fresh
+# tensor so)
+FUNCTIONAL_OVERLOADS = {
+    "aten.bernoulli_.float": torch.ops.aten.bernoulli.p,
+    "aten.bernoulli_.Tensor": torch.ops.aten.bernoulli.Tensor,
+}
+
+
 class Recorder(TorchDispatchMode):
     def __init__(self, builder: GraphBuilder, decompositions: dict | None = None):
         super().__init__()
@@ -504,7 +513,9 @@ class Recorder(TorchDispatchMode):
                 f"in-place {packet} writes into an input, parameter or buffer",
                 self.span,
             )
-        fn: Callable | None = getattr(functional, overload, None)
+        fn: Callable | None = FUNCTIONAL_OVERLOADS.get(str(func))
+        if fn is None:
+            fn = getattr(functional, overload, None)
         if fn is None or (caller and torch.Tag.inplace_view in func.tags):
             # `transpose_`: changes the metadata, not the data; of the caller's
             # tensor, the change would outlive the call

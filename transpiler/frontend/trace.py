@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import sys
 import types
 from dataclasses import dataclass
@@ -86,7 +87,13 @@ class DropoutAsOp(torch.overrides.TorchFunctionMode):
     (`native_dropout_backward`) reads the mask, and which at run time draws from
     torch's generator as eager's dropout does (the same masks after the same
     `torch.manual_seed`). Otherwise dropout is an empty tensor filled in place
-    by `bernoulli_`, which no graph holds (fallback code)."""
+    by `bernoulli_`, which no graph holds (fallback code).
+
+    Attention with dropout (`F.scaled_dot_product_attention(..., dropout_p=0.1)`,
+    as transformers' models call it in training) is written out as eager's math
+    path computes it on the CPU, with its dropout as `native_dropout`: the same
+    draws after the same seed there. On a GPU eager runs a fused kernel that
+    draws its own way, so the masks differ from eager's there (not their law)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -98,7 +105,49 @@ class DropoutAsOp(torch.overrides.TorchFunctionMode):
                 if isinstance(p, float) and 0.0 < p < 1.0:
                     x = given["input"]
                     return torch.ops.aten.native_dropout.default(x, p, True)[0]
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
+            given = dict(zip(names, args)) | kwargs
+            p = given.get("dropout_p", 0.0)
+            if isinstance(p, float) and 0.0 < p < 1.0:
+                return _attention_with_dropout(**given)
         return func(*args, **kwargs)
+
+
+def _attention_with_dropout(
+    query,
+    key,
+    value,
+    attn_mask=None,
+    dropout_p=0.0,
+    is_causal=False,
+    scale=None,
+    enable_gqa=False,
+):
+    """`scaled_dot_product_attention` as ATen's math path computes it
+    (`_scaled_dot_product_attention_math`), its dropout `native_dropout`."""
+    aten = torch.ops.aten
+    if enable_gqa:  # each key/value head serves a group of query heads
+        groups = query.shape[-3] // key.shape[-3]
+        key = key.repeat_interleave(groups, -3)
+        value = value.repeat_interleave(groups, -3)
+    if scale is None:
+        scale = 1.0 / math.sqrt(query.shape[-1])
+    root = math.sqrt(abs(scale))
+    scores = (query * (root if scale >= 0 else -root)) @ (key.transpose(-2, -1) * root)
+    if is_causal:
+        length, source = query.shape[-2], key.shape[-2]
+        attn_mask = torch.ones(
+            length, source, dtype=torch.bool, device=query.device
+        ).tril()
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        bias = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device)
+        attn_mask = bias.masked_fill(attn_mask.logical_not(), float("-inf"))
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    weights = aten._safe_softmax.default(scores, -1)
+    weights = aten.native_dropout.default(weights, dropout_p, True)[0]
+    return weights @ value
 
 
 @dataclass
@@ -229,6 +278,7 @@ def _trace(
         interp = Interpreter(
             recorder, sources, module_paths, decisions, stubs, loops, whole
         )
+        interp.train = variant.train
         args, kwargs, found = _inputs(
             fn, variant, builder, module, sources.root, skip_self=module is not None
         )

@@ -101,7 +101,7 @@ def run_node(
     if node.op in ("input", "param"):
         m = node.tensor_meta
         with _disable_current_modes():  # a placeholder, not an op of the graph
-            t = torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device="meta")
+            t = placeholder(m)
         builder.keep(node, t)
         return t
     args, kwargs = arguments(node, values)
@@ -190,9 +190,24 @@ def _stub_result(node: Node, stub: _StubResults, builder: GraphBuilder):
         return OpaqueValue(node.name)
     m = node.meta
     with _disable_current_modes():
-        value = torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device="meta")
+        value = placeholder(m)
     builder.bind(value, node.name)
     return value
 
 
-__all__ = ["SameOp", "arguments", "keep_name", "retrace", "run_node"]
+def placeholder(m: TensorMeta) -> torch.Tensor:
+    """A meta tensor of `m`'s shape, strides and storage offset: a view the code
+    takes of it has its offset from the same storage, as the value's own views
+    have (a saved `k` of a split `qkv` starts 32 elements in: its transpose does
+    too, and a kernel reading the transpose through the saved value subtracts
+    nothing)."""
+    if not m.offset:
+        return torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device="meta")
+    extent = 1 + sum((n - 1) * s for n, s in zip(m.shape, m.stride) if n > 0)
+    storage = torch.empty(m.offset + extent, dtype=m.dtype, device="meta")
+    return torch.empty(0, dtype=m.dtype, device="meta").set_(
+        storage.untyped_storage(), m.offset, m.shape, m.stride
+    )
+
+
+__all__ = ["SameOp", "arguments", "keep_name", "placeholder", "retrace", "run_node"]
