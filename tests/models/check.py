@@ -120,6 +120,27 @@ def _counting(gen, pattern: str, counts: dict, key: str, depth: dict | None = No
         setattr(gen, name, wrapper)
 
 
+def _watched(gen):
+    """Count the calls of `gen`'s `_cpu_N` variants and fallback code (`counts`),
+    and a dispatch mode counting the ATen ops run inside fallback code (its
+    `ops`)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counts = {"variant": 0, "fallback": 0}
+    depth = {"n": 0}
+    _counting(gen, r"_cpu_\d+", counts, "variant")
+    _counting(gen, r"_fallback_\d+", counts, "fallback", depth)
+
+    class FallbackOps(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            FallbackOps.ops += depth["n"] > 0
+            return func(*args, **(kwargs or {}))
+
+    return counts, FallbackOps
+
+
 def _on_device(variant, module, kwargs: dict):
     """A `_cuda_N` variant called as the tests call one (tests/devices.py): on CPU
     tensors in Triton's interpreter, or on the GPU in GPU mode, outputs back on
@@ -141,7 +162,6 @@ def _on_device(variant, module, kwargs: dict):
 def check(name: str, module: str) -> dict:
     sys.meta_path.insert(0, NoCompiler())
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     from tests.models import factories
 
@@ -160,17 +180,7 @@ def check(name: str, module: str) -> dict:
     if any(m.split(".")[0] in BLOCKED for m in sys.modules):
         problems.append("importing the generated module loaded the compiler")
 
-    counts = {"variant": 0, "fallback": 0}
-    depth = {"n": 0}
-    _counting(gen, r"_cpu_\d+", counts, "variant")
-    _counting(gen, r"_fallback_\d+", counts, "fallback", depth)
-
-    class FallbackOps(TorchDispatchMode):
-        ops = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            FallbackOps.ops += depth["n"] > 0
-            return func(*args, **(kwargs or {}))
+    counts, FallbackOps = _watched(gen)
 
     torch.manual_seed(0)
     eager = getattr(factories, model.factory.split("::")[1])().eval()
@@ -236,24 +246,13 @@ def check_training(name: str, module: str) -> dict:
     op may run inside fallback code."""
     sys.meta_path.insert(0, NoCompiler())
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     from tests.models import factories
 
     model = next(m for m in factories.MODELS if m.name == name)
     gen = importlib.import_module(module)
     problems: list[str] = []
-    counts = {"variant": 0, "fallback": 0}
-    depth = {"n": 0}
-    _counting(gen, r"_cpu_\d+", counts, "variant")
-    _counting(gen, r"_fallback_\d+", counts, "fallback", depth)
-
-    class FallbackOps(TorchDispatchMode):
-        ops = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            FallbackOps.ops += depth["n"] > 0
-            return func(*args, **(kwargs or {}))
+    counts, FallbackOps = _watched(gen)
 
     torch.manual_seed(0)
     eager = getattr(factories, model.factory.split("::")[1])().train()

@@ -27,6 +27,7 @@ import torch
 from tests.compile_helpers import import_generated, unique_name
 from tests.devices import REAL_GPU
 from tests.helpers import randomize_parameters
+from tests.training.compare import assert_step_matches
 from transpiler.api import build
 from transpiler.options import Options, Target, TensorSpec, Variant
 
@@ -172,12 +173,6 @@ def _variant(module, name: str, device: str) -> tuple[str, str]:
     raise AssertionError(f"no {device} variant of {name} in the header")
 
 
-def _leaves(value) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    return [t for v in value for t in _leaves(v)]
-
-
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_parts_match_eager_autograd(generated, name: str, device: str) -> None:
@@ -225,30 +220,7 @@ def test_parts_match_eager_autograd(generated, name: str, device: str) -> None:
             printed.append((call(*args, **kwargs), out.getvalue()))
     (want, want_text), (got, got_text) = printed
     assert got_text == want_text
-    want_t, got_t = _leaves(want), _leaves(got)
-    assert len(want_t) == len(got_t)
-    for g, w in zip(got_t, want_t):
-        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
-    differentiable = [(g, w) for g, w in zip(got_t, want_t) if w.requires_grad]
-    assert differentiable and all(g.requires_grad for g, _ in differentiable)
-    gen = torch.Generator().manual_seed(2)
-    tangents = [
-        torch.randn(w.shape, generator=gen).to(w.device) for _, w in differentiable
-    ]
-    torch.autograd.backward([w for _, w in differentiable], tangents)
-    torch.autograd.backward([g for g, _ in differentiable], tangents)
-    for n, t in inputs.items():
-        if t.requires_grad:
-            torch.testing.assert_close(t.grad, theirs[n].grad, rtol=1e-4, atol=1e-5)
-    if mine_mod is not None:
-        for (p, a), (_, b) in zip(
-            mine_mod.named_parameters(), eager_mod.named_parameters()
-        ):
-            assert a.grad is not None, f"{name}: {p} has no gradient"
-            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=p)
-            torch.testing.assert_close(a, b)
-        for (p, a), (_, b) in zip(mine_mod.named_buffers(), eager_mod.named_buffers()):
-            torch.testing.assert_close(a, b, msg=p)
+    assert_step_matches(name, want, got, theirs, inputs, eager_mod, mine_mod)
 
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])

@@ -28,6 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from tests.compile_helpers import import_generated, unique_name
 from tests.devices import REAL_GPU
 from tests.helpers import randomize_parameters
+from tests.training.compare import assert_step_matches
 from transpiler.api import build
 from transpiler.options import Options, Target, TensorSpec, Variant
 
@@ -216,31 +217,7 @@ def test_gradients_match_eager_autograd(generated, name: str, device: str) -> No
         want = eager_fn(**theirs)
     torch.manual_seed(7)
     got = run(*self_, **inputs)
-    want_t = [w for w in _leaves(want)]
-    got_t = [g for g in _leaves(got)]
-    assert len(want_t) == len(got_t)
-    for g, w in zip(got_t, want_t):
-        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
-    differentiable = [(g, w) for g, w in zip(got_t, want_t) if w.requires_grad]
-    assert differentiable and all(g.requires_grad for g, _ in differentiable)
-    gen = torch.Generator().manual_seed(2)
-    tangents = [
-        torch.randn(w.shape, generator=gen).to(w.device) for _, w in differentiable
-    ]
-    torch.autograd.backward([w for _, w in differentiable], tangents)
-    torch.autograd.backward([g for g, _ in differentiable], tangents)
-    for n, t in inputs.items():
-        if t.requires_grad:
-            torch.testing.assert_close(t.grad, theirs[n].grad, rtol=1e-4, atol=1e-5)
-    if mine_mod is not None:
-        for (p, a), (_, b) in zip(
-            mine_mod.named_parameters(), eager_mod.named_parameters()
-        ):
-            assert a.grad is not None, f"{name}: {p} has no gradient"
-            torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=p)
-            torch.testing.assert_close(a, b)
-        for (p, a), (_, b) in zip(mine_mod.named_buffers(), eager_mod.named_buffers()):
-            torch.testing.assert_close(a, b, msg=p)
+    assert_step_matches(name, want, got, theirs, inputs, eager_mod, mine_mod)
 
 
 def _eager_attention(name: str):
@@ -262,12 +239,6 @@ def _variant_of(module, name: str, device: str) -> str:
             assert f"_{variant}_autograd" in vars(module), variant
             return variant
     raise AssertionError(f"no {device} variant of {name} in the header")
-
-
-def _leaves(value) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    return [t for v in value for t in _leaves(v)]
 
 
 def test_the_header_and_the_autograd_class_say_what_is_saved(generated) -> None:

@@ -27,15 +27,17 @@ from dataclasses import replace
 
 from runtime_shim.modules import self_path
 from transpiler.build import TargetCode, VariantCode
-from transpiler.frontend.signature import Signature
 from transpiler.codegen.wrapper import (
-    variant_function as inference_function,
     _region_lines,
     device_locals,
     megabytes,
     module_locals,
     variant_function,
 )
+from transpiler.codegen.wrapper import (
+    variant_function as inference_function,
+)
+from transpiler.frontend.signature import Signature
 from transpiler.ir.graph import Updated
 from transpiler.options import TensorSpec
 from transpiler.text import count, docstring

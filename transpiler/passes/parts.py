@@ -37,8 +37,8 @@ import torch
 
 from transpiler.frontend.recorder import Unsupported
 from transpiler.ir.graph import Graph, ModuleRef, Node, Ref, TensorMeta, iter_refs
-from transpiler.ir.program import FallbackCall, PartCall, Program
 from transpiler.ir.ops import is_view, resolve_op
+from transpiler.ir.program import FallbackCall, PartCall, Program
 from transpiler.ir.region import CompiledRegion, map_programs
 
 
