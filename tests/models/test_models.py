@@ -92,6 +92,7 @@ def test_library_model_compiles_whole_and_matches_eager(
     assert result["fallback_ops"] == 0 and result["fallback_calls"] == 0, result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS, ids=[m.name for m in MODELS])
 def test_library_model_trains_compiled_and_matches_eager(
     model: Model, tmp_path: Path
