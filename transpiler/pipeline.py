@@ -61,7 +61,7 @@ from transpiler.frontend.signature import Signature
 from transpiler.frontend.source import SourceCache
 from transpiler.frontend.trace import Traced, direct_reads, instantiate, trace
 from transpiler.ir.dynamic import SAMPLES, Mismatch, generalize
-from transpiler.ir.graph import Graph, Ref, TensorMeta, Updated
+from transpiler.ir.graph import Graph, Ref, Span, TensorMeta, Updated
 from transpiler.ir.program import KernelNames, Program, body_key
 from transpiler.ir.region import CompiledRegion, Region, programs_of
 from transpiler.options import Options, ScalarSpec, Target, TensorSpec, Variant
@@ -309,15 +309,12 @@ def _train(
         )
     halves = partition(joint(graph, wrt, device=variant.device))
     if not halves.tangents:
-        spans = [n.span for n in graph.nodes if n.span is not None]
-        raise _NoGradient(NO_OUTPUT_GRADIENT, spans[-1] if spans else None)
+        raise _NoGradient(NO_OUTPUT_GRADIENT, _last_span([graph]))
     backend = BACKENDS[variant.device]
     names = mb.names[backend]
     before = set(names.by_body.values())
 
-    def lower_graph(g: Graph) -> Program:
-        return lower(optimize(g, variant.device), names, variant.device)
-
+    lower_graph = _graph_lowering(names, variant.device)
     backward = lower_region(Region(halves.backward), lower_graph)
     tangents = set(halves.tangents)
     saved = tuple(n for n in backward.program.inputs if n not in tangents)
@@ -370,9 +367,7 @@ def _training_parts(
     prefix = f"_{name}_part_"
     grads: set[str] = set()  # values that may carry a gradient
     compiled: list[VariantCode] = []
-
-    def lower_graph(g: Graph) -> Program:
-        return lower(optimize(g, variant.device), names, variant.device)
+    lower_graph = _graph_lowering(names, variant.device)
 
     def compile_part(part: Part, fallback_values: set[str]) -> VariantCode:
         inputs = []
@@ -413,8 +408,7 @@ def _training_parts(
 
     outer = outer_of(region)
     if not any(part.backward for part in compiled):
-        spans = [n.span for g in graphs for n in g.nodes if n.span is not None]
-        raise _NoGradient(NO_OUTPUT_GRADIENT, spans[-1] if spans else None)
+        raise _NoGradient(NO_OUTPUT_GRADIENT, _last_span(graphs))
     # no kernel: the parts' calls and the fallback calls
     lowered = lower_region(outer, partial(lower, names=names, device=variant.device))
     return VariantCode(
@@ -434,8 +428,9 @@ def _not_one_graph(traced: Traced) -> tuple[str, object] | None:
     if traced.loops:
         return "a training variant with a loop on tensor data", traced.loops[0].span
     if traced.objects:
-        spans = [n.span for n in traced.region.graph.nodes if n.span is not None]
-        return "a training variant that takes objects", spans[-1] if spans else None
+        return "a training variant that takes objects", _last_span(
+            [traced.region.graph]
+        )
     return None
 
 
@@ -524,10 +519,24 @@ def _lower(
         for b in traced.loops
     )
 
+    return lower_region(region, _graph_lowering(names, device), loops=loops)
+
+
+def _graph_lowering(names: KernelNames, device: str) -> Callable[[Graph], Program]:
+    """How a variant's graph becomes a program: the graph passes, then `lower`,
+    with the module's kernel names."""
+
     def lower_graph(graph: Graph) -> Program:
         return lower(optimize(graph, device), names, device)
 
-    return lower_region(region, lower_graph, loops=loops)
+    return lower_graph
+
+
+def _last_span(graphs) -> Span | None:
+    """The last user source line among the nodes of `graphs`: where a whole
+    variant's reason to run the source points."""
+    spans = [n.span for g in graphs for n in g.nodes if n.span is not None]
+    return spans[-1] if spans else None
 
 
 def decide_cuda_graph(vc: VariantCode) -> VariantCode:

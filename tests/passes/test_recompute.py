@@ -139,11 +139,9 @@ def test_batch_norm_statistics_are_read_per_channel(compiled) -> None:
 
 
 def test_an_op_drawing_random_numbers_is_never_recomputed() -> None:
-    from transpiler.ir.graph import Node
-    from transpiler.ir.ops import resolve_op
-    from transpiler.passes.recompute import _random
+    from transpiler.ir.ops import is_random, resolve_op
 
-    assert _random(Node("r", "call", "aten.rand_like.default"))
-    assert _random(Node("b", "call", "aten.bernoulli.default"))
-    assert not _random(Node("e", "call", "aten.exp.default"))
+    assert is_random("aten.rand_like.default")
+    assert is_random("aten.bernoulli.default")
+    assert not is_random("aten.exp.default")
     assert resolve_op("aten.exp.default") is torch.ops.aten.exp.default

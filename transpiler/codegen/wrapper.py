@@ -712,6 +712,11 @@ METHODS = {
 SPREAD = {"view", "permute"}
 
 
+# Steps that call a function of the generated module by its name: fallback code
+# (the user's, run eagerly) and a training variant's compiled parts
+CALLS = (FallbackCall, PartCall)
+
+
 def _extern_call(target: str, args: list, kwargs: list[str]) -> str:
     """Python for an extern call; `args` are values (`Ref`s, constants)."""
     if target in METHODS and args:
@@ -746,8 +751,7 @@ def _step_lines(step) -> list[str]:
             return [f"{step.out} = {_laid_out(item, step)}"]
         args = [literal(a) for a in step.args]
         kwargs = [f"{k}={literal(v)}" for k, v in step.kwargs if not k.startswith("_")]
-        if isinstance(step, (FallbackCall, PartCall)):  # the user's code, run eagerly
-            # (a part: its compiled code, through its autograd.Function)
+        if isinstance(step, CALLS):  # a function of the module, by its name
             call = f"{step.target}({', '.join(args + kwargs)})"
             return [f"{step.out} = {call}" if step.meta else call]
         call = _extern_call(step.target, list(step.args), kwargs)
@@ -1058,8 +1062,7 @@ def last_uses(p: Program, steps: list, inputs: bool = False) -> dict[int, list[s
 def _binds(step: ExternCall) -> bool:
     """Whether the code of `step` assigns its result (`_step_lines`): not a check
     of tensor data, nor fallback code that returns nothing."""
-    called = isinstance(step, (FallbackCall, PartCall))
-    return step.meta != () and not (called and not step.meta)
+    return step.meta != () and not (isinstance(step, CALLS) and not step.meta)
 
 
 def _kept_lines(

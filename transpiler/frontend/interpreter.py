@@ -115,9 +115,8 @@ EXTERN_FUNCTIONS = {
 }
 
 
-def _drops(fn, args, kwargs) -> bool:
-    """Whether a call of an extern function applies dropout (attention's
-    `dropout_p`)."""
+def attention_dropout(args, kwargs) -> bool:
+    """Whether a call of `F.scaled_dot_product_attention` applies dropout."""
     names = ("query", "key", "value", "attn_mask", "dropout_p")
     p = (dict(zip(names, args)) | kwargs).get("dropout_p", 0.0)
     return not isinstance(p, (int, float)) or p > 0
@@ -424,6 +423,7 @@ class Interpreter:
         stubs: dict[Stub, int] | None = None,
         loops: dict[str, tuple[int, LoopBody]] | None = None,
         whole: dict[int, str] | None = None,
+        train: bool = False,
     ):
         self.recorder = recorder
         self.sources = sources
@@ -441,7 +441,7 @@ class Interpreter:
         self.last_stub: Ref | None = None
         # a training variant's: attention with dropout is traced through its ops
         # (`trace.DropoutAsOp`), not kept whole
-        self.train = False
+        self.train = train
         # integer comparisons decided here, as (span, operator, left, right, outcome):
         # with a dynamic dimension, one whose operands change with it is a guard
         self.comparisons: list[tuple] = []
@@ -551,7 +551,9 @@ class Interpreter:
             return RUN_STATE[fn]
         if fn in (torch.tensor, torch.as_tensor) and args and _python_data(args[0]):
             return _tensor_of_data(*args, **kwargs)
-        if fn in EXTERN_FUNCTIONS and not (self.train and _drops(fn, args, kwargs)):
+        if fn in EXTERN_FUNCTIONS and not (
+            self.train and attention_dropout(args, kwargs)
+        ):
             return self._extern(EXTERN_FUNCTIONS[fn], fn, args, kwargs)
         if fn in PYTHON_SIDE_EFFECTS:
             raise Unsupported(

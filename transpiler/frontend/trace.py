@@ -30,6 +30,7 @@ from transpiler.frontend.interpreter import (
     Interpreter,
     Retrace,
     UserCodeError,
+    attention_dropout,
 )
 from transpiler.frontend.loader import resolve
 from transpiler.frontend.objects import Example, ObjectInput, example_input
@@ -106,11 +107,8 @@ class DropoutAsOp(torch.overrides.TorchFunctionMode):
                     x = given["input"]
                     return torch.ops.aten.native_dropout.default(x, p, True)[0]
         if func is torch.nn.functional.scaled_dot_product_attention:
-            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
-            given = dict(zip(names, args)) | kwargs
-            p = given.get("dropout_p", 0.0)
-            if isinstance(p, float) and 0.0 < p < 1.0:
-                return _attention_with_dropout(**given)
+            if attention_dropout(args, kwargs):  # not kept whole: Interpreter.train
+                return _attention_with_dropout(*args, **kwargs)
         return func(*args, **kwargs)
 
 
@@ -276,9 +274,15 @@ def _trace(
         builder = GraphBuilder(params)
         recorder = DeviceRecorder(builder, variant.device)
         interp = Interpreter(
-            recorder, sources, module_paths, decisions, stubs, loops, whole
+            recorder,
+            sources,
+            module_paths,
+            decisions,
+            stubs,
+            loops,
+            whole,
+            train=variant.train,
         )
-        interp.train = variant.train
         args, kwargs, found = _inputs(
             fn, variant, builder, module, sources.root, skip_self=module is not None
         )

@@ -265,6 +265,14 @@ def is_view(target: str) -> bool:
     return _aliases(target) and not _composite(target)
 
 
+def is_random(target: str) -> bool:
+    """Whether an ATen op draws random numbers (dropout, `bernoulli`): computed
+    twice it draws twice, and its draws follow the order of the calls."""
+    if not target.startswith("aten."):
+        return False
+    return torch.Tag.nondeterministic_seeded in resolve_op(target).tags
+
+
 def may_copy(target: str) -> bool:
     """Whether an op's schema says its result aliases its input, but the op is a
     composite that copies where the layout asks for it (`contiguous`)."""

@@ -33,11 +33,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-import torch
-
 from transpiler.frontend.recorder import Unsupported
 from transpiler.ir.graph import Graph, ModuleRef, Node, Ref, TensorMeta, iter_refs
-from transpiler.ir.ops import is_view, resolve_op
+from transpiler.ir.ops import is_random, is_view
 from transpiler.ir.program import FallbackCall, PartCall, Program
 from transpiler.ir.region import CompiledRegion, map_programs
 
@@ -98,7 +96,7 @@ def split(graph: Graph, module: bool, prefix: str, first: int = 0) -> Split:
         # op drawing random numbers, after the fallback calls before it (they may
         # draw too: eager's order of draws, so the same seed gives the same)
         deps = [r.name for r in n.refs()]
-        if previous is not None and _random(n):
+        if previous is not None and (n.op == "call" and is_random(n.target)):
             deps.append(previous)
         level[n.name] = max((ready[d] for d in deps), default=0)
         ready[n.name] = level[n.name] + (1 if n.is_fallback else 0)
@@ -149,7 +147,7 @@ def split(graph: Graph, module: bool, prefix: str, first: int = 0) -> Split:
     fallbacks = {level[n.name]: n for n in graph.nodes if n.is_fallback}
     for k, part_nodes in enumerate(members):
         if part_nodes:
-            part = _part(graph, nodes, part_nodes, read_outside.get(k, set()))
+            part = _part(nodes, part_nodes, read_outside.get(k, set()))
             number = first + len(parts)
             name = f"part_{number}"
             while name in nodes:  # a value of the user's so named
@@ -196,7 +194,7 @@ def _sink(graph: Graph, compiled: list[Node], level: dict[str, int], last: int):
     alone = set()
     for n in compiled:
         sources = [nodes[r.name] for r in n.refs()]
-        if _random(n):
+        if n.op == "call" and is_random(n.target):
             continue
         if all(s.op == "param" or s.name in alone for s in sources) or (
             is_view(n.target) and sources[0].op == "input"
@@ -224,16 +222,7 @@ def _ordering(n: Node, r: Ref) -> bool:
     )
 
 
-def _random(node: Node) -> bool:
-    """Whether the node is an op that draws random numbers."""
-    if node.op != "call" or not node.target.startswith("aten."):
-        return False
-    return torch.Tag.nondeterministic_seeded in resolve_op(node.target).tags
-
-
-def _part(
-    graph: Graph, nodes: dict[str, Node], members: list[Node], read: set[str]
-) -> Part:
+def _part(nodes: dict[str, Node], members: list[Node], read: set[str]) -> Part:
     """The graph of one part: `members`, with what they read from outside as
     inputs (parameters as parameters), returning the values in `read`."""
     own = {n.name for n in members}

@@ -36,7 +36,7 @@ from collections.abc import Callable
 import torch
 
 from transpiler.ir.graph import Graph, Node, Ref, read_before_fallback
-from transpiler.ir.ops import GATHERS, MOVEMENT, resolve_op
+from transpiler.ir.ops import GATHERS, MOVEMENT, is_random, resolve_op
 from transpiler.passes.fuse import KERNEL_KINDS, classify, resolve
 from transpiler.passes.retrace import retrace
 
@@ -139,11 +139,6 @@ def _replayable(view: Node) -> bool:
     )
 
 
-def _random(node: Node) -> bool:
-    """Whether the op draws random numbers: computed twice, it draws twice."""
-    return torch.Tag.nondeterministic_seeded in resolve_op(node.target).tags
-
-
 def _cheap(graph: Graph, nodes, kinds) -> dict[str, int]:
     """Recomputable values, with the number of ops recomputing each takes."""
     pinned = read_before_fallback(graph)
@@ -155,7 +150,7 @@ def _cheap(graph: Graph, nodes, kinds) -> dict[str, int]:
             continue  # not a function of each position's operands alone
         if not any(isinstance(a, Ref) for a in node.args):
             continue  # a factory: its size is an argument, not a broadcast
-        if any(isinstance(v, Ref) for _, v in node.kwargs) or _random(node):
+        if any(isinstance(v, Ref) for _, v in node.kwargs) or is_random(node.target):
             continue
         shapes = [nodes[r.name].tensor_meta.shape for r in node.refs()]
         if torch.broadcast_shapes(*shapes) != node.tensor_meta.shape:

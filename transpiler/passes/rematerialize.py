@@ -41,10 +41,9 @@ from __future__ import annotations
 import dataclasses
 
 from transpiler.ir.graph import Graph, Node, Ref, map_refs
-from transpiler.ir.ops import GATHERS, MOVEMENT
+from transpiler.ir.ops import GATHERS, MOVEMENT, is_random
 from transpiler.passes.dce import dce
 from transpiler.passes.fuse import KERNEL_KINDS, Fusion, fuse, resolve
-from transpiler.passes.recompute import _random
 
 MAX_NODES = 12  # ops computed again for one stored value
 
@@ -96,7 +95,7 @@ def _chain(
         if (
             kinds[n.name] != "pointwise"
             or n.target in MOVEMENT + GATHERS
-            or _random(n)
+            or is_random(n.target)
             or any(isinstance(v, Ref) for _, v in n.kwargs)
         ):
             return False
