@@ -40,6 +40,11 @@ def addmm_activation(
 # offset's place the kernel's own seed tensor; `attention_backward` runs that
 # kernel's backward with the logsumexp it returned (its own shape), passing it the
 # seed tensor for its seed and offset (unread, but checked for their device).
+# With dropout it runs the memory-efficient kernel, the traced one, whose seed and
+# offset its backward reads to draw the same mask (eager's pick for f32, so the
+# same masks as eager's). On other than CUDA tensors dropout is eager's own call,
+# and the backward recomputes it with autograd from the CPU generator's state
+# before it, saved in the offset's place.
 _CUDNN = int(SDPBackend.CUDNN_ATTENTION)
 _FLASH = int(SDPBackend.FLASH_ATTENTION)
 _EFFICIENT = int(SDPBackend.EFFICIENT_ATTENTION)
@@ -57,14 +62,22 @@ def attention(
     q, k, v, bias, compute_log_sumexp, dropout_p=0.0, is_causal=False, scale=None
 ):
     """`aten._scaled_dot_product_efficient_attention`'s arguments and results
-    (out, logsumexp, seed, offset), without a mask or dropout, computed by the
-    kernel PyTorch's dispatcher picks (Note [Attention kernels at run time]). On
-    other than CUDA tensors (a cuda variant's code run on CPU tensors, Triton
-    interpreting its kernels) the CPU's flash attention, its logsumexp padded as
-    the memory-efficient kernel pads it (to a multiple of 32 rows)."""
+    (out, logsumexp, seed, offset), without a mask, computed by the kernel
+    PyTorch's dispatcher picks, or with dropout by the memory-efficient kernel
+    (Note [Attention kernels at run time]). On other than CUDA tensors (a cuda
+    variant's code run on CPU tensors, Triton interpreting its kernels) the CPU's
+    flash attention, its logsumexp padded as the memory-efficient kernel pads it
+    (to a multiple of 32 rows)."""
     aten = torch.ops.aten
-    if bias is not None or dropout_p:
-        raise ValueError("runtime_shim.attention takes no mask and no dropout")
+    if bias is not None:
+        raise ValueError("runtime_shim.attention takes no mask")
+    if dropout_p and not q.is_cuda:
+        return _cpu_attention_with_dropout(q, k, v, dropout_p, is_causal, scale)
+    if dropout_p:
+        out, lse, seed, offset = aten._scaled_dot_product_efficient_attention(
+            q, k, v, None, True, dropout_p, is_causal, scale=scale
+        )
+        return _rows_before_heads(out), lse, seed, offset
     if not q.is_cuda:
         out, lse = aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, 0.0, is_causal, scale=scale
@@ -104,6 +117,31 @@ def _rows_before_heads(out: torch.Tensor) -> torch.Tensor:
     return laid_out.copy_(out)
 
 
+def _cpu_attention_with_dropout(q, k, v, dropout_p, is_causal, scale):
+    """Eager's attention with dropout on CPU tensors, and where `attention` returns
+    the logsumexp, the generator's state before it (Note [Attention kernels at
+    run time]); the logsumexp's place is left empty."""
+    state = torch.get_rng_state()
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+    )
+    rows = q.shape[-2]
+    lse = q.new_empty((*q.shape[:-2], (rows + 31) // 32 * 32), dtype=torch.float32)
+    return _rows_before_heads(out), lse, _kernel_tag(int(SDPBackend.MATH)), state
+
+
+def _cpu_attention_with_dropout_backward(grad, q, k, v, state, p, is_causal, scale):
+    """The gradients of `_cpu_attention_with_dropout` for the mask it drew, drawn
+    again from the generator's state it saved."""
+    with torch.random.fork_rng(devices=[]), torch.enable_grad():
+        torch.set_rng_state(state)
+        inputs = tuple(t.detach().requires_grad_() for t in (q, k, v))
+        out = torch.nn.functional.scaled_dot_product_attention(
+            *inputs, dropout_p=p, is_causal=is_causal, scale=scale
+        )
+        return torch.autograd.grad(out, inputs, grad)
+
+
 def attention_backward(
     grad,
     q,
@@ -125,6 +163,27 @@ def attention_backward(
     other than CUDA tensors the CPU flash attention's backward."""
     aten = torch.ops.aten
     rows, columns = q.shape[-2], k.shape[-2]
+    if dropout_p and not q.is_cuda:
+        grads = _cpu_attention_with_dropout_backward(
+            grad, q, k, v, offset, dropout_p, is_causal, scale
+        )
+        return (*grads, None)
+    if dropout_p:
+        return aten._scaled_dot_product_efficient_attention_backward(
+            grad,
+            q,
+            k,
+            v,
+            None,
+            out,
+            lse,
+            seed,
+            offset,
+            dropout_p,
+            grad_input_mask,
+            is_causal,
+            scale=scale,
+        )
     kernel = int(seed) if q.is_cuda else None
     if kernel is None:
         grads = aten._scaled_dot_product_flash_attention_for_cpu_backward(

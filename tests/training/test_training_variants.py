@@ -13,6 +13,7 @@ parameters between calls give eager's losses step after step.
 from __future__ import annotations
 
 import contextlib
+import re
 import os
 import warnings
 from functools import partial
@@ -107,14 +108,25 @@ class DropAttention(nn.Module):
         super().__init__()
         self.qkv = nn.Linear(32, 96)
 
-    def forward(self, x, mask):
+    def forward(self, x):
         b, t, c = x.shape
         q, k, v = (
             z.view(b, t, 4, 8).transpose(1, 2) for z in self.qkv(x).split(c, dim=2)
         )
         causal = F.scaled_dot_product_attention(q, k, v, dropout_p=0.2, is_causal=True)
-        masked = F.scaled_dot_product_attention(q, k, v, mask, dropout_p=0.1)
-        return causal + masked
+        full = F.scaled_dot_product_attention(q, k * 2, v, dropout_p=0.1, scale=0.3)
+        return causal + full
+
+
+class MaskedDropAttention(DropAttention):
+    """Attention with a mask and dropout, which no fused kernel draws here."""
+
+    def forward(self, x, mask):
+        b, t, c = x.shape
+        q, k, v = (
+            z.view(b, t, 4, 8).transpose(1, 2) for z in self.qkv(x).split(c, dim=2)
+        )
+        return F.scaled_dot_product_attention(q, k, v, mask, dropout_p=0.1)
 
 
 class DropPath(nn.Module):
@@ -142,7 +154,8 @@ CASES = {
     "Attention": {"x": ((2, 8, 32), GRAD)},
     "Heads": {"x": ((5, 16), None)},
     "loss_fn": {"x": ((3, 7), GRAD), "y": ((3, 7), GRAD)},
-    "DropAttention": {"x": ((2, 8, 32), GRAD), "mask": ((8, 8), None)},
+    "DropAttention": {"x": ((2, 8, 32), GRAD)},
+    "MaskedDropAttention": {"x": ((2, 8, 32), GRAD), "mask": ((8, 8), None)},
     "DropPath": {"x": ((8, 16), GRAD)},
 }
 
@@ -221,10 +234,11 @@ def test_gradients_match_eager_autograd(generated, name: str, device: str) -> No
 
 
 def _eager_attention(name: str):
-    """Attention with dropout compiles to PyTorch's math path with
-    `native_dropout` (README, Training): eager draws the same masks there; on a
-    GPU it would pick a fused kernel that draws its own way."""
-    if name != "DropAttention":
+    """Attention with dropout is the memory-efficient kernel on a GPU, eager's
+    pick there for f32, and elsewhere PyTorch's math path with `native_dropout`
+    (README, Training). Eager draws the same masks on the CPU; with a mask on a
+    GPU it would run the memory-efficient kernel, drawing its own way."""
+    if name != "MaskedDropAttention":
         return contextlib.nullcontext()
     return sdpa_kernel(SDPBackend.MATH)
 
@@ -259,6 +273,24 @@ def test_attention_saves_no_attention_matrix(generated) -> None:
     assert "runtime_shim.attention_backward(" in text
     saved = [line for line in text.splitlines() if "its forward saves" in line]
     assert saved
+
+
+def test_cuda_attention_draws_its_dropout_in_the_fused_kernel(generated) -> None:
+    """On cuda the memory-efficient kernel draws attention's dropout (both calls
+    of DropAttention), its backward reading the seed and offset it drew with; a
+    mask keeps the math path there, and the CPU's kernel takes no dropout."""
+    _, text = generated
+    calls = {
+        m.group(1): " ".join(m.group(2).split())
+        for m in re.finditer(r"def (_\w+_forward)\((.*?)\n\n\n", text, re.S)
+    }
+    names = [n for n in calls if "runtime_shim.attention(" in calls[n]]
+    drawn = [n for n in names if re.search(r"None, True, 0\.[12],", calls[n])]
+    assert len(drawn) == 1 and drawn[0].startswith("_cuda_"), names
+    assert calls[drawn[0]].count("runtime_shim.attention(") == 2
+    assert "native_dropout" not in calls[drawn[0]]
+    written_out = [n for n in calls if "_safe_softmax" in calls[n]]
+    assert sorted(n.split("_")[1] for n in written_out) == ["cpu", "cpu", "cuda"]
 
 
 def test_eval_mode_and_no_grad_run_the_source(generated) -> None:

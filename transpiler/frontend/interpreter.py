@@ -60,7 +60,12 @@ from transpiler.ir.graph import (
     TensorMeta,
     subgraph,
 )
-from transpiler.ir.ops import CHECKS_DATA, device_strides
+from transpiler.ir.ops import (
+    CHECKS_DATA,
+    attention_arguments,
+    device_strides,
+    fused_attention,
+)
 from transpiler.ir.region import LoopBody
 
 BINARY_OPS = {
@@ -115,11 +120,14 @@ EXTERN_FUNCTIONS = {
 }
 
 
-def attention_dropout(args, kwargs) -> bool:
-    """Whether a call of `F.scaled_dot_product_attention` applies dropout."""
-    names = ("query", "key", "value", "attn_mask", "dropout_p")
-    p = (dict(zip(names, args)) | kwargs).get("dropout_p", 0.0)
-    return not isinstance(p, (int, float)) or p > 0
+def attention_written_out(args, kwargs, device: str) -> bool:
+    """Whether a training variant traces a call of `F.scaled_dot_product_attention`
+    through its ops (`trace.DropoutAsOp`) instead of keeping it whole: where it
+    applies dropout that the device's fused kernel does not draw."""
+    given = attention_arguments(args, kwargs)
+    p = given.get("dropout_p", 0.0)
+    dropout = not isinstance(p, (int, float)) or p > 0
+    return dropout and not fused_attention(given, device)
 
 
 NO_EFFECT_CONTEXTS = (torch.no_grad, torch.inference_mode, torch.enable_grad)
@@ -424,6 +432,7 @@ class Interpreter:
         loops: dict[str, tuple[int, LoopBody]] | None = None,
         whole: dict[int, str] | None = None,
         train: bool = False,
+        device: str = "cpu",
     ):
         self.recorder = recorder
         self.sources = sources
@@ -439,9 +448,10 @@ class Interpreter:
         # statements (by id) that are fallback code on every path, with the reason
         self.whole = whole if whole is not None else {}
         self.last_stub: Ref | None = None
-        # a training variant's: attention with dropout is traced through its ops
-        # (`trace.DropoutAsOp`), not kept whole
+        # a training variant's attention with dropout that the device's fused
+        # kernel does not draw is traced through its ops (`trace.DropoutAsOp`)
         self.train = train
+        self.device = device
         # integer comparisons decided here, as (span, operator, left, right, outcome):
         # with a dynamic dimension, one whose operands change with it is a guard
         self.comparisons: list[tuple] = []
@@ -552,7 +562,7 @@ class Interpreter:
         if fn in (torch.tensor, torch.as_tensor) and args and _python_data(args[0]):
             return _tensor_of_data(*args, **kwargs)
         if fn in EXTERN_FUNCTIONS and not (
-            self.train and attention_dropout(args, kwargs)
+            self.train and attention_written_out(args, kwargs, self.device)
         ):
             return self._extern(EXTERN_FUNCTIONS[fn], fn, args, kwargs)
         if fn in PYTHON_SIDE_EFFECTS:

@@ -30,7 +30,7 @@ from transpiler.frontend.interpreter import (
     Interpreter,
     Retrace,
     UserCodeError,
-    attention_dropout,
+    attention_written_out,
 )
 from transpiler.frontend.loader import resolve
 from transpiler.frontend.objects import Example, ObjectInput, example_input
@@ -91,10 +91,15 @@ class DropoutAsOp(torch.overrides.TorchFunctionMode):
     by `bernoulli_`, which no graph holds (fallback code).
 
     Attention with dropout (`F.scaled_dot_product_attention(..., dropout_p=0.1)`,
-    as transformers' models call it in training) is written out as eager's math
-    path computes it on the CPU, with its dropout as `native_dropout`: the same
-    draws after the same seed there. On a GPU eager runs a fused kernel that
-    draws its own way, so the masks differ from eager's there (not their law)."""
+    as transformers' models call it in training) is kept whole where the device's
+    fused kernel draws it (cuda's memory-efficient kernel, eager's pick for f32:
+    the same masks). Elsewhere it is written out as eager's math path computes it
+    on the CPU, with its dropout as `native_dropout`: the same draws after the
+    same seed there."""
+
+    def __init__(self, device: str):
+        super().__init__()
+        self.device = device
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -107,7 +112,7 @@ class DropoutAsOp(torch.overrides.TorchFunctionMode):
                     x = given["input"]
                     return torch.ops.aten.native_dropout.default(x, p, True)[0]
         if func is torch.nn.functional.scaled_dot_product_attention:
-            if attention_dropout(args, kwargs):  # not kept whole: Interpreter.train
+            if attention_written_out(args, kwargs, self.device):  # Interpreter.train
                 return _attention_with_dropout(*args, **kwargs)
         return func(*args, **kwargs)
 
@@ -282,6 +287,7 @@ def _trace(
             loops,
             whole,
             train=variant.train,
+            device=variant.device,
         )
         args, kwargs, found = _inputs(
             fn, variant, builder, module, sources.root, skip_self=module is not None
@@ -291,7 +297,9 @@ def _trace(
             interp.inputs.update(example.places)
             interp._held.append(example.copies)
         try:
-            dropout = DropoutAsOp() if variant.train else contextlib.nullcontext()
+            dropout = (
+                DropoutAsOp(variant.device) if variant.train else contextlib.nullcontext()
+            )
             with torch.device("meta"), torch.no_grad(), recorder, dropout:
                 self_ = (module,) if module is not None else ()
                 # the variant takes the parameters of the decorated function, so

@@ -335,6 +335,42 @@ SUPPORTED_DTYPES = (
 )
 
 
+ATTENTION_PARAMETERS = (
+    "query",
+    "key",
+    "value",
+    "attn_mask",
+    "dropout_p",
+    "is_causal",
+    "scale",
+    "enable_gqa",
+)
+
+
+def attention_arguments(args: tuple, kwargs: dict) -> dict:
+    """A call of `scaled_dot_product_attention`'s arguments, by name."""
+    return dict(zip(ATTENTION_PARAMETERS, args)) | kwargs
+
+
+def fused_attention(given: dict, device: str) -> bool:
+    """Whether the device's fused attention kernel, with its own backward, computes
+    a training variant's call of `scaled_dot_product_attention` (its arguments by
+    name): the memory-efficient kernel on cuda, which also draws dropout; the CPU's
+    flash attention, which takes a constant mask of the query's dtype but no
+    dropout (Note [Attention in the joint graph] in passes/joint.py)."""
+    q, k = given["query"], given["key"]
+    mask, p = given.get("attn_mask"), given.get("dropout_p", 0.0)
+    if given.get("enable_gqa", False) or not isinstance(p, (int, float)):
+        return False
+    if q.dim() != 4 or q.shape[1] != k.shape[1] or not q.dtype.is_floating_point:
+        return False
+    if p and device != "cuda":
+        return False
+    if mask is None:
+        return True
+    return device != "cuda" and mask.dtype == q.dtype and not mask.requires_grad
+
+
 def attention_layout(shape: tuple[int, ...], args: tuple) -> tuple[int, ...]:
     """Strides of attention's output as its fused kernels (flash, memory-efficient)
     write it: (B, H, L, D) stored as (B, L, H, D), so `y.transpose(1, 2)` is

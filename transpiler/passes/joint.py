@@ -37,7 +37,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from transpiler.frontend.recorder import GraphBuilder, Recorder, Unsupported
 from transpiler.ir.graph import Graph, Node, TensorMeta, Updated, leaves, map_refs
-from transpiler.ir.ops import resolve_op
+from transpiler.ir.ops import attention_arguments, fused_attention, resolve_op
 from transpiler.passes.decompose import decomposition_table
 from transpiler.passes.retrace import arguments, keep_name, run_node
 
@@ -181,10 +181,13 @@ def _run(
 # `runtime_shim.attention`, which runs the kernel PyTorch's dispatcher picks where
 # the module runs: Note [Attention kernels at run time]), the CPU's flash attention
 # on cpu. Each saves its output and the rows' logsumexp, not the matrix; both
-# halves call them as extern ops. Dropout inside attention, grouped heads, and
-# masks the kernels do not take (any on cuda, where eager's pads them first; on the
-# CPU a boolean one, or one with a gradient: T5's learned position bias) keep the
-# math path.
+# halves call them as extern ops. On cuda the kernel also draws attention's
+# dropout, from torch's generator as eager's kernel does; it returns the seed and
+# offset it drew with, saved for its backward, which draws the same mask again.
+# Grouped heads and masks the kernels do not take (any on cuda, where eager's pads
+# them first; on the CPU a boolean one, or one with a gradient: T5's learned
+# position bias) keep the math path, as does dropout on the CPU, written out by
+# the frontend (`trace.DropoutAsOp`, `ir.ops.fused_attention`).
 FUSED_ATTENTION = {
     "cuda": aten._scaled_dot_product_efficient_attention.default,
     "cpu": aten._scaled_dot_product_flash_attention_for_cpu.default,
@@ -194,22 +197,16 @@ FUSED_ATTENTION = {
 def _fused_attention(args, kwargs, device: str):
     """The output of the device's fused attention kernel, or None where it does
     not apply (then the op decomposes)."""
-    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale")
-    given = dict(zip(names, args)) | kwargs
+    given = attention_arguments(args, kwargs)
+    if not fused_attention(given, device):
+        return None
     q, k, v = given["query"], given["key"], given["value"]
-    mask, causal = given.get("attn_mask"), given.get("is_causal", False)
-    scale = given.get("scale")
-    if given.get("dropout_p", 0.0) or given.get("enable_gqa", False):
-        return None
-    if q.dim() != 4 or q.shape[1] != k.shape[1] or not q.dtype.is_floating_point:
-        return None
-    if mask is not None and (
-        device == "cuda" or mask.dtype != q.dtype or mask.requires_grad
-    ):  # what the kernels take: on the CPU a mask of the query's dtype, constant
-        return None
+    causal, scale = given.get("is_causal", False), given.get("scale")
+    p = float(given.get("dropout_p", 0.0))
     if device == "cuda":
-        out = FUSED_ATTENTION["cuda"](q, k, v, None, True, 0.0, causal, scale=scale)
+        out = FUSED_ATTENTION["cuda"](q, k, v, None, True, p, causal, scale=scale)
     else:
+        mask = given.get("attn_mask")
         out = FUSED_ATTENTION["cpu"](q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
     return out[0]
 
