@@ -77,6 +77,7 @@ from transpiler.passes.direct_views import direct_views
 from transpiler.passes.drop_copies import drop_copies
 from transpiler.passes.drop_expands import drop_expands
 from transpiler.passes.extern_layouts import pin_extern_layouts
+from transpiler.passes.embedding_gradients import embedding_gradients
 from transpiler.passes.fold_linear import fold_linear
 from transpiler.passes.fuse import fuse
 from transpiler.passes.grouped_attention import repeat_grouped_heads
@@ -87,7 +88,7 @@ from transpiler.passes.parts import Part, as_part_calls
 from transpiler.passes.parts import split as split_parts
 from transpiler.passes.recompute import recompute_broadcasts
 from transpiler.passes.rematerialize import rematerialize
-from transpiler.passes.reuse_buffers import reuse_buffers
+from transpiler.passes.reuse_buffers import reinplace_externs, reuse_buffers
 from transpiler.passes.schedule import schedule
 from transpiler.passes.small_matmul import unroll_small_matmuls
 from transpiler.passes.split_addmm import split_addmm
@@ -99,6 +100,7 @@ from transpiler.variants import code_name, range_guards, register_kernels
 GRAPH_PASSES = (
     (check_indices, "check the indices of the indirect loads kernels compute"),
     (decompose, "rewrite composite ops (layer_norm, softmax, gelu) into fusable ops"),
+    (embedding_gradients, "add an embedding's gradient into a tied weight's"),
     (split_reductions, "reduce long reductions with few results in two kernels"),
     (channels_last, "run 2-D convolutions and the kernels between them NHWC"),
     (unroll_small_matmuls, "compute a matmul with K <= 8 as products that fuse"),
@@ -121,8 +123,13 @@ DEVICE_PASSES = {
 FOR_DEVICE = (split_reductions,)
 
 
-def optimize(graph: Graph, device: str = "cpu") -> Graph:
-    for run, _why in DEVICE_PASSES.get(device, ()) + GRAPH_PASSES:
+def optimize(graph: Graph, device: str = "cpu", checked: bool = False) -> Graph:
+    """The graph passes; `checked`: the indices were checked before (a training
+    graph's, before the joint: `_train`)."""
+    passes = DEVICE_PASSES.get(device, ()) + GRAPH_PASSES
+    if checked:
+        passes = tuple(p for p in passes if p[0] is not check_indices)
+    for run, _why in passes:
         graph = run(graph, device) if run in FOR_DEVICE else run(graph)
         graph.lint()
     graph = fold_device_outputs(graph, device)  # last: a retrace would undo it
@@ -151,6 +158,8 @@ def finish(
     # values of parameters alone, before any branch (Note [Values of parameters
     # alone])
     compiled = replace(compiled, program=hoist_constants(compiled.program))
+    if static:  # Note [Extern calls in place]
+        compiled = reinplace_externs(compiled)
     if static and backend == "triton":  # Note [Writing over a dead input]
         compiled = reuse_buffers(compiled)
     return compiled
@@ -307,6 +316,10 @@ def _train(
         raise Unsupported(
             "a training variant that writes in place a tensor it differentiates", span
         )
+    # indices are checked where the forward reads them, before the joint
+    # decomposes their ops (embedding, nll_loss's backward: a scatter); the
+    # backward reads the same indices
+    graph = check_indices(graph)
     halves = partition(joint(graph, wrt, device=variant.device))
     if not halves.tangents:
         raise _NoGradient(NO_OUTPUT_GRADIENT, _last_span([graph]))
@@ -314,7 +327,7 @@ def _train(
     names = mb.names[backend]
     before = set(names.by_body.values())
 
-    lower_graph = _graph_lowering(names, variant.device)
+    lower_graph = _graph_lowering(names, variant.device, checked=True)
     backward = lower_region(Region(halves.backward), lower_graph)
     tangents = set(halves.tangents)
     saved = tuple(n for n in backward.program.inputs if n not in tangents)
@@ -522,12 +535,14 @@ def _lower(
     return lower_region(region, _graph_lowering(names, device), loops=loops)
 
 
-def _graph_lowering(names: KernelNames, device: str) -> Callable[[Graph], Program]:
+def _graph_lowering(
+    names: KernelNames, device: str, checked: bool = False
+) -> Callable[[Graph], Program]:
     """How a variant's graph becomes a program: the graph passes, then `lower`,
     with the module's kernel names."""
 
     def lower_graph(graph: Graph) -> Program:
-        return lower(optimize(graph, device), names, device)
+        return lower(optimize(graph, device, checked), names, device)
 
     return lower_graph
 

@@ -2,7 +2,7 @@
 
 Embedding lookups, `x[idx]` with negative and multi-dimensional indices,
 index_select, gather along each dimension and the losses built on them (nll_loss,
-cross_entropy with ignored targets), compared with eager on both backends, the
+cross_entropy with ignored targets), scatters of one element per row, compared with eager on both backends, the
 lookups themselves in generated kernels; indices out of range raise, as eager's
 ops do (Note [Indirect loads in range] in passes/check_indices.py).
 """
@@ -44,6 +44,20 @@ def losses(logits, target):
     )
 
 
+def scattered(x, i0, i1, src):
+    # one index per row: a select (Note [Scatters of one element per row])
+    return (
+        torch.zeros_like(x).scatter(1, i1, -1.0) * x.exp(),
+        x.scatter(0, i0, src) + 1,
+        x.scatter(-1, i1, src[:6]),
+    )
+
+
+def scattered_twice_per_row(x, i2, src):
+    # two indices per row stay a call into PyTorch
+    return x.scatter(1, i2, src) * 2
+
+
 def unbatched_loss(x, w, target):
     # one sample: the log-softmax is read through a view of another shape
     logits = F.linear(x, w)
@@ -76,7 +90,20 @@ def inputs() -> dict:
             "i1": torch.randint(0, 10, (6, 3), generator=gen),
         },
         "losses": {"logits": torch.randn(12, 40, generator=gen) * 3, "target": target},
+        "scattered": {
+            "x": torch.randn(6, 10, generator=gen),
+            "i0": torch.randint(0, 6, (1, 10), generator=gen),
+            "i1": torch.randint(0, 10, (6, 1), generator=gen),
+            "src": torch.randn(8, 12, generator=gen),
+        },
     }
+
+
+TWICE = {
+    "x": torch.randn(6, 10),
+    "i2": torch.tensor([[0, 3], [1, 2], [9, 2], [4, 5], [0, 6], [7, 8]]),  # distinct
+    "src": torch.randn(6, 2),
+}
 
 
 UNBATCHED = {"x": torch.randn(8), "w": torch.randn(40, 8), "target": torch.tensor(7)}
@@ -84,7 +111,7 @@ UNBATCHED = {"x": torch.randn(8), "w": torch.randn(40, 8), "target": torch.tenso
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    cases = {**inputs(), "unbatched_loss": UNBATCHED}
+    cases = {**inputs(), "unbatched_loss": UNBATCHED, "scattered_twice_per_row": TWICE}
     return compile_source(SOURCE, cases, tmp_path_factory.mktemp("gathers"))
 
 
@@ -95,14 +122,22 @@ def test_a_loss_of_one_sample(compiled) -> None:
     compiled["unbatched_loss"].check(UNBATCHED)
 
 
+def test_other_scatters_stay_calls(compiled) -> None:
+    case = compiled["scattered_twice_per_row"]
+    case.check(TWICE)
+    for side in (case.cpu_source, case.cuda_source):
+        assert "torch.ops.aten.scatter.src(" in side, side
+
+
 @pytest.mark.parametrize("name", list(inputs()))
 def test_indirect_loads(compiled, name: str) -> None:
     case = compiled[name]
     case.check(inputs()[name])
     for side in (case.cpu_source, case.cuda_source):
-        # the lookups run in kernels: no extern call but the range check
+        # the lookups run in kernels: no extern call but the range check (and
+        # the positions a scatter compares with its indices)
         externs = [line for line in side.splitlines() if "torch.ops.aten." in line]
-        assert all("_assert_async" in line for line in externs), side
+        assert all("_assert_async" in s or "arange" in s for s in externs), side
 
 
 @pytest.mark.parametrize(
@@ -113,6 +148,8 @@ def test_indirect_loads(compiled, name: str) -> None:
         ("gathered", {"i1": torch.full((6, 3), -1)}),
         ("embed", {"ids": torch.tensor([[0, 1, -1, 2, 3, 4, 5]] * 3)}),
         ("losses", {"target": torch.tensor([40] + [0] * 11)}),
+        ("scattered", {"i1": torch.full((6, 1), 10)}),
+        ("scattered", {"i0": torch.full((1, 10), -1)}),
         (
             "embed_long",
             {

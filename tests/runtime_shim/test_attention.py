@@ -115,12 +115,45 @@ def test_attention_and_its_backward_equal_eager(kernel, dtype, rows, split, caus
         assert torch.equal(tensor, copy)
 
 
-def test_attention_takes_no_mask_and_no_dropout():
+def test_attention_takes_no_mask():
     q, k, v = _qkv(torch.float32, 32, False)
-    with pytest.raises(ValueError, match="no mask and no dropout"):
-        runtime_shim.attention(q, k, v, None, True, 0.1, False)
-    with pytest.raises(ValueError, match="no mask and no dropout"):
+    with pytest.raises(ValueError, match="no mask"):
         runtime_shim.attention(q, k, v, torch.zeros(32, 32), True, 0.0, False)
+
+
+@pytest.mark.parametrize("rows, split", [(128, True), (100, False)])
+@pytest.mark.parametrize("causal", [True, False])
+def test_attention_with_dropout_draws_as_eager(rows, split, causal):
+    """With dropout the shim draws eager's mask after the same seed (on a GPU the
+    memory-efficient kernel, eager's pick for f32; elsewhere eager's own call), and
+    its backward draws it again: the output and the gradients of eager's autograd,
+    the inputs unchanged."""
+    q, k, v = _qkv(torch.float32, rows, split)
+    before = [t.clone() for t in (q, k, v)]
+    grad = torch.randn(2, rows, 3, 64, generator=torch.Generator().manual_seed(2))
+    grad = grad.to(DEVICE).transpose(1, 2)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    context = (
+        sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]) if REAL_GPU else nullcontext()
+    )
+    torch.manual_seed(5)
+    with context:
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            *leaves, dropout_p=0.3, is_causal=causal
+        )
+    expected.backward(grad)
+    torch.manual_seed(5)
+    out, lse, seed, offset = runtime_shim.attention(q, k, v, None, True, 0.3, causal)
+    torch.manual_seed(11)  # the backward draws from what the forward saved
+    grads = runtime_shim.attention_backward(
+        grad, q, k, v, None, out, lse, seed, offset, 0.3, [True] * 3 + [False], causal
+    )
+    torch.testing.assert_close(out, expected.detach(), atol=2e-5, rtol=2e-5)
+    for got, leaf in zip(grads[:3], leaves):
+        torch.testing.assert_close(got, leaf.grad, atol=1e-4, rtol=1e-4)
+    assert grads[3] is None
+    for tensor, copy in zip((q, k, v), before):
+        assert torch.equal(tensor, copy)
 
 
 @pytest.mark.parametrize(

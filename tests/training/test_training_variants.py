@@ -129,6 +129,21 @@ class MaskedDropAttention(DropAttention):
         return F.scaled_dot_product_attention(q, k, v, mask, dropout_p=0.1)
 
 
+class LmLoss(nn.Module):
+    """A language model's loss: an embedding with a padding index, an output
+    layer tied to it, and cross-entropy with an ignored target."""
+
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(40, 16, padding_idx=1)
+        self.ln = nn.LayerNorm(16)
+
+    def forward(self, ids, labels):
+        logits = self.ln(self.wte(ids)) @ self.wte.weight.t()
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=3)
+        return loss, logits
+
+
 class DropPath(nn.Module):
     """timm's drop path: a fresh tensor filled in place by `bernoulli_`."""
 
@@ -157,10 +172,14 @@ CASES = {
     "DropAttention": {"x": ((2, 8, 32), GRAD)},
     "MaskedDropAttention": {"x": ((2, 8, 32), GRAD), "mask": ((8, 8), None)},
     "DropPath": {"x": ((8, 16), GRAD)},
+    "LmLoss": {"ids": ((4, 8), 12), "labels": ((4, 8), 8)},
 }
+# an int in place of GRAD: an input of indices below it
 
 
 def _spec(shape, grad) -> TensorSpec:
+    if isinstance(grad, int):
+        return TensorSpec(torch.int64, shape)
     return TensorSpec(torch.float32, shape, grad=grad == GRAD)
 
 
@@ -188,6 +207,9 @@ def _inputs(name: str, seed: int, device: str = "cpu") -> dict[str, torch.Tensor
     gen = torch.Generator().manual_seed(seed)
     out = {}
     for n, (shape, grad) in CASES[name].items():
+        if isinstance(grad, int):
+            out[n] = torch.randint(0, grad, shape, generator=gen).to(_on(device))
+            continue
         t = torch.randn(shape, generator=gen).to(_on(device))
         out[n] = t.requires_grad_(grad == GRAD)
     return out
@@ -291,6 +313,55 @@ def test_cuda_attention_draws_its_dropout_in_the_fused_kernel(generated) -> None
     assert "native_dropout" not in calls[drawn[0]]
     written_out = [n for n in calls if "_safe_softmax" in calls[n]]
     assert sorted(n.split("_")[1] for n in written_out) == ["cpu", "cpu", "cuda"]
+
+
+def test_cross_entropy_backward_is_a_select_in_a_kernel(generated) -> None:
+    """nll_loss's backward, a scatter of one element per row, is a select in the
+    kernel of the log-softmax's backward (Note [Scatters of one element per row]):
+    no zero-filled matrix of the logits' size, no extern call; the targets are
+    checked once, where the forward reads them."""
+    module, text = generated
+    for device in ("cpu", "cuda"):
+        variant = _variant_of(module, "LmLoss", device)
+        backward = text.split(f"def _{variant}_backward(")[1].split("\ndef ")[0]
+        forward = text.split(f"def _{variant}_forward(")[1].split("\ndef ")[0]
+        assert "nll_loss_backward" not in backward and "scatter" not in backward
+        assert "zeros" not in backward and "_assert_async" not in backward
+        assert forward.count("Target out of bounds") == 1, forward
+
+
+def test_a_tied_embedding_adds_its_rows_into_the_output_layers_gradient(
+    generated,
+) -> None:
+    """The embedding's gradient is added into the tied output layer's, in place
+    (Note [Tied embeddings]): no table of its own, no sum of two tables."""
+    module, text = generated
+    for device in ("cpu", "cuda"):
+        variant = _variant_of(module, "LmLoss", device)
+        backward = text.split(f"def _{variant}_backward(")[1].split("\ndef ")[0]
+        assert "embedding_dense_backward" not in backward, backward
+        assert backward.count("torch.ops.aten.index_put_.default(") == 1, backward
+
+
+@pytest.mark.parametrize(
+    ("bad", "value"), [("ids", 40), ("ids", -1), ("labels", 40), ("labels", -2)]
+)
+def test_an_index_out_of_range_raises_as_eager(generated, bad, value) -> None:
+    """The forward checks its indices before the joint decomposes the ops that
+    read them (an embedding's, the loss's targets): the error eager raises, of
+    its type. On a GPU the check is a device-side assert, which ends the CUDA
+    context, so there only the CPU variant is called."""
+    module, _ = generated
+    devices = ("cpu",) if REAL_GPU else ("cpu", "cuda")
+    for device in devices:
+        eager_fn, _, _, mine_mod = _pair(module, "LmLoss", device)
+        inputs = _inputs("LmLoss", 2, device)
+        inputs[bad][1, 2] = value
+        with pytest.raises((IndexError, RuntimeError)) as eager_error:
+            eager_fn(**inputs)
+        run = vars(module)[f"_{_variant_of(module, 'LmLoss', device)}"]
+        with pytest.raises(eager_error.type, match="out of"):
+            run(mine_mod, **inputs)
 
 
 def test_eval_mode_and_no_grad_run_the_source(generated) -> None:

@@ -298,7 +298,9 @@ def _trace(
             interp._held.append(example.copies)
         try:
             dropout = (
-                DropoutAsOp(variant.device) if variant.train else contextlib.nullcontext()
+                DropoutAsOp(variant.device)
+                if variant.train
+                else contextlib.nullcontext()
             )
             with torch.device("meta"), torch.no_grad(), recorder, dropout:
                 self_ = (module,) if module is not None else ()

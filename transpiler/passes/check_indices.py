@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import torch
 
-from transpiler.ir.graph import Graph, Node, Ref
+from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
 from transpiler.ir.ops import GATHERS, is_view
-from transpiler.passes.decompose import ANY_ALL, any_all
+from transpiler.passes.decompose import ANY_ALL, any_all, one_per_row
 from transpiler.passes.fuse import gather_ok
 from transpiler.passes.retrace import SameOp, retrace
 
@@ -47,6 +47,10 @@ MESSAGES = {
     "aten.embedding.default": "index out of range in self",
     "aten.index_select.default": "index out of range in self",
     "aten.nll_loss_forward.default": "Target out of bounds",
+    "aten.scatter.value": "scatter: index out of bounds for dimension {dim} with "
+    "size {size}",
+    "aten.scatter.src": "scatter: index out of bounds for dimension {dim} with "
+    "size {size}",
 }
 
 # ops that decompose into an indirect load kernels compute (`x[idx]`, `gather`),
@@ -55,6 +59,11 @@ DECOMPOSED = {
     "aten.embedding.default": lambda args: (args[0], 0, args[1]),
     "aten.index_select.default": lambda args: (args[0], args[1], args[2]),
     "aten.nll_loss_forward.default": lambda args: (args[0], -1, args[1]),
+}
+# scatters that decompose into a select kernels compute (decompose.one_per_row)
+SCATTERS = {
+    "aten.scatter.value": lambda args: (args[0], args[1], args[2]),
+    "aten.scatter.src": lambda args: (args[0], args[1], args[2]),
 }
 
 
@@ -65,7 +74,9 @@ def check_indices(graph: Graph) -> Graph:
     ops they come from check them."""
     nodes = graph.by_name()
     checked = {
-        n.name for n in graph.nodes if n.target in DECOMPOSED or gather_ok(n, nodes)
+        n.name
+        for n in graph.nodes
+        if n.target in DECOMPOSED or gather_ok(n, nodes) or _scatter_ok(n, nodes)
     }
     if not checked:
         return graph
@@ -73,9 +84,10 @@ def check_indices(graph: Graph) -> Graph:
     def rewrite(node: Node, args, kwargs):
         if node.name not in checked:
             return NotImplemented
-        if node.target in DECOMPOSED:
-            x, dim, index = DECOMPOSED[node.target](args)
-            ref, low = DECOMPOSED[node.target](node.args)[2], 0
+        if node.target in DECOMPOSED or node.target in SCATTERS:
+            reads = (DECOMPOSED | SCATTERS)[node.target]
+            x, dim, index = reads(args)
+            ref, low = reads(node.args)[2], 0
         elif node.target == "aten.gather.default":
             x, dim, index, low = args[0], args[1], args[2], 0
             ref = node.args[2]
@@ -95,8 +107,20 @@ def check_indices(graph: Graph) -> Graph:
         torch._assert_async(_every_in_parts(in_range), message)
         return SameOp(args, kwargs)
 
-    targets = (*GATHERS, *DECOMPOSED)
+    targets = (*GATHERS, *DECOMPOSED, *SCATTERS)
     return retrace(graph, rewrites={target: rewrite for target in targets})
+
+
+def _scatter_ok(node: Node, nodes: dict[str, Node]) -> bool:
+    """Whether `node` is a scatter that decomposes into a select (Note [Scatters
+    of one element per row] in decompose.py)."""
+    if node.target not in SCATTERS or len(node.args) < 3:
+        return False
+    x, dim, index = SCATTERS[node.target](node.args)
+    metas = [nodes[r.name].meta if isinstance(r, Ref) else None for r in (x, index)]
+    if not all(isinstance(m, TensorMeta) for m in metas):
+        return False
+    return one_per_row(metas[0].shape, dim, metas[1].shape)
 
 
 def _every_in_parts(ok: torch.Tensor) -> torch.Tensor:

@@ -99,6 +99,17 @@ UPSAMPLE_NEAREST = (
     aten.upsample_nearest3d.default,
 )
 
+# Note [Scatters of one element per row]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# `x.scatter(d, index, src)` with one index per row along `d` (index of x's shape
+# but 1 along d: a one-hot, nll_loss's backward) writes each row at most once,
+# so it is a select: where(positions along d == index, src, x), a pointwise op
+# kernels compute, reading x, src and the index where a copy of x and an extern
+# scatter would write x twice (cross-entropy's backward: a zero-filled matrix
+# of logits' size, then the scatter, then the kernel reading it). Its indices are
+# checked as eager's are (passes/check_indices.py). Other scatters stay whole.
+SCATTERS = (aten.scatter.value, aten.scatter.src)
+
 DECOMPOSE = (
     *POOLS,
     *ADAPTIVE_AVG_POOLS,
@@ -162,6 +173,7 @@ DECOMPOSE = (
     aten.frac.default,
     aten.round.decimals,
     aten.pow.Tensor_Scalar,  # of bools by a bool: Note [Powers of bools]
+    *SCATTERS,
     # kernel ops on floats; on integers, a division that raises where eager does
     *(op for op in INTEGER_DIVISIONS),
 )
@@ -214,7 +226,34 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
         table[op] = any_all(reduce)
     table.update({op: op.decompose for op in copies_that_may_alias()})
     table[aten.conj_physical.default] = _real_conj
+    for op in SCATTERS:
+        table[op] = _scatter_as_select
     return table
+
+
+def one_per_row(shape, dim: int, index_shape) -> bool:
+    """Whether a scatter into a tensor of `shape` along `dim` with an index of
+    `index_shape` writes one element per row (Note [Scatters of one element per
+    row])."""
+    if not shape or len(index_shape) != len(shape):
+        return False
+    dim = dim % len(shape)
+    return all(
+        n == (1 if d == dim else m) for d, (n, m) in enumerate(zip(index_shape, shape))
+    )
+
+
+def _scatter_as_select(x, dim, index, src):
+    if not one_per_row(x.shape, dim, index.shape):
+        return NotImplemented
+    dim = dim % x.dim()
+    if isinstance(src, torch.Tensor):  # what scatter reads of it
+        src = src[tuple(slice(0, n) for n in index.shape)]
+    shape = [1] * x.dim()
+    shape[dim] = x.shape[dim]
+    positions = torch.arange(x.shape[dim], device=x.device).view(shape)
+    out = torch.where(positions == index, src, x)
+    return out if out.dtype == x.dtype else NotImplemented
 
 
 def _real_conj(x):

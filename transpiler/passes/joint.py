@@ -76,6 +76,7 @@ BACKWARD_DECOMPOSE = (
     aten.hardswish_backward.default,
     aten.hardsigmoid_backward.default,
     aten.native_dropout_backward.default,
+    aten.nll_loss_backward.default,  # a scatter of one per row: a select
 )
 
 

@@ -42,7 +42,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from transpiler.ir.graph import Graph, Node, Ref, TensorMeta, iter_refs
-from transpiler.ir.ops import POINTWISE, REDUCTIONS, is_view
+from transpiler.ir.ops import CHECKS_DATA, POINTWISE, REDUCTIONS, is_random, is_view
 from transpiler.passes.joint import Joint
 
 INFINITE = 1 << 62
@@ -77,11 +77,14 @@ class Partition:
 
 
 def recomputable(node: Node) -> bool:
+    """Whether the backward may compute `node` again: elementwise math, views,
+    reductions, and values of nothing (an `arange`, a `full`) but random draws."""
     return (
         node.target in POINTWISE
         or node.target in REDUCTIONS
         or node.target in RECOMPUTABLE_EXTRA
         or is_view(node.target)
+        or (node.op == "call" and not any(node.refs()) and not is_random(node.target))
     )
 
 
@@ -176,8 +179,12 @@ def _distances(forward: list[Node], needed: set[str]) -> dict[str, int]:
 def _forward_graph(
     graph: Graph, forward: list[Node], outputs, saved: tuple[str, ...]
 ) -> Graph:
-    """The forward nodes the outputs and the saved values need."""
-    keep = _needed_by(forward, {r.name for r in iter_refs(outputs)} | set(saved))
+    """The forward nodes the outputs and the saved values need, and the checks
+    of tensor data (an index in range: `dce`)."""
+    checks = {n.name for n in forward if n.target in CHECKS_DATA}
+    keep = _needed_by(
+        forward, {r.name for r in iter_refs(outputs)} | set(saved) | checks
+    )
     nodes = [n for n in forward if n.name in keep]
     return graph.with_nodes(nodes, (outputs, tuple(Ref(s) for s in saved)))
 

@@ -33,13 +33,23 @@ when, for an input `linear` and an output `mul_21` of one Triton kernel call:
 Inductor does the same with its in-place buffers. C++ kernels are left alone:
 their pointers are `__restrict__`. Only straight-line programs are rewritten (a
 region that branches hands its values to the code of its branches).
+
+Note [Extern calls in place]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+An extern op that writes into a copy of its first argument (`index_put`, which
+clones the table and then adds rows into it) runs as its in-place twin
+(`index_put_`) where that argument is memory the program allocated (or a view of
+all of it) that nothing reads after the call, by the rules above, and the result
+is laid out as it is:
+the copy is never made (Note [Tied embeddings] in passes/embedding_gradients.py).
+On both backends: the op is PyTorch's.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from transpiler.ir.graph import TensorMeta, iter_refs
+from transpiler.ir.graph import Ref, TensorMeta, iter_refs
 from transpiler.ir.ops import FIXED_LAYOUT
 from transpiler.ir.program import (
     Alloc,
@@ -64,25 +74,72 @@ def reuse_buffers(region: CompiledRegion) -> CompiledRegion:
     return replace(region, program=program)
 
 
-def _reuse(p: Program, live_outs: frozenset[str]) -> Program:
-    kernels = {k.name: k for k in p.kernels}
+# functional extern op -> its in-place twin (Note [Extern calls in place])
+IN_PLACE = {"aten.index_put.default": "aten.index_put_.default"}
+
+
+def reinplace_externs(region: CompiledRegion) -> CompiledRegion:
+    """`region` with each extern call of `IN_PLACE` whose first argument is dead
+    after it writing into that argument (Note [Extern calls in place])."""
+    if region.cond is not None or region.loops:
+        return region
+    program = _reinplace(region.program, frozenset(region.live_outs))
+    return replace(region, program=program)
+
+
+def _reinplace(p: Program, live_outs: frozenset[str]) -> Program:
     steps = list(p.steps)
+    if not any(isinstance(s, ExternCall) and s.target in IN_PLACE for s in steps):
+        return p
+    shares, owned = _ownership(p, steps, live_outs)
+    for i, step in enumerate(steps):
+        if not isinstance(step, ExternCall) or step.target not in IN_PLACE:
+            continue
+        table, rest = step.args[0], (step.args[1:], step.kwargs)
+        if not isinstance(table, Ref) or step.layout is not None:
+            continue
+        memory = [m for n, m in owned.items() if shares.same(n, table.name)]
+        if (
+            memory == [step.meta]  # the table, or a view of all of it
+            and shares.dead_after(table.name, i)
+            and not any(shares.same(r.name, table.name) for r in iter_refs(rest))
+        ):
+            steps[i] = replace(step, target=IN_PLACE[step.target])
+            shares.join(table.name, step.out)
+    return replace(p, steps=tuple(steps))
+
+
+def _ownership(p: Program, steps: list, live_outs: frozenset[str]):
+    """Which names may share memory (`_Storage`), and the memory the program
+    allocated, by name: buffers, and the results of extern calls that allocate
+    their own (matmuls, linear)."""
     kept = {*p.inputs, *(n for n, _, _ in p.params), *p.kept, *live_outs}
     kept |= {r.name for r in iter_refs(p.outputs)}
     shares = _Storage(kept, last_steps(p, steps))
     for step in steps:
-        if isinstance(step, ExternCall) and step.target not in FIXED_LAYOUT:
+        if (
+            isinstance(step, ExternCall)
+            and step.target not in FIXED_LAYOUT
+            and step.target not in IN_PLACE  # a copy: shares nothing
+        ):
             for r in iter_refs((step.args, step.kwargs)):
                 shares.join(r.name, step.out)  # may be a view of it
-    allocs = {s.buffer: i for i, s in enumerate(steps) if isinstance(s, Alloc)}
     owned = {s.buffer: s.meta for s in steps if isinstance(s, Alloc)}
-    owned |= {  # results of extern calls that allocate them (matmuls, linear)
+    owned |= {
         s.out: s.meta
         for s in steps
         if isinstance(s, ExternCall)
         and s.target in FIXED_LAYOUT
         and isinstance(s.meta, TensorMeta)
     }
+    return shares, owned
+
+
+def _reuse(p: Program, live_outs: frozenset[str]) -> Program:
+    kernels = {k.name: k for k in p.kernels}
+    steps = list(p.steps)
+    shares, owned = _ownership(p, steps, live_outs)
+    allocs = {s.buffer: i for i, s in enumerate(steps) if isinstance(s, Alloc)}
     for i, step in enumerate(steps):
         if not isinstance(step, KernelCall):
             continue
