@@ -3,7 +3,7 @@
 Depends on torch and the standard library only; see README.md.
 """
 
-from runtime_shim.autograd import take_saved
+from runtime_shim.autograd import take_saved, tangents
 from runtime_shim.blas import (
     addmm_activation,
     attention,
@@ -50,6 +50,7 @@ __all__ = [
     "load_cpp",
     "rebuild",
     "take_saved",
+    "tangents",
     "view",
     "warn_fallback",
     "warn_once",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["take_saved"]
+__all__ = ["take_saved", "tangents"]
 
 
 def take_saved(ctx) -> list[torch.Tensor]:
@@ -17,3 +17,20 @@ def take_saved(ctx) -> list[torch.Tensor]:
     if release is not None:
         release()
     return saved
+
+
+def tangents(grads: tuple, layouts: tuple) -> tuple[torch.Tensor, ...]:
+    """The outputs' gradients a backward takes, each in the layout it was traced
+    with, `(shape, stride, dtype)`: one autograd passes in is copied to it if it
+    has another (`.sum().backward()` passes an expanded one), and one it passes
+    as None (an output the loss does not read) is zeros, on the device of the
+    others."""
+    device = next(g.device for g in grads if g is not None)
+    out = []
+    for g, (shape, stride, dtype) in zip(grads, layouts):
+        if g is None:
+            g = torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_()
+        elif g.stride() != stride:
+            g = torch.empty_strided(shape, stride, dtype=dtype, device=device).copy_(g)
+        out.append(g)
+    return tuple(out)

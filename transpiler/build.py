@@ -14,6 +14,7 @@ records.
 from __future__ import annotations
 
 import re
+from typing import Any
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -79,6 +80,18 @@ class Backward:
     # the strides each tangent was traced with (its output's): a gradient
     # autograd passes in is given them (`.sum().backward()` passes an expanded one)
     tangent_strides: tuple[tuple[int, ...], ...]
+    # the backward where only the 0-dim outputs (a loss) have gradients, the
+    # others' zero (Note [The backward of a loss alone] in passes/partition.py),
+    # and each tangent's shape and dtype, for the zeros of one not passed in
+    loss: CompiledRegion | None = None
+    tangent_types: tuple[tuple[tuple[int, ...], Any], ...] = ()
+
+    @property
+    def loss_tangents(self) -> tuple[str, ...]:
+        """The tangents the backward of the loss alone takes: the 0-dim ones."""
+        return tuple(
+            t for t, (shape, _) in zip(self.tangents, self.tangent_types) if not shape
+        )
 
 
 @dataclass(frozen=True)

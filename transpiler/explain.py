@@ -103,7 +103,15 @@ def _backward_lines(b: Backward, ind: str) -> list[str]:
         f" {', '.join(b.saved)}",
         f"{ind}computed again in the backward: {count(len(b.recomputed), 'value')}"
         + (f" ({again})" if again else ""),
-    ]
+    ] + (
+        [
+            f"{ind}a second backward for the loss alone"
+            f" ({', '.join(b.loss_tangents)}): the other outputs' gradients zero,"
+            " not filled or read"
+        ]
+        if b.loss is not None
+        else []
+    )
 
 
 def _cuda_graph(vc: VariantCode) -> list[str]:

@@ -83,7 +83,7 @@ from transpiler.passes.fuse import fuse
 from transpiler.passes.grouped_attention import repeat_grouped_heads
 from transpiler.passes.hoist_constants import hoist_constants
 from transpiler.passes.joint import joint
-from transpiler.passes.partition import partition
+from transpiler.passes.partition import partition, zero_tangents
 from transpiler.passes.parts import Part, as_part_calls
 from transpiler.passes.parts import split as split_parts
 from transpiler.passes.recompute import recompute_broadcasts
@@ -338,11 +338,19 @@ def _train(
     forward_graph = halves.forward.with_nodes(halves.forward.nodes, returned)
     forward = finish(lower_region(Region(forward_graph), lower_graph), backend)
     backward = finish(backward, backend)
-    mb.kernels[backend] += _new_kernels(
-        programs_of(backward) + programs_of(forward), before
-    )
     tangent_inputs = tuple(n for n in backward.program.inputs if n in tangents)
     metas = {n.name: n.meta for n in halves.backward.nodes if n.op == "input"}
+    others = {n for n in tangent_inputs if metas[n].shape}
+    loss = None
+    if others and len(others) < len(tangent_inputs):  # a loss beside other outputs
+        loss_graph = zero_tangents(halves.backward, others)
+        loss = finish(lower_region(Region(loss_graph), lower_graph), backend)
+    mb.kernels[backend] += _new_kernels(
+        programs_of(backward)
+        + programs_of(forward)
+        + (programs_of(loss) if loss else []),
+        before,
+    )
     code = Backward(
         backward,
         saved,
@@ -352,6 +360,8 @@ def _train(
         halves.saved_bytes(),
         halves.recomputed,
         tuple(tuple(metas[n].stride) for n in tangent_inputs),
+        loss,
+        tuple((tuple(metas[n].shape), metas[n].dtype) for n in tangent_inputs),
     )
     return forward, code
 

@@ -343,6 +343,56 @@ def test_a_tied_embedding_adds_its_rows_into_the_output_layers_gradient(
         assert backward.count("torch.ops.aten.index_put_.default(") == 1, backward
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("used", ["loss", "logits", "both"])
+def test_outputs_the_loss_does_not_read_get_no_gradient_filled(
+    generated, monkeypatch, device: str, used: str
+) -> None:
+    """A model returning its loss and its logits, differentiated through the loss
+    alone, runs the backward of the loss alone (Note [The backward of a loss
+    alone]): autograd passes the logits' gradient as None, nothing fills it, and
+    the gradients are eager's. Through the logits alone (the loss's gradient then
+    zeros) or both, the full backward runs."""
+    module, text = generated
+    _, _, eager_mod, mine_mod = _pair(module, "LmLoss", device)
+    variant = _variant_of(module, "LmLoss", device)
+    inputs = _inputs("LmLoss", 3, device)
+    backward = text.split(f"def _{variant}_loss_backward(")[1].split("\ndef ")[0]
+    assert "tangent_1" not in backward  # the logits' gradient: zero, not read
+    calls = []
+    for name in (f"_{variant}_backward", f"_{variant}_loss_backward"):
+        original = vars(module)[name]
+
+        def counted(*args, name=name, original=original):
+            calls.append(name)
+            return original(*args)
+
+        monkeypatch.setitem(vars(module), name, counted)
+    run = vars(module)[f"_{variant}"]
+    for outputs in (eager_mod(**inputs), run(mine_mod, **inputs)):
+        loss, logits = outputs
+        parts = {"loss": loss, "logits": logits.sum(), "both": loss + logits.sum()}
+        parts[used].backward()
+    want = f"_{variant}_loss_backward" if used == "loss" else f"_{variant}_backward"
+    assert calls == [want]
+    named = zip(mine_mod.named_parameters(), eager_mod.named_parameters())
+    for (p, a), (_, b) in named:
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5, msg=p)
+
+
+def test_explain_names_the_backward_of_the_loss_alone(tmp_path: Path) -> None:
+    from transpiler.explain import report
+    from transpiler.pipeline import compile_modules
+
+    stem = unique_name("train_src")
+    (tmp_path / f"{stem}.py").write_text(SOURCE)
+    specs = tuple((n, _spec(*shape_grad)) for n, shape_grad in CASES["LmLoss"].items())
+    target = Target(f"{stem}.py::LmLoss", (Variant(specs, "cpu", train=True),))
+    options = Options(targets=(target,), root=tmp_path)
+    text = report(compile_modules(options), options)
+    assert "a second backward for the loss alone (tangent_0)" in text, text
+
+
 @pytest.mark.parametrize(
     ("bad", "value"), [("ids", 40), ("ids", -1), ("labels", 40), ("labels", -2)]
 )

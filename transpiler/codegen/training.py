@@ -61,8 +61,16 @@ def part_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]:
 
 
 def training_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]:
-    """The four functions of training variant `vc`."""
+    """The four functions of training variant `vc` (five with a backward of its
+    loss alone)."""
     forward = replace(vc, name=f"{vc.name}_forward", backward=None)
+    b = vc.backward
+    assert b is not None
+    loss = []
+    if b.loss is not None:  # Note [The backward of a loss alone]
+        alone = replace(b, region=b.loss, tangents=b.loss_tangents)
+        of_loss = replace(vc, backward=alone)
+        loss = [*backward_function(t, of_loss, kernels, loss=True), "", ""]
     return [
         *variant_function(t, forward, kernels, free=True),
         "",
@@ -70,6 +78,7 @@ def training_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[st
         *backward_function(t, vc, kernels),
         "",
         "",
+        *loss,
         *autograd_class(t, vc),
         "",
         "",
@@ -77,8 +86,17 @@ def training_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[st
     ]
 
 
-def backward_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str]:
-    """`_cpu_0_backward`: the saved values and the tangents in, the gradients out."""
+LOSS_ALONE = (
+    " It is called where only the 0-dim outputs (a loss) have gradients: the other"
+    " outputs' are zero, and it reads none."
+)
+
+
+def backward_function(
+    t: TargetCode, vc: VariantCode, kernels: dict, loss: bool = False
+) -> list[str]:
+    """`_cpu_0_backward`: the saved values and the tangents in, the gradients out;
+    with `loss`, `_cpu_0_loss_backward`, its backward of the loss alone."""
     b = vc.backward
     assert b is not None
     self_ = "self, " if t.is_module else ""
@@ -87,10 +105,11 @@ def backward_function(t: TargetCode, vc: VariantCode, kernels: dict) -> list[str
     doc = (
         f"The backward of {vc.name}: the gradients of {of}. It empties `saved`, "
         "so that each saved value is freed after its last use."
+        + (LOSS_ALONE if loss else "")
     )
     alone = replace(vc, region=b.region, backward=None)
     lines = [
-        f"def _{vc.name}_backward({self_}{params}):",
+        f"def _{vc.name}{'_loss' if loss else ''}_backward({self_}{params}):",
         f'    """{docstring(doc)}"""',
     ]
     if b.saved:
@@ -131,6 +150,8 @@ def autograd_class(t: TargetCode, vc: VariantCode) -> list[str]:
         f"        ctx.module = {'self' if t.is_module else 'None'}",
         "        ctx.save_for_backward(*saved)",
     ]
+    if b.loss is not None:  # unused outputs' gradients come as None
+        lines.append("        ctx.set_materialize_grads(False)")
     fixed = [i for i, d in enumerate(b.differentiable) if not d]
     if fixed:
         returned = vc.region.program.outputs
@@ -150,11 +171,26 @@ def autograd_class(t: TargetCode, vc: VariantCode) -> list[str]:
     grads = [f"grad_{i}" for i in range(outputs)]
     lines.append(f"    def backward(ctx, {', '.join(grads)}):")
     tangents = [g for g, d in zip(grads, b.differentiable) if d]
-    for g, stride in zip(tangents, b.tangent_strides):  # as traced: any layout in
-        lines.append(f"        {g} = runtime_shim.as_layout({g}, {stride!r})")
     module = ["ctx.module"] if t.is_module else []
-    call_args = ", ".join([*module, "runtime_shim.take_saved(ctx)", *tangents])
-    lines.append(f"        gradients = _{vc.name}_backward({call_args})")
+    if b.loss is None:
+        for g, stride in zip(tangents, b.tangent_strides):  # as traced: any layout
+            lines.append(f"        {g} = runtime_shim.as_layout({g}, {stride!r})")
+        call_args = ", ".join([*module, "runtime_shim.take_saved(ctx)", *tangents])
+        lines.append(f"        gradients = _{vc.name}_backward({call_args})")
+    else:
+        layouts = {
+            g: f"({shape!r}, {stride!r}, {dtype})"
+            for g, stride, (shape, dtype) in zip(
+                tangents, b.tangent_strides, b.tangent_types
+            )
+        }
+        loss = [g for g, (shape, _) in zip(tangents, b.tangent_types) if not shape]
+        others = [g for g in tangents if g not in loss]
+        test = " and ".join(f"{g} is None" for g in others)
+        lines.append(f"        if {test}:  # the loss's alone: the rest unused")
+        lines += _call_backward(f"_{vc.name}_loss_backward", module, loss, layouts)
+        lines.append("        else:")
+        lines += _call_backward(f"_{vc.name}_backward", module, tangents, layouts)
     position = {name: i for i, name in enumerate(b.wrt)}
     out = ["None"] * len(self_)
     for n, spec in vc.variant.inputs:
@@ -164,6 +200,19 @@ def autograd_class(t: TargetCode, vc: VariantCode) -> list[str]:
     out += [f"gradients[{position[p]}]" for p in params]
     lines.append(f"        return {', '.join(out)}")
     return lines
+
+
+def _call_backward(name: str, module: list, tangents: list, layouts: dict) -> list:
+    """A backward's call on `tangents`, each given its traced layout (zeros for
+    None: `runtime_shim.tangents`)."""
+    given = ", ".join(layouts[g] for g in tangents)
+    call_args = ", ".join([*module, "runtime_shim.take_saved(ctx)", *tangents])
+    return [
+        f"            ({', '.join(tangents)},) = runtime_shim.tangents(",
+        f"                ({', '.join(tangents)},), ({given},)",
+        "            )",
+        f"            gradients = {name}({call_args})",
+    ]
 
 
 def apply_function(t: TargetCode, vc: VariantCode) -> list[str]:

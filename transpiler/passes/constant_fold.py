@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from transpiler.ir.graph import Graph, Node, read_before_fallback
+from transpiler.ir.graph import Graph, Node, Ref, read_before_fallback
 from transpiler.passes.retrace import retrace
 
 POW_RULES = {
@@ -88,8 +88,58 @@ REWRITES = {
 }
 
 
+# the identity ops' operands that may stand first (`0 + x`, `1 * x`)
+COMMUTATIVE = ("aten.add.Tensor", "aten.mul.Tensor")
+
+
+def _identity_tensor(fills: dict):
+    """`x + zeros`, `zeros + x`, `x * ones`, ...: `x`, where the other operand is
+    a `full` of the identity (a backward's zero gradient of an output the loss
+    does not read: Note [The backward of a loss alone] in partition.py) and `x`
+    has the result's shape and dtype."""
+
+    def identity(node: Node, args, kwargs):
+        if kwargs or len(args) != 2:
+            return NotImplemented
+        sides = ((0, 1), (1, 0)) if node.target in COMMUTATIVE else ((0, 1),)
+        meta = node.tensor_meta
+        for keep, drop in sides:
+            x, full = args[keep], node.args[drop]
+            if (
+                isinstance(full, Ref)
+                and fills.get(full.name) == IDENTITY_SCALARS[node.target]
+                and isinstance(x, torch.Tensor)
+                and tuple(x.shape) == meta.shape
+                and x.dtype == meta.dtype
+            ):
+                return x
+        return NotImplemented
+
+    return identity
+
+
 def constant_fold(graph: Graph) -> Graph:
-    if not any(n.target in REWRITES for n in graph.nodes):
+    fills = {
+        n.name: n.args[1]
+        for n in graph.nodes
+        if n.target == "aten.full.default"
+        and len(n.args) > 1
+        and isinstance(n.args[1], (int, float))
+        and not isinstance(n.args[1], bool)
+    }
+    tensors = _identity_tensor(fills)
+    rewrites = dict(REWRITES)
+    for target in (
+        "aten.add.Tensor",
+        "aten.sub.Tensor",
+        "aten.mul.Tensor",
+        "aten.div.Tensor",
+    ):
+        scalars = rewrites[target]
+        rewrites[target] = lambda node, args, kwargs, s=scalars: _first(
+            (s, tensors), node, args, kwargs
+        )
+    if not any(n.target in rewrites for n in graph.nodes):
         return graph
     copies = read_before_fallback(graph)
 
@@ -100,4 +150,13 @@ def constant_fold(graph: Graph) -> Graph:
 
         return rewritten
 
-    return retrace(graph, rewrites={t: keep_copies(r) for t, r in REWRITES.items()})
+    return retrace(graph, rewrites={t: keep_copies(r) for t, r in rewrites.items()})
+
+
+def _first(rules, node: Node, args, kwargs):
+    """The result of the first of `rules` that rewrites the node."""
+    for rule in rules:
+        out = rule(node, args, kwargs)
+        if out is not NotImplemented:
+            return out
+    return NotImplemented

@@ -41,9 +41,10 @@ import itertools
 from collections import deque
 from dataclasses import dataclass
 
-from transpiler.ir.graph import Graph, Node, Ref, TensorMeta, iter_refs
+from transpiler.ir.graph import DEVICE, Graph, Node, Ref, TensorMeta, iter_refs
 from transpiler.ir.ops import CHECKS_DATA, POINTWISE, REDUCTIONS, is_random, is_view
 from transpiler.passes.joint import Joint
+from transpiler.passes.retrace import retrace
 
 INFINITE = 1 << 62
 DISTANCE = 64  # Note [Save or recompute]: a value 64 ops away costs double
@@ -117,6 +118,34 @@ def partition(j: Joint) -> Partition:
         and not is_view(n.target)
     )
     return Partition(fwd, bwd, saved, j.tangents, j.wrt, j.differentiable, again)
+
+
+# Note [The backward of a loss alone]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A model that computes its own loss returns it beside other outputs (a
+# transformers model: the loss and the logits), and the caller differentiates the
+# loss alone. Autograd then passes the others' gradients in as zero-filled tensors
+# of their size: for a language model's logits one the size of the largest
+# activation, filled, then read by the backward. So where a forward returns 0-dim
+# outputs and others, a second backward is compiled with the others' gradients
+# zero: its kernels read none, and the caller's engine fills none (the autograd
+# function asks it not to, and runs this backward where they are None).
+
+
+def zero_tangents(backward: Graph, names: set[str]) -> Graph:
+    """`backward` with the tangents `names` zero: a `full` of 0 each, which kernels
+    compute as a constant (Note [The backward of a loss alone])."""
+    nodes = []
+    for n in backward.nodes:
+        if n.name in names:
+            m = n.tensor_meta
+            kwargs = (("dtype", m.dtype), ("device", DEVICE), ("pin_memory", False))
+            shape = list(m.shape)
+            n = Node(
+                n.name, "call", "aten.full.default", (shape, 0), kwargs, span=n.span
+            )
+        nodes.append(n)
+    return retrace(backward.with_nodes(nodes, backward.outputs))
 
 
 def _depends_on(graph: Graph, roots: set[str]) -> set[str]:
@@ -331,4 +360,4 @@ class _Flow:
         return 0
 
 
-__all__ = ["Partition", "partition", "recomputable"]
+__all__ = ["Partition", "partition", "recomputable", "zero_tangents"]
