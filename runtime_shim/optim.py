@@ -165,6 +165,7 @@ class AdamW(torch.optim.AdamW):
             eps=float(group["eps"]),
             maximize=False,
         )
+        _written(params)
 
     def _fused_step(self, group: dict, params: list[torch.Tensor]) -> None:
         states = [self._state(p) for p in params]
@@ -190,6 +191,7 @@ class AdamW(torch.optim.AdamW):
             float(group["eps"]),
             float(group["weight_decay"]),
         )
+        _written(params)
 
 
 class SGD(torch.optim.SGD):
@@ -239,6 +241,7 @@ class SGD(torch.optim.SGD):
                 maximize=False,
                 is_first_step=first,
             )
+            _written(ps)
 
     def _fused_step(self, group: dict, params: list[torch.Tensor]) -> None:
         first = []
@@ -265,6 +268,20 @@ class SGD(torch.optim.SGD):
             float(group["weight_decay"]),
             int(bool(group["nesterov"])),
         )
+        _written(params)
+
+
+def _written(params: list[torch.Tensor]) -> None:
+    """Count a step's writes into `params` (the C++ step's, and the fused
+    kernels', which torch 2.13's do not count) as in-place writes, as torch's
+    plain steps' are: each tensor's version moves, so that what was computed
+    from it and kept (`runtime_shim.constants`, autograd's saved tensors) is
+    known stale."""
+    try:  # one call for the list where torch takes one (2.5 on)
+        torch.autograd.graph.increment_version(params)
+    except TypeError:
+        for p in params:
+            torch.autograd.graph.increment_version(p)
 
 
 __all__ = ["SGD", "AdamW"]

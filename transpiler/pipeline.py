@@ -148,16 +148,20 @@ def lower(graph: Graph, names: KernelNames, device: str = "cpu") -> Program:
 
 
 def finish(
-    compiled: CompiledRegion, backend: str, static: bool = True
+    compiled: CompiledRegion, backend: str, static: bool = True, keep: bool = True
 ) -> CompiledRegion:
     """The passes over a variant's lowered programs, in order. A dynamic variant's
-    sizes are expressions: its views stay view methods."""
+    sizes are expressions: its views stay view methods. `keep`: values of
+    parameters alone are kept between calls; not in training, where an optimizer
+    writes the parameters every step, and a fused one (`torch.optim.AdamW(fused=
+    True)`) without moving their versions, by which kept values are known stale."""
     compiled = pin_extern_layouts(compiled)  # the layouts extern calls are given
     if static:  # a chain of views, one call (Note [Direct views])
         compiled = direct_views(compiled, tuple(compiled.program.inputs))
     # values of parameters alone, before any branch (Note [Values of parameters
     # alone])
-    compiled = replace(compiled, program=hoist_constants(compiled.program))
+    if keep:
+        compiled = replace(compiled, program=hoist_constants(compiled.program))
     if static:  # Note [Extern calls in place]
         compiled = reinplace_externs(compiled)
     if static and backend == "triton":  # Note [Writing over a dead input]
@@ -336,15 +340,18 @@ def _train(
     if isinstance(outputs, Updated):  # buffers written back, then the return
         returned = replace(outputs, result=(outputs.result, returned[1]))
     forward_graph = halves.forward.with_nodes(halves.forward.nodes, returned)
-    forward = finish(lower_region(Region(forward_graph), lower_graph), backend)
-    backward = finish(backward, backend)
+    forward = finish(
+        lower_region(Region(forward_graph), lower_graph), backend, keep=False
+    )
+    backward = finish(backward, backend, keep=False)
     tangent_inputs = tuple(n for n in backward.program.inputs if n in tangents)
     metas = {n.name: n.meta for n in halves.backward.nodes if n.op == "input"}
     others = {n for n in tangent_inputs if metas[n].shape}
     loss = None
     if others and len(others) < len(tangent_inputs):  # a loss beside other outputs
         loss_graph = zero_tangents(halves.backward, others)
-        loss = finish(lower_region(Region(loss_graph), lower_graph), backend)
+        lowered = lower_region(Region(loss_graph), lower_graph)
+        loss = finish(lowered, backend, keep=False)
     mb.kernels[backend] += _new_kernels(
         programs_of(backward)
         + programs_of(forward)
@@ -411,7 +418,8 @@ def _training_parts(
         try:
             forward, backward = _train(part.graph, part_variant, mb, parameters)
         except _NoGradient:  # inference code, run where autograd records nothing
-            lowered = finish(lower_region(Region(part.graph), lower_graph), backend)
+            lowered = lower_region(Region(part.graph), lower_graph)
+            lowered = finish(lowered, backend, keep=False)
             mb.kernels[backend] += _new_kernels(programs_of(lowered), before)
             return VariantCode(part_name, part_variant, (), lowered)
         grads.update(o for o, d in zip(part.outputs, backward.differentiable) if d)
@@ -438,7 +446,7 @@ def _training_parts(
         name,
         variant,
         traced.guards,
-        as_part_calls(finish(lowered, backend), prefix),
+        as_part_calls(finish(lowered, backend, keep=False), prefix),
         objects=traced.objects,
         parts=tuple(compiled),
     )

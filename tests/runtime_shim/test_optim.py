@@ -113,6 +113,42 @@ def test_steps_and_state_follow_torch(setting: str, device: str) -> None:
     _same(a, b, oa, ob)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_a_step_moves_each_parameters_version(setting: str, device: str) -> None:
+    """A step writes each parameter in place, as torch's do: its version moves, so
+    what was computed from it and kept (`runtime_shim.constants`: a position
+    embedding looked up once) is computed again, not read stale."""
+    ours, _, kwargs = SETTINGS[setting]
+    torch.manual_seed(0)
+    model = Net().to(device)
+    model.frozen.requires_grad_(False)
+    opt = ours(_groups(model), **kwargs)
+    _train(model, opt, 1, seed=1)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    before = [p._version for p in trained]
+    _train(model, opt, 1, seed=2)
+    assert all(p._version > v for p, v in zip(trained, before))
+
+
+@pytest.mark.parametrize("optimizer", [runtime_shim.AdamW, runtime_shim.SGD])
+def test_the_fused_kernels_step_moves_versions_too(optimizer) -> None:
+    """PyTorch's fused kernels (a GPU's step) do not move the versions of what
+    they write; the step does. Called here on CPU tensors, which they take."""
+    model = torch.nn.Linear(8, 8)
+    opt = (
+        optimizer(model.parameters(), lr=0.1, momentum=0.9)
+        if (optimizer is runtime_shim.SGD)
+        else optimizer(model.parameters(), lr=0.1)
+    )
+    model(torch.randn(4, 8)).sum().backward()
+    params = list(model.parameters())
+    before = [p._version for p in params]
+    with torch.no_grad():
+        opt._kernel_step(opt.param_groups[0], params)
+    assert all(p._version > v for p, v in zip(params, before))
+
+
 def test_adamw_runs_the_fused_step() -> None:
     """The float32 parameters take the C++ step: with it broken, they differ."""
     torch.manual_seed(0)

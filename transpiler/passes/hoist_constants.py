@@ -33,6 +33,10 @@ returns are computed in place (the caller may write them). The wrapper keeps
 `Program.kept`, those of them that later steps read, and computes the rest inside
 the cached block only.
 
+A training variant keeps none (`pipeline.finish`): an optimizer writes the
+parameters every step, and a fused one (`torch.optim.AdamW(fused=True)`) without
+moving their versions, so kept values would be read stale.
+
 A variant replayed from a CUDA graph computes them in place: a graph replays what it
 captured, and would not compute them again after a parameter was written in place.
 """
