@@ -168,23 +168,10 @@ def attention_backward(
             grad, q, k, v, offset, dropout_p, is_causal, scale
         )
         return (*grads, None)
-    if dropout_p:
-        return aten._scaled_dot_product_efficient_attention_backward(
-            grad,
-            q,
-            k,
-            v,
-            None,
-            out,
-            lse,
-            seed,
-            offset,
-            dropout_p,
-            grad_input_mask,
-            is_causal,
-            scale=scale,
-        )
-    kernel = int(seed) if q.is_cuda else None
+    if dropout_p:  # the memory-efficient kernel, which drew with seed and offset
+        kernel = _EFFICIENT
+    else:  # the kernel's tag, its seed tensor for both
+        kernel, seed = (int(seed) if q.is_cuda else None), offset
     if kernel is None:
         grads = aten._scaled_dot_product_flash_attention_for_cpu_backward(
             grad,
@@ -243,9 +230,9 @@ def attention_backward(
             None,
             out,
             lse,
+            seed,
             offset,
-            offset,
-            0.0,
+            dropout_p,
             grad_input_mask,
             is_causal,
             scale=scale,
