@@ -156,8 +156,8 @@ def compile_source(
         files = build(options)
     else:
 
-        def hooked(graph: Graph, device: str = "cpu") -> Graph:
-            return optimize(graph_hook(graph), device)
+        def hooked(graph: Graph, device: str = "cpu", **kwargs) -> Graph:
+            return optimize(graph_hook(graph), device, **kwargs)
 
         with mock.patch.object(pipeline, "optimize", hooked):
             files = build(options)

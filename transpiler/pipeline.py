@@ -560,7 +560,7 @@ def _graph_lowering(
     with the module's kernel names."""
 
     def lower_graph(graph: Graph) -> Program:
-        return lower(optimize(graph, device, checked), names, device)
+        return lower(optimize(graph, device, checked=checked), names, device)
 
     return lower_graph
 
