@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from runtime_shim.layout import as_layout
+
 __all__ = ["take_saved", "tangents"]
 
 
@@ -21,16 +23,13 @@ def take_saved(ctx) -> list[torch.Tensor]:
 
 def tangents(grads: tuple, layouts: tuple) -> tuple[torch.Tensor, ...]:
     """The outputs' gradients a backward takes, each in the layout it was traced
-    with, `(shape, stride, dtype)`: one autograd passes in is copied to it if it
-    has another (`.sum().backward()` passes an expanded one), and one it passes
-    as None (an output the loss does not read) is zeros, on the device of the
-    others."""
-    device = next(g.device for g in grads if g is not None)
+    with, `(shape, stride, dtype)`: one autograd passes in of another layout is
+    copied to it (`.sum().backward()` passes an expanded one), and one it passes
+    as None (an output the loss does not read) is zeros, on the others' device."""
     out = []
     for g, (shape, stride, dtype) in zip(grads, layouts):
         if g is None:
+            device = next(other.device for other in grads if other is not None)
             g = torch.empty_strided(shape, stride, dtype=dtype, device=device).zero_()
-        elif g.stride() != stride:
-            g = torch.empty_strided(shape, stride, dtype=dtype, device=device).copy_(g)
-        out.append(g)
+        out.append(as_layout(g, stride))
     return tuple(out)

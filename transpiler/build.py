@@ -14,7 +14,6 @@ records.
 from __future__ import annotations
 
 import re
-from typing import Any
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -23,7 +22,7 @@ from transpiler.frontend.fallback import Stub
 from transpiler.frontend.objects import ObjectInput
 from transpiler.frontend.signature import Signature
 from transpiler.ir.dynamic import Dim
-from transpiler.ir.graph import Span
+from transpiler.ir.graph import Span, TensorMeta
 from transpiler.ir.program import (
     ExternCall,
     FallbackCall,
@@ -77,21 +76,19 @@ class Backward:
     differentiable: tuple[bool, ...]  # per output: has a tangent
     saved_bytes: int  # what the forward saves, inputs and parameters aside
     recomputed: tuple[str, ...]  # forward values the backward computes again
-    # the strides each tangent was traced with (its output's): a gradient
-    # autograd passes in is given them (`.sum().backward()` passes an expanded one)
-    tangent_strides: tuple[tuple[int, ...], ...]
+    # each tangent as traced (its output's layout): a gradient autograd passes in
+    # is given it (`.sum().backward()` passes an expanded one), and one it passes
+    # as None is zeros of it
+    tangent_metas: tuple[TensorMeta, ...]
     # the backward where only the 0-dim outputs (a loss) have gradients, the
-    # others' zero (Note [The backward of a loss alone] in passes/partition.py),
-    # and each tangent's shape and dtype, for the zeros of one not passed in
+    # others' zero (Note [The backward of a loss alone] in passes/partition.py)
     loss: CompiledRegion | None = None
-    tangent_types: tuple[tuple[tuple[int, ...], Any], ...] = ()
 
     @property
     def loss_tangents(self) -> tuple[str, ...]:
         """The tangents the backward of the loss alone takes: the 0-dim ones."""
-        return tuple(
-            t for t, (shape, _) in zip(self.tangents, self.tangent_types) if not shape
-        )
+        metas = zip(self.tangents, self.tangent_metas)
+        return tuple(t for t, m in metas if not m.shape)
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,8 @@ from transpiler.passes.device_outputs import fold_device_outputs
 from transpiler.passes.direct_views import direct_views
 from transpiler.passes.drop_copies import drop_copies
 from transpiler.passes.drop_expands import drop_expands
-from transpiler.passes.extern_layouts import pin_extern_layouts
 from transpiler.passes.embedding_gradients import embedding_gradients
+from transpiler.passes.extern_layouts import pin_extern_layouts
 from transpiler.passes.fold_linear import fold_linear
 from transpiler.passes.fuse import fuse
 from transpiler.passes.grouped_attention import repeat_grouped_heads
@@ -331,8 +331,12 @@ def _train(
     names = mb.names[backend]
     before = set(names.by_body.values())
 
-    lower_graph = _graph_lowering(names, variant.device, checked=True)
-    backward = lower_region(Region(halves.backward), lower_graph)
+    compiled = partial(
+        _training_region,
+        lower_graph=_graph_lowering(names, variant.device, checked=True),
+        backend=backend,
+    )
+    backward = compiled(halves.backward)
     tangents = set(halves.tangents)
     saved = tuple(n for n in backward.program.inputs if n not in tangents)
     outputs, _ = halves.forward.outputs
@@ -340,18 +344,13 @@ def _train(
     if isinstance(outputs, Updated):  # buffers written back, then the return
         returned = replace(outputs, result=(outputs.result, returned[1]))
     forward_graph = halves.forward.with_nodes(halves.forward.nodes, returned)
-    forward = finish(
-        lower_region(Region(forward_graph), lower_graph), backend, keep=False
-    )
-    backward = finish(backward, backend, keep=False)
+    forward = compiled(forward_graph)
     tangent_inputs = tuple(n for n in backward.program.inputs if n in tangents)
     metas = {n.name: n.meta for n in halves.backward.nodes if n.op == "input"}
     others = {n for n in tangent_inputs if metas[n].shape}
     loss = None
     if others and len(others) < len(tangent_inputs):  # a loss beside other outputs
-        loss_graph = zero_tangents(halves.backward, others)
-        lowered = lower_region(Region(loss_graph), lower_graph)
-        loss = finish(lowered, backend, keep=False)
+        loss = compiled(zero_tangents(halves.backward, others))
     mb.kernels[backend] += _new_kernels(
         programs_of(backward)
         + programs_of(forward)
@@ -366,9 +365,8 @@ def _train(
         halves.differentiable,
         halves.saved_bytes(),
         halves.recomputed,
-        tuple(tuple(metas[n].stride) for n in tangent_inputs),
+        tuple(metas[n] for n in tangent_inputs),
         loss,
-        tuple((tuple(metas[n].shape), metas[n].dtype) for n in tangent_inputs),
     )
     return forward, code
 
@@ -418,8 +416,7 @@ def _training_parts(
         try:
             forward, backward = _train(part.graph, part_variant, mb, parameters)
         except _NoGradient:  # inference code, run where autograd records nothing
-            lowered = lower_region(Region(part.graph), lower_graph)
-            lowered = finish(lowered, backend, keep=False)
+            lowered = _training_region(part.graph, lower_graph, backend)
             mb.kernels[backend] += _new_kernels(programs_of(lowered), before)
             return VariantCode(part_name, part_variant, (), lowered)
         grads.update(o for o, d in zip(part.outputs, backward.differentiable) if d)
@@ -450,6 +447,14 @@ def _training_parts(
         objects=traced.objects,
         parts=tuple(compiled),
     )
+
+
+def _training_region(
+    graph: Graph, lower_graph: Callable[[Graph], Program], backend: str
+) -> CompiledRegion:
+    """A training variant's graph lowered and finished: it keeps no values of
+    parameters between calls (`finish`)."""
+    return finish(lower_region(Region(graph), lower_graph), backend, keep=False)
 
 
 def _not_one_graph(traced: Traced) -> tuple[str, object] | None:

@@ -2,9 +2,10 @@
 
 Embedding lookups, `x[idx]` with negative and multi-dimensional indices,
 index_select, gather along each dimension and the losses built on them (nll_loss,
-cross_entropy with ignored targets), scatters of one element per row, compared with eager on both backends, the
-lookups themselves in generated kernels; indices out of range raise, as eager's
-ops do (Note [Indirect loads in range] in passes/check_indices.py).
+cross_entropy with ignored targets) and scatters of one element per row, compared
+with eager on both backends, the lookups themselves in generated kernels; indices
+out of range raise, as eager's ops do (Note [Indirect loads in range] in
+passes/check_indices.py).
 """
 
 from __future__ import annotations

@@ -10,15 +10,12 @@ and through the cuda variants (Triton's interpreter without a GPU).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.models.factories import CACHE, GENERATORS, Model
-from tests.models.test_models import ROOT, TIMEOUT_S, _env, _transpile
+from tests.models.test_models import _check, _transpile
 
 pytestmark = pytest.mark.slow
 
@@ -43,15 +40,5 @@ def test_greedy_generation_through_compiled_prefill_and_decode_matches_eager(
     # the decode step appends to the cache passed in, then returns it
     assert f"{CACHE}.layers[0].keys = " in text
     assert f"{CACHE}={CACHE}," in text
-    checked = subprocess.run(
-        [sys.executable, "-m", "tests.models.check", "--generate", model.name,
-         f"gen.{stem}", device],
-        cwd=ROOT,
-        env=_env(model, tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )  # fmt: skip
-    assert checked.returncode == 0, checked.stderr[-4000:]
-    result = json.loads(checked.stdout.splitlines()[-1])
+    result = _check(model, tmp_path, "--generate", model.name, f"gen.{stem}", device)
     assert result["problems"] == [] and result["tokens"] == 32, result

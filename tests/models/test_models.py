@@ -65,6 +65,21 @@ def _transpile(
     )
 
 
+def _check(model: Model, tmp_path: Path, *args: str) -> dict:
+    """tests/models/check.py with `args`, in a process of its own that imports the
+    generated package from `tmp_path`: its result, the JSON of its last line."""
+    checked = subprocess.run(
+        [sys.executable, "-m", "tests.models.check", *args],
+        cwd=ROOT,
+        env=_env(model, tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert checked.returncode == 0, checked.stderr[-4000:]
+    return json.loads(checked.stdout.splitlines()[-1])
+
+
 @pytest.mark.parametrize("model", MODELS, ids=[m.name for m in MODELS])
 def test_library_model_compiles_whole_and_matches_eager(
     model: Model, tmp_path: Path
@@ -77,16 +92,7 @@ def test_library_model_compiles_whole_and_matches_eager(
     text = (out / f"{stem}.py").read_text()
     assert "Graph breaks (code run eagerly):\n    none" in text, text[:3000]
 
-    checked = subprocess.run(
-        [sys.executable, "-m", "tests.models.check", model.name, f"gen.{stem}"],
-        cwd=ROOT,
-        env=_env(model, tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-    assert checked.returncode == 0, checked.stderr[-4000:]
-    result = json.loads(checked.stdout.splitlines()[-1])
+    result = _check(model, tmp_path, model.name, f"gen.{stem}")
     assert result["problems"] == [], result
     assert result["cuda_variants"], result  # the Triton variant ran too
     assert result["fallback_ops"] == 0 and result["fallback_calls"] == 0, result
@@ -108,16 +114,6 @@ def test_library_model_trains_compiled_and_matches_eager(
     text = (out / f"{stem}.py").read_text()
     assert "Graph breaks (code run eagerly):\n    none" in text, text[:3000]
     assert "class _cpu_0" in text and "runs the source" not in text, text[:3000]
-    checked = subprocess.run(
-        [sys.executable, "-m", "tests.models.check", "--train", model.name,
-         f"gen.{stem}"],
-        cwd=ROOT,
-        env=_env(model, tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )  # fmt: skip
-    assert checked.returncode == 0, checked.stderr[-4000:]
-    result = json.loads(checked.stdout.splitlines()[-1])
+    result = _check(model, tmp_path, "--train", model.name, f"gen.{stem}")
     assert result["problems"] == [], result
     assert result["gradients"] > 0 and result["fallback_calls"] == 0, result

@@ -13,8 +13,8 @@ parameters between calls give eager's losses step after step.
 from __future__ import annotations
 
 import contextlib
-import re
 import os
+import re
 import warnings
 from functools import partial
 from pathlib import Path

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import replace
+from functools import partial
 
 from runtime_shim.modules import self_path
 from transpiler.build import TargetCode, VariantCode
@@ -68,7 +69,8 @@ def training_functions(t: TargetCode, vc: VariantCode, kernels: dict) -> list[st
     assert b is not None
     loss = []
     if b.loss is not None:  # Note [The backward of a loss alone]
-        alone = replace(b, region=b.loss, tangents=b.loss_tangents)
+        metas = tuple(m for m in b.tangent_metas if not m.shape)
+        alone = replace(b, region=b.loss, tangents=b.loss_tangents, tangent_metas=metas)
         of_loss = replace(vc, backward=alone)
         loss = [*backward_function(t, of_loss, kernels, loss=True), "", ""]
     return [
@@ -172,25 +174,20 @@ def autograd_class(t: TargetCode, vc: VariantCode) -> list[str]:
     lines.append(f"    def backward(ctx, {', '.join(grads)}):")
     tangents = [g for g, d in zip(grads, b.differentiable) if d]
     module = ["ctx.module"] if t.is_module else []
+    layouts = {
+        g: f"({tuple(m.shape)!r}, {tuple(m.stride)!r}, {m.dtype})"
+        for g, m in zip(tangents, b.tangent_metas)
+    }
+    call = partial(_call_backward, module=module, layouts=layouts)
     if b.loss is None:
-        for g, stride in zip(tangents, b.tangent_strides):  # as traced: any layout
-            lines.append(f"        {g} = runtime_shim.as_layout({g}, {stride!r})")
-        call_args = ", ".join([*module, "runtime_shim.take_saved(ctx)", *tangents])
-        lines.append(f"        gradients = _{vc.name}_backward({call_args})")
+        lines += call(f"_{vc.name}_backward", tangents, "        ")
     else:
-        layouts = {
-            g: f"({shape!r}, {stride!r}, {dtype})"
-            for g, stride, (shape, dtype) in zip(
-                tangents, b.tangent_strides, b.tangent_types
-            )
-        }
-        loss = [g for g, (shape, _) in zip(tangents, b.tangent_types) if not shape]
-        others = [g for g in tangents if g not in loss]
-        test = " and ".join(f"{g} is None" for g in others)
+        loss = [g for g, m in zip(tangents, b.tangent_metas) if not m.shape]
+        test = " and ".join(f"{g} is None" for g in tangents if g not in loss)
         lines.append(f"        if {test}:  # the loss's alone: the rest unused")
-        lines += _call_backward(f"_{vc.name}_loss_backward", module, loss, layouts)
+        lines += call(f"_{vc.name}_loss_backward", loss, "            ")
         lines.append("        else:")
-        lines += _call_backward(f"_{vc.name}_backward", module, tangents, layouts)
+        lines += call(f"_{vc.name}_backward", tangents, "            ")
     position = {name: i for i, name in enumerate(b.wrt)}
     out = ["None"] * len(self_)
     for n, spec in vc.variant.inputs:
@@ -202,16 +199,18 @@ def autograd_class(t: TargetCode, vc: VariantCode) -> list[str]:
     return lines
 
 
-def _call_backward(name: str, module: list, tangents: list, layouts: dict) -> list:
-    """A backward's call on `tangents`, each given its traced layout (zeros for
-    None: `runtime_shim.tangents`)."""
+def _call_backward(
+    name: str, tangents: list, indent: str, module: list, layouts: dict
+) -> list:
+    """A backward's call on `tangents`, each given the layout it was traced with
+    first (`runtime_shim.tangents`: any layout in, zeros for None)."""
     given = ", ".join(layouts[g] for g in tangents)
     call_args = ", ".join([*module, "runtime_shim.take_saved(ctx)", *tangents])
     return [
-        f"            ({', '.join(tangents)},) = runtime_shim.tangents(",
-        f"                ({', '.join(tangents)},), ({given},)",
-        "            )",
-        f"            gradients = {name}({call_args})",
+        f"{indent}({', '.join(tangents)},) = runtime_shim.tangents(",
+        f"{indent}    ({', '.join(tangents)},), ({given},)",
+        f"{indent})",
+        f"{indent}gradients = {name}({call_args})",
     ]
 
 

@@ -47,10 +47,10 @@ MESSAGES = {
     "aten.embedding.default": "index out of range in self",
     "aten.index_select.default": "index out of range in self",
     "aten.nll_loss_forward.default": "Target out of bounds",
-    "aten.scatter.value": "scatter: index out of bounds for dimension {dim} with "
-    "size {size}",
-    "aten.scatter.src": "scatter: index out of bounds for dimension {dim} with "
-    "size {size}",
+    **dict.fromkeys(
+        ("aten.scatter.value", "aten.scatter.src"),
+        "scatter: index out of bounds for dimension {dim} with size {size}",
+    ),
 }
 
 # ops that decompose into an indirect load kernels compute (`x[idx]`, `gather`),
@@ -61,10 +61,10 @@ DECOMPOSED = {
     "aten.nll_loss_forward.default": lambda args: (args[0], -1, args[1]),
 }
 # scatters that decompose into a select kernels compute (decompose.one_per_row)
-SCATTERS = {
-    "aten.scatter.value": lambda args: (args[0], args[1], args[2]),
-    "aten.scatter.src": lambda args: (args[0], args[1], args[2]),
-}
+SCATTERS = dict.fromkeys(
+    ("aten.scatter.value", "aten.scatter.src"), lambda args: tuple(args[:3])
+)
+READS = DECOMPOSED | SCATTERS
 
 
 def check_indices(graph: Graph) -> Graph:
@@ -84,10 +84,9 @@ def check_indices(graph: Graph) -> Graph:
     def rewrite(node: Node, args, kwargs):
         if node.name not in checked:
             return NotImplemented
-        if node.target in DECOMPOSED or node.target in SCATTERS:
-            reads = (DECOMPOSED | SCATTERS)[node.target]
-            x, dim, index = reads(args)
-            ref, low = reads(node.args)[2], 0
+        if node.target in READS:
+            x, dim, index = READS[node.target](args)
+            ref, low = READS[node.target](node.args)[2], 0
         elif node.target == "aten.gather.default":
             x, dim, index, low = args[0], args[1], args[2], 0
             ref = node.args[2]
@@ -107,7 +106,7 @@ def check_indices(graph: Graph) -> Graph:
         torch._assert_async(_every_in_parts(in_range), message)
         return SameOp(args, kwargs)
 
-    targets = (*GATHERS, *DECOMPOSED, *SCATTERS)
+    targets = (*GATHERS, *READS)
     return retrace(graph, rewrites={target: rewrite for target in targets})
 
 

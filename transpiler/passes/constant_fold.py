@@ -17,6 +17,8 @@ them must keep its own memory, not become `x`.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from transpiler.ir.graph import Graph, Node, Ref, read_before_fallback
@@ -51,17 +53,32 @@ def _pow(node: Node, args, kwargs):
     return rule(x)
 
 
-def _identity(node: Node, args, kwargs):
-    x, scalar = args[0], args[1]
-    if (
-        isinstance(x, torch.Tensor)
-        and not isinstance(scalar, (torch.Tensor, bool))
-        and scalar == IDENTITY_SCALARS[node.target]
-        and not kwargs
-        and tuple(x.shape) == node.tensor_meta.shape
-        and x.dtype == node.tensor_meta.dtype
-    ):
-        return x
+# the identity ops whose identity may stand first (`0 + x`, `1 * x`)
+COMMUTATIVE = ("aten.add.Tensor", "aten.mul.Tensor")
+
+
+def _identity(fills: dict, node: Node, args, kwargs):
+    """`x + 0`, `x * 1`, ...: `x`, where `x` has the result's shape and dtype. The
+    identity is a scalar, or a `full` of it (`fills`: the backward's zero gradient
+    of an output the loss does not read, Note [The backward of a loss alone] in
+    partition.py)."""
+    if kwargs or len(args) != 2:
+        return NotImplemented
+    identity = IDENTITY_SCALARS[node.target]
+    meta = node.tensor_meta
+    for keep, drop in ((0, 1), (1, 0)) if node.target in COMMUTATIVE else ((0, 1),):
+        x, other = args[keep], node.args[drop]
+        if isinstance(other, Ref):
+            is_identity = fills.get(other.name) == identity
+        else:
+            is_identity = not isinstance(other, bool) and other == identity
+        if (
+            is_identity
+            and isinstance(x, torch.Tensor)
+            and tuple(x.shape) == meta.shape
+            and x.dtype == meta.dtype
+        ):
+            return x
     return NotImplemented
 
 
@@ -82,44 +99,13 @@ def _clamp(node: Node, args, kwargs):
 
 REWRITES = {
     "aten.pow.Tensor_Scalar": _pow,
-    **{t: _identity for t in IDENTITY_SCALARS},
     **{t: _no_op for t in NO_OPS},
     "aten.clamp.default": _clamp,
 }
 
 
-# the identity ops' operands that may stand first (`0 + x`, `1 * x`)
-COMMUTATIVE = ("aten.add.Tensor", "aten.mul.Tensor")
-
-
-def _identity_tensor(fills: dict):
-    """`x + zeros`, `zeros + x`, `x * ones`, ...: `x`, where the other operand is
-    a `full` of the identity (a backward's zero gradient of an output the loss
-    does not read: Note [The backward of a loss alone] in partition.py) and `x`
-    has the result's shape and dtype."""
-
-    def identity(node: Node, args, kwargs):
-        if kwargs or len(args) != 2:
-            return NotImplemented
-        sides = ((0, 1), (1, 0)) if node.target in COMMUTATIVE else ((0, 1),)
-        meta = node.tensor_meta
-        for keep, drop in sides:
-            x, full = args[keep], node.args[drop]
-            if (
-                isinstance(full, Ref)
-                and fills.get(full.name) == IDENTITY_SCALARS[node.target]
-                and isinstance(x, torch.Tensor)
-                and tuple(x.shape) == meta.shape
-                and x.dtype == meta.dtype
-            ):
-                return x
-        return NotImplemented
-
-    return identity
-
-
 def constant_fold(graph: Graph) -> Graph:
-    fills = {
+    fills = {  # `full`s of a number, by name
         n.name: n.args[1]
         for n in graph.nodes
         if n.target == "aten.full.default"
@@ -127,18 +113,7 @@ def constant_fold(graph: Graph) -> Graph:
         and isinstance(n.args[1], (int, float))
         and not isinstance(n.args[1], bool)
     }
-    tensors = _identity_tensor(fills)
-    rewrites = dict(REWRITES)
-    for target in (
-        "aten.add.Tensor",
-        "aten.sub.Tensor",
-        "aten.mul.Tensor",
-        "aten.div.Tensor",
-    ):
-        scalars = rewrites[target]
-        rewrites[target] = lambda node, args, kwargs, s=scalars: _first(
-            (s, tensors), node, args, kwargs
-        )
+    rewrites = REWRITES | {t: partial(_identity, fills) for t in IDENTITY_SCALARS}
     if not any(n.target in rewrites for n in graph.nodes):
         return graph
     copies = read_before_fallback(graph)
@@ -146,17 +121,9 @@ def constant_fold(graph: Graph) -> Graph:
     def keep_copies(rewrite):
         def rewritten(node: Node, args, kwargs):
             out = rewrite(node, args, kwargs)
-            return NotImplemented if node.name in copies and out is args[0] else out
+            returned = any(out is a for a in args)  # an input itself
+            return NotImplemented if node.name in copies and returned else out
 
         return rewritten
 
     return retrace(graph, rewrites={t: keep_copies(r) for t, r in rewrites.items()})
-
-
-def _first(rules, node: Node, args, kwargs):
-    """The result of the first of `rules` that rewrites the node."""
-    for rule in rules:
-        out = rule(node, args, kwargs)
-        if out is not NotImplemented:
-            return out
-    return NotImplemented
