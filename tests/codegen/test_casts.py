@@ -179,3 +179,88 @@ def _kernel(text: str, head: str) -> str:
     blank line."""
     start = text.index(head)
     return text[start : text.find("\n\n", start)]
+
+
+DECOMPOSED = """
+import torch
+import torch.nn.functional as F
+
+
+def silu_mul(g, up):
+    return F.silu(g) * up
+
+
+def softmax_mul(x, y):
+    return torch.softmax(x, -1) * y
+"""
+
+
+def test_an_ops_own_cast_rounds_where_it_is_stored(tmp_path) -> None:
+    """`F.silu(g) * up` in bf16: silu's decomposition computes in f32 and casts
+    its result to bf16; in a fused kernel that cast does not round, as no op's
+    result does before it is stored (Note [Rounding casts]). The kernel's result
+    is then eager's computed in f32 and rounded once, where eager itself rounds
+    twice: the two differ in many elements, so the comparison tells them apart."""
+    torch.manual_seed(0)
+    a = torch.randn(64, 64, dtype=torch.bfloat16) * 3
+    b = torch.randn(64, 64, dtype=torch.bfloat16)
+    inputs = {"silu_mul": {"g": a, "up": b}, "softmax_mul": {"x": a, "y": b}}
+    compiled = compile_source(DECOMPOSED, inputs, tmp_path)
+    for name, (x, y) in (("silu_mul", (a, b)), ("softmax_mul", (a, b))):
+        c = compiled[name]
+        once = c.eager(x.float(), y.float()).to(torch.bfloat16)
+        twice = c.eager(x, y)
+        assert (once != twice).float().mean() > 0.01, name  # the case discriminates
+        for backend, fn in (("cpu", c.cpu), ("triton", c.cuda)):
+            xs, ys = x.clone(), y.clone()
+            got = fn(xs, ys)
+            # kernels' exp is not eager's to the last bit: a rare f32 result on a
+            # bf16 rounding boundary may round the other way
+            differ = (got != once).float().mean().item()
+            assert differ < 0.002, (name, backend, differ)
+            torch.testing.assert_close(got, twice, rtol=2**-7, atol=2**-7)
+            assert torch.equal(xs, x) and torch.equal(ys, y)
+
+
+SPELLINGS = """
+import torch
+
+
+def to_dtype(x, y):
+    return x.to(torch.bfloat16).float() * y
+
+
+def to_keyword(x, y):
+    return x.to(dtype=torch.bfloat16).float() * y
+
+
+def bfloat16_method(x, y):
+    return x.bfloat16().float() * y
+
+
+def type_method(x, y):
+    return x.type(torch.bfloat16).float() * y
+
+
+def to_other(x, y):
+    return x.to(y.bfloat16()).float() * y
+
+
+def type_as(x, y):
+    return x.type_as(y.bfloat16()).float() * y
+"""
+
+
+def test_every_spelling_of_a_programs_own_cast_rounds(tmp_path) -> None:
+    """However the program writes its cast to bf16, the kernel rounds there: the
+    result equals eager's bit for bit on values that bf16 cannot hold."""
+    x = torch.tensor([1 + 2**-8 + 2**-9, 1 + 2**-7 + 2**-8, 0.1, -2.7, 3.3e38])
+    y = torch.full_like(x, 3.0)
+    names = re.findall(r"^def (\w+)", SPELLINGS, re.M)
+    compiled = compile_source(SPELLINGS, {n: {"x": x, "y": y} for n in names}, tmp_path)
+    for name in names:
+        c = compiled[name]
+        want = c.eager(x, y)
+        assert not torch.equal(want, x * y), name  # the cast rounds in eager
+        for fn in (c.cpu, c.cuda):
+            torch.testing.assert_close(fn(x.clone(), y.clone()), want, rtol=0, atol=0)

@@ -20,6 +20,13 @@ unrounded in `values` (a store to its f16/bf16 buffer rounds anyway) and marked 
 A literal is rounded here instead. Other narrowing casts (f64 to f32, float to int,
 int64 to int32, anything to bool) change the computed dtype: a `cast` statement.
 
+A cast a decomposition made (the node's `origin` is set) does not round: it is the
+op's own result in the half type after computing in f32, as `silu`'s is
+(`x.float() * sigmoid(x.float())`, then `.to(bf16)`), and kernels round an op's
+result only where it is stored, like any other op's in a fused chain (`g * up` of
+bf16 tensors is not rounded in the middle of a kernel either). Only a cast of the
+program's own, `x.to(torch.bfloat16)`, rounds where it sits.
+
 Note [Variance]
 ~~~~~~~~~~~~~~~
 A variance is computed in two passes over the row, never as E[x^2] - E[x]^2, which
@@ -586,9 +593,10 @@ class KernelBuilder:
         return self._rounded_value(node, self.pointwise(node, read), level)
 
     def _rounds(self, node: Node, row) -> bool:
-        """A cast to f16/bf16 from another dtype (Note [Rounding casts])."""
+        """A cast to f16/bf16 from another dtype that the program itself makes,
+        not one of a decomposition (Note [Rounding casts])."""
         dtype = node.tensor_meta.dtype
-        if dtype not in ROUNDING:
+        if dtype not in ROUNDING or node.origin is not None:
             return False
         source = node.args[row.operands[0]]
         if isinstance(source, Ref):
