@@ -18,19 +18,18 @@ def triton_fused_addmm_log_softmax_0(
     xnumel = 16
     rnumel = 10
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
-    tmp0 = tl.load(linear_ptr + (10 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.load(fc_bias_ptr + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(linear_ptr + (10 * xindex + rindex), rmask, other=0)
+    tmp1 = tl.load(fc_bias_ptr + rindex, rmask, other=0)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.reduce(tl.where(xmask & rmask, tmp2, float("-inf")), 1, _maximum)[:, None]
+    tmp3 = tl.reduce(tl.where(rmask, tmp2, float("-inf")), 1, _maximum)[:, None]
     tmp4 = tmp2 - tmp3
     tmp5 = tl.exp(tmp4)
-    tmp6 = tl.sum(tl.where(xmask & rmask, tmp5, 0), 1)[:, None]
+    tmp6 = tl.sum(tl.where(rmask, tmp5, 0), 1)[:, None]
     tmp7 = tl.log(tmp6)
     tmp8 = tmp4 - tmp7
-    tl.store(out_ptr + (10 * xindex + rindex), tmp8, xmask & rmask)
+    tl.store(out_ptr + (10 * xindex + rindex), tmp8, rmask)
 
 
 @triton.jit
@@ -41,19 +40,18 @@ def triton_fused_addmm_log_softmax_1(
     xnumel = 32
     rnumel = 10
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
-    tmp0 = tl.load(linear_ptr + (10 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.load(fc_bias_ptr + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(linear_ptr + (10 * xindex + rindex), rmask, other=0)
+    tmp1 = tl.load(fc_bias_ptr + rindex, rmask, other=0)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.reduce(tl.where(xmask & rmask, tmp2, float("-inf")), 1, _maximum)[:, None]
+    tmp3 = tl.reduce(tl.where(rmask, tmp2, float("-inf")), 1, _maximum)[:, None]
     tmp4 = tmp2 - tmp3
     tmp5 = tl.exp(tmp4)
-    tmp6 = tl.sum(tl.where(xmask & rmask, tmp5, 0), 1)[:, None]
+    tmp6 = tl.sum(tl.where(rmask, tmp5, 0), 1)[:, None]
     tmp7 = tl.log(tmp6)
     tmp8 = tmp4 - tmp7
-    tl.store(out_ptr + (10 * xindex + rindex), tmp8, xmask & rmask)
+    tl.store(out_ptr + (10 * xindex + rindex), tmp8, rmask)
 
 
 @triton.jit
@@ -64,19 +62,18 @@ def triton_fused_addmm_log_softmax_2(
     xnumel = 1
     rnumel = 10
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
-    tmp0 = tl.load(linear_ptr + rindex, xmask & rmask, other=0)
-    tmp1 = tl.load(fc_bias_ptr + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(linear_ptr + rindex, rmask, other=0)
+    tmp1 = tl.load(fc_bias_ptr + rindex, rmask, other=0)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.reduce(tl.where(xmask & rmask, tmp2, float("-inf")), 1, _maximum)[:, None]
+    tmp3 = tl.reduce(tl.where(rmask, tmp2, float("-inf")), 1, _maximum)[:, None]
     tmp4 = tmp2 - tmp3
     tmp5 = tl.exp(tmp4)
-    tmp6 = tl.sum(tl.where(xmask & rmask, tmp5, 0), 1)[:, None]
+    tmp6 = tl.sum(tl.where(rmask, tmp5, 0), 1)[:, None]
     tmp7 = tl.log(tmp6)
     tmp8 = tmp4 - tmp7
-    tl.store(out_ptr + rindex, tmp8, xmask & rmask)
+    tl.store(out_ptr + rindex, tmp8, rmask)
 
 
 @triton.jit

@@ -13,11 +13,10 @@ def triton_fused_add_relu_mul_0(
     # examples/deep_dive.py:17: y = y * scale  # Kernel 4
     xnumel = 4096
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < xnumel
-    tmp0 = tl.load(mm_ptr + xindex, xmask, other=0)
-    tmp1 = tl.load(bias_ptr + xindex % 128, xmask, other=0)
+    tmp0 = tl.load(mm_ptr + xindex)
+    tmp1 = tl.load(bias_ptr + xindex % 128)
     tmp2 = tmp0 + tmp1
     tmp3 = tl.where(tmp2 < 0, 0, tmp2)
-    tmp4 = tl.load(scale_ptr + xindex % 128, xmask, other=0)
+    tmp4 = tl.load(scale_ptr + xindex % 128)
     tmp5 = tmp3 * tmp4
-    tl.store(out_ptr + xindex, tmp5, xmask)
+    tl.store(out_ptr + xindex, tmp5)

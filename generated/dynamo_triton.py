@@ -13,15 +13,14 @@ def triton_fused_mul_sum_gt_0(
     xnumel = 1
     rnumel = 10
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
-    tmp0 = tl.load(x_ptr + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(x_ptr + rindex, rmask, other=0)
     tmp1 = tmp0 * 2.0
-    tmp2 = tl.sum(tl.where(xmask & rmask, tmp1, 0), 1)[:, None]
+    tmp2 = tl.sum(tl.where(rmask, tmp1, 0), 1)[:, None]
     tmp3 = tmp2 > 0.0
-    tl.store(out_gt_ptr + xindex, tmp3, xmask)
-    tl.store(out_mul_ptr + rindex, tmp1, xmask & rmask)
+    tl.store(out_gt_ptr + xindex, tmp3)
+    tl.store(out_mul_ptr + rindex, tmp1, rmask)
 
 
 @triton.jit
@@ -41,12 +40,11 @@ def triton_fused_mul_add_0(x_ptr, out_mul_ptr, out_add_ptr, XBLOCK: tl.constexpr
     # examples/dynamo.py:20: z = y + 1  # compiled after the break
     xnumel = 128
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < xnumel
-    tmp0 = tl.load(x_ptr + xindex, xmask, other=0)
+    tmp0 = tl.load(x_ptr + xindex)
     tmp1 = tmp0 * 2.0
-    tl.store(out_mul_ptr + xindex, tmp1, xmask)
+    tl.store(out_mul_ptr + xindex, tmp1)
     tmp2 = tmp1 + 1.0
-    tl.store(out_add_ptr + xindex, tmp2, xmask)
+    tl.store(out_add_ptr + xindex, tmp2)
 
 
 @triton.jit

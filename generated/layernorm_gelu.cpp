@@ -123,9 +123,8 @@ extern "C" void cpp_fused_native_layer_norm_gelu_1(
             float tmp20 = tmp18 * tmp19;
             float tmp21 = norm_bias_ptr[r];
             float tmp22 = tmp20 + tmp21;
-            float tmp23 = bf16_to_float(float_to_bf16(tmp22));
-            float tmp24 = gelu_f32(tmp23);
-            out_ptr[256 * x + r] = float_to_bf16(tmp24);
+            float tmp23 = gelu_f32(tmp22);
+            out_ptr[256 * x + r] = float_to_bf16(tmp23);
         }
     }
 }

@@ -17,16 +17,14 @@ def triton_fused_native_layer_norm_gelu_0(
     xnumel = 16
     rnumel = 256
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
-    tmp0 = tl.load(x_ptr + (256 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
+    tmp0 = tl.load(x_ptr + (256 * xindex + rindex))
+    tmp1 = tl.sum(tmp0, 1)[:, None]
     tmp2 = tmp1 / 256.0
     tmp3 = tmp0 - tmp2
     tmp4 = tmp3 * tmp3
-    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
-    tmp6 = tl.sum(tl.where(xmask & rmask, tmp3, 0), 1)[:, None]
+    tmp5 = tl.sum(tmp4, 1)[:, None]
+    tmp6 = tl.sum(tmp3, 1)[:, None]
     tmp7 = tmp6 / 256.0
     tmp8 = tmp6 * tmp7
     tmp9 = tmp5 - tmp8
@@ -39,12 +37,12 @@ def triton_fused_native_layer_norm_gelu_0(
     tmp16 = tl.rsqrt(tmp15)
     tmp17 = tmp0 - tmp13
     tmp18 = tmp17 * tmp16
-    tmp19 = tl.load(norm_weight_ptr + rindex, xmask & rmask, other=0)
+    tmp19 = tl.load(norm_weight_ptr + rindex)
     tmp20 = tmp18 * tmp19
-    tmp21 = tl.load(norm_bias_ptr + rindex, xmask & rmask, other=0)
+    tmp21 = tl.load(norm_bias_ptr + rindex)
     tmp22 = tmp20 + tmp21
     tmp23 = tmp22 * 0.5 * (1.0 + tl.erf(tmp22 * 0.7071067811865476))
-    tl.store(out_ptr + (256 * xindex + rindex), tmp23, xmask & rmask)
+    tl.store(out_ptr + (256 * xindex + rindex), tmp23)
 
 
 @triton.jit
@@ -60,18 +58,14 @@ def triton_fused_native_layer_norm_gelu_1(
     xnumel = 16
     rnumel = 256
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
-    tmp0 = tl.load(x_ptr + (256 * xindex + rindex), xmask & rmask, other=0).to(
-        tl.float32
-    )
-    tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
+    tmp0 = tl.load(x_ptr + (256 * xindex + rindex)).to(tl.float32)
+    tmp1 = tl.sum(tmp0, 1)[:, None]
     tmp2 = tmp1 / 256.0
     tmp3 = tmp0 - tmp2
     tmp4 = tmp3 * tmp3
-    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
-    tmp6 = tl.sum(tl.where(xmask & rmask, tmp3, 0), 1)[:, None]
+    tmp5 = tl.sum(tmp4, 1)[:, None]
+    tmp6 = tl.sum(tmp3, 1)[:, None]
     tmp7 = tmp6 / 256.0
     tmp8 = tmp6 * tmp7
     tmp9 = tmp5 - tmp8
@@ -84,10 +78,9 @@ def triton_fused_native_layer_norm_gelu_1(
     tmp16 = tl.rsqrt(tmp15)
     tmp17 = tmp0 - tmp13
     tmp18 = tmp17 * tmp16
-    tmp19 = tl.load(norm_weight_ptr + rindex, xmask & rmask, other=0)
+    tmp19 = tl.load(norm_weight_ptr + rindex)
     tmp20 = tmp18 * tmp19
-    tmp21 = tl.load(norm_bias_ptr + rindex, xmask & rmask, other=0)
+    tmp21 = tl.load(norm_bias_ptr + rindex)
     tmp22 = tmp20 + tmp21
-    tmp23 = tmp22.to(tl.bfloat16).to(tl.float32)
-    tmp24 = tmp23 * 0.5 * (1.0 + tl.erf(tmp23 * 0.7071067811865476))
-    tl.store(out_ptr + (256 * xindex + rindex), tmp24.to(tl.bfloat16), xmask & rmask)
+    tmp23 = tmp22 * 0.5 * (1.0 + tl.erf(tmp22 * 0.7071067811865476))
+    tl.store(out_ptr + (256 * xindex + rindex), tmp23.to(tl.bfloat16))

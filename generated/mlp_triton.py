@@ -9,9 +9,8 @@ def triton_fused_addmm_gelu_0(linear_ptr, fc1_bias_ptr, out_ptr, XBLOCK: tl.cons
     # examples/mlp.py:19: return self.fc2(F.gelu(self.fc1(x)))
     xnumel = 2048
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < xnumel
-    tmp0 = tl.load(linear_ptr + xindex, xmask, other=0)
-    tmp1 = tl.load(fc1_bias_ptr + xindex % 256, xmask, other=0)
+    tmp0 = tl.load(linear_ptr + xindex)
+    tmp1 = tl.load(fc1_bias_ptr + xindex % 256)
     tmp2 = tmp0 + tmp1
     tmp3 = tmp2 * 0.5 * (1.0 + tl.erf(tmp2 * 0.7071067811865476))
-    tl.store(out_ptr + xindex, tmp3, xmask)
+    tl.store(out_ptr + xindex, tmp3)

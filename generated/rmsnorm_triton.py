@@ -12,16 +12,14 @@ def triton_fused_mul_mean_add_rsqrt_0(
     xnumel = 16
     rnumel = 256
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
-    tmp0 = tl.load(x_ptr + (256 * xindex + rindex), xmask & rmask, other=0)
+    tmp0 = tl.load(x_ptr + (256 * xindex + rindex))
     tmp1 = tmp0 * tmp0
-    tmp2 = tl.sum(tl.where(xmask & rmask, tmp1, 0), 1)[:, None]
+    tmp2 = tl.sum(tmp1, 1)[:, None]
     tmp3 = tmp2 / 256.0
     tmp4 = tmp3 + 1e-06
     tmp5 = tl.rsqrt(tmp4)
     tmp6 = tmp0 * tmp5
-    tmp7 = tl.load(weight_ptr + rindex, xmask & rmask, other=0)
+    tmp7 = tl.load(weight_ptr + rindex)
     tmp8 = tmp6 * tmp7
-    tl.store(out_ptr + (256 * xindex + rindex), tmp8, xmask & rmask)
+    tl.store(out_ptr + (256 * xindex + rindex), tmp8)

@@ -22,13 +22,11 @@ def triton_fused_sum_gt_0(x_ptr, out_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.const
     xnumel = 1
     rnumel = 2
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
-    tmp0 = tl.load(x_ptr + rindex, xmask & rmask, other=0)
-    tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
+    tmp0 = tl.load(x_ptr + rindex)
+    tmp1 = tl.sum(tl.broadcast_to(tmp0, [XBLOCK, RBLOCK]), 1)[:, None]
     tmp2 = tmp1 > 0.0
-    tl.store(out_ptr + xindex, tmp2, xmask)
+    tl.store(out_ptr + xindex, tmp2)
 
 
 @triton.jit

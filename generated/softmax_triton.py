@@ -16,13 +16,11 @@ def triton_fused_softmax_0(x_ptr, out_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.cons
     xnumel = 32
     rnumel = 128
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
-    tmp0 = tl.load(x_ptr + (128 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.reduce(tl.where(xmask & rmask, tmp0, float("-inf")), 1, _maximum)[:, None]
+    tmp0 = tl.load(x_ptr + (128 * xindex + rindex))
+    tmp1 = tl.reduce(tmp0, 1, _maximum)[:, None]
     tmp2 = tmp0 - tmp1
     tmp3 = tl.exp(tmp2)
-    tmp4 = tl.sum(tl.where(xmask & rmask, tmp3, 0), 1)[:, None]
+    tmp4 = tl.sum(tmp3, 1)[:, None]
     tmp5 = tmp3 / tmp4
-    tl.store(out_ptr + (128 * xindex + rindex), tmp5, xmask & rmask)
+    tl.store(out_ptr + (128 * xindex + rindex), tmp5)

@@ -183,7 +183,7 @@ def _cuda_0(self, x):
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
-    native_layer_norm_3_0 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    native_layer_norm_3_0 = linear_1  # written over: not read after
     _triton.triton_fused_addmm_add_native_layer_norm_0[(8192,)](
         linear_1,
         attn_c_proj_bias,
@@ -199,14 +199,14 @@ def _cuda_0(self, x):
     # examples/gpt_block.py:43: x = self.c_fc(x)
     linear_2 = torch.nn.functional.linear(native_layer_norm_3_0, mlp_c_fc_weight)
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
-    gelu = empty((8, 1024, 3072), (3145728, 3072, 1), torch.float32)
+    gelu = linear_2  # written over: not read after
     _triton.triton_fused_addmm_gelu_0[(24576,)](
         linear_2, mlp_c_fc_bias, gelu, XBLOCK=1024, num_warps=4
     )
     # examples/gpt_block.py:45: x = self.c_proj(x)
     linear_3 = torch.nn.functional.linear(gelu, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = empty((8, 1024, 768), (786432, 768, 1), torch.float32)
+    add_1 = linear_3  # written over: not read after
     _triton.triton_fused_addmm_add_0[(6144,)](
         linear_3, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )
@@ -478,7 +478,7 @@ def _cuda_1(self, x):
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     add = empty((8, 1024, 768), (786432, 768, 1), torch.bfloat16)
-    native_layer_norm_3_0 = empty((8, 1024, 768), (786432, 768, 1), torch.bfloat16)
+    native_layer_norm_3_0 = linear_1  # written over: not read after
     _triton.triton_fused_addmm_add_native_layer_norm_1[(8192,)](
         linear_1,
         attn_c_proj_bias,
@@ -499,7 +499,7 @@ def _cuda_1(self, x):
     # examples/gpt_block.py:45: x = self.c_proj(x)
     linear_2 = torch.nn.functional.linear(view_9, mlp_c_proj_weight)
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
-    add_1 = empty((8, 1024, 768), (786432, 768, 1), torch.bfloat16)
+    add_1 = linear_2  # written over: not read after
     _triton.triton_fused_addmm_add_1[(6144,)](
         linear_2, mlp_c_proj_bias, add, add_1, XBLOCK=1024, num_warps=4
     )

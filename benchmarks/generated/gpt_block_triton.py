@@ -36,16 +36,15 @@ def triton_fused_native_layer_norm_0(
     xnumel = 8192
     rnumel = 768
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
-    tmp0 = tl.load(x_ptr + (768 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
+    tmp0 = tl.load(x_ptr + (768 * xindex + rindex), rmask, other=0)
+    tmp1 = tl.sum(tl.where(rmask, tmp0, 0), 1)[:, None]
     tmp2 = tmp1 / 768.0
     tmp3 = tmp0 - tmp2
     tmp4 = tmp3 * tmp3
-    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
-    tmp6 = tl.sum(tl.where(xmask & rmask, tmp3, 0), 1)[:, None]
+    tmp5 = tl.sum(tl.where(rmask, tmp4, 0), 1)[:, None]
+    tmp6 = tl.sum(tl.where(rmask, tmp3, 0), 1)[:, None]
     tmp7 = tmp6 / 768.0
     tmp8 = tmp6 * tmp7
     tmp9 = tmp5 - tmp8
@@ -58,11 +57,11 @@ def triton_fused_native_layer_norm_0(
     tmp16 = tl.rsqrt(tmp15)
     tmp17 = tmp0 - tmp13
     tmp18 = tmp17 * tmp16
-    tmp19 = tl.load(ln_1_weight_ptr + rindex, xmask & rmask, other=0)
+    tmp19 = tl.load(ln_1_weight_ptr + rindex, rmask, other=0)
     tmp20 = tmp18 * tmp19
-    tmp21 = tl.load(ln_1_bias_ptr + rindex, xmask & rmask, other=0)
+    tmp21 = tl.load(ln_1_bias_ptr + rindex, rmask, other=0)
     tmp22 = tmp20 + tmp21
-    tl.store(out_ptr + (768 * xindex + rindex), tmp22, xmask & rmask)
+    tl.store(out_ptr + (768 * xindex + rindex), tmp22, rmask)
 
 
 @triton.jit
@@ -83,20 +82,19 @@ def triton_fused_addmm_add_native_layer_norm_0(
     xnumel = 8192
     rnumel = 768
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
-    tmp0 = tl.load(linear_ptr + (768 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.load(c_proj_bias_ptr + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(linear_ptr + (768 * xindex + rindex), rmask, other=0)
+    tmp1 = tl.load(c_proj_bias_ptr + rindex, rmask, other=0)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.load(x_ptr + (768 * xindex + rindex), xmask & rmask, other=0)
+    tmp3 = tl.load(x_ptr + (768 * xindex + rindex), rmask, other=0)
     tmp4 = tmp3 + tmp2
-    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
+    tmp5 = tl.sum(tl.where(rmask, tmp4, 0), 1)[:, None]
     tmp6 = tmp5 / 768.0
     tmp7 = tmp4 - tmp6
     tmp8 = tmp7 * tmp7
-    tmp9 = tl.sum(tl.where(xmask & rmask, tmp8, 0), 1)[:, None]
-    tmp10 = tl.sum(tl.where(xmask & rmask, tmp7, 0), 1)[:, None]
+    tmp9 = tl.sum(tl.where(rmask, tmp8, 0), 1)[:, None]
+    tmp10 = tl.sum(tl.where(rmask, tmp7, 0), 1)[:, None]
     tmp11 = tmp10 / 768.0
     tmp12 = tmp10 * tmp11
     tmp13 = tmp9 - tmp12
@@ -109,12 +107,12 @@ def triton_fused_addmm_add_native_layer_norm_0(
     tmp20 = tl.rsqrt(tmp19)
     tmp21 = tmp4 - tmp17
     tmp22 = tmp21 * tmp20
-    tmp23 = tl.load(ln_2_weight_ptr + rindex, xmask & rmask, other=0)
+    tmp23 = tl.load(ln_2_weight_ptr + rindex, rmask, other=0)
     tmp24 = tmp22 * tmp23
-    tmp25 = tl.load(ln_2_bias_ptr + rindex, xmask & rmask, other=0)
+    tmp25 = tl.load(ln_2_bias_ptr + rindex, rmask, other=0)
     tmp26 = tmp24 + tmp25
-    tl.store(out_add_ptr + (768 * xindex + rindex), tmp4, xmask & rmask)
-    tl.store(out_native_layer_norm_ptr + (768 * xindex + rindex), tmp26, xmask & rmask)
+    tl.store(out_add_ptr + (768 * xindex + rindex), tmp4, rmask)
+    tl.store(out_native_layer_norm_ptr + (768 * xindex + rindex), tmp26, rmask)
 
 
 @triton.jit
@@ -123,9 +121,8 @@ def triton_fused_addmm_gelu_0(linear_ptr, c_fc_bias_ptr, out_ptr, XBLOCK: tl.con
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     xnumel = 25165824
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < xnumel
-    tmp0 = tl.load(linear_ptr + xindex, xmask, other=0)
-    tmp1 = tl.load(c_fc_bias_ptr + xindex % 3072, xmask, other=0)
+    tmp0 = tl.load(linear_ptr + xindex)
+    tmp1 = tl.load(c_fc_bias_ptr + xindex % 3072)
     tmp2 = tmp0 + tmp1
     tmp3 = tmp2 * tmp2
     tmp4 = tmp3 * tmp2
@@ -136,7 +133,7 @@ def triton_fused_addmm_gelu_0(linear_ptr, c_fc_bias_ptr, out_ptr, XBLOCK: tl.con
     tmp9 = _tanh(tmp7)
     tmp10 = tmp9 + 1.0
     tmp11 = tmp8 * tmp10
-    tl.store(out_ptr + xindex, tmp11, xmask)
+    tl.store(out_ptr + xindex, tmp11)
 
 
 @triton.jit
@@ -147,13 +144,12 @@ def triton_fused_addmm_add_0(
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     xnumel = 6291456
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < xnumel
-    tmp0 = tl.load(linear_ptr + xindex, xmask, other=0)
-    tmp1 = tl.load(c_proj_bias_ptr + xindex % 768, xmask, other=0)
+    tmp0 = tl.load(linear_ptr + xindex)
+    tmp1 = tl.load(c_proj_bias_ptr + xindex % 768)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.load(add_ptr + xindex, xmask, other=0)
+    tmp3 = tl.load(add_ptr + xindex)
     tmp4 = tmp3 + tmp2
-    tl.store(out_ptr + xindex, tmp4, xmask)
+    tl.store(out_ptr + xindex, tmp4)
 
 
 @triton.jit
@@ -169,18 +165,15 @@ def triton_fused_native_layer_norm_1(
     xnumel = 8192
     rnumel = 768
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
-    tmp0 = tl.load(x_ptr + (768 * xindex + rindex), xmask & rmask, other=0).to(
-        tl.float32
-    )
-    tmp1 = tl.sum(tl.where(xmask & rmask, tmp0, 0), 1)[:, None]
+    tmp0 = tl.load(x_ptr + (768 * xindex + rindex), rmask, other=0).to(tl.float32)
+    tmp1 = tl.sum(tl.where(rmask, tmp0, 0), 1)[:, None]
     tmp2 = tmp1 / 768.0
     tmp3 = tmp0 - tmp2
     tmp4 = tmp3 * tmp3
-    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
-    tmp6 = tl.sum(tl.where(xmask & rmask, tmp3, 0), 1)[:, None]
+    tmp5 = tl.sum(tl.where(rmask, tmp4, 0), 1)[:, None]
+    tmp6 = tl.sum(tl.where(rmask, tmp3, 0), 1)[:, None]
     tmp7 = tmp6 / 768.0
     tmp8 = tmp6 * tmp7
     tmp9 = tmp5 - tmp8
@@ -193,11 +186,11 @@ def triton_fused_native_layer_norm_1(
     tmp16 = tl.rsqrt(tmp15)
     tmp17 = tmp0 - tmp13
     tmp18 = tmp17 * tmp16
-    tmp19 = tl.load(ln_1_weight_ptr + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp19 = tl.load(ln_1_weight_ptr + rindex, rmask, other=0).to(tl.float32)
     tmp20 = tmp18 * tmp19
-    tmp21 = tl.load(ln_1_bias_ptr + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp21 = tl.load(ln_1_bias_ptr + rindex, rmask, other=0).to(tl.float32)
     tmp22 = tmp20 + tmp21
-    tl.store(out_ptr + (768 * xindex + rindex), tmp22.to(tl.bfloat16), xmask & rmask)
+    tl.store(out_ptr + (768 * xindex + rindex), tmp22.to(tl.bfloat16), rmask)
 
 
 @triton.jit
@@ -218,24 +211,19 @@ def triton_fused_addmm_add_native_layer_norm_1(
     xnumel = 8192
     rnumel = 768
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
-    tmp0 = tl.load(linear_ptr + (768 * xindex + rindex), xmask & rmask, other=0).to(
-        tl.float32
-    )
-    tmp1 = tl.load(c_proj_bias_ptr + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp0 = tl.load(linear_ptr + (768 * xindex + rindex), rmask, other=0).to(tl.float32)
+    tmp1 = tl.load(c_proj_bias_ptr + rindex, rmask, other=0).to(tl.float32)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.load(x_ptr + (768 * xindex + rindex), xmask & rmask, other=0).to(
-        tl.float32
-    )
+    tmp3 = tl.load(x_ptr + (768 * xindex + rindex), rmask, other=0).to(tl.float32)
     tmp4 = tmp3 + tmp2
-    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
+    tmp5 = tl.sum(tl.where(rmask, tmp4, 0), 1)[:, None]
     tmp6 = tmp5 / 768.0
     tmp7 = tmp4 - tmp6
     tmp8 = tmp7 * tmp7
-    tmp9 = tl.sum(tl.where(xmask & rmask, tmp8, 0), 1)[:, None]
-    tmp10 = tl.sum(tl.where(xmask & rmask, tmp7, 0), 1)[:, None]
+    tmp9 = tl.sum(tl.where(rmask, tmp8, 0), 1)[:, None]
+    tmp10 = tl.sum(tl.where(rmask, tmp7, 0), 1)[:, None]
     tmp11 = tmp10 / 768.0
     tmp12 = tmp10 * tmp11
     tmp13 = tmp9 - tmp12
@@ -248,15 +236,15 @@ def triton_fused_addmm_add_native_layer_norm_1(
     tmp20 = tl.rsqrt(tmp19)
     tmp21 = tmp4 - tmp17
     tmp22 = tmp21 * tmp20
-    tmp23 = tl.load(ln_2_weight_ptr + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp23 = tl.load(ln_2_weight_ptr + rindex, rmask, other=0).to(tl.float32)
     tmp24 = tmp22 * tmp23
-    tmp25 = tl.load(ln_2_bias_ptr + rindex, xmask & rmask, other=0).to(tl.float32)
+    tmp25 = tl.load(ln_2_bias_ptr + rindex, rmask, other=0).to(tl.float32)
     tmp26 = tmp24 + tmp25
-    tl.store(out_add_ptr + (768 * xindex + rindex), tmp4.to(tl.bfloat16), xmask & rmask)
+    tl.store(out_add_ptr + (768 * xindex + rindex), tmp4.to(tl.bfloat16), rmask)
     tl.store(
         out_native_layer_norm_ptr + (768 * xindex + rindex),
         tmp26.to(tl.bfloat16),
-        xmask & rmask,
+        rmask,
     )
 
 
@@ -268,10 +256,9 @@ def triton_fused_addmm_add_1(
     # examples/gpt_block.py:59: x = x + self.mlp(self.ln_2(x))
     xnumel = 6291456
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < xnumel
-    tmp0 = tl.load(linear_ptr + xindex, xmask, other=0).to(tl.float32)
-    tmp1 = tl.load(c_proj_bias_ptr + xindex % 768, xmask, other=0).to(tl.float32)
+    tmp0 = tl.load(linear_ptr + xindex).to(tl.float32)
+    tmp1 = tl.load(c_proj_bias_ptr + xindex % 768).to(tl.float32)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.load(add_ptr + xindex, xmask, other=0).to(tl.float32)
+    tmp3 = tl.load(add_ptr + xindex).to(tl.float32)
     tmp4 = tmp3 + tmp2
-    tl.store(out_ptr + xindex, tmp4.to(tl.bfloat16), xmask)
+    tl.store(out_ptr + xindex, tmp4.to(tl.bfloat16))

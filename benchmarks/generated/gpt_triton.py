@@ -31,17 +31,15 @@ def triton_fused_embedding_0(
     xnumel = 1
     rnumel = 8192
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
-    tmp0 = tl.load(idx_ptr + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(idx_ptr + rindex)
     tmp1 = tmp0 >= 0
     tmp2 = tmp0 < 50257
     tmp3 = tmp1 & tmp2
     tmp4 = tmp3.to(tl.int8)
-    tmp5 = tl.min(tl.where(xmask & rmask, tmp4, 127), 1)[:, None]
+    tmp5 = tl.min(tl.broadcast_to(tmp4, [XBLOCK, RBLOCK]), 1)[:, None]
     tmp6 = tmp5 != 0
-    tl.store(out_ptr + xindex, tmp6, xmask)
+    tl.store(out_ptr + xindex, tmp6)
 
 
 @triton.jit
@@ -49,18 +47,15 @@ def triton_fused_index_0(arange_ptr, wpe_weight_ptr, out_ptr, XBLOCK: tl.constex
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
     xnumel = 786432
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < xnumel
-    tmp0 = tl.load(arange_ptr + xindex // 768, xmask, other=0)
+    tmp0 = tl.load(arange_ptr + xindex // 768)
     tmp1 = tmp0 < 0
     tmp2 = tmp0 + 1024
     tmp3 = tl.where(tmp1, tmp2, tmp0)
     tmp4 = tmp3 >= 0
     tmp5 = tmp3 < 1024
     tmp6 = (tmp4 != 0) & (tmp5 != 0)
-    tmp7 = tl.load(
-        wpe_weight_ptr + (xindex % 768 + 768 * tmp3), (xmask & tmp6) != 0, other=0
-    )
-    tl.store(out_ptr + xindex, tmp7, xmask)
+    tmp7 = tl.load(wpe_weight_ptr + (xindex % 768 + 768 * tmp3), tmp6, other=0)
+    tl.store(out_ptr + xindex, tmp7)
 
 
 @triton.jit
@@ -80,29 +75,24 @@ def triton_fused_embedding_add_native_layer_norm_0(
     xnumel = 8192
     rnumel = 768
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
-    tmp0 = tl.load(idx_ptr + xindex, xmask & rmask, other=0)
+    tmp0 = tl.load(idx_ptr + xindex, rmask, other=0)
     tmp1 = tmp0 < 0
     tmp2 = tmp0 + 50257
     tmp3 = tl.where(tmp1, tmp2, tmp0)
     tmp4 = tmp3 >= 0
     tmp5 = tmp3 < 50257
     tmp6 = (tmp4 != 0) & (tmp5 != 0)
-    tmp7 = tl.load(
-        wte_weight_ptr + (rindex + 768 * tmp3), (xmask & rmask & tmp6) != 0, other=0
-    )
-    tmp8 = tl.load(
-        embedding_ptr + (768 * (xindex % 1024) + rindex), xmask & rmask, other=0
-    )
+    tmp7 = tl.load(wte_weight_ptr + (rindex + 768 * tmp3), (rmask & tmp6) != 0, other=0)
+    tmp8 = tl.load(embedding_ptr + (768 * (xindex % 1024) + rindex), rmask, other=0)
     tmp9 = tmp7 + tmp8
-    tmp10 = tl.sum(tl.where(xmask & rmask, tmp9, 0), 1)[:, None]
+    tmp10 = tl.sum(tl.where(rmask, tmp9, 0), 1)[:, None]
     tmp11 = tmp10 / 768.0
     tmp12 = tmp9 - tmp11
     tmp13 = tmp12 * tmp12
-    tmp14 = tl.sum(tl.where(xmask & rmask, tmp13, 0), 1)[:, None]
-    tmp15 = tl.sum(tl.where(xmask & rmask, tmp12, 0), 1)[:, None]
+    tmp14 = tl.sum(tl.where(rmask, tmp13, 0), 1)[:, None]
+    tmp15 = tl.sum(tl.where(rmask, tmp12, 0), 1)[:, None]
     tmp16 = tmp15 / 768.0
     tmp17 = tmp15 * tmp16
     tmp18 = tmp14 - tmp17
@@ -115,12 +105,12 @@ def triton_fused_embedding_add_native_layer_norm_0(
     tmp25 = tl.rsqrt(tmp24)
     tmp26 = tmp9 - tmp22
     tmp27 = tmp26 * tmp25
-    tmp28 = tl.load(ln_1_weight_ptr + rindex, xmask & rmask, other=0)
+    tmp28 = tl.load(ln_1_weight_ptr + rindex, rmask, other=0)
     tmp29 = tmp27 * tmp28
-    tmp30 = tl.load(ln_1_bias_ptr + rindex, xmask & rmask, other=0)
+    tmp30 = tl.load(ln_1_bias_ptr + rindex, rmask, other=0)
     tmp31 = tmp29 + tmp30
-    tl.store(out_add_ptr + (768 * xindex + rindex), tmp9, xmask & rmask)
-    tl.store(out_native_layer_norm_ptr + (768 * xindex + rindex), tmp31, xmask & rmask)
+    tl.store(out_add_ptr + (768 * xindex + rindex), tmp9, rmask)
+    tl.store(out_native_layer_norm_ptr + (768 * xindex + rindex), tmp31, rmask)
 
 
 @triton.jit
@@ -141,20 +131,19 @@ def triton_fused_addmm_add_native_layer_norm_0(
     xnumel = 8192
     rnumel = 768
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
-    tmp0 = tl.load(linear_ptr + (768 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.load(c_proj_bias_ptr + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(linear_ptr + (768 * xindex + rindex), rmask, other=0)
+    tmp1 = tl.load(c_proj_bias_ptr + rindex, rmask, other=0)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.load(add_ptr + (768 * xindex + rindex), xmask & rmask, other=0)
+    tmp3 = tl.load(add_ptr + (768 * xindex + rindex), rmask, other=0)
     tmp4 = tmp3 + tmp2
-    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
+    tmp5 = tl.sum(tl.where(rmask, tmp4, 0), 1)[:, None]
     tmp6 = tmp5 / 768.0
     tmp7 = tmp4 - tmp6
     tmp8 = tmp7 * tmp7
-    tmp9 = tl.sum(tl.where(xmask & rmask, tmp8, 0), 1)[:, None]
-    tmp10 = tl.sum(tl.where(xmask & rmask, tmp7, 0), 1)[:, None]
+    tmp9 = tl.sum(tl.where(rmask, tmp8, 0), 1)[:, None]
+    tmp10 = tl.sum(tl.where(rmask, tmp7, 0), 1)[:, None]
     tmp11 = tmp10 / 768.0
     tmp12 = tmp10 * tmp11
     tmp13 = tmp9 - tmp12
@@ -167,12 +156,12 @@ def triton_fused_addmm_add_native_layer_norm_0(
     tmp20 = tl.rsqrt(tmp19)
     tmp21 = tmp4 - tmp17
     tmp22 = tmp21 * tmp20
-    tmp23 = tl.load(ln_2_weight_ptr + rindex, xmask & rmask, other=0)
+    tmp23 = tl.load(ln_2_weight_ptr + rindex, rmask, other=0)
     tmp24 = tmp22 * tmp23
-    tmp25 = tl.load(ln_2_bias_ptr + rindex, xmask & rmask, other=0)
+    tmp25 = tl.load(ln_2_bias_ptr + rindex, rmask, other=0)
     tmp26 = tmp24 + tmp25
-    tl.store(out_add_ptr + (768 * xindex + rindex), tmp4, xmask & rmask)
-    tl.store(out_native_layer_norm_ptr + (768 * xindex + rindex), tmp26, xmask & rmask)
+    tl.store(out_add_ptr + (768 * xindex + rindex), tmp4, rmask)
+    tl.store(out_native_layer_norm_ptr + (768 * xindex + rindex), tmp26, rmask)
 
 
 @triton.jit
@@ -181,9 +170,8 @@ def triton_fused_addmm_gelu_0(linear_ptr, c_fc_bias_ptr, out_ptr, XBLOCK: tl.con
     # examples/gpt_block.py:44: x = F.gelu(x, approximate="tanh")
     xnumel = 25165824
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < xnumel
-    tmp0 = tl.load(linear_ptr + xindex, xmask, other=0)
-    tmp1 = tl.load(c_fc_bias_ptr + xindex % 3072, xmask, other=0)
+    tmp0 = tl.load(linear_ptr + xindex)
+    tmp1 = tl.load(c_fc_bias_ptr + xindex % 3072)
     tmp2 = tmp0 + tmp1
     tmp3 = tmp2 * tmp2
     tmp4 = tmp3 * tmp2
@@ -194,7 +182,7 @@ def triton_fused_addmm_gelu_0(linear_ptr, c_fc_bias_ptr, out_ptr, XBLOCK: tl.con
     tmp9 = _tanh(tmp7)
     tmp10 = tmp9 + 1.0
     tmp11 = tmp8 * tmp10
-    tl.store(out_ptr + xindex, tmp11, xmask)
+    tl.store(out_ptr + xindex, tmp11)
 
 
 @triton.jit
@@ -214,20 +202,19 @@ def triton_fused_addmm_add_native_layer_norm_1(
     xnumel = 8192
     rnumel = 768
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
     rmask = rindex < rnumel
-    tmp0 = tl.load(linear_ptr + (768 * xindex + rindex), xmask & rmask, other=0)
-    tmp1 = tl.load(c_proj_bias_ptr + rindex, xmask & rmask, other=0)
+    tmp0 = tl.load(linear_ptr + (768 * xindex + rindex), rmask, other=0)
+    tmp1 = tl.load(c_proj_bias_ptr + rindex, rmask, other=0)
     tmp2 = tmp0 + tmp1
-    tmp3 = tl.load(add_ptr + (768 * xindex + rindex), xmask & rmask, other=0)
+    tmp3 = tl.load(add_ptr + (768 * xindex + rindex), rmask, other=0)
     tmp4 = tmp3 + tmp2
-    tmp5 = tl.sum(tl.where(xmask & rmask, tmp4, 0), 1)[:, None]
+    tmp5 = tl.sum(tl.where(rmask, tmp4, 0), 1)[:, None]
     tmp6 = tmp5 / 768.0
     tmp7 = tmp4 - tmp6
     tmp8 = tmp7 * tmp7
-    tmp9 = tl.sum(tl.where(xmask & rmask, tmp8, 0), 1)[:, None]
-    tmp10 = tl.sum(tl.where(xmask & rmask, tmp7, 0), 1)[:, None]
+    tmp9 = tl.sum(tl.where(rmask, tmp8, 0), 1)[:, None]
+    tmp10 = tl.sum(tl.where(rmask, tmp7, 0), 1)[:, None]
     tmp11 = tmp10 / 768.0
     tmp12 = tmp10 * tmp11
     tmp13 = tmp9 - tmp12
@@ -240,8 +227,8 @@ def triton_fused_addmm_add_native_layer_norm_1(
     tmp20 = tl.rsqrt(tmp19)
     tmp21 = tmp4 - tmp17
     tmp22 = tmp21 * tmp20
-    tmp23 = tl.load(ln_f_weight_ptr + rindex, xmask & rmask, other=0)
+    tmp23 = tl.load(ln_f_weight_ptr + rindex, rmask, other=0)
     tmp24 = tmp22 * tmp23
-    tmp25 = tl.load(ln_f_bias_ptr + rindex, xmask & rmask, other=0)
+    tmp25 = tl.load(ln_f_bias_ptr + rindex, rmask, other=0)
     tmp26 = tmp24 + tmp25
-    tl.store(out_ptr + (768 * xindex + rindex), tmp26, xmask & rmask)
+    tl.store(out_ptr + (768 * xindex + rindex), tmp26, rmask)

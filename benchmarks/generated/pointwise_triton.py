@@ -14,12 +14,11 @@ def triton_fused_mul_add_relu_0(
     # examples/pointwise.py:15: y = y * scale
     xnumel = 67108864
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < xnumel
-    tmp0 = tl.load(x_ptr + xindex, xmask, other=0)
+    tmp0 = tl.load(x_ptr + xindex)
     tmp1 = tmp0 * 2.0
-    tmp2 = tl.load(bias_ptr + xindex % 8192, xmask, other=0)
+    tmp2 = tl.load(bias_ptr + xindex % 8192)
     tmp3 = tmp1 + tmp2
     tmp4 = tl.where(tmp3 < 0, 0, tmp3)
-    tmp5 = tl.load(scale_ptr + xindex % 8192, xmask, other=0)
+    tmp5 = tl.load(scale_ptr + xindex % 8192)
     tmp6 = tmp4 * tmp5
-    tl.store(out_ptr + xindex, tmp6, xmask)
+    tl.store(out_ptr + xindex, tmp6)

@@ -38,30 +38,28 @@ def triton_fused_addmm_sum_gt_0(
     xnumel = 1
     rnumel = 8
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
-    rmask = rindex < rnumel
-    tmp0 = tl.load(x_ptr + 4 * (rindex // 4), xmask & rmask, other=0)
-    tmp1 = tl.load(linear_weight_ptr + 4 * (rindex % 4), xmask & rmask, other=0)
+    tmp0 = tl.load(x_ptr + 4 * (rindex // 4))
+    tmp1 = tl.load(linear_weight_ptr + 4 * (rindex % 4))
     tmp2 = tmp0 * tmp1
-    tmp3 = tl.load(x_ptr + (4 * (rindex // 4) + 1), xmask & rmask, other=0)
-    tmp4 = tl.load(linear_weight_ptr + (4 * (rindex % 4) + 1), xmask & rmask, other=0)
+    tmp3 = tl.load(x_ptr + (4 * (rindex // 4) + 1))
+    tmp4 = tl.load(linear_weight_ptr + (4 * (rindex % 4) + 1))
     tmp5 = tmp3 * tmp4
     tmp6 = tmp2 + tmp5
-    tmp7 = tl.load(x_ptr + (4 * (rindex // 4) + 2), xmask & rmask, other=0)
-    tmp8 = tl.load(linear_weight_ptr + (4 * (rindex % 4) + 2), xmask & rmask, other=0)
+    tmp7 = tl.load(x_ptr + (4 * (rindex // 4) + 2))
+    tmp8 = tl.load(linear_weight_ptr + (4 * (rindex % 4) + 2))
     tmp9 = tmp7 * tmp8
     tmp10 = tmp6 + tmp9
-    tmp11 = tl.load(x_ptr + (4 * (rindex // 4) + 3), xmask & rmask, other=0)
-    tmp12 = tl.load(linear_weight_ptr + (4 * (rindex % 4) + 3), xmask & rmask, other=0)
+    tmp11 = tl.load(x_ptr + (4 * (rindex // 4) + 3))
+    tmp12 = tl.load(linear_weight_ptr + (4 * (rindex % 4) + 3))
     tmp13 = tmp11 * tmp12
     tmp14 = tmp10 + tmp13
-    tmp15 = tl.load(linear_bias_ptr + rindex % 4, xmask & rmask, other=0)
+    tmp15 = tl.load(linear_bias_ptr + rindex % 4)
     tmp16 = tmp14 + tmp15
-    tmp17 = tl.sum(tl.where(xmask & rmask, tmp16, 0), 1)[:, None]
+    tmp17 = tl.sum(tl.broadcast_to(tmp16, [XBLOCK, RBLOCK]), 1)[:, None]
     tmp18 = tmp17 > 0.0
-    tl.store(out_gt_ptr + xindex, tmp18, xmask)
-    tl.store(out_addmm_ptr + rindex, tmp16, xmask & rmask)
+    tl.store(out_gt_ptr + xindex, tmp18)
+    tl.store(out_addmm_ptr + rindex, tmp16)
 
 
 @triton.jit

@@ -296,6 +296,7 @@ STATISTICS = {
     "aten.native_layer_norm.default": "x, [4], w[:4], b[:4], 0.1",
     "aten.native_group_norm.default": "x, w, b, 2, 6, 4, 3, 0.1",
     "aten.native_batch_norm.default": "x, w, b, rm, rv, training, 0.1, 0.1",
+    "aten._native_batch_norm_legit.default": "x, w, b, rm, rv, training, 0.1, 0.1",
     "aten._native_batch_norm_legit.no_stats": "x, w, b, True, 0.1, 0.1",
     "aten._native_batch_norm_legit_no_training.default": "x, w, b, rm, rv, 0.1, 0.1",
     "aten._batch_norm_no_update.default": "x, w, b, rm, rv, 0.1, 0.1",

@@ -348,7 +348,7 @@ def lowered(vc, module, reasons: dict[str, str]) -> Lowered:
         kind,
         sum(isinstance(s, KernelCall) for s in steps),
         tuple(externs),
-        tuple(reasons.get(s, s) for s in stubs),
+        tuple(reasons.get(s.target, s.target) for s in stubs),
         on_gpu(fn) if vc.name.startswith("cuda") else fn,
         inspect_source(fn),
     )

@@ -53,6 +53,29 @@ the kernel makes again asks L2 to keep the line (`evict_last`), and the last
 loop's load lets it go first (`evict_first`). On the H100, GroupNorm over rows of
 32768: 127 to 116 us, with SiLU 151 to 129. Hints on the last loop's stores, or
 walking the second loop backwards, changed neither (116 to 118 and 129 to 130).
+
+Note [Positions in registers]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+An argmax over a row held in registers is two reductions: the row's largest
+value (NaN the largest, as in torch), then the least position holding it, or
+holding a NaN (where the largest is NaN, no other value equals it, and where it
+is not, the row holds no NaN). Each element then costs a compare and a select
+per reduction, where one reduction of (value, position) pairs costs a dozen
+operations per pair and moves both between lanes (`_argmax`, which a loop over a
+longer row still uses: it cannot read the row twice). On the H100 the pairs
+bound an argmax over bf16 logits by arithmetic, not memory. argmin likewise.
+
+Note [Blocks that never overhang]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A block's elements past the end of the tensor (or of the row) are masked off:
+loads read nothing there, stores write nothing, and reductions see their
+identity. Where the tensor's size is a static multiple of the block (XBLOCK
+divides xnumel; RBLOCK divides rnumel), no block overhangs, and the kernel has no
+`xmask` (`rmask`): its loads and stores are unmasked and a reduction reads its
+values as they are. Besides the text, that saves a select for every element
+reduced (three in a Welford loop), which counts where a kernel does much work
+per byte (a group norm's statistics, an argmax over bf16 logits). A dynamic
+size, a matmul's tile and a block that does not divide keep their masks.
 """
 
 from __future__ import annotations
@@ -80,7 +103,15 @@ from transpiler.codegen.segments import (
     welford,
 )
 from transpiler.ir.dynamic import dims_in, size
-from transpiler.ir.program import Const, Index, Kernel, LaunchConfig, Stmt, Store
+from transpiler.ir.program import (
+    Const,
+    Index,
+    Kernel,
+    LaunchConfig,
+    Stmt,
+    Store,
+    operands,
+)
 from transpiler.text import comment
 
 PERSISTENT_MAX = 8192  # widest row reduced in registers
@@ -217,6 +248,16 @@ class _Renderer:
         self.config = config
         self.red = k.is_reduction
         self.persistent = is_persistent(k, config)
+        self.statements = {s.name: s for s in k.body if isinstance(s, Stmt)}
+        # Note [Blocks that never overhang]
+        self.xfull = (
+            k.matmul is None
+            and isinstance(k.xnumel, int)
+            and k.xnumel % config.xblock == 0
+        )
+        self.rfull = (
+            self.red and isinstance(k.rnumel, int) and k.rnumel % config.rblock == 0
+        )
         self.lines: list[str] = []
         self.done: set[str] = set()  # statements already computed (persistent)
         self.eviction: dict[str, dict[int, str]] = {}  # load -> segment -> hint
@@ -231,10 +272,52 @@ class _Renderer:
             "xindex" if store else None,
         )
 
-    def mask(self, level: str) -> str:
-        if not self.red:
-            return "xmask"
-        return "xmask" if level == "x" else "xmask & rmask"
+    def mask(self, level: str) -> str | None:
+        """The mask of the block's elements within the tensor at `level`; None
+        where the block never overhangs (Note [Blocks that never overhang])."""
+        parts = [] if self.xfull else ["xmask"]
+        if self.red and level != "x" and not self.rfull:
+            parts.append("rmask")
+        return " & ".join(parts) or None
+
+    def xmask(self) -> list[str]:
+        """The line defining `xmask`, where a block may overhang the tensor."""
+        return [] if self.xfull else ["    xmask = xindex < xnumel"]
+
+    def rmask(self, indent: str) -> list[str]:
+        """The line defining `rmask`, where a block may overhang the row."""
+        return [] if self.rfull else [f"{indent}rmask = rindex < rnumel"]
+
+    def block(self, value: str) -> str:
+        """`value` over the whole block, to be reduced: a value the same along
+        the row counts once per element. Where the row may overhang, the
+        `tl.where` of `rmask` broadcasts it."""
+        if not self.rfull or self._axes(value) == {"x", "r"}:  # `rmask` broadcasts
+            return value
+        return f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
+
+    def _axes(self, name: str) -> set[str]:
+        """The block's axes along which statement `name` varies (a row's value:
+        "x" alone; a weight's: "r" alone); a name of no statement, none."""
+        s = self.statements.get(name)
+        if s is None:
+            return set()
+        if s.op == "reduce":
+            return {"x"}
+        if s.op == "scan":
+            return {"x", "r"}
+        axes: set[str] = set()
+        if s.op in ("load", "index"):
+            index = s.args[1] if s.op == "load" else s.args[0]
+            axes = {t.var for t in index.terms if t.var in ("x", "r")}
+        for a in operands(s):
+            axes |= self._axes(a)
+        return axes
+
+    def within(self, value: str, other: str, level: str = "r") -> str:
+        """`value` where the element lies within the tensor, else `other`."""
+        mask = self.mask(level)
+        return value if mask is None else f"tl.where({mask}, {value}, {other})"
 
     def arg(self, a, dtype: torch.dtype) -> str:
         if isinstance(a, Const):
@@ -250,10 +333,11 @@ class _Renderer:
                 mask = self.mask(s.level)
                 if within:  # `!= 0`: a 0-d condition and'd with a block is not a
                     # mask to Triton's interpreter, though it has its values
-                    mask = f"({mask} & {within[0]}) != 0"
+                    mask = f"({mask} & {within[0]}) != 0" if mask else within[0]
                 hint = self.eviction.get(s.name, {}).get(self.at)
                 hint = f", eviction_policy={hint!r}" if hint else ""
-                expr = f"tl.load({param} + {_group(text)}, {mask}, other=0{hint})"
+                masked = f", {mask}, other=0" if mask else ""
+                expr = f"tl.load({param} + {_group(text)}{masked}{hint})"
             elif index.terms and within:  # at a loaded index only: if in range
                 expr = f"tl.load({param} + {_group(text)}, {within[0]}, other=0)"
             else:  # one address for all, one that is there
@@ -294,7 +378,7 @@ class _Renderer:
         before is added in, and becomes the block's last element. Elements past
         the row's end come after every element of it, so they change none."""
         x = s.args[0]
-        if self._level(x) == "x":  # one value per row, at each element
+        if self._axes(x) != {"x", "r"}:  # one value per row (or column), at each
             x = f"tl.broadcast_to({x}, [XBLOCK, RBLOCK])"
         scanned = f"tl.cum{s.reduce}({x}, 1)"
         if self.persistent:
@@ -312,9 +396,10 @@ class _Renderer:
         if TRITON_DTYPES[s.dtype] != TRITON_DTYPES.get(self._dtype(value)):
             value = f"{value}.to({TRITON_DTYPES[s.dtype]})"
         index = self.index(s.index, store=True)
+        mask = self.mask(s.level)
+        mask = f", {mask}" if mask else ""
         self.lines.append(
-            f"{indent}tl.store({s.buffer} + {_group(index)}, {value}, "
-            f"{self.mask(s.level)})"
+            f"{indent}tl.store({s.buffer} + {_group(index)}, {value}{mask})"
         )
 
     def _dtype(self, name: str) -> torch.dtype:
@@ -369,15 +454,15 @@ class _Renderer:
             )
         self.lines.append("    for roffset in range(0, rnumel, RBLOCK):")
         self.lines.append("        rindex = roffset + rbase")
-        self.lines.append("        rmask = rindex < rnumel")
+        self.lines += self.rmask("        ")
         indent = "        "
         for s in loop.body:
             (self.store if isinstance(s, Store) else self.stmt)(s, indent)
         for r in loop.reductions:
             x, a = r.args[0], acc[r.name]
-            masked = f"tl.where(xmask & rmask, {x}, {ident[r.name]})"
+            masked = self.within(x, ident[r.name])
             if r.reduce in ARG:
-                at = f"tl.where(xmask & rmask, rindex, {NO_POSITION})"
+                at = self.within("rindex", str(NO_POSITION))
                 self.lines.append(
                     f"{indent}{a}, {a}_at = _{r.reduce}({a}, {a}_at, {masked}, {at})"
                 )
@@ -411,7 +496,7 @@ class _Renderer:
                 self.done.add(s.name)
         for r in loop.reductions:
             x, ident = r.args[0], self._identity(r)
-            value = f"tl.where(xmask & rmask, {x}, {ident})"
+            value = self.within(self.block(x), ident)
             source = self._dtype(x) if r.reduce in ARG else r.dtype
             if self._dtype(x) != source:
                 value += f".to({TRITON_DTYPES[source]})"
@@ -419,10 +504,18 @@ class _Renderer:
                 total = _total(r.reduce, value, source.is_floating_point)
                 self.lines.append(f"    {r.name} = {total}[:, None]")
                 continue
-            positions = f"tl.where(xmask & rmask, rindex, {NO_POSITION})"
+            # Note [Positions in registers]
+            best, kind = f"{r.name}_best", "max" if r.reduce == "argmax" else "min"
+            hit = f"{r.name}_value == {best}"
+            if source.is_floating_point:
+                hit = f"({hit}) | ({r.name}_value != {r.name}_value)"
+            positions = self.within(self.block("rindex"), str(NO_POSITION))
             self.lines += [
-                f"    _, {r.name} = tl.reduce(({value}, {positions}), 1, _{r.reduce})",
-                f"    {r.name} = {r.name}[:, None].to(tl.int64)",
+                f"    {r.name}_value = {value}",
+                f"    {best} = "
+                f"{_total(kind, f'{r.name}_value', source.is_floating_point)}[:, None]",
+                f"    {r.name}_at = tl.where({hit}, {positions}, {NO_POSITION})",
+                f"    {r.name} = tl.min({r.name}_at, 1)[:, None].to(tl.int64)",
             ]
 
     def online_loop(self, o: OnlineSoftmax, n: int) -> None:
@@ -438,12 +531,12 @@ class _Renderer:
             f"    {s} = tl.full([XBLOCK, RBLOCK], 0, {dtype})",
             "    for roffset in range(0, rnumel, RBLOCK):",
             "        rindex = roffset + rbase",
-            "        rmask = rindex < rnumel",
+            *self.rmask("        "),
         ]
         for st in o.body:
             self.stmt(st, "        ")
         self.lines += [
-            f"        value = tl.where(xmask & rmask, {v}, {inf})",
+            f"        value = {self.within(v, inf)}",
             f"        grown = _maximum({m}, value)",
             f"        rescaled = {s} * tl.exp({m} - grown) + tl.exp(value - grown)",
             f"        {s} = tl.where(grown == {inf}, 0, rescaled)",
@@ -483,7 +576,7 @@ class _Renderer:
             "    # in one pass, of the values less the row's first; each lane's",
             "    # count, mean and sum joined at the end",
             "    rindex = rbase * 0  # the loop's shapes: its values keep one type",
-            "    rmask = rindex < rnumel",
+            *self.rmask("    "),
         ]
         for st in w.body:
             self.stmt(st, "    ")
@@ -495,22 +588,22 @@ class _Renderer:
             ),
             "    for roffset in range(0, rnumel, RBLOCK):",
             "        rindex = roffset + rbase",
-            "        rmask = rindex < rnumel",
+            *self.rmask("        "),
         ]
         for st in w.body:
             self.stmt(st, "        ")
         self.lines += [
-            f"        {total} = {total} + tl.where(xmask & rmask, {v}, 0)",
+            f"        {total} = {total} + {self.within(v, '0')}",
             f"        deviation = {v} - {shift}",
             f"        seen = {count} + 1",
             "        # every lane within the row has seen one value per block: the",
             "        # same count, whose reciprocal is one division per block",
             "        step = 1.0 / (roffset // RBLOCK + 1)",
             f"        moved = {mean} + (deviation - {mean}) * step",
-            f"        {m2} = tl.where(xmask & rmask, "
-            f"{m2} + (deviation - {mean}) * (deviation - moved), {m2})",
-            f"        {mean} = tl.where(xmask & rmask, moved, {mean})",
-            f"        {count} = tl.where(xmask & rmask, seen, {count})",
+            f"        {m2} = "
+            + self.within(f"{m2} + (deviation - {mean}) * (deviation - moved)", m2),
+            f"        {mean} = {self.within('moved', mean)}",
+            f"        {count} = {self.within('seen', count)}",
             f"    {w.total} = tl.sum({total}, 1)[:, None]",
             f"    {mean}, {m2}, _ = tl.reduce(({mean}, {m2}, {count}), 1, _welford)",
             f"    {mean} = {shift} + {mean}[:, None]",
@@ -587,19 +680,19 @@ class _Renderer:
                 f"    rnumel = {k.rnumel}",
                 "    xindex = tl.program_id(0) * XBLOCK"
                 " + tl.arange(0, XBLOCK)[:, None]",
-                "    xmask = xindex < xnumel",
+                *self.xmask(),
             ]
             if self.persistent:  # the whole row in one block: no loop over it
                 head += [
                     "    rindex = tl.arange(0, RBLOCK)[None, :]",
-                    "    rmask = rindex < rnumel",
+                    *self.rmask("    "),
                 ]
             else:
                 head.append("    rbase = tl.arange(0, RBLOCK)[None, :]")
         else:
             head += [
                 "    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)",
-                "    xmask = xindex < xnumel",
+                *self.xmask(),
             ]
         self.lines = head
         n = 0

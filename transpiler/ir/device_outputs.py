@@ -75,6 +75,7 @@ DEVICE_OUTPUTS: dict[str, dict[str, Statistics]] = {
         "aten.native_layer_norm.default": Statistics(AFFINE),
         "aten.native_group_norm.default": Statistics(AFFINE),
         "aten.native_batch_norm.default": Statistics(RUNNING, "training"),
+        "aten._native_batch_norm_legit.default": Statistics(RUNNING, "training"),
         "aten._native_batch_norm_legit.no_stats": Statistics(AFFINE, "training"),
         "aten._native_batch_norm_legit_no_training.default": Statistics(RUNNING, False),
         "aten._batch_norm_no_update.default": Statistics(RUNNING, False),
