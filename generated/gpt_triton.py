@@ -37,7 +37,7 @@ def triton_fused_embedding_0(
     tmp2 = tmp0 < 256
     tmp3 = tmp1 & tmp2
     tmp4 = tmp3.to(tl.int8)
-    tmp5 = tl.min(tl.broadcast_to(tmp4, [XBLOCK, RBLOCK]), 1)[:, None]
+    tmp5 = tl.min(tmp4, 1)[:, None]
     tmp6 = tmp5 != 0
     tl.store(out_ptr + xindex, tmp6)
 

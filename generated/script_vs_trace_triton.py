@@ -24,7 +24,7 @@ def triton_fused_sum_gt_0(x_ptr, out_ptr, XBLOCK: tl.constexpr, RBLOCK: tl.const
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
     rindex = tl.arange(0, RBLOCK)[None, :]
     tmp0 = tl.load(x_ptr + rindex)
-    tmp1 = tl.sum(tl.broadcast_to(tmp0, [XBLOCK, RBLOCK]), 1)[:, None]
+    tmp1 = tl.sum(tmp0, 1)[:, None]
     tmp2 = tmp1 > 0.0
     tl.store(out_ptr + xindex, tmp2)
 

@@ -85,7 +85,7 @@ def triton_fused_addmm_sum_gt_0(
     tmp14 = tmp10 + tmp13
     tmp15 = tl.load(linear_bias_ptr + rindex % 4)
     tmp16 = tmp14 + tmp15
-    tmp17 = tl.sum(tl.broadcast_to(tmp16, [XBLOCK, RBLOCK]), 1)[:, None]
+    tmp17 = tl.sum(tmp16, 1)[:, None]
     tmp18 = tmp17 > 0.0
     tl.store(out_gt_ptr + xindex, tmp18)
     tl.store(out_addmm_ptr + rindex, tmp16)
