@@ -25,12 +25,11 @@ extern "C" void cpp_fused_embedding_0(
 
 // examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
 extern "C" void cpp_fused_index_0(
-    const int64_t* __restrict__ arange_ptr,
     const float* __restrict__ wpe_weight_ptr,
     float* __restrict__ out_ptr
 ) {
     for (int64_t x0 = 0; x0 < 16; ++x0) {
-        int64_t tmp0 = arange_ptr[x0];
+        int64_t tmp0 = x0;
         bool tmp1 = tmp0 < int64_t{0};
         int64_t tmp2 = wrap_add(tmp0, int64_t{64});
         int64_t tmp3 = tmp1 ? tmp2 : tmp0;

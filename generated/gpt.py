@@ -4,8 +4,8 @@ Regenerate with: transpile
 
 Variants (tried in order):
     GPT (examples/gpt.py::GPT)
-        cpu_0    cpu: idx=i64[2,16]                       9 kernels, 13 extern calls
-        cuda_0   cuda: idx=i64[2,16]                      9 kernels, 13 extern calls
+        cpu_0    cpu: idx=i64[2,16]                       9 kernels, 12 extern calls
+        cuda_0   cuda: idx=i64[2,16]                      9 kernels, 12 extern calls
 
 Graph breaks (code run eagerly):
     none
@@ -182,7 +182,6 @@ def _guards_cpu_0(self, idx):
 
 def _cpu_0(self, idx):
     empty = runtime_shim.allocator(idx.device)
-    device = idx.device
     h = self._modules["h"]
     h_0 = h._modules["0"]
     h_0_ln_1 = h_0._modules["ln_1"]
@@ -235,12 +234,10 @@ def _cpu_0(self, idx):
     constants = runtime_shim.constants(self, "cpu_0", sources)
     if constants is None:
         # values of parameters and buffers alone, kept between calls: 4096 bytes
-        # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
-        arange = torch.arange(0, 16, dtype=torch.int64, device=device, pin_memory=False)
         # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
         embedding_1 = empty((16, 64), (64, 1), torch.float32)
-        _cpp.function("cpp_fused_index_0", "ppp")(
-            arange.data_ptr(), wpe_weight.data_ptr(), embedding_1.data_ptr()
+        _cpp.function("cpp_fused_index_0", "pp")(
+            wpe_weight.data_ptr(), embedding_1.data_ptr()
         )
         constants = runtime_shim.keep_constants(self, "cpu_0", sources, (embedding_1,))
     (embedding_1,) = constants
@@ -454,7 +451,6 @@ def _guards_cuda_0(self, idx):
 
 def _cuda_0(self, idx):
     empty = runtime_shim.allocator(idx.device)
-    device = idx.device
     h = self._modules["h"]
     h_0 = h._modules["0"]
     h_0_ln_1 = h_0._modules["ln_1"]
@@ -507,12 +503,10 @@ def _cuda_0(self, idx):
     constants = runtime_shim.constants(self, "cuda_0", sources)
     if constants is None:
         # values of parameters and buffers alone, kept between calls: 4096 bytes
-        # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
-        arange = torch.arange(0, 16, dtype=torch.int64, device=device, pin_memory=False)
         # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
         embedding_1 = empty((16, 64), (64, 1), torch.float32)
         _triton.triton_fused_index_0[(1,)](
-            arange, wpe_weight, embedding_1, XBLOCK=1024, num_warps=4
+            wpe_weight, embedding_1, XBLOCK=1024, num_warps=4
         )
         constants = runtime_shim.keep_constants(self, "cuda_0", sources, (embedding_1,))
     (embedding_1,) = constants

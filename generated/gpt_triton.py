@@ -43,19 +43,22 @@ def triton_fused_embedding_0(
 
 
 @triton.jit
-def triton_fused_index_0(arange_ptr, wpe_weight_ptr, out_ptr, XBLOCK: tl.constexpr):
+def triton_fused_index_0(wpe_weight_ptr, out_ptr, XBLOCK: tl.constexpr):
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
     xnumel = 1024
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    tmp0 = tl.load(arange_ptr + xindex // 64)
+    xmask = xindex < xnumel
+    tmp0 = xindex // 64
     tmp1 = tmp0 < 0
     tmp2 = tmp0 + 64
     tmp3 = tl.where(tmp1, tmp2, tmp0)
     tmp4 = tmp3 >= 0
     tmp5 = tmp3 < 64
     tmp6 = (tmp4 != 0) & (tmp5 != 0)
-    tmp7 = tl.load(wpe_weight_ptr + (xindex % 64 + 64 * tmp3), tmp6, other=0)
-    tl.store(out_ptr + xindex, tmp7)
+    tmp7 = tl.load(
+        wpe_weight_ptr + (xindex % 64 + 64 * tmp3), (xmask & tmp6) != 0, other=0
+    )
+    tl.store(out_ptr + xindex, tmp7, xmask)
 
 
 @triton.jit
@@ -75,23 +78,29 @@ def triton_fused_embedding_add_native_layer_norm_0(
     xnumel = 32
     rnumel = 64
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+    xmask = xindex < xnumel
     rindex = tl.arange(0, RBLOCK)[None, :]
-    tmp0 = tl.load(idx_ptr + xindex)
+    rmask = rindex < rnumel
+    tmp0 = tl.load(idx_ptr + xindex, xmask & rmask, other=0)
     tmp1 = tmp0 < 0
     tmp2 = tmp0 + 256
     tmp3 = tl.where(tmp1, tmp2, tmp0)
     tmp4 = tmp3 >= 0
     tmp5 = tmp3 < 256
     tmp6 = (tmp4 != 0) & (tmp5 != 0)
-    tmp7 = tl.load(wte_weight_ptr + (rindex + 64 * tmp3), tmp6, other=0)
-    tmp8 = tl.load(embedding_ptr + (64 * (xindex % 16) + rindex))
+    tmp7 = tl.load(
+        wte_weight_ptr + (rindex + 64 * tmp3), (xmask & rmask & tmp6) != 0, other=0
+    )
+    tmp8 = tl.load(
+        embedding_ptr + (64 * (xindex % 16) + rindex), xmask & rmask, other=0
+    )
     tmp9 = tmp7 + tmp8
-    tmp10 = tl.sum(tmp9, 1)[:, None]
+    tmp10 = tl.sum(tl.where(xmask & rmask, tmp9, 0), 1)[:, None]
     tmp11 = tmp10 / 64.0
     tmp12 = tmp9 - tmp11
     tmp13 = tmp12 * tmp12
-    tmp14 = tl.sum(tmp13, 1)[:, None]
-    tmp15 = tl.sum(tmp12, 1)[:, None]
+    tmp14 = tl.sum(tl.where(xmask & rmask, tmp13, 0), 1)[:, None]
+    tmp15 = tl.sum(tl.where(xmask & rmask, tmp12, 0), 1)[:, None]
     tmp16 = tmp15 / 64.0
     tmp17 = tmp15 * tmp16
     tmp18 = tmp14 - tmp17
@@ -104,12 +113,12 @@ def triton_fused_embedding_add_native_layer_norm_0(
     tmp25 = tl.rsqrt(tmp24)
     tmp26 = tmp9 - tmp22
     tmp27 = tmp26 * tmp25
-    tmp28 = tl.load(ln_1_weight_ptr + rindex)
+    tmp28 = tl.load(ln_1_weight_ptr + rindex, xmask & rmask, other=0)
     tmp29 = tmp27 * tmp28
-    tmp30 = tl.load(ln_1_bias_ptr + rindex)
+    tmp30 = tl.load(ln_1_bias_ptr + rindex, xmask & rmask, other=0)
     tmp31 = tmp29 + tmp30
-    tl.store(out_add_ptr + (64 * xindex + rindex), tmp9)
-    tl.store(out_native_layer_norm_ptr + (64 * xindex + rindex), tmp31)
+    tl.store(out_add_ptr + (64 * xindex + rindex), tmp9, xmask & rmask)
+    tl.store(out_native_layer_norm_ptr + (64 * xindex + rindex), tmp31, xmask & rmask)
 
 
 @triton.jit

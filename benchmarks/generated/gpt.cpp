@@ -45,7 +45,6 @@ extern "C" void cpp_fused_embedding_0(
 extern "C" void cpp_fused_embedding_index_add_native_layer_norm_0(
     const int64_t* __restrict__ idx_ptr,
     const float* __restrict__ wte_weight_ptr,
-    const int64_t* __restrict__ arange_ptr,
     const float* __restrict__ wpe_weight_ptr,
     const float* __restrict__ ln_1_weight_ptr,
     const float* __restrict__ ln_1_bias_ptr,
@@ -75,7 +74,7 @@ extern "C" void cpp_fused_embedding_index_add_native_layer_norm_0(
                 bool tmp6 = tmp4 && tmp5;
                 tmp6_row[r] = tmp6;
                 float tmp7 = tmp6 ? wte_weight_ptr[r + 768 * tmp3] : float(0);
-                int64_t tmp8 = arange_ptr[x];
+                int64_t tmp8 = x;
                 bool tmp9 = tmp8 < int64_t{0};
                 int64_t tmp10 = wrap_add(tmp8, int64_t{1024});
                 int64_t tmp11 = tmp9 ? tmp10 : tmp8;

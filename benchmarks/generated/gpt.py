@@ -4,8 +4,8 @@ Regenerate with: transpile --config benchmarks/pyproject.toml
 
 Variants (tried in order):
     GPT (examples/gpt.py::GPT)
-        cuda_0   cuda: idx=i64[8,1024]                    39 kernels, 63 extern calls
-        cpu_0    cpu: idx=i64[1,64]                       38 kernels, 63 extern calls
+        cuda_0   cuda: idx=i64[8,1024]                    39 kernels, 62 extern calls
+        cpu_0    cpu: idx=i64[1,64]                       38 kernels, 62 extern calls
 
 Graph breaks (code run eagerly):
     none
@@ -490,7 +490,6 @@ def _guards_cuda_0(self, idx):
 
 def _cuda_0(self, idx):
     empty = runtime_shim.allocator(idx.device)
-    device = idx.device
     h = self._modules["h"]
     h_0 = h._modules["0"]
     h_0_ln_1 = h_0._modules["ln_1"]
@@ -753,14 +752,10 @@ def _cuda_0(self, idx):
     constants = runtime_shim.constants(self, "cuda_0", sources)
     if constants is None:
         # values of parameters and buffers alone, kept between calls: 3.0 MB
-        # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
-        arange = torch.arange(
-            0, 1024, dtype=torch.int64, device=device, pin_memory=False
-        )
         # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
         embedding_1 = empty((1024, 768), (768, 1), torch.float32)
         _triton.triton_fused_index_0[(768,)](
-            arange, wpe_weight, embedding_1, XBLOCK=1024, num_warps=4
+            wpe_weight, embedding_1, XBLOCK=1024, num_warps=4
         )
         constants = runtime_shim.keep_constants(self, "cuda_0", sources, (embedding_1,))
     (embedding_1,) = constants
@@ -1827,7 +1822,6 @@ def _guards_cpu_0(self, idx):
 
 def _cpu_0(self, idx):
     empty = runtime_shim.allocator(idx.device)
-    device = idx.device
     h = self._modules["h"]
     h_0 = h._modules["0"]
     h_0_ln_1 = h_0._modules["ln_1"]
@@ -2086,14 +2080,6 @@ def _cpu_0(self, idx):
     h_11_mlp_c_proj_bias = h_11_mlp_c_proj._parameters["bias"]
     ln_f_weight = ln_f._parameters["weight"]
     ln_f_bias = ln_f._parameters["bias"]
-    sources = ()
-    constants = runtime_shim.constants(self, "cpu_0", sources)
-    if constants is None:
-        # values of parameters and buffers alone, kept between calls: 0 bytes
-        # examples/gpt.py:47: pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
-        arange = torch.arange(0, 64, dtype=torch.int64, device=device, pin_memory=False)
-        constants = runtime_shim.keep_constants(self, "cpu_0", sources, (arange,))
-    (arange,) = constants
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
     ne = empty((), (), torch.bool)
     _cpp.function("cpp_fused_embedding_0", "pp")(idx.data_ptr(), ne.data_ptr())
@@ -2101,10 +2087,9 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     native_layer_norm_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
-    _cpp.function("cpp_fused_embedding_index_add_native_layer_norm_0", "pppppppp")(
+    _cpp.function("cpp_fused_embedding_index_add_native_layer_norm_0", "ppppppp")(
         idx.data_ptr(),
         wte_weight.data_ptr(),
-        arange.data_ptr(),
         wpe_weight.data_ptr(),
         h_0_ln_1_weight.data_ptr(),
         h_0_ln_1_bias.data_ptr(),

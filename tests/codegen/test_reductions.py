@@ -621,3 +621,36 @@ def test_lanes_walk_several_dimensions_without_dividing(tmp_path) -> None:
     assert any(re.search(r"\+ l\]", line) for line in loads), loads
     for line in loads:  # a contiguous row's `x_ptr[512 * x + r]` stays as it is
         assert not re.search(r"\br [/%]", line), line
+
+
+SKIPPING_NANS_SOURCE = """
+import torch
+
+
+def skipping_nans(x):
+    return (
+        torch.nansum(x, -1),
+        torch.nansum(x),
+        torch.nanmean(x, 0),
+        torch.count_nonzero(x, -1),
+        torch.count_nonzero(x),
+    )
+"""
+
+
+def test_sums_that_skip_nans_and_counts(tmp_path) -> None:
+    """nansum, nanmean and count_nonzero are sums kernels compute (their
+    decompositions): NaN counts as 0 (or not at all, for the mean), a row of NaN
+    only sums to 0 and its mean is NaN, -0.0 is not a nonzero. No extern call."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(7, 300, generator=gen)
+    x[0, ::3] = float("nan")
+    x[1] = float("nan")
+    x[2, :100] = 0.0
+    x[3, :50] = -0.0
+    case = compile_source(SKIPPING_NANS_SOURCE, {"skipping_nans": {"x": x}}, tmp_path)
+    case["skipping_nans"].check({"x": x})
+    counts = re.findall(
+        r"(\d+) kernels?, (\d+) extern calls?", case["skipping_nans"].module.__doc__
+    )
+    assert counts and all(e == "0" for _, e in counts), counts

@@ -166,19 +166,20 @@ def test_kept_values_follow_the_parameters(case, backend, compiled) -> None:
 
 def test_explain_says_what_is_kept(tmp_path: Path) -> None:
     """`--explain` names, per variant, how many values are kept between calls and
-    the memory they hold; a variant that keeps none says nothing of it."""
-    (tmp_path / "model.py").write_text(SOURCE)
+    the memory they hold; a variant that keeps none says nothing of it. (A
+    module name of its own: the loader keeps it imported for the process.)"""
+    (tmp_path / "kept_model.py").write_text(SOURCE)
     variants = (Variant((("x", TensorSpec(torch.float32, (2, 4, 6, 6))),), "cpu"),)
     returned = (Variant((("x", TensorSpec(torch.float32, (4, 8))),), "cpu"),)
     options = Options(
         targets=(
-            Target("model.py::ConvNet", variants),
-            Target("model.py::Returned", returned),
+            Target("kept_model.py::ConvNet", variants),
+            Target("kept_model.py::Returned", returned),
         ),
         root=tmp_path,
     )
     text = report(compile_modules(options), options)
-    conv, ret = text.split("model.py::Returned")
+    conv, ret = text.split("kept_model.py::Returned")
     # the two 3x3 weights in channels-last: (8*4*9 + 8*8*9) floats
     kept = "kept between calls: 2 values of parameters and buffers alone (3456 bytes)"
     assert kept in conv, conv

@@ -66,7 +66,10 @@ reduced (three in a Welford loop), which counts where a kernel does much work
 per byte. On an H200, GroupNorm over groups of 32768 f32 0.105 to 0.097 ms, with
 SiLU 0.122 to 0.107; LayerNorm and GELU over rows of 4096 bf16 0.127 to 0.121
 (the rounding of Note [Rounding casts] in passes/schedule.py dropped too). A
-dynamic size, a matmul's tile and a block that does not divide keep their masks.
+dynamic size, a matmul's tile and a block that does not divide keep their masks,
+and so does a kernel with a load made only where a condition holds (a gather's
+index in range, a piece of a `cat`): the condition is and'ed with them, which
+gives it the shape of the whole block, as Triton's interpreter needs of a mask.
 """
 
 from __future__ import annotations
@@ -241,13 +244,20 @@ class _Renderer:
         self.persistent = is_persistent(k, config)
         self.statements = {s.name: s for s in k.body if isinstance(s, Stmt)}
         # Note [Blocks that never overhang]
+        conditional = any(  # a load where a condition holds: and'd with the masks
+            isinstance(s, Stmt) and s.op == "load" and len(s.args) > 2 for s in k.body
+        )
         self.xfull = (
             k.matmul is None
+            and not conditional
             and isinstance(k.xnumel, int)
             and k.xnumel % config.xblock == 0
         )
         self.rfull = (
-            self.red and isinstance(k.rnumel, int) and k.rnumel % config.rblock == 0
+            self.red
+            and not conditional
+            and isinstance(k.rnumel, int)
+            and k.rnumel % config.rblock == 0
         )
         self.lines: list[str] = []
         self.done: set[str] = set()  # statements already computed (persistent)
@@ -327,7 +337,7 @@ class _Renderer:
                 mask = self.mask(s.level)
                 if within:  # `!= 0`: a 0-d condition and'd with a block is not a
                     # mask to Triton's interpreter, though it has its values
-                    mask = f"({mask} & {within[0]}) != 0" if mask else within[0]
+                    mask = f"({mask} & {within[0]}) != 0"
                 hint = self.eviction.get(s.name, {}).get(self.at)
                 hint = f", eviction_policy={hint!r}" if hint else ""
                 masked = f", {mask}, other=0" if mask else ""

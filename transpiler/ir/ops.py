@@ -157,6 +157,11 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.full_like.default": P("identity", (1,), "cast"),
     "aten.new_full.default": P("identity", (2,), "cast"),
     "aten.scalar_tensor.default": P("identity", (0,), "cast"),
+    # `start + step * i` at position i, of integer arguments (Note [Ranges in
+    # kernels] in passes/schedule.py)
+    "aten.arange.default": P("index", (0,), "iota"),
+    "aten.arange.start": P("index", (0, 1), "iota"),
+    "aten.arange.start_step": P("index", (0, 1, 2), "iota"),
 }
 
 # Kernel ops of booleans and integers: eager raises for floats, where some of the

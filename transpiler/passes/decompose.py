@@ -139,6 +139,9 @@ DECOMPOSE = (
     aten.logsumexp.default,
     aten.linalg_vector_norm.default,
     aten.native_group_norm.default,
+    aten.nansum.default,  # a sum of where(isnan(x), 0, x)
+    aten.count_nonzero.dim_IntList,  # a sum of x != 0
+    aten.count_nonzero.default,
     *ANY_ALL,
     # elementwise ops that are formulas of kernel ops
     aten.hardswish.default,

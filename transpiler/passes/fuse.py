@@ -130,7 +130,10 @@ def pointwise_ok(node: Node, nodes: dict[str, Node]) -> bool:
         return False
     if row.op in INTEGER_ONLY and meta.dtype.is_floating_point:
         return False
-    allowed = {"memory_format"} | (CAST_KWARGS if row.kind == "cast" else set())
+    if row.kind == "iota" and not _int32_range(node.args):
+        return False
+    cast = row.kind in ("cast", "iota")
+    allowed = {"memory_format"} | (CAST_KWARGS if cast else set())
     if any(k not in allowed and (k, v) not in row.keywords for k, v in node.kwargs):
         return False
     if dict(node.kwargs).get("layout") not in (None, torch.strided):
@@ -148,6 +151,16 @@ def pointwise_ok(node: Node, nodes: dict[str, Node]) -> bool:
         elif not isinstance(a, (int, float, bool)):
             return False
     return True
+
+
+def _int32_range(args: tuple) -> bool:
+    """Whether `arange(*args)` is of ints whose every partial value fits in
+    int32, the type of a Triton kernel's positions (Note [Ranges in kernels]
+    in schedule.py): a range of floats is computed as eager's kernel computes
+    it, by a call."""
+    if not all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        return False
+    return sum(abs(a) for a in args) < 2**31
 
 
 def movement_ok(node: Node, nodes: dict[str, Node]) -> bool:
@@ -354,13 +367,21 @@ def resolve(
         if not alias_ok(node, base):
             chain_ok = False
         name, node = base.name, base
-    if kinds[name] == "inline" and (name == ref.name or window_maps(ref, nodes)):
+    if kinds[name] == "inline" and (
+        name == ref.name or window_maps(ref, nodes) or is_range(node)
+    ):
         return ("inline", ref.name, name)
     if not chain_ok:
         return ("buffer", ref.name, name)
     if kinds[name] in (*KERNEL_KINDS, "item") and chain_ok:
         return ("virtual", name, name)
     return ("buffer", ref.name, name)
+
+
+def is_range(node: Node) -> bool:
+    """An `arange` kernels compute (Note [Ranges in kernels] in schedule.py)."""
+    row = POINTWISE.get(node.target)
+    return row is not None and row.kind == "iota"
 
 
 def splits(shape: tuple[int, ...], rnumel: int) -> bool:
@@ -506,6 +527,10 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], windows: bool) -> None:
     for node in reversed(graph.nodes):
         if kinds[node.name] != "pointwise" or node.target not in POINTWISE:
             continue
+        if POINTWISE[node.target].kind == "iota":  # Note [Ranges in kernels]
+            if _read_in_place(node.name, nodes, kinds, users):
+                kinds[node.name] = "inline"
+            continue
         readers = users[node.name]
         if (
             _constant(node)
@@ -523,6 +548,38 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], windows: bool) -> None:
             kinds[node.name] = "inline"
         elif windows and _read_through_windows(node, nodes, kinds, users):
             kinds[node.name] = "inline"
+
+
+def _read_in_place(
+    name: str, nodes: dict[str, Node], kinds: dict[str, str], users: dict
+) -> bool:
+    """Whether every reader of `name` is a kernel's pointwise op, reduction or
+    scan, reading it directly or through views: each reads it at an address,
+    which for a range is the value there (its position)."""
+    readers = users[name]
+    for u in readers:
+        if u == "<output>":
+            return False
+        node = nodes[u]
+        if kinds[u] == "view":  # its strides address the range's positions
+            if not _read_in_place(u, nodes, kinds, users):
+                return False
+        elif not (
+            (kinds[u] == "pointwise" and node.target not in MOVEMENT + GATHERS)
+            or (kinds[u] == "pointwise" and _indexes_only(node, name))
+            or kinds[u] in ("reduction", "scan")
+        ):
+            return False
+    return bool(readers)
+
+
+def _indexes_only(node: Node, name: str) -> bool:
+    """Whether gather `node` reads `name` as its index alone, not as the tensor
+    it gathers from."""
+    if node.target not in GATHERS or node.args[0].name == name:
+        return False
+    indices = node.args[2:3] if node.target == "aten.gather.default" else node.args[1]
+    return any(isinstance(i, Ref) and i.name == name for i in indices)
 
 
 def _constant(node: Node) -> bool:

@@ -27,6 +27,25 @@ result only where it is stored, like any other op's in a fused chain (`g * up` o
 bf16 tensors is not rounded in the middle of a kernel either). Only a cast of the
 program's own, `x.to(torch.bfloat16)`, rounds where it sits.
 
+Note [Ranges in kernels]
+~~~~~~~~~~~~~~~~~~~~~~~~
+`torch.arange(start, end, step)` of ints is its position: element i is
+`start + step * i`, computed in int64 by the kernel that reads it (position ids,
+the positions a one-per-row scatter compares with) or by a kernel of its own where
+an extern call reads it, never a call of `torch.arange` between kernels. It is
+exact in any result dtype, as eager's. A reader reads it in place: where a
+buffer of it would be read (through views: `pos[None, :]`, an expand), the
+address is the position, so the value is computed there (`x1` in the loop over
+a row), and passes/recompute.py counts a range as a leaf, like a buffer, so a
+value of it (`pos < n`) is recomputed where it is read broadcast. A data
+movement op (a slice, a flip) or a gather reads it from memory, as does an
+extern call, for which a kernel of its own writes it.
+
+Two cases stay a call of `torch.arange`: a range of floats, which eager's
+kernels compute in their own way (in double on the CPU, then rounded) and a
+kernel would have to match bit for bit; and a range whose partial values may
+pass int32, the type of a Triton kernel's positions.
+
 Note [Variance]
 ~~~~~~~~~~~~~~~
 A variance is computed in two passes over the row, never as E[x^2] - E[x]^2, which
@@ -329,6 +348,11 @@ class KernelBuilder:
         if not isinstance(value, Ref):
             return Const(value, _scalar_dtype(value))
         how, _, root = resolve(value, self.nodes, self.fusion.kinds)
+        if how == "inline" and POINTWISE[self.nodes[root].target].kind == "iota":
+            # Note [Ranges in kernels]: the address its buffer would be read at
+            view = self.nodes[value.name].tensor_meta
+            index = self.index(shape, level, view, view.offset)
+            return self.iota_at(self.nodes[root], index, level)
         if how == "inline":  # Note [Windows of computed values]
             maps = window_maps(value, self.nodes) or {}
             return self.inline_at(self.nodes[root], shape, level, maps, None)
@@ -392,6 +416,8 @@ class KernelBuilder:
         row = POINTWISE[node.target]
         meta = node.tensor_meta
         level = level or self.level_of(meta.numel)
+        if row.kind == "iota":
+            return self.iota(node, level)
         read = read or self.operand
         values = [read(node.args[i], meta.shape, level) for i in row.operands]
         out = compute_dtype(meta.dtype)
@@ -416,6 +442,29 @@ class KernelBuilder:
                 else self.emit("identity", tuple(values), out, level)
             )
         return self.emit(row.op, tuple(values), out, level)
+
+    def iota(self, node: Node, level: str) -> str:
+        """`torch.arange(start, end, step)` of ints: `start + step * i` at each
+        position i, in int64, then cast to the result's dtype (Note [Ranges in
+        kernels])."""
+        meta = node.tensor_meta
+        unit = TensorMeta(meta.shape, (1,), 0, torch.int64)
+        return self.iota_at(node, self.index(meta.shape, level, unit, 0), level)
+
+    def iota_at(self, node: Node, index: Index, level: str) -> str:
+        """Range `node`'s element at `index`, its position in the range."""
+        bound = bind_args(node.target, node.args, node.kwargs)
+        start, step = bound.get("start", 0), bound.get("step", 1)
+        value = self.emit("index", (index,), torch.int64, level)
+        if step != 1:
+            value = self.emit(
+                "mul", (value, Const(step, torch.int64)), torch.int64, level
+            )
+        if start != 0:
+            value = self.emit(
+                "add", (value, Const(start, torch.int64)), torch.int64, level
+            )
+        return self.cast(value, compute_dtype(node.tensor_meta.dtype), level)
 
     def movement(self, node: Node) -> str:
         """A data movement op: each piece of the result a load of an input at
@@ -572,6 +621,9 @@ class KernelBuilder:
         offset = view.offset - base.offset
         placed = TensorMeta(shape, tuple(stride), offset, view.dtype)
         index = self.index(shape, level, placed, offset)
+        if self.fusion.kinds[root] == "inline":  # a gather's index that is a range
+            assert indirect is None and mask is None, root
+            return self.iota_at(self.nodes[root], index, level)
         if indirect is not None:
             i, d = indirect
             term = Term(i, 1, view.shape[d], view.stride[d])
