@@ -24,41 +24,11 @@ extern "C" void cpp_fused_embedding_0(
 }
 
 // examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-extern "C" void cpp_fused_index_0(
-    const float* __restrict__ wpe_weight_ptr,
-    float* __restrict__ out_ptr
-) {
-    for (int64_t x0 = 0; x0 < 16; ++x0) {
-        int64_t tmp0 = x0;
-        bool tmp1 = tmp0 < int64_t{0};
-        int64_t tmp2 = wrap_add(tmp0, int64_t{64});
-        int64_t tmp3 = tmp1 ? tmp2 : tmp0;
-        bool tmp4 = tmp3 >= int64_t{0};
-        bool tmp5 = tmp3 < int64_t{64};
-        bool tmp6 = tmp4 && tmp5;
-        // split where the conditions on x1 change value
-        if (tmp6) {
-            #pragma omp simd
-            for (int64_t x1 = 0; x1 < 64; ++x1) {
-                float tmp7 = wpe_weight_ptr[x1 + 64 * tmp3];
-                out_ptr[64 * x0 + x1] = tmp7;
-            }
-        } else {
-            #pragma omp simd
-            for (int64_t x1 = 0; x1 < 64; ++x1) {
-                float tmp7 = float(0);
-                out_ptr[64 * x0 + x1] = tmp7;
-            }
-        }
-    }
-}
-
-// examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
 // examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
 extern "C" void cpp_fused_embedding_add_native_layer_norm_0(
     const int64_t* __restrict__ idx_ptr,
     const float* __restrict__ wte_weight_ptr,
-    const float* __restrict__ embedding_ptr,
+    const float* __restrict__ wpe_weight_ptr,
     const float* __restrict__ ln_1_weight_ptr,
     const float* __restrict__ ln_1_bias_ptr,
     float* __restrict__ out_add_ptr,
@@ -81,7 +51,7 @@ extern "C" void cpp_fused_embedding_add_native_layer_norm_0(
             bool tmp6 = tmp4 && tmp5;
             tmp6_row[r] = tmp6;
             float tmp7 = tmp6 ? wte_weight_ptr[r + 64 * tmp3] : float(0);
-            float tmp8 = embedding_ptr[64 * (x % 16) + r];
+            float tmp8 = wpe_weight_ptr[64 * (x % 16) + r];
             float tmp9 = tmp7 + tmp8;
             tmp9_row[r] = tmp9;
             tmp10 += tmp9;
@@ -94,7 +64,7 @@ extern "C" void cpp_fused_embedding_add_native_layer_norm_0(
         float tmp25 = 1 / std::sqrt(tmp24);
         // while computing, fetch the next row into cache
         for (int64_t r = 0; r < 64; r += 16) {
-            __builtin_prefetch(&embedding_ptr[64 * ((x + 1) % 16) + r]);
+            __builtin_prefetch(&wpe_weight_ptr[64 * ((x + 1) % 16) + r]);
         }
         #pragma omp simd
         for (int64_t r = 0; r < 64; ++r) {

@@ -4,8 +4,8 @@ Regenerate with: transpile
 
 Variants (tried in order):
     GPT (examples/gpt.py::GPT)
-        cpu_0    cpu: idx=i64[2,16]                       9 kernels, 12 extern calls
-        cuda_0   cuda: idx=i64[2,16]                      9 kernels, 12 extern calls
+        cpu_0    cpu: idx=i64[2,16]                       8 kernels, 12 extern calls
+        cuda_0   cuda: idx=i64[2,16]                      8 kernels, 12 extern calls
 
 Graph breaks (code run eagerly):
     none
@@ -230,17 +230,6 @@ def _cpu_0(self, idx):
     h_1_mlp_c_proj_bias = h_1_mlp_c_proj._parameters["bias"]
     ln_f_weight = ln_f._parameters["weight"]
     ln_f_bias = ln_f._parameters["bias"]
-    sources = (wpe_weight,)
-    constants = runtime_shim.constants(self, "cpu_0", sources)
-    if constants is None:
-        # values of parameters and buffers alone, kept between calls: 4096 bytes
-        # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-        embedding_1 = empty((16, 64), (64, 1), torch.float32)
-        _cpp.function("cpp_fused_index_0", "pp")(
-            wpe_weight.data_ptr(), embedding_1.data_ptr()
-        )
-        constants = runtime_shim.keep_constants(self, "cpu_0", sources, (embedding_1,))
-    (embedding_1,) = constants
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
     ne = empty((), (), torch.bool)
     _cpp.function("cpp_fused_embedding_0", "pp")(idx.data_ptr(), ne.data_ptr())
@@ -251,7 +240,7 @@ def _cpu_0(self, idx):
     _cpp.function("cpp_fused_embedding_add_native_layer_norm_0", "ppppppp")(
         idx.data_ptr(),
         wte_weight.data_ptr(),
-        embedding_1.data_ptr(),
+        wpe_weight.data_ptr(),
         h_0_ln_1_weight.data_ptr(),
         h_0_ln_1_bias.data_ptr(),
         add.data_ptr(),
@@ -499,17 +488,6 @@ def _cuda_0(self, idx):
     h_1_mlp_c_proj_bias = h_1_mlp_c_proj._parameters["bias"]
     ln_f_weight = ln_f._parameters["weight"]
     ln_f_bias = ln_f._parameters["bias"]
-    sources = (wpe_weight,)
-    constants = runtime_shim.constants(self, "cuda_0", sources)
-    if constants is None:
-        # values of parameters and buffers alone, kept between calls: 4096 bytes
-        # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-        embedding_1 = empty((16, 64), (64, 1), torch.float32)
-        _triton.triton_fused_index_0[(1,)](
-            wpe_weight, embedding_1, XBLOCK=1024, num_warps=4
-        )
-        constants = runtime_shim.keep_constants(self, "cuda_0", sources, (embedding_1,))
-    (embedding_1,) = constants
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
     ne = empty((), (), torch.bool)
     _triton.triton_fused_embedding_0[(1,)](idx, ne, XBLOCK=1, RBLOCK=32, num_warps=2)
@@ -520,7 +498,7 @@ def _cuda_0(self, idx):
     _triton.triton_fused_embedding_add_native_layer_norm_0[(2,)](
         idx,
         wte_weight,
-        embedding_1,
+        wpe_weight,
         h_0_ln_1_weight,
         h_0_ln_1_bias,
         add,

@@ -43,29 +43,10 @@ def triton_fused_embedding_0(
 
 
 @triton.jit
-def triton_fused_index_0(wpe_weight_ptr, out_ptr, XBLOCK: tl.constexpr):
-    # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-    xnumel = 1024
-    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
-    xmask = xindex < xnumel
-    tmp0 = xindex // 64
-    tmp1 = tmp0 < 0
-    tmp2 = tmp0 + 64
-    tmp3 = tl.where(tmp1, tmp2, tmp0)
-    tmp4 = tmp3 >= 0
-    tmp5 = tmp3 < 64
-    tmp6 = (tmp4 != 0) & (tmp5 != 0)
-    tmp7 = tl.load(
-        wpe_weight_ptr + (xindex % 64 + 64 * tmp3), (xmask & tmp6) != 0, other=0
-    )
-    tl.store(out_ptr + xindex, tmp7, xmask)
-
-
-@triton.jit
 def triton_fused_embedding_add_native_layer_norm_0(
     idx_ptr,
     wte_weight_ptr,
-    embedding_ptr,
+    wpe_weight_ptr,
     ln_1_weight_ptr,
     ln_1_bias_ptr,
     out_add_ptr,
@@ -92,7 +73,7 @@ def triton_fused_embedding_add_native_layer_norm_0(
         wte_weight_ptr + (rindex + 64 * tmp3), (xmask & rmask & tmp6) != 0, other=0
     )
     tmp8 = tl.load(
-        embedding_ptr + (64 * (xindex % 16) + rindex), xmask & rmask, other=0
+        wpe_weight_ptr + (64 * (xindex % 16) + rindex), xmask & rmask, other=0
     )
     tmp9 = tmp7 + tmp8
     tmp10 = tl.sum(tl.where(xmask & rmask, tmp9, 0), 1)[:, None]

@@ -84,6 +84,7 @@ from transpiler.passes.grouped_attention import repeat_grouped_heads
 from transpiler.passes.hoist_constants import hoist_constants
 from transpiler.passes.joint import joint
 from transpiler.passes.partition import partition, zero_tangents
+from transpiler.passes.range_gathers import range_gathers
 from transpiler.passes.parts import Part, as_part_calls
 from transpiler.passes.parts import split as split_parts
 from transpiler.passes.recompute import recompute_broadcasts
@@ -100,6 +101,7 @@ from transpiler.variants import code_name, range_guards, register_kernels
 GRAPH_PASSES = (
     (check_indices, "check the indices of the indirect loads kernels compute"),
     (decompose, "rewrite composite ops (layer_norm, softmax, gelu) into fusable ops"),
+    (range_gathers, "read a gather by a range of positions as a slice"),
     (embedding_gradients, "add an embedding's gradient into a tied weight's"),
     (split_reductions, "reduce long reductions with few results in two kernels"),
     (channels_last, "run 2-D convolutions and the kernels between them NHWC"),

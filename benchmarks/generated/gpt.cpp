@@ -42,7 +42,7 @@ extern "C" void cpp_fused_embedding_0(
 
 // examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
 // examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
-extern "C" void cpp_fused_embedding_index_add_native_layer_norm_0(
+extern "C" void cpp_fused_embedding_add_native_layer_norm_0(
     const int64_t* __restrict__ idx_ptr,
     const float* __restrict__ wte_weight_ptr,
     const float* __restrict__ wpe_weight_ptr,
@@ -55,11 +55,9 @@ extern "C" void cpp_fused_embedding_index_add_native_layer_norm_0(
     for (int64_t x = 0; x < 64; ++x) {
         int64_t tmp3_row[768];
         bool tmp6_row[768];
-        int64_t tmp11_row[768];
-        bool tmp14_row[768];
-        float tmp16_row[768];
-        float tmp17_lane[32];
-        lanes_fill(tmp17_lane, 0);
+        float tmp9_row[768];
+        float tmp10_lane[32];
+        lanes_fill(tmp10_lane, 0);
         for (int64_t r1 = 0; r1 < 768; r1 += 32) {
             #pragma omp simd
             for (int64_t l = 0; l < 32; ++l) {
@@ -74,39 +72,36 @@ extern "C" void cpp_fused_embedding_index_add_native_layer_norm_0(
                 bool tmp6 = tmp4 && tmp5;
                 tmp6_row[r] = tmp6;
                 float tmp7 = tmp6 ? wte_weight_ptr[r + 768 * tmp3] : float(0);
-                int64_t tmp8 = x;
-                bool tmp9 = tmp8 < int64_t{0};
-                int64_t tmp10 = wrap_add(tmp8, int64_t{1024});
-                int64_t tmp11 = tmp9 ? tmp10 : tmp8;
-                tmp11_row[r] = tmp11;
-                bool tmp12 = tmp11 >= int64_t{0};
-                bool tmp13 = tmp11 < int64_t{1024};
-                bool tmp14 = tmp12 && tmp13;
-                tmp14_row[r] = tmp14;
-                float tmp15 = tmp14 ? wpe_weight_ptr[r + 768 * tmp11] : float(0);
-                float tmp16 = tmp7 + tmp15;
-                tmp16_row[r] = tmp16;
-                tmp17_lane[l] += tmp16;
+                float tmp8 = wpe_weight_ptr[768 * x + r];
+                float tmp9 = tmp7 + tmp8;
+                tmp9_row[r] = tmp9;
+                tmp10_lane[l] += tmp9;
             }
         }
-        float tmp17 = lanes_sum(tmp17_lane);
-        float tmp18 = tmp17 / 768.0f;
+        float tmp10 = lanes_sum(tmp10_lane);
+        float tmp11 = tmp10 / 768.0f;
         // the row's mean and the sum of squared deviations about it
-        auto [tmp29, tmp26] = row_spread<float, 32>(tmp16_row, 768, tmp18);
-        float tmp30 = tmp26 / 768.0f;
-        float tmp31 = tmp30 + 1e-05f;
-        float tmp32 = 1 / std::sqrt(tmp31);
-        #pragma omp simd
-        for (int64_t r = 0; r < 768; ++r) {
-            float tmp16 = tmp16_row[r];
-            float tmp33 = tmp16 - tmp29;
-            float tmp34 = tmp33 * tmp32;
-            float tmp35 = ln_1_weight_ptr[r];
-            float tmp36 = tmp34 * tmp35;
-            float tmp37 = ln_1_bias_ptr[r];
-            float tmp38 = tmp36 + tmp37;
-            out_add_ptr[768 * x + r] = tmp16;
-            out_native_layer_norm_ptr[768 * x + r] = tmp38;
+        auto [tmp22, tmp19] = row_spread<float, 32>(tmp9_row, 768, tmp11);
+        float tmp23 = tmp19 / 768.0f;
+        float tmp24 = tmp23 + 1e-05f;
+        float tmp25 = 1 / std::sqrt(tmp24);
+        // while computing, fetch the next row into cache
+        for (int64_t r0 = 0; r0 < 768; r0 += 512) {
+            for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); r += 16) {
+                __builtin_prefetch(&wpe_weight_ptr[768 * (x + 1) + r]);
+            }
+            #pragma omp simd
+            for (int64_t r = r0; r < std::min<int64_t>(r0 + 512, 768); ++r) {
+                float tmp9 = tmp9_row[r];
+                float tmp26 = tmp9 - tmp22;
+                float tmp27 = tmp26 * tmp25;
+                float tmp28 = ln_1_weight_ptr[r];
+                float tmp29 = tmp27 * tmp28;
+                float tmp30 = ln_1_bias_ptr[r];
+                float tmp31 = tmp29 + tmp30;
+                out_add_ptr[768 * x + r] = tmp9;
+                out_native_layer_norm_ptr[768 * x + r] = tmp31;
+            }
         }
     }
 }

@@ -4,7 +4,7 @@ Regenerate with: transpile --config benchmarks/pyproject.toml
 
 Variants (tried in order):
     GPT (examples/gpt.py::GPT)
-        cuda_0   cuda: idx=i64[8,1024]                    39 kernels, 62 extern calls
+        cuda_0   cuda: idx=i64[8,1024]                    38 kernels, 62 extern calls
         cpu_0    cpu: idx=i64[1,64]                       38 kernels, 62 extern calls
 
 Graph breaks (code run eagerly):
@@ -748,17 +748,6 @@ def _cuda_0(self, idx):
     h_11_mlp_c_proj_bias = h_11_mlp_c_proj._parameters["bias"]
     ln_f_weight = ln_f._parameters["weight"]
     ln_f_bias = ln_f._parameters["bias"]
-    sources = (wpe_weight,)
-    constants = runtime_shim.constants(self, "cuda_0", sources)
-    if constants is None:
-        # values of parameters and buffers alone, kept between calls: 3.0 MB
-        # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
-        embedding_1 = empty((1024, 768), (768, 1), torch.float32)
-        _triton.triton_fused_index_0[(768,)](
-            wpe_weight, embedding_1, XBLOCK=1024, num_warps=4
-        )
-        constants = runtime_shim.keep_constants(self, "cuda_0", sources, (embedding_1,))
-    (embedding_1,) = constants
     # examples/gpt.py:48: x = self.wte(idx) + self.wpe(pos)  # (B, T, n_embd)
     ne = empty((), (), torch.bool)
     _triton.triton_fused_embedding_0[(1,)](idx, ne, XBLOCK=1, RBLOCK=8192, num_warps=16)
@@ -769,7 +758,7 @@ def _cuda_0(self, idx):
     _triton.triton_fused_embedding_add_native_layer_norm_0[(8192,)](
         idx,
         wte_weight,
-        embedding_1,
+        wpe_weight,
         h_0_ln_1_weight,
         h_0_ln_1_bias,
         add,
@@ -2087,7 +2076,7 @@ def _cpu_0(self, idx):
     # examples/gpt_block.py:58: x = x + self.attn(self.ln_1(x))
     add = empty((1, 64, 768), (49152, 768, 1), torch.float32)
     native_layer_norm_0 = empty((1, 64, 768), (49152, 768, 1), torch.float32)
-    _cpp.function("cpp_fused_embedding_index_add_native_layer_norm_0", "ppppppp")(
+    _cpp.function("cpp_fused_embedding_add_native_layer_norm_0", "ppppppp")(
         idx.data_ptr(),
         wte_weight.data_ptr(),
         wpe_weight.data_ptr(),

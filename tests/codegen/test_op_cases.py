@@ -649,6 +649,12 @@ CASES: list[Case] = [
     Case("aten.full_like.default", "torch.full_like(a, 7)", {"a": randn(*X)}),
     Case("aten.new_full.default", "a.new_full((2, 3), -1.5)", {"a": randn(*X)}),
     Case("aten.scalar_tensor.default", "torch.scalar_tensor(3.0) + a", {"a": randn(4)}),
+    # ranges: each position's own value (Note [Ranges in kernels])
+    Case("aten.arange.default", "a * torch.arange(33)", {"a": randn(*X)}),
+    Case(
+        "aten.arange.start", "torch.arange(-4, 29, dtype=a.dtype) - a", {"a": randn(*X)}
+    ),
+    Case("aten.arange.start_step", "torch.arange(70, 4, -2) + a", {"a": ints(*X)}),
     # reductions over trailing dims
     Case(
         "aten.sum.dim_IntList",

@@ -90,6 +90,18 @@ def _arange_calls(text: str) -> int:
     return len(re.findall(r"\b(?:torch|aten)\.arange\b[.\w]*\(", code))
 
 
+def _called_kernels(c) -> str:
+    """The C++ kernels variant `c.cpu` calls, from the module's .cpp file."""
+    names = set(re.findall(r'_cpp\.function\("(\w+)"', c.cpu_source))
+    parts = re.split(r"\n(?=extern \"C\")", c.cpp_text)
+    return "\n".join(
+        p
+        for p in parts
+        if re.search(r"void (\w+)\(", p)
+        and re.search(r"void (\w+)\(", p).group(1) in names
+    )
+
+
 def test_ranges_match_eager_and_are_computed_in_kernels(tmp_path) -> None:
     gen = torch.Generator().manual_seed(3)
     inputs = {name: make(gen) for name, make in CASES.items()}
@@ -114,3 +126,67 @@ def test_a_range_read_broadcast_is_no_buffer(tmp_path) -> None:
         c = compiled[name]
         for text in (c.cpu_source, c.cuda_source):
             assert "torch.int64" not in text and "torch.bool" not in text, text
+
+
+GATHERS_SOURCE = """
+import torch
+import torch.nn.functional as F
+
+
+def position_embedding(ids, wte, wpe):
+    t = ids.shape[1]
+    pos = torch.arange(0, t, dtype=torch.long)
+    return F.embedding(ids, wte) + F.embedding(pos, wpe)
+
+
+def columns(x):
+    return x[:, torch.arange(2, 8, 2)] * 2, x[torch.arange(1, 4)]
+
+
+def past_the_end(x):
+    return x[torch.arange(0, 7)]
+
+
+def negative(x):
+    return x[torch.arange(-3, 2)]
+"""
+
+
+def test_a_gather_by_a_range_is_a_slice(tmp_path) -> None:
+    """`wpe(torch.arange(t))`, `x[:, torch.arange(2, 8, 2)]`: the rows or columns
+    a range selects, read as a slice by the kernel that uses them (Note [Gathers
+    by a range]). A range past the table's end raises as eager does; a negative
+    one counts from the end, as eager's indices do."""
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(5, 9, generator=gen)
+    inputs = {
+        "position_embedding": {
+            "ids": torch.randint(0, 50, (2, 12), generator=gen),
+            "wte": torch.randn(50, 8, generator=gen),
+            "wpe": torch.randn(16, 8, generator=gen),
+        },
+        "columns": {"x": x},
+        "negative": {"x": x},
+    }
+    compiled = compile_source(GATHERS_SOURCE, inputs, tmp_path)
+    for name, values in inputs.items():
+        compiled[name].check(values, dtype=torch.float32)
+    for fn in (compiled["columns"].cpu, compiled["columns"].cuda):
+        y = x.clone()
+        _, rows = fn(y)
+        rows.fill_(0)  # a gather's result is its own memory, not a view of x
+        assert torch.equal(y, x)
+    # rows and columns read at addresses of the position alone: no loaded,
+    # wrapped or checked index
+    assert "wrap_add" not in _called_kernels(compiled["columns"])
+    reads = re.findall(r"wpe_ptr\[([^\]]*)\]", compiled["position_embedding"].cpp_text)
+    assert reads and not any("tmp" in r for r in reads), reads
+
+    past = compile_source(GATHERS_SOURCE, {"past_the_end": {"x": x}}, tmp_path / "p")
+    for fn in (past["past_the_end"].cpu, past["past_the_end"].cuda):
+        try:
+            fn(x.clone())
+        except Exception as e:  # eager's IndexError, or the check's
+            assert "index" in str(e).lower(), e
+        else:
+            raise AssertionError("an index past the end ran")

@@ -1,0 +1,79 @@
+"""A gather whose index is a range of positions is a slice.
+
+Before:  pos: i64[16] = aten.arange.start(0, 16)
+         emb: f32[16,64] = aten.index.Tensor(wpe, [pos])
+After:   s: f32[16,64] = aten.slice.Tensor(wpe, 0, 0, 16, 1)
+         emb: f32[16,64] = aten.clone.default(s)
+
+Note [Gathers by a range]
+~~~~~~~~~~~~~~~~~~~~~~~~~
+`table[torch.arange(a, b, s)]` (GPT's position embedding, `wpe(pos)`) reads rows
+a, a + s, ... of the table: `table[a:b:s]`, a view. As a gather, a kernel loads
+each index, wraps a negative one, checks it against the table's size, and loads
+the row at the computed address; as a slice, it reads the rows at addresses
+known from the position alone, with no check, and where a kernel adds the rows
+to something (`wte(idx) + wpe(pos)`), the add reads the table itself. Only for
+a range of ints with a positive step whose every value lies within the table
+(below its size along the dimension, not negative): others gather as before,
+raising where eager raises.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from transpiler.ir.graph import Graph, Node, Ref
+from transpiler.ir.ops import bind_args
+from transpiler.passes.retrace import retrace
+
+aten = torch.ops.aten
+RANGES = ("aten.arange.default", "aten.arange.start", "aten.arange.start_step")
+SAME_VALUES = ("aten.detach.default", "aten.alias.default")
+
+
+def range_gathers(graph: Graph) -> Graph:
+    nodes = graph.by_name()
+    found = {n.name for n in graph.nodes if _slice_of(n, nodes) is not None}
+    if not found:
+        return graph
+
+    def as_slice(node: Node, args, kwargs):
+        if node.name not in found:
+            return NotImplemented
+        dim, start, end, step = _slice_of(node, nodes)
+        # a gather's result is memory of its own: a copy of the slice, which
+        # kernels compute where they read it and drop_copies drops unless the
+        # function returns it
+        return aten.clone.default(aten.slice.Tensor(args[0], dim, start, end, step))
+
+    return retrace(graph, rewrites={"aten.index.Tensor": as_slice})
+
+
+def _slice_of(node: Node, nodes: dict[str, Node]) -> tuple[int, int, int, int] | None:
+    """(dim, start, end, step) of the slice that gather `node` is, if it is one."""
+    if node.target != "aten.index.Tensor" or node.kwargs:
+        return None
+    table, indices = node.args
+    given = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(given) != 1 or not isinstance(given[0][1], Ref):
+        return None
+    dim, index = given[0]
+    source = nodes[index.name]
+    while source.target in SAME_VALUES and isinstance(source.args[0], Ref):
+        source = nodes[source.args[0].name]  # `embedding` detaches its ids
+    if source.target not in RANGES:
+        return None
+    bound = bind_args(source.target, source.args, source.kwargs)
+    start, end, step = bound.get("start", 0), bound["end"], bound.get("step", 1)
+    if not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step)
+    ):
+        return None
+    count = source.tensor_meta.numel
+    size = nodes[table.name].tensor_meta.shape[dim]
+    if step <= 0 or start < 0 or count == 0 or start + step * (count - 1) >= size:
+        return None
+    return dim, start, start + step * count, step
+
+
+__all__ = ["range_gathers"]
