@@ -84,9 +84,9 @@ from transpiler.passes.grouped_attention import repeat_grouped_heads
 from transpiler.passes.hoist_constants import hoist_constants
 from transpiler.passes.joint import joint
 from transpiler.passes.partition import partition, zero_tangents
-from transpiler.passes.range_gathers import range_gathers
 from transpiler.passes.parts import Part, as_part_calls
 from transpiler.passes.parts import split as split_parts
+from transpiler.passes.range_gathers import range_gathers
 from transpiler.passes.recompute import recompute_broadcasts
 from transpiler.passes.rematerialize import rematerialize
 from transpiler.passes.reuse_buffers import reinplace_externs, reuse_buffers

@@ -243,6 +243,7 @@ class _Renderer:
         self.red = k.is_reduction
         self.persistent = is_persistent(k, config)
         self.statements = {s.name: s for s in k.body if isinstance(s, Stmt)}
+        self.axes: dict[str, frozenset[str]] = {}  # statement -> `_axes`, once
         # Note [Blocks that never overhang]
         conditional = any(  # a load where a condition holds: and'd with the masks
             isinstance(s, Stmt) and s.op == "load" and len(s.args) > 2 for s in k.body
@@ -300,22 +301,24 @@ class _Renderer:
             return value
         return f"tl.broadcast_to({value}, [XBLOCK, RBLOCK])"
 
-    def _axes(self, name: str) -> set[str]:
+    def _axes(self, name: str) -> frozenset[str]:
         """The block's axes along which statement `name` varies (a row's value:
         "x" alone; a weight's: "r" alone); a name of no statement, none."""
+        if name in self.axes:
+            return self.axes[name]
         s = self.statements.get(name)
-        if s is None:
-            return set()
-        if s.op == "reduce":
-            return {"x"}
-        if s.op == "scan":
-            return {"x", "r"}
-        axes: set[str] = set()
-        if s.op in ("load", "index"):
-            index = s.args[1] if s.op == "load" else s.args[0]
-            axes = {t.var for t in index.terms if t.var in ("x", "r")}
-        for a in operands(s):
-            axes |= self._axes(a)
+        axes: frozenset[str] = frozenset()
+        if s is not None and s.op == "reduce":
+            axes = frozenset("x")
+        elif s is not None and s.op == "scan":
+            axes = frozenset("xr")
+        elif s is not None:
+            if s.op in ("load", "index"):
+                index = s.args[1] if s.op == "load" else s.args[0]
+                axes = frozenset(t.var for t in index.terms if t.var in ("x", "r"))
+            for a in operands(s):
+                axes |= self._axes(a)
+        self.axes[name] = axes
         return axes
 
     def within(self, value: str, other: str, level: str = "r") -> str:
@@ -407,17 +410,10 @@ class _Renderer:
         )
 
     def _dtype(self, name: str) -> torch.dtype:
-        return next(
-            s.dtype for s in self.k.body if isinstance(s, Stmt) and s.name == name
-        )
+        return self.statements[name].dtype
 
     def _operand_dtype(self, a) -> torch.dtype:
         return a.dtype if isinstance(a, Const) else self._dtype(a)
-
-    def _level(self, name: str) -> str:
-        return next(
-            s.level for s in self.k.body if isinstance(s, Stmt) and s.name == name
-        )
 
     def _identity(self, r: Stmt) -> str:
         """The value reduction `r` starts from: 0 for a sum, else the lowest (for

@@ -163,6 +163,22 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.arange.start": P("index", (0, 1), "iota"),
     "aten.arange.start_step": P("index", (0, 1, 2), "iota"),
 }
+RANGES = frozenset(t for t, row in POINTWISE.items() if row.kind == "iota")
+
+
+def arange_of(node) -> tuple[int, int, int] | None:
+    """(start, step, count) of a `torch.arange` node of ints; None for any other
+    node (Note [Ranges in kernels] in passes/schedule.py)."""
+    if node.target not in RANGES:
+        return None
+    bound = bind_args(node.target, node.args, node.kwargs)
+    start, end, step = bound.get("start", 0), bound["end"], bound.get("step", 1)
+    if not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step)
+    ):
+        return None
+    return start, step, node.tensor_meta.numel
+
 
 # Kernel ops of booleans and integers: eager raises for floats, where some of the
 # meta kernels (`bitwise_and.Tensor`, `bitwise_left_shift.Tensor_Scalar`) return a

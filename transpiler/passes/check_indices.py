@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
-from transpiler.ir.ops import GATHERS, bind_args, is_view
+from transpiler.ir.ops import GATHERS, arange_of, is_view
 from transpiler.passes.decompose import ANY_ALL, any_all, one_per_row
 from transpiler.passes.fuse import gather_ok
 from transpiler.passes.retrace import SameOp, retrace
@@ -154,17 +154,12 @@ def _arange(ref, nodes: dict[str, Node]) -> tuple[int, int] | None:
     node = nodes[ref.name]
     while node.op == "call" and is_view(node.target) and isinstance(node.args[0], Ref):
         node = nodes[node.args[0].name]
-    if node.target not in RANGES:
+    values = arange_of(node)
+    if values is None or values[2] == 0:
         return None
-    bound = bind_args(node.target, node.args, node.kwargs)
-    start, step = bound.get("start", 0), bound.get("step", 1)
-    count = node.tensor_meta.numel
-    if not all(isinstance(v, int) for v in (start, step)) or count == 0:
-        return None
+    start, step, count = values
     last = start + step * (count - 1)
     return min(start, last), max(start, last) + 1
 
-
-RANGES = ("aten.arange.default", "aten.arange.start", "aten.arange.start_step")
 
 __all__ = ["check_indices"]

@@ -59,9 +59,11 @@ from transpiler.ir.ops import (
     INTEGER_ONLY,
     MOVEMENT,
     POINTWISE,
+    RANGES,
     REDUCTIONS,
     SCANS,
     SUPPORTED_DTYPES,
+    arange_of,
     bind_args,
     is_view,
 )
@@ -130,7 +132,7 @@ def pointwise_ok(node: Node, nodes: dict[str, Node]) -> bool:
         return False
     if row.op in INTEGER_ONLY and meta.dtype.is_floating_point:
         return False
-    if row.kind == "iota" and not _int32_range(node.args):
+    if row.kind == "iota" and not _int32_range(node):
         return False
     cast = row.kind in ("cast", "iota")
     allowed = {"memory_format"} | (CAST_KWARGS if cast else set())
@@ -153,14 +155,16 @@ def pointwise_ok(node: Node, nodes: dict[str, Node]) -> bool:
     return True
 
 
-def _int32_range(args: tuple) -> bool:
-    """Whether `arange(*args)` is of ints whose every partial value fits in
-    int32, the type of a Triton kernel's positions (Note [Ranges in kernels]
-    in schedule.py): a range of floats is computed as eager's kernel computes
-    it, by a call."""
-    if not all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+def _int32_range(node: Node) -> bool:
+    """Whether `arange` node is of ints whose every partial value fits in int32,
+    the type of a Triton kernel's positions (Note [Ranges in kernels] in
+    schedule.py): a range of floats is computed as eager's kernel computes it,
+    by a call."""
+    values = arange_of(node)
+    if values is None:
         return False
-    return sum(abs(a) for a in args) < 2**31
+    start, step, count = values
+    return abs(start) + abs(step) * count < 2**31
 
 
 def movement_ok(node: Node, nodes: dict[str, Node]) -> bool:
@@ -368,7 +372,7 @@ def resolve(
             chain_ok = False
         name, node = base.name, base
     if kinds[name] == "inline" and (
-        name == ref.name or window_maps(ref, nodes) or is_range(node)
+        name == ref.name or window_maps(ref, nodes) or node.target in RANGES
     ):
         return ("inline", ref.name, name)
     if not chain_ok:
@@ -376,12 +380,6 @@ def resolve(
     if kinds[name] in (*KERNEL_KINDS, "item") and chain_ok:
         return ("virtual", name, name)
     return ("buffer", ref.name, name)
-
-
-def is_range(node: Node) -> bool:
-    """An `arange` kernels compute (Note [Ranges in kernels] in schedule.py)."""
-    row = POINTWISE.get(node.target)
-    return row is not None and row.kind == "iota"
 
 
 def splits(shape: tuple[int, ...], rnumel: int) -> bool:
@@ -527,7 +525,7 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], windows: bool) -> None:
     for node in reversed(graph.nodes):
         if kinds[node.name] != "pointwise" or node.target not in POINTWISE:
             continue
-        if POINTWISE[node.target].kind == "iota":  # Note [Ranges in kernels]
+        if node.target in RANGES:  # Note [Ranges in kernels]
             if _read_in_place(node.name, nodes, kinds, users):
                 kinds[node.name] = "inline"
             continue

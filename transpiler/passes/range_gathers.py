@@ -23,11 +23,10 @@ from __future__ import annotations
 import torch
 
 from transpiler.ir.graph import Graph, Node, Ref
-from transpiler.ir.ops import bind_args
+from transpiler.ir.ops import arange_of
 from transpiler.passes.retrace import retrace
 
 aten = torch.ops.aten
-RANGES = ("aten.arange.default", "aten.arange.start", "aten.arange.start_step")
 SAME_VALUES = ("aten.detach.default", "aten.alias.default")
 
 
@@ -61,15 +60,10 @@ def _slice_of(node: Node, nodes: dict[str, Node]) -> tuple[int, int, int, int] |
     source = nodes[index.name]
     while source.target in SAME_VALUES and isinstance(source.args[0], Ref):
         source = nodes[source.args[0].name]  # `embedding` detaches its ids
-    if source.target not in RANGES:
+    values = arange_of(source)
+    if values is None:
         return None
-    bound = bind_args(source.target, source.args, source.kwargs)
-    start, end, step = bound.get("start", 0), bound["end"], bound.get("step", 1)
-    if not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in (start, end, step)
-    ):
-        return None
-    count = source.tensor_meta.numel
+    start, step, count = values
     size = nodes[table.name].tensor_meta.shape[dim]
     if step <= 0 or start < 0 or count == 0 or start + step * (count - 1) >= size:
         return None

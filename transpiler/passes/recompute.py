@@ -20,9 +20,10 @@ made here on the graph so that fusion sees same-shape pointwise chains.
 A value is recomputable ("cheap") when it is a pointwise kernel op whose shape is
 the broadcast of its tensor operands' (not a factory), draws no random numbers, and
 each operand is a buffer (input, parameter, extern result, or a view of one), a
-range kernels compute in place (`torch.arange`) or another cheap value, at most `MAX_NODES` ops in all. It stays as it is where
-recomputing would change its dtype (a 0-dim operand of a wider dtype takes part in
-type promotion once broadcast) or its reader's strides, where a view between it and
+range kernels compute in place (`torch.arange`) or another cheap value, at most
+`MAX_NODES` ops in all. It stays as it is where recomputing would change its dtype
+(a 0-dim operand of a wider dtype takes part in type promotion once broadcast) or
+its reader's strides, where a view between it and
 its reader cannot be taken of a broadcast operand (`view` merging a dimension that
 one of them is broadcast along), and where fallback code writes what it reads after
 it was computed (`read_before_fallback`). The original stays in the graph for any
@@ -36,8 +37,8 @@ from collections.abc import Callable
 import torch
 
 from transpiler.ir.graph import Graph, Node, Ref, read_before_fallback
-from transpiler.ir.ops import GATHERS, MOVEMENT, is_random, resolve_op
-from transpiler.passes.fuse import KERNEL_KINDS, classify, is_range, resolve
+from transpiler.ir.ops import GATHERS, MOVEMENT, RANGES, is_random, resolve_op
+from transpiler.passes.fuse import KERNEL_KINDS, classify, resolve
 from transpiler.passes.retrace import retrace
 
 MAX_NODES = 16  # ops recomputed for one operand, views not counted
@@ -160,9 +161,9 @@ def _cheap(graph: Graph, nodes, kinds) -> dict[str, int]:
             _, name = _views(r, nodes, kinds)
             if name in sizes:
                 total += sizes[name]
-            elif kinds[resolve(r, nodes, kinds)[2]] in KERNEL_VALUES and not (
-                is_range(nodes[name])
-            ):  # a range is read in place, a leaf (Note [Ranges in kernels])
+            elif nodes[name].target in RANGES:
+                pass  # read in place, a leaf (Note [Ranges in kernels])
+            elif kinds[resolve(r, nodes, kinds)[2]] in KERNEL_VALUES:
                 ok = False
         if ok and total <= MAX_NODES:
             sizes[node.name] = total

@@ -95,9 +95,11 @@ from transpiler.ir.ops import (
     GATHERS,
     MOVEMENT,
     POINTWISE,
+    RANGES,
     REDUCTIONS,
     ROUNDING,
     SCANS,
+    arange_of,
     bind_args,
     compute_dtype,
     correction,
@@ -348,7 +350,7 @@ class KernelBuilder:
         if not isinstance(value, Ref):
             return Const(value, _scalar_dtype(value))
         how, _, root = resolve(value, self.nodes, self.fusion.kinds)
-        if how == "inline" and POINTWISE[self.nodes[root].target].kind == "iota":
+        if how == "inline" and self.nodes[root].target in RANGES:
             # Note [Ranges in kernels]: the address its buffer would be read at
             view = self.nodes[value.name].tensor_meta
             index = self.index(shape, level, view, view.offset)
@@ -416,7 +418,7 @@ class KernelBuilder:
         row = POINTWISE[node.target]
         meta = node.tensor_meta
         level = level or self.level_of(meta.numel)
-        if row.kind == "iota":
+        if node.target in RANGES:
             return self.iota(node, level)
         read = read or self.operand
         values = [read(node.args[i], meta.shape, level) for i in row.operands]
@@ -453,8 +455,7 @@ class KernelBuilder:
 
     def iota_at(self, node: Node, index: Index, level: str) -> str:
         """Range `node`'s element at `index`, its position in the range."""
-        bound = bind_args(node.target, node.args, node.kwargs)
-        start, step = bound.get("start", 0), bound.get("step", 1)
+        start, step, _ = arange_of(node)
         value = self.emit("index", (index,), torch.int64, level)
         if step != 1:
             value = self.emit(
@@ -621,7 +622,8 @@ class KernelBuilder:
         offset = view.offset - base.offset
         placed = TensorMeta(shape, tuple(stride), offset, view.dtype)
         index = self.index(shape, level, placed, offset)
-        if self.fusion.kinds[root] == "inline":  # a gather's index that is a range
+        if self.nodes[root].target in RANGES and self.fusion.kinds[root] == "inline":
+            # a gather's index that is a range, read in place
             assert indirect is None and mask is None, root
             return self.iota_at(self.nodes[root], index, level)
         if indirect is not None:
