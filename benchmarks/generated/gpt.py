@@ -765,7 +765,7 @@ def _cuda_0(self, idx):
         native_layer_norm_0,
         XBLOCK=1,
         RBLOCK=1024,
-        num_warps=4,
+        num_warps=2,
     )
     # examples/gpt_block.py:26: q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     linear = torch.nn.functional.linear(

@@ -51,6 +51,26 @@ def roll_channels(x):
     return torch.roll(x, 2, 1) + 1
 
 
+def shift_pairs(x):
+    return torch.fft.fftshift(x, dim=(0, 2))
+
+
+def roll_outer_and_pairs(x):
+    return torch.roll(x, (1, 1), (0, 2)) * 2
+
+
+def cat_rows_of_pairs(a, b):
+    return torch.cat([a, b.flip(-1)]) + 1
+
+
+def pad_rows_of_pairs(x):
+    return torch.nn.functional.pad(x, (0, 0, 0, 0, 2, 1)) - x.sum()
+
+
+def rotate_every_two(x):
+    return torch.stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2) * 3
+
+
 def scaled_twice(x):
     y = x / x.abs().sum(-1, keepdim=True)
     return y - y.amax(-1, keepdim=True)
@@ -191,6 +211,13 @@ CASES = {
     "row_norm": {"x": 3 + randn(6, 1000)},
     "row_softmax": {"x": randn(40, 1024)},
     "row_softmax_bf16": {"x": randn(40, 1024).bfloat16()},
+    # an innermost dimension of 2 and pieces along an outer one (Note [Short
+    # inner loops] in codegen/cpp.py); the pairs read in either order
+    "shift_pairs": {"x": randn(5, 6, 2)},
+    "roll_outer_and_pairs": {"x": randn(64, 4, 2)},
+    "cat_rows_of_pairs": {"a": randn(40, 5, 2), "b": randn(30, 5, 2)},
+    "pad_rows_of_pairs": {"x": randn(50, 3, 2)},
+    "rotate_every_two": {"x": randn(64, 128)},  # pieces along x1 alone
 }
 
 
@@ -202,6 +229,16 @@ def compiled(tmp_path_factory: pytest.TempPathFactory):
 def kernel_text(c) -> str:
     """The C++ of the one kernel `c`'s CPU variant calls."""
     (name,) = re.findall(r'_cpp\.function\("(\w+)"', c.cpu_source)
+    return _kernel(c, name)
+
+
+def kernels_text(c) -> str:
+    """The C++ of every kernel `c`'s CPU variant calls."""
+    names = re.findall(r'_cpp\.function\("(\w+)"', c.cpu_source)
+    return "".join(_kernel(c, name) for name in names)
+
+
+def _kernel(c, name: str) -> str:
     start = c.cpp_text.index(f"void {name}(")
     end = c.cpp_text.find('extern "C"', start)
     return c.cpp_text[start : end if end != -1 else None]
@@ -236,6 +273,26 @@ def test_inner_loop_has_no_division(compiled, name: str, inner: int) -> None:
 
 def test_flat_loop_stays_flat(compiled) -> None:
     assert "x1" not in kernel_text(compiled["flat"])
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["shift_pairs", "roll_outer_and_pairs", "cat_rows_of_pairs", "pad_rows_of_pairs"],
+)
+def test_short_inner_loops_with_outer_pieces_are_flat(compiled, name: str) -> None:
+    """Note [Short inner loops] in codegen/cpp.py: no loop of an element or two
+    under a condition on the outer index, which GCC 12 vectorizes wrongly."""
+    c = compiled[name]
+    for kernel in re.findall(r'_cpp\.function\("(\w+)"', c.cpu_source):
+        cpp = _kernel(c, kernel)
+        short = re.search(r"for \(int64_t x1 = \d+; x1 < [12];", cpp)
+        assert not (short and " ? " in cpp), cpp
+
+
+def test_short_inner_loops_split_by_their_own_pieces(compiled) -> None:
+    """A `stack` along the last dimension: its pieces are constants in each part
+    of the split loop, and the split stays."""
+    assert "x1 < 2;" in kernels_text(compiled["rotate_every_two"])
 
 
 def test_split_index_rewrites_each_kind_of_term() -> None:

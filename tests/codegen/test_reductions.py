@@ -344,6 +344,73 @@ def test_long_rows(tmp_path, held: bool) -> None:
     assert ("online softmax" in case["long_rows"].triton_text) != held
 
 
+ROW_FORMS_SOURCE = """
+import torch
+import torch.nn.functional as F
+
+
+def lse(x):
+    return torch.logsumexp(x, -1)
+
+
+def nll(x, t):
+    return F.cross_entropy(x, t, reduction="none")
+
+
+def soft(x):
+    return torch.softmax(x, -1)
+
+
+def best(x):
+    return torch.argmax(x, -1)
+
+
+def embed_norm(ids, table):
+    return F.layer_norm(table[ids], (table.shape[-1],))
+"""
+
+
+@pytest.mark.slow
+def test_rows_read_once_loop_others_held(tmp_path) -> None:
+    """Rows between PERSISTENT_MAX and LONG_ROW_MAX (Note [Rows read once] in
+    codegen/triton.py): a log-sum-exp or a cross-entropy reads its row once in an
+    online loop; a softmax, which reads the row again after its reductions, and
+    an argmax, reduced once, hold it in registers. An argmax launches at most
+    POSITION_WARPS warps; a row gathered by an index of int64 launches warps by its
+    table's f32, not the index's bytes."""
+    gen = torch.Generator().manual_seed(11)
+    n = triton_codegen.PERSISTENT_MAX + 3000
+    x = torch.randn(5, n, generator=gen) * 4
+    x[1, 7] = float("inf")
+    x[2] = torch.linspace(-30, 60, n)  # a new max in every block
+    x[3, n - 2] = float("nan")
+    t = torch.tensor([0, n - 1, 5, 17, n // 2])
+    ids = torch.randint(0, 50, (6, 4), generator=gen)
+    table = torch.randn(50, 768, generator=gen)
+    inputs = {
+        "lse": {"x": x},
+        "nll": {"x": x, "t": t},
+        "soft": {"x": x},
+        "best": {"x": x},
+        "embed_norm": {"ids": ids, "table": table},
+    }
+    case = compile_source(ROW_FORMS_SOURCE, inputs, tmp_path)
+    for name, example in inputs.items():
+        case[name].check(example)
+    launches = {
+        name: re.findall(r"RBLOCK=(\d+), num_warps=(\d+)", case[name].cuda_source)
+        for name in inputs
+    }
+    for name in ("lse", "nll"):  # the row's one pass is a loop
+        assert any(int(r) < n for r, _ in launches[name]), launches[name]
+    for name in ("soft", "best"):  # the row in registers
+        assert all(int(r) >= n for r, _ in launches[name]), launches[name]
+    (argmax,) = launches["best"]
+    assert int(argmax[1]) <= triton_codegen.POSITION_WARPS
+    # 768 f32 (a block of 1024) at 16 a thread: 2 warps
+    assert ("1024", "2") in launches["embed_norm"], launches["embed_norm"]
+
+
 VARIANCE_SOURCE = """
 import torch
 import torch.nn.functional as F

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import re
 
 import pytest
 import torch
@@ -166,3 +167,55 @@ def test_a_variant_writing_an_input_replays_no_cuda_graph(tmp_path) -> None:
     reads = compile_variants(source, "reads_it", [wanted], tmp_path / "b")
     assert "runtime_shim.cuda_graph" in inspect.getsource(reads)
     assert "runtime_shim.cuda_graph" not in inspect.getsource(writes)
+
+
+RESIZES = """
+import torch
+
+
+def accumulate_products(s, a, b):
+    return s.addbmm_(a, b, beta=0.5) * 2
+
+
+def add_a_larger(x, y):
+    x.add_(y)
+    return x
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "inputs"),
+    [
+        # eager resizes `s` to the product's [5, 10]
+        (
+            "accumulate_products",
+            (torch.randn(()), torch.randn(3, 5, 4), torch.randn(3, 4, 10)),
+        ),
+        # eager raises: `x` cannot hold the broadcast [4, 6]
+        ("add_a_larger", (torch.randn(6), torch.randn(4, 6))),
+    ],
+)
+def test_an_in_place_op_of_another_shape_runs_the_source(tmp_path, name, inputs):
+    """An in-place op whose result has another shape than its input (eager resizes
+    the input, or raises) is a graph break: the source runs it, as eager does."""
+    specs = tuple(
+        (p, TensorSpec(t.dtype, tuple(t.shape)))
+        for p, t in zip(("s", "a", "b") if len(inputs) == 3 else ("x", "y"), inputs)
+    )
+    module = compile_variants(RESIZES, name, [Variant(specs, "cpu")], tmp_path)
+    text = inspect.getsource(module)
+    assert "computes [" in text, text  # the reason, in the module's docstring
+    mine = [t.clone() for t in inputs]
+    theirs = [t.clone() for t in inputs]
+    try:
+        expected = getattr(module._source, name)(*theirs)
+    except RuntimeError as e:
+        with pytest.raises(RuntimeError, match=re.escape(str(e))):
+            getattr(module, name)(*mine)
+        return
+    check_call(
+        getattr(module, name),
+        getattr(module._source, name),
+        dict(zip([p for p, _ in specs], inputs)),
+    )
+    assert expected.shape == (5, 10) and theirs[0].shape == (5, 10)

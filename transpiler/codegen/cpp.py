@@ -72,6 +72,21 @@ a column sum of [4096, 2048] took 1.27 ms in one tile of 2048, 0.59 ms in two,
 0.77 ms in four); where the columns are long enough, the split of Note [Split
 reductions] gives a larger machine more tiles.
 
+Note [Short inner loops]
+~~~~~~~~~~~~~~~~~~~~~~~~
+A pointwise kernel whose indices print without `/` and `%` only for an inner
+loop shorter than INNER_MIN (an innermost dimension of 2: `fftshift` of a
+[5, 6, 2] tensor, a `roll` over its first and last dimensions) has inner loops of
+an element or two, which the compiler unrolls, and it then vectorizes the outer
+loop: each value read from elements two apart, in the order the statements
+read them. GCC 12.2 (Debian 12's, with AVX2) miscompiles that loop where a
+condition on the outer index alone selects between such values (`x0 < 12 ? a[2 *
+x0 + 37] : 0` beside `a[2 * x0 + 36]`): it reads the pair in the wrong order,
+and `fftshift` returned wrong values. Such a kernel is one flat loop instead,
+its indices with `/` and `%`: every value read from consecutive elements. A
+short inner loop with no such condition (the pieces of a `stack` along the last
+dimension, constants within each part) keeps its split.
+
 Note [Edges of windows]
 ~~~~~~~~~~~~~~~~~~~~~~~
 A pool's or a padded convolution window's loads are masked where the window
@@ -101,6 +116,7 @@ import re
 import torch
 
 from transpiler.codegen.indexing import (
+    INNER_MIN,
     across_rows,
     column_tile,
     format_index,
@@ -1293,6 +1309,20 @@ def render_kernel(k: Kernel) -> str:
     return _Renderer(k, k.cpp).render()
 
 
+def _outer_conditions(segs, inner_only: dict) -> bool:
+    """Whether a condition that is not a function of the inner index alone (a
+    piece of a `cat` or a `roll` along an outer dimension) selects a value or masks
+    a load in the loop; `inner_only`: the values that are."""
+    for s in segs:
+        if not isinstance(s, Stmt):
+            continue
+        if s.op == "load" and len(s.args) == 3 and s.args[2] not in inner_only:
+            return True
+        if s.op == "where" and s.args[0] not in inner_only:
+            return True
+    return False
+
+
 def schedule(k: Kernel) -> CppSchedule:
     """How `k`'s C++ loops are written, every choice made here and kept on the
     kernel for the renderer: threads for enough work, the inner loop's length
@@ -1310,6 +1340,8 @@ def schedule(k: Kernel) -> CppSchedule:
             return CppSchedule(parallel)
         analysis.inner = inner
         outer = analysis._outer_only(segs)
+        if inner < INNER_MIN and _outer_conditions(segs, analysis._x1_values(segs)):
+            return CppSchedule(parallel)  # Note [Short inner loops]
         segs = [s for s in segs if not (isinstance(s, Stmt) and s.name in outer)]
         parts = analysis._peeled_parts(segs, outer)
         if parts is not None:

@@ -54,6 +54,21 @@ loop's load lets it go first (`evict_first`). On the H100, GroupNorm over rows o
 32768: 127 to 116 us, with SiLU 151 to 129. Hints on the last loop's stores, or
 walking the second loop backwards, changed neither (116 to 118 and 129 to 130).
 
+Note [Rows read once]
+~~~~~~~~~~~~~~~~~~~~
+A row of up to LONG_ROW_MAX elements fits in the registers of one program of 32
+warps, and a kernel that reads the row again after reducing it (softmax's
+`exp(v - m) / s`, a layer norm's normalized values) reads it from memory once
+that way, where a loop reads it twice. A kernel whose loops read the row once
+gains nothing from holding it: the log-sum-exp of a cross-entropy is one online
+loop (Note [Online softmax]), where the row in registers waits on its max, then
+its exponentials' sum, each an exchange between 32 warps, with one program an
+SM and no load in flight meanwhile. So such a row goes through the loop, several
+programs an SM. On an H200, over rows of 32000 f32 (in registers, then looped):
+cross-entropy 310.8 to 295.6 us, log-sum-exp over 32768 154.0 to 145.8, the
+gather of log_softmax's target 307.2 to 296.1. A row reduced once (an argmax)
+has no chain to wait on, and stays whole: 241.6 us against 258.8 looped.
+
 Note [Blocks that never overhang]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 A block's elements past the end of the tensor (or of the row) are masked off:
@@ -110,13 +125,19 @@ from transpiler.text import comment
 
 PERSISTENT_MAX = 8192  # widest row reduced in registers
 # Rows up to LONG_ROW_MAX are reduced in registers too when the kernel computes at
-# most LONG_ROW_BODY values per element: 32 warps hold 32 elements of each per
-# thread, and with 1024 threads a thread has 64 registers. On the H100, rows of 32K
-# f32 in registers against a loop: softmax (4 values) 0.37 against 0.55 ms, argmax
-# (1) 0.35 against 0.36, cross-entropy (4) 0.40 against 0.37; GroupNorm (9) 0.17
-# against 0.19, with SiLU (11) 0.21 against 0.19 (spilled).
+# most LONG_ROW_BODY values per element and holding the row spares a read (Note
+# [Rows read once]): 32 warps hold 32 elements of each per thread, and with 1024
+# threads a thread has 64 registers. On the H100, rows of 32K f32 in registers
+# against a loop: softmax (4 values) 0.37 against 0.55 ms, argmax (1) 0.35 against
+# 0.36, cross-entropy (4) 0.40 against 0.37; GroupNorm (9) 0.17 against 0.19, with
+# SiLU (11) 0.21 against 0.19 (spilled).
 LONG_ROW_MAX = 32768
 LONG_ROW_BODY = 8
+# Warps of a reduction to a position (argmax, argmin), at most: the warps exchange
+# (value, position) pairs, two values a step where a sum has one. On an H200, the
+# argmax of rows of 32000 bf16 in registers took 63.4 us with 32 warps, 53.8 with
+# 8; of 32000 f32 241.6 and 245.6 (benchmarks/launch_sweep.py).
+POSITION_WARPS = 8
 # Bytes of a row in registers each thread loads (with at least 2 warps, and at
 # most 16, or 32 past PERSISTENT_MAX): 16 f32 or 32 bf16 elements, its loads in
 # flight, with fewer warps for a reduction's exchange. On the H100, against 8
@@ -178,11 +199,13 @@ def heuristic_config(k: Kernel) -> LaunchConfig:
         return LaunchConfig(xblock, rblock, 4 if xblock * rblock >= 512 else 2)
     persistent = isinstance(k.rnumel, int) and (
         rnumel <= PERSISTENT_MAX
-        or (rnumel <= LONG_ROW_MAX and _per_element(k) <= LONG_ROW_BODY)
+        or (rnumel <= LONG_ROW_MAX and _per_element(k) <= LONG_ROW_BODY and _rereads(k))
     )
     rblock = next_pow2(rnumel) if persistent else LOOPED_RBLOCK
     xblock = max(1, min(next_pow2(xnumel), 1024 // rblock)) if rblock < 1024 else 1
     most = 32 if rblock > PERSISTENT_MAX else 16
+    if any(s.op == "reduce" and s.reduce in ARG for s in k.body if isinstance(s, Stmt)):
+        most = min(most, POSITION_WARPS)
     per_thread = ROW_BYTES_PER_THREAD // _row_itemsize(k) if persistent else 8
     warps = min(most, max(2, (xblock * rblock) // (32 * per_thread)))
     return LaunchConfig(xblock, rblock, next_pow2(warps))
@@ -201,12 +224,17 @@ def _strided_reads(k: Kernel) -> bool:
 
 
 def _row_itemsize(k: Kernel) -> int:
-    """Bytes of an element of the widest input the kernel reads along its rows."""
+    """Bytes of an element of the widest input the kernel reads along its rows: a
+    load whose address moves along the row. One value a row (a gather's index),
+    loaded in the block's shape for its mask, is not."""
     size = {a.param: a.dtype.itemsize for a in k.inputs}
     rows = [
         size[s.args[0]]
         for s in k.body
-        if isinstance(s, Stmt) and s.op == "load" and s.level == "r"
+        if isinstance(s, Stmt)
+        and s.op == "load"
+        and s.level == "r"
+        and any(t.var == "r" for t in s.args[1].terms)
     ]
     return max(rows, default=4)
 
@@ -229,6 +257,37 @@ def _pieces_only(k: Kernel) -> bool:
 def _per_element(k: Kernel) -> int:
     """How many values the kernel computes for each element of a row."""
     return sum(isinstance(s, Stmt) and s.level == "r" for s in k.body)
+
+
+def one_pass(segs: list, i: int, rnumel) -> tuple:
+    """The loop `segs[i]` in one pass with the next loop, where one pass computes
+    both (Note [Online softmax], Note [Welford]): the `OnlineSoftmax` or `Welford`
+    form and the positions of the segments it takes with it; `(None, range(0))`
+    for a loop alone."""
+    j = next((j for j in range(i + 1, len(segs)) if isinstance(segs[j], Loop)), 0)
+    if j:
+        online = j == i + 1 and online_softmax(segs[i], segs[j])
+        if online:
+            return online, range(j, j + 1)
+        variance = welford(segs[i], segs[i + 1 : j], segs[j], rnumel)
+        if variance:
+            return variance, range(i + 1, j + 1)
+    return None, range(0)
+
+
+def _rereads(k: Kernel) -> bool:
+    """Whether holding a long row in registers spares reading it again (Note
+    [Rows read once]): its loops read it more than once, or the row is reduced
+    once, with no chain of reductions to wait on."""
+    segs = segments(k)
+    taken: set[int] = set()
+    passes = 0
+    for i, seg in enumerate(segs):
+        if isinstance(seg, Loop) and i not in taken:
+            taken.update(one_pass(segs, i, k.rnumel)[1])
+            passes += 1
+    reduced = sum(isinstance(seg, Loop) and bool(seg.reductions) for seg in segs)
+    return passes > 1 or reduced <= 1
 
 
 def is_persistent(k: Kernel, config: LaunchConfig) -> bool:
@@ -276,7 +335,22 @@ class _Renderer:
 
     def mask(self, level: str) -> str | None:
         """The mask of the block's elements within the tensor at `level`; None
-        where the block never overhangs (Note [Blocks that never overhang])."""
+                where the block never overhangs (Note [Rows read once]
+        ~~~~~~~~~~~~~~~~~~~~
+        A row of up to LONG_ROW_MAX elements fits in the registers of one program of 32
+        warps, and a kernel that reads the row again after reducing it (softmax's
+        `exp(v - m) / s`, a layer norm's normalized values) reads it from memory once
+        that way, where a loop reads it twice. A kernel whose loops read the row once
+        gains nothing from holding it: the log-sum-exp of a cross-entropy is one online
+        loop (Note [Online softmax]), where the row in registers waits on its max, then
+        its exponentials' sum, each an exchange between 32 warps, with one program an
+        SM and no load in flight meanwhile. So such a row goes through the loop, several
+        programs an SM. On an H200, over rows of 32000 f32 (in registers, then looped):
+        cross-entropy 310.8 to 295.6 us, log-sum-exp over 32768 154.0 to 145.8, the
+        gather of log_softmax's target 307.2 to 296.1. A row reduced once (an argmax)
+        has no chain to wait on, and stays whole: 241.6 us against 258.8 looped.
+
+        Note [Blocks that never overhang])."""
         parts = [] if self.xfull else ["xmask"]
         if self.red and level != "x" and not self.rfull:
             parts.append("rmask")
@@ -542,18 +616,15 @@ class _Renderer:
         """Render the loop `segs[i]`, in one pass with the next loop where one pass
         computes both (Note [Online softmax], Note [Welford]); the positions of
         the segments rendered with it."""
-        loop = segs[i]
-        j = next((j for j in range(i + 1, len(segs)) if isinstance(segs[j], Loop)), 0)
-        if j and not self.persistent:
-            online = j == i + 1 and online_softmax(loop, segs[j])
-            if online:
-                self.online_loop(online, n)
-                return range(j, j + 1)
-            variance = welford(loop, segs[i + 1 : j], segs[j], self.k.rnumel)
-            if variance:
-                self.welford_loop(variance, n)
-                return range(i + 1, j + 1)
-        self.loop(loop, n)
+        if not self.persistent:
+            form, taken = one_pass(segs, i, self.k.rnumel)
+            if isinstance(form, OnlineSoftmax):
+                self.online_loop(form, n)
+                return taken
+            if isinstance(form, Welford):
+                self.welford_loop(form, n)
+                return taken
+        self.loop(segs[i], n)
         return range(0)
 
     def welford_loop(self, w: Welford, n: int) -> None:

@@ -522,6 +522,14 @@ class Recorder(TorchDispatchMode):
             raise Unsupported(f"{func} changes its input in place", self.span)
         result = fn(*args, **kwargs)
         inplace_view = torch.Tag.inplace_view in func.tags
+        if not inplace_view and result.shape != target.shape:
+            # `s.addbmm_(a, b)` of a 0-dim `s` resizes it to the product's shape;
+            # `x.add_(y)` of a larger `y` raises: eager code does either
+            raise Unsupported(
+                f"in-place {packet} of a {list(target.shape)} tensor computes "
+                f"{list(result.shape)}",
+                self.span,
+            )
         if not inplace_view and result.dtype != target.dtype:
             # `x.eq_(y)` computes a bool and stores it in x's dtype; a store eager
             # refuses (an integer `div_`) raises there, at run time
