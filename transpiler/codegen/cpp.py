@@ -74,18 +74,20 @@ reductions] gives a larger machine more tiles.
 
 Note [Short inner loops]
 ~~~~~~~~~~~~~~~~~~~~~~~~
-A pointwise kernel whose indices print without `/` and `%` only for an inner
-loop shorter than INNER_MIN (an innermost dimension of 2: `fftshift` of a
-[5, 6, 2] tensor, a `roll` over its first and last dimensions) has inner loops of
-an element or two, which the compiler unrolls, and it then vectorizes the outer
-loop: each value read from elements two apart, in the order the statements
-read them. GCC 12.2 (Debian 12's, with AVX2) miscompiles that loop where a
-condition on the outer index alone selects between such values (`x0 < 12 ? a[2 *
-x0 + 37] : 0` beside `a[2 * x0 + 36]`): it reads the pair in the wrong order,
-and `fftshift` returned wrong values. Such a kernel is one flat loop instead,
-its indices with `/` and `%`: every value read from consecutive elements. A
-short inner loop with no such condition (the pieces of a `stack` along the last
-dimension, constants within each part) keeps its split.
+A pointwise kernel whose indices print without `/` and `%` only for an inner loop of
+up to SHORT_INNER_MAX elements (an innermost dimension of 2: `fftshift` of a [5, 6,
+2] tensor, a `roll` over its first and last dimensions) has inner loops of an
+element or two, which the compiler unrolls whole (GCC does up to 16 iterations), and
+it then vectorizes the outer loop: each value read from elements two apart, in the
+order the statements read them. GCC 12.2 (Debian 12's, with AVX2) miscompiles that
+loop where a condition on the outer index alone selects between such values (`x0 <
+12 ? a[2 * x0 + 37] : 0` beside `a[2 * x0 + 36]`): it reads the pair in the wrong
+order, and `fftshift` returned wrong values. Such a kernel is one flat loop instead,
+its indices with `/` and `%`: every value read from consecutive elements. A short
+inner loop with no such condition (the pieces of a `stack` along the last dimension,
+constants within each part), or whose parts are each written once where the
+condition holds and once where it does not (a pool's window rows, Note [Edges of
+windows]), keeps its split.
 
 Note [Edges of windows]
 ~~~~~~~~~~~~~~~~~~~~~~~
@@ -116,7 +118,6 @@ import re
 import torch
 
 from transpiler.codegen.indexing import (
-    INNER_MIN,
     across_rows,
     column_tile,
     format_index,
@@ -163,6 +164,7 @@ LANE_DEPTH = 128  # elements a lane sums before its chunk's part joins the row's
 SCAN_GROUP = 8  # elements a scan adds up on their own before the row's carry
 # (Note [Scans] in passes/schedule.py)
 PEELED_LOOPS_MAX = 4  # parts an inner loop is split into (Note [Edges of windows])
+SHORT_INNER_MAX = 16  # inner loops GCC unrolls whole (Note [Short inner loops])
 VERSIONS_MAX = 4  # copies of a part, one per value of its conditions on the row
 # the integer and boolean ops whose value for each x1 the renderer computes
 _FOLDED = {
@@ -1102,6 +1104,24 @@ class _Renderer:
                 masks.append(mask)
         return masks
 
+    def _outer_selects(self, segs, parts, outer: set[str]) -> bool:
+        """Whether a loop of the split inner loop (`parts`, or the whole) keeps a
+        condition on the outer index (Note [Short inner loops]): a mask or a
+        `where` that `_version` does not take out of it, the loop being of one
+        element or the copies too many."""
+        for first, end, fixed in parts or [(0, self.inner, {})]:
+            known = self._fold(segs, dict(fixed))
+            conditions = {m for m in self._masks(segs, known) if m in outer}
+            conditions |= {
+                known.get(s.args[0], s.args[0])
+                for s in segs
+                if isinstance(s, Stmt) and s.op == "where"
+            } & outer
+            copies = 2 ** (len([n for n in dict(fixed) if n in outer]) + 1)
+            if conditions and (end - first <= 1 or copies > VERSIONS_MAX):
+                return True
+        return False
+
     def _peeled_parts(self, segs, outer: set[str]):
         """Where the inner loop has masked loads, the ranges of `x1` it is
         split into and the conditions constant in each (Note [Edges of windows]);
@@ -1309,20 +1329,6 @@ def render_kernel(k: Kernel) -> str:
     return _Renderer(k, k.cpp).render()
 
 
-def _outer_conditions(segs, inner_only: dict) -> bool:
-    """Whether a condition that is not a function of the inner index alone (a
-    piece of a `cat` or a `roll` along an outer dimension) selects a value or masks
-    a load in the loop; `inner_only`: the values that are."""
-    for s in segs:
-        if not isinstance(s, Stmt):
-            continue
-        if s.op == "load" and len(s.args) == 3 and s.args[2] not in inner_only:
-            return True
-        if s.op == "where" and s.args[0] not in inner_only:
-            return True
-    return False
-
-
 def schedule(k: Kernel) -> CppSchedule:
     """How `k`'s C++ loops are written, every choice made here and kept on the
     kernel for the renderer: threads for enough work, the inner loop's length
@@ -1340,10 +1346,10 @@ def schedule(k: Kernel) -> CppSchedule:
             return CppSchedule(parallel)
         analysis.inner = inner
         outer = analysis._outer_only(segs)
-        if inner < INNER_MIN and _outer_conditions(segs, analysis._x1_values(segs)):
-            return CppSchedule(parallel)  # Note [Short inner loops]
         segs = [s for s in segs if not (isinstance(s, Stmt) and s.name in outer)]
         parts = analysis._peeled_parts(segs, outer)
+        if inner <= SHORT_INNER_MAX and analysis._outer_selects(segs, parts, outer):
+            return CppSchedule(parallel)  # Note [Short inner loops]
         if parts is not None:
             parts = tuple((a, b, tuple(fixed.items())) for a, b, fixed in parts)
         return CppSchedule(parallel, inner, parts=parts)
