@@ -367,6 +367,10 @@ def best(x):
 
 def embed_norm(ids, table):
     return F.layer_norm(table[ids], (table.shape[-1],))
+
+
+def columns(x):
+    return x.sum(0), x.amax(0)
 """
 
 
@@ -377,7 +381,7 @@ def test_rows_read_once_loop_others_held(tmp_path) -> None:
     online loop; a softmax, which reads the row again after its reductions, and
     an argmax, reduced once, hold it in registers. An argmax launches at most
     POSITION_WARPS warps; a row gathered by an index of int64 launches warps by its
-    table's f32, not the index's bytes."""
+    table's f32, not the index's bytes; a tile of columns ACROSS_ROWS_WARPS."""
     gen = torch.Generator().manual_seed(11)
     n = triton_codegen.PERSISTENT_MAX + 3000
     x = torch.randn(5, n, generator=gen) * 4
@@ -393,6 +397,7 @@ def test_rows_read_once_loop_others_held(tmp_path) -> None:
         "soft": {"x": x},
         "best": {"x": x},
         "embed_norm": {"ids": ids, "table": table},
+        "columns": {"x": torch.randn(300, 96, generator=gen)},
     }
     case = compile_source(ROW_FORMS_SOURCE, inputs, tmp_path)
     for name, example in inputs.items():
@@ -409,6 +414,9 @@ def test_rows_read_once_loop_others_held(tmp_path) -> None:
     assert int(argmax[1]) <= triton_codegen.POSITION_WARPS
     # 768 f32 (a block of 1024) at 16 a thread: 2 warps
     assert ("1024", "2") in launches["embed_norm"], launches["embed_norm"]
+    # a tile of rows read side by side
+    warps = str(triton_codegen.ACROSS_ROWS_WARPS)
+    assert ("32", warps) in launches["columns"], launches["columns"]
 
 
 VARIANCE_SOURCE = """

@@ -159,6 +159,10 @@ LOOPED_RBLOCK = 4096
 # 32); the column sums and maxima of [4096, 2048] 96 and 89. (128, 8), (64, 8) and
 # (256, 8) were slower in both, (256, 16) and (128, 32) in between.
 ACROSS_ROWS_BLOCK = (32, 32)
+# Warps of such a tile: 2, 16 elements a thread. On an H200, against 4: the masked
+# mean 114.6 to 105.1 us, the column sums and maxima of [16384, 4096] 80.4 to 75.2
+# (benchmarks/launch_sweep.py).
+ACROSS_ROWS_WARPS = 2
 # A pointwise kernel reading neighbouring elements from addresses apart gives each
 # thread two elements, not eight: a warp's load then reads 32 neighbours, within
 # a few cache lines, where eight elements a thread spread each load over 32 times
@@ -198,7 +202,7 @@ def heuristic_config(k: Kernel) -> LaunchConfig:
     if across_rows(k):  # tiles of neighbouring rows, the rows' elements in step
         xblock = min(ACROSS_ROWS_BLOCK[0], next_pow2(xnumel))
         rblock = min(ACROSS_ROWS_BLOCK[1], next_pow2(rnumel))
-        return LaunchConfig(xblock, rblock, 4 if xblock * rblock >= 512 else 2)
+        return LaunchConfig(xblock, rblock, ACROSS_ROWS_WARPS)
     persistent = isinstance(k.rnumel, int) and (
         rnumel <= PERSISTENT_MAX
         or (rnumel <= LONG_ROW_MAX and _per_element(k) <= LONG_ROW_BODY and _rereads(k))
