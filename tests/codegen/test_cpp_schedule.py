@@ -46,7 +46,7 @@ INPUTS = {
     # positive: the sums of each order a schedule picks agree to f32's tolerance
     # (rows of randn that nearly cancel would compare rounding alone)
     "row_sum": {"x": torch.rand(64, 4096, generator=_gen) + 0.5},
-    "pool": {"x": torch.randn(2, 8, 16, 16, generator=_gen)},
+    "pool": {"x": torch.randn(2, 8, 40, 40, generator=_gen)},  # rows of 20: split
     "norm": {
         "x": torch.randn(64, 96, generator=_gen),
         "w": torch.randn(96, generator=_gen),

@@ -63,6 +63,7 @@ GELU_EDGES = torch.tensor(
 ZEROS_DIV = torch.tensor([[1.0, -1.0, 0.0, 0.0, 3.0], [2.0, 0.0, -0.0, 5.0, 0.0]])
 ZEROS_DEN = torch.tensor([[0.0, 0.0, 0.0, -0.0, 2.0], [-0.0, 4.0, 0.0, 0.0, -3.0]])
 EDGES = {"a": EDGE_A, "b": EDGE_B}
+SIGNED_INTS = {"a": torch.arange(-10, 11).view(3, 7)}  # both signs, multiples or not
 # halves and their neighbours, both signs, and floats too large to have a fraction
 HALVES = torch.tensor(
     [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, -0.49999997, 0.3, -0.3, -0.7]
@@ -749,6 +750,10 @@ CASES: list[Case] = [
         RED_TOL,
     ),
     Case("aten.var_mean.dim", "aten.var_mean.dim(a, [-1])", {"a": randn(*X)}, RED_TOL),
+    Case("aten.fill.Scalar", "torch.fill(a, 2.5) + a", {"a": randn(*X)}),
+    Case(
+        "aten.fill.Tensor", "a.clone().fill_(b) * a", {"a": randn(*X), "b": randn(())}
+    ),
 ]
 CASES = [replace(c, name=f"case_{i}_{c.packet}") for i, c in enumerate(CASES)]
 # Ops that are not kernel ops yet (ir/ops.py says why): their cases check values
@@ -802,6 +807,15 @@ DECOMPOSED_CASES = [
     Case("aten.isposinf.default", "torch.isposinf(a)", {"a": EDGE_A}),
     Case("aten.isneginf.default", "torch.isneginf(a)", {"a": EDGE_A}),
     Case("aten.isfinite.default", "torch.isfinite(a)", {"a": EDGE_A}),
+    # Note [Rounded divisions]: floats by tensors and scalars, integers by scalars
+    Case("aten.div.Tensor_mode", "torch.div(a, b, rounding_mode='floor')", EDGES),
+    Case("aten.div.Tensor_mode", "torch.div(a, b, rounding_mode='trunc')", EDGES),
+    Case("aten.div.Scalar_mode", "torch.div(a, -2.5, rounding_mode='floor')", EDGES),
+    Case("aten.div.Scalar_mode", "torch.div(a, 0.75, rounding_mode='trunc')", EDGES),
+    Case("aten.div.Scalar_mode", "torch.div(a, 3, rounding_mode='floor')", SIGNED_INTS),
+    Case(
+        "aten.div.Scalar_mode", "torch.div(a, -3, rounding_mode='trunc')", SIGNED_INTS
+    ),
 ]
 DECOMPOSED_CASES = [
     replace(c, name=f"decomposed_{i}_{c.packet}")

@@ -155,6 +155,8 @@ POINTWISE: dict[str, Pointwise] = {
     # constants: the fill value, in the result's dtype, at every position
     "aten.full.default": P("identity", (1,), "cast"),
     "aten.full_like.default": P("identity", (1,), "cast"),
+    "aten.fill.Scalar": P("identity", (1,), "cast"),  # `x.fill_(v)`, functional
+    "aten.fill.Tensor": P("identity", (1,), "cast"),  # ... of a 0-d tensor `v`
     "aten.new_full.default": P("identity", (2,), "cast"),
     "aten.scalar_tensor.default": P("identity", (0,), "cast"),
     # `start + step * i` at position i, of integer arguments (Note [Ranges in

@@ -54,6 +54,16 @@ INTEGER_DIVISIONS = {  # op -> the rounding of its quotient
     aten.floor_divide.Scalar: "floor",
 }
 
+# Note [Rounded divisions]
+# ~~~~~~~~~~~~~~~~~~~~~~~~
+# `torch.div(a, b, rounding_mode=...)` (`x // y` of floats, a position's bucket in
+# relative attention): of floats, 'floor' is floor_divide (its kernel formula is
+# eager's) and 'trunc' is the quotient truncated, as eager computes it. Of
+# integers, by a Scalar that cannot trap (Note [Integer division by zero]),
+# 'floor' is floor_divide and 'trunc' the exact quotient of `a - fmod(a, b)` by b;
+# by a tensor, the op itself, which raises on a zero as eager does.
+ROUNDED_DIVISIONS = (aten.div.Tensor_mode, aten.div.Scalar_mode)
+
 # Note [any and all]
 # ~~~~~~~~~~~~~~~~~~
 # `x.any(dims)` is whether the largest of `x != 0`, as 0.0 or 1.0, is 1: a max
@@ -179,6 +189,7 @@ DECOMPOSE = (
     *SCATTERS,
     # kernel ops on floats; on integers, a division that raises where eager does
     *(op for op in INTEGER_DIVISIONS),
+    *ROUNDED_DIVISIONS,
 )
 BATCH_NORM = "aten.native_batch_norm.default"
 
@@ -225,6 +236,8 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     table[aten.pow.Tensor_Scalar] = _pow_of_bools
     for op, mode in INTEGER_DIVISIONS.items():
         table[op] = _integer_division(op, mode)
+    for op in ROUNDED_DIVISIONS:
+        table[op] = _rounded_division
     for op, reduce in ANY_ALL.items():
         table[op] = any_all(reduce)
     table.update({op: op.decompose for op in copies_that_may_alias()})
@@ -394,6 +407,21 @@ def _integer_division(op, mode: str):
         return q if floor_divide else a - q * b
 
     return decompose_integer_division
+
+
+def _rounded_division(a, b, rounding_mode=None):
+    """Note [Rounded divisions]."""
+    if rounding_mode not in ("floor", "trunc"):
+        return NotImplemented
+    if torch.result_type(a, b).is_floating_point:
+        if rounding_mode == "floor":
+            return torch.floor_divide(a, b)
+        return torch.trunc(torch.div(a, b))
+    if not _in_kernel_on_integers(b):
+        return NotImplemented
+    if rounding_mode == "floor":
+        return torch.floor_divide(a, b)
+    return torch.floor_divide(a - torch.fmod(a, b), b)
 
 
 def _pool(op, dims: int, indices_read: bool):
