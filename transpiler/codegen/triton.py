@@ -338,22 +338,7 @@ class _Renderer:
 
     def mask(self, level: str) -> str | None:
         """The mask of the block's elements within the tensor at `level`; None
-                where the block never overhangs (Note [Rows read once]
-        ~~~~~~~~~~~~~~~~~~~~
-        A row of up to LONG_ROW_MAX elements fits in the registers of one program of 32
-        warps, and a kernel that reads the row again after reducing it (softmax's
-        `exp(v - m) / s`, a layer norm's normalized values) reads it from memory once
-        that way, where a loop reads it twice. A kernel whose loops read the row once
-        gains nothing from holding it: the log-sum-exp of a cross-entropy is one online
-        loop (Note [Online softmax]), where the row in registers waits on its max, then
-        its exponentials' sum, each an exchange between 32 warps, with one program an
-        SM and no load in flight meanwhile. So such a row goes through the loop, several
-        programs an SM. On an H200, over rows of 32000 f32 (in registers, then looped):
-        cross-entropy 310.8 to 295.6 us, log-sum-exp over 32768 154.0 to 145.8, the
-        gather of log_softmax's target 307.2 to 296.1. A row reduced once (an argmax)
-        has no chain to wait on, and stays whole: 241.6 us against 258.8 looped.
-
-        Note [Blocks that never overhang])."""
+        where the block never overhangs (Note [Blocks that never overhang])."""
         parts = [] if self.xfull else ["xmask"]
         if self.red and level != "x" and not self.rfull:
             parts.append("rmask")
