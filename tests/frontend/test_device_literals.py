@@ -27,7 +27,8 @@ def shifted(x):
 
 
 def made_where_told(x):
-    return x * 3, torch.full((2, 2), 7.0, device="cpu")
+    like = torch.zeros_like(x, device="cpu") + 1
+    return x * 3, torch.full((2, 2), 7.0, device="cpu"), like
 """
 
 SPECS = (("x", TensorSpec(torch.float32, (3, 4))),)
@@ -51,3 +52,14 @@ def test_a_factory_on_another_device_is_a_graph_break(tmp_path) -> None:
         SOURCE, "made_where_told", [Variant(SPECS, "cuda")], tmp_path
     )
     assert "uses a real (non-meta) tensor constant" in inspect.getsource(module)
+
+
+def test_a_cuda_factory_in_a_cuda_variant_is_compiled(tmp_path) -> None:
+    """`device="cuda"` in a CUDA variant is the variant's device: no tensor is made
+    while tracing, and the variant makes it on its inputs' device."""
+    source = SOURCE + (
+        "\n\ndef biased(x):\n" '    return x + torch.ones(x.shape[-1], device="cuda")\n'
+    )
+    module = compile_variants(source, "biased", [Variant(SPECS, "cuda")], tmp_path)
+    text = inspect.getsource(vars(module)["_cuda_0"])
+    assert "_fallback_" not in text and "x.device" in text, text

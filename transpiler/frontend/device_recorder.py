@@ -6,7 +6,6 @@ See Note [Device outputs] in ir/device_outputs.py.
 from __future__ import annotations
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from transpiler.frontend.recorder import GraphBuilder, Recorder, op_name
 from transpiler.ir.device_outputs import DEVICE_OUTPUTS, Result
@@ -20,20 +19,9 @@ class DeviceRecorder(Recorder):
 
     def __init__(self, builder: GraphBuilder, device: str):
         super().__init__(builder)
-        self.device = device
         self.rules = DEVICE_OUTPUTS.get(device, {})
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        device = (kwargs or {}).get("device")
-        if (
-            isinstance(device, torch.device)
-            and device.type == self.device
-            and not any(isinstance(a, torch.Tensor) for a in tree_flatten(args)[0])
-        ):
-            # a factory on the variant's own device (`torch.zeros(n, device="cpu")`
-            # in a CPU variant), which tracing stands meta for. `x.to("cpu")` is
-            # not one: eager returns `x` itself where it is on the CPU already
-            kwargs = {**kwargs, "device": torch.device("meta")}
         out = super().__torch_dispatch__(func, types, args, kwargs)
         target = op_name(func)
         rule = self.rules.get(target)

@@ -559,6 +559,7 @@ class Interpreter:
             raise Unsupported("uses a value computed by fallback code", self._span())
         if fn in RUN_STATE and not args and not kwargs:
             return RUN_STATE[fn]
+        kwargs = self._own_device(fn, kwargs)
         if fn in (torch.tensor, torch.as_tensor) and args and _python_data(args[0]):
             return _tensor_of_data(*args, **kwargs)
         if fn in EXTERN_FUNCTIONS and not (
@@ -653,6 +654,24 @@ class Interpreter:
             and isinstance(owner, CONTAINERS)
             and id(owner) in self.shared
         )
+
+    def _own_device(self, fn, kwargs: dict) -> dict:
+        """`kwargs` of a call that makes a tensor on the variant's own device
+        (`torch.zeros(n, device="cuda")` in a CUDA variant, `torch.empty_like(x,
+        device="cpu")` in a CPU one), with that device the one tracing stands for
+        it, meta: the tensor is traced, and the variant makes it on its inputs'
+        device. A conversion that may return its input (`x.to(device="cpu")`,
+        `torch.as_tensor`) is left as it is: eager returns `x` itself there."""
+        device = kwargs.get("device")
+        if device is None or getattr(fn, "__name__", None) in RETURNS_ITS_INPUT:
+            return kwargs
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError):
+            return kwargs
+        if device.type != self.device:
+            return kwargs
+        return {**kwargs, "device": torch.device("meta")}
 
     def _is_user(self, fn) -> bool:
         """Whether `fn`, or a function it wraps, is interpreted (Note [What is
@@ -1576,6 +1595,8 @@ def _has_opaque(value: Any) -> bool:
     return False
 
 
+# Conversions that return their input where it is already as asked
+RETURNS_ITS_INPUT = frozenset({"to", "cpu", "cuda", "type", "as_tensor", "asarray"})
 MAX_LITERAL = 64  # elements of a `torch.tensor([...])` built from scalars
 
 
