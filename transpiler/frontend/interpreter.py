@@ -669,8 +669,8 @@ class Interpreter:
             device = torch.device(device)
         except (RuntimeError, TypeError):
             return kwargs
-        if device.type != self.device:
-            return kwargs
+        if device.type != self.device or device.index is not None:
+            return kwargs  # another device, or one GPU of several by its number
         return {**kwargs, "device": torch.device("meta")}
 
     def _is_user(self, fn) -> bool:
