@@ -136,6 +136,8 @@ FILLS = {
     "aten.full_like.default": "aten.full_like.default(a, {s})",
     "aten.new_full.default": "aten.new_full.default(a, [2, 3], {s})",
     "aten.scalar_tensor.default": "aten.scalar_tensor.default({s}, dtype=a.dtype) + a",
+    "aten.fill.Scalar": "aten.fill.Scalar(a, {s})",
+    "aten.fill.Tensor": "aten.fill.Tensor(a, torch.tensor({s}))",  # 0-d, its own dtype
 }
 
 
