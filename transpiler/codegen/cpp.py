@@ -1110,15 +1110,14 @@ class _Renderer:
         `where` that `_version` does not take out of it, the loop being of one
         element or the copies too many."""
         for first, end, fixed in parts or [(0, self.inner, {})]:
-            known = self._fold(segs, dict(fixed))
+            known = self._fold(segs, fixed)
             conditions = {m for m in self._masks(segs, known) if m in outer}
             conditions |= {
                 known.get(s.args[0], s.args[0])
                 for s in segs
                 if isinstance(s, Stmt) and s.op == "where"
             } & outer
-            copies = 2 ** (len([n for n in dict(fixed) if n in outer]) + 1)
-            if conditions and (end - first <= 1 or copies > VERSIONS_MAX):
+            if conditions and not _versioned(first, end, fixed, outer):
                 return True
         return False
 
@@ -1164,8 +1163,7 @@ class _Renderer:
         branch of that `if`)."""
         known = self._fold(segs, fixed)
         masks = [m for m in self._masks(segs, known) if m in outer]
-        copies = 2 ** (len([n for n in fixed if n in outer]) + 1)
-        if masks and end - first > 1 and copies <= VERSIONS_MAX:
+        if masks and _versioned(first, end, fixed, outer):
             inner = ind + "    "
             self.lines.append(f"{ind}if ({masks[0]}) {{")
             self._version(
@@ -1327,6 +1325,14 @@ def _indices(k: Kernel) -> list[Index]:
 def render_kernel(k: Kernel) -> str:
     assert k.cpp is not None, f"{k.name} has no C++ schedule (`schedule`)"
     return _Renderer(k, k.cpp).render()
+
+
+def _versioned(first: int, end: int, fixed, outer: set[str]) -> bool:
+    """Whether the part of the inner loop from `first` to `end`, where conditions
+    `fixed` hold, is written once for each value of a mask on the row left in it
+    (Note [Edges of windows]): more than one element, within VERSIONS_MAX copies."""
+    copies = 2 ** (len([n for n in fixed if n in outer]) + 1)
+    return end - first > 1 and copies <= VERSIONS_MAX
 
 
 def schedule(k: Kernel) -> CppSchedule:

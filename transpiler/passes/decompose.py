@@ -411,16 +411,15 @@ def _integer_division(op, mode: str):
 
 def _rounded_division(a, b, rounding_mode=None):
     """Note [Rounded divisions]."""
+    floats = torch.result_type(a, b).is_floating_point
     if rounding_mode not in ("floor", "trunc"):
         return NotImplemented
-    if torch.result_type(a, b).is_floating_point:
-        if rounding_mode == "floor":
-            return torch.floor_divide(a, b)
-        return torch.trunc(torch.div(a, b))
-    if not _in_kernel_on_integers(b):
+    if not floats and not _in_kernel_on_integers(b):
         return NotImplemented
     if rounding_mode == "floor":
         return torch.floor_divide(a, b)
+    if floats:
+        return torch.trunc(torch.div(a, b))
     return torch.floor_divide(a - torch.fmod(a, b), b)
 
 

@@ -562,11 +562,10 @@ def _read_in_place(
         if kinds[u] == "view":  # its strides address the range's positions
             if not _read_in_place(u, nodes, kinds, users):
                 return False
-        elif not (
-            (kinds[u] == "pointwise" and node.target not in MOVEMENT + GATHERS)
-            or (kinds[u] == "pointwise" and _indexes_only(node, name))
-            or kinds[u] in ("reduction", "scan")
-        ):
+        elif kinds[u] == "pointwise":
+            if node.target in MOVEMENT + GATHERS and not _indexes_only(node, name):
+                return False
+        elif kinds[u] not in ("reduction", "scan"):
             return False
     return bool(readers)
 

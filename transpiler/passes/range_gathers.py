@@ -32,14 +32,14 @@ SAME_VALUES = ("aten.detach.default", "aten.alias.default")
 
 def range_gathers(graph: Graph) -> Graph:
     nodes = graph.by_name()
-    found = {n.name for n in graph.nodes if _slice_of(n, nodes) is not None}
+    found = {n.name: s for n in graph.nodes if (s := _slice_of(n, nodes)) is not None}
     if not found:
         return graph
 
     def as_slice(node: Node, args, kwargs):
         if node.name not in found:
             return NotImplemented
-        dim, start, end, step = _slice_of(node, nodes)
+        dim, start, end, step = found[node.name]
         # a gather's result is memory of its own: a copy of the slice, which
         # kernels compute where they read it and drop_copies drops unless the
         # function returns it

@@ -23,11 +23,11 @@ each operand is a buffer (input, parameter, extern result, or a view of one), a
 range kernels compute in place (`torch.arange`) or another cheap value, at most
 `MAX_NODES` ops in all. It stays as it is where recomputing would change its dtype
 (a 0-dim operand of a wider dtype takes part in type promotion once broadcast) or
-its reader's strides, where a view between it and
-its reader cannot be taken of a broadcast operand (`view` merging a dimension that
-one of them is broadcast along), and where fallback code writes what it reads after
-it was computed (`read_before_fallback`). The original stays in the graph for any
-reader that does not broadcast it; `dce` drops it when none is left.
+its reader's strides, where a view between it and its reader cannot be taken of a
+broadcast operand (`view` merging a dimension that one of them is broadcast along),
+and where fallback code writes what it reads after it was computed
+(`read_before_fallback`). The original stays in the graph for any reader that does
+not broadcast it; `dce` drops it when none is left.
 """
 
 from __future__ import annotations
