@@ -328,17 +328,20 @@ def long_rows(x):
 def test_long_rows(tmp_path, held: bool) -> None:
     """Rows longer than a block (Note [Online softmax] in codegen/triton.py): the
     max and the sum of exponentials in one pass, the sum rescaled as the max grows
-    (values rising along the row), with rows of -inf, +inf and NaN; and rows that
-    long held in registers whole (`LONG_ROW_MAX`)."""
+    (values rising along the row), with rows of -inf, +inf (twice in a lane) and
+    NaN, and of one value; and rows that long held in registers whole
+    (`LONG_ROW_MAX`)."""
     gen = torch.Generator().manual_seed(5)
     n = 9000 if held else triton_codegen.LONG_ROW_MAX + 1000
-    x = torch.randn(7, n, generator=gen) * 3
+    x = torch.randn(9, n, generator=gen) * 3
     x[1] = float("-inf")
     x[2, 100] = float("inf")
     x[3, n - 1] = float("nan")
     x[4] = torch.linspace(-50, 80, n)  # a new max in every block
     x[5, :4000] = float("-inf")  # lanes that see only -inf at first
     x[6] += 1e4
+    x[7, 100] = x[7, 100 + triton_codegen.LOOPED_RBLOCK] = float("inf")  # one lane
+    x[8] = 2.5  # every value the lane's max
     case = compile_source(LONG_ROWS_SOURCE, {"long_rows": {"x": x}}, tmp_path)
     case["long_rows"].check({"x": x})
     assert ("online softmax" in case["long_rows"].triton_text) != held
@@ -379,7 +382,8 @@ def test_rows_read_once_loop_others_held(tmp_path) -> None:
     """Rows between PERSISTENT_MAX and LONG_ROW_MAX (Note [Rows read once] in
     codegen/triton.py): a log-sum-exp or a cross-entropy reads its row once in an
     online loop; a softmax, which reads the row again after its reductions, and
-    an argmax, reduced once, hold it in registers. An argmax launches at most
+    an argmax, reduced once, hold it in registers; a row read once asks L2 to keep
+    none of it (Note [Passes over a row]). An argmax launches at most
     POSITION_WARPS warps; a row gathered by an index of int64 launches warps by its
     table's f32, not the index's bytes; a tile of columns ACROSS_ROWS_WARPS."""
     gen = torch.Generator().manual_seed(11)
@@ -408,6 +412,8 @@ def test_rows_read_once_loop_others_held(tmp_path) -> None:
     }
     for name in ("lse", "nll"):  # the row's one pass is a loop
         assert any(int(r) < n for r, _ in launches[name]), launches[name]
+        # read once: no hint to keep it in L2 (a target's gather is not a pass)
+        assert "evict_last" not in case[name].triton_text
     for name in ("soft", "best"):  # the row in registers
         assert all(int(r) >= n for r, _ in launches[name]), launches[name]
     (argmax,) = launches["best"]
@@ -729,3 +735,38 @@ def test_sums_that_skip_nans_and_counts(tmp_path) -> None:
         r"(\d+) kernels?, (\d+) extern calls?", case["skipping_nans"].module.__doc__
     )
     assert counts and all(e == "0" for _, e in counts), counts
+
+
+PER_BLOCK_SOURCE = """
+import torch
+import torch.nn.functional as F
+
+
+def per_block(x, w, b):
+    y = F.group_norm(x, 4, w, b)
+    n, c = x.shape[0], x.shape[1]
+    spread = w[:, None].expand(c, x.shape[2] * x.shape[3]).reshape(1, -1)
+    return y, (x.reshape(n, -1) * spread).sum(-1), spread.amax(-1), spread.argmax(-1)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("hw", [(64, 64), (60, 70)])
+def test_values_per_block(tmp_path, hw) -> None:
+    """A looped row's term `rindex // d` with d a multiple of the block is taken at
+    the block's start (Note [Values per block] in codegen/triton.py): a group norm's
+    weight and bias over channels of 64 x 64, and a weight spread over a row and
+    reduced alone (sum, max and the first position of the max, ties everywhere
+    within a channel). Channels of 60 x 70 keep `rindex`."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 40, *hw, generator=gen)  # groups of 10 channels: looped
+    w = torch.randn(40, generator=gen)
+    w[7] = w.max() + 1  # the max at the eighth channel
+    b = torch.randn(40, generator=gen)
+    inputs = {"x": x, "w": w, "b": b}
+    case = compile_source(PER_BLOCK_SOURCE, {"per_block": inputs}, tmp_path)
+    case["per_block"].check(inputs)
+    text = case["per_block"].triton_text
+    assert "for roffset" in text
+    per_block = re.findall(r"tl\.load\([^\n]*roffset // \d+", text)
+    assert bool(per_block) == (hw == (64, 64)), per_block

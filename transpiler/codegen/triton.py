@@ -20,6 +20,11 @@ has seen and the sum of exponentials shifted by it, and rescales that sum by
 rescaled to the row's max and added. Lanes that have seen only -inf hold 0 (not
 `exp(-inf - -inf)`, a NaN); a NaN or +inf in the row makes the sum NaN, as the
 two-loop form does. The loops that follow recompute `exp(v - m)` from `m`.
+Of a value v and a lane's max m, one exponential is needed, not two: v <= m adds
+`exp(v - m)`, v > m rescales by `exp(m - v)` and adds 1, and either is
+`exp(-|v - m|)`. The exponential is the loop's costliest work per element: a
+GPU's special-function units give an eighth as many results a cycle as its
+arithmetic units.
 
 Note [Welford]
 ~~~~~~~~~~~~~~
@@ -71,6 +76,17 @@ has no chain to wait on, and stays whole: 241.6 us against 258.8 looped. A
 variance stays whole too: its loop (Note [Welford]) is one pass, but less
 accurate than the two passes over registers.
 
+Note [Values per block]
+~~~~~~~~~~~~~~~~~~~~~~~
+A loop over a row reads it a block of RBLOCK elements at a time, from `roffset`, a
+multiple of RBLOCK. An index term `(rindex // d) % m` with d a multiple of RBLOCK
+is then the same for every element of the block, `(roffset // d) % m`: a group
+norm's weight, one per channel of d = H * W elements of the group's row. Printed
+so, the load is one value per row of the block, where over `rindex` each thread
+loaded the same value once for each of its elements (Triton vectorizes a load
+along contiguous addresses, not along equal ones). The value then varies along no
+axis of the block, and a reduction of it broadcasts it over the block first.
+
 Note [Blocks that never overhang]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 A block's elements past the end of the tensor (or of the row) are masked off:
@@ -121,6 +137,7 @@ from transpiler.ir.program import (
     LaunchConfig,
     Stmt,
     Store,
+    Term,
     operands,
 )
 from transpiler.text import comment
@@ -173,6 +190,7 @@ TINY_ROW = 8  # elements of a row reduced one step each when they are pieces
 ARG = ("argmax", "argmin")  # reductions to a position
 NO_POSITION = 2**31 - 1  # of lanes past the row's end: never the first position
 MATMUL_CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
+BLOCK_START = "roffset"  # an index term's variable: the start of a loop's block
 
 
 def next_pow2(n: int) -> int:
@@ -326,14 +344,34 @@ class _Renderer:
         self.done: set[str] = set()  # statements already computed (persistent)
         self.eviction: dict[str, dict[int, str]] = {}  # load -> segment -> hint
         self.at = 0  # the segment being rendered
+        self.looping = False  # rendering the body of a loop over the row
 
     def index(self, index: Index, store: bool = False) -> str:
         return format_index(
             index,
-            {"x": "xindex", "r": "rindex"},
-            {"x": self.k.xnumel, "r": self.k.rnumel},
+            {"x": "xindex", "r": "rindex", BLOCK_START: "roffset"},
+            {"x": self.k.xnumel, "r": self.k.rnumel, BLOCK_START: self.k.rnumel},
             "//",
             "xindex" if store else None,
+        )
+
+    def _per_block(self, index: Index) -> Index:
+        """`index` with each term the same for every element of a loop's block
+        taken at the block's start (Note [Values per block])."""
+        if not self.looping:
+            return index
+        terms = tuple(
+            Term(BLOCK_START, t.div, t.mod, t.stride) if self._per_block_term(t) else t
+            for t in index.terms
+        )
+        return Index(index.offset, terms)
+
+    def _per_block_term(self, t: Term) -> bool:
+        return (
+            not self.persistent
+            and t.var == "r"
+            and isinstance(t.div, int)
+            and t.div % self.config.rblock == 0
         )
 
     def mask(self, level: str) -> str | None:
@@ -375,9 +413,14 @@ class _Renderer:
         elif s is not None and s.op == "scan":
             axes = frozenset("xr")
         elif s is not None:
-            if s.op in ("load", "index"):
-                index = s.args[1] if s.op == "load" else s.args[0]
-                axes = frozenset(t.var for t in index.terms if t.var in ("x", "r"))
+            if s.op == "load":  # a term per block varies along no axis of it
+                axes = frozenset(
+                    t.var
+                    for t in s.args[1].terms
+                    if t.var in ("x", "r") and not self._per_block_term(t)
+                )
+            elif s.op == "index":
+                axes = frozenset(t.var for t in s.args[0].terms if t.var in ("x", "r"))
             for a in operands(s):
                 axes |= self._axes(a)
         self.axes[name] = axes
@@ -396,7 +439,7 @@ class _Renderer:
     def stmt(self, s: Stmt, indent: str) -> None:
         if s.op == "load":
             param, index, *within = s.args
-            text = self.index(index)
+            text = self.index(self._per_block(index))
             positional = any(t.var in ("x", "r") for t in index.terms)
             if positional:
                 mask = self.mask(s.level)
@@ -518,11 +561,13 @@ class _Renderer:
         self.lines.append("        rindex = roffset + rbase")
         self.lines += self.rmask("        ")
         indent = "        "
+        self.looping = True
         for s in loop.body:
             (self.store if isinstance(s, Store) else self.stmt)(s, indent)
+        self.looping = False
         for r in loop.reductions:
             x, a = r.args[0], acc[r.name]
-            masked = self.within(x, ident[r.name])
+            masked = self.within(self.block(x), ident[r.name])
             if r.reduce in ARG:
                 at = self.within("rindex", str(NO_POSITION))
                 self.lines.append(
@@ -587,14 +632,18 @@ class _Renderer:
             "        rindex = roffset + rbase",
             *self.rmask("        "),
         ]
+        self.looping = True
         for st in o.body:
             self.stmt(st, "        ")
+        self.looping = False
         self.lines += [
             f"        value = {self.within(v, inf)}",
-            f"        grown = _maximum({m}, value)",
-            f"        rescaled = {s} * tl.exp({m} - grown) + tl.exp(value - grown)",
-            f"        {s} = tl.where(grown == {inf}, 0, rescaled)",
-            f"        {m} = grown",
+            "        # exp(smaller - larger) of the value and the lane's max: the",
+            "        # value's term, or the factor that rescales the sum to it",
+            f"        shrink = tl.exp(-tl.abs(value - {m}))",
+            f"        added = tl.where(value == {inf}, {s}, {s} + shrink)",
+            f"        {s} = tl.where(value > {m}, {s} * shrink + 1, added)",
+            f"        {m} = _maximum({m}, value)",
             f"    {o.max} = tl.reduce({m}, 1, _maximum)[:, None]",
             f"    lanes = tl.where({m} == {inf}, 0, {s} * tl.exp({m} - {o.max}))",
             f"    {o.sum} = tl.sum(lanes, 1)[:, None]",
@@ -641,8 +690,10 @@ class _Renderer:
             "        rindex = roffset + rbase",
             *self.rmask("        "),
         ]
+        self.looping = True
         for st in w.body:
             self.stmt(st, "        ")
+        self.looping = False
         self.lines += [
             f"        {total} = {total} + {self.within(v, '0')}",
             f"        deviation = {v} - {shift}",
@@ -749,7 +800,7 @@ class _Renderer:
         n = 0
         segs = segments(k)
         if not self.persistent:
-            self.eviction = _eviction(segs)
+            self.eviction = _eviction(segs, k.rnumel)
         skip: set[int] = set()
         for i, seg in enumerate(segs):
             if i in skip:
@@ -766,13 +817,16 @@ class _Renderer:
         return "\n".join(self.lines) + "\n"
 
 
-def _eviction(segs: list) -> dict[str, dict[int, str]]:
-    """For each load that more than one loop over the row makes, its L2 eviction
-    hint in each: kept for a loop after, the first to go in the last (Note
-    [Passes over a row])."""
+def _eviction(segs: list, rnumel) -> dict[str, dict[int, str]]:
+    """For each load that more than one pass over the row makes, its L2 eviction
+    hint in each: kept for a pass after, the first to go in the last (Note
+    [Passes over a row]). Loops computed in one pass (`one_pass`) are one."""
     loops: dict[str, list[int]] = {}
+    taken: set[int] = set()
     for i, seg in enumerate(segs):
-        if isinstance(seg, Loop):
+        if isinstance(seg, Loop) and i not in taken:
+            together = one_pass(segs, i, rnumel)[1]
+            taken.update(together)
             for s in seg.body:
                 if isinstance(s, Stmt) and s.op == "load":
                     loops.setdefault(s.name, []).append(i)
