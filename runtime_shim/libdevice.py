@@ -102,6 +102,7 @@ def _interpreted() -> SimpleNamespace:
         "acosh": np.arccosh,
         "atanh": np.arctanh,
         "lgamma": _lgamma,
+        "log10": np.log10,
     }
     binary = {
         "pow": np.power,

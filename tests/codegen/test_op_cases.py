@@ -754,6 +754,18 @@ CASES: list[Case] = [
     Case(
         "aten.fill.Tensor", "a.clone().fill_(b) * a", {"a": randn(*X), "b": randn(())}
     ),
+    # fmax and fmin: a NaN loses to a number (maximum's wins)
+    Case("aten.fmax.default", "torch.fmax(a, b)", EDGES),
+    Case("aten.fmin.default", "torch.fmin(a, b)", EDGES),
+    Case("aten.fmax.default", "torch.fmax(a, a.flip(0))", SIGNED_INTS),
+    Case(
+        "aten.fmin.default",
+        "torch.fmin(a, b)",
+        {"a": EDGE_A.to(torch.bfloat16), "b": EDGE_B.to(torch.bfloat16)},
+    ),
+    Case("aten.log10.default", "torch.log10(a)", {"a": EDGE_A.abs() * 1e3}),
+    Case("aten.log10.default", "torch.log10(a)", {"a": EDGE_A}),
+    Case("aten.log10.default", "torch.log10(a)", SIGNED_INTS),
 ]
 CASES = [replace(c, name=f"case_{i}_{c.packet}") for i, c in enumerate(CASES)]
 # Ops that are not kernel ops yet (ir/ops.py says why): their cases check values
@@ -816,6 +828,32 @@ DECOMPOSED_CASES = [
     Case(
         "aten.div.Scalar_mode", "torch.div(a, -3, rounding_mode='trunc')", SIGNED_INTS
     ),
+    Case("aten.deg2rad.default", "torch.deg2rad(a)", {"a": EDGE_A * 90}),
+    Case("aten.deg2rad.default", "torch.deg2rad(a)", SIGNED_INTS),
+    Case("aten.rsub.Tensor", "torch.rsub(a, b, alpha=2)", EDGES),
+    Case("aten.rsub.Tensor", "torch.rsub(a, b)", EDGES),
+    Case(
+        "aten.log_sigmoid_forward.default",
+        "torch.nn.functional.logsigmoid(a)",
+        {"a": EDGE_A * 30},
+    ),
+    Case(
+        "aten._prelu_kernel.default",
+        "torch.nn.functional.prelu(a, b[0])",
+        EDGES,
+    ),
+    Case("aten.special_xlog1py.default", "torch.special.xlog1py(a, b)", EDGES),
+    Case("aten.special_entr.default", "torch.special.entr(a)", {"a": EDGE_A}),
+    Case(
+        "aten.ldexp.Tensor",
+        "torch.ldexp(a, b)",
+        {"a": EDGE_A, "b": SIGNED_INTS["a"][:, :7].reshape(-1)[:7]},
+    ),
+    # constants: `full`, in the consumer's kernel
+    Case("aten.zeros.default", "torch.zeros(7, 7) + a", {"a": EDGE_A}),
+    Case("aten.ones.default", "torch.ones(7, dtype=torch.int64) * a", SIGNED_INTS),
+    Case("aten.new_zeros.default", "a.new_zeros(7) - a", {"a": EDGE_A}),
+    Case("aten.new_ones.default", "a.new_ones((7, 7)) / a", {"a": EDGE_A}),
 ]
 DECOMPOSED_CASES = [
     replace(c, name=f"decomposed_{i}_{c.packet}")

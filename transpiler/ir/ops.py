@@ -53,6 +53,7 @@ UNARY = (
     "reciprocal",
     "logical_not",
     "log2",
+    "log10",
     "exp2",
     "log1p",
     "expm1",
@@ -87,6 +88,8 @@ POINTWISE: dict[str, Pointwise] = {
     "aten.div.Scalar": P("truediv", (0, 1)),
     "aten.maximum.default": P("maximum", (0, 1)),
     "aten.minimum.default": P("minimum", (0, 1)),
+    "aten.fmax.default": P("fmax", (0, 1)),  # NaN loses
+    "aten.fmin.default": P("fmin", (0, 1)),
     "aten.clamp_min.default": P("maximum", (0, 1)),
     "aten.clamp_max.default": P("minimum", (0, 1)),
     "aten.eq.Tensor": P("eq", (0, 1), "compare"),

@@ -141,6 +141,10 @@ DECOMPOSE = (
     aten.lerp.Scalar,
     aten.zeros_like.default,
     aten.ones_like.default,
+    aten.zeros.default,  # constants: `full`, which kernels compute
+    aten.ones.default,
+    aten.new_zeros.default,
+    aten.new_ones.default,
     aten.native_batch_norm.default,
     # reductions that are formulas of the reductions kernels compute
     aten.std.correction,
@@ -183,6 +187,13 @@ DECOMPOSE = (
     aten.clamp_max.Tensor,
     aten.logical_xor.default,
     aten.rad2deg.default,
+    aten.deg2rad.default,
+    aten.rsub.Tensor,
+    aten.log_sigmoid_forward.default,  # F.logsigmoid
+    aten._prelu_kernel.default,
+    aten.special_xlog1py.default,
+    aten.special_entr.default,
+    aten.ldexp.Tensor,
     aten.frac.default,
     aten.round.decimals,
     aten.pow.Tensor_Scalar,  # of bools by a bool: Note [Powers of bools]
