@@ -766,6 +766,10 @@ CASES: list[Case] = [
     Case("aten.log10.default", "torch.log10(a)", {"a": EDGE_A.abs() * 1e3}),
     Case("aten.log10.default", "torch.log10(a)", {"a": EDGE_A}),
     Case("aten.log10.default", "torch.log10(a)", SIGNED_INTS),
+    Case("aten.prod.dim_int", "torch.prod(a, -1)", {"a": EDGE_A}),
+    Case("aten.prod.dim_int", "a.prod(0, keepdim=True)", SIGNED_INTS),
+    Case("aten.prod.default", "torch.prod(a)", {"a": EDGE_A[2:, 2:] + 0.5}),
+    Case("aten.prod.default", "torch.prod(a != 0)", SIGNED_INTS),
 ]
 CASES = [replace(c, name=f"case_{i}_{c.packet}") for i, c in enumerate(CASES)]
 # Ops that are not kernel ops yet (ir/ops.py says why): their cases check values

@@ -770,3 +770,43 @@ def test_values_per_block(tmp_path, hw) -> None:
     assert "for roffset" in text
     per_block = re.findall(r"tl\.load\([^\n]*roffset // \d+", text)
     assert bool(per_block) == (hw == (64, 64)), per_block
+
+
+PRODUCTS_SOURCE = """
+import torch
+
+
+def products(x, n, flags):
+    return (
+        x.prod(-1),
+        x.prod(0),
+        x[:, :40].prod(),
+        (x + 0.001).prod(-1, keepdim=True).to(torch.bfloat16),
+        n.prod(-1),
+        n.prod(0),
+        flags.prod(-1),
+    )
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [96, 20000])
+def test_products(tmp_path, n: int) -> None:
+    """`prod` in kernels: along rows (looped past a block on a GPU, in lanes on a
+    CPU), along columns (a tile of rows side by side), over all elements; of
+    floats with zeros, NaN and inf, of integers (into int64, wrapping as eager's)
+    and of bools."""
+    gen = torch.Generator().manual_seed(17)
+    x = 1 + 0.01 * torch.randn(6, n, generator=gen)
+    x[1, 5] = 0.0
+    x[2, 7] = float("nan")
+    x[3, 9] = float("inf")
+    x[4, 11] = float("-inf")
+    x[4, 12] = 0.0  # inf * 0: NaN
+    ints = torch.randint(-3, 4, (6, n), generator=gen, dtype=torch.int32)
+    flags = torch.rand(6, n, generator=gen) < 0.9999
+    inputs = {"x": x, "n": ints, "flags": flags}
+    case = compile_source(PRODUCTS_SOURCE, {"products": inputs}, tmp_path)
+    case["products"].check(inputs)
+    for source in (case["products"].cpu_source, case["products"].cuda_source):
+        assert "aten.prod" not in source, source

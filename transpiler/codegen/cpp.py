@@ -158,6 +158,7 @@ COLUMN_TILES_MIN = 2  # tiles a kernel's columns make, where they can
 COLUMN_ROWS = 8  # elements of each column a tile reduces per pass over its columns
 COLUMN_CHUNK = 64  # elements of each column summed into one partial sum
 ARG = ("argmax", "argmin")  # reductions to a position
+CLAUSES = {"sum": "+", "prod": "*"}  # reductions by an operator: its OpenMP clause
 LANE_BYTES = 128  # of a reduction's lanes: 4 AVX2 vectors (Note [Lanes])
 LANES_MIN_GROUPS = 4  # rows shorter than 4 groups of lanes reduce in one vector
 LANE_DEPTH = 128  # elements a lane sums before its chunk's part joins the row's
@@ -598,7 +599,7 @@ class _Renderer:
                 self.lines.append(f"{ind}}}")
         else:
             clauses = [
-                f" reduction({'+' if r.reduce == 'sum' else r.reduce}:{acc[r.name]})"
+                f" reduction({CLAUSES.get(r.reduce, r.reduce)}:{acc[r.name]})"
                 for r in reductions
             ]
             if scans:
@@ -1002,8 +1003,8 @@ class _Renderer:
         self.lines.append(f"{ind}{at} = {r.name}_take ? r : {at};")
 
     def _accumulate(self, r: Stmt, acc: str, x: str, ind: str) -> None:
-        if r.reduce == "sum":
-            self.lines.append(f"{ind}{acc} += {x};")
+        if r.reduce in CLAUSES:
+            self.lines.append(f"{ind}{acc} {CLAUSES[r.reduce]}= {x};")
         else:
             self.lines.append(f"{ind}{acc} = std::{r.reduce}({acc}, {x});")
 
@@ -1469,6 +1470,15 @@ template <typename T, int L> static inline T lanes_sum(const T (&v)[L]) {
     return total;
 }
 """,
+    "lanes_prod": """
+// a product's lanes joined
+template <typename T, int L> static inline T lanes_prod(const T (&v)[L]) {
+    T total = 1;
+    #pragma omp simd reduction(*:total)
+    for (int l = 0; l < L; ++l) total *= v[l];
+    return total;
+}
+""",
     "lanes_position": """
 // the lanes of an argmax (`largest`) or argmin joined: the first position of the
 // largest (smallest) value, a NaN counting as larger (smaller) than any other
@@ -1506,7 +1516,14 @@ template <typename T, int L> static inline T lanes_{m}(const T (&v)[L]) {{
 }}
 """
 HELPER_SOURCE |= {f"lanes_{m}": _LANES_EXTREMUM.format(m=m) for m in ("max", "min")}
-LANE_HELPERS = ("lanes_fill", "lanes_sum", "lanes_max", "lanes_min", "lanes_position")
+LANE_HELPERS = (
+    "lanes_fill",
+    "lanes_sum",
+    "lanes_prod",
+    "lanes_max",
+    "lanes_min",
+    "lanes_position",
+)
 
 
 def render_file(kernels, header: str) -> str:
@@ -1536,10 +1553,10 @@ def _compute_bytes(dtype: torch.dtype) -> int:
 
 
 def _identity(r: Stmt) -> str:
-    """The value reduction `r` starts from: 0 for a sum, -1 for a position, else
-    the lowest (for max) or highest (for min) value of its type."""
-    if r.reduce == "sum":
-        return "0"
+    """The value reduction `r` starts from: 0 for a sum, 1 for a product, -1 for a
+    position, else the lowest (for max) or highest (for min) value of its type."""
+    if r.reduce in ("sum", "prod"):
+        return "0" if r.reduce == "sum" else "1"
     if r.reduce in ARG:
         return "-1"
     if r.dtype.is_floating_point:

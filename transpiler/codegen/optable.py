@@ -242,6 +242,7 @@ TRITON_HELPERS = {
     "_argmin": "argmin",
     "_welford": "var_mean",
     "_minimum": "minimum",
+    "_product": "prod",
     "_log1p": "log1p",
     "_expm1": "expm1",
     "_round": "round",

@@ -521,10 +521,10 @@ class _Renderer:
         return a.dtype if isinstance(a, Const) else self._dtype(a)
 
     def _identity(self, r: Stmt) -> str:
-        """The value reduction `r` starts from: 0 for a sum, else the lowest (for
-        max) or highest (for min) value of what it reduces."""
-        if r.reduce == "sum":
-            return "0"
+        """The value reduction `r` starts from: 0 for a sum, 1 for a product, else
+        the lowest (for max) or highest (for min) value of what it reduces."""
+        if r.reduce in ("sum", "prod"):
+            return "0" if r.reduce == "sum" else "1"
         dtype = self._dtype(r.args[0]) if r.reduce in ARG else r.dtype
         low = r.reduce in ("max", "argmax")
         if dtype.is_floating_point:
@@ -577,6 +577,7 @@ class _Renderer:
             nan_aware = "_" if r.dtype.is_floating_point else "tl."  # ints: no NaN
             combine = {
                 "sum": f"{a} + {masked}",
+                "prod": f"{a} * {masked}",
                 "max": f"{nan_aware}maximum({a}, {masked})",
                 "min": f"{nan_aware}minimum({a}, {masked})",
             }[r.reduce]
@@ -842,6 +843,8 @@ def _total(reduce: str, value: str, floats: bool) -> str:
     NaN where the row holds one, as torch's; ints take Triton's own."""
     if reduce == "sum":
         return f"tl.sum({value}, 1)"
+    if reduce == "prod":
+        return f"tl.reduce({value}, 1, _product)"
     if floats:
         return f"tl.reduce({value}, 1, _{reduce}imum)"
     return f"tl.{reduce}({value}, 1)"
@@ -915,6 +918,11 @@ def _welford(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
 def _maximum(a, b):
     # like torch.maximum: NaN wins
     return tl.where(a != a, a, tl.where(a > b, a, b))
+""",
+    "_product": """
+@triton.jit
+def _product(a, b):
+    return a * b
 """,
     "_minimum": """
 @triton.jit

@@ -215,6 +215,8 @@ REDUCTIONS: dict[str, str] = {
     "aten.var_mean.dim": "var_mean",
     "aten.argmax.default": "argmax",
     "aten.argmin.default": "argmin",
+    "aten.prod.default": "prod",
+    "aten.prod.dim_int": "prod",
 }
 
 # Scans: kernel scan op (the running sum or product along one dimension, see Note

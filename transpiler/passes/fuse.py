@@ -270,8 +270,9 @@ def trailing(shape, reduced, ignored: int | None = None) -> bool:
     return sized_reduced == sized[len(sized) - len(sized_reduced) :]
 
 
-# what kernels reduce integers by: sums (in int64, as eager sums them), max and min
-INTEGER_REDUCE = ("sum", "max", "min", "argmax", "argmin")
+# what kernels reduce integers by: sums and products (in int64, as eager computes
+# them), max and min
+INTEGER_REDUCE = ("sum", "prod", "max", "min", "argmax", "argmin")
 
 
 def reduction_ok(node: Node, nodes: dict[str, Node]) -> bool:
@@ -282,7 +283,7 @@ def reduction_ok(node: Node, nodes: dict[str, Node]) -> bool:
         return False
     if x.dtype not in FLOAT_TYPES and REDUCTIONS[node.target] not in INTEGER_REDUCE:
         return False
-    if x.dtype == torch.bool and REDUCTIONS[node.target] != "sum":
+    if x.dtype == torch.bool and REDUCTIONS[node.target] not in ("sum", "prod"):
         return False
     bound = bind_args(node.target, node.args, node.kwargs)
     if bound.get("dtype") is not None:

@@ -666,7 +666,7 @@ class KernelBuilder:
             dtype = node.tensor_meta.dtype
         x = self.cast(x, dtype, "r")
         _, k = reduction_spec(node, self.nodes)
-        if kind in ("sum", "max", "min"):
+        if kind in ("sum", "prod", "max", "min"):
             self.values[node.name] = self.emit("reduce", (x,), dtype, "x", kind)
             return
         if kind in ("argmax", "argmin"):  # the position within the row
