@@ -1,23 +1,23 @@
 """Extern results that kernels read get the strides the kernels index them with.
 
-Before:  log_sigmoid_forward_0 = log_sigmoid_forward[0]
-After:   log_sigmoid_forward_0 = runtime_shim.as_layout(log_sigmoid_forward[0], (1, 5))
+Before:  isin = torch.ops.aten.isin.Tensor_Tensor(t, v)
+After:   isin = runtime_shim.as_layout(torch.ops.aten.isin.Tensor_Tensor(t, v), (1, 9))
 
 Note [Extern layouts]
 ~~~~~~~~~~~~~~~~~~~~~
 A kernel reads a buffer through index arithmetic, with the strides traced on the
 meta device. For the result of an extern op (a call into PyTorch) those are its meta
-kernel's strides, and a device's own kernel may lay the result out otherwise:
-`log_sigmoid_forward` of a transposed tensor is transposed on meta and contiguous on
-the CPU, `heaviside` of one the other way round, attention as the backend it picks
-writes it. So each extern result a kernel reads, directly or through a view, gets
-its traced strides in the wrapper: `runtime_shim.as_layout` compares the strides and
-copies only when they differ. Ops that return a new dense tensor laid out alike on
-every device (`ir.ops.FIXED_LAYOUT`: matmuls, embedding) need no check; those whose
-layout depends on the backend (`EXTERN_LAYOUT`) are pinned wherever they are used,
-as direct views of them rely on it too. A value that a loop on tensor data carries
-has several names (the value it starts from, the body's input and next value, the
-loop's result): a kernel reading one pins every extern result among them.
+kernel's strides, and a device's own kernel may lay the result out otherwise: `isin`
+of a transposed tensor is transposed on meta and contiguous on the CPU, attention as
+the backend it picks writes it. So each extern result a kernel reads, directly or
+through a view, gets its traced strides in the wrapper: `runtime_shim.as_layout`
+compares the strides and copies only when they differ. Ops that return a new dense
+tensor laid out alike on every device (`ir.ops.FIXED_LAYOUT`: matmuls, embedding)
+need no check; those whose layout depends on the backend (`EXTERN_LAYOUT`) are
+pinned wherever they are used, as direct views of them rely on it too. A value that
+a loop on tensor data carries has several names (the value it starts from, the
+body's input and next value, the loop's result): a kernel reading one pins every
+extern result among them.
 """
 
 from __future__ import annotations
