@@ -790,6 +790,13 @@ EXTERN_CASES = [
     # integer floor division by a tensor: eager's, which raises on a zero divisor
     # (Note [Integer division by zero] in passes/decompose.py)
     Case("aten.div.Tensor_mode", "a // b", {"a": ints(*X), "b": NONZERO}),
+    # of halves, eager's own steps (Note [Steps in halves] in passes/decompose.py)
+    Case(
+        "aten.binary_cross_entropy_with_logits.default",
+        "torch.nn.functional.binary_cross_entropy_with_logits(a, b.sigmoid())",
+        {"a": EDGE_A[:, 3:].to(torch.bfloat16), "b": EDGE_B[:, 3:].to(torch.bfloat16)},
+        BF16_TOL,
+    ),
 ]
 EXTERN_CASES = [
     replace(c, name=f"extern_{i}_{c.packet}") for i, c in enumerate(EXTERN_CASES)
@@ -858,6 +865,37 @@ DECOMPOSED_CASES = [
     Case("aten.ones.default", "torch.ones(7, dtype=torch.int64) * a", SIGNED_INTS),
     Case("aten.new_zeros.default", "a.new_zeros(7) - a", {"a": EDGE_A}),
     Case("aten.new_ones.default", "a.new_ones((7, 7)) / a", {"a": EDGE_A}),
+    # losses: pointwise formulas and a mean, a sum or neither
+    Case("aten.mse_loss.default", "torch.nn.functional.mse_loss(a, b)", EDGES),
+    Case(
+        "aten.mse_loss.default",
+        "torch.nn.functional.mse_loss(a, b, reduction='none')",
+        EDGES,
+    ),
+    Case(
+        "aten.huber_loss.default",
+        "torch.nn.functional.huber_loss(a, b, reduction='sum', delta=0.5)",
+        EDGES,
+    ),
+    Case(
+        "aten.soft_margin_loss.default",
+        "torch.nn.functional.soft_margin_loss(a, b)",
+        {"a": EDGE_A[3:, 3:].contiguous(), "b": EDGE_B[3:, 3:].sign()},
+    ),
+    Case(
+        "aten.binary_cross_entropy.default",
+        "torch.nn.functional.binary_cross_entropy(a.sigmoid(), b.sigmoid())",
+        {"a": torch.linspace(-120, 6, 49).view(7, 7), "b": EDGE_A.nan_to_num(0.0)},
+    ),
+    Case(
+        "aten.binary_cross_entropy_with_logits.default",
+        "torch.nn.functional.binary_cross_entropy_with_logits("
+        "a, b.sigmoid(), weight=b[0].abs(), pos_weight=a[1].abs(), reduction='none')",
+        {"a": EDGE_A[:, 3:].contiguous(), "b": EDGE_B[:, 3:].contiguous()},
+    ),
+    Case("aten.tril.default", "torch.tril(a, -1)", {"a": EDGE_A}),
+    Case("aten.triu.default", "a.t().triu(2)", SIGNED_INTS),
+    Case("aten.repeat.default", "a.repeat(2, 1, 3).relu()", {"a": EDGE_A}),
 ]
 DECOMPOSED_CASES = [
     replace(c, name=f"decomposed_{i}_{c.packet}")

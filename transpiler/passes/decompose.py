@@ -194,6 +194,17 @@ DECOMPOSE = (
     aten.special_xlog1py.default,
     aten.special_entr.default,
     aten.ldexp.Tensor,
+    # losses that are pointwise formulas and a mean or a sum
+    aten.mse_loss.default,
+    aten.huber_loss.default,
+    aten.soft_margin_loss.default,
+    aten.binary_cross_entropy.default,
+    aten.binary_cross_entropy_with_logits.default,  # of f32 and f64: Note [Steps in halves]
+    aten.log_sigmoid.default,
+    # a triangle: where(column - row <= k, x, 0), positions kernels compute
+    aten.tril.default,
+    aten.triu.default,
+    aten.repeat.default,  # an expand of the input, read through index arithmetic
     aten.frac.default,
     aten.round.decimals,
     aten.pow.Tensor_Scalar,  # of bools by a bool: Note [Powers of bools]
@@ -234,6 +245,9 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
         table[aten.native_group_norm.default]
     )
     table[aten.stack.default] = _stack
+    table[aten.repeat.default] = _repeat
+    for op in FULL_PRECISION_ONLY:
+        table[op] = _full_precision_only(table[op])
     read = backward or _pool_indices_read(dce(graph))
     for op, dims in POOLS.items():
         table[op] = _pool(op, dims, read)
@@ -345,6 +359,21 @@ def _logsumexp(x, dim, keepdim=False):
     return out if keepdim else out.squeeze(dim)
 
 
+def _repeat(x, repeats):
+    """`x.repeat(repeats)` as one expand read by one copy: each dimension of size
+    s repeated r times is a pair (r, s), the pair's first expanded from 1, and the
+    copy flattens each pair into r * s elements. (torch's own decomposition copies
+    the expanded tensor twice, around a permute.)"""
+    shape = [1] * (len(repeats) - x.dim()) + list(x.shape)
+    pairs = [n for s in shape for n in (1, s)]
+    expanded = [n for r, s in zip(repeats, shape) for n in (r, s)]
+    return (
+        x.reshape(pairs)
+        .expand(expanded)
+        .reshape([r * s for r, s in zip(repeats, shape)])
+    )
+
+
 def _stack(tensors, dim=0):
     """torch.stack as a cat of the inputs with the new dimension, so that the cat
     has the stack's shape (torch's rule cats them flat, then views the result: a
@@ -378,6 +407,26 @@ def _pow_of_bools(x, exponent):
     if x.dtype != torch.bool or not isinstance(exponent, bool):
         return NotImplemented
     return x.clone() if exponent else torch.ones_like(x)
+
+
+# Note [Steps in halves]
+# ~~~~~~~~~~~~~~~~~~~~~~
+# Kernels compute f16 and bf16 values in f32 and round where eager's op returns its
+# result. An op that eager composes of several ops in the half type rounds after
+# each; for most the difference stays within the half type's error, but
+# binary_cross_entropy_with_logits with weights subtracts nearly equal rounded terms:
+# an OpInfo sample's bf16 loss differs by 14% from the same formula computed in f32
+# and rounded once. Of halves it stays eager's op.
+FULL_PRECISION_ONLY = (aten.binary_cross_entropy_with_logits.default,)
+
+
+def _full_precision_only(decomposition):
+    def decompose_full_precision(x, *args, **kwargs):
+        if x.dtype in (torch.float16, torch.bfloat16):
+            return NotImplemented
+        return decomposition(x, *args, **kwargs)
+
+    return decompose_full_precision
 
 
 def _contiguous_only(decomposition):
