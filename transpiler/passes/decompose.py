@@ -199,7 +199,8 @@ DECOMPOSE = (
     aten.huber_loss.default,
     aten.soft_margin_loss.default,
     aten.binary_cross_entropy.default,
-    aten.binary_cross_entropy_with_logits.default,  # of f32 and f64: Note [Steps in halves]
+    # of f32 and f64 only: Note [Steps in halves]
+    aten.binary_cross_entropy_with_logits.default,
     aten.log_sigmoid.default,
     # a triangle: where(column - row <= k, x, 0), positions kernels compute
     aten.tril.default,
