@@ -1,6 +1,7 @@
 """Indirect loads in kernels (Note [Indirect loads] in passes/schedule.py).
 
-Embedding lookups, `x[idx]` with negative and multi-dimensional indices,
+Embedding lookups, `x[idx]` with negative and multi-dimensional indices, `x[i, j]`
+with several index tensors (neighbours or apart, broadcasting together),
 index_select, gather along each dimension and the losses built on them (nll_loss,
 cross_entropy with ignored targets) and scatters of one element per row, compared
 with eager on both backends, the lookups themselves in generated kernels; indices
@@ -59,6 +60,16 @@ def scattered_twice_per_row(x, i2, src):
     return x.scatter(1, i2, src) * 2
 
 
+def several_indices(x, pos, lengths, i, j, bi, qi, ki):
+    b = torch.arange(x.shape[0])
+    return (
+        x[b, lengths - 1] * 2,  # each sequence's last position
+        pos[bi, qi] == pos[bi, ki],  # indices that broadcast (a mask's positions)
+        x[i, :, j] + 1,  # apart: the indices' dimensions first
+        x[i, j, -1 - j],  # three, negative ones counted from the end
+    )
+
+
 def unbatched_loss(x, w, target):
     # one sample: the log-softmax is read through a view of another shape
     logits = F.linear(x, w)
@@ -96,6 +107,16 @@ def inputs() -> dict:
             "i0": torch.randint(0, 6, (1, 10), generator=gen),
             "i1": torch.randint(0, 10, (6, 1), generator=gen),
             "src": torch.randn(8, 12, generator=gen),
+        },
+        "several_indices": {
+            "x": torch.randn(4, 7, 5, generator=gen),
+            "pos": torch.randint(0, 3, (2, 8), generator=gen),
+            "lengths": torch.tensor([7, 1, 3, 5]),
+            "i": torch.tensor([0, -1, 2]),
+            "j": torch.tensor([-5, 4, 0]),
+            "bi": torch.arange(2).view(2, 1, 1, 1),
+            "qi": torch.randint(0, 8, (1, 1, 6, 1), generator=gen),
+            "ki": torch.randint(0, 8, (1, 1, 1, 6), generator=gen),
         },
     }
 
@@ -151,6 +172,8 @@ def test_indirect_loads(compiled, name: str) -> None:
         ("losses", {"target": torch.tensor([40] + [0] * 11)}),
         ("scattered", {"i1": torch.full((6, 1), 10)}),
         ("scattered", {"i0": torch.full((1, 10), -1)}),
+        ("several_indices", {"j": torch.tensor([0, 5, 1])}),
+        ("several_indices", {"lengths": torch.tensor([7, 1, 8, 5])}),
         (
             "embed_long",
             {

@@ -810,3 +810,34 @@ def test_products(tmp_path, n: int) -> None:
     case["products"].check(inputs)
     for source in (case["products"].cpu_source, case["products"].cuda_source):
         assert "aten.prod" not in source, source
+
+
+ONE_ELEMENT_SOURCE = """
+import torch
+
+
+def one_element(x, n):
+    return (
+        x.mean((-1, -2), keepdim=True).flatten(1) * 2,
+        x.amax(-1).squeeze(-1) - x.amin((2, 3)),
+        x.sum((2, 3)),
+        n.sum(1),
+        n.prod(-1, keepdim=True),
+    )
+"""
+
+
+def test_reductions_of_one_element(tmp_path) -> None:
+    """A sum, mean, max, min or product over dimensions of size 1 is a copy into
+    the result's dtype (Note [Reductions of one element] in passes/decompose.py):
+    a global average pool of a 1 x 1 map, integer sums into int64, NaN kept.
+    No extern call."""
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 8, 1, 1, generator=gen)
+    x[1, 3] = float("nan")
+    n = torch.randint(-3, 3, (3, 1, 2), generator=gen, dtype=torch.int32)
+    inputs = {"x": x, "n": n}
+    case = compile_source(ONE_ELEMENT_SOURCE, {"one_element": inputs}, tmp_path)
+    case["one_element"].check(inputs)
+    for source in (case["one_element"].cpu_source, case["one_element"].cuda_source):
+        assert "torch.ops.aten." not in source, source

@@ -84,26 +84,30 @@ def check_indices(graph: Graph) -> Graph:
     def rewrite(node: Node, args, kwargs):
         if node.name not in checked:
             return NotImplemented
-        if node.target in READS:
-            x, dim, index = READS[node.target](args)
-            ref, low = READS[node.target](node.args)[2], 0
-        elif node.target == "aten.gather.default":
-            x, dim, index, low = args[0], args[1], args[2], 0
-            ref = node.args[2]
-        else:
-            dim = next(i for i, t in enumerate(args[1]) if t is not None)
-            x, index, ref = args[0], args[1][dim], node.args[1][dim]
-            low = -x.shape[dim]  # x[idx] counts negative indices from the end
+        x = READS[node.target](args)[0] if node.target in READS else args[0]
         if x.dim() == 0:
             return NotImplemented  # not an indirect load kernels compute
-        message = MESSAGES[node.target].format(dim=dim % x.dim(), size=x.shape[dim])
-        known = _arange(ref, nodes)
-        if known is not None and low <= known[0] and known[1] <= x.shape[dim]:
-            return NotImplemented  # positions 0..T-1 of a table of more
-        in_range = (index >= low) & (index < x.shape[dim])
-        if node.target == "aten.nll_loss_forward.default":  # or ignored
-            in_range = in_range | (index == _argument(node, args, 4, -100))
-        torch._assert_async(_every_in_parts(in_range), message)
+        if node.target in READS:
+            x, dim, index = READS[node.target](args)
+            reads = [(dim, index, READS[node.target](node.args)[2], 0)]
+        elif node.target == "aten.gather.default":
+            reads = [(args[1], args[2], node.args[2], 0)]
+        else:  # x[i0, i1, ...] counts negative indices from the end
+            reads = [
+                (d, index, ref, -x.shape[d])
+                for d, (index, ref) in enumerate(zip(args[1], node.args[1]))
+                if index is not None
+            ]
+        for dim, index, ref, low in reads:
+            size = x.shape[dim]
+            known = _arange(ref, nodes)
+            if known is not None and low <= known[0] and known[1] <= size:
+                continue  # positions 0..T-1 of a table of more
+            in_range = (index >= low) & (index < size)
+            if node.target == "aten.nll_loss_forward.default":  # or ignored
+                in_range = in_range | (index == _argument(node, args, 4, -100))
+            message = MESSAGES[node.target].format(dim=dim % x.dim(), size=size)
+            torch._assert_async(_every_in_parts(in_range), message)
         return SameOp(args, kwargs)
 
     targets = (*GATHERS, *READS)

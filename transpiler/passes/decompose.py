@@ -218,7 +218,8 @@ BATCH_NORM = "aten.native_batch_norm.default"
 
 
 def decompose(graph: Graph) -> Graph:
-    if not any(_decomposes(n) for n in graph.nodes):
+    nodes = graph.by_name()
+    if not any(_decomposes(n, nodes) for n in graph.nodes):
         return graph
     return retrace(graph, decompositions=decomposition_table(graph))
 
@@ -246,6 +247,8 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
         table[aten.native_group_norm.default]
     )
     table[aten.stack.default] = _stack
+    for target, widens in ONE_ELEMENT.items():
+        table[resolve_op(target)] = _one_element(widens)
     table[aten.repeat.default] = _repeat
     for op in FULL_PRECISION_ONLY:
         table[op] = _full_precision_only(table[op])
@@ -408,6 +411,38 @@ def _pow_of_bools(x, exponent):
     if x.dtype != torch.bool or not isinstance(exponent, bool):
         return NotImplemented
     return x.clone() if exponent else torch.ones_like(x)
+
+
+# Note [Reductions of one element]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A sum, mean, max, min or product over dimensions of size 1 (a global average
+# pool of a 1 x 1 feature map, `keepdim` statistics of a dimension of one) is its
+# input's element in the result's dtype: a copy, which kernels compute and fuse,
+# where the reduction kernels need rows of two elements or more.
+ONE_ELEMENT = {  # -> whether the op sums integers into int64
+    "aten.sum.dim_IntList": True,
+    "aten.mean.dim": False,
+    "aten.amax.default": False,
+    "aten.amin.default": False,
+    "aten.prod.dim_int": True,
+}
+
+
+def _one_element(widens: bool):
+    def one_element(x, dim=(), keepdim=False, *, dtype=None):
+        dims = {d % max(x.dim(), 1) for d in ([dim] if isinstance(dim, int) else dim)}
+        dims = dims or set(range(x.dim()))
+        if x.numel() == 0 or dtype is not None or any(x.shape[d] != 1 for d in dims):
+            return NotImplemented
+        shape = [
+            1 if d in dims else n
+            for d, n in enumerate(x.shape)
+            if keepdim or d not in dims
+        ]
+        to = torch.int64 if widens and not x.dtype.is_floating_point else x.dtype
+        return x.reshape(shape).to(to, copy=True)
+
+    return one_element
 
 
 # Note [Steps in halves]
@@ -654,9 +689,12 @@ def _reads_statistics(graph: Graph) -> bool:
     )
 
 
-def _decomposes(node: Node) -> bool:
+def _decomposes(node: Node, nodes: dict[str, Node]) -> bool:
     if not node.target.startswith("aten."):
         return False
+    if node.target in ONE_ELEMENT:
+        x = nodes[node.args[0].name].tensor_meta
+        return 0 < x.numel == node.tensor_meta.numel
     if may_copy(node.target):
         return True
     if resolve_op(node.target) in SCALED_SECOND:

@@ -203,7 +203,7 @@ def _static_result(node: Node) -> bool:
 
 def gather_ok(node: Node, nodes: dict[str, Node]) -> bool:
     """Whether kernels compute an indirect load (Note [Indirect loads] in
-    schedule.py): `x[idx]` with one index tensor of integers, or `gather`."""
+    schedule.py): `x[i0, i1, ...]` with index tensors of integers, or `gather`."""
     if node.target not in GATHERS or not _static_result(node):
         return False
     x = nodes[node.args[0].name].meta
@@ -212,16 +212,18 @@ def gather_ok(node: Node, nodes: dict[str, Node]) -> bool:
     if not x.shape or not all(isinstance(n, int) for n in x.shape):
         return False
     if node.target == "aten.gather.default":
-        index = node.args[2]
+        indices = [node.args[2]]
         if len(node.args) > 3 and node.args[3]:
             return False  # sparse_grad
     else:
-        tensors = [i for i in node.args[1] if i is not None]
-        if len(tensors) != 1 or not isinstance(tensors[0], Ref):
-            return False
-        index = tensors[0]
-    m = nodes[index.name].meta
-    return isinstance(m, TensorMeta) and m.dtype in INDEX_TYPES and m.numel > 0
+        indices = [i for i in node.args[1] if i is not None]
+    return bool(indices) and all(
+        isinstance(i, Ref)
+        and isinstance(m := nodes[i.name].meta, TensorMeta)
+        and m.dtype in INDEX_TYPES
+        and m.numel > 0
+        for i in indices
+    )
 
 
 def reduced_dims(node: Node, nodes: dict[str, Node]) -> list[int]:

@@ -544,33 +544,60 @@ class KernelBuilder:
         meta = node.tensor_meta
         shape, level = meta.shape, self.level_of(meta.numel)
         x = node.args[0]
-        rank = len(self.nodes[x.name].tensor_meta.shape)
+        x_shape = self.nodes[x.name].tensor_meta.shape
         if node.target == "aten.gather.default":
-            dim, index = node.args[1] % rank, node.args[2]
-            index_at = list(range(rank))  # its dimension j is the result's j
-            x_at = [None if d == dim else d for d in range(rank)]
-        else:  # x[..., idx, ...]: idx's dimensions replace x's dimension `dim`
-            dim = next(i for i, t in enumerate(node.args[1]) if t is not None)
-            index = node.args[1][dim]
-            m = len(self.nodes[index.name].tensor_meta.shape)
-            index_at = [dim + j for j in range(m)]
-            x_at = [
-                d if d < dim else None if d == dim else d + m - 1 for d in range(rank)
-            ]
-        n = self.nodes[x.name].tensor_meta.shape[dim]
-        i = self.cast(
-            self.placed_load(index, shape, level, index_at), torch.int64, level
-        )
-        zero, size = Const(0, torch.int64), Const(n, torch.int64)
-        if node.target != "aten.gather.default":  # counted from the end if negative
-            below = self.emit("lt", (i, zero), torch.bool, level)
-            wrapped = self.emit("add", (i, size), torch.int64, level)
-            i = self.emit("where", (below, wrapped, i), torch.int64, level)
-        low = self.emit("ge", (i, zero), torch.bool, level)
-        high = self.emit("lt", (i, size), torch.bool, level)
-        ok = self.emit("logical_and", (low, high), torch.bool, level)
-        value = self.gathered(x, shape, level, x_at, (i, dim), ok)
+            dim = node.args[1] % len(x_shape)
+            # the index's dimension j is the result's j
+            indices = [(node.args[2], dim, list(range(len(x_shape))))]
+            x_at = [None if d == dim else d for d in range(len(x_shape))]
+        else:
+            indices, x_at = self.index_places(node)
+        loaded, ok = [], None
+        for index, dim, index_at in indices:
+            i = self.placed_load(index, shape, level, index_at)
+            i = self.cast(i, torch.int64, level)
+            zero, size = Const(0, torch.int64), Const(x_shape[dim], torch.int64)
+            if node.target != "aten.gather.default":  # counted from the end
+                below = self.emit("lt", (i, zero), torch.bool, level)
+                wrapped = self.emit("add", (i, size), torch.int64, level)
+                i = self.emit("where", (below, wrapped, i), torch.int64, level)
+            low = self.emit("ge", (i, zero), torch.bool, level)
+            high = self.emit("lt", (i, size), torch.bool, level)
+            within = self.emit("logical_and", (low, high), torch.bool, level)
+            ok = (
+                within
+                if ok is None
+                else self.emit("logical_and", (ok, within), torch.bool, level)
+            )
+            loaded.append((i, dim))
+        value = self.gathered(x, shape, level, x_at, tuple(loaded), ok)
         return self.cast(value, compute_dtype(meta.dtype), level)
+
+    def index_places(self, node: Node) -> tuple[list, list]:
+        """Where `x[i0, i1, ...]`'s index tensors and `x` are read (Note [Indirect
+        loads]): for each index tensor, the dimension of x it indexes and the
+        result's dimension each of its own is at; for each dimension of x, the
+        result's dimension it is at, None for an indexed one. The index tensors
+        broadcast together into the result's dimensions where the first of them
+        is, if they are neighbours in x, else first of all, as torch places them."""
+        x_rank = len(self.nodes[node.args[0].name].tensor_meta.shape)
+        tensors = [(d, t) for d, t in enumerate(node.args[1]) if t is not None]
+        dims = [d for d, _ in tensors]
+        ranks = [len(self.nodes[t.name].tensor_meta.shape) for _, t in tensors]
+        width = max(ranks)
+        together = dims == list(range(dims[0], dims[-1] + 1))
+        start = dims[0] if together else 0
+        indices = [
+            (t, d, [start + width - m + j for j in range(m)])
+            for (d, t), m in zip(tensors, ranks)
+        ]
+        kept = [d for d in range(x_rank) if d not in dims]
+        if together:
+            x_at = [d if d < start else d - len(dims) + width for d in range(x_rank)]
+        else:
+            x_at = [width + kept.index(d) if d in kept else 0 for d in range(x_rank)]
+        x_at = [None if d in dims else p for d, p in enumerate(x_at)]
+        return indices, x_at
 
     def gathered(self, ref: Ref, shape, level: str, at, indirect, mask):
         """`ref` at the gathered element: loaded, or if this kernel computes it per
@@ -582,7 +609,7 @@ class KernelBuilder:
         node = self.nodes[root]
         if self.level_of(node.tensor_meta.numel) == "x":  # the row's own value
             return self.operand(ref, shape, level)
-        i, d = indirect
+        ((i, d),) = indirect  # fuse.row_gather: a gather's one index
         rank = len(node.tensor_meta.shape)
 
         def read(value, _shape, _level):
@@ -595,8 +622,8 @@ class KernelBuilder:
             if along < 0 or vshape[along] == 1:  # broadcast along it
                 if along >= 0:
                     v_at[along] = None
-                return self.gathered(value, shape, level, v_at, None, mask)
-            return self.gathered(value, shape, level, v_at, (i, along), mask)
+                return self.gathered(value, shape, level, v_at, (), mask)
+            return self.gathered(value, shape, level, v_at, ((i, along),), mask)
 
         return self._rounded_value(node, self.pointwise(node, read, level), level)
 
@@ -609,9 +636,10 @@ class KernelBuilder:
         dtype = compute_dtype(node.tensor_meta.dtype)
         return self.emit(ROUNDING[rounding], (value,), dtype, level)
 
-    def placed_load(self, ref: Ref, shape, level: str, at, indirect=None, mask=None):
+    def placed_load(self, ref: Ref, shape, level: str, at, indirect=(), mask=None):
         """`ref` loaded at each position of `shape`, its dimension d at the
-        result's dimension `at[d]` (None: at `indirect`'s (index, d) instead)."""
+        result's dimension `at[d]` (None: at the loaded index i of a pair (i, d)
+        of `indirect` instead)."""
         _, _, root = resolve(ref, self.nodes, self.fusion.kinds)
         view = self.nodes[ref.name].tensor_meta
         base = self.nodes[root].tensor_meta
@@ -624,10 +652,9 @@ class KernelBuilder:
         index = self.index(shape, level, placed, offset)
         if self.nodes[root].target in RANGES and self.fusion.kinds[root] == "inline":
             # a gather's index that is a range, read in place
-            assert indirect is None and mask is None, root
+            assert not indirect and mask is None, root
             return self.iota_at(self.nodes[root], index, level)
-        if indirect is not None:
-            i, d = indirect
+        for i, d in indirect:
             term = Term(i, 1, view.shape[d], view.stride[d])
             index = Index(index.offset, (*index.terms, term))
         arg = self.input_arg(root)
@@ -838,7 +865,12 @@ def _memory_order(group: Group, fusion: Fusion, nodes) -> tuple[int, ...]:
 # The load of x is masked to indices in range, so that no index reads outside x;
 # whether all are in range is checked apart (Note [Indirect loads in range] in
 # passes/check_indices.py). x and idx are read from memory, as data movement's
-# inputs are (Note [Data movement in kernels]).
+# inputs are (Note [Data movement in kernels]). `x[i, j]` with several index
+# tensors (a sequence's last token, `h[arange(b), lengths - 1]`; a mask's
+# `positions[batch, q]`) loads each, and x at an address with a term for each:
+# the index tensors broadcast together into the result's dimensions where the
+# first indexed dimension of x was, or first of all when other dimensions of x
+# lie between them, as torch places them (`index_places`).
 
 
 def _pieces(node: Node, nodes) -> tuple[list, object]:
