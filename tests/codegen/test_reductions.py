@@ -824,6 +824,10 @@ def one_element(x, n):
         n.sum(1),
         n.prod(-1, keepdim=True),
     )
+
+
+def zero_d(s):
+    return s.prod(0, keepdim=True), s.sum(0), torch.logsumexp(s, (0,), True)
 """
 
 
@@ -831,13 +835,15 @@ def test_reductions_of_one_element(tmp_path) -> None:
     """A sum, mean, max, min or product over dimensions of size 1 is a copy into
     the result's dtype (Note [Reductions of one element] in passes/decompose.py):
     a global average pool of a 1 x 1 map, integer sums into int64, NaN kept.
-    No extern call."""
+    No extern call. A 0-d input keeps eager's op, whatever `dim` it names."""
     gen = torch.Generator().manual_seed(2)
     x = torch.randn(2, 8, 1, 1, generator=gen)
     x[1, 3] = float("nan")
     n = torch.randint(-3, 3, (3, 1, 2), generator=gen, dtype=torch.int32)
     inputs = {"x": x, "n": n}
-    case = compile_source(ONE_ELEMENT_SOURCE, {"one_element": inputs}, tmp_path)
+    functions = {"one_element": inputs, "zero_d": {"s": torch.tensor(1.5)}}
+    case = compile_source(ONE_ELEMENT_SOURCE, functions, tmp_path)
     case["one_element"].check(inputs)
+    case["zero_d"].check(functions["zero_d"])  # a 0-d input: eager's ops
     for source in (case["one_element"].cpu_source, case["one_element"].cuda_source):
         assert "torch.ops.aten." not in source, source

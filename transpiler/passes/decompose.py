@@ -431,9 +431,10 @@ ONE_ELEMENT = {  # -> whether the op sums integers into int64
 def _one_element(widens: bool):
     def one_element(x, dim=None, keepdim=False, *, dtype=None):
         dim = () if dim is None else [dim] if isinstance(dim, int) else dim
-        dims = {d % max(x.dim(), 1) for d in dim}
-        dims = dims or set(range(x.dim()))
-        if x.numel() == 0 or dtype is not None or any(x.shape[d] != 1 for d in dims):
+        if x.numel() == 0 or x.dim() == 0 or dtype is not None:
+            return NotImplemented  # a 0-d input: eager's op, whatever dim says
+        dims = {d % x.dim() for d in dim} or set(range(x.dim()))
+        if any(x.shape[d] != 1 for d in dims):
             return NotImplemented
         shape = [
             1 if d in dims else n
