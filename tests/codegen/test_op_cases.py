@@ -879,7 +879,7 @@ DECOMPOSED_CASES = [
     ),
     Case(
         "aten.soft_margin_loss.default",
-        "torch.nn.functional.soft_margin_loss(a, b)",
+        "torch.nn.functional.soft_margin_loss(a, b.detach())",  # no target gradient
         {"a": EDGE_A[3:, 3:].contiguous(), "b": EDGE_B[3:, 3:].sign()},
     ),
     Case(
@@ -890,7 +890,7 @@ DECOMPOSED_CASES = [
     Case(
         "aten.binary_cross_entropy_with_logits.default",
         "torch.nn.functional.binary_cross_entropy_with_logits("
-        "a, b.sigmoid(), weight=b[0].abs(), pos_weight=a[1].abs(), reduction='none')",
+        "a, b.sigmoid(), b[0].detach().abs(), pos_weight=a[1].abs(), reduction='none')",
         {"a": EDGE_A[:, 3:].contiguous(), "b": EDGE_B[:, 3:].contiguous()},
     ),
     Case("aten.tril.default", "torch.tril(a, -1)", {"a": EDGE_A}),
