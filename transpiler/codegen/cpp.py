@@ -130,6 +130,7 @@ from transpiler.codegen.optable import (
     CPP_HELPERS,
     CPP_TYPED,
     CPP_TYPES,
+    OPERATOR_STARTS,
     cpp_literal,
     op_text,
 )
@@ -1555,8 +1556,8 @@ def _compute_bytes(dtype: torch.dtype) -> int:
 def _identity(r: Stmt) -> str:
     """The value reduction `r` starts from: 0 for a sum, 1 for a product, -1 for a
     position, else the lowest (for max) or highest (for min) value of its type."""
-    if r.reduce in ("sum", "prod"):
-        return "0" if r.reduce == "sum" else "1"
+    if r.reduce in OPERATOR_STARTS:
+        return OPERATOR_STARTS[r.reduce]
     if r.reduce in ARG:
         return "-1"
     if r.dtype.is_floating_point:

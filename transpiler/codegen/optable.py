@@ -282,6 +282,9 @@ CPP_HELPERS = {
     "shift_right": "shift_right",
 }
 
+# Reductions by an arithmetic operator: the value each starts from, on both backends
+OPERATOR_STARTS = {"sum": "0", "prod": "1"}
+
 TRITON_DTYPES = {
     torch.float16: "tl.float16",
     torch.bfloat16: "tl.bfloat16",

@@ -113,6 +113,7 @@ import torch
 
 from transpiler.codegen.indexing import across_rows, format_index
 from transpiler.codegen.optable import (
+    OPERATOR_STARTS,
     TRITON,
     TRITON_DTYPES,
     TRITON_HELPERS,
@@ -525,8 +526,8 @@ class _Renderer:
     def _identity(self, r: Stmt) -> str:
         """The value reduction `r` starts from: 0 for a sum, 1 for a product, else
         the lowest (for max) or highest (for min) value of what it reduces."""
-        if r.reduce in ("sum", "prod"):
-            return "0" if r.reduce == "sum" else "1"
+        if r.reduce in OPERATOR_STARTS:
+            return OPERATOR_STARTS[r.reduce]
         dtype = self._dtype(r.args[0]) if r.reduce in ARG else r.dtype
         low = r.reduce in ("max", "argmax")
         if dtype.is_floating_point:

@@ -84,20 +84,20 @@ def check_indices(graph: Graph) -> Graph:
     def rewrite(node: Node, args, kwargs):
         if node.name not in checked:
             return NotImplemented
-        x = READS[node.target](args)[0] if node.target in READS else args[0]
-        if x.dim() == 0:
-            return NotImplemented  # not an indirect load kernels compute
+        x = args[0]
         if node.target in READS:
             x, dim, index = READS[node.target](args)
             reads = [(dim, index, READS[node.target](node.args)[2], 0)]
         elif node.target == "aten.gather.default":
             reads = [(args[1], args[2], node.args[2], 0)]
-        else:  # x[i0, i1, ...] counts negative indices from the end
+        else:  # x[i0, i1, ...] (x is never 0-d) counts negative indices from the end
             reads = [
                 (d, index, ref, -x.shape[d])
                 for d, (index, ref) in enumerate(zip(args[1], node.args[1]))
                 if index is not None
             ]
+        if x.dim() == 0:
+            return NotImplemented  # not an indirect load kernels compute
         for dim, index, ref, low in reads:
             size = x.shape[dim]
             known = _arange(ref, nodes)

@@ -592,12 +592,15 @@ class KernelBuilder:
             for (d, t), m in zip(tensors, ranks)
         ]
         kept = [d for d in range(x_rank) if d not in dims]
-        if together:
-            x_at = [d if d < start else d - len(dims) + width for d in range(x_rank)]
-        else:
-            x_at = [width + kept.index(d) if d in kept else 0 for d in range(x_rank)]
-        x_at = [None if d in dims else p for d, p in enumerate(x_at)]
-        return indices, x_at
+
+        def place(d: int) -> int | None:
+            if d in dims:
+                return None
+            if not together:  # after the indices' dimensions, in order
+                return width + kept.index(d)
+            return d if d < start else d - len(dims) + width
+
+        return indices, [place(d) for d in range(x_rank)]
 
     def gathered(self, ref: Ref, shape, level: str, at, indirect, mask):
         """`ref` at the gathered element: loaded, or if this kernel computes it per
