@@ -383,6 +383,15 @@ PATTERNS = [
         {"top": "f32[4,256,32,32]", "lateral": "f32[4,256,64,64]"},
     ),
     Pattern(
+        "bilinear_upsample_add", "bilinear_upsample_add",
+        {"top": "f32[16,256,64,64]", "lateral": "f32[16,256,128,128]"},
+        {"top": "f32[4,256,32,32]", "lateral": "f32[4,256,64,64]"},
+    ),
+    Pattern(
+        "reflect_pad_relu", "reflect_pad_relu",
+        {"x": "f32[16,256,64,64]"}, {"x": "f32[4,256,64,64]"},
+    ),
+    Pattern(
         "l2_normalize", "l2_normalize",
         {"x": "f32[65536,1024]"}, {"x": "f32[8192,1024]"},
     ),

@@ -421,3 +421,14 @@ def transition_pool(x):
 def fpn_upsample_add(top, lateral):
     # torchvision FeaturePyramidNetwork / diffusers Upsample2D: nearest x2, then add
     return F.interpolate(top, size=lateral.shape[-2:], mode="nearest") + lateral
+
+
+def bilinear_upsample_add(top, lateral):
+    # UPerNet / SegFormer decode heads: a coarser map resized bilinearly, then added
+    size = lateral.shape[-2:]
+    return F.interpolate(top, size=size, mode="bilinear", align_corners=False) + lateral
+
+
+def reflect_pad_relu(x):
+    # CycleGAN / pix2pix ResNet generator: ReLU, then a reflection pad before a conv
+    return F.pad(F.relu(x), (1, 1, 1, 1), mode="reflect")

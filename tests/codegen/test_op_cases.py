@@ -896,6 +896,27 @@ DECOMPOSED_CASES = [
     Case("aten.tril.default", "torch.tril(a, -1)", {"a": EDGE_A}),
     Case("aten.triu.default", "a.t().triu(2)", SIGNED_INTS),
     Case("aten.repeat.default", "a.repeat(2, 1, 3).relu()", {"a": EDGE_A}),
+    # gathers at positions kernels compute (Note [Pads and interpolation as gathers])
+    Case(
+        "aten.reflection_pad2d.default",
+        "torch.nn.functional.pad(a, (2, 1, 6, 0), mode='reflect')",
+        {"a": EDGE_A.view(1, 7, 7)},
+    ),
+    Case(
+        "aten.replication_pad1d.default",
+        "torch.nn.functional.pad(a, (3, 2), mode='replicate') * 2",
+        {"a": EDGE_B},
+    ),
+    Case(
+        "aten.upsample_bilinear2d.default",
+        "torch.nn.functional.interpolate(a, scale_factor=1.5, mode='bilinear')",
+        {"a": torch.linspace(-3, 3, 98).view(1, 2, 7, 7)},
+    ),
+    Case(
+        "aten.upsample_nearest2d.default",
+        "torch.nn.functional.interpolate(a, size=(9, 5), mode='nearest').exp()",
+        {"a": torch.linspace(-3, 3, 98).view(2, 1, 7, 7)},
+    ),
 ]
 DECOMPOSED_CASES = [
     replace(c, name=f"decomposed_{i}_{c.packet}")

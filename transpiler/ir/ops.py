@@ -238,7 +238,10 @@ MOVEMENT = (
 
 # Ops that read an input at positions given by another (an index tensor): the
 # index is loaded, and the input at it (Note [Indirect loads] in schedule.py).
-GATHERS = ("aten.index.Tensor", "aten.gather.default")
+# `_unsafe_index` is `x[i0, i1, ...]` whose indices are in range by construction
+# (the decompositions of pads and interpolations), unchecked, as eager's is.
+UNSAFE_INDEX = "aten._unsafe_index.Tensor"
+GATHERS = ("aten.index.Tensor", "aten.gather.default", UNSAFE_INDEX)
 INDEX_TYPES = (torch.int64, torch.int32)
 
 FLOAT_TYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

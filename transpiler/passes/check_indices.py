@@ -28,7 +28,8 @@ from __future__ import annotations
 import torch
 
 from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
-from transpiler.ir.ops import GATHERS, arange_of, is_view
+from transpiler.ir.ops import GATHERS, UNSAFE_INDEX
+from transpiler.ir.positions import bounds
 from transpiler.passes.decompose import ANY_ALL, any_all, one_per_row
 from transpiler.passes.fuse import gather_ok
 from transpiler.passes.retrace import SameOp, retrace
@@ -76,10 +77,18 @@ def check_indices(graph: Graph) -> Graph:
     checked = {
         n.name
         for n in graph.nodes
-        if n.target in DECOMPOSED or gather_ok(n, nodes) or _scatter_ok(n, nodes)
+        if n.target in DECOMPOSED
+        or (gather_ok(n, nodes) and n.target != UNSAFE_INDEX)
+        or _scatter_ok(n, nodes)
     }
     if not checked:
         return graph
+    known = {  # positions, evaluated before the retrace records anything
+        r.name: bounds(r, nodes)
+        for name in checked
+        for r in nodes[name].refs()
+        if nodes[r.name].op == "call"
+    }
 
     def rewrite(node: Node, args, kwargs):
         if node.name not in checked:
@@ -100,9 +109,9 @@ def check_indices(graph: Graph) -> Graph:
             return NotImplemented  # not an indirect load kernels compute
         for dim, index, ref, low in reads:
             size = x.shape[dim]
-            known = _arange(ref, nodes)
-            if known is not None and low <= known[0] and known[1] <= size:
-                continue  # positions 0..T-1 of a table of more
+            within = known.get(ref.name)
+            if within is not None and low <= within[0] and within[1] <= size:
+                continue  # positions (0..T-1 of a table of more) known in range
             in_range = (index >= low) & (index < size)
             if node.target == "aten.nll_loss_forward.default":  # or ignored
                 in_range = in_range | (index == _argument(node, args, 4, -100))
@@ -150,20 +159,6 @@ def _argument(node: Node, args, index: int, default):
         if len(args) > index
         else dict(node.kwargs).get("ignore_index", default)
     )
-
-
-def _arange(ref, nodes: dict[str, Node]) -> tuple[int, int] | None:
-    """(least, one past the greatest) value of an `arange` of static ints that
-    `ref` is (through views: a `detach`), or None."""
-    node = nodes[ref.name]
-    while node.op == "call" and is_view(node.target) and isinstance(node.args[0], Ref):
-        node = nodes[node.args[0].name]
-    values = arange_of(node)
-    if values is None or values[2] == 0:
-        return None
-    start, step, count = values
-    last = start + step * (count - 1)
-    return min(start, last), max(start, last) + 1
 
 
 __all__ = ["check_indices"]

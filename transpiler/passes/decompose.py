@@ -120,6 +120,38 @@ UPSAMPLE_NEAREST = (
 # checked as eager's are (passes/check_indices.py). Other scatters stay whole.
 SCATTERS = (aten.scatter.value, aten.scatter.src)
 
+# Note [Pads and interpolation as gathers]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A reflect or replicate pad, and a linear, bilinear, trilinear or bicubic
+# interpolation (or a nearest one by other than whole factors), read the input at
+# source coordinates that are functions of the output's: `n - 1 - |n - 1 - |p||`
+# along a reflected dimension, `clamp(p, 0, n - 1)` along a replicated one,
+# `floor((p + 0.5) * scale - 0.5)` and its neighbour for a linear one. Each is
+# `x[..., i_h[:, None], i_w]`, one gather with an index tensor per dimension,
+# broadcast together (a pad's own decomposition here; the interpolations' are
+# torch's, with weights that are functions of the positions too). The indices
+# are positions, computed where the gather reads them (Note [Positions as
+# indices] in schedule.py): one kernel reads the input and writes the result.
+REFLECT_PADS = (
+    aten.reflection_pad1d.default,
+    aten.reflection_pad2d.default,
+    aten.reflection_pad3d.default,
+)
+REPLICATE_PADS = (
+    aten.replication_pad1d.default,
+    aten.replication_pad2d.default,
+    aten.replication_pad3d.default,
+)
+INTERPOLATIONS = (
+    aten.upsample_linear1d.default,
+    aten.upsample_bilinear2d.default,
+    aten.upsample_trilinear3d.default,
+    aten.upsample_bicubic2d.default,
+    aten._upsample_nearest_exact1d.default,
+    aten._upsample_nearest_exact2d.default,
+    aten._upsample_nearest_exact3d.default,
+)
+
 DECOMPOSE = (
     *POOLS,
     *ADAPTIVE_AVG_POOLS,
@@ -210,6 +242,9 @@ DECOMPOSE = (
     aten.round.decimals,
     aten.pow.Tensor_Scalar,  # of bools by a bool: Note [Powers of bools]
     *SCATTERS,
+    *REFLECT_PADS,
+    *REPLICATE_PADS,
+    *INTERPOLATIONS,
     # kernel ops on floats; on integers, a division that raises where eager does
     *(op for op in INTEGER_DIVISIONS),
     *ROUNDED_DIVISIONS,
@@ -258,7 +293,11 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     for op, dims in ADAPTIVE_AVG_POOLS.items():
         table[op] = _adaptive_avg_pool(_pool(op, dims, read), dims)
     for op in UPSAMPLE_NEAREST:
-        table[op] = _upsample_nearest
+        table[op] = _upsample_nearest(table[op])
+    for op in REFLECT_PADS:
+        table[op] = _edge_pad(reflect=True)
+    for op in REPLICATE_PADS:
+        table[op] = _edge_pad(reflect=False)
     table[aten.logsumexp.default] = _logsumexp
     for op in SCALED_SECOND:
         table[op] = _scaled_second(op)
@@ -631,18 +670,57 @@ def _window(x, offset, stride, padding, dilation, out, fill: float, ones=False):
     return torch.constant_pad_nd(window, pads, fill) if any(pads) else window
 
 
-def _upsample_nearest(x, output_size, *scales):
-    """Nearest-neighbour upsampling by whole factors: the input expanded by a new
-    dimension after each upsampled one and reshaped, so each output element reads
-    the input at its coordinates divided by the factor (Note [Pooling as
-    windows]); other sizes and explicit scales stay whole."""
+def _upsample_nearest(gather):
+    def upsample_nearest(x, output_size, *scales):
+        """Nearest-neighbour upsampling by whole factors: the input expanded by a
+        new dimension after each upsampled one and reshaped, so each output element
+        reads the input at its coordinates divided by the factor (Note [Pooling as
+        windows]); by other factors, torch's decomposition, a gather at computed
+        positions (Note [Pads and interpolation as gathers])."""
+        dims = len(output_size)
+        sizes = x.shape[x.dim() - dims :]
+        padded = list(scales) + [None] * (dims - len(scales))
+        if x.numel() == 0:
+            return NotImplemented
+        if not all(
+            _whole_factor(n, o, scale)
+            for n, o, scale in zip(sizes, output_size, padded)
+        ):
+            return gather(x, output_size, *scales)
+        return _whole_upsample(x, output_size)
+
+    return upsample_nearest
+
+
+def _edge_pad(reflect: bool):
+    def edge_pad(x, padding):
+        """`x` padded by reflecting or repeating its edges: one gather at
+        positions computed from the output's (Note [Pads and interpolation as
+        gathers]); sizes eager refuses keep the op, which raises."""
+        dims = len(padding) // 2
+        lead = x.dim() - dims
+        if len(padding) % 2 or x.dim() not in (dims + 1, dims + 2) or x.numel() == 0:
+            return NotImplemented
+        indices = []
+        for i in range(dims):
+            n = x.shape[lead + i]
+            left, right = padding[2 * (dims - 1 - i)], padding[2 * (dims - 1 - i) + 1]
+            if n + left + right <= 0 or (reflect and max(left, right) >= n):
+                return NotImplemented
+            p = torch.arange(-left, n + right, device=x.device)
+            if reflect:  # ... 2 1 | 0 1 2 ... n-1 | n-2 n-3 ...
+                at = (n - 1) - ((n - 1) - p.abs()).abs()
+            else:  # 0 0 | 0 1 2 ... n-1 | n-1 n-1 ...
+                at = p.clamp(0, n - 1)
+            indices.append(at.view(-1, *[1] * (dims - 1 - i)))
+        return aten._unsafe_index.Tensor(x, [None] * lead + indices)
+
+    return edge_pad
+
+
+def _whole_upsample(x, output_size):
     dims = len(output_size)
     sizes = x.shape[x.dim() - dims :]
-    scales = list(scales) + [None] * (dims - len(scales))
-    if x.numel() == 0 or not all(
-        _whole_factor(n, o, scale) for n, o, scale in zip(sizes, output_size, scales)
-    ):
-        return NotImplemented
     lead = x.dim() - dims
     shape, expanded = list(x.shape[:lead]), list(x.shape[:lead])
     for n, o in zip(sizes, output_size):

@@ -525,12 +525,20 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], windows: bool) -> None:
     """
     users = graph.users()
     nodes = graph.by_name()
+    positions = position_values(graph, nodes, kinds)
+    indexing: set[str] = set()  # Note [Positions as indices] in schedule.py
     for node in reversed(graph.nodes):
         if kinds[node.name] != "pointwise" or node.target not in POINTWISE:
             continue
         if node.target in RANGES:  # Note [Ranges in kernels]
-            if _read_in_place(node.name, nodes, kinds, users):
+            if _read_in_place(node.name, nodes, kinds, users, indexing):
                 kinds[node.name] = "inline"
+            continue
+        if node.name in positions and _indexes(
+            node.name, nodes, kinds, users, indexing
+        ):
+            kinds[node.name] = "inline"
+            indexing.add(node.name)
             continue
         readers = users[node.name]
         if (
@@ -549,21 +557,91 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], windows: bool) -> None:
             kinds[node.name] = "inline"
         elif windows and _read_through_windows(node, nodes, kinds, users):
             kinds[node.name] = "inline"
+        elif windows and _gathered_only(node, nodes, kinds, users):
+            kinds[node.name] = "inline"
+
+
+def _gathered_only(node: Node, nodes, kinds, users) -> bool:
+    """Whether every reader of pointwise `node` is a gather kernels compute that
+    gathers from it (not by it), what it reads is in memory (not values kernels
+    compute: a loss's gather from a log-softmax computes it from its row's
+    statistics, `row_gather`), and computing it again at each gathered position
+    is cheap enough (Note [Gathers of computed values] in schedule.py)."""
+    if any(kinds[resolve(r, nodes, kinds)[2]] in KERNEL_KINDS for r in node.refs()):
+        return False
+    readers = users[node.name]
+    if not readers or any(
+        u not in nodes
+        or kinds.get(u) != "pointwise"
+        or nodes[u].target not in GATHERS
+        or nodes[u].args[0].name != node.name
+        or _indexes_only(nodes[u], node.name)
+        for u in readers
+    ):
+        return False
+    sites = len(readers)
+    return sites * _inline_ops(node, nodes, kinds, users) <= WINDOW_OPS_MAX
+
+
+def position_values(graph: Graph, nodes, kinds) -> set[str]:
+    """Values computed from positions alone: ranges kernels compute, and
+    pointwise values whose operands are numbers, such values, or views of them
+    (Note [Positions as indices] in schedule.py)."""
+    out: set[str] = set()
+    for node in graph.nodes:
+        if kinds[node.name] != "pointwise" or node.target in MOVEMENT + GATHERS:
+            continue
+        refs = list(node.refs())
+        if node.target in RANGES or (
+            refs and all(_through_views(r, nodes, kinds) in out for r in refs)
+        ):
+            out.add(node.name)
+    return out
+
+
+def _through_views(ref: Ref, nodes, kinds) -> str:
+    name = ref.name
+    while kinds[name] == "view":
+        name = nodes[name].args[0].name
+    return name
+
+
+def _indexes(name: str, nodes, kinds, users, indexing: set[str]) -> bool:
+    """Whether position value `name` is read only as the index of gathers
+    kernels compute, directly or through other such values."""
+    readers = users[name]
+    return bool(readers) and all(
+        u in indexing
+        or (
+            u in nodes
+            and kinds[u] == "pointwise"
+            and nodes[u].target in GATHERS
+            and _indexes_only(nodes[u], name)
+        )
+        for u in readers
+    )
 
 
 def _read_in_place(
-    name: str, nodes: dict[str, Node], kinds: dict[str, str], users: dict
+    name: str,
+    nodes: dict[str, Node],
+    kinds: dict[str, str],
+    users: dict,
+    indexing: set[str],
 ) -> bool:
     """Whether every reader of `name` is a kernel's pointwise op, reduction or
-    scan, reading it directly or through views: each reads it at an address,
-    which for a range is the value there (its position)."""
+    scan, or a position computed where a gather reads it, reading it directly or
+    through views: each reads it at an address, which for a range is the value
+    there (its position)."""
     readers = users[name]
     for u in readers:
         if u == "<output>":
             return False
         node = nodes[u]
+        if u in indexing:
+            continue
         if kinds[u] == "view":  # its strides address the range's positions
-            if not _read_in_place(u, nodes, kinds, users):
+            if not _read_in_place(u, nodes, kinds, users, indexing):
                 return False
         elif kinds[u] == "pointwise":
             if node.target in MOVEMENT + GATHERS and not _indexes_only(node, name):
@@ -816,7 +894,10 @@ def can_fuse(
             return False
     if row_gather(g, node, nodes, kinds, members):
         return True
-    for r in node.refs():
+    # a gather reads what it gathers from elsewhere than it writes, and values
+    # computed where it reads them read their operands there too
+    reads = sources(node, nodes, kinds) if node.target in GATHERS else node.refs()
+    for r in reads:
         how, _, root = resolve(r, nodes, kinds)
         if how == "virtual" and root in members:
             if node.target in MOVEMENT + GATHERS:  # it reads elsewhere than it writes

@@ -21,13 +21,18 @@ A value is recomputable ("cheap") when it is a pointwise kernel op whose shape i
 the broadcast of its tensor operands' (not a factory), draws no random numbers, and
 each operand is a buffer (input, parameter, extern result, or a view of one), a
 range kernels compute in place (`torch.arange`) or another cheap value, at most
-`MAX_NODES` ops in all. It stays as it is where recomputing would change its dtype
-(a 0-dim operand of a wider dtype takes part in type promotion once broadcast) or
-its reader's strides, where a view between it and its reader cannot be taken of a
-broadcast operand (`view` merging a dimension that one of them is broadcast along),
-and where fallback code writes what it reads after it was computed
-(`read_before_fallback`). The original stays in the graph for any reader that does
-not broadcast it; `dce` drops it when none is left.
+`MAX_NODES` distinct ops in all. It stays as it is where recomputing would change
+its dtype (a 0-dim operand of a wider dtype takes part in type promotion once
+broadcast) or its reader's strides, where a view between it and its reader cannot
+be taken of a broadcast operand (`view` merging a dimension that one of them is
+broadcast along), and where fallback code writes what it reads after it was
+computed (`read_before_fallback`). The original stays in the graph for any reader
+that does not broadcast it; `dce` drops it when none is left.
+
+A gather's index computed from positions alone is computed again too, at its own
+shape, with the views between its ops applied to its ranges instead, so that
+kernels compute it where the gather reads it (Note [Positions as indices] in
+schedule.py).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ import torch
 
 from transpiler.ir.graph import Graph, Node, Ref, read_before_fallback
 from transpiler.ir.ops import GATHERS, MOVEMENT, RANGES, is_random, resolve_op
-from transpiler.passes.fuse import KERNEL_KINDS, classify, resolve
+from transpiler.passes.fuse import KERNEL_KINDS, classify, position_values, resolve
 from transpiler.passes.retrace import retrace
 
 MAX_NODES = 16  # ops recomputed for one operand, views not counted
@@ -60,6 +65,13 @@ def recompute_broadcasts(graph: Graph) -> Graph:
         root = nodes[_views(arg, nodes, kinds)[1]]
         return root.name in cheap and root.tensor_meta.numel < node.tensor_meta.numel
 
+    def position(arg) -> bool:  # Note [Positions as indices]
+        if not isinstance(arg, Ref):
+            return False
+        name = _views(arg, nodes, kinds)[1]
+        return name in cheap and name in positions
+
+    positions = position_values(graph, nodes, kinds)
     chosen = {
         n.name
         for n in graph.nodes
@@ -67,6 +79,14 @@ def recompute_broadcasts(graph: Graph) -> Graph:
         and n.target not in MOVEMENT + GATHERS  # smaller inputs are not broadcast
         and any(broadcast(n, a) for a in n.args)
     }
+    indexed = {
+        n.name
+        for n in graph.nodes
+        if kinds[n.name] == "pointwise"
+        and n.target in GATHERS
+        and any(position(i) for i in _indices(n))
+    }
+    chosen |= indexed
     if not chosen:
         return graph
     values: dict[str, object] = {}
@@ -100,6 +120,8 @@ def recompute_broadcasts(graph: Graph) -> Graph:
     def rewrite(node: Node, args, kwargs):
         if node.name not in chosen:
             return NotImplemented
+        if node.name in indexed:
+            return _recomputed_indices(node, args, kwargs, position, recompute)
         shape = node.tensor_meta.shape
         args = list(args)
         for i, a in enumerate(node.args):
@@ -115,6 +137,33 @@ def recompute_broadcasts(graph: Graph) -> Graph:
 
     rewrites = {n.target: rewrite for n in graph.nodes if n.name in chosen}
     return retrace(graph, rewrites=rewrites, values=values)
+
+
+def _indices(node: Node) -> list:
+    """A gather's index tensors (Refs; None where `x[...]` takes a whole
+    dimension)."""
+    if node.target == "aten.gather.default":
+        return [node.args[2]]
+    return list(node.args[1])
+
+
+def _recomputed_indices(node: Node, args, kwargs, position, recompute):
+    """Gather `node` with the positions it indexes by computed again, views
+    applied to their ranges (Note [Positions as indices])."""
+    args = list(args)
+    indices = _indices(node)
+    new = list(args[2:3] if node.target == "aten.gather.default" else args[1])
+    for i, ref in enumerate(indices):
+        if position(ref):
+            try:
+                new[i] = recompute(ref, lambda t: t)
+            except _KeepOperand:
+                pass
+    if node.target == "aten.gather.default":
+        args[2] = new[0]
+    else:
+        args[1] = new
+    return resolve_op(node.target)(*args, **kwargs)
 
 
 def _expand(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
@@ -141,9 +190,10 @@ def _replayable(view: Node) -> bool:
 
 
 def _cheap(graph: Graph, nodes, kinds) -> dict[str, int]:
-    """Recomputable values, with the number of ops recomputing each takes."""
+    """Recomputable values, with the number of ops recomputing each takes (each
+    distinct op once: the kernel computes a value read twice once)."""
     pinned = read_before_fallback(graph)
-    sizes: dict[str, int] = {}
+    ops: dict[str, frozenset[str]] = {}
     for node in graph.nodes:
         if kinds[node.name] != "pointwise" or node.name in pinned:
             continue
@@ -156,15 +206,15 @@ def _cheap(graph: Graph, nodes, kinds) -> dict[str, int]:
         shapes = [nodes[r.name].tensor_meta.shape for r in node.refs()]
         if torch.broadcast_shapes(*shapes) != node.tensor_meta.shape:
             continue  # `new_full(x, size)`: its shape is an argument
-        total, ok = 1, True
+        computed, ok = {node.name}, True
         for r in node.refs():
             _, name = _views(r, nodes, kinds)
-            if name in sizes:
-                total += sizes[name]
+            if name in ops:
+                computed |= ops[name]
             elif nodes[name].target in RANGES:
                 pass  # read in place, a leaf (Note [Ranges in kernels])
             elif kinds[resolve(r, nodes, kinds)[2]] in KERNEL_VALUES:
                 ok = False
-        if ok and total <= MAX_NODES:
-            sizes[node.name] = total
-    return sizes
+        if ok and len(computed) <= MAX_NODES:
+            ops[node.name] = frozenset(computed)
+    return {name: len(computed) for name, computed in ops.items()}

@@ -84,6 +84,7 @@ import re
 import torch
 
 from runtime_shim.modules import self_path
+from transpiler.ir import positions
 from transpiler.ir.graph import (
     Graph,
     Node,
@@ -556,6 +557,10 @@ class KernelBuilder:
         for index, dim, index_at in indices:
             i = self.placed_load(index, shape, level, index_at)
             i = self.cast(i, torch.int64, level)
+            known = positions.bounds(index, self.nodes)
+            if known is not None and 0 <= known[0] and known[1] <= x_shape[dim]:
+                loaded.append((i, dim))  # positions known in range
+                continue
             zero, size = Const(0, torch.int64), Const(x_shape[dim], torch.int64)
             if node.target != "aten.gather.default":  # counted from the end
                 below = self.emit("lt", (i, zero), torch.bool, level)
@@ -606,13 +611,13 @@ class KernelBuilder:
         """`ref` at the gathered element: loaded, or if this kernel computes it per
         element (fuse.row_gather), computed again there from the row's values
         and memory."""
-        _, _, root = resolve(ref, self.nodes, self.fusion.kinds)
-        if self.fusion.group_of.get(root) != self.group.id:
-            return self.placed_load(ref, shape, level, at, indirect, mask)
+        how, _, root = resolve(ref, self.nodes, self.fusion.kinds)
         node = self.nodes[root]
-        if self.level_of(node.tensor_meta.numel) == "x":  # the row's own value
-            return self.operand(ref, shape, level)
-        ((i, d),) = indirect  # fuse.row_gather: a gather's one index
+        if how != "inline":  # (inline: Note [Gathers of computed values])
+            if self.fusion.group_of.get(root) != self.group.id:
+                return self.placed_load(ref, shape, level, at, indirect, mask)
+            if self.level_of(node.tensor_meta.numel) == "x":  # the row's own value
+                return self.operand(ref, shape, level)
         rank = len(node.tensor_meta.shape)
 
         def read(value, _shape, _level):
@@ -621,12 +626,12 @@ class KernelBuilder:
             vshape = self.nodes[value.name].tensor_meta.shape
             pad = rank - len(vshape)
             v_at = [at[j + pad] for j in range(len(vshape))]
-            along = d - pad  # the gathered dimension, if `value` has it
-            if along < 0 or vshape[along] == 1:  # broadcast along it
-                if along >= 0:
-                    v_at[along] = None
-                return self.gathered(value, shape, level, v_at, (), mask)
-            return self.gathered(value, shape, level, v_at, ((i, along),), mask)
+            pairs = []
+            for i, d in indirect:
+                along = d - pad  # the gathered dimension, if `value` has it
+                if along >= 0 and vshape[along] != 1:  # else broadcast along it
+                    pairs.append((i, along))
+            return self.gathered(value, shape, level, v_at, tuple(pairs), mask)
 
         return self._rounded_value(node, self.pointwise(node, read, level), level)
 
@@ -653,16 +658,33 @@ class KernelBuilder:
         offset = view.offset - base.offset
         placed = TensorMeta(shape, tuple(stride), offset, view.dtype)
         index = self.index(shape, level, placed, offset)
-        if self.nodes[root].target in RANGES and self.fusion.kinds[root] == "inline":
-            # a gather's index that is a range, read in place
+        if self.fusion.kinds[root] == "inline":
+            # a gather's index computed from positions, where it is read (Note
+            # [Positions as indices])
             assert not indirect and mask is None, root
-            return self.iota_at(self.nodes[root], index, level)
+            node = self.nodes[root]
+            if node.target in RANGES:
+                return self.iota_at(node, index, level)
+            return self.position_at(node, shape, level, at)
         for i, d in indirect:
             term = Term(i, 1, view.shape[d], view.stride[d])
             index = Index(index.offset, (*index.terms, term))
         arg = self.input_arg(root)
         args = (arg.param, index) + ((mask,) if mask is not None else ())
         return self.emit("load", args, compute_dtype(base.dtype), level)
+
+    def position_at(self, node: Node, shape, level: str, at) -> str:
+        """Position value `node` computed at each position of `shape`, its
+        dimension d at the result's dimension `at[d]`, its operands read there
+        (broadcast from the right, as `node` reads them)."""
+
+        def read(value, _shape, _level):
+            if not isinstance(value, Ref):
+                return Const(value, _scalar_dtype(value))
+            rank = len(self.nodes[value.name].tensor_meta.shape)
+            return self.placed_load(value, shape, level, at[len(at) - rank :])
+
+        return self._rounded_value(node, self.pointwise(node, read, level), level)
 
     def inline_at(self, node: Node, shape, level: str, maps: dict, mask) -> str:
         """Pointwise `node` computed at the positions data movement reads it
@@ -858,6 +880,32 @@ def _memory_order(group: Group, fusion: Fusion, nodes) -> tuple[int, ...]:
 # the two C++ kernels, so there it is written.
 
 
+# Note [Positions as indices]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A gather's index that is computed from positions alone (a range, and
+# pointwise ops of ranges and numbers: a reflect pad's `n - 1 - |n - 1 - |p||`,
+# an interpolation's `int((p + 0.5) * scale - 0.5)`) is computed where the gather
+# reads it, as a range is (Note [Ranges in kernels]), never written and loaded.
+# passes/recompute.py computes such an index again with the views between its
+# ops applied to its ranges (`p.view(-1, 1)` before the arithmetic, not after),
+# so that what the gather reads is pointwise ops of its own shape over ranges
+# read in place; fuse marks those "inline" where gathers alone read them
+# (`_indexes`), and `placed_load` computes each at the positions the gather
+# reads its index at (`position_at`), its operands read there in turn. The
+# numbers are the same at every call: ir/positions.py evaluates them when the
+# program is built, and where they lie in range the gather neither wraps
+# negative indices nor masks its load, and passes/check_indices.py checks
+# nothing at run time (the `arange(q) + past` of a decoder's mask).
+
+# Note [Gathers of computed values]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A pointwise value that gathers alone read, from (the f32 copy of a bf16 image
+# an interpolation reads), is computed again at each gathered position, from its
+# operands gathered there (`gathered`), when it is cheap enough for all its
+# readers (`fuse._gathered_only`, the bound of windows). On GPUs only, as for
+# windows (Note [Windows of computed values]): on the CPU's vector units a
+# value computed at each of four gathered positions costs more than writing it.
+
 # Note [Indirect loads]
 # ~~~~~~~~~~~~~~~~~~~~~
 # `x[idx]` (embedding and index_select decompose to it) and `gather(x, d, idx)`
@@ -868,7 +916,9 @@ def _memory_order(group: Group, fusion: Fusion, nodes) -> tuple[int, ...]:
 # The load of x is masked to indices in range, so that no index reads outside x;
 # whether all are in range is checked apart (Note [Indirect loads in range] in
 # passes/check_indices.py). x and idx are read from memory, as data movement's
-# inputs are (Note [Data movement in kernels]). `x[i, j]` with several index
+# inputs are (Note [Data movement in kernels]), but for an index computed from
+# positions (Note [Positions as indices]) and a cheap x that gathers alone read
+# (Note [Gathers of computed values]). `x[i, j]` with several index
 # tensors (a sequence's last token, `h[arange(b), lengths - 1]`; a mask's
 # `positions[batch, q]`) loads each, and x at an address with a term for each:
 # the index tensors broadcast together into the result's dimensions where the

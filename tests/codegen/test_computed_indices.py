@@ -1,0 +1,110 @@
+"""Pads and interpolations as gathers at positions kernels compute.
+
+Reflect and replicate pads of 1 to 3 dimensions (batched and not, cropping ones
+too), linear, bilinear, trilinear and bicubic interpolation (with and without
+`align_corners`, up and down, by sizes and by scales) and nearest interpolation
+by factors that are not whole numbers, each followed by a pointwise op, are
+compared with eager on both backends, in f32, f64 and bf16. Each is one kernel
+launch that reads only the input: the source positions are computed where the
+gather reads them (Note [Positions as indices] in passes/schedule.py), never
+written, never checked at run time, and no call into PyTorch remains (Note [Pads
+and interpolation as gathers] in passes/decompose.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from tests.compile_helpers import compile_source
+
+# (expression over x, shape of x)
+CASES = [
+    ('F.pad(x, (2, 3), mode="reflect") * 2', (2, 3, 9)),
+    ('F.pad(x, (2, 3, 1, 2), mode="reflect").relu()', (2, 3, 8, 9)),
+    ('F.pad(x, (3, 3, 7, 0), mode="reflect") + 1', (3, 8, 4)),  # unbatched, n - 1
+    ('F.pad(x, (1, 0, 2, 1, 1, 1), mode="reflect") - x.mean()', (1, 2, 3, 4, 5)),
+    ('F.pad(x, (-1, 2, 2, -2), mode="reflect").exp()', (2, 2, 6, 7)),  # crops
+    ('F.pad(x, (4, 1), mode="replicate").sigmoid()', (2, 3, 5)),
+    ('F.pad(x, (2, 3, 9, 1), mode="replicate") * x.sum()', (1, 2, 4, 3)),
+    ('F.pad(x, (1, 2, 0, 1, 3, 0), mode="replicate")', (2, 1, 2, 3, 4)),
+    ('F.pad(x, (0, -2, -1, 3), mode="replicate") / 3', (2, 5, 6)),
+    ('F.interpolate(x, scale_factor=2, mode="linear") + 1', (2, 3, 7)),
+    ('F.interpolate(x, size=5, mode="linear", align_corners=True)', (2, 3, 7)),
+    ('F.interpolate(x, scale_factor=2, mode="bilinear").relu()', (2, 3, 8, 9)),
+    (
+        "F.interpolate(x, size=(11, 7), mode='bilinear', align_corners=True)",
+        (1, 2, 8, 9),
+    ),
+    ("F.interpolate(x, scale_factor=1.5, mode='bilinear') * 2", (2, 2, 5, 6)),
+    ("F.interpolate(x, scale_factor=0.6, mode='bilinear')", (2, 2, 10, 11)),
+    ("F.interpolate(x, size=(3, 4, 5), mode='trilinear')", (1, 2, 4, 3, 6)),
+    ("F.interpolate(x, scale_factor=2, mode='bicubic') - 1", (1, 2, 5, 6)),
+    ("F.interpolate(x, size=(9, 4), mode='bicubic', align_corners=True)", (2, 1, 5, 6)),
+    ("F.interpolate(x, size=(11, 5), mode='nearest') + x.amax()", (2, 3, 8, 9)),
+    ("F.interpolate(x, scale_factor=1.7, mode='nearest')", (1, 2, 5, 6)),
+    ("F.interpolate(x, size=(12, 7), mode='nearest-exact')", (1, 2, 5, 6)),
+    ("F.interpolate(x, size=13, mode='nearest') * 3", (2, 3, 5)),
+]
+DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+
+def _name(i: int, dtype: torch.dtype) -> str:
+    return f"case_{i}_{str(dtype).split('.')[1]}"
+
+
+def source() -> str:
+    lines = ["import torch", "import torch.nn.functional as F", ""]
+    for i, (expr, _) in enumerate(CASES):
+        for dtype in DTYPES:
+            lines += [f"def {_name(i, dtype)}(x):", f"    return {expr}", ""]
+    return "\n".join(lines)
+
+
+def inputs(i: int, dtype: torch.dtype) -> dict:
+    shape = CASES[i][1]
+    n = 1
+    for s in shape:
+        n *= s
+    # distinct values, each position's own: a wrong source position shows
+    x = torch.linspace(-3, 4, n, dtype=torch.float64).view(shape)
+    return {"x": (x.sin() * 2 + x).to(dtype)}
+
+
+PARAMS = [(i, dtype) for i in range(len(CASES)) for dtype in DTYPES]
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    functions = {_name(i, d): inputs(i, d) for i, d in PARAMS}
+    return compile_source(source(), functions, tmp_path_factory.mktemp("indices"))
+
+
+@pytest.mark.parametrize(("i", "dtype"), PARAMS, ids=[_name(i, d) for i, d in PARAMS])
+def test_pads_and_interpolations_in_one_kernel(compiled, i, dtype) -> None:
+    case = compiled[_name(i, dtype)]
+    case.check(inputs(i, dtype))
+    for side, launch in (
+        (case.cpu_source, "_cpp.function("),
+        (case.cuda_source, "_triton.triton_"),
+    ):
+        assert "torch.ops.aten" not in side, side  # no call, no run-time check
+        assert launch in side, side
+    # the pad or interpolation is one kernel reading x alone (a mean, sum or max
+    # of x beside it is a reduction kernel of its own)
+    expr = CASES[i][0]
+    extra = any(f in expr for f in ("mean()", "sum()", "amax()"))
+    launches = case.cuda_source.count("_triton.triton_")
+    assert launches == 1 + extra, case.cuda_source
+
+
+def test_positions_are_computed_not_loaded(compiled) -> None:
+    """The bilinear kernel's only loads are of x, at computed positions; nothing
+    masks them beyond the kernel's own range."""
+    text = compiled[_name(11, torch.float32)].triton_text
+    kernel = text[text.index("def triton_fused_upsample_bilinear2d") :]
+    kernel = kernel[: kernel.index("\n\n\n")]
+    loads = re.findall(r"tl\.load\((\w+)_ptr .*?, (\w+)", kernel)
+    assert loads and all(ptr == "x" and mask == "xmask" for ptr, mask in loads), kernel
