@@ -108,3 +108,18 @@ def test_positions_are_computed_not_loaded(compiled) -> None:
     kernel = kernel[: kernel.index("\n\n\n")]
     loads = re.findall(r"tl\.load\((\w+)_ptr .*?, (\w+)", kernel)
     assert loads and all(ptr == "x" and mask == "xmask" for ptr, mask in loads), kernel
+
+
+@pytest.mark.parametrize("i", [1, 7])  # a reflect pad and a replicate pad
+def test_cpp_pads_read_runs_of_columns(compiled, i) -> None:
+    """The C++ pad's inner loop is split into runs where the source column is
+    affine in x1, each loaded at that expression, not at a computed index
+    (Note [Positions along the inner loop] in codegen/cpp.py)."""
+    case = compiled[_name(i, torch.float32)]
+    name = re.search(r'_cpp\.function\("(\w+)"', case.cpu_source).group(1)
+    kernel = case.cpp_text[case.cpp_text.index(f"void {name}(") :]
+    kernel = kernel[: kernel.index("\n}\n")]
+    loads = re.findall(r"x_ptr\[([^\]]*)\]", kernel)
+    assert loads and kernel.count("for (int64_t x1 =") == 3, kernel
+    assert not any(re.search(r"tmp\d+\]?$", a.split("+")[-1].strip()) for a in loads)
+    assert any(re.search(r"\+ x1 - \d+$", a) for a in loads), kernel

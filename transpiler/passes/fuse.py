@@ -557,16 +557,18 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], windows: bool) -> None:
             kinds[node.name] = "inline"
         elif windows and _read_through_windows(node, nodes, kinds, users):
             kinds[node.name] = "inline"
-        elif windows and _gathered_only(node, nodes, kinds, users):
+        elif _gathered_only(node, nodes, kinds, users, windows):
             kinds[node.name] = "inline"
 
 
-def _gathered_only(node: Node, nodes, kinds, users) -> bool:
+def _gathered_only(node: Node, nodes, kinds, users, again: bool) -> bool:
     """Whether every reader of pointwise `node` is a gather kernels compute that
     gathers from it (not by it), what it reads is in memory (not values kernels
     compute: a loss's gather from a log-softmax computes it from its row's
-    statistics, `row_gather`), and computing it again at each gathered position
-    is cheap enough (Note [Gathers of computed values] in schedule.py)."""
+    statistics, `row_gather`), and computing it at each gathered position is
+    cheap enough: `again` (on GPUs), within the bound of windows; else where one
+    gather reads it, once for each element it writes (Note [Gathers of computed
+    values] in schedule.py)."""
     if any(kinds[resolve(r, nodes, kinds)[2]] in KERNEL_KINDS for r in node.refs()):
         return False
     readers = users[node.name]
@@ -580,6 +582,8 @@ def _gathered_only(node: Node, nodes, kinds, users) -> bool:
     ):
         return False
     sites = len(readers)
+    if not again:
+        return sites == 1
     return sites * _inline_ops(node, nodes, kinds, users) <= WINDOW_OPS_MAX
 
 

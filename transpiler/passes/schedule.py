@@ -902,9 +902,11 @@ def _memory_order(group: Group, fusion: Fusion, nodes) -> tuple[int, ...]:
 # A pointwise value that gathers alone read, from (the f32 copy of a bf16 image
 # an interpolation reads), is computed again at each gathered position, from its
 # operands gathered there (`gathered`), when it is cheap enough for all its
-# readers (`fuse._gathered_only`, the bound of windows). On GPUs only, as for
-# windows (Note [Windows of computed values]): on the CPU's vector units a
-# value computed at each of four gathered positions costs more than writing it.
+# readers (`fuse._gathered_only`, the bound of windows). On the CPU, only where
+# one gather reads it, so it is computed once for each element written (the ReLU
+# before a reflect pad), as for windows (Note [Windows of computed values]): on
+# its vector units a value computed at four gathered positions costs more than
+# writing it.
 
 # Note [Indirect loads]
 # ~~~~~~~~~~~~~~~~~~~~~
