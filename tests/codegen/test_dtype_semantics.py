@@ -38,6 +38,8 @@ aten = torch.ops.aten
 DTYPES = (
     torch.bool,
     torch.int8,
+    torch.uint8,
+    torch.int16,
     torch.int32,
     torch.int64,
     torch.float16,
@@ -58,6 +60,10 @@ MIXED = (
     (torch.int32, torch.bfloat16),
     (torch.float16, torch.bfloat16),
     (torch.float16, torch.float32),
+    (torch.uint8, torch.int8),  # into int16
+    (torch.uint8, torch.float32),
+    (torch.int16, torch.uint8),
+    (torch.uint8, torch.int64),
 )
 # Python scalars for `op(tensor, scalar)`, of every kind, for every tensor dtype
 SCALARS = (True, -2, 2.5)

@@ -224,6 +224,8 @@ def _converted(expr: str, src: torch.dtype, dst: torch.dtype) -> str:
     t = compute_type(dst)
     if src == torch.bool and dst.is_floating_point:
         return f"{expr} ? {t}(1) : {t}(0)"
+    if dst == torch.uint8 and src.is_floating_point:  # as torch converts: -2.5 is 254
+        return f"static_cast<uint8_t>(static_cast<int64_t>({expr}))"
     return f"static_cast<{t}>({expr})"
 
 
@@ -1515,6 +1517,12 @@ template <typename T> static inline T shift_left(T a, T b) {
 template <typename T> static inline T shift_right(T a, T b) {
     constexpr T bits = sizeof(T) * 8;
     return a >> ((b < 0 || b >= bits) ? bits - 1 : b);
+}
+""",
+    "shift_right_uint": """
+// torch's >> of unsigned integers: 0 for a shift past the width
+template <typename T> static inline T shift_right_uint(T a, T b) {
+    return b >= T(sizeof(T) * 8) ? T(0) : static_cast<T>(a >> b);
 }
 """,
     "floor_div": """

@@ -13,10 +13,23 @@ A backend operator does not always mean what the torch op means for every dtype:
 `+` on Triton's 1-bit `tl.int1` wraps (True + True is False; torch's is True, a
 logical or), signed overflow in C++ is undefined (the compiler may fold
 `x + 1 > x` to true; torch wraps), and `std::floor` of an int64 goes through
-double. Such an op gets a row in `TRITON_TYPED` / `CPP_TYPED` under (op, kind of its
-operands' dtype: "bool", "int" or "float"), which `op_text` takes before the op's
-general row. tests/codegen/test_dtype_semantics.py runs every op over every dtype on
-both backends against eager.
+double. Such an op gets a row in `TRITON_TYPED` / `CPP_TYPED` under (op, kind of
+its operands' dtype: "bool", "uint", "int" or "float"), which `op_text` takes
+before the op's general row. tests/codegen/test_dtype_semantics.py runs every op
+over every dtype on both backends against eager.
+
+Note [Unsigned integers]
+~~~~~~~~~~~~~~~~~~~~~~~~
+uint8 (images, masks) is the one unsigned dtype kernels compute, kind "uint",
+which takes an int's row where it has none of its own. A number meets a uint8
+tensor as torch makes it meet one, wrapped into it (`x + -2` adds 254, `x == -2`
+compares with 254: the literal is written wrapped, where Triton refuses a
+negative one). Its own rows are those where an int's would look at a sign: sign,
+signbit, abs, pow (no negative exponent), remainder and floor division (the
+quotient of unsigned numbers, no correction), and `>>` past the width (0, where
+a signed value fills with its sign). A float becomes a uint8 through int64, as
+torch converts it (-2.5 is 254; a float's own conversion would saturate on a GPU
+and be undefined in C++).
 """
 
 from __future__ import annotations
@@ -196,6 +209,13 @@ TRITON_TYPED: dict[tuple[str, str], str] = {
     ("remainder", "int"): "_remainder_int({0}, {1})",
     ("floor_divide", "int"): "_floor_divide_int({0}, {1})",
     ("bitwise_not", "bool"): "{0} == 0",
+    # unsigned: no sign to fill with or correct for (Note [Unsigned integers])
+    ("sign", "uint"): "tl.minimum({0}, 1)",
+    ("signbit", "uint"): "{0} != {0}",
+    ("pow", "uint"): "_pow_uint({0}, {1})",
+    ("remainder", "uint"): "{0} % {1}",
+    ("floor_divide", "uint"): "{0} // {1}",
+    ("shift_right", "uint"): "_shift_right_uint({0}, {1})",
 }
 
 CPP_TYPED: dict[tuple[str, str], str] = {
@@ -218,20 +238,29 @@ CPP_TYPED: dict[tuple[str, str], str] = {
     ("mul", "int"): "wrap_mul({0}, {1})",
     ("neg", "int"): "wrap_neg({0})",
     ("abs", "int"): "wrap_abs({0})",
+    ("abs", "uint"): "{0}",
+    ("signbit", "uint"): "{0} != {0}",
+    ("shift_right", "uint"): "shift_right_uint({0}, {1})",
 }
 
 
 def dtype_kind(dtype: torch.dtype) -> str:
-    """The key of a dtype in the typed tables: "bool", "int" or "float"."""
+    """The key of a dtype in the typed tables: "bool", "uint" (uint8), "int" or
+    "float"."""
     if dtype == torch.bool:
         return "bool"
+    if dtype == torch.uint8:
+        return "uint"
     return "float" if dtype.is_floating_point else "int"
 
 
 def op_text(table: dict[str, str], typed: dict, op: str, dtype: torch.dtype) -> str:
     """A kernel op's text for operands of `dtype` (Note [Operators that differ from
-    torch's])."""
-    return typed.get((op, dtype_kind(dtype)), table[op])
+    torch's]); an unsigned integer's, where it has none of its own, an int's."""
+    kind = dtype_kind(dtype)
+    if (op, kind) not in typed and kind == "uint":
+        kind = "int"
+    return typed.get((op, kind), table[op])
 
 
 # Triton helpers a kernel may call, emitted once per generated module when used.
@@ -255,6 +284,8 @@ TRITON_HELPERS = {
     "_floor_divide_int": "floor_divide",
     "_shift_left": "shift_left",
     "_shift_right": "shift_right",
+    "_pow_uint": "pow",
+    "_shift_right_uint": "shift_right",
 }
 
 # Ops whose Triton text takes tensors (a helper, or libdevice, which takes one
@@ -280,6 +311,7 @@ CPP_HELPERS = {
     "pow_int": "pow",
     "shift_left": "shift_left",
     "shift_right": "shift_right",
+    "shift_right_uint": "shift_right",
 }
 
 # Reductions by an arithmetic operator: the value each starts from, on both backends
@@ -291,6 +323,8 @@ TRITON_DTYPES = {
     torch.float32: "tl.float32",
     torch.float64: "tl.float64",
     torch.int8: "tl.int8",
+    torch.uint8: "tl.uint8",
+    torch.int16: "tl.int16",
     torch.int32: "tl.int32",
     torch.int64: "tl.int64",
     torch.bool: "tl.int1",
@@ -301,6 +335,8 @@ CPP_TYPES = {
     torch.float32: "float",
     torch.float64: "double",
     torch.int8: "int8_t",
+    torch.uint8: "uint8_t",
+    torch.int16: "int16_t",
     torch.int32: "int32_t",
     torch.int64: "int64_t",
     torch.bool: "bool",
@@ -321,6 +357,8 @@ def triton_literal(value, dtype: torch.dtype) -> str:
         if value == 0 and math.copysign(1.0, value) < 0:
             return _NEGATIVE_ZERO[dtype == torch.float64]
         return repr(value)
+    if dtype == torch.uint8:  # a negative number wraps, as torch's does
+        return str(int(value) % 256)
     return str(int(value))
 
 
@@ -347,6 +385,8 @@ def cpp_literal(value, dtype: torch.dtype) -> str:
         return repr(value) + suffix
     if dtype == torch.int64:  # int64_t, not `long long`: max_nan(T, T) deduces T
         return f"int64_t{{{int(value)}}}"
-    if dtype == torch.int8:  # not promoted to int
+    if dtype == torch.uint8:  # a negative number wraps, as torch's does
+        return f"static_cast<uint8_t>({int(value) % 256})"
+    if dtype in (torch.int8, torch.int16):  # not promoted to int
         return f"static_cast<{CPP_TYPES[dtype]}>({int(value)})"
     return str(int(value))

@@ -462,6 +462,12 @@ class _Renderer:
                 expr += f".to({TRITON_DTYPES[s.dtype]})"
         elif s.op == "cast":
             expr = f"{s.args[0]}.to({TRITON_DTYPES[s.dtype]})"
+            if (
+                s.dtype == torch.uint8
+                and self._operand_dtype(s.args[0]).is_floating_point
+            ):
+                # through int64 as torch converts (Note [Unsigned integers])
+                expr = f"{s.args[0]}.to(tl.int64).to(tl.uint8)"
         elif s.op == "index":  # a coordinate of the position
             expr = self.index(s.args[0])
         elif s.op == "scan":
@@ -1045,6 +1051,27 @@ def _shift_right(a, b):
     # sign bit
     bits = a.dtype.primitive_bitwidth
     return a >> tl.where((b >= 0) & (b < bits), b, bits - 1)
+""",
+    "_pow_uint": """
+@triton.jit
+def _pow_uint(a, b):
+    # torch's pow of unsigned integers: repeated squaring over b's bits, wrapping
+    a, b = tl.broadcast(a, b)
+    r = a * 0 + 1
+    x = a
+    e = b
+    for _ in range(8):
+        r = tl.where((e & 1) != 0, r * x, r)
+        x = x * x
+        e = e >> 1
+    return r
+""",
+    "_shift_right_uint": """
+@triton.jit
+def _shift_right_uint(a, b):
+    # torch's >> of unsigned integers: 0 for a shift past the width
+    inside = b < a.dtype.primitive_bitwidth
+    return tl.where(inside, a >> tl.where(inside, b, 0), 0)
 """,
     "_floor_divide": """
 @triton.jit

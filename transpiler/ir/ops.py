@@ -360,6 +360,8 @@ SUPPORTED_DTYPES = (
     torch.float32,
     torch.float64,
     torch.int8,
+    torch.uint8,
+    torch.int16,
     torch.int32,
     torch.int64,
     torch.bool,
