@@ -1007,18 +1007,11 @@ def _hypot(a, b):
     "_pow_int": """
 @triton.jit
 def _pow_int(a, b):
-    # torch's integer pow: repeated squaring over b's bits, wrapping on overflow;
-    # a negative exponent gives 1 ** b = 1, (-1) ** b = +-1 and 0 for other bases
+    # torch's integer pow: a negative exponent gives 1 ** b = 1, (-1) ** b = +-1
+    # and 0 for other bases
     a, b = tl.broadcast(a, b)
-    r = a * 0 + 1
-    x = a
-    e = b
-    for _ in range(63):
-        r = tl.where((e & 1) != 0, r * x, r)
-        x = x * x
-        e = e >> 1
     small = tl.where(a == 1, 1, tl.where(a == -1, tl.where((b & 1) != 0, -1, 1), 0))
-    return tl.where(b < 0, small, r)
+    return tl.where(b < 0, small, _pow_uint(a, b))
 """,
     "_remainder": """
 @triton.jit
@@ -1055,12 +1048,13 @@ def _shift_right(a, b):
     "_pow_uint": """
 @triton.jit
 def _pow_uint(a, b):
-    # torch's pow of unsigned integers: repeated squaring over b's bits, wrapping
+    # a ** b for b >= 0: repeated squaring over b's bits, wrapping on overflow
+    # (torch's pow of unsigned integers; of signed ones, `_pow_int`)
     a, b = tl.broadcast(a, b)
     r = a * 0 + 1
     x = a
     e = b
-    for _ in range(8):
+    for _ in range(b.dtype.primitive_bitwidth):
         r = tl.where((e & 1) != 0, r * x, r)
         x = x * x
         e = e >> 1
@@ -1123,7 +1117,14 @@ def kernel_module(k: Kernel, config: LaunchConfig, header: str) -> str:
 
 def _module(header: str, kernel_texts: list[str]) -> str:
     text = "\n".join(kernel_texts)
-    helpers = [HELPER_SOURCE[h] for h in TRITON_HELPERS if re.search(rf"\b{h}\b", text)]
+    used: set[str] = set()
+    while True:  # the helpers the kernels call, and those the helpers call
+        new = {h for h in TRITON_HELPERS if re.search(rf"\b{h}\b", text)} - used
+        if not new:
+            break
+        used |= new
+        text += "".join(HELPER_SOURCE[h] for h in new)
+    helpers = [HELPER_SOURCE[h] for h in TRITON_HELPERS if h in used]
     parts = [header, "import triton", "import triton.language as tl", ""]
     if "libdevice." in text + "".join(helpers):
         parts[-1:] = LIBDEVICE_IMPORT
