@@ -1,9 +1,10 @@
-"""Pads and interpolations as gathers at positions kernels compute.
+"""Pads, interpolations and adaptive pools as gathers at positions kernels compute.
 
 Reflect and replicate pads of 1 to 3 dimensions (batched and not, cropping ones
 too), linear, bilinear, trilinear and bicubic interpolation (with and without
-`align_corners`, up and down, by sizes and by scales) and nearest interpolation
-by factors that are not whole numbers, each followed by a pointwise op, are
+`align_corners`, up and down, by sizes and by scales), nearest interpolation
+by factors that are not whole numbers and adaptive average pools whose windows
+differ in length, each followed by a pointwise op, are
 compared with eager on both backends, in f32, f64 and bf16. Each is one kernel
 launch that reads only the input: the source positions are computed where the
 gather reads them (Note [Positions as indices] in passes/schedule.py), never
@@ -47,6 +48,11 @@ CASES = [
     ("F.interpolate(x, scale_factor=1.7, mode='nearest')", (1, 2, 5, 6)),
     ("F.interpolate(x, size=(12, 7), mode='nearest-exact')", (1, 2, 5, 6)),
     ("F.interpolate(x, size=13, mode='nearest') * 3", (2, 3, 5)),
+    # adaptive average pools whose windows differ in length
+    ("F.adaptive_avg_pool2d(x, (5, 3)) * 2", (2, 3, 12, 7)),
+    ("F.adaptive_avg_pool2d(x, 5)", (1, 4, 7, 9)),
+    ("F.adaptive_avg_pool1d(x, 4).relu()", (2, 3, 10)),
+    ("F.adaptive_avg_pool3d(x, (2, 3, 2))", (1, 2, 3, 5, 5)),
 ]
 DTYPES = (torch.float32, torch.float64, torch.bfloat16)
 
@@ -123,3 +129,49 @@ def test_cpp_pads_read_runs_of_columns(compiled, i) -> None:
     assert loads and kernel.count("for (int64_t x1 =") == 3, kernel
     assert not any(re.search(r"tmp\d+\]?$", a.split("+")[-1].strip()) for a in loads)
     assert any(re.search(r"\+ x1 - \d+$", a) for a in loads), kernel
+
+
+POSITIONS = """
+import torch
+
+
+def shifted(x):
+    # positions 2..5 of 8, known when the program is built
+    return x[:, torch.arange(4) + 2] * 2
+
+
+def beyond(x):
+    # positions 6..9 of 8: checked at run time, raising as eager raises
+    return x[:, torch.arange(4) + 6] * 2
+"""
+
+
+@pytest.fixture(scope="module")
+def positions(tmp_path_factory):
+    x = {"x": torch.arange(24.0).view(3, 8)}
+    functions = {"shifted": x, "beyond": x}
+    return compile_source(POSITIONS, functions, tmp_path_factory.mktemp("positions"))
+
+
+def test_positions_known_in_range_are_not_checked(positions) -> None:
+    """A gather by `arange(4) + 2` into 8 columns: its positions are evaluated when
+    the program is built (ir/positions.py), so no check runs and nothing masks
+    the load; one kernel computes them and gathers."""
+    case = positions["shifted"]
+    case.check({"x": torch.arange(24.0).view(3, 8)})
+    for side in (case.cpu_source, case.cuda_source):
+        assert "check_index" not in side and "torch.ops.aten" not in side, side
+    text = case.triton_text
+    kernel = text[text.index("def triton_fused") :]
+    assert "tl.load(x_ptr" in kernel and ", xmask)" in kernel, kernel
+
+
+def test_positions_out_of_range_raise(positions) -> None:
+    case = positions["beyond"]
+    x = torch.arange(24.0).view(3, 8)
+    with pytest.raises(IndexError):
+        case.eager(x)
+    assert "check_index" in case.cpu_source and "check_index" in case.cuda_source
+    for variant in (case.cpu, case.cuda):
+        with pytest.raises(IndexError):
+            variant(x.clone())

@@ -19,6 +19,7 @@ contiguous `x` becomes `x` itself.
 
 from __future__ import annotations
 
+import itertools
 import math
 import struct
 
@@ -132,6 +133,9 @@ SCATTERS = (aten.scatter.value, aten.scatter.src)
 # torch's, with weights that are functions of the positions too). The indices
 # are positions, computed where the gather reads them (Note [Positions as
 # indices] in schedule.py): one kernel reads the input and writes the result.
+# An adaptive average pool whose windows differ in length is a sum of such
+# gathers, one for each position within the longest window, each zero past its
+# window's end (`_adaptive_avg_by_gathers`).
 REFLECT_PADS = (
     aten.reflection_pad1d.default,
     aten.reflection_pad2d.default,
@@ -620,16 +624,52 @@ def _pool(op, dims: int, indices_read: bool):
 
 def _adaptive_avg_pool(pool, dims: int):
     """An adaptive average pool whose output divides the input: an average pool
-    with windows of size / output (ResNet's head, to 1 x 1, is a mean already)."""
+    with windows of size / output (ResNet's head, to 1 x 1, is a mean already);
+    one that does not, a sum of gathers (`_adaptive_avg_by_gathers`)."""
 
     def decompose_adaptive(x, output_size):
         sizes = x.shape[x.dim() - dims :]
-        if any(o <= 0 or n % o for n, o in zip(sizes, output_size)):
+        if x.numel() == 0 or any(o <= 0 for o in output_size):
             return NotImplemented
+        if any(n % o for n, o in zip(sizes, output_size)):
+            return _adaptive_avg_by_gathers(x, list(output_size))
         window = [n // o for n, o in zip(sizes, output_size)]
         return pool(x, window, window, 0)
 
     return decompose_adaptive
+
+
+def _adaptive_avg_by_gathers(x, output_size: list[int]):
+    """An adaptive average pool whose windows differ in length: output position p
+    of a dimension of n averages inputs `p * n // o` up to `((p + 1) * n + o - 1)
+    // o`, at most `longest` of them. The sum over the k-th element of each
+    window's every dimension, gathered at positions computed where they are read
+    and zero past the window's end, divided by the window's size (Note [Pads and
+    interpolation as gathers]): one kernel that reads x, as eager's loop does."""
+    dims = len(output_size)
+    lead = x.dim() - dims
+    axes = []  # per dimension: (first position, length, longest), as broadcast
+    for i, (n, o) in enumerate(zip(x.shape[lead:], output_size)):
+        shape = [-1] + [1] * (dims - 1 - i)
+        p = torch.arange(o, device=x.device)
+        first = (p * n) // o
+        length = ((p + 1) * n + o - 1) // o - first
+        longest = max(((q + 1) * n + o - 1) // o - (q * n) // o for q in range(o))
+        axes.append((first.view(shape), length.view(shape), longest, n))
+    total = None
+    for ks in itertools.product(*[range(longest) for _, _, longest, _ in axes]):
+        indices, inside = [], None
+        for k, (first, length, _, n) in zip(ks, axes):
+            indices.append((first + k).clamp(max=n - 1))
+            within = length > k
+            inside = within if inside is None else inside & within
+        value = aten._unsafe_index.Tensor(x, [None] * lead + indices)
+        value = torch.where(inside, value, 0)
+        total = value if total is None else total + value
+    count = None
+    for _, length, _, _ in axes:
+        count = length if count is None else count * length
+    return total / count
 
 
 def _per_dim(value, dims: int) -> list[int]:

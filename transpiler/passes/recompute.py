@@ -47,6 +47,9 @@ from transpiler.passes.fuse import KERNEL_KINDS, classify, position_values, reso
 from transpiler.passes.retrace import retrace
 
 MAX_NODES = 16  # ops recomputed for one operand, views not counted
+# ... for a value of positions alone, which reads no memory and whose ops its
+# readers share (the windows of an adaptive pool: Note [Positions as indices])
+POSITION_NODES_MAX = 64
 KERNEL_VALUES = (*KERNEL_KINDS, "item")
 
 
@@ -57,7 +60,8 @@ class _KeepOperand(Exception):
 def recompute_broadcasts(graph: Graph) -> Graph:
     nodes = graph.by_name()
     kinds = {n.name: classify(n, nodes) for n in graph.nodes}
-    cheap = _cheap(graph, nodes, kinds)
+    positions = position_values(graph, nodes, kinds)
+    cheap = _cheap(graph, nodes, kinds, positions)
 
     def broadcast(node: Node, arg) -> bool:
         if not isinstance(arg, Ref):
@@ -71,7 +75,6 @@ def recompute_broadcasts(graph: Graph) -> Graph:
         name = _views(arg, nodes, kinds)[1]
         return name in cheap and name in positions
 
-    positions = position_values(graph, nodes, kinds)
     chosen = {
         n.name
         for n in graph.nodes
@@ -189,7 +192,7 @@ def _replayable(view: Node) -> bool:
     )
 
 
-def _cheap(graph: Graph, nodes, kinds) -> dict[str, int]:
+def _cheap(graph: Graph, nodes, kinds, positions: set[str]) -> dict[str, int]:
     """Recomputable values, with the number of ops recomputing each takes (each
     distinct op once: the kernel computes a value read twice once)."""
     pinned = read_before_fallback(graph)
@@ -215,6 +218,7 @@ def _cheap(graph: Graph, nodes, kinds) -> dict[str, int]:
                 pass  # read in place, a leaf (Note [Ranges in kernels])
             elif kinds[resolve(r, nodes, kinds)[2]] in KERNEL_VALUES:
                 ok = False
-        if ok and len(computed) <= MAX_NODES:
+        limit = POSITION_NODES_MAX if node.name in positions else MAX_NODES
+        if ok and len(computed) <= limit:
             ops[node.name] = frozenset(computed)
     return {name: len(computed) for name, computed in ops.items()}
