@@ -201,6 +201,14 @@ def _static_result(node: Node) -> bool:
     )
 
 
+def gather_indices(node: Node) -> list:
+    """A gather's index tensors: `gather`'s one, or `x[i0, i1, ...]`'s (None
+    where it takes a whole dimension)."""
+    if node.target == "aten.gather.default":
+        return [node.args[2]]
+    return list(node.args[1])
+
+
 def gather_ok(node: Node, nodes: dict[str, Node]) -> bool:
     """Whether kernels compute an indirect load (Note [Indirect loads] in
     schedule.py): `x[i0, i1, ...]` with index tensors of integers, or `gather`."""
@@ -211,12 +219,9 @@ def gather_ok(node: Node, nodes: dict[str, Node]) -> bool:
         return False
     if not x.shape or not all(isinstance(n, int) for n in x.shape):
         return False
-    if node.target == "aten.gather.default":
-        indices = [node.args[2]]
-        if len(node.args) > 3 and node.args[3]:
-            return False  # sparse_grad
-    else:
-        indices = [i for i in node.args[1] if i is not None]
+    if node.target == "aten.gather.default" and len(node.args) > 3 and node.args[3]:
+        return False  # sparse_grad
+    indices = [i for i in gather_indices(node) if i is not None]
     return bool(indices) and all(
         isinstance(i, Ref)
         and isinstance(m := nodes[i.name].meta, TensorMeta)
@@ -597,17 +602,10 @@ def position_values(graph: Graph, nodes, kinds) -> set[str]:
             continue
         refs = list(node.refs())
         if node.target in RANGES or (
-            refs and all(_through_views(r, nodes, kinds) in out for r in refs)
+            refs and all(resolve(r, nodes, kinds)[2] in out for r in refs)
         ):
             out.add(node.name)
     return out
-
-
-def _through_views(ref: Ref, nodes, kinds) -> str:
-    name = ref.name
-    while kinds[name] == "view":
-        name = nodes[name].args[0].name
-    return name
 
 
 def _indexes(name: str, nodes, kinds, users, indexing: set[str]) -> bool:
@@ -660,8 +658,7 @@ def _indexes_only(node: Node, name: str) -> bool:
     it gathers from."""
     if node.target not in GATHERS or node.args[0].name == name:
         return False
-    indices = node.args[2:3] if node.target == "aten.gather.default" else node.args[1]
-    return any(isinstance(i, Ref) and i.name == name for i in indices)
+    return any(isinstance(i, Ref) and i.name == name for i in gather_indices(node))
 
 
 def _constant(node: Node) -> bool:

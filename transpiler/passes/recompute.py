@@ -43,7 +43,13 @@ import torch
 
 from transpiler.ir.graph import Graph, Node, Ref, read_before_fallback
 from transpiler.ir.ops import GATHERS, MOVEMENT, RANGES, is_random, resolve_op
-from transpiler.passes.fuse import KERNEL_KINDS, classify, position_values, resolve
+from transpiler.passes.fuse import (
+    KERNEL_KINDS,
+    classify,
+    gather_indices,
+    position_values,
+    resolve,
+)
 from transpiler.passes.retrace import retrace
 
 MAX_NODES = 16  # ops recomputed for one operand, views not counted
@@ -87,7 +93,7 @@ def recompute_broadcasts(graph: Graph) -> Graph:
         for n in graph.nodes
         if kinds[n.name] == "pointwise"
         and n.target in GATHERS
-        and any(position(i) for i in _indices(n))
+        and any(position(i) for i in gather_indices(n))
     }
     chosen |= indexed
     if not chosen:
@@ -142,19 +148,11 @@ def recompute_broadcasts(graph: Graph) -> Graph:
     return retrace(graph, rewrites=rewrites, values=values)
 
 
-def _indices(node: Node) -> list:
-    """A gather's index tensors (Refs; None where `x[...]` takes a whole
-    dimension)."""
-    if node.target == "aten.gather.default":
-        return [node.args[2]]
-    return list(node.args[1])
-
-
 def _recomputed_indices(node: Node, args, kwargs, position, recompute):
     """Gather `node` with the positions it indexes by computed again, views
     applied to their ranges (Note [Positions as indices])."""
     args = list(args)
-    indices = _indices(node)
+    indices = gather_indices(node)
     new = list(args[2:3] if node.target == "aten.gather.default" else args[1])
     for i, ref in enumerate(indices):
         if position(ref):
