@@ -88,6 +88,10 @@ SIGNS = {
     "a": torch.tensor([7.0, -7.0, 7.0, -7.0, 6.0, -6.0, 0.0, -0.0, 1e30, 5.5, -0.1]),
     "b": torch.tensor([2.0, 2.0, -2.0, -2.0, 3.0, -3.0, -3.0, 3.0, 3.0, 1e-30, 0.2]),
 }
+INEXACT = {
+    "a": torch.tensor([1.0, 1.0, 7.0, 3.0, -1.0, 0.3, 2.0, 1.0, -7.0, 0.7]),
+    "b": torch.tensor([0.1, 0.2, 0.7, 0.3, 0.1, 0.1, 0.4, -0.1, 0.7, 0.1]),
+}
 NONZERO = torch.tensor([1, -1, 2, -2, 3, -3, 7, -5] * 4 + [4])
 # integer powers: negative exponents (1, -1 and 0 for the other bases, 0 ** -1
 # too), zero exponents, powers that wrap around
@@ -770,6 +774,11 @@ CASES: list[Case] = [
     Case("aten.prod.dim_int", "a.prod(0, keepdim=True)", SIGNED_INTS),
     Case("aten.prod.default", "torch.prod(a)", {"a": EDGE_A[2:, 2:] + 0.5}),
     Case("aten.prod.default", "torch.prod(a != 0)", SIGNED_INTS),
+    # divisors a float does not hold exactly, whose quotient rounds to a whole
+    # number (1 / 0.1 is 10.0 in float32, 1 // 0.1 is 9)
+    Case("aten.floor_divide.default", "a // b", INEXACT),
+    Case("aten.remainder.Tensor", "a % b", INEXACT),
+    Case("aten.fmod.Tensor", "torch.fmod(a, b)", INEXACT),
 ]
 CASES = [replace(c, name=f"case_{i}_{c.packet}") for i, c in enumerate(CASES)]
 # Ops that are not kernel ops yet (ir/ops.py says why): their cases check values

@@ -1073,8 +1073,9 @@ def _floor_divide(a, b):
     # torch's floor division: (a - fmod(a, b)) / b, one less where fmod and b
     # differ in sign, rounded to the nearest integer; a zero takes the sign of
     # a / b, and division by zero is a / b
+    # (Triton's % of floats is a - floor(a / b) * b, not fmod: 1 % 0.1 is 0)
     a, b = tl.broadcast(a, b)
-    mod = a % b
+    mod = libdevice.fmod(a, b)
     div = (a - mod) / b
     div = tl.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1.0, div)
     q = tl.floor(div)
