@@ -89,7 +89,11 @@ from transpiler.passes.parts import split as split_parts
 from transpiler.passes.range_gathers import range_gathers
 from transpiler.passes.recompute import recompute_broadcasts
 from transpiler.passes.rematerialize import rematerialize
-from transpiler.passes.reuse_buffers import reinplace_externs, reuse_buffers
+from transpiler.passes.reuse_buffers import (
+    drop_dead_copies,
+    reinplace_externs,
+    reuse_buffers,
+)
 from transpiler.passes.schedule import schedule
 from transpiler.passes.small_matmul import unroll_small_matmuls
 from transpiler.passes.split_addmm import split_addmm
@@ -164,8 +168,8 @@ def finish(
     # alone])
     if keep:
         compiled = replace(compiled, program=hoist_constants(compiled.program))
-    if static:  # Note [Extern calls in place]
-        compiled = reinplace_externs(compiled)
+    if static:  # Note [Extern calls in place], Note [Copies of dead buffers]
+        compiled = drop_dead_copies(reinplace_externs(compiled))
     if static and backend == "triton":  # Note [Writing over a dead input]
         compiled = reuse_buffers(compiled)
     return compiled

@@ -350,11 +350,22 @@ class _Renderer:
 
     def store(self, s: Store, ind: str) -> None:
         value = self.arg(s.value)
+        at = f"{s.buffer}[{self.index(s.index)}]"
+        where = f"if ({self.arg(s.mask)}) " if s.mask is not None else ""
+        same = s.dtype == self._dtype(s.value)
+        if s.accumulate and same:  # Note [Scatters that add] in passes/schedule.py
+            self.lines.append(f"{ind}{where}{at} += {value};")
+            return
+        if s.accumulate:  # in float, rounded back
+            held = f"bf16_to_float({at})" if s.dtype == torch.bfloat16 else at
+            if s.dtype != torch.bfloat16:
+                held = f"static_cast<{compute_type(self._dtype(s.value))}>({at})"
+            value = f"{held} + {value}"
         if s.dtype == torch.bfloat16:
             value = f"float_to_bf16({value})"
         elif s.dtype != self._dtype(s.value):
             value = f"static_cast<{CPP_TYPES[s.dtype]}>({value})"
-        self.lines.append(f"{ind}{s.buffer}[{self.index(s.index)}] = {value};")
+        self.lines.append(f"{ind}{where}{at} = {value};")
 
     def _dtype(self, name: str) -> torch.dtype:
         return next(
@@ -1317,7 +1328,8 @@ class _Renderer:
             ind += "    "
         else:
             simd = "parallel for simd" if parallel else "simd"
-            lines.append(f"    #pragma omp {simd}")
+            if not _accumulates(k):  # its adds may meet at one element
+                lines.append(f"    #pragma omp {simd}")
             lines.append(f"    for (int64_t x = 0; x < {k.xnumel}; ++x) {{")
         plans = iter(self.plan.loops)
         for seg in segs:
@@ -1331,6 +1343,11 @@ class _Renderer:
             self.lines.append("        }")
         self.lines += ["    }", "}"]
         return "\n".join(self.lines) + "\n"
+
+
+def _accumulates(k: Kernel) -> bool:
+    """Whether `k` adds into elements it stores (Note [Scatters that add])."""
+    return any(isinstance(s, Store) and s.accumulate for s in k.body)
 
 
 def _cdiv(n, d: int):
@@ -1429,6 +1446,8 @@ def schedule(k: Kernel) -> CppSchedule:
     (a pointwise kernel's split, a tile of columns), the pieces a window's inner
     loop is split into, the values a row keeps on the stack, and for each loop
     over a row its lanes, chunks, groups and whether it prefetches the next."""
+    if _accumulates(k):  # Note [Scatters that add]: one add after another
+        return CppSchedule(False)
     parallel = size(k.xnumel) * size(k.rnumel) >= PARALLEL_MIN
     analysis = _Renderer(k, CppSchedule(parallel))  # nothing is written
     if across_rows(k):

@@ -518,6 +518,15 @@ class _Renderer:
             value = f"{value}.to({TRITON_DTYPES[s.dtype]})"
         index = self.index(s.index, store=True)
         mask = self.mask(s.level)
+        if s.accumulate:  # Note [Scatters that add] in passes/schedule.py
+            if s.mask is not None:
+                mask = f"{mask} & {s.mask}" if mask else s.mask
+            mask = f", mask={mask}" if mask else ""
+            self.lines.append(
+                f"{indent}tl.atomic_add({s.buffer} + {_group(index)}, {value}"
+                f'{mask}, sem="relaxed")'
+            )
+            return
         mask = f", {mask}" if mask else ""
         self.lines.append(
             f"{indent}tl.store({s.buffer} + {_group(index)}, {value}{mask})"

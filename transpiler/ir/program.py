@@ -72,6 +72,8 @@ class Store:
     value: str
     level: str
     dtype: torch.dtype  # the buffer's dtype
+    accumulate: bool = False  # added into the element (Note [Scatters that add])
+    mask: str | None = None  # a bool statement: stored only where it holds
 
 
 @dataclass(frozen=True)
@@ -332,9 +334,10 @@ def kernel_params(programs: list[Program]) -> dict[str, str]:
 
 def reads_writes(step: Step, program: Program) -> tuple[list[str], list[str]]:
     """The wrapper names a step of `program` reads and those it writes, in
-    argument order (an allocation reads nothing and writes its buffer)."""
+    argument order (an allocation writes its buffer, and reads the buffer whose
+    memory it takes, if any)."""
     if isinstance(step, Alloc):
-        return [], [step.buffer]
+        return [step.reuses] if step.reuses else [], [step.buffer]
     if isinstance(step, KernelCall):
         k = next(k for k in program.kernels if k.name == step.kernel)
         n = len(k.inputs)

@@ -28,10 +28,10 @@ from __future__ import annotations
 import torch
 
 from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
-from transpiler.ir.ops import GATHERS, UNSAFE_INDEX
+from transpiler.ir.ops import ATOMIC_TYPES, GATHERS, UNSAFE_INDEX
 from transpiler.ir.positions import bounds
-from transpiler.passes.decompose import ANY_ALL, any_all, one_per_row
-from transpiler.passes.fuse import gather_ok
+from transpiler.passes.decompose import ANY_ALL, adds_in_kernel, any_all, one_per_row
+from transpiler.passes.fuse import gather_ok, scatter_ok
 from transpiler.passes.retrace import SameOp, retrace
 
 every = any_all(ANY_ALL[torch.ops.aten.all.default])  # `all`, as kernels compute it
@@ -52,6 +52,11 @@ MESSAGES = {
         ("aten.scatter.value", "aten.scatter.src"),
         "scatter: index out of bounds for dimension {dim} with size {size}",
     ),
+    "aten.index_put.default": "index out of bounds for dimension {dim} with size "
+    "{size}",
+    "aten.index_add.default": "index out of range in self",
+    "aten.scatter_add.default": "scatter_add: index out of bounds for dimension "
+    "{dim} with size {size}",
 }
 
 # ops that decompose into an indirect load kernels compute (`x[idx]`, `gather`),
@@ -65,7 +70,13 @@ DECOMPOSED = {
 SCATTERS = dict.fromkeys(
     ("aten.scatter.value", "aten.scatter.src"), lambda args: tuple(args[:3])
 )
-READS = DECOMPOSED | SCATTERS
+# scatters that add, in kernels (Note [Scatters that add] in schedule.py): those
+# that decompose into `index_put`, whose indices must not be negative
+ADDS = dict.fromkeys(
+    ("aten.index_add.default", "aten.scatter_add.default"), lambda args: args[:3]
+)
+READS = DECOMPOSED | SCATTERS | ADDS
+PUT = "aten.index_put.default"
 
 
 def check_indices(graph: Graph) -> Graph:
@@ -80,6 +91,7 @@ def check_indices(graph: Graph) -> Graph:
         if n.target in DECOMPOSED
         or (gather_ok(n, nodes) and n.target != UNSAFE_INDEX)
         or _scatter_ok(n, nodes)
+        or _adds_ok(n, nodes)
     }
     if not checked:
         return graph
@@ -115,11 +127,11 @@ def check_indices(graph: Graph) -> Graph:
             in_range = (index >= low) & (index < size)
             if node.target == "aten.nll_loss_forward.default":  # or ignored
                 in_range = in_range | (index == _argument(node, args, 4, -100))
-            message = MESSAGES[node.target].format(dim=dim % x.dim(), size=size)
+            message = _message(node.target, dim % x.dim(), x.dim(), size)
             torch._assert_async(_every_in_parts(in_range), message)
         return SameOp(args, kwargs)
 
-    targets = (*GATHERS, *READS)
+    targets = (*GATHERS, *READS, PUT)
     return retrace(graph, rewrites={target: rewrite for target in targets})
 
 
@@ -133,6 +145,32 @@ def _scatter_ok(node: Node, nodes: dict[str, Node]) -> bool:
     if not all(isinstance(m, TensorMeta) for m in metas):
         return False
     return one_per_row(metas[0].shape, dim, metas[1].shape)
+
+
+def _message(target: str, dim: int, rank: int, size: int) -> str:
+    """Eager's message for an index out of range; `index_add` on the CPU raises
+    an IndexError along a 1-D tensor or a middle dimension, else a RuntimeError."""
+    if target == "aten.index_add.default" and rank > 1 and dim in (0, rank - 1):
+        return f"index_add: index out of bounds for dimension {dim} with size {size}"
+    return MESSAGES[target].format(dim=dim, size=size)
+
+
+def _adds_ok(node: Node, nodes: dict[str, Node]) -> bool:
+    """Whether `node` is a scatter that adds which kernels compute (on either
+    device: a check before a call into PyTorch is only redundant)."""
+    if node.target == PUT:
+        return any(scatter_ok(node, nodes, device) for device in ATOMIC_TYPES)
+    if node.target not in ADDS or len(node.args) < 4:
+        return False
+    x, dim, index, src = node.args[:4]
+    metas = [
+        nodes[r.name].meta if isinstance(r, Ref) else None for r in (x, index, src)
+    ]
+    if not all(isinstance(m, TensorMeta) for m in metas):
+        return False
+    x, index, src = metas
+    rank = 1 if node.target == "aten.index_add.default" else len(x.shape)
+    return adds_in_kernel(x, dim, index, src) and len(index.shape) == rank
 
 
 def _every_in_parts(ok: torch.Tensor) -> torch.Tensor:

@@ -28,6 +28,7 @@ from torch._decomp import get_decompositions
 
 from transpiler.ir.graph import Graph, Node
 from transpiler.ir.ops import (
+    ATOMIC_TYPES,
     POINTWISE,
     copies_that_may_alias,
     may_copy,
@@ -120,6 +121,15 @@ UPSAMPLE_NEAREST = (
 # of logits' size, then the scatter, then the kernel reading it). Its indices are
 # checked as eager's are (passes/check_indices.py). Other scatters stay whole.
 SCATTERS = (aten.scatter.value, aten.scatter.src)
+
+# `x.index_add(dim, index, src)` is `x.index_put([None] * dim + [index], src,
+# accumulate=True)`, and `x.scatter_add(dim, index, src)` is the same with an
+# index tensor for every dimension: `index` along `dim`, the positions along the
+# others. Both then run in the kernel of a scatter that adds (Note [Scatters that
+# add] in schedule.py), for the dtypes both backends add in kernels; neither
+# counts a negative index from the end, which passes/check_indices.py raises on.
+ADDS = (aten.index_add.default, aten.scatter_add.default)
+ADD_TYPES = tuple(t for t in ATOMIC_TYPES["cuda"] if t in ATOMIC_TYPES["cpu"])
 
 # Note [Pads and interpolation as gathers]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -246,6 +256,7 @@ DECOMPOSE = (
     aten.round.decimals,
     aten.pow.Tensor_Scalar,  # of bools by a bool: Note [Powers of bools]
     *SCATTERS,
+    *ADDS,
     *REFLECT_PADS,
     *REPLICATE_PADS,
     *INTERPOLATIONS,
@@ -316,6 +327,8 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     table[aten.conj_physical.default] = _real_conj
     for op in SCATTERS:
         table[op] = _scatter_as_select
+    table[aten.index_add.default] = _index_add_as_put
+    table[aten.scatter_add.default] = _scatter_add_as_put
     return table
 
 
@@ -342,6 +355,40 @@ def _scatter_as_select(x, dim, index, src):
     positions = torch.arange(x.shape[dim], device=x.device).view(shape)
     out = torch.where(positions == index, src, x)
     return out if out.dtype == x.dtype else NotImplemented
+
+
+def adds_in_kernel(x, dim, index, src) -> bool:
+    """Whether index_add or scatter_add of these (tensors or metas) runs in a
+    kernel, as a scatter that adds (see `ADDS`)."""
+    return (
+        x.dtype in ADD_TYPES
+        and src.dtype == x.dtype
+        and len(x.shape) > 0
+        and len(src.shape) == len(x.shape)
+        and all(n > 0 for n in index.shape)
+    )
+
+
+def _index_add_as_put(x, dim, index, src, *, alpha=1):
+    if not adds_in_kernel(x, dim, index, src) or index.dim() != 1:
+        return NotImplemented
+    if alpha != 1:
+        src = src * alpha
+    return aten.index_put.default(x, [None] * (dim % x.dim()) + [index], src, True)
+
+
+def _scatter_add_as_put(x, dim, index, src):
+    if not adds_in_kernel(x, dim, index, src) or index.dim() != x.dim():
+        return NotImplemented
+    dim = dim % x.dim()
+    indices = []
+    for d, n in enumerate(index.shape):
+        shape = [1] * x.dim()
+        shape[d] = n
+        at = torch.arange(n, device=x.device).view(shape)
+        indices.append(index if d == dim else at)
+    src = src[tuple(slice(0, n) for n in index.shape)]
+    return aten.index_put.default(x, indices, src, True)
 
 
 def _real_conj(x):

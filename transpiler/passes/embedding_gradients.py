@@ -13,21 +13,31 @@ vocabulary's size, the rows of the batch's tokens added into it, then the sum of
 the two tables: for GPT-2 three passes over a 154 MB table besides the matmul's.
 Adding the rows into the matmul's result instead (`index_put` with `accumulate`)
 gives the same sum, in another order of its terms, and reads and writes the rows
-of the batch's tokens alone once that call runs in place (Note [Extern calls in
-place] in passes/reuse_buffers.py). Only where nothing else reads the embedding's
-gradient, the sum has the table's shape and dtype, and the rows are not scaled by
+of the batch's tokens alone once it adds into the matmul's result in place (Note
+[Copies of dead buffers] in passes/reuse_buffers.py; Note [Extern calls in place]
+where it stays a call). Only where nothing else reads the embedding's gradient,
+the sum has the table's shape and dtype, and the rows are not scaled by
 frequency; a padding index's rows get nothing, as in eager.
+
+Any other embedding's gradient, not scaled by frequency, is PyTorch's
+decomposition: a zero-filled table in the gradient's compute dtype, the rows of
+valid tokens other than the padding index added into it (the mask of
+`_unsafe_masked_index_put_accumulate`), then cast to the gradient's dtype. The
+adding is the kernel of a scatter that adds (Note [Scatters that add] in
+passes/schedule.py), never reading the rows the mask leaves out.
 """
 
 from __future__ import annotations
 
 import torch
+from torch._decomp import decomposition_table, get_decompositions
 
 from transpiler.ir.graph import Graph, Node, Ref, iter_refs
 from transpiler.passes.retrace import retrace
 
 aten = torch.ops.aten
 BACKWARD = "aten.embedding_dense_backward.default"
+DECOMPOSITION = decomposition_table[aten.embedding_dense_backward.default]
 
 
 def embedding_gradients(graph: Graph) -> Graph:
@@ -54,7 +64,9 @@ def embedding_gradients(graph: Graph) -> Graph:
         for i, e in ((1, embedding_of(n.args[1])), (0, embedding_of(n.args[0])))
         if e is not None
     }
-    if not found:
+    tied = {e.name for _, e in found.values()}
+    alone = any(n.target == BACKWARD and n.name not in tied for n in graph.nodes)
+    if not found and not alone:
         return graph
     values: dict[str, object] = {}
 
@@ -73,7 +85,15 @@ def embedding_gradients(graph: Graph) -> Graph:
             g = torch.where((ids != padding).unsqueeze(-1), g, 0.0)
         return aten.index_put.default(table, [ids], g, True)
 
-    return retrace(graph, rewrites={"aten.add.Tensor": accumulate}, values=values)
+    def decomposed(node: Node, args, kwargs):
+        if node.name in tied or node.kwargs or len(args) != 5 or args[4]:
+            return NotImplemented
+        return DECOMPOSITION(*args)
+
+    rewrites = {"aten.add.Tensor": accumulate, BACKWARD: decomposed}
+    # the zero-filled table: `full`, which kernels compute
+    zeros = get_decompositions([aten.new_zeros.default])
+    return retrace(graph, rewrites=rewrites, decompositions=zeros, values=values)
 
 
 __all__ = ["embedding_gradients"]

@@ -47,16 +47,20 @@ result written.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
 from transpiler.ir.ops import (
+    ACCUMULATES,
+    ATOMIC_TYPES,
     FLOAT_TYPES,
     GATHERS,
     INDEX_TYPES,
     INTEGER_ONLY,
+    MASKED_PUT,
     MOVEMENT,
     POINTWISE,
     RANGES,
@@ -102,7 +106,7 @@ class Fusion:
 CAST_KWARGS = {"dtype", "layout", "device", "pin_memory"}
 
 
-def classify(node: Node, nodes: dict[str, Node]) -> str:
+def classify(node: Node, nodes: dict[str, Node], device: str = "cpu") -> str:
     if node.op in ("input", "param"):
         return "buffer"
     if node.op in ("fallback", "loop"):  # run as they are, between the kernels
@@ -120,6 +124,8 @@ def classify(node: Node, nodes: dict[str, Node]) -> str:
         return "reduction"
     if scan_ok(node, nodes):
         return "scan"
+    if scatter_ok(node, nodes, device):
+        return "scatter"
     return "extern"
 
 
@@ -231,6 +237,76 @@ def gather_ok(node: Node, nodes: dict[str, Node]) -> bool:
     )
 
 
+def put_parts(node: Node) -> tuple | None:
+    """(x, indices, values, mask) of a scatter that adds (`ACCUMULATES`), mask
+    None for `index_put`; None for another op, or an `index_put` that writes."""
+    if node.target == MASKED_PUT and len(node.args) == 4 and not node.kwargs:
+        x, mask, indices, values = node.args
+        return x, indices, values, mask
+    if node.target != ACCUMULATES[0]:
+        return None
+    given = bind_args(node.target, node.args, node.kwargs)
+    if not given.get("accumulate", False):
+        return None
+    return given["self"], given["indices"], given["values"], None
+
+
+def put_shape(node: Node, nodes: dict[str, Node]) -> tuple[int, ...]:
+    """The shape of `x[indices]` for scatter `node`: where its values go, one
+    kernel position each (Note [Scatters that add] in schedule.py)."""
+    x, indices, _, _ = put_parts(node)
+    meta = nodes[x.name].tensor_meta
+    at = tuple(
+        (
+            slice(None)
+            if i is None
+            else torch.empty(nodes[i.name].tensor_meta.shape, dtype=torch.int64)
+        )
+        for i in indices
+    )
+    return tuple(torch.empty(meta.shape, device="meta")[at].shape)
+
+
+def scatter_ok(node: Node, nodes: dict[str, Node], device: str = "cpu") -> bool:
+    """Whether a kernel computes scatter `node` (Note [Scatters that add] in
+    schedule.py): static shapes, a dtype the device adds atomically, index
+    tensors of integers, values (and a mask) broadcasting to `x[indices]`."""
+    parts = put_parts(node)
+    meta = node.meta
+    if parts is None or not isinstance(meta, TensorMeta) or meta.numel == 0:
+        return False
+    x, indices, values, mask = parts
+    if meta.dtype not in ATOMIC_TYPES.get(device, ()):
+        return False
+    tensors = [x, values, *(i for i in indices if i is not None)]
+    tensors += [mask] if mask is not None else []
+    if not all(isinstance(t, Ref) for t in tensors):
+        return False
+    metas = [nodes[t.name].meta for t in tensors]
+    if not all(
+        isinstance(m, TensorMeta) and all(isinstance(n, int) for n in m.shape)
+        for m in (meta, *metas)
+    ):
+        return False
+    x_meta, v_meta, *i_metas = metas
+    if mask is not None:
+        *i_metas, m_meta = i_metas
+        if m_meta.dtype != torch.bool:
+            return False
+    if not x_meta.shape or x_meta.dtype != meta.dtype or v_meta.dtype != meta.dtype:
+        return False
+    if not i_metas or len(indices) > len(x_meta.shape):
+        return False
+    if any(m.dtype not in INDEX_TYPES or m.numel == 0 for m in i_metas):
+        return False
+    try:
+        shape = put_shape(node, nodes)
+        reads = [v_meta.shape] + ([m_meta.shape] if mask is not None else [])
+        return all(torch.broadcast_shapes(r, shape) == shape for r in reads)
+    except (IndexError, RuntimeError):
+        return False
+
+
 def reduced_dims(node: Node, nodes: dict[str, Node]) -> list[int]:
     """The dimensions of its input a reduction node reduces, sorted; a scan's one
     dimension (a scan's rows are those of a reduction along it)."""
@@ -330,6 +406,7 @@ class _State:
         self.reads: set[str] = set()  # buffers the group's kernel loads
         self.order: tuple[int, ...] = ()  # Note [Reduction order]
         self.shape: tuple[int, ...] = ()  # ... of the values at level "r" if any
+        self.scatter = False  # a scatter's kernel: it alone (Note [Scatters that add])
 
     def reduce(self, node: Node, nodes: dict[str, Node]) -> None:
         """Make this the group of reduction (or scan) `node`."""
@@ -410,7 +487,7 @@ def fuse(
     """`graph`'s nodes in kernels. A node of `alone` joins only the kernel of
     another it reads (its reader's kernel takes them in: passes/rematerialize.py)."""
     nodes = graph.by_name()
-    kinds = {n.name: classify(n, nodes) for n in graph.nodes}
+    kinds = {n.name: classify(n, nodes, device) for n in graph.nodes}
     _mark_inlined(graph, kinds, windows=device == "cuda")
     ancestors = _ancestors(graph)
     groups: list[_State] = []
@@ -424,6 +501,14 @@ def fuse(
             g = groups[group_of[node.args[0].name]]
             g.nodes.append(node.name)
             group_of[node.name] = g.id
+        if kind == "scatter":  # a kernel of its own, over `x[indices]`
+            g = _State(len(groups), node, math.prod(put_shape(node, nodes)), 1)
+            g.scatter = True
+            groups.append(g)
+            group_of[node.name] = g.id
+            producers = {group_of.get(resolve(r, nodes, kinds)[2]) for r in node.refs()}
+            reads_from[g.id] = producers - {None}
+            continue
         if kind not in KERNEL_KINDS:
             continue
         best, best_score = None, 0
@@ -737,7 +822,7 @@ def _mergeable(g: _State, into: _State, nodes, kinds, reads_from, ancestors) -> 
     The kernels it reads must not read `into`. A reduction `g` over the same rows as
     reduction `into` must read only kernels `into` reads, so that `into`'s place
     in the program follows them (Note [Sibling reductions])."""
-    if not g.nodes:
+    if not g.nodes or g.scatter or into.scatter:
         return False
     if g.rnumel == 1:
         at = level(into, g.rows)
@@ -864,6 +949,8 @@ def can_fuse(
     g: _State, node: Node, nodes, kinds, group_of, ancestors, reads_from=None
 ) -> bool:
     """Is it legal to compute `node` in group `g`'s kernel?"""
+    if g.scatter:
+        return False
     members = set(g.nodes)
     for r in sources(node, nodes, kinds):  # a kernel it reads must not read this one
         producer = group_of.get(resolve(r, nodes, kinds)[2])

@@ -70,6 +70,14 @@ def hoist_constants(program: Program) -> Program:
     kernels = {k.name: k for k in program.kernels}
     constant = {name for name, _, _ in program.params}
     returned = _returned(program)
+    # a buffer two steps write (a scatter adds into its copy) is not computed
+    # once: the second write reads what the first wrote
+    written: dict[str, int] = {}
+    for step in program.steps:
+        if not isinstance(step, Alloc):
+            for name in reads_writes(step, program)[1]:
+                written[name] = written.get(name, 0) + 1
+    returned |= {name for name, n in written.items() if n > 1}
     found: list[str] = []
     computes = False  # a kernel or an op, not views alone: worth keeping
     for step in program.steps:

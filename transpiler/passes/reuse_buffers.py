@@ -43,6 +43,17 @@ all of it) that nothing reads after the call, by the rules above, and the result
 is laid out as it is:
 the copy is never made (Note [Tied embeddings] in passes/embedding_gradients.py).
 On both backends: the op is PyTorch's.
+
+Note [Copies of dead buffers]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A kernel that only copies a buffer (each element loaded and stored at the same
+index, in the same dtype) into a buffer of the same layout is dropped where the
+buffer it copies is memory the program allocated that nothing reads after the
+copy, by the rules above: the copy takes that memory, as it is. A scatter that
+adds writes such a copy of the tensor it adds into before adding (Note
+[Scatters that add] in passes/schedule.py): an embedding's gradient added into
+the output layer's (Note [Tied embeddings]) adds into the matmul's result. On
+both backends.
 """
 
 from __future__ import annotations
@@ -85,6 +96,59 @@ def reinplace_externs(region: CompiledRegion) -> CompiledRegion:
         return region
     program = _reinplace(region.program, frozenset(region.live_outs))
     return replace(region, program=program)
+
+
+def drop_dead_copies(region: CompiledRegion) -> CompiledRegion:
+    """`region` with each kernel copying a dead buffer dropped, the copy taking
+    the buffer's memory (Note [Copies of dead buffers])."""
+    if region.cond is not None or region.loops:
+        return region
+    p = region.program
+    kernels = {k.name: k for k in p.kernels}
+    steps = list(p.steps)
+    shares, owned = _ownership(p, steps, frozenset(region.live_outs))
+    allocs = {s.buffer: i for i, s in enumerate(steps) if isinstance(s, Alloc)}
+    dropped: set[int] = set()
+    for i, step in enumerate(steps):
+        if not isinstance(step, KernelCall) or not _copies(kernels[step.kernel]):
+            continue
+        src, out = step.args
+        if allocs.get(out, i) >= i or owned.get(src) != steps[allocs[out]].meta:
+            continue
+        if shares.dead_after(src, i) and not shares.same(src, out):
+            steps[allocs[out]] = replace(steps[allocs[out]], reuses=src)
+            shares.join(src, out)
+            dropped.add(i)
+    if not dropped:
+        return region
+    steps = [s for i, s in enumerate(steps) if i not in dropped]
+    called = {s.kernel for s in steps if isinstance(s, KernelCall)}
+    program = replace(
+        p,
+        steps=tuple(steps),
+        kernels=tuple(k for k in p.kernels if k.name in called),
+    )
+    return replace(region, program=program)
+
+
+def _copies(k: Kernel) -> bool:
+    """Whether `k` copies its one input into its one output, element for element
+    at the same index, in one dtype."""
+    if len(k.inputs) != 1 or len(k.outputs) != 1 or k.rnumel != 1 or k.matmul:
+        return False
+    if k.inputs[0].dtype != k.outputs[0].dtype or len(k.body) != 2:
+        return False
+    load, store = k.body
+    return (
+        isinstance(load, Stmt)
+        and isinstance(store, Store)
+        and load.op == "load"
+        and len(load.args) == 2
+        and store.value == load.name
+        and store.index == load.args[1]
+        and not store.accumulate
+        and store.mask is None
+    )
 
 
 def _reinplace(p: Program, live_outs: frozenset[str]) -> Program:
@@ -256,4 +320,4 @@ def _needs(k: Kernel) -> dict[str, set[str]]:
     return needs
 
 
-__all__ = ["reuse_buffers"]
+__all__ = ["drop_dead_copies", "reinplace_externs", "reuse_buffers"]

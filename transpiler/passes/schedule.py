@@ -74,6 +74,34 @@ value across the row: Triton scans a block (`tl.cumsum`) and adds the carry, the
 last element of the block before; C++ keeps it in a register, in double for
 floats as eager's CPU kernel does, and adds a group of elements' own running sum
 to it so that the loop waits for one add per group, not one per element.
+
+Note [Scatters that add]
+~~~~~~~~~~~~~~~~~~~~~~~~
+`x.index_put(indices, v, accumulate=True)` adds each value of `v` (broadcast to
+the shape of `x[indices]`) into the element of a copy of `x` that its position
+indexes; repeated indices add up. `index_add` and `scatter_add` decompose into
+it (passes/decompose.py), and an embedding's gradient into its masked twin,
+`_unsafe_masked_index_put_accumulate`, which adds only where a mask holds
+(passes/embedding_gradients.py). It is a kernel of its own (kind "scatter" in
+fuse.py; nothing joins it) over the positions of `x[indices]`: the indices
+loaded there (a negative one counted from the end, as `x[indices]` counts it),
+the value, and an add of the value into the result at the address they give,
+masked to indices in range and to the mask if any. passes/check_indices.py
+raises on an index out of range before, on a GPU asynchronously: the mask is
+what keeps the kernel inside the tensor. Before it a kernel writes the copy of
+`x`; none where `x` is memory that nothing reads after (Note [Copies of dead
+buffers] in passes/reuse_buffers.py): the matmul's result a tied embedding's
+gradient adds into, a zero-filled table.
+
+On a GPU several programs may add into one element at once: `tl.atomic_add`
+(relaxed: only the sums are read, after the kernel), for the dtypes Triton adds
+atomically (`ATOMIC_TYPES` in ir/ops.py; bf16 and int64 stay calls into
+PyTorch). The order of a float sum's terms then varies from run to run, as it
+does in eager's `index_add` on CUDA (eager's `index_put` and embedding backward
+sort the indices instead; Inductor adds atomically too). The C++ kernel adds one
+value after another in the order of the positions, on one thread, as eager's
+CPU kernel of `index_put` does, with no `omp simd` (two adds may meet at one
+element); a bf16 or f16 element is rounded after each add, as there.
 """
 
 from __future__ import annotations
@@ -127,6 +155,8 @@ from transpiler.passes.fuse import (
     KERNEL_KINDS,
     Fusion,
     Group,
+    put_parts,
+    put_shape,
     reduction_spec,
     resolve,
     sources,
@@ -139,26 +169,32 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
     units = _units(graph, fusion, nodes)
     steps: list = []
     kernels: list[Kernel] = []
+
+    def launch(kernel: Kernel, allocate: bool = True) -> None:
+        key = body_key(kernel)
+        name, _ = names.name_for(kernel.name, key)
+        kernel = Kernel(
+            name,
+            *(
+                getattr(kernel, f)
+                for f in ("xnumel", "rnumel", "inputs", "outputs", "body", "spans")
+            ),
+        )
+        # every kernel it calls, those an earlier program named too (the
+        # module writes each once: the first program's)
+        if all(k.name != name for k in kernels):
+            kernels.append(readable_params(kernel, nodes))
+        for out in kernel.outputs if allocate else ():
+            steps.append(Alloc(out.buffer, nodes[out.buffer].tensor_meta))
+        args = tuple(a.buffer for a in kernel.inputs + kernel.outputs)
+        steps.append(KernelCall(name, args, kernel.spans))
+
     for unit in _toposort(units, graph, fusion, nodes):
         if isinstance(unit, Group):
-            kernel = KernelBuilder(unit, fusion, nodes).build()
-            key = body_key(kernel)
-            name, _ = names.name_for(kernel.name, key)
-            kernel = Kernel(
-                name,
-                *(
-                    getattr(kernel, f)
-                    for f in ("xnumel", "rnumel", "inputs", "outputs", "body", "spans")
-                ),
-            )
-            # every kernel it calls, those an earlier program named too (the
-            # module writes each once: the first program's)
-            if all(k.name != name for k in kernels):
-                kernels.append(readable_params(kernel, nodes))
-            for out in kernel.outputs:
-                steps.append(Alloc(out.buffer, nodes[out.buffer].tensor_meta))
-            args = tuple(a.buffer for a in kernel.inputs + kernel.outputs)
-            steps.append(KernelCall(name, args, kernel.spans))
+            scatter = fusion.kinds[unit.nodes[0]] == "scatter"
+            if scatter:  # Note [Scatters that add]: the copy it adds into, first
+                launch(copy_kernel(nodes[unit.nodes[0]], fusion, nodes))
+            launch(KernelBuilder(unit, fusion, nodes).build(), allocate=not scatter)
         else:
             node = nodes[unit]
             call = STEP_KINDS.get(node.op, ExternCall)
@@ -180,7 +216,9 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
         if n.op == "param"
     )
     kernel_ops = sum(
-        fusion.kinds[n] in KERNEL_KINDS for g in fusion.groups for n in g.nodes
+        fusion.kinds[n] in (*KERNEL_KINDS, "scatter")
+        for g in fusion.groups
+        for n in g.nodes
     ) + sum(kind == "inline" for kind in fusion.kinds.values())
     return Program(
         inputs, params, tuple(steps), tuple(kernels), graph.outputs, kernel_ops
@@ -260,6 +298,10 @@ def _toposort(units: list, graph: Graph, fusion: Fusion, nodes) -> list:
     return order
 
 
+# ops whose scatters that add are named after them (Note [Scatters that add])
+NAMED_ADDS = ("index_add", "scatter_add", "embedding_dense_backward")
+
+
 class KernelBuilder:
     """Builds one kernel's statements from a group, reading and writing buffers."""
 
@@ -290,6 +332,9 @@ class KernelBuilder:
                 self.reduction(node)
             elif kind == "scan":
                 self.values[name] = self.scan(node)
+            elif kind == "scatter":
+                self.scatter(node)
+                continue
             if name in self.fusion.realized:
                 self.store(node)
         spans = []
@@ -314,6 +359,8 @@ class KernelBuilder:
             if node.target == "getitem":
                 continue
             label = node.origin or node.target.split(".")[1]
+            if self.fusion.kinds[name] == "scatter" and label not in NAMED_ADDS:
+                label = "index_put"  # not the `add` a tied embedding's came from
             label = label.lstrip("_")
             if label not in labels:
                 labels.append(label)
@@ -552,7 +599,7 @@ class KernelBuilder:
             indices = [(node.args[2], dim, list(range(len(x_shape))))]
             x_at = [None if d == dim else d for d in range(len(x_shape))]
         else:
-            indices, x_at = self.index_places(node)
+            indices, x_at = self.index_places(x, node.args[1])
         loaded, ok = [], None
         for index, dim, index_at in indices:
             i = self.placed_load(index, shape, level, index_at)
@@ -578,15 +625,15 @@ class KernelBuilder:
         value = self.gathered(x, shape, level, x_at, tuple(loaded), ok)
         return self.cast(value, compute_dtype(meta.dtype), level)
 
-    def index_places(self, node: Node) -> tuple[list, list]:
+    def index_places(self, x: Ref, given: list) -> tuple[list, list]:
         """Where `x[i0, i1, ...]`'s index tensors and `x` are read (Note [Indirect
         loads]): for each index tensor, the dimension of x it indexes and the
         result's dimension each of its own is at; for each dimension of x, the
         result's dimension it is at, None for an indexed one. The index tensors
         broadcast together into the result's dimensions where the first of them
         is, if they are neighbours in x, else first of all, as torch places them."""
-        x_rank = len(self.nodes[node.args[0].name].tensor_meta.shape)
-        tensors = [(d, t) for d, t in enumerate(node.args[1]) if t is not None]
+        x_rank = len(self.nodes[x.name].tensor_meta.shape)
+        tensors = [(d, t) for d, t in enumerate(given) if t is not None]
         dims = [d for d, _ in tensors]
         ranks = [len(self.nodes[t.name].tensor_meta.shape) for _, t in tensors]
         width = max(ranks)
@@ -770,6 +817,53 @@ class KernelBuilder:
         undefined = self.emit("isnan", (error,), torch.bool, "x")
         return self.emit("where", (undefined, mean, corrected), dtype, "x"), ss
 
+    def scatter(self, node: Node) -> None:
+        """Scatter `node` (Note [Scatters that add]): at each position of
+        `x[indices]`, the value there added into the element of the result it
+        indexes, the copy of `x` written before. An index out of range (which
+        passes/check_indices.py raises on) adds nothing, nor does a value
+        the mask leaves out."""
+        x, given, values, mask = put_parts(node)
+        meta = node.tensor_meta
+        shape, level = put_shape(node, self.nodes), "x"
+        dtype = compute_dtype(meta.dtype)
+        indices, x_at = self.index_places(x, list(given))
+        value = self.cast(self.operand(values, shape, level), dtype, level)
+        ok = None if mask is None else self.operand(mask, shape, level)
+        terms = []
+        for index, dim, index_at in indices:
+            i = self.cast(
+                self.placed_load(index, shape, level, index_at), torch.int64, level
+            )
+            size = meta.shape[dim]
+            zero, n = Const(0, torch.int64), Const(size, torch.int64)
+            below = self.emit("lt", (i, zero), torch.bool, level)
+            wrapped = self.emit("add", (i, n), torch.int64, level)
+            i = self.emit("where", (below, wrapped, i), torch.int64, level)
+            low = self.emit("ge", (i, zero), torch.bool, level)
+            high = self.emit("lt", (i, n), torch.bool, level)
+            within = self.emit("logical_and", (low, high), torch.bool, level)
+            ok = (
+                within
+                if ok is None
+                else self.emit("logical_and", (ok, within), torch.bool, level)
+            )
+            terms.append((i, dim))
+        stride = [0] * len(shape)
+        for d, p in enumerate(x_at):
+            if p is not None and meta.shape[d] != 1:
+                stride[p] = meta.stride[d]
+        placed = TensorMeta(shape, tuple(stride), 0, meta.dtype)
+        index = self.index(shape, level, placed, 0)
+        for i, dim in terms:
+            term = Term(i, 1, meta.shape[dim], meta.stride[dim])
+            index = Index(index.offset, (*index.terms, term))
+        param = "out_ptr0"
+        self.outputs.append(KernelArg(param, node.name, meta.dtype))
+        self.body.append(
+            Store(param, index, value, level, meta.dtype, accumulate=True, mask=ok)
+        )
+
     def store(self, node: Node) -> None:
         meta = node.tensor_meta
         level = self.level_of(meta.numel)
@@ -777,6 +871,31 @@ class KernelBuilder:
         self.outputs.append(KernelArg(param, node.name, meta.dtype))
         index = self.index(meta.shape, level, meta, 0)
         self.body.append(Store(param, index, self.values[node.name], level, meta.dtype))
+
+
+def copy_kernel(node: Node, fusion: Fusion, nodes: dict[str, Node]) -> Kernel:
+    """The kernel writing scatter `node`'s result as a copy of the `x` it adds
+    into (Note [Scatters that add])."""
+    x = put_parts(node)[0]
+    meta = node.tensor_meta
+    rank = len(meta.shape)
+    group = Group(-1, (), meta.numel, 1, tuple(range(rank)))
+    b = KernelBuilder(group, fusion, nodes)
+    value = b.cast(b.operand(x, meta.shape, "x"), compute_dtype(meta.dtype), "x")
+    if not isinstance(value, str):  # a number: x is a constant's fill
+        value = b.emit("identity", (value,), compute_dtype(meta.dtype), "x")
+    b.outputs.append(KernelArg("out_ptr0", node.name, meta.dtype))
+    index = b.index(meta.shape, "x", meta, 0)
+    b.body.append(Store("out_ptr0", index, value, "x", meta.dtype))
+    return Kernel(
+        "fused_copy",
+        meta.numel,
+        1,
+        tuple(b.inputs.values()),
+        tuple(b.outputs),
+        tuple(b.body),
+        (node.span,) if node.span is not None else (),
+    )
 
 
 # The step a node of the graph is, other than an ATen op's call (an ExternCall)

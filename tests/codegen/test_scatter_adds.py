@@ -1,0 +1,251 @@
+"""Scatters that add, in kernels (Note [Scatters that add] in passes/schedule.py).
+
+`index_put(..., accumulate=True)` with one or several index tensors (neighbours or
+apart, broadcasting, negative, repeated), values broadcast over what they index,
+`index_add` along each dimension (with `alpha`), `scatter_add` with an index
+smaller than its source, integer counts, and an embedding's gradient (with a
+padding index, and added into a tied output layer's): compared with eager on both
+backends, outputs and inputs after the call. Each adds in a kernel: no call into
+PyTorch is left (a bf16 scatter on the GPU, which Triton cannot add atomically,
+stays one), a GPU kernel adds atomically, and the copy of a buffer nothing reads
+after is not made (Note [Copies of dead buffers]). Indices out of range raise, as
+eager's ops do.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from tests.compile_helpers import compile_source
+from tests.devices import REAL_GPU
+
+SOURCE = """
+import torch
+
+aten = torch.ops.aten
+
+
+def put_rows(x, i, v):
+    return x.index_put((i,), v, accumulate=True) * 2
+
+
+def put_apart(x, i, j, v):
+    # index tensors apart: their dimension first
+    return aten.index_put(x.relu(), [i, None, j], v, True)
+
+
+def put_neighbours(x, i, j, v):
+    # neighbours broadcasting together ([3, 1] and [1, 4]), values broadcast
+    return aten.index_put(x, [None, i, j], v, True) + 1
+
+
+def put_into_input(x, i, v):
+    # the copy of an input is made: the caller's tensor is not written
+    return x.index_put((i,), v.exp(), accumulate=True), x
+
+
+def index_adds(x, i, a, b, c):
+    return (
+        x.index_add(0, i, a),
+        x.index_add(1, i, b, alpha=0.5),
+        x.index_add(-1, i[:3], c) - x,
+    )
+
+
+def scatter_adds(x, i0, i1, src):
+    return (
+        torch.zeros(5, 7).scatter_add(0, i0, src),
+        x.scatter_add(1, i1, src),  # an index smaller than src
+    )
+
+
+def counts(ids, w):
+    n = torch.zeros(10, dtype=torch.int32)
+    return n.index_add(0, ids, torch.ones_like(ids, dtype=torch.int32)), w * 2
+
+
+def halves(x, i, v):
+    return x.index_put((i,), v, accumulate=True)
+
+
+def embedding_grad(g, ids):
+    return (
+        aten.embedding_dense_backward(g, ids, 12, -1, False),
+        aten.embedding_dense_backward(g, ids, 12, 3, False) * 2,
+    )
+
+
+def tied_grad(g, ids, a, b):
+    # the output layer's gradient plus the embedding's: added into the matmul
+    return a @ b + aten.embedding_dense_backward(g, ids, 12, -1, False)
+"""
+
+
+def inputs() -> dict:
+    gen = torch.Generator().manual_seed(5)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=gen)
+
+    return {
+        "put_rows": {
+            "x": randn(6, 5),
+            "i": torch.tensor([0, 2, 2, -1, 5, 0, -6]),
+            "v": randn(7, 5),
+        },
+        "put_apart": {
+            "x": randn(6, 3, 5),
+            "i": torch.tensor([0, 2, 2, -1]),
+            "j": torch.tensor([1, 1, 4, 0]),
+            "v": randn(4, 3),
+        },
+        "put_neighbours": {
+            "x": randn(2, 4, 5),
+            "i": torch.tensor([[0], [3], [0]]),
+            "j": torch.tensor([[1, -1, 4, 1]], dtype=torch.int32),
+            "v": randn(3, 4),
+        },
+        "put_into_input": {
+            "x": randn(4, 3),
+            "i": torch.tensor([3, 3, 3, 0, 1]),
+            "v": randn(5, 3),
+        },
+        "index_adds": {
+            "x": randn(5, 5),
+            "i": torch.tensor([4, 0, 4, 2, 1]),
+            "a": randn(5, 5),
+            "b": randn(5, 5),
+            "c": randn(5, 3),
+        },
+        "scatter_adds": {
+            "x": randn(4, 7),
+            "i0": torch.randint(0, 5, (3, 7), generator=gen),
+            "i1": torch.randint(0, 7, (4, 5), generator=gen),
+            "src": randn(4, 7),
+        },
+        "counts": {
+            "ids": torch.tensor([1, 3, 3, 9, 0, 3, 1, 1]),
+            "w": randn(3),
+        },
+        # whole numbers: exact in any order of the adds
+        "halves": {
+            "x": torch.randint(-8, 8, (4, 6), generator=gen).half(),
+            "i": torch.tensor([1, 1, 3, 0, 1]),
+            "v": torch.randint(-8, 8, (5, 6), generator=gen).half(),
+        },
+        "embedding_grad": {
+            "g": randn(2, 5, 4),
+            "ids": torch.tensor([[3, 1, 1, 11, 0], [3, 7, 1, 0, 3]]),
+        },
+        "tied_grad": {
+            "g": randn(2, 5, 4),
+            "ids": torch.tensor([[3, 1, 1, 11, 0], [3, 7, 1, 0, 3]]),
+            "a": randn(12, 6),
+            "b": randn(6, 4),
+        },
+    }
+
+
+BF16 = {  # whole numbers: exact in any order of the adds
+    "x": torch.arange(-12, 12).view(4, 6).bfloat16(),
+    "i": torch.tensor([1, 1, 3, 0, 1]),
+    "v": torch.arange(30).view(5, 6).bfloat16() - 14,
+}
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    cases = {**inputs(), "halves_bf16": BF16}
+    source = SOURCE + "\n\nhalves_bf16 = halves\n"
+    return compile_source(source, cases, tmp_path_factory.mktemp("scatter_adds"))
+
+
+CALLS = ("index_put", "index_add", "scatter_add", "embedding_dense_backward")
+
+
+def _calls(side: str) -> list[str]:
+    return [
+        line
+        for line in side.splitlines()
+        if "torch.ops.aten." in line and any(f".{c}" in line for c in CALLS)
+    ]
+
+
+@pytest.mark.parametrize("name", list(inputs()))
+def test_scatters_add_in_kernels(compiled, name: str) -> None:
+    case = compiled[name]
+    case.check(inputs()[name], dtype=torch.float32)  # halves: whole numbers
+    assert not _calls(case.cpu_source), case.cpu_source
+    assert not _calls(case.cuda_source), case.cuda_source
+    assert "tl.atomic_add(" in _kernels(case, "triton"), case.triton_text
+    # C++ adds each value into its element, in order
+    adds = r"(\w+)\[([^\]]+)\] (\+= |= .*\1\[\2\])"
+    assert re.search(adds, _kernels(case, "cpp")), case.cpp_text
+
+
+def _kernels(case, backend: str) -> str:
+    """The text of the kernels `case`'s variant for `backend` calls."""
+    if backend == "triton":
+        names = re.findall(r"_triton\.(\w+)\[", case.cuda_source)
+        text, start = case.triton_text, "def {}("
+    else:
+        names = re.findall(r'_cpp\.function\("(\w+)"', case.cpu_source)
+        text, start = case.cpp_text, "void {}("
+    out = []
+    for name in names:
+        at = text.index(start.format(name))
+        end = text.find("\n}\n" if backend == "cpp" else "\n\n\n", at)
+        out.append(text[at : end if end >= 0 else None])
+    return "\n".join(out)
+
+
+def test_bf16_adds_in_a_cpu_kernel_and_calls_on_the_gpu(compiled) -> None:
+    """Triton adds no bf16 atomically: the GPU calls PyTorch, the CPU kernel
+    adds in float, rounding each sum to bf16 as eager does."""
+    case = compiled["halves_bf16"]
+    case.check(BF16, dtype=torch.float32)
+    assert not _calls(case.cpu_source), case.cpu_source
+    assert _calls(case.cuda_source), case.cuda_source
+
+
+def test_copies_of_dead_buffers_are_not_made(compiled) -> None:
+    """The relu and the matmul are not read after the scatter: it adds into
+    them (Note [Copies of dead buffers]); an input is copied first."""
+    for name in ("put_apart", "tied_grad"):
+        for side in (compiled[name].cpu_source, compiled[name].cuda_source):
+            assert "fused_copy" not in side, side
+    for side in (
+        compiled["put_into_input"].cpu_source,
+        compiled["put_into_input"].cuda_source,
+    ):
+        assert "fused_copy" in side, side
+
+
+@pytest.mark.parametrize(
+    ("name", "bad"),
+    [
+        ("put_rows", {"i": torch.tensor([0, 2, 2, -1, 6, 0, 1])}),
+        ("put_rows", {"i": torch.tensor([0, 2, 2, -7, 5, 0, 1])}),
+        ("put_neighbours", {"j": torch.tensor([[1, -1, 5, 1]], dtype=torch.int32)}),
+        ("index_adds", {"i": torch.tensor([4, 0, 5, 2, 1])}),
+        ("index_adds", {"i": torch.tensor([4, 0, -1, 2, 1])}),
+        ("scatter_adds", {"i1": torch.full((4, 5), 7)}),
+        ("scatter_adds", {"i0": torch.full((3, 7), -1)}),
+        ("counts", {"ids": torch.tensor([1, 3, 3, 10, 0, 3, 1, 1])}),
+    ],
+)
+def test_index_out_of_range_raises(compiled, name: str, bad: dict) -> None:
+    """Eager raises (an IndexError, or scatter_add's RuntimeError); so does each
+    variant, the same type, before anything is added outside the tensor."""
+    args = {**inputs()[name], **bad}
+    with pytest.raises((IndexError, RuntimeError)) as eager_error:
+        compiled[name].eager(**args)
+    variants = [compiled[name].cpu]
+    if not REAL_GPU:  # a device-side assert would end the CUDA context
+        variants.append(compiled[name].cuda)
+    for variant in variants:
+        with pytest.raises(eager_error.type):
+            variant(**{k: v.clone() for k, v in args.items()})
