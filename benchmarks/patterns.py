@@ -162,6 +162,18 @@ def quant_scale(inputs: dict, gen: torch.Generator) -> None:
     inputs["scale"] = inputs["scale"].abs() * 0.01 + 1e-3
 
 
+def rows_of(index: str, table: str) -> Callable[[dict, torch.Generator], None]:
+    """Draws `index` uniformly over the rows of `table` (routed tokens, edges'
+    destination nodes), as many rows as the device's shape has."""
+
+    def draw(inputs: dict, gen: torch.Generator) -> None:
+        old, rows = inputs[index], inputs[table].shape[0]
+        new = torch.randint(0, rows, old.shape, generator=gen)
+        inputs[index] = new.to(device=old.device, dtype=old.dtype)
+
+    return draw
+
+
 # ----------------------------------------------------------------------- cases
 
 
@@ -390,6 +402,20 @@ PATTERNS = [
     Pattern(
         "reflect_pad_relu", "reflect_pad_relu",
         {"x": "f32[16,256,64,64]"}, {"x": "f32[4,256,64,64]"},
+    ),
+    Pattern(
+        "moe_combine", "moe_combine",
+        {"hidden": "f32[8192,4096]", "expert_out": "f32[16384,4096]",
+         "token_idx": "i64[16384]", "weights": "f32[16384]"},
+        {"hidden": "f32[1024,1024]", "expert_out": "f32[2048,1024]",
+         "token_idx": "i64[2048]", "weights": "f32[2048]"},
+        prepare=rows_of("token_idx", "hidden"),
+    ),
+    Pattern(
+        "scatter_sum_messages", "scatter_sum_messages",
+        {"x": "f32[100000,64]", "messages": "f32[1000000,64]", "dst": "i64[1000000]"},
+        {"x": "f32[10000,64]", "messages": "f32[100000,64]", "dst": "i64[100000]"},
+        prepare=rows_of("dst", "x"),
     ),
     Pattern(
         "l2_normalize", "l2_normalize",

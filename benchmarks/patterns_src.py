@@ -432,3 +432,22 @@ def bilinear_upsample_add(top, lateral):
 def reflect_pad_relu(x):
     # CycleGAN / pix2pix ResNet generator: ReLU, then a reflection pad before a conv
     return F.pad(F.relu(x), (1, 1, 1, 1), mode="reflect")
+
+
+# ---------------------------------------------------------------- scatters that add
+
+
+def moe_combine(hidden, expert_out, token_idx, weights):
+    # Mixtral / Qwen2-MoE sparse block: each routed token's expert output, scaled by
+    # its routing weight, added back into its token's row, then the residual
+    combined = torch.zeros_like(hidden).index_add_(
+        0, token_idx, expert_out * weights[:, None]
+    )
+    return hidden + combined
+
+
+def scatter_sum_messages(x, messages, dst):
+    # PyG message passing (GIN): each edge's message summed into its destination
+    # node (torch_scatter's `scatter(..., reduce="sum")`), plus the node's own
+    index = dst[:, None].expand_as(messages)
+    return x + torch.zeros_like(x).scatter_add_(0, index, messages)

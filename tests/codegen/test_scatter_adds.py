@@ -78,6 +78,25 @@ def embedding_grad(g, ids):
     )
 
 
+def moe_combine(hidden, expert_out, token_idx, weights):
+    # the values are computed in the scatter's kernel: never written
+    combined = torch.zeros_like(hidden).index_add_(
+        0, token_idx, expert_out * weights[:, None]
+    )
+    return hidden + combined
+
+
+def embedding_grad_half(g, ids):
+    # PyTorch's decomposition adds in float: the cast is the kernel's
+    return aten.embedding_dense_backward(g, ids, 12, 3, False)
+
+
+def positions_grad(g):
+    # a position embedding's gradient: the positions are computed where added
+    ids = torch.arange(5)[None].expand(2, 5)
+    return aten.embedding_dense_backward(g, ids, 12, -1, False)
+
+
 def tied_grad(g, ids, a, b):
     # the output layer's gradient plus the embedding's: added into the matmul
     return a @ b + aten.embedding_dense_backward(g, ids, 12, -1, False)
@@ -140,6 +159,17 @@ def inputs() -> dict:
             "g": randn(2, 5, 4),
             "ids": torch.tensor([[3, 1, 1, 11, 0], [3, 7, 1, 0, 3]]),
         },
+        "moe_combine": {
+            "hidden": randn(6, 8),
+            "expert_out": randn(12, 8),
+            "token_idx": torch.tensor([0, 1, 2, 3, 4, 5, 5, 4, 3, 2, 0, 1]),
+            "weights": torch.rand(12, generator=gen),
+        },
+        "embedding_grad_half": {
+            "g": torch.randint(-8, 8, (2, 5, 4), generator=gen).half(),
+            "ids": torch.tensor([[3, 1, 1, 11, 0], [3, 7, 1, 0, 3]]),
+        },
+        "positions_grad": {"g": randn(2, 5, 4)},
         "tied_grad": {
             "g": randn(2, 5, 4),
             "ids": torch.tensor([[3, 1, 1, 11, 0], [3, 7, 1, 0, 3]]),
@@ -209,6 +239,37 @@ def test_bf16_adds_in_a_cpu_kernel_and_calls_on_the_gpu(compiled) -> None:
     case.check(BF16, dtype=torch.float32)
     assert not _calls(case.cpu_source), case.cpu_source
     assert _calls(case.cuda_source), case.cuda_source
+
+
+def test_values_are_computed_where_they_are_added(compiled) -> None:
+    """The scaled expert outputs and the f32 copy of an f16 gradient are
+    computed in the scatter's kernel, not written: no [12, 8] or [2, 5, 4]
+    buffer; nor is a range of positions it adds at."""
+    for name, shape in (("moe_combine", (12, 8)), ("embedding_grad_half", (2, 5, 4))):
+        for side in (compiled[name].cpu_source, compiled[name].cuda_source):
+            assert f"empty({shape}" not in side, side
+    # nor are positions, which the kernel computes (Note [Ranges in kernels])
+    for side in (
+        compiled["positions_grad"].cpu_source,
+        compiled["positions_grad"].cuda_source,
+    ):
+        assert "int64)" not in side, side
+
+
+def test_cpu_adds_rows_one_after_another_each_as_a_vector(compiled) -> None:
+    """Where an index is loaded once per row (a token's expert output), the C++
+    kernel adds the row in an inner `omp simd` loop, the rows in order; where
+    an index varies along the last dimension (`scatter_add`'s), one add at a
+    time, no `simd` (two adds of a vector could meet at one element)."""
+    for name in ("moe_combine", "put_apart", "embedding_grad"):
+        text = _kernels(compiled[name], "cpp").split("void ")
+        adds = [k for k in text if "] += " in k]
+        assert adds and all("omp parallel" not in k for k in adds), text
+        vector = r"omp simd\n\s*for \(int64_t x1 .*\n(.*\n)*.*\] \+= "
+        assert all(re.search(vector, k) for k in adds), adds
+    text = _kernels(compiled["scatter_adds"], "cpp").split("void ")
+    adds = [k for k in text if "] += " in k]
+    assert len(adds) == 2 and not any("simd" in k for k in adds), adds
 
 
 def test_copies_of_dead_buffers_are_not_made(compiled) -> None:

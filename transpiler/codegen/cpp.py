@@ -1350,6 +1350,29 @@ def _accumulates(k: Kernel) -> bool:
     return any(isinstance(s, Store) and s.accumulate for s in k.body)
 
 
+def _scatter_inner(k: Kernel) -> int | None:
+    """The inner loop of scatter kernel `k` whose adds go to distinct elements:
+    its indices and mask loaded per outer step (a row of an embedding's gradient,
+    an expert's output), its inner positions those of other dimensions, whose
+    addresses differ. Such a loop adds as one vector; the outer one stays in
+    order, on one thread."""
+    inner = inner_split(_indices(k), k.xnumel, outer_min=1)
+    if inner is None:
+        return None
+    analysis = _Renderer(k, CppSchedule(False, inner))
+    outer = analysis._outer_only(segments(k))
+    for s in k.body:
+        if isinstance(s, Store) and s.accumulate:
+            loaded = [t.var for t in s.index.terms if t.var not in ("x", "r")]
+            if not all(v in outer for v in loaded + [s.mask] if v is not None):
+                return None
+            split = split_index(s.index, inner, k.xnumel, True)
+            strides = [t.stride for t in split.terms if t.var == "x1"]
+            if not strides or 0 in strides:
+                return None
+    return inner
+
+
 def _cdiv(n, d: int):
     return -(-n // d) if isinstance(n, int) else f"({size_text(n)} + {d - 1}) / {d}"
 
@@ -1447,7 +1470,7 @@ def schedule(k: Kernel) -> CppSchedule:
     loop is split into, the values a row keeps on the stack, and for each loop
     over a row its lanes, chunks, groups and whether it prefetches the next."""
     if _accumulates(k):  # Note [Scatters that add]: one add after another
-        return CppSchedule(False)
+        return CppSchedule(False, _scatter_inner(k))
     parallel = size(k.xnumel) * size(k.rnumel) >= PARALLEL_MIN
     analysis = _Renderer(k, CppSchedule(parallel))  # nothing is written
     if across_rows(k):

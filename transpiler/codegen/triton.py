@@ -519,8 +519,11 @@ class _Renderer:
         index = self.index(s.index, store=True)
         mask = self.mask(s.level)
         if s.accumulate:  # Note [Scatters that add] in passes/schedule.py
-            if s.mask is not None:
-                mask = f"{mask} & {s.mask}" if mask else s.mask
+            if all(t.var != "x" for t in s.index.terms):  # one address: a block of it
+                index = f"{index} + 0 * xindex"
+            if s.mask is not None:  # `!= 0`: a block though the mask is one
+                # value (Triton's interpreter takes no broadcast mask here)
+                mask = f"({mask} & {s.mask}) != 0" if mask else s.mask
             mask = f", mask={mask}" if mask else ""
             self.lines.append(
                 f"{indent}tl.atomic_add({s.buffer} + {_group(index)}, {value}"

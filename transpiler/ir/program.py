@@ -438,7 +438,10 @@ def format_program(p: Program) -> str:
                 op = {"reduce": s.reduce, "scan": f"cum{s.reduce}"}.get(s.op, s.op)
                 lines.append(f"  {s.name}.{s.level} = {op}({args_text})")
             else:
-                lines.append(f"  {s.buffer}[{format_index(s.index)}] = {s.value}")
+                op = "+=" if s.accumulate else "="
+                where = f" if {s.mask}" if s.mask is not None else ""
+                at = f"{s.buffer}[{format_index(s.index)}]"
+                lines.append(f"  {at} {op} {s.value}{where}")
     for step in p.steps:
         if isinstance(step, Alloc):
             lines.append(f"{step.buffer} = empty({step.meta})")

@@ -501,13 +501,17 @@ def fuse(
             g = groups[group_of[node.args[0].name]]
             g.nodes.append(node.name)
             group_of[node.name] = g.id
-        if kind == "scatter":  # a kernel of its own, over `x[indices]`
-            g = _State(len(groups), node, math.prod(put_shape(node, nodes)), 1)
+        if kind == "scatter":  # the kernel of its values, over `x[indices]`
+            g = _values_group(node, nodes, kinds, groups, group_of, reads_from)
+            if g is None:
+                g = _State(len(groups), node, math.prod(put_shape(node, nodes)), 1)
+                groups.append(g)
+            else:
+                g.nodes.append(node.name)
             g.scatter = True
-            groups.append(g)
             group_of[node.name] = g.id
             producers = {group_of.get(resolve(r, nodes, kinds)[2]) for r in node.refs()}
-            reads_from[g.id] = producers - {None}
+            reads_from.setdefault(g.id, set()).update(producers - {None, g.id})
             continue
         if kind not in KERNEL_KINDS:
             continue
@@ -569,6 +573,34 @@ def fuse(
         }
         reads_from.setdefault(best.id, set()).update(producers - {None, best.id})
     return _frozen(graph, nodes, kinds, groups, group_of)
+
+
+def _values_group(node: Node, nodes, kinds, groups, group_of, reads_from):
+    """The pointwise group computing scatter `node`'s values (or its mask) at the
+    positions of `x[indices]`, which the scatter's kernel then is (Note
+    [Scatters that add] in schedule.py): `x` and the indices come from
+    elsewhere, read from memory (the copy of `x` is written before the kernel
+    runs), and no kernel that `x` or an index needs reads the group."""
+    x, indices, values, mask = put_parts(node)
+    shape = put_shape(node, nodes)
+    found = None
+    for ref in (values, mask):
+        if ref is None:
+            continue
+        how, _, root = resolve(ref, nodes, kinds)
+        gid = group_of.get(root)
+        if how != "virtual" or gid is None or _meta(nodes, ref.name).shape != shape:
+            continue
+        g = groups[gid]
+        if g.rnumel == 1 and not g.scatter and g.rows == math.prod(shape):
+            found = found or g
+    if found is None:
+        return None
+    for ref in (x, *(i for i in indices if i is not None)):
+        gid = group_of.get(resolve(ref, nodes, kinds)[2])
+        if gid is not None and _reaches(gid, found.id, reads_from):
+            return None
+    return found
 
 
 def sources(node: Node, nodes, kinds) -> list[Ref]:
@@ -701,8 +733,7 @@ def _indexes(name: str, nodes, kinds, users, indexing: set[str]) -> bool:
         u in indexing
         or (
             u in nodes
-            and kinds[u] == "pointwise"
-            and nodes[u].target in GATHERS
+            and kinds[u] in ("pointwise", "scatter")
             and _indexes_only(nodes[u], name)
         )
         for u in readers
@@ -733,6 +764,9 @@ def _read_in_place(
         elif kinds[u] == "pointwise":
             if node.target in MOVEMENT + GATHERS and not _indexes_only(node, name):
                 return False
+        elif kinds[u] == "scatter":
+            if not _indexes_only(node, name):
+                return False
         elif kinds[u] not in ("reduction", "scan"):
             return False
     return bool(readers)
@@ -740,7 +774,13 @@ def _read_in_place(
 
 def _indexes_only(node: Node, name: str) -> bool:
     """Whether gather `node` reads `name` as its index alone, not as the tensor
-    it gathers from."""
+    it gathers from; or scatter `node`, not as what it adds into or adds."""
+    parts = put_parts(node)
+    if parts is not None:
+        x, indices, values, mask = parts
+        if name in {r.name for r in (x, values, mask) if isinstance(r, Ref)}:
+            return False
+        return any(isinstance(i, Ref) and i.name == name for i in indices)
     if node.target not in GATHERS or node.args[0].name == name:
         return False
     return any(isinstance(i, Ref) and i.name == name for i in gather_indices(node))

@@ -170,7 +170,7 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
     steps: list = []
     kernels: list[Kernel] = []
 
-    def launch(kernel: Kernel, allocate: bool = True) -> None:
+    def launch(kernel: Kernel, allocated: str | None = None) -> None:
         key = body_key(kernel)
         name, _ = names.name_for(kernel.name, key)
         kernel = Kernel(
@@ -184,17 +184,19 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
         # module writes each once: the first program's)
         if all(k.name != name for k in kernels):
             kernels.append(readable_params(kernel, nodes))
-        for out in kernel.outputs if allocate else ():
-            steps.append(Alloc(out.buffer, nodes[out.buffer].tensor_meta))
+        for out in kernel.outputs:
+            if out.buffer != allocated:  # a scatter's: written before
+                steps.append(Alloc(out.buffer, nodes[out.buffer].tensor_meta))
         args = tuple(a.buffer for a in kernel.inputs + kernel.outputs)
         steps.append(KernelCall(name, args, kernel.spans))
 
     for unit in _toposort(units, graph, fusion, nodes):
         if isinstance(unit, Group):
-            scatter = fusion.kinds[unit.nodes[0]] == "scatter"
+            scatter = fusion.kinds[unit.nodes[-1]] == "scatter"
             if scatter:  # Note [Scatters that add]: the copy it adds into, first
-                launch(copy_kernel(nodes[unit.nodes[0]], fusion, nodes))
-            launch(KernelBuilder(unit, fusion, nodes).build(), allocate=not scatter)
+                launch(copy_kernel(nodes[unit.nodes[-1]], fusion, nodes))
+            kernel = KernelBuilder(unit, fusion, nodes).build()
+            launch(kernel, allocated=unit.nodes[-1] if scatter else None)
         else:
             node = nodes[unit]
             call = STEP_KINDS.get(node.op, ExternCall)
@@ -858,7 +860,7 @@ class KernelBuilder:
         for i, dim in terms:
             term = Term(i, 1, meta.shape[dim], meta.stride[dim])
             index = Index(index.offset, (*index.terms, term))
-        param = "out_ptr0"
+        param = f"out_ptr{len(self.outputs)}"
         self.outputs.append(KernelArg(param, node.name, meta.dtype))
         self.body.append(
             Store(param, index, value, level, meta.dtype, accumulate=True, mask=ok)
