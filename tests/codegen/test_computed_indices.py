@@ -117,6 +117,37 @@ def test_positions_are_computed_not_loaded(compiled) -> None:
     assert loads and all(ptr == "x" and mask == "xmask" for ptr, mask in loads), kernel
 
 
+def test_loads_at_computed_positions_are_masked_past_the_last_row(positions) -> None:
+    """Where a block overhangs the kernel's rows (`xmask` defined), its lanes past
+    the last row compute positions too, and those address anything (a reflect
+    pad's row -7): every load is masked there, those at positions known in
+    range included. On a GPU an unmasked one read unmapped memory."""
+    case = positions["reflected"]
+    case.check({"x": torch.arange(49.0).view(1, 7, 7)})
+    kernels = case.triton_text.split("@triton.jit\n")[1:]
+    overhanging = [k for k in kernels if "xmask = " in k]
+    assert overhanging, case.triton_text
+    for kernel in overhanging:
+        loads = [_call(kernel, at) for at in _starts(kernel, "tl.load(")]
+        varying = [load for load in loads if re.search(r"xindex|tmp\d", load)]
+        assert varying, kernel  # (one address for all, `mean_ptr + 0`: there)
+        assert all("mask" in load or "!= 0" in load for load in varying), kernel
+
+
+def _starts(text: str, what: str) -> list[int]:
+    return [m.start() for m in re.finditer(re.escape(what), text)]
+
+
+def _call(text: str, at: int) -> str:
+    """The call starting at `at`, to its closing parenthesis."""
+    depth = 0
+    for i in range(text.index("(", at), len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[at : i + 1]
+    raise AssertionError(text[at:])
+
+
 @pytest.mark.parametrize("i", [1, 7])  # a reflect pad and a replicate pad
 def test_cpp_pads_read_runs_of_columns(compiled, i) -> None:
     """The C++ pad's inner loop is split into runs where the source column is
@@ -144,13 +175,18 @@ def shifted(x):
 def beyond(x):
     # positions 6..9 of 8: checked at run time, raising as eager raises
     return x[:, torch.arange(4) + 6] * 2
+
+
+def reflected(x):
+    # positions known in range in the kernel's 130 rows, not past them
+    return torch.nn.functional.pad(x, (2, 1, 6, 0), mode="reflect")
 """
 
 
 @pytest.fixture(scope="module")
 def positions(tmp_path_factory):
     x = {"x": torch.arange(24.0).view(3, 8)}
-    functions = {"shifted": x, "beyond": x}
+    functions = {"shifted": x, "beyond": x, "reflected": {"x": torch.randn(1, 7, 7)}}
     return compile_source(POSITIONS, functions, tmp_path_factory.mktemp("positions"))
 
 

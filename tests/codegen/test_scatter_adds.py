@@ -42,6 +42,12 @@ def put_neighbours(x, i, j, v):
     return aten.index_put(x, [None, i, j], v, True) + 1
 
 
+def unsafe_put(x, i, v):
+    # what PyTorch's decompositions call (an embedding's gradient, in some
+    # versions): not checked, an index out of range adds nothing
+    return aten._unsafe_index_put(x * 1, [i], v, True)
+
+
 def put_into_input(x, i, v):
     # the copy of an input is made: the caller's tensor is not written
     return x.index_put((i,), v.exp(), accumulate=True), x
@@ -127,6 +133,11 @@ def inputs() -> dict:
             "j": torch.tensor([[1, -1, 4, 1]], dtype=torch.int32),
             "v": randn(3, 4),
         },
+        "unsafe_put": {
+            "x": randn(4, 3),
+            "i": torch.tensor([3, 3, 3, 0, -1]),
+            "v": randn(5, 3),
+        },
         "put_into_input": {
             "x": randn(4, 3),
             "i": torch.tensor([3, 3, 3, 0, 1]),
@@ -193,7 +204,13 @@ def compiled(tmp_path_factory):
     return compile_source(source, cases, tmp_path_factory.mktemp("scatter_adds"))
 
 
-CALLS = ("index_put", "index_add", "scatter_add", "embedding_dense_backward")
+CALLS = (
+    "index_put",
+    "_unsafe_index_put",
+    "index_add",
+    "scatter_add",
+    "embedding_dense_backward",
+)
 
 
 def _calls(side: str) -> list[str]:
@@ -219,17 +236,18 @@ def test_scatters_add_in_kernels(compiled, name: str) -> None:
 def _kernels(case, backend: str) -> str:
     """The text of the kernels `case`'s variant for `backend` calls."""
     if backend == "triton":
-        names = re.findall(r"_triton\.(\w+)\[", case.cuda_source)
-        text, start = case.triton_text, "def {}("
+        text, source, start = case.triton_text, case.cuda_source, "@triton.jit\n"
     else:
-        names = re.findall(r'_cpp\.function\("(\w+)"', case.cpu_source)
-        text, start = case.cpp_text, "void {}("
-    out = []
-    for name in names:
-        at = text.index(start.format(name))
-        end = text.find("\n}\n" if backend == "cpp" else "\n\n\n", at)
-        out.append(text[at : end if end >= 0 else None])
-    return "\n".join(out)
+        text, source, start = case.cpp_text, case.cpu_source, "\n// "
+    pieces = text.split(start)
+    return "\n".join(
+        piece
+        for piece in pieces
+        if any(
+            re.search(rf"\b{name}\b", source)
+            for name in re.findall(r"(?:def|void) (\w+)\(", piece)
+        )
+    )
 
 
 def test_bf16_adds_in_a_cpu_kernel_and_calls_on_the_gpu(compiled) -> None:

@@ -443,7 +443,11 @@ class _Renderer:
         if s.op == "load":
             param, index, *within = s.args
             text = self.index(self._per_block(index))
-            positional = any(t.var in ("x", "r") for t in index.terms)
+            # positions, or an index computed from them (Note [Positions as
+            # indices]): past the last row, a block's lanes may address anything
+            positional = any(
+                t.var in ("x", "r") or self._axes(t.var) for t in index.terms
+            )
             if positional:
                 mask = self.mask(s.level)
                 if within:  # `!= 0`: a 0-d condition and'd with a block is not a

@@ -33,6 +33,7 @@ import torch
 from torch._decomp import decomposition_table, get_decompositions
 
 from transpiler.ir.graph import Graph, Node, Ref, iter_refs
+from transpiler.passes.decompose import decompose
 from transpiler.passes.retrace import retrace
 
 aten = torch.ops.aten
@@ -93,7 +94,9 @@ def embedding_gradients(graph: Graph) -> Graph:
     rewrites = {"aten.add.Tensor": accumulate, BACKWARD: decomposed}
     # the zero-filled table: `full`, which kernels compute
     zeros = get_decompositions([aten.new_zeros.default])
-    return retrace(graph, rewrites=rewrites, decompositions=zeros, values=values)
+    graph = retrace(graph, rewrites=rewrites, decompositions=zeros, values=values)
+    # what the decomposition calls (a `masked_fill` in some versions of PyTorch)
+    return decompose(graph) if alone else graph
 
 
 __all__ = ["embedding_gradients"]

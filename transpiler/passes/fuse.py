@@ -243,7 +243,7 @@ def put_parts(node: Node) -> tuple | None:
     if node.target == MASKED_PUT and len(node.args) == 4 and not node.kwargs:
         x, mask, indices, values = node.args
         return x, indices, values, mask
-    if node.target != ACCUMULATES[0]:
+    if node.target not in ACCUMULATES[:2]:
         return None
     given = bind_args(node.target, node.args, node.kwargs)
     if not given.get("accumulate", False):
