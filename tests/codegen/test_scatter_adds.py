@@ -68,6 +68,12 @@ def scatter_adds(x, i0, i1, src):
     )
 
 
+def messages(x, m, dst):
+    # PyG's sum of messages: an index expanded along the features
+    index = dst[:, None].expand_as(m)
+    return x + torch.zeros_like(x).scatter_add_(0, index, m)
+
+
 def counts(ids, w):
     n = torch.zeros(10, dtype=torch.int32)
     return n.index_add(0, ids, torch.ones_like(ids, dtype=torch.int32)), w * 2
@@ -155,6 +161,11 @@ def inputs() -> dict:
             "i0": torch.randint(0, 5, (3, 7), generator=gen),
             "i1": torch.randint(0, 7, (4, 5), generator=gen),
             "src": randn(4, 7),
+        },
+        "messages": {
+            "x": randn(50, 8),
+            "m": randn(3000, 8),
+            "dst": torch.randint(0, 50, (3000,), generator=gen),
         },
         "counts": {
             "ids": torch.tensor([1, 3, 3, 9, 0, 3, 1, 1]),
@@ -290,6 +301,14 @@ def test_cpu_adds_rows_one_after_another_each_as_a_vector(compiled) -> None:
     assert len(adds) == 2 and not any("simd" in k for k in adds), adds
 
 
+def test_an_expanded_index_is_checked_once_per_index(compiled) -> None:
+    """The check reads the 3000 destinations, not their 24000 copies along the
+    features (which it would check in parts, through an int8 buffer of the
+    parts' results: Note [Indirect loads in range])."""
+    for side in (compiled["messages"].cpu_source, compiled["messages"].cuda_source):
+        assert "check_index" in side and "torch.int8" not in side, side
+
+
 def test_copies_of_dead_buffers_are_not_made(compiled) -> None:
     """The relu and the matmul are not read after the scatter: it adds into
     them (Note [Copies of dead buffers]); an input is copied first."""
@@ -313,6 +332,7 @@ def test_copies_of_dead_buffers_are_not_made(compiled) -> None:
         ("index_adds", {"i": torch.tensor([4, 0, -1, 2, 1])}),
         ("scatter_adds", {"i1": torch.full((4, 5), 7)}),
         ("scatter_adds", {"i0": torch.full((3, 7), -1)}),
+        ("messages", {"dst": torch.full((3000,), 50)}),
         ("counts", {"ids": torch.tensor([1, 3, 3, 10, 0, 3, 1, 1])}),
     ],
 )

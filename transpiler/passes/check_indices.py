@@ -12,7 +12,8 @@ Note [Indirect loads in range]
 device-side assert). A kernel loading `x` at a loaded index masks the load to the
 range, so it never reads outside `x`, and cannot raise; so the check is its own:
 whether every index is in range, a reduction over the (small) index tensor that
-fuses with the comparisons, then `torch._assert_async`, which raises where eager
+fuses with the comparisons (read once: not along the dimensions it is expanded
+along), then `torch._assert_async`, which raises where eager
 would (on a GPU asynchronously, as eager's device-side assert does). It runs even
 when nothing uses the result (`dce`: `CHECKS_DATA`). Only for the ops kernels
 compute (`fuse.gather_ok`); an extern call checks for itself.
@@ -124,6 +125,7 @@ def check_indices(graph: Graph) -> Graph:
             within = known.get(ref.name)
             if within is not None and low <= within[0] and within[1] <= size:
                 continue  # positions (0..T-1 of a table of more) known in range
+            index = _distinct(index)
             in_range = (index >= low) & (index < size)
             if node.target == "aten.nll_loss_forward.default":  # or ignored
                 in_range = in_range | (index == _argument(node, args, 4, -100))
@@ -145,6 +147,19 @@ def _scatter_ok(node: Node, nodes: dict[str, Node]) -> bool:
     if not all(isinstance(m, TensorMeta) for m in metas):
         return False
     return one_per_row(metas[0].shape, dim, metas[1].shape)
+
+
+def _distinct(index: torch.Tensor) -> torch.Tensor:
+    """`index` without the dimensions it is expanded along (stride 0), which
+    repeat the same indices: `dst[:, None].expand_as(messages)` is checked as
+    its [E, 1] edges, not its [E, D] copies."""
+    if not index.dim():
+        return index
+    at = tuple(
+        slice(0, 1) if n > 1 and s == 0 else slice(None)
+        for n, s in zip(index.shape, index.stride())
+    )
+    return index[at]
 
 
 def _message(target: str, dim: int, rank: int, size: int) -> str:
