@@ -290,7 +290,8 @@ def test_cpu_adds_rows_one_after_another_each_as_a_vector(compiled) -> None:
     kernel adds the row in an inner `omp simd` loop, the rows in order; where
     an index varies along the last dimension (`scatter_add`'s), one add at a
     time, no `simd` (two adds of a vector could meet at one element)."""
-    for name in ("moe_combine", "put_apart", "embedding_grad"):
+    # (`messages`: scatter_add's positions along the features are addresses)
+    for name in ("moe_combine", "put_apart", "embedding_grad", "messages"):
         text = _kernels(compiled[name], "cpp").split("void ")
         adds = [k for k in text if "] += " in k]
         assert adds and all("omp parallel" not in k for k in adds), text

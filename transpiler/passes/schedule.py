@@ -700,13 +700,7 @@ class KernelBuilder:
         _, _, root = resolve(ref, self.nodes, self.fusion.kinds)
         view = self.nodes[ref.name].tensor_meta
         base = self.nodes[root].tensor_meta
-        stride = [0] * len(shape)
-        for d, p in enumerate(at):
-            if p is not None and view.shape[d] != 1:
-                stride[p] = view.stride[d]
-        offset = view.offset - base.offset
-        placed = TensorMeta(shape, tuple(stride), offset, view.dtype)
-        index = self.index(shape, level, placed, offset)
+        index = self.placed_index(ref, shape, level, at)
         if self.fusion.kinds[root] == "inline":
             # a gather's index computed from positions, where it is read (Note
             # [Positions as indices])
@@ -721,6 +715,18 @@ class KernelBuilder:
         arg = self.input_arg(root)
         args = (arg.param, index) + ((mask,) if mask is not None else ())
         return self.emit("load", args, compute_dtype(base.dtype), level)
+
+    def placed_index(self, ref: Ref, shape, level: str, at) -> Index:
+        """Where `placed_load` reads `ref`'s root at each position of `shape`."""
+        _, _, root = resolve(ref, self.nodes, self.fusion.kinds)
+        view = self.nodes[ref.name].tensor_meta
+        stride = [0] * len(shape)
+        for d, p in enumerate(at):
+            if p is not None and view.shape[d] != 1:
+                stride[p] = view.stride[d]
+        offset = view.offset - self.nodes[root].tensor_meta.offset
+        placed = TensorMeta(shape, tuple(stride), offset, view.dtype)
+        return self.index(shape, level, placed, offset)
 
     def position_at(self, node: Node, shape, level: str, at) -> str:
         """Position value `node` computed at each position of `shape`, its
@@ -832,12 +838,36 @@ class KernelBuilder:
         indices, x_at = self.index_places(x, list(given))
         value = self.cast(self.operand(values, shape, level), dtype, level)
         ok = None if mask is None else self.operand(mask, shape, level)
-        terms = []
+        terms, ranges = [], []
         for index, dim, index_at in indices:
-            i = self.cast(
-                self.placed_load(index, shape, level, index_at), torch.int64, level
-            )
             size = meta.shape[dim]
+            known = positions.bounds(index, self.nodes)
+            in_range = known is not None and 0 <= known[0] and known[1] <= size
+            root = self.nodes[resolve(index, self.nodes, self.fusion.kinds)[2]]
+            if (
+                in_range
+                and root.target in RANGES
+                and self.fusion.kinds[root.name] == "inline"
+            ):
+                # `start + step * i` at position i of the range: an address
+                start, step, _ = arange_of(root)
+                at = self.placed_index(index, shape, level, index_at)
+                unit = meta.stride[dim]
+                ranges.append(
+                    (
+                        unit * (start + step * at.offset),
+                        [
+                            Term(t.var, t.div, t.mod, t.stride * step * unit)
+                            for t in at.terms
+                        ],
+                    )
+                )
+                continue
+            i = self.placed_load(index, shape, level, index_at)
+            i = self.cast(i, torch.int64, level)
+            if in_range:  # positions known in range
+                terms.append((i, dim))
+                continue
             zero, n = Const(0, torch.int64), Const(size, torch.int64)
             below = self.emit("lt", (i, zero), torch.bool, level)
             wrapped = self.emit("add", (i, n), torch.int64, level)
@@ -857,6 +887,9 @@ class KernelBuilder:
                 stride[p] = meta.stride[d]
         placed = TensorMeta(shape, tuple(stride), 0, meta.dtype)
         index = self.index(shape, level, placed, 0)
+        for offset, range_terms in ranges:
+            index = Index(index.offset + offset, (*index.terms, *range_terms))
+        index = Index(index.offset, tuple(_coalesce(index.terms)))
         for i, dim in terms:
             term = Term(i, 1, meta.shape[dim], meta.stride[dim])
             index = Index(index.offset, (*index.terms, term))
