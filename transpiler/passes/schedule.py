@@ -603,29 +603,38 @@ class KernelBuilder:
         else:
             indices, x_at = self.index_places(x, node.args[1])
         loaded, ok = [], None
+        wraps = node.target != "aten.gather.default"  # counted from the end
         for index, dim, index_at in indices:
-            i = self.placed_load(index, shape, level, index_at)
-            i = self.cast(i, torch.int64, level)
-            known = positions.bounds(index, self.nodes)
-            if known is not None and 0 <= known[0] and known[1] <= x_shape[dim]:
-                loaded.append((i, dim))  # positions known in range
-                continue
-            zero, size = Const(0, torch.int64), Const(x_shape[dim], torch.int64)
-            if node.target != "aten.gather.default":  # counted from the end
-                below = self.emit("lt", (i, zero), torch.bool, level)
-                wrapped = self.emit("add", (i, size), torch.int64, level)
-                i = self.emit("where", (below, wrapped, i), torch.int64, level)
-            low = self.emit("ge", (i, zero), torch.bool, level)
-            high = self.emit("lt", (i, size), torch.bool, level)
-            within = self.emit("logical_and", (low, high), torch.bool, level)
-            ok = (
-                within
-                if ok is None
-                else self.emit("logical_and", (ok, within), torch.bool, level)
-            )
+            at = (index, shape, level, index_at)
+            i, within = self.loaded_index(*at, x_shape[dim], wraps)
+            ok = self.both(ok, within, level)
             loaded.append((i, dim))
         value = self.gathered(x, shape, level, x_at, tuple(loaded), ok)
         return self.cast(value, compute_dtype(meta.dtype), level)
+
+    def loaded_index(self, index: Ref, shape, level: str, at, size: int, wraps: bool):
+        """Index tensor `index` loaded at each position of `shape` (`placed_load`)
+        into a dimension of `size`, in int64, and whether it is in range there
+        (None: positions known in range, ir/positions.py); with `wraps`, a
+        negative index counted from the end."""
+        i = self.cast(self.placed_load(index, shape, level, at), torch.int64, level)
+        known = positions.bounds(index, self.nodes)
+        if known is not None and 0 <= known[0] and known[1] <= size:
+            return i, None
+        zero, n = Const(0, torch.int64), Const(size, torch.int64)
+        if wraps:
+            below = self.emit("lt", (i, zero), torch.bool, level)
+            wrapped = self.emit("add", (i, n), torch.int64, level)
+            i = self.emit("where", (below, wrapped, i), torch.int64, level)
+        low = self.emit("ge", (i, zero), torch.bool, level)
+        high = self.emit("lt", (i, n), torch.bool, level)
+        return i, self.emit("logical_and", (low, high), torch.bool, level)
+
+    def both(self, a: str | None, b: str | None, level: str) -> str | None:
+        """Conditions `a` and `b`, either None for none."""
+        if a is None or b is None:
+            return b if a is None else a
+        return self.emit("logical_and", (a, b), torch.bool, level)
 
     def index_places(self, x: Ref, given: list) -> tuple[list, list]:
         """Where `x[i0, i1, ...]`'s index tensors and `x` are read (Note [Indirect
@@ -844,42 +853,13 @@ class KernelBuilder:
             known = positions.bounds(index, self.nodes)
             in_range = known is not None and 0 <= known[0] and known[1] <= size
             root = self.nodes[resolve(index, self.nodes, self.fusion.kinds)[2]]
-            if (
-                in_range
-                and root.target in RANGES
-                and self.fusion.kinds[root.name] == "inline"
-            ):
-                # `start + step * i` at position i of the range: an address
-                start, step, _ = arange_of(root)
-                at = self.placed_index(index, shape, level, index_at)
-                unit = meta.stride[dim]
-                ranges.append(
-                    (
-                        unit * (start + step * at.offset),
-                        [
-                            Term(t.var, t.div, t.mod, t.stride * step * unit)
-                            for t in at.terms
-                        ],
-                    )
-                )
-                continue
-            i = self.placed_load(index, shape, level, index_at)
-            i = self.cast(i, torch.int64, level)
-            if in_range:  # positions known in range
-                terms.append((i, dim))
-                continue
-            zero, n = Const(0, torch.int64), Const(size, torch.int64)
-            below = self.emit("lt", (i, zero), torch.bool, level)
-            wrapped = self.emit("add", (i, n), torch.int64, level)
-            i = self.emit("where", (below, wrapped, i), torch.int64, level)
-            low = self.emit("ge", (i, zero), torch.bool, level)
-            high = self.emit("lt", (i, n), torch.bool, level)
-            within = self.emit("logical_and", (low, high), torch.bool, level)
-            ok = (
-                within
-                if ok is None
-                else self.emit("logical_and", (ok, within), torch.bool, level)
-            )
+            if in_range and self.fusion.kinds[root.name] == "inline":
+                if root.target in RANGES:  # its values are addresses
+                    at = self.placed_index(index, shape, level, index_at)
+                    ranges.append(_range_address(at, root, meta.stride[dim]))
+                    continue
+            i, within = self.loaded_index(index, shape, level, index_at, size, True)
+            ok = self.both(ok, within, level)
             terms.append((i, dim))
         stride = [0] * len(shape)
         for d, p in enumerate(x_at):
@@ -887,8 +867,8 @@ class KernelBuilder:
                 stride[p] = meta.stride[d]
         placed = TensorMeta(shape, tuple(stride), 0, meta.dtype)
         index = self.index(shape, level, placed, 0)
-        for offset, range_terms in ranges:
-            index = Index(index.offset + offset, (*index.terms, *range_terms))
+        for r in ranges:
+            index = Index(index.offset + r.offset, (*index.terms, *r.terms))
         index = Index(index.offset, tuple(_coalesce(index.terms)))
         for i, dim in terms:
             term = Term(i, 1, meta.shape[dim], meta.stride[dim])
@@ -1158,6 +1138,14 @@ def _coalesce(terms) -> list[Term]:
                 continue
         out.append(t)
     return out
+
+
+def _range_address(at: Index, node: Node, unit: int) -> Index:
+    """The address of range `node`'s value `start + step * i` at its positions
+    `at`, in steps of `unit` (Note [Ranges in kernels])."""
+    start, step, _ = arange_of(node)
+    terms = tuple(Term(t.var, t.div, t.mod, t.stride * step * unit) for t in at.terms)
+    return Index(unit * (start + step * at.offset), terms)
 
 
 def _rounded(value: Const, dtype: torch.dtype) -> Const:
