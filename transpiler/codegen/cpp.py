@@ -357,9 +357,11 @@ class _Renderer:
             self.lines.append(f"{ind}{where}{at} += {value};")
             return
         if s.accumulate:  # in float, rounded back
-            held = f"bf16_to_float({at})" if s.dtype == torch.bfloat16 else at
-            if s.dtype != torch.bfloat16:
-                held = f"static_cast<{compute_type(self._dtype(s.value))}>({at})"
+            held = (
+                f"bf16_to_float({at})"
+                if s.dtype == torch.bfloat16
+                else _converted(at, s.dtype, self._dtype(s.value))
+            )
             value = f"{held} + {value}"
         if s.dtype == torch.bfloat16:
             value = f"float_to_bf16({value})"

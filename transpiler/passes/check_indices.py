@@ -67,14 +67,18 @@ DECOMPOSED = {
     "aten.index_select.default": lambda args: (args[0], args[1], args[2]),
     "aten.nll_loss_forward.default": lambda args: (args[0], -1, args[1]),
 }
+
+
 # scatters that decompose into a select kernels compute (decompose.one_per_row)
-SCATTERS = dict.fromkeys(
-    ("aten.scatter.value", "aten.scatter.src"), lambda args: tuple(args[:3])
-)
+def _first_three(args) -> tuple:  # (input, dimension, index)
+    return tuple(args[:3])
+
+
+SCATTERS = dict.fromkeys(("aten.scatter.value", "aten.scatter.src"), _first_three)
 # scatters that add, in kernels (Note [Scatters that add] in schedule.py): those
 # that decompose into `index_put`, whose indices must not be negative
 ADDS = dict.fromkeys(
-    ("aten.index_add.default", "aten.scatter_add.default"), lambda args: args[:3]
+    ("aten.index_add.default", "aten.scatter_add.default"), _first_three
 )
 READS = DECOMPOSED | SCATTERS | ADDS
 PUT = "aten.index_put.default"
@@ -177,15 +181,13 @@ def _adds_ok(node: Node, nodes: dict[str, Node]) -> bool:
         return any(scatter_ok(node, nodes, device) for device in ATOMIC_TYPES)
     if node.target not in ADDS or len(node.args) < 4:
         return False
-    x, dim, index, src = node.args[:4]
+    x, _, index, src = node.args[:4]
     metas = [
         nodes[r.name].meta if isinstance(r, Ref) else None for r in (x, index, src)
     ]
     if not all(isinstance(m, TensorMeta) for m in metas):
         return False
-    x, index, src = metas
-    rank = 1 if node.target == "aten.index_add.default" else len(x.shape)
-    return adds_in_kernel(x, dim, index, src) and len(index.shape) == rank
+    return adds_in_kernel(node.target, *metas)
 
 
 def _every_in_parts(ok: torch.Tensor) -> torch.Tensor:

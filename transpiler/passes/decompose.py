@@ -357,20 +357,23 @@ def _scatter_as_select(x, dim, index, src):
     return out if out.dtype == x.dtype else NotImplemented
 
 
-def adds_in_kernel(x, dim, index, src) -> bool:
-    """Whether index_add or scatter_add of these (tensors or metas) runs in a
-    kernel, as a scatter that adds (see `ADDS`)."""
+def adds_in_kernel(op, x, index, src) -> bool:
+    """Whether `op` (index_add or scatter_add) of these (tensors or metas) runs
+    in a kernel, as a scatter that adds (see `ADDS`): index_add's index is 1-D,
+    scatter_add's of x's rank."""
+    rank = 1 if str(op) == "aten.index_add.default" else len(x.shape)
     return (
         x.dtype in ADD_TYPES
         and src.dtype == x.dtype
         and len(x.shape) > 0
         and len(src.shape) == len(x.shape)
+        and len(index.shape) == rank
         and all(n > 0 for n in index.shape)
     )
 
 
 def _index_add_as_put(x, dim, index, src, *, alpha=1):
-    if not adds_in_kernel(x, dim, index, src) or index.dim() != 1:
+    if not adds_in_kernel(aten.index_add.default, x, index, src):
         return NotImplemented
     if alpha != 1:
         src = src * alpha
@@ -378,7 +381,7 @@ def _index_add_as_put(x, dim, index, src, *, alpha=1):
 
 
 def _scatter_add_as_put(x, dim, index, src):
-    if not adds_in_kernel(x, dim, index, src) or index.dim() != x.dim():
+    if not adds_in_kernel(aten.scatter_add.default, x, index, src):
         return NotImplemented
     dim = dim % x.dim()
     indices = []

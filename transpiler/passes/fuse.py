@@ -509,9 +509,7 @@ def fuse(
             else:
                 g.nodes.append(node.name)
             g.scatter = True
-            group_of[node.name] = g.id
-            producers = {group_of.get(resolve(r, nodes, kinds)[2]) for r in node.refs()}
-            reads_from.setdefault(g.id, set()).update(producers - {None, g.id})
+            _joined(g, node, nodes, kinds, group_of, reads_from)
             continue
         if kind not in KERNEL_KINDS:
             continue
@@ -566,13 +564,17 @@ def fuse(
                         reads_from.pop(g.id, set())
                     )
         best.reads |= reads.keys()
-        group_of[node.name] = best.id
-        producers = {
-            group_of.get(resolve(r, nodes, kinds)[2])
-            for r in sources(node, nodes, kinds)
-        }
-        reads_from.setdefault(best.id, set()).update(producers - {None, best.id})
+        _joined(best, node, nodes, kinds, group_of, reads_from)
     return _frozen(graph, nodes, kinds, groups, group_of)
+
+
+def _joined(g: _State, node: Node, nodes, kinds, group_of, reads_from) -> None:
+    """Record `node` in group `g`, and the groups whose values it reads."""
+    group_of[node.name] = g.id
+    producers = {
+        group_of.get(resolve(r, nodes, kinds)[2]) for r in sources(node, nodes, kinds)
+    }
+    reads_from.setdefault(g.id, set()).update(producers - {None, g.id})
 
 
 def _values_group(node: Node, nodes, kinds, groups, group_of, reads_from):

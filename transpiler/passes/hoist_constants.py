@@ -43,6 +43,7 @@ captured, and would not compute them again after a parameter was written in plac
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import torch
@@ -72,11 +73,12 @@ def hoist_constants(program: Program) -> Program:
     returned = _returned(program)
     # a buffer two steps write (a scatter adds into its copy) is not computed
     # once: the second write reads what the first wrote
-    written: dict[str, int] = {}
-    for step in program.steps:
-        if not isinstance(step, Alloc):
-            for name in reads_writes(step, program)[1]:
-                written[name] = written.get(name, 0) + 1
+    written = Counter(
+        name
+        for step in program.steps
+        if not isinstance(step, Alloc)
+        for name in reads_writes(step, program)[1]
+    )
     returned |= {name for name, n in written.items() if n > 1}
     found: list[str] = []
     computes = False  # a kernel or an op, not views alone: worth keeping

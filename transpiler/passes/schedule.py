@@ -618,8 +618,7 @@ class KernelBuilder:
         (None: positions known in range, ir/positions.py); with `wraps`, a
         negative index counted from the end."""
         i = self.cast(self.placed_load(index, shape, level, at), torch.int64, level)
-        known = positions.bounds(index, self.nodes)
-        if known is not None and 0 <= known[0] and known[1] <= size:
+        if _in_range(index, size, self.nodes):
             return i, None
         zero, n = Const(0, torch.int64), Const(size, torch.int64)
         if wraps:
@@ -729,13 +728,8 @@ class KernelBuilder:
         """Where `placed_load` reads `ref`'s root at each position of `shape`."""
         _, _, root = resolve(ref, self.nodes, self.fusion.kinds)
         view = self.nodes[ref.name].tensor_meta
-        stride = [0] * len(shape)
-        for d, p in enumerate(at):
-            if p is not None and view.shape[d] != 1:
-                stride[p] = view.stride[d]
         offset = view.offset - self.nodes[root].tensor_meta.offset
-        placed = TensorMeta(shape, tuple(stride), offset, view.dtype)
-        return self.index(shape, level, placed, offset)
+        return self.index(shape, level, _placed(view, shape, at, offset), offset)
 
     def position_at(self, node: Node, shape, level: str, at) -> str:
         """Position value `node` computed at each position of `shape`, its
@@ -847,30 +841,26 @@ class KernelBuilder:
         indices, x_at = self.index_places(x, list(given))
         value = self.cast(self.operand(values, shape, level), dtype, level)
         ok = None if mask is None else self.operand(mask, shape, level)
-        terms, ranges = [], []
-        for index, dim, index_at in indices:
+        loaded, ranges = [], []
+        for tensor, dim, at in indices:
             size = meta.shape[dim]
-            known = positions.bounds(index, self.nodes)
-            in_range = known is not None and 0 <= known[0] and known[1] <= size
-            root = self.nodes[resolve(index, self.nodes, self.fusion.kinds)[2]]
-            if in_range and self.fusion.kinds[root.name] == "inline":
-                if root.target in RANGES:  # its values are addresses
-                    at = self.placed_index(index, shape, level, index_at)
-                    ranges.append(_range_address(at, root, meta.stride[dim]))
-                    continue
-            i, within = self.loaded_index(index, shape, level, index_at, size, True)
+            root = self.nodes[resolve(tensor, self.nodes, self.fusion.kinds)[2]]
+            if (
+                root.target in RANGES
+                and self.fusion.kinds[root.name] == "inline"
+                and _in_range(tensor, size, self.nodes)
+            ):  # its values are addresses
+                places = self.placed_index(tensor, shape, level, at)
+                ranges.append(_range_address(places, root, meta.stride[dim]))
+                continue
+            i, within = self.loaded_index(tensor, shape, level, at, size, True)
             ok = self.both(ok, within, level)
-            terms.append((i, dim))
-        stride = [0] * len(shape)
-        for d, p in enumerate(x_at):
-            if p is not None and meta.shape[d] != 1:
-                stride[p] = meta.stride[d]
-        placed = TensorMeta(shape, tuple(stride), 0, meta.dtype)
-        index = self.index(shape, level, placed, 0)
+            loaded.append((i, dim))
+        index = self.index(shape, level, _placed(meta, shape, x_at, 0), 0)
         for r in ranges:
             index = Index(index.offset + r.offset, (*index.terms, *r.terms))
         index = Index(index.offset, tuple(_coalesce(index.terms)))
-        for i, dim in terms:
+        for i, dim in loaded:
             term = Term(i, 1, meta.shape[dim], meta.stride[dim])
             index = Index(index.offset, (*index.terms, term))
         param = f"out_ptr{len(self.outputs)}"
@@ -1138,6 +1128,22 @@ def _coalesce(terms) -> list[Term]:
                 continue
         out.append(t)
     return out
+
+
+def _placed(view: TensorMeta, shape, at, offset: int) -> TensorMeta:
+    """`view` read at each position of `shape`, its dimension d at the result's
+    dimension `at[d]` (None: not at any; broadcast where it has one element)."""
+    stride = [0] * len(shape)
+    for d, p in enumerate(at):
+        if p is not None and view.shape[d] != 1:
+            stride[p] = view.stride[d]
+    return TensorMeta(shape, tuple(stride), offset, view.dtype)
+
+
+def _in_range(index: Ref, size: int, nodes) -> bool:
+    """Whether position value `index` is known in [0, size) (ir/positions.py)."""
+    known = positions.bounds(index, nodes)
+    return known is not None and 0 <= known[0] and known[1] <= size
 
 
 def _range_address(at: Index, node: Node, unit: int) -> Index:
