@@ -418,6 +418,17 @@ PATTERNS = [
         prepare=rows_of("dst", "x"),
     ),
     Pattern(
+        "static_kv_cache", "StaticKVCache",
+        {**_same("bf16[8,32,1,128]", "query", "key_states", "value_states"),
+         "cache_position": "i64[1]"},
+        {**_same("f32[1,8,1,64]", "query", "key_states", "value_states"),
+         "cache_position": "i64[1]"},
+        init={"cuda": {"batch": 8, "heads": 32, "length": 4096, "dim": 128,
+                       "bf16": True},
+              "cpu": {"batch": 1, "heads": 8, "length": 2048, "dim": 64}},
+        ints={"cache_position": (0, 2048)},
+    ),
+    Pattern(
         "l2_normalize", "l2_normalize",
         {"x": "f32[65536,1024]"}, {"x": "f32[8192,1024]"},
     ),

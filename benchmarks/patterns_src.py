@@ -451,3 +451,20 @@ def scatter_sum_messages(x, messages, dst):
     # node (torch_scatter's `scatter(..., reduce="sum")`), plus the node's own
     index = dst[:, None].expand_as(messages)
     return x + torch.zeros_like(x).scatter_add_(0, index, messages)
+
+
+class StaticKVCache(nn.Module):
+    # transformers' StaticCache during decoding: the step's keys and values written
+    # into the preallocated caches at their positions (`index_copy_`), then the
+    # step's query attends over the caches
+    def __init__(self, batch: int, heads: int, length: int, dim: int, bf16=False):
+        super().__init__()
+        dtype = torch.bfloat16 if bf16 else torch.float32
+        shape = (batch, heads, length, dim)
+        self.register_buffer("keys", torch.zeros(shape, dtype=dtype))
+        self.register_buffer("values", torch.zeros(shape, dtype=dtype))
+
+    def forward(self, query, key_states, value_states, cache_position):
+        self.keys.index_copy_(2, cache_position, key_states)
+        self.values.index_copy_(2, cache_position, value_states)
+        return F.scaled_dot_product_attention(query, self.keys, self.values)

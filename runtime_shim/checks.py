@@ -3,8 +3,9 @@
 A kernel that loads a tensor at indices it loaded masks the load to the range and
 cannot raise; generated code checks the indices apart (a reduction to one bool) and
 calls `check_index` with the result and eager's message. On the CPU it raises what
-eager raises: IndexError for `x[idx]`, embedding and nll_loss, whose messages start
-with "index" or "Target", RuntimeError otherwise (gather's). On a GPU it is a
+eager raises: IndexError for `x[idx]`, embedding, nll_loss and index_copy, whose
+messages start with "index", "Target" or "index_copy_():", RuntimeError otherwise
+(gather's). On a GPU it is a
 device-side assert, as eager's own check is there.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-INDEX_ERROR_PREFIXES = ("index ", "Target ")
+INDEX_ERROR_PREFIXES = ("index ", "Target ", "index_copy_(): ")
 
 
 def check_index(ok: torch.Tensor, message: str) -> None:

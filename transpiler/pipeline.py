@@ -230,21 +230,22 @@ def compile_variant(
         return VariantCode(name, variant, traced.guards, None, fb.reason, fb.span)
     backend = BACKENDS[variant.device]
     names = mb.names[backend]
-    before = set(names.by_body.values())
     compiled = finish(_lower(traced, mb, names, variant.device), backend)
-    mb.kernels[backend] += _new_kernels(programs_of(compiled), before)
+    _add_kernels(mb, backend, programs_of(compiled))
     return VariantCode(name, variant, traced.guards, compiled, objects=traced.objects)
 
 
-def _new_kernels(programs: list[Program], before: set[str]) -> list:
-    """The kernels `programs` call that are not among the module's `before`, each
-    once: as the first program that calls it has it."""
-    new = {}
+def _add_kernels(mb: ModuleBuilder, backend: str, programs: list[Program]) -> None:
+    """Add the kernels `programs` call that the module does not hold yet, each
+    once, as the first program that calls it has it. (A name registered while
+    lowering need not be held: a program pass may have dropped the call, as
+    Note [Copies of dead buffers] drops copies, from the program that made it.)"""
+    held = {k.name for k in mb.kernels[backend]}
     for p in programs:
         for k in p.kernels:
-            if k.name not in before:
-                new.setdefault(k.name, k)
-    return list(new.values())
+            if k.name not in held:
+                held.add(k.name)
+                mb.kernels[backend].append(k)
 
 
 # Note [Training variants]
@@ -335,8 +336,6 @@ def _train(
         raise _NoGradient(NO_OUTPUT_GRADIENT, _last_span([graph]))
     backend = BACKENDS[variant.device]
     names = mb.names[backend]
-    before = set(names.by_body.values())
-
     compiled = partial(
         _training_region,
         lower_graph=_graph_lowering(names, variant.device, checked=True),
@@ -357,11 +356,12 @@ def _train(
     loss = None
     if others and len(others) < len(tangent_inputs):  # a loss beside other outputs
         loss = compiled(zero_tangents(halves.backward, others))
-    mb.kernels[backend] += _new_kernels(
+    _add_kernels(
+        mb,
+        backend,
         programs_of(backward)
         + programs_of(forward)
         + (programs_of(loss) if loss else []),
-        before,
     )
     code = Backward(
         backward,
@@ -418,12 +418,11 @@ def _training_parts(
             inputs.append((n.target, TensorSpec(meta.dtype, meta.shape, None, grad)))
         part_variant = replace(variant, inputs=tuple(inputs))
         part_name = f"{name}_part_{len(compiled)}"
-        before = set(names.by_body.values())
         try:
             forward, backward = _train(part.graph, part_variant, mb, parameters)
         except _NoGradient:  # inference code, run where autograd records nothing
             lowered = _training_region(part.graph, lower_graph, backend)
-            mb.kernels[backend] += _new_kernels(programs_of(lowered), before)
+            _add_kernels(mb, backend, programs_of(lowered))
             return VariantCode(part_name, part_variant, (), lowered)
         grads.update(o for o, d in zip(part.outputs, backward.differentiable) if d)
         return VariantCode(part_name, part_variant, (), forward, backward=backward)

@@ -1,4 +1,4 @@
-"""Scatters that add, in kernels (Note [Scatters that add] in passes/schedule.py).
+"""Scatters that add, in kernels (Note [Scatters] in passes/schedule.py).
 
 `index_put(..., accumulate=True)` with one or several index tensors (neighbours or
 apart, broadcasting, negative, repeated), values broadcast over what they index,

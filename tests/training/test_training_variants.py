@@ -335,7 +335,7 @@ def test_a_tied_embedding_adds_its_rows_into_the_output_layers_gradient(
 ) -> None:
     """The embedding's gradient is added into the tied output layer's, in place
     (Note [Tied embeddings]): no table of its own, no sum of two tables, no copy
-    of the matmul's result; a kernel adds the rows (Note [Scatters that add])."""
+    of the matmul's result; a kernel adds the rows (Note [Scatters])."""
     module, text = generated
     for device in ("cpu", "cuda"):
         variant = _variant_of(module, "LmLoss", device)

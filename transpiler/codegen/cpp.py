@@ -353,10 +353,10 @@ class _Renderer:
         at = f"{s.buffer}[{self.index(s.index)}]"
         where = f"if ({self.arg(s.mask)}) " if s.mask is not None else ""
         same = s.dtype == self._dtype(s.value)
-        if s.accumulate and same:  # Note [Scatters that add] in passes/schedule.py
+        if s.scatter == "add" and same:  # Note [Scatters] in passes/schedule.py
             self.lines.append(f"{ind}{where}{at} += {value};")
             return
-        if s.accumulate:  # in float, rounded back
+        if s.scatter == "add":  # in float, rounded back
             held = (
                 f"bf16_to_float({at})"
                 if s.dtype == torch.bfloat16
@@ -1330,7 +1330,7 @@ class _Renderer:
             ind += "    "
         else:
             simd = "parallel for simd" if parallel else "simd"
-            if not _accumulates(k):  # its adds may meet at one element
+            if not _scatters(k):  # its adds (writes) may meet at one element
                 lines.append(f"    #pragma omp {simd}")
             lines.append(f"    for (int64_t x = 0; x < {k.xnumel}; ++x) {{")
         plans = iter(self.plan.loops)
@@ -1347,9 +1347,10 @@ class _Renderer:
         return "\n".join(self.lines) + "\n"
 
 
-def _accumulates(k: Kernel) -> bool:
-    """Whether `k` adds into elements it stores (Note [Scatters that add])."""
-    return any(isinstance(s, Store) and s.accumulate for s in k.body)
+def _scatters(k: Kernel) -> bool:
+    """Whether `k` adds into (or writes) elements at addresses that two positions
+    may share (Note [Scatters])."""
+    return any(isinstance(s, Store) and s.scatter is not None for s in k.body)
 
 
 def _scatter_inner(k: Kernel) -> int | None:
@@ -1364,7 +1365,7 @@ def _scatter_inner(k: Kernel) -> int | None:
     analysis = _Renderer(k, CppSchedule(False, inner))
     outer = analysis._outer_only(segments(k))
     for s in k.body:
-        if isinstance(s, Store) and s.accumulate:
+        if isinstance(s, Store) and s.scatter is not None:
             loaded = [t.var for t in s.index.terms if t.var not in ("x", "r")]
             if not all(v in outer for v in loaded + [s.mask] if v is not None):
                 return None
@@ -1471,7 +1472,7 @@ def schedule(k: Kernel) -> CppSchedule:
     (a pointwise kernel's split, a tile of columns), the pieces a window's inner
     loop is split into, the values a row keeps on the stack, and for each loop
     over a row its lanes, chunks, groups and whether it prefetches the next."""
-    if _accumulates(k):  # Note [Scatters that add]: one add after another
+    if _scatters(k):  # Note [Scatters]: one add (write) after another
         return CppSchedule(False, _scatter_inner(k))
     parallel = size(k.xnumel) * size(k.rnumel) >= PARALLEL_MIN
     analysis = _Renderer(k, CppSchedule(parallel))  # nothing is written

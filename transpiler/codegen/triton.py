@@ -522,12 +522,13 @@ class _Renderer:
             value = f"{value}.to({TRITON_DTYPES[s.dtype]})"
         index = self.index(s.index, store=True)
         mask = self.mask(s.level)
-        if s.accumulate:  # Note [Scatters that add] in passes/schedule.py
+        if s.scatter is not None:  # Note [Scatters] in passes/schedule.py
             if all(t.var != "x" for t in s.index.terms):  # one address: a block of it
                 index = f"{index} + 0 * xindex"
             if s.mask is not None:  # `!= 0`: a block though the mask is one
                 # value (Triton's interpreter takes no broadcast mask here)
                 mask = f"({mask} & {s.mask}) != 0" if mask else s.mask
+        if s.scatter == "add":
             mask = f", mask={mask}" if mask else ""
             self.lines.append(
                 f"{indent}tl.atomic_add({s.buffer} + {_group(index)}, {value}"

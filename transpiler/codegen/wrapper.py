@@ -997,11 +997,17 @@ def _region_lines(
 
 def copy_lines(outputs: Updated, ind: str) -> list[str]:
     """The copies of new values into the inputs, parameters and buffers the call
-    wrote (Note [Writes into the caller's tensors] in frontend/recorder.py)."""
+    wrote (Note [Writes into the caller's tensors] in frontend/recorder.py); for
+    one a kernel wrote in place (Note [Copies of dead buffers] in
+    passes/reuse_buffers.py), its version counter moved, as a copy moves it
+    (autograd's checks and kept values read it)."""
     return [
-        f"{ind}{literal(to)}.copy_({literal(value)})"
+        (
+            f"{ind}{literal(to)}.copy_({literal(value)})"
+            if to != value
+            else f"{ind}torch.autograd.graph.increment_version({literal(to)})"
+        )
         for to, value in outputs.copies
-        if to != value
     ]
 
 

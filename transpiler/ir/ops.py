@@ -243,14 +243,15 @@ MOVEMENT = (
 UNSAFE_INDEX = "aten._unsafe_index.Tensor"
 GATHERS = ("aten.index.Tensor", "aten.gather.default", UNSAFE_INDEX)
 INDEX_TYPES = (torch.int64, torch.int32)
-# Ops that add values into a copy of a tensor at positions given by index tensors:
-# `x.index_put(indices, v, accumulate=True)` (and `_unsafe_index_put`, which
+# Ops that write or add values into a copy of a tensor at positions given by index
+# tensors: `x.index_put(indices, v, accumulate)` (and `_unsafe_index_put`, which
 # PyTorch's decompositions write), and the same with a mask of which values are
-# added (an embedding's gradient). A kernel adds each value into its
-# element (Note [Scatters that add] in schedule.py): on a GPU by an atomic add,
-# which Triton has for these dtypes; the C++ kernel adds them one after another.
+# added (an embedding's gradient). A kernel stores or adds each value into its
+# element (Note [Scatters] in schedule.py): on a GPU an add is atomic, which
+# Triton has for the dtypes of `ATOMIC_TYPES`; the C++ kernel stores or adds one
+# value after another.
 MASKED_PUT = "aten._unsafe_masked_index_put_accumulate.default"
-ACCUMULATES = ("aten.index_put.default", "aten._unsafe_index_put.default", MASKED_PUT)
+PUTS = ("aten.index_put.default", "aten._unsafe_index_put.default", MASKED_PUT)
 ATOMIC_TYPES = {
     "cuda": (torch.float32, torch.float64, torch.float16, torch.int32),
     "cpu": (

@@ -72,7 +72,9 @@ class Store:
     value: str
     level: str
     dtype: torch.dtype  # the buffer's dtype
-    accumulate: bool = False  # added into the element (Note [Scatters that add])
+    # a scatter's store (Note [Scatters] in passes/schedule.py): "add" into the
+    # element, or "write" it, at addresses two positions may share
+    scatter: str | None = None
     mask: str | None = None  # a bool statement: stored only where it holds
 
 
@@ -438,7 +440,7 @@ def format_program(p: Program) -> str:
                 op = {"reduce": s.reduce, "scan": f"cum{s.reduce}"}.get(s.op, s.op)
                 lines.append(f"  {s.name}.{s.level} = {op}({args_text})")
             else:
-                op = "+=" if s.accumulate else "="
+                op = "+=" if s.scatter == "add" else "="
                 where = f" if {s.mask}" if s.mask is not None else ""
                 at = f"{s.buffer}[{format_index(s.index)}]"
                 lines.append(f"  {at} {op} {s.value}{where}")

@@ -31,7 +31,7 @@ import torch
 from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
 from transpiler.ir.ops import ATOMIC_TYPES, GATHERS, UNSAFE_INDEX
 from transpiler.ir.positions import bounds
-from transpiler.passes.decompose import ANY_ALL, adds_in_kernel, any_all, one_per_row
+from transpiler.passes.decompose import ANY_ALL, any_all, one_per_row, put_in_kernel
 from transpiler.passes.fuse import gather_ok, scatter_ok
 from transpiler.passes.retrace import SameOp, retrace
 
@@ -56,6 +56,14 @@ MESSAGES = {
     "aten.index_put.default": "index out of bounds for dimension {dim} with size "
     "{size}",
     "aten.index_add.default": "index out of range in self",
+    "aten.index_copy.default": "index_copy_(): index out of bounds for dimension "
+    "{dim} with size {size}",
+    **dict.fromkeys(
+        ("aten.index_fill.int_Scalar", "aten.index_fill.int_Tensor"),
+        "index out of bounds for dimension {dim} with size {size}",
+    ),
+    "aten.scatter_reduce.two": "scatter_reduce: index out of bounds for "
+    "dimension {dim} with size {size}",
     "aten.scatter_add.default": "scatter_add: index out of bounds for dimension "
     "{dim} with size {size}",
 }
@@ -69,18 +77,28 @@ DECOMPOSED = {
 }
 
 
-# scatters that decompose into a select kernels compute (decompose.one_per_row)
+# scatters that decompose into a select kernels compute (decompose.one_per_row),
+# or into a scatter that writes or adds (Note [Scatters] in schedule.py), whose
+# indices must not be negative, but index_fill's (`WRAPS`), counted from the end
 def _first_three(args) -> tuple:  # (input, dimension, index)
     return tuple(args[:3])
 
 
-SCATTERS = dict.fromkeys(("aten.scatter.value", "aten.scatter.src"), _first_three)
-# scatters that add, in kernels (Note [Scatters that add] in schedule.py): those
-# that decompose into `index_put`, whose indices must not be negative
-ADDS = dict.fromkeys(
-    ("aten.index_add.default", "aten.scatter_add.default"), _first_three
+SCATTERS = dict.fromkeys(
+    (
+        "aten.scatter.value",
+        "aten.scatter.src",
+        "aten.index_add.default",
+        "aten.scatter_add.default",
+        "aten.index_copy.default",
+        "aten.index_fill.int_Scalar",
+        "aten.index_fill.int_Tensor",
+        "aten.scatter_reduce.two",
+    ),
+    _first_three,
 )
-READS = DECOMPOSED | SCATTERS | ADDS
+WRAPS = ("aten.index_fill.int_Scalar", "aten.index_fill.int_Tensor")
+READS = DECOMPOSED | SCATTERS
 PUT = "aten.index_put.default"
 
 
@@ -96,7 +114,6 @@ def check_indices(graph: Graph) -> Graph:
         if n.target in DECOMPOSED
         or (gather_ok(n, nodes) and n.target != UNSAFE_INDEX)
         or _scatter_ok(n, nodes)
-        or _adds_ok(n, nodes)
     }
     if not checked:
         return graph
@@ -113,7 +130,8 @@ def check_indices(graph: Graph) -> Graph:
         x = args[0]
         if node.target in READS:
             x, dim, index = READS[node.target](args)
-            reads = [(dim, index, READS[node.target](node.args)[2], 0)]
+            low = -x.shape[dim] if node.target in WRAPS else 0
+            reads = [(dim, index, READS[node.target](node.args)[2], low)]
         elif node.target == "aten.gather.default":
             reads = [(args[1], args[2], node.args[2], 0)]
         else:  # x[i0, i1, ...] (x is never 0-d) counts negative indices from the end
@@ -142,15 +160,24 @@ def check_indices(graph: Graph) -> Graph:
 
 
 def _scatter_ok(node: Node, nodes: dict[str, Node]) -> bool:
-    """Whether `node` is a scatter that decomposes into a select (Note [Scatters
-    of one element per row] in decompose.py)."""
+    """Whether `node` is a scatter that kernels compute (on either device: a
+    check before a call into PyTorch is only redundant): a select (Note
+    [Scatters of one element per row] in decompose.py), or a scatter that
+    writes or adds (Note [Scatters] in schedule.py)."""
+    if node.target == PUT:
+        return any(scatter_ok(node, nodes, device) for device in ATOMIC_TYPES)
     if node.target not in SCATTERS or len(node.args) < 3:
         return False
     x, dim, index = SCATTERS[node.target](node.args)
-    metas = [nodes[r.name].meta if isinstance(r, Ref) else None for r in (x, index)]
-    if not all(isinstance(m, TensorMeta) for m in metas):
+    src = node.args[3] if len(node.args) > 3 else None
+    if node.target == "aten.scatter_reduce.two" and node.args[4:5] != ("sum",):
         return False
-    return one_per_row(metas[0].shape, dim, metas[1].shape)
+    metas = [nodes[r.name].meta if isinstance(r, Ref) else r for r in (x, index, src)]
+    if not all(isinstance(m, TensorMeta) for m in metas[:2]):
+        return False
+    if one_per_row(metas[0].shape, dim, metas[1].shape) and "scatter." in node.target:
+        return True
+    return put_in_kernel(node.target, *metas)
 
 
 def _distinct(index: torch.Tensor) -> torch.Tensor:
@@ -172,22 +199,6 @@ def _message(target: str, dim: int, rank: int, size: int) -> str:
     if target == "aten.index_add.default" and rank > 1 and dim in (0, rank - 1):
         return f"index_add: index out of bounds for dimension {dim} with size {size}"
     return MESSAGES[target].format(dim=dim, size=size)
-
-
-def _adds_ok(node: Node, nodes: dict[str, Node]) -> bool:
-    """Whether `node` is a scatter that adds which kernels compute (on either
-    device: a check before a call into PyTorch is only redundant)."""
-    if node.target == PUT:
-        return any(scatter_ok(node, nodes, device) for device in ATOMIC_TYPES)
-    if node.target not in ADDS or len(node.args) < 4:
-        return False
-    x, _, index, src = node.args[:4]
-    metas = [
-        nodes[r.name].meta if isinstance(r, Ref) else None for r in (x, index, src)
-    ]
-    if not all(isinstance(m, TensorMeta) for m in metas):
-        return False
-    return adds_in_kernel(node.target, *metas)
 
 
 def _every_in_parts(ok: torch.Tensor) -> torch.Tensor:

@@ -26,10 +26,11 @@ import struct
 import torch
 from torch._decomp import get_decompositions
 
-from transpiler.ir.graph import Graph, Node
+from transpiler.ir.graph import Graph, Node, TensorMeta
 from transpiler.ir.ops import (
     ATOMIC_TYPES,
     POINTWISE,
+    SUPPORTED_DTYPES,
     copies_that_may_alias,
     may_copy,
     resolve_op,
@@ -119,17 +120,27 @@ UPSAMPLE_NEAREST = (
 # kernels compute, reading x, src and the index where a copy of x and an extern
 # scatter would write x twice (cross-entropy's backward: a zero-filled matrix
 # of logits' size, then the scatter, then the kernel reading it). Its indices are
-# checked as eager's are (passes/check_indices.py). Other scatters stay whole.
+# checked as eager's are (passes/check_indices.py). Other scatters write in a
+# kernel of their own, as `index_put` (below).
 SCATTERS = (aten.scatter.value, aten.scatter.src)
 
 # `x.index_add(dim, index, src)` is `x.index_put([None] * dim + [index], src,
 # accumulate=True)`, and `x.scatter_add(dim, index, src)` is the same with an
 # index tensor for every dimension: `index` along `dim`, the positions along the
-# others. Both then run in the kernel of a scatter that adds (Note [Scatters that
-# add] in schedule.py), for the dtypes both backends add in kernels; neither
-# counts a negative index from the end, which passes/check_indices.py raises on.
+# others. Both then run in the kernel of a scatter that adds (Note [Scatters] in
+# schedule.py), for the dtypes both backends add in kernels. `index_copy` and
+# `index_fill` are `index_put` along `dim` without `accumulate`, and `scatter`
+# (`scatter_reduce` of sums, with `include_self`) its twin with positions as
+# `scatter_add`'s: kernels that write (any dtype kernels hold) or add. None but
+# `index_fill` counts a negative index from the end, which passes/check_indices.py
+# raises on.
 ADDS = (aten.index_add.default, aten.scatter_add.default)
 ADD_TYPES = tuple(t for t in ATOMIC_TYPES["cuda"] if t in ATOMIC_TYPES["cpu"])
+INDEX_FILLS = (aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
+WRITES = (aten.index_copy.default, *INDEX_FILLS)
+SCATTER_SUM = aten.scatter_reduce.two
+# ops whose index has one dimension (the rest: one index per element of `src`)
+ALONG_DIM = (aten.index_add.default, aten.index_copy.default, *INDEX_FILLS)
 
 # Note [Pads and interpolation as gathers]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -257,6 +268,8 @@ DECOMPOSE = (
     aten.pow.Tensor_Scalar,  # of bools by a bool: Note [Powers of bools]
     *SCATTERS,
     *ADDS,
+    *WRITES,
+    SCATTER_SUM,
     *REFLECT_PADS,
     *REPLICATE_PADS,
     *INTERPOLATIONS,
@@ -326,9 +339,13 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     table.update({op: op.decompose for op in copies_that_may_alias()})
     table[aten.conj_physical.default] = _real_conj
     for op in SCATTERS:
-        table[op] = _scatter_as_select
+        table[op] = _scatter_as_select_or_put
     table[aten.index_add.default] = _index_add_as_put
-    table[aten.scatter_add.default] = _scatter_add_as_put
+    table[aten.scatter_add.default] = _scatter_as_put(adds=True)
+    table[aten.index_copy.default] = _index_copy_as_put
+    for op in INDEX_FILLS:
+        table[op] = _index_fill_as_put
+    table[SCATTER_SUM] = _scatter_sum_as_puts
     return table
 
 
@@ -344,9 +361,9 @@ def one_per_row(shape, dim: int, index_shape) -> bool:
     )
 
 
-def _scatter_as_select(x, dim, index, src):
+def _scatter_as_select_or_put(x, dim, index, src):
     if not one_per_row(x.shape, dim, index.shape):
-        return NotImplemented
+        return _scatter_as_put(adds=False)(x, dim, index, src)
     dim = dim % x.dim()
     if isinstance(src, torch.Tensor):  # what scatter reads of it
         src = src[tuple(slice(0, n) for n in index.shape)]
@@ -357,32 +374,83 @@ def _scatter_as_select(x, dim, index, src):
     return out if out.dtype == x.dtype else NotImplemented
 
 
-def adds_in_kernel(op, x, index, src) -> bool:
-    """Whether `op` (index_add or scatter_add) of these (tensors or metas) runs
-    in a kernel, as a scatter that adds (see `ADDS`): index_add's index is 1-D,
-    scatter_add's of x's rank."""
-    rank = 1 if str(op) == "aten.index_add.default" else len(x.shape)
+def put_in_kernel(op, x, index, src) -> bool:
+    """Whether `op` (a scatter of `ADDS`, `WRITES` or `SCATTERS`) of these
+    (tensors or metas; `src` may be a number) runs in a kernel, as a scatter
+    that adds or writes (Note [Scatters] in schedule.py): static shapes, a
+    dtype the kernel adds (`ADD_TYPES`) or holds, an index of one dimension
+    for the ops `ALONG_DIM` (index_fill's of none too), else of x's rank, a
+    `src` of x's dtype and rank."""
+    op = str(op)
+    adds = op in map(str, (*ADDS, SCATTER_SUM))
+    along = op in map(str, ALONG_DIM)
+    shapes = [x.shape, index.shape, getattr(src, "shape", ())]
+    if not all(isinstance(n, int) for shape in shapes for n in shape):
+        return False
+    if isinstance(src, (torch.Tensor, TensorMeta)) and (
+        src.dtype != x.dtype or len(src.shape) != len(x.shape)
+    ):
+        if op not in map(str, INDEX_FILLS) or len(src.shape) != 0:
+            return False
+    ranks = (1, 0) if along else (len(x.shape),)
     return (
-        x.dtype in ADD_TYPES
-        and src.dtype == x.dtype
+        x.dtype in (ADD_TYPES if adds else SUPPORTED_DTYPES)
         and len(x.shape) > 0
-        and len(src.shape) == len(x.shape)
-        and len(index.shape) == rank
+        and len(index.shape) in ranks
         and all(n > 0 for n in index.shape)
     )
 
 
 def _index_add_as_put(x, dim, index, src, *, alpha=1):
-    if not adds_in_kernel(aten.index_add.default, x, index, src):
+    if not put_in_kernel(aten.index_add.default, x, index, src):
         return NotImplemented
     if alpha != 1:
         src = src * alpha
     return aten.index_put.default(x, [None] * (dim % x.dim()) + [index], src, True)
 
 
-def _scatter_add_as_put(x, dim, index, src):
-    if not adds_in_kernel(aten.scatter_add.default, x, index, src):
+def _index_copy_as_put(x, dim, index, src):
+    if not put_in_kernel(aten.index_copy.default, x, index, src):
         return NotImplemented
+    index = index.reshape(-1)
+    return aten.index_put.default(x, [None] * (dim % x.dim()) + [index], src)
+
+
+def _index_fill_as_put(x, dim, index, value):
+    if not put_in_kernel(aten.index_fill.int_Scalar, x, index, value):
+        return NotImplemented
+    index = index.reshape(-1)
+    value = _as_tensor(value, x)
+    return aten.index_put.default(x, [None] * (dim % x.dim()) + [index], value)
+
+
+def _scatter_as_put(adds: bool):
+    op = aten.scatter_add.default if adds else aten.scatter.src
+
+    def put(x, dim, index, src):
+        if not put_in_kernel(op, x, index, src):
+            return NotImplemented
+        return aten.index_put.default(
+            x, _scatter_indices(x, dim, index), _scattered(src, index, x), adds
+        )
+
+    return put
+
+
+def _scatter_sum_as_puts(x, dim, index, src, reduce, *, include_self=True):
+    """`scatter_reduce` of sums: `scatter_add`, into zeros where the scattered
+    elements of x are not included (two scatters: one writing zeros there)."""
+    if reduce != "sum" or not put_in_kernel(SCATTER_SUM, x, index, src):
+        return NotImplemented
+    indices = _scatter_indices(x, dim, index)
+    if not include_self:
+        x = aten.index_put.default(x, indices, x.new_zeros(()))
+    return aten.index_put.default(x, indices, _scattered(src, index, x), True)
+
+
+def _scatter_indices(x, dim, index) -> list:
+    """The `index_put` indices of a scatter along `dim` with `index`: `index`
+    along `dim`, the positions along the others."""
     dim = dim % x.dim()
     indices = []
     for d, n in enumerate(index.shape):
@@ -390,8 +458,21 @@ def _scatter_add_as_put(x, dim, index, src):
         shape[d] = n
         at = torch.arange(n, device=x.device).view(shape)
         indices.append(index if d == dim else at)
-    src = src[tuple(slice(0, n) for n in index.shape)]
-    return aten.index_put.default(x, indices, src, True)
+    return indices
+
+
+def _scattered(src, index, x):
+    """What a scatter with `index` writes of `src` (a number: a tensor of it)."""
+    if not isinstance(src, torch.Tensor):
+        return _as_tensor(src, x)
+    return src[tuple(slice(0, n) for n in index.shape)]
+
+
+def _as_tensor(value, x):
+    """A number or 0-d tensor `value` as a 0-d tensor of x's dtype."""
+    if isinstance(value, torch.Tensor):
+        return value.to(x.dtype)
+    return torch.scalar_tensor(value, dtype=x.dtype, device=x.device)
 
 
 def _real_conj(x):

@@ -23,7 +23,7 @@ Any other embedding's gradient, not scaled by frequency, is PyTorch's
 decomposition: a zero-filled table in the gradient's compute dtype, the rows of
 valid tokens other than the padding index added into it (the mask of
 `_unsafe_masked_index_put_accumulate`), then cast to the gradient's dtype. The
-adding is the kernel of a scatter that adds (Note [Scatters that add] in
+adding is the kernel of a scatter that adds (Note [Scatters] in
 passes/schedule.py), never reading the rows the mask leaves out.
 """
 

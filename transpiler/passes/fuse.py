@@ -54,7 +54,6 @@ import torch
 
 from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
 from transpiler.ir.ops import (
-    ACCUMULATES,
     ATOMIC_TYPES,
     FLOAT_TYPES,
     GATHERS,
@@ -63,6 +62,7 @@ from transpiler.ir.ops import (
     MASKED_PUT,
     MOVEMENT,
     POINTWISE,
+    PUTS,
     RANGES,
     REDUCTIONS,
     SCANS,
@@ -238,22 +238,28 @@ def gather_ok(node: Node, nodes: dict[str, Node]) -> bool:
 
 
 def put_parts(node: Node) -> tuple | None:
-    """(x, indices, values, mask) of a scatter that adds (`ACCUMULATES`), mask
-    None for `index_put`; None for another op, or an `index_put` that writes."""
+    """(x, indices, values, mask) of a scatter (`PUTS`), mask None but for the
+    masked put; None for another op."""
     if node.target == MASKED_PUT and len(node.args) == 4 and not node.kwargs:
         x, mask, indices, values = node.args
         return x, indices, values, mask
-    if node.target not in ACCUMULATES[:2]:
+    if node.target not in PUTS[:2]:
         return None
     given = bind_args(node.target, node.args, node.kwargs)
-    if not given.get("accumulate", False):
-        return None
     return given["self"], given["indices"], given["values"], None
+
+
+def put_adds(node: Node) -> bool:
+    """Whether scatter `node` adds its values into their elements (else it writes
+    them there)."""
+    if node.target == MASKED_PUT:
+        return True
+    return bool(bind_args(node.target, node.args, node.kwargs).get("accumulate"))
 
 
 def put_shape(node: Node, nodes: dict[str, Node]) -> tuple[int, ...]:
     """The shape of `x[indices]` for scatter `node`: where its values go, one
-    kernel position each (Note [Scatters that add] in schedule.py)."""
+    kernel position each (Note [Scatters] in schedule.py)."""
     x, indices, _, _ = put_parts(node)
     meta = nodes[x.name].tensor_meta
     at = tuple(
@@ -268,15 +274,17 @@ def put_shape(node: Node, nodes: dict[str, Node]) -> tuple[int, ...]:
 
 
 def scatter_ok(node: Node, nodes: dict[str, Node], device: str = "cpu") -> bool:
-    """Whether a kernel computes scatter `node` (Note [Scatters that add] in
-    schedule.py): static shapes, a dtype the device adds atomically, index
+    """Whether a kernel computes scatter `node` (Note [Scatters] in
+    schedule.py): static shapes, a dtype the device adds atomically (any for a
+    scatter that writes), index
     tensors of integers, values (and a mask) broadcasting to `x[indices]`."""
     parts = put_parts(node)
     meta = node.meta
     if parts is None or not isinstance(meta, TensorMeta) or meta.numel == 0:
         return False
     x, indices, values, mask = parts
-    if meta.dtype not in ATOMIC_TYPES.get(device, ()):
+    types = ATOMIC_TYPES.get(device, ()) if put_adds(node) else SUPPORTED_DTYPES
+    if meta.dtype not in types:
         return False
     tensors = [x, values, *(i for i in indices if i is not None)]
     tensors += [mask] if mask is not None else []
@@ -406,7 +414,7 @@ class _State:
         self.reads: set[str] = set()  # buffers the group's kernel loads
         self.order: tuple[int, ...] = ()  # Note [Reduction order]
         self.shape: tuple[int, ...] = ()  # ... of the values at level "r" if any
-        self.scatter = False  # a scatter's kernel: it alone (Note [Scatters that add])
+        self.scatter = False  # a scatter's kernel: it alone (Note [Scatters])
 
     def reduce(self, node: Node, nodes: dict[str, Node]) -> None:
         """Make this the group of reduction (or scan) `node`."""
@@ -580,7 +588,7 @@ def _joined(g: _State, node: Node, nodes, kinds, group_of, reads_from) -> None:
 def _values_group(node: Node, nodes, kinds, groups, group_of, reads_from):
     """The pointwise group computing scatter `node`'s values (or its mask) at the
     positions of `x[indices]`, which the scatter's kernel then is (Note
-    [Scatters that add] in schedule.py): `x` and the indices come from
+    [Scatters] in schedule.py): `x` and the indices come from
     elsewhere, read from memory (the copy of `x` is written before the kernel
     runs), and no kernel that `x` or an index needs reads the group."""
     x, indices, values, mask = put_parts(node)
@@ -668,7 +676,9 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], windows: bool) -> None:
         if (
             _constant(node)
             and readers
-            and all(kinds.get(u) in ("pointwise", "reduction") for u in readers)
+            and all(
+                kinds.get(u) in ("pointwise", "reduction", "scatter") for u in readers
+            )
         ):  # a literal in each kernel that reads it
             kinds[node.name] = "inline"
             continue

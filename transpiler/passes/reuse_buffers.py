@@ -51,7 +51,7 @@ index, in the same dtype) into a buffer of the same layout is dropped where the
 buffer it copies is memory the program allocated that nothing reads after the
 copy, by the rules above: the copy takes that memory, as it is. A scatter that
 adds writes such a copy of the tensor it adds into before adding (Note
-[Scatters that add] in passes/schedule.py): an embedding's gradient added into
+[Scatters] in passes/schedule.py): an embedding's gradient added into
 the output layer's (Note [Tied embeddings]) adds into the matmul's result. On
 both backends.
 """
@@ -60,7 +60,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from transpiler.ir.graph import Ref, TensorMeta, iter_refs
+from transpiler.ir.graph import Ref, TensorMeta, Updated, iter_refs
 from transpiler.ir.ops import FIXED_LAYOUT
 from transpiler.ir.program import (
     Alloc,
@@ -100,7 +100,8 @@ def reinplace_externs(region: CompiledRegion) -> CompiledRegion:
 
 def drop_dead_copies(region: CompiledRegion) -> CompiledRegion:
     """`region` with each kernel copying a dead buffer dropped, the copy taking
-    the buffer's memory (Note [Copies of dead buffers])."""
+    the buffer's memory (Note [Copies of dead buffers]); or copying a tensor of
+    the caller's that its value is written back to."""
     if region.cond is not None or region.loops:
         return region
     p = region.program
@@ -108,14 +109,24 @@ def drop_dead_copies(region: CompiledRegion) -> CompiledRegion:
     steps = list(p.steps)
     shares, owned = _ownership(p, steps, frozenset(region.live_outs))
     allocs = {s.buffer: i for i, s in enumerate(steps) if isinstance(s, Alloc)}
+    back = _written_back(p)
     dropped: set[int] = set()
+    in_place: set[tuple[str, str]] = set()  # (caller's tensor, value written there)
     for i, step in enumerate(steps):
         if not isinstance(step, KernelCall) or not _copies(kernels[step.kernel]):
             continue
         src, out = step.args
-        if allocs.get(out, i) >= i or owned.get(src) != steps[allocs[out]].meta:
+        if allocs.get(out, i) >= i or shares.same(src, out):
             continue
-        if shares.dead_after(src, i) and not shares.same(src, out):
+        if owned.get(src) == steps[allocs[out]].meta:
+            dead = shares.dead_after(src, i)
+        else:  # its value goes back to the caller's tensor `src`, as it is laid
+            # out (the copy loads it where it stores it), and nothing reads it after
+            root = shares.find(src)
+            dead = back.get(out) == src and shares.last.get(root, -1) <= i
+            if dead:
+                in_place.add((src, out))
+        if dead:
             steps[allocs[out]] = replace(steps[allocs[out]], reuses=src)
             shares.join(src, out)
             dropped.add(i)
@@ -123,12 +134,34 @@ def drop_dead_copies(region: CompiledRegion) -> CompiledRegion:
         return region
     steps = [s for i, s in enumerate(steps) if i not in dropped]
     called = {s.kernel for s in steps if isinstance(s, KernelCall)}
+    outputs = p.outputs
+    if in_place:  # nothing to copy back: the caller's tensor holds the value
+        copies = tuple(
+            (t, t if (t.name, v.name) in in_place else v) for t, v in outputs.copies
+        )
+        outputs = replace(outputs, copies=copies)
     program = replace(
         p,
         steps=tuple(steps),
         kernels=tuple(k for k in p.kernels if k.name in called),
+        outputs=outputs,
     )
     return replace(region, program=program)
+
+
+def _written_back(p: Program) -> dict[str, str]:
+    """Each value the program writes back into a tensor of the caller's, and
+    returns nothing else of -> that tensor."""
+    outputs = p.outputs
+    if not isinstance(outputs, Updated):
+        return {}
+    seen = {r.name for r in iter_refs((outputs.result, outputs.writes))}
+    back = {}
+    for t, v in outputs.copies:
+        if isinstance(t, Ref) and isinstance(v, Ref) and v.name not in seen:
+            back[v.name] = t.name
+    counts = [v for _, v in outputs.copies]
+    return {v: t for v, t in back.items() if counts.count(Ref(v)) == 1}
 
 
 def _copies(k: Kernel) -> bool:
@@ -146,7 +179,7 @@ def _copies(k: Kernel) -> bool:
         and len(load.args) == 2
         and store.value == load.name
         and store.index == load.args[1]
-        and not store.accumulate
+        and store.scatter is None
         and store.mask is None
     )
 

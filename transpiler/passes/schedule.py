@@ -75,23 +75,25 @@ last element of the block before; C++ keeps it in a register, in double for
 floats as eager's CPU kernel does, and adds a group of elements' own running sum
 to it so that the loop waits for one add per group, not one per element.
 
-Note [Scatters that add]
-~~~~~~~~~~~~~~~~~~~~~~~~
+Note [Scatters]
+~~~~~~~~~~~~~~~
 `x.index_put(indices, v, accumulate=True)` adds each value of `v` (broadcast to
 the shape of `x[indices]`) into the element of a copy of `x` that its position
 indexes; repeated indices add up. `index_add` and `scatter_add` decompose into
 it (passes/decompose.py), and an embedding's gradient into its masked twin,
 `_unsafe_masked_index_put_accumulate`, which adds only where a mask holds
-(passes/embedding_gradients.py). It is a kernel of its own (kind "scatter" in
-fuse.py; nothing joins it) over the positions of `x[indices]`: the indices
-loaded there (a negative one counted from the end, as `x[indices]` counts it),
-the value, and an add of the value into the result at the address they give,
-masked to indices in range and to the mask if any. passes/check_indices.py
-raises on an index out of range before, on a GPU asynchronously: the mask is
-what keeps the kernel inside the tensor. Before it a kernel writes the copy of
-`x`; none where `x` is memory that nothing reads after (Note [Copies of dead
-buffers] in passes/reuse_buffers.py): the matmul's result a tied embedding's
-gradient adds into, a zero-filled table.
+(passes/embedding_gradients.py). Without `accumulate` (`x[idx] = v`), the value
+is written instead: `index_copy`, `index_fill` and `scatter` decompose into
+that. It is a kernel of its own (kind "scatter" in fuse.py; nothing joins it)
+over the positions of `x[indices]`: the indices loaded there (a negative one
+counted from the end, as `x[indices]` counts it), the value, and an add (a
+store) of the value into the result at the address they give, masked to
+indices in range and to the mask if any. passes/check_indices.py raises on an
+index out of range before, on a GPU asynchronously: the mask is what keeps the
+kernel inside the tensor. Before it a kernel writes the copy of `x`; none where
+`x` is memory that nothing reads after (Note [Copies of dead buffers] in
+passes/reuse_buffers.py): the matmul's result a tied embedding's gradient adds
+into, a zero-filled table, a cache the caller's tensor is written back to.
 
 On a GPU several programs may add into one element at once: `tl.atomic_add`
 (relaxed: only the sums are read, after the kernel), for the dtypes Triton adds
@@ -101,7 +103,10 @@ does in eager's `index_add` on CUDA (eager's `index_put` and embedding backward
 sort the indices instead; Inductor adds atomically too). The C++ kernel adds one
 value after another in the order of the positions, on one thread, as eager's
 CPU kernel of `index_put` does, with no `omp simd` (two adds may meet at one
-element); a bf16 or f16 element is rounded after each add, as there.
+element); a bf16 or f16 element is rounded after each add, as there. Writes to
+one element from two positions leave either value: PyTorch documents the result
+as undefined then. The C++ kernel writes them in order, as eager's CPU kernel
+does below its grain size (the last one stays); a GPU kernel, any.
 """
 
 from __future__ import annotations
@@ -155,6 +160,7 @@ from transpiler.passes.fuse import (
     KERNEL_KINDS,
     Fusion,
     Group,
+    put_adds,
     put_parts,
     put_shape,
     reduction_spec,
@@ -193,7 +199,7 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
     for unit in _toposort(units, graph, fusion, nodes):
         if isinstance(unit, Group):
             scatter = fusion.kinds[unit.nodes[-1]] == "scatter"
-            if scatter:  # Note [Scatters that add]: the copy it adds into, first
+            if scatter:  # Note [Scatters]: the copy it adds into, first
                 launch(copy_kernel(nodes[unit.nodes[-1]], fusion, nodes))
             kernel = KernelBuilder(unit, fusion, nodes).build()
             launch(kernel, allocated=unit.nodes[-1] if scatter else None)
@@ -300,8 +306,16 @@ def _toposort(units: list, graph: Graph, fusion: Fusion, nodes) -> list:
     return order
 
 
-# ops whose scatters that add are named after them (Note [Scatters that add])
-NAMED_ADDS = ("index_add", "scatter_add", "embedding_dense_backward")
+# ops whose scatters are named after them (Note [Scatters]); others `index_put`
+NAMED_SCATTERS = (
+    "index_add",
+    "scatter_add",
+    "embedding_dense_backward",
+    "index_copy",
+    "index_fill",
+    "scatter",
+    "scatter_reduce",
+)
 
 
 class KernelBuilder:
@@ -361,7 +375,7 @@ class KernelBuilder:
             if node.target == "getitem":
                 continue
             label = node.origin or node.target.split(".")[1]
-            if self.fusion.kinds[name] == "scatter" and label not in NAMED_ADDS:
+            if self.fusion.kinds[name] == "scatter" and label not in NAMED_SCATTERS:
                 label = "index_put"  # not the `add` a tied embedding's came from
             label = label.lstrip("_")
             if label not in labels:
@@ -829,11 +843,11 @@ class KernelBuilder:
         return self.emit("where", (undefined, mean, corrected), dtype, "x"), ss
 
     def scatter(self, node: Node) -> None:
-        """Scatter `node` (Note [Scatters that add]): at each position of
-        `x[indices]`, the value there added into the element of the result it
+        """Scatter `node` (Note [Scatters]): at each position of `x[indices]`,
+        the value there added into (or written at) the element of the result it
         indexes, the copy of `x` written before. An index out of range (which
-        passes/check_indices.py raises on) adds nothing, nor does a value
-        the mask leaves out."""
+        passes/check_indices.py raises on) adds (writes) nothing, nor does a
+        value the mask leaves out."""
         x, given, values, mask = put_parts(node)
         meta = node.tensor_meta
         shape, level = put_shape(node, self.nodes), "x"
@@ -865,9 +879,8 @@ class KernelBuilder:
             index = Index(index.offset, (*index.terms, term))
         param = f"out_ptr{len(self.outputs)}"
         self.outputs.append(KernelArg(param, node.name, meta.dtype))
-        self.body.append(
-            Store(param, index, value, level, meta.dtype, accumulate=True, mask=ok)
-        )
+        how = "add" if put_adds(node) else "write"
+        self.body.append(Store(param, index, value, level, meta.dtype, how, ok))
 
     def store(self, node: Node) -> None:
         meta = node.tensor_meta
@@ -880,7 +893,7 @@ class KernelBuilder:
 
 def copy_kernel(node: Node, fusion: Fusion, nodes: dict[str, Node]) -> Kernel:
     """The kernel writing scatter `node`'s result as a copy of the `x` it adds
-    into (Note [Scatters that add])."""
+    or writes into (Note [Scatters])."""
     x = put_parts(node)[0]
     meta = node.tensor_meta
     rank = len(meta.shape)
