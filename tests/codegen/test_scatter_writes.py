@@ -3,12 +3,13 @@
 `x[idx] = v` (`index_put` without `accumulate`) with one or several index tensors
 and broadcast values, `index_copy` along each dimension, `index_fill` with a
 number or a 0-d tensor, `scatter` of a tensor or a number with several indices a
-row, `scatter_reduce` of sums with and without `include_self`, in dtypes atomics
-do not hold (bool, int8, int64, bf16): compared with eager on both backends,
-outputs and inputs after the call, each without a call into PyTorch. A key/value
-cache updated in place (`cache.index_copy_(2, pos, k)`, a buffer or an input)
-is written where it is: no copy of it, its version counter moved. Indices out
-of range raise, as eager's ops do.
+row, `scatter_reduce` of sums with and without `include_self`, `masked_scatter`
+(Note [Masked scatters] in passes/decompose.py), `x[mask] = value` (a select), in
+dtypes atomics do not hold (bool, int8, int64, bf16): compared with eager on both
+backends, outputs and inputs after the call, each without a call into PyTorch. A
+key/value cache updated in place (`cache.index_copy_(2, pos, k)`, a buffer or an
+input) is written where it is: no copy of it, its version counter moved. Indices
+out of range raise, as eager's ops do.
 """
 
 from __future__ import annotations
@@ -93,14 +94,39 @@ def returned_cache(cache, pos, k):
     return cache * 1
 
 
+def image_features(embeds, ids, features):
+    # LLaVA: the image features in place of the image tokens' embeddings
+    mask = (ids == 7)[..., None].expand_as(embeds)
+    return embeds.masked_scatter(mask, features.to(embeds.dtype))
+
+
+def masked_scatters(x, mask, source):
+    # a mask of its own along every dimension, one broadcast along the rows
+    return x.masked_scatter(mask, source), x.masked_scatter(mask[:1], source)
+
+
+def masked_puts(x, m, rows, cols, v):
+    # `x[mask] = value`: a select, no `nonzero`
+    y = x * 2
+    y[m] = 0.0
+    return (
+        y,
+        aten.index_put(x, [rows], v),  # the mask over the first dimension
+        aten.index_put(x, [None, cols], v.view(1)),  # over the second
+        aten.index_put(x, [rows, None], v, True),  # added
+    )
+
+
 class StaticCache(nn.Module):
     def __init__(self):
         super().__init__()
         self.register_buffer("keys", torch.zeros(2, 4, 16, 8))
+        self.register_buffer("values", torch.zeros(2, 4, 16, 8))
 
     def forward(self, pos, k, q):
         self.keys.index_copy_(2, pos, k)
-        return q @ self.keys.transpose(-1, -2)
+        self.values.index_copy_(2, pos, -k)
+        return (q @ self.keys.transpose(-1, -2)) @ self.values
 """
 
 
@@ -170,6 +196,23 @@ def inputs() -> dict:
             "pos": torch.tensor([9]),
             "k": randn(2, 4, 1, 8),
         },
+        "image_features": {
+            "embeds": randn(2, 6, 8),
+            "ids": torch.tensor([[1, 7, 7, 3, 7, 2], [7, 0, 0, 7, 7, 7]]),
+            "features": randn(4, 2, 8),  # more than the 7 tokens take
+        },
+        "masked_scatters": {
+            "x": randn(4, 5),
+            "mask": torch.rand(4, 5, generator=gen) > 0.5,
+            "source": randn(25),
+        },
+        "masked_puts": {
+            "x": randn(4, 5),
+            "m": torch.rand(4, 5, generator=gen) > 0.5,
+            "rows": torch.tensor([True, False, False, True]),
+            "cols": torch.tensor([False, True, True, False, True]),
+            "v": torch.tensor(-3.0),
+        },
         "StaticCache": {
             "pos": torch.tensor([7]),
             "k": randn(2, 4, 1, 8),
@@ -183,7 +226,7 @@ def compiled(tmp_path_factory):
     return compile_source(SOURCE, inputs(), tmp_path_factory.mktemp("scatter_writes"))
 
 
-CALLS = ("index_put", "index_copy", "index_fill", "scatter")
+CALLS = ("index_put", "index_copy", "index_fill", "scatter", "masked_scatter")
 
 
 def _calls(side: str) -> list[str]:
@@ -234,6 +277,8 @@ def test_a_cache_is_written_where_it_is(compiled, name: str) -> None:
     for side in (compiled[name].cpu_source, compiled[name].cuda_source):
         assert "fused_copy" not in side and ".copy_(" not in side, side
         assert "increment_version" in side, side
+        # keys and values written at one position: its check is made once
+        assert side.count("check_index(") == 1, side
     case = compiled["cache_input"]
     args = {k: v.clone() for k, v in inputs()["cache_input"].items()}
     version = args["cache"]._version
@@ -263,6 +308,7 @@ def test_a_cache_whose_new_value_is_returned_is_copied(compiled) -> None:
         ("scatters", {"i": torch.tensor([[0, 3], [1, 7], [6, 5], [0, 1]])}),
         ("scatter_sums", {"i": torch.full((4, 5), -1)}),
         ("cache_input", {"pos": torch.tensor([3, 16])}),
+        ("image_features", {"ids": torch.full((2, 6), 7)}),  # 12 rows of 8 > 64
     ],
 )
 def test_index_out_of_range_raises(compiled, name: str, bad: dict) -> None:

@@ -31,7 +31,13 @@ import torch
 from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
 from transpiler.ir.ops import ATOMIC_TYPES, GATHERS, UNSAFE_INDEX
 from transpiler.ir.positions import bounds
-from transpiler.passes.decompose import ANY_ALL, any_all, one_per_row, put_in_kernel
+from transpiler.passes.decompose import (
+    ANY_ALL,
+    any_all,
+    masked_scatter_rows,
+    one_per_row,
+    put_in_kernel,
+)
 from transpiler.passes.fuse import gather_ok, scatter_ok
 from transpiler.passes.retrace import SameOp, retrace
 
@@ -100,6 +106,9 @@ SCATTERS = dict.fromkeys(
 WRAPS = ("aten.index_fill.int_Scalar", "aten.index_fill.int_Tensor")
 READS = DECOMPOSED | SCATTERS
 PUT = "aten.index_put.default"
+MASKED_SCATTER = "aten.masked_scatter.default"
+# eager's (a RuntimeError), where the mask selects more elements than the source has
+MASKED_SCATTER_MESSAGE = "Number of elements of source < number of ones in mask"
 
 
 def check_indices(graph: Graph) -> Graph:
@@ -114,6 +123,7 @@ def check_indices(graph: Graph) -> Graph:
         if n.target in DECOMPOSED
         or (gather_ok(n, nodes) and n.target != UNSAFE_INDEX)
         or _scatter_ok(n, nodes)
+        or _masked_scatter_ok(n, nodes)
     }
     if not checked:
         return graph
@@ -123,6 +133,8 @@ def check_indices(graph: Graph) -> Graph:
         for r in nodes[name].refs()
         if nodes[r.name].op == "call"
     }
+
+    done: set[tuple] = set()  # (index, low, size, message): one check each
 
     def rewrite(node: Node, args, kwargs):
         if node.name not in checked:
@@ -149,14 +161,31 @@ def check_indices(graph: Graph) -> Graph:
                 continue  # positions (0..T-1 of a table of more) known in range
             index = _distinct(index)
             in_range = (index >= low) & (index < size)
+            ignored = None
             if node.target == "aten.nll_loss_forward.default":  # or ignored
-                in_range = in_range | (index == _argument(node, args, 4, -100))
+                ignored = _argument(node, args, 4, -100)
+                in_range = in_range | (index == ignored)
             message = _message(node.target, dim % x.dim(), x.dim(), size)
+            key = (ref.name, low, size, ignored, message)
+            if key in done:
+                continue  # a cache's keys and values written at one position
+            done.add(key)
             torch._assert_async(_every_in_parts(in_range), message)
         return SameOp(args, kwargs)
 
+    def counted(node: Node, args, kwargs):  # Note [Masked scatters]
+        if node.name not in checked:
+            return NotImplemented
+        x, mask, source = args
+        mask = mask.expand(torch.broadcast_shapes(x.shape, mask.shape))
+        distinct = _distinct(mask)  # each element once, times its copies
+        selected = distinct.sum() * (mask.numel() // distinct.numel())
+        torch._assert_async(selected <= source.numel(), MASKED_SCATTER_MESSAGE)
+        return SameOp(args, kwargs)
+
     targets = (*GATHERS, *READS, PUT)
-    return retrace(graph, rewrites={target: rewrite for target in targets})
+    rewrites = {target: rewrite for target in targets}
+    return retrace(graph, rewrites={**rewrites, MASKED_SCATTER: counted})
 
 
 def _scatter_ok(node: Node, nodes: dict[str, Node]) -> bool:
@@ -178,6 +207,18 @@ def _scatter_ok(node: Node, nodes: dict[str, Node]) -> bool:
     if one_per_row(metas[0].shape, dim, metas[1].shape) and "scatter." in node.target:
         return True
     return put_in_kernel(node.target, *metas)
+
+
+def _masked_scatter_ok(node: Node, nodes: dict[str, Node]) -> bool:
+    """Whether `node` is a masked scatter kernels compute (Note [Masked
+    scatters] in decompose.py)."""
+    if node.target != MASKED_SCATTER or len(node.args) != 3:
+        return False
+    metas = [nodes[r.name].meta if isinstance(r, Ref) else None for r in node.args]
+    if not all(isinstance(m, TensorMeta) for m in metas):
+        return False
+    x, mask, _ = metas
+    return masked_scatter_rows(x, mask) is not None
 
 
 def _distinct(index: torch.Tensor) -> torch.Tensor:

@@ -142,6 +142,29 @@ SCATTER_SUM = aten.scatter_reduce.two
 # ops whose index has one dimension (the rest: one index per element of `src`)
 ALONG_DIM = (aten.index_add.default, aten.index_copy.default, *INDEX_FILLS)
 
+# Note [Masked scatters]
+# ~~~~~~~~~~~~~~~~~~~~~
+# `x.masked_scatter(mask, source)` (a multimodal model placing image features at
+# the image tokens' embeddings) gives each element where the mask holds, in
+# row-major order, the next element of `source`: element k of the flattened
+# source, k the number of such elements before it. That is a scan of the mask
+# (a cumsum), a gather from `source` at it, and a select, all kernel ops. A mask
+# expanded along its trailing dimensions (`(ids == image_token)[..., None]
+# .expand_as(embeds)`) holds along each row of them alike: the scan counts its
+# rows (`inner` elements each), and a row's elements take `inner` consecutive
+# source elements. The scan is one kernel program along all the mask's rows, so
+# only masks of up to `MASKED_SCATTER_ROWS` rows decompose; eager's kernel scans
+# in parallel. Eager raises where the source holds fewer elements than the mask
+# selects; passes/check_indices.py checks that, as it checks indices.
+MASKED_SCATTER = aten.masked_scatter.default
+MASKED_SCATTER_ROWS = 1 << 16
+
+# `x[mask] = v` (`index_put` with one bool index, over dimensions p.. of x) of a
+# single value writes it wherever the mask holds: `where(mask, v, x)`, the mask
+# viewed along those dimensions, a pointwise op (`x + where(mask, v, 0)` where it
+# accumulates), not the mask's `nonzero` (data-dependent, a sync) and a scatter.
+INDEX_PUT = aten.index_put.default
+
 # Note [Pads and interpolation as gathers]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # A reflect or replicate pad, and a linear, bilinear, trilinear or bicubic
@@ -270,6 +293,8 @@ DECOMPOSE = (
     *ADDS,
     *WRITES,
     SCATTER_SUM,
+    MASKED_SCATTER,
+    INDEX_PUT,
     *REFLECT_PADS,
     *REPLICATE_PADS,
     *INTERPOLATIONS,
@@ -346,6 +371,8 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     for op in INDEX_FILLS:
         table[op] = _index_fill_as_put
     table[SCATTER_SUM] = _scatter_sum_as_puts
+    table[MASKED_SCATTER] = _masked_scatter_as_gather
+    table[INDEX_PUT] = _masked_put_as_select
     return table
 
 
@@ -446,6 +473,65 @@ def _scatter_sum_as_puts(x, dim, index, src, reduce, *, include_self=True):
     if not include_self:
         x = aten.index_put.default(x, indices, x.new_zeros(()))
     return aten.index_put.default(x, indices, _scattered(src, index, x), True)
+
+
+def masked_scatter_rows(x, mask) -> tuple[int, int] | None:
+    """(rows, inner) of `x.masked_scatter(mask, ...)`'s scan (Note [Masked
+    scatters]): the mask's elements but its trailing expanded dimensions, and the
+    elements of those; None where it does not decompose."""
+    shapes = (x.shape, mask.shape)
+    if not all(isinstance(n, int) for shape in shapes for n in shape):
+        return None
+    try:
+        shape = torch.broadcast_shapes(x.shape, mask.shape)
+    except RuntimeError:
+        return None
+    if tuple(shape) != tuple(x.shape) or not shape:
+        return None
+    pad = len(shape) - len(mask.shape)
+    stride = mask.stride() if callable(mask.stride) else mask.stride  # a meta's
+    strides = (0,) * pad + tuple(stride)
+    sizes = (1,) * pad + tuple(mask.shape)
+    inner = 1
+    for d in reversed(range(len(shape))):
+        if sizes[d] != 1 and strides[d] != 0:
+            break
+        inner *= shape[d]
+    rows = math.prod(shape) // max(inner, 1)
+    return (rows, inner) if 0 < rows <= MASKED_SCATTER_ROWS else None
+
+
+def _masked_scatter_as_gather(x, mask, source):
+    split = masked_scatter_rows(x, mask)
+    if split is None or source.dtype != x.dtype or x.dtype not in SUPPORTED_DTYPES:
+        return NotImplemented
+    if source.numel() == 0:
+        return NotImplemented
+    rows, inner = split
+    shape = x.shape
+    mask = mask.expand(shape)
+    heads = mask.reshape(rows, inner)[:, 0]  # one element of each row
+    before = heads.cumsum(0) - 1  # the source row (of `inner`) each row takes
+    at = before[:, None] * inner + torch.arange(inner, device=x.device)
+    at = at.clamp(0, source.numel() - 1).view(shape)  # in range where unselected
+    return torch.where(mask, source.reshape(-1)[at], x)
+
+
+def _masked_put_as_select(x, indices, values, accumulate=False):
+    masks = [(p, i) for p, i in enumerate(indices) if i is not None]
+    if len(masks) != 1 or masks[0][1].dtype != torch.bool or values.numel() != 1:
+        return NotImplemented
+    (p, mask), rest = masks[0], len(indices) - masks[0][0] - 1
+    if any(indices[:p]) or len(indices) > x.dim() or values.dtype != x.dtype:
+        return NotImplemented
+    trailing = x.dim() - p - mask.dim()
+    if trailing < 0 or rest > trailing:
+        return NotImplemented
+    mask = mask.view(*[1] * p, *mask.shape, *[1] * trailing)
+    value = values if values.dim() == 0 else values.reshape(())
+    if accumulate:
+        return x + torch.where(mask, value, torch.zeros_like(value))
+    return torch.where(mask, value, x)
 
 
 def _scatter_indices(x, dim, index) -> list:
