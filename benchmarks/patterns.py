@@ -174,6 +174,14 @@ def rows_of(index: str, table: str) -> Callable[[dict, torch.Generator], None]:
     return draw
 
 
+def image_tokens(inputs: dict, gen: torch.Generator) -> None:
+    """Each sample's image tokens, as many as the features have rows for, in
+    one run after a text prefix (LLaVA's prompt layout)."""
+    ids, features = inputs["input_ids"], inputs["image_features"]
+    per_sample = features.shape[0] // ids.shape[0]
+    ids[:, 16 : 16 + per_sample] = patterns_src.IMAGE_TOKEN
+
+
 # ----------------------------------------------------------------------- cases
 
 
@@ -427,6 +435,15 @@ PATTERNS = [
                        "bf16": True},
               "cpu": {"batch": 1, "heads": 8, "length": 2048, "dim": 64}},
         ints={"cache_position": (0, 2048)},
+    ),
+    Pattern(
+        "image_features_merge", "image_features_merge",
+        {"inputs_embeds": "bf16[8,2048,4096]", "input_ids": "i64[8,2048]",
+         "image_features": "bf16[4608,4096]"},
+        {"inputs_embeds": "f32[2,1024,1024]", "input_ids": "i64[2,1024]",
+         "image_features": "f32[512,1024]"},
+        ints={"input_ids": (0, 32000)},
+        prepare=image_tokens,
     ),
     Pattern(
         "l2_normalize", "l2_normalize",

@@ -468,3 +468,13 @@ class StaticKVCache(nn.Module):
         self.keys.index_copy_(2, cache_position, key_states)
         self.values.index_copy_(2, cache_position, value_states)
         return F.scaled_dot_product_attention(query, self.keys, self.values)
+
+
+IMAGE_TOKEN = 32000  # an id past the text vocabulary of `image_features_merge`
+
+
+def image_features_merge(inputs_embeds, input_ids, image_features):
+    # LLaVA / Qwen2-VL: the vision tower's features in place of the image tokens'
+    # embeddings (`masked_scatter` with the tokens' mask expanded over the features)
+    mask = (input_ids == IMAGE_TOKEN)[..., None].expand_as(inputs_embeds)
+    return inputs_embeds.masked_scatter(mask, image_features.to(inputs_embeds.dtype))

@@ -152,10 +152,12 @@ ALONG_DIM = (aten.index_add.default, aten.index_copy.default, *INDEX_FILLS)
 # expanded along its trailing dimensions (`(ids == image_token)[..., None]
 # .expand_as(embeds)`) holds along each row of them alike: the scan counts its
 # rows (`inner` elements each), and a row's elements take `inner` consecutive
-# source elements. The scan is one kernel program along all the mask's rows, so
-# only masks of up to `MASKED_SCATTER_ROWS` rows decompose; eager's kernel scans
-# in parallel. Eager raises where the source holds fewer elements than the mask
-# selects; passes/check_indices.py checks that, as it checks indices.
+# source elements: a row of the source seen as rows of `inner` (where its size
+# is a multiple of `inner`). The scan is one kernel program along all the mask's
+# rows, so only masks of up to `MASKED_SCATTER_ROWS` rows decompose; eager's
+# kernel scans in parallel. Eager raises where the source holds fewer elements
+# than the mask selects; passes/check_indices.py checks that, as it checks
+# indices.
 MASKED_SCATTER = aten.masked_scatter.default
 MASKED_SCATTER_ROWS = 1 << 16
 
@@ -164,6 +166,14 @@ MASKED_SCATTER_ROWS = 1 << 16
 # viewed along those dimensions, a pointwise op (`x + where(mask, v, 0)` where it
 # accumulates), not the mask's `nonzero` (data-dependent, a sync) and a scatter.
 INDEX_PUT = aten.index_put.default
+
+# `as_strided_scatter(base, src, size, stride, offset)` (a slice assigned into a
+# tensor: `self.cache[:, :, pos:end] = k`, how the recorder writes any view of a
+# tensor written in place) writes `src` at the elements of a strided view of
+# base's memory: an `index_put` into base seen flat, at the view's addresses
+# (positions, computed where the kernel writes: Note [Positions as indices] in
+# schedule.py), for a contiguous base the view stays inside.
+STRIDED_SCATTER = aten.as_strided_scatter.default
 
 # Note [Pads and interpolation as gathers]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -295,6 +305,7 @@ DECOMPOSE = (
     SCATTER_SUM,
     MASKED_SCATTER,
     INDEX_PUT,
+    STRIDED_SCATTER,
     *REFLECT_PADS,
     *REPLICATE_PADS,
     *INTERPOLATIONS,
@@ -373,6 +384,7 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     table[SCATTER_SUM] = _scatter_sum_as_puts
     table[MASKED_SCATTER] = _masked_scatter_as_gather
     table[INDEX_PUT] = _masked_put_as_select
+    table[STRIDED_SCATTER] = _strided_scatter_as_put
     return table
 
 
@@ -508,13 +520,15 @@ def _masked_scatter_as_gather(x, mask, source):
     if source.numel() == 0:
         return NotImplemented
     rows, inner = split
+    if source.numel() < inner or source.numel() % inner:
+        return NotImplemented
     shape = x.shape
     mask = mask.expand(shape)
     heads = mask.reshape(rows, inner)[:, 0]  # one element of each row
-    before = heads.cumsum(0) - 1  # the source row (of `inner`) each row takes
-    at = before[:, None] * inner + torch.arange(inner, device=x.device)
-    at = at.clamp(0, source.numel() - 1).view(shape)  # in range where unselected
-    return torch.where(mask, source.reshape(-1)[at], x)
+    table = source.reshape(-1, inner)  # the rows the mask's rows take, in order
+    before = heads.cumsum(0) - 1  # the row of `table` each row takes
+    at = before.clamp(0, table.shape[0] - 1)  # in range where unselected
+    return torch.where(mask, table[at].view(shape), x)
 
 
 def _masked_put_as_select(x, indices, values, accumulate=False):
@@ -532,6 +546,32 @@ def _masked_put_as_select(x, indices, values, accumulate=False):
     if accumulate:
         return x + torch.where(mask, value, torch.zeros_like(value))
     return torch.where(mask, value, x)
+
+
+def _strided_scatter_as_put(base, src, size, stride, storage_offset=None):
+    offset = base.storage_offset() if storage_offset is None else storage_offset
+    numbers = [*base.shape, *size, *stride, offset, base.storage_offset()]
+    if not all(isinstance(n, int) for n in numbers) or base.storage_offset():
+        return NotImplemented
+    if not base.is_contiguous() or src.dtype != base.dtype or not base.numel():
+        return NotImplemented
+    if base.dtype not in SUPPORTED_DTYPES or not all(n > 0 for n in size):
+        return NotImplemented
+    if min(stride, default=0) < 0 or len(size) != len(stride):
+        return NotImplemented
+    if offset + sum((n - 1) * s for n, s in zip(size, stride)) >= base.numel():
+        return NotImplemented  # outside base: eager raises
+    at = None  # positions alone: computed where the kernel writes
+    for d, (n, s) in enumerate(zip(size, stride)):
+        shape = [1] * len(size)
+        shape[d] = n
+        term = torch.arange(0, n * s, s, device=base.device).view(shape)
+        at = term if at is None else at + term
+    if offset:
+        at = at + offset
+    values = src if tuple(src.shape) == tuple(size) else src.expand(size)
+    flat = aten.index_put.default(base.reshape(-1), [at], values)
+    return flat.view(base.shape)
 
 
 def _scatter_indices(x, dim, index) -> list:

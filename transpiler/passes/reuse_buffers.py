@@ -118,16 +118,19 @@ def drop_dead_copies(region: CompiledRegion) -> CompiledRegion:
         src, out = step.args
         if allocs.get(out, i) >= i or shares.same(src, out):
             continue
-        if owned.get(src) == steps[allocs[out]].meta:
+        alloc, as_view = steps[allocs[out]], False
+        if owned.get(src) == alloc.meta:
             dead = shares.dead_after(src, i)
         else:  # its value goes back to the caller's tensor `src`, as it is laid
             # out (the copy loads it where it stores it), and nothing reads it after
+            caller, value = back.get(out, (None, None))
             root = shares.find(src)
-            dead = back.get(out) == src and shares.last.get(root, -1) <= i
+            dead = caller == src and shares.last.get(root, -1) <= i
             if dead:
-                in_place.add((src, out))
+                in_place.add((src, value))
+                as_view = value != out  # the buffer of a view of it, seen so
         if dead:
-            steps[allocs[out]] = replace(steps[allocs[out]], reuses=src)
+            steps[allocs[out]] = replace(alloc, reuses=src, as_view=as_view)
             shares.join(src, out)
             dropped.add(i)
     if not dropped:
@@ -149,19 +152,55 @@ def drop_dead_copies(region: CompiledRegion) -> CompiledRegion:
     return replace(region, program=program)
 
 
-def _written_back(p: Program) -> dict[str, str]:
-    """Each value the program writes back into a tensor of the caller's, and
-    returns nothing else of -> that tensor."""
+def _written_back(p: Program) -> dict[str, tuple[str, str]]:
+    """Each buffer whose value the program writes back into a tensor of the
+    caller's, and returns nothing else of -> (that tensor, the value written
+    back): the buffer itself, or a view of all of it in its order (a slice
+    assigned into a cache: the flat buffer its scatter wrote, seen with the
+    cache's shape)."""
     outputs = p.outputs
     if not isinstance(outputs, Updated):
         return {}
     seen = {r.name for r in iter_refs((outputs.result, outputs.writes))}
+    values = [v for _, v in outputs.copies]
+    views = {
+        s.out: s
+        for s in p.steps
+        if isinstance(s, ExternCall)
+        and s.is_view
+        and s.args
+        and isinstance(s.args[0], Ref)
+    }
+    allocs = {s.buffer: s.meta for s in p.steps if isinstance(s, Alloc)}
     back = {}
     for t, v in outputs.copies:
-        if isinstance(t, Ref) and isinstance(v, Ref) and v.name not in seen:
-            back[v.name] = t.name
-    counts = [v for _, v in outputs.copies]
-    return {v: t for v, t in back.items() if counts.count(Ref(v)) == 1}
+        if not (isinstance(t, Ref) and isinstance(v, Ref)) or v.name in seen:
+            continue
+        if values.count(v) > 1:
+            continue
+        name = v.name
+        while name in views and name not in allocs:
+            name = views[name].args[0].name
+        meta, whole = allocs.get(name), views.get(v.name)
+        if meta is None:
+            continue
+        if whole is not None and not _same_order(whole.meta, meta):
+            continue
+        back[name] = (t.name, v.name)
+    return back
+
+
+def _same_order(view: TensorMeta, memory: TensorMeta) -> bool:
+    """Whether `view` sees all of `memory`'s elements in its order (both dense
+    and in order from the start)."""
+    return (
+        isinstance(view, TensorMeta)
+        and view.is_contiguous()
+        and memory.is_contiguous()
+        and view.offset == memory.offset == 0
+        and view.numel == memory.numel
+        and view.dtype == memory.dtype
+    )
 
 
 def _copies(k: Kernel) -> bool:
