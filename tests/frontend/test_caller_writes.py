@@ -96,7 +96,8 @@ class Cache(nn.Module):
 def _no_fallback(fn) -> None:
     text = inspect.getsource(fn)
     assert "_fallback_" not in text, text
-    assert ".copy_(" in text, text  # the writes, copied back
+    # the writes, copied back, or written in place with the version counter moved
+    assert ".copy_(" in text or "increment_version(" in text, text
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

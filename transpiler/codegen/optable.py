@@ -216,6 +216,9 @@ TRITON_TYPED: dict[tuple[str, str], str] = {
     ("remainder", "uint"): "{0} % {1}",
     ("floor_divide", "uint"): "{0} // {1}",
     ("shift_right", "uint"): "_shift_right_uint({0}, {1})",
+    # `~x` is `x ^ -1`, a constant uint8 does not hold (Triton 3.8's interpreter
+    # raises); uint8 is the one unsigned dtype kernels hold
+    ("bitwise_not", "uint"): "{0} ^ 255",
 }
 
 CPP_TYPED: dict[tuple[str, str], str] = {
