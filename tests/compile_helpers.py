@@ -35,7 +35,7 @@ if os.environ.get("TRANSPILE_TEST_DEVICE") != "cuda":  # see tests/devices.py
 
 import torch
 
-from tests.devices import on_gpu
+from tests.devices import REAL_GPU, on_gpu
 from tests.helpers import build_pair, check_call, variant_dtype
 from transpiler import pipeline
 from transpiler.api import build, write
@@ -114,6 +114,30 @@ class Compiled:
             if isinstance(mine, torch.nn.Module):
                 run = functools.partial(variant, mine)
             check_call(run, eager, inputs, dtype, f"{self.name} {backend}")
+
+
+def aten_calls(side: str, ops: tuple[str, ...]) -> list[str]:
+    """The lines of a variant's source that call one of `ops` (aten op names,
+    `index_put`) into PyTorch."""
+    return [
+        line
+        for line in side.splitlines()
+        if "torch.ops.aten." in line and any(f".{op}" in line for op in ops)
+    ]
+
+
+def check_raises_as_eager(case: Compiled, args: Mapping[str, Any]) -> None:
+    """Eager raises an IndexError or a RuntimeError for `args` (an index out of
+    range); so does each variant, the same type. (Not the Triton variant on a
+    real GPU: its device-side assert would end the CUDA context.)"""
+    import pytest
+
+    with pytest.raises((IndexError, RuntimeError)) as eager_error:
+        case.eager(**{k: v.clone() for k, v in args.items()})
+    variants = [case.cpu] if REAL_GPU else [case.cpu, case.cuda]
+    for variant in variants:
+        with pytest.raises(eager_error.type):
+            variant(**{k: v.clone() for k, v in args.items()})
 
 
 def unique_name(prefix: str) -> str:

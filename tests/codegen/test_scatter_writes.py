@@ -19,8 +19,7 @@ import re
 import pytest
 import torch
 
-from tests.compile_helpers import compile_source
-from tests.devices import REAL_GPU
+from tests.compile_helpers import aten_calls, check_raises_as_eager, compile_source
 
 SOURCE = """
 import torch
@@ -255,11 +254,7 @@ CALLS = (
 
 
 def _calls(side: str) -> list[str]:
-    return [
-        line
-        for line in side.splitlines()
-        if "torch.ops.aten." in line and any(f".{c}" in line for c in CALLS)
-    ]
+    return aten_calls(side, CALLS)
 
 
 @pytest.mark.parametrize("name", list(inputs()))
@@ -342,12 +337,4 @@ def test_a_cache_whose_new_value_is_returned_is_copied(compiled) -> None:
 def test_index_out_of_range_raises(compiled, name: str, bad: dict) -> None:
     """Eager raises (an IndexError, or scatter's RuntimeError); so does each
     variant, the same type."""
-    args = {**inputs()[name], **bad}
-    with pytest.raises((IndexError, RuntimeError)) as eager_error:
-        compiled[name].eager(**{k: v.clone() for k, v in args.items()})
-    variants = [compiled[name].cpu]
-    if not REAL_GPU:  # a device-side assert would end the CUDA context
-        variants.append(compiled[name].cuda)
-    for variant in variants:
-        with pytest.raises(eager_error.type):
-            variant(**{k: v.clone() for k, v in args.items()})
+    check_raises_as_eager(compiled[name], {**inputs()[name], **bad})
