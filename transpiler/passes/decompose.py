@@ -555,8 +555,8 @@ def _strided_scatter_as_put(base, src, size, stride, storage_offset=None):
         return NotImplemented
     if not base.is_contiguous() or src.dtype != base.dtype or not base.numel():
         return NotImplemented
-    if base.dtype not in SUPPORTED_DTYPES or not all(n > 0 for n in size):
-        return NotImplemented
+    if base.dtype not in SUPPORTED_DTYPES or not size or not all(n > 0 for n in size):
+        return NotImplemented  # a view of one element (size ()) stays the op
     if min(stride, default=0) < 0 or len(size) != len(stride):
         return NotImplemented
     if offset + sum((n - 1) * s for n, s in zip(size, stride)) >= base.numel():
