@@ -67,6 +67,7 @@ from transpiler.ir.region import CompiledRegion, Region, programs_of
 from transpiler.options import Options, ScalarSpec, Target, TensorSpec, Variant
 from transpiler.passes import lower_region, map_graphs, name_stubs
 from transpiler.passes.addmm_activation import addmm_activation
+from transpiler.passes.adds_into_sums import adds_into_sums
 from transpiler.passes.channels_last import channels_last
 from transpiler.passes.check_indices import check_indices
 from transpiler.passes.constant_fold import constant_fold
@@ -107,6 +108,7 @@ GRAPH_PASSES = (
     (decompose, "rewrite composite ops (layer_norm, softmax, gelu) into fusable ops"),
     (range_gathers, "read a gather by a range of positions as a slice"),
     (embedding_gradients, "add an embedding's gradient into a tied weight's"),
+    (adds_into_sums, "add a scatter into zeros into the tensor it is added to"),
     (split_reductions, "reduce long reductions with few results in two kernels"),
     (channels_last, "run 2-D convolutions and the kernels between them NHWC"),
     (unroll_small_matmuls, "compute a matmul with K <= 8 as products that fuse"),

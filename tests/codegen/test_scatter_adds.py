@@ -336,3 +336,13 @@ def test_index_out_of_range_raises(compiled, name: str, bad: dict) -> None:
     """Eager raises (an IndexError, or scatter_add's RuntimeError); so does each
     variant, the same type, before anything is added outside the tensor."""
     check_raises_as_eager(compiled[name], {**inputs()[name], **bad})
+
+
+def test_a_scatter_into_zeros_adds_into_what_it_is_added_to(compiled) -> None:
+    """`hidden + zeros.index_add_(...)` adds the values into a copy of `hidden`
+    (Note [Scatters added to a tensor] in passes/adds_into_sums.py): no table of
+    zeros, no kernel reading it to add."""
+    for name in ("moe_combine", "messages"):
+        for side in (compiled[name].cpu_source, compiled[name].cuda_source):
+            assert "full_like = " not in side and "fused_zeros" not in side, side
+            assert "fused_copy" in side and "fused_add" not in side, side
