@@ -336,6 +336,14 @@ class Graph:
             users[r.name].append("<output>")
         return users
 
+    def read_once(self) -> set[str]:
+        """Names of the nodes that one node reads (once or more), not the result."""
+        return {
+            name
+            for name, users in self.users().items()
+            if len(set(users)) == 1 and users[0] != "<output>"
+        }
+
     def with_nodes(self, nodes, outputs=None) -> Graph:
         return replace(
             self,

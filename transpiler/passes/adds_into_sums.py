@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from transpiler.ir.graph import Graph, Node, Ref, iter_refs
+from transpiler.ir.graph import Graph, Node, Ref
 from transpiler.ir.ops import MASKED_PUT, resolve_op
 from transpiler.passes.dce import dce
 from transpiler.passes.fuse import put_adds, put_parts
@@ -41,14 +41,10 @@ WHOLE_VIEWS = ("aten.detach.default", "aten.alias.default")
 def adds_into_sums(graph: Graph) -> Graph:
     graph = dce(graph)  # views of an in-place op's result no one reads
     nodes = graph.by_name()
-    users: dict[str, int] = {}
-    for n in graph.nodes:
-        for r in set(n.refs()):
-            users[r.name] = users.get(r.name, 0) + 1
-    outputs = {r.name for r in iter_refs(graph.outputs)}
+    once = graph.read_once()
 
     def scatter_into_zeros(ref) -> Node | None:
-        if not isinstance(ref, Ref) or users.get(ref.name) != 1 or ref.name in outputs:
+        if not isinstance(ref, Ref) or ref.name not in once:
             return None
         node = nodes[ref.name]
         parts = put_parts(node)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch._decomp import decomposition_table, get_decompositions
 
-from transpiler.ir.graph import Graph, Node, Ref, iter_refs
+from transpiler.ir.graph import Graph, Node, Ref
 from transpiler.passes.decompose import decompose
 from transpiler.passes.retrace import retrace
 
@@ -43,14 +43,10 @@ DECOMPOSITION = decomposition_table[aten.embedding_dense_backward.default]
 
 def embedding_gradients(graph: Graph) -> Graph:
     nodes = graph.by_name()
-    users: dict[str, int] = {}
-    for n in graph.nodes:
-        for r in set(n.refs()):
-            users[r.name] = users.get(r.name, 0) + 1
-    outputs = {r.name for r in iter_refs(graph.outputs)}
+    once = graph.read_once()
 
     def embedding_of(ref) -> Node | None:
-        if not isinstance(ref, Ref) or users.get(ref.name) != 1 or ref.name in outputs:
+        if not isinstance(ref, Ref) or ref.name not in once:
             return None
         node = nodes[ref.name]
         if node.target != BACKWARD or len(node.args) < 5 or node.kwargs:
