@@ -290,6 +290,26 @@ def test_cpu_writes_in_order_one_row_at_a_time(compiled) -> None:
     assert re.search(r"omp simd\n\s*for \(int64_t x1", kernel), kernel
 
 
+@pytest.mark.parametrize(
+    ("line", "address"),
+    [
+        ("self.keys[:, :, 5:7] = k", "128 * x0 + x1 + 40"),
+        ("other[:, ::4] = -q[:, :3]", "80 * (x0 / 3) + 32 * (x0 % 3) + x1"),
+    ],
+)
+def test_a_slice_is_written_at_its_address(compiled, line: str, address: str) -> None:
+    """A slice's positions are ranges summed: the kernel stores at their address
+    terms, as it reads a view, with no index computed in statements."""
+    cpp = compiled["SliceCache"].cpp_text
+    kernel = next(k for k in cpp.split("\n// ") if k.startswith("src_") and line in k)
+    assert f"out_ptr[{address}] = " in kernel, kernel
+    assert "int64_t tmp" not in kernel, kernel
+    triton = compiled["SliceCache"].triton_text.split("@triton.jit")
+    kernel = next(k for k in triton if line in k)
+    store = kernel[kernel.index("tl.store(") :]
+    assert "tmp" not in store.split(",")[0], kernel
+
+
 def test_repeated_indices_leave_the_last_value_on_the_cpu(compiled) -> None:
     """PyTorch leaves the value written at a repeated index undefined; eager's
     CPU kernel writes in order below its grain size, and so does ours."""

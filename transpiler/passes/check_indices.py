@@ -104,6 +104,8 @@ SCATTERS = dict.fromkeys(
     _first_three,
 )
 WRAPS = ("aten.index_fill.int_Scalar", "aten.index_fill.int_Tensor")
+# the scatters of one element per row that decompose into a select
+SELECTS = ("aten.scatter.value", "aten.scatter.src")
 READS = DECOMPOSED | SCATTERS
 PUT = "aten.index_put.default"
 MASKED_SCATTER = "aten.masked_scatter.default"
@@ -204,7 +206,7 @@ def _scatter_ok(node: Node, nodes: dict[str, Node]) -> bool:
     metas = [nodes[r.name].meta if isinstance(r, Ref) else r for r in (x, index, src)]
     if not all(isinstance(m, TensorMeta) for m in metas[:2]):
         return False
-    if one_per_row(metas[0].shape, dim, metas[1].shape) and "scatter." in node.target:
+    if node.target in SELECTS and one_per_row(metas[0].shape, dim, metas[1].shape):
         return True
     return put_in_kernel(node.target, *metas)
 

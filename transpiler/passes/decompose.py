@@ -418,18 +418,19 @@ def put_in_kernel(op, x, index, src) -> bool:
     (tensors or metas; `src` may be a number) runs in a kernel, as a scatter
     that adds or writes (Note [Scatters] in schedule.py): static shapes, a
     dtype the kernel adds (`ADD_TYPES`) or holds, an index of one dimension
-    for the ops `ALONG_DIM` (index_fill's of none too), else of x's rank, a
-    `src` of x's dtype and rank."""
+    for the ops `ALONG_DIM` (index_fill's of none too), else of x's rank, and
+    a `src` of x's dtype and rank (index_fill's: a number or a 0-d tensor)."""
     op = str(op)
     adds = op in map(str, (*ADDS, SCATTER_SUM))
+    fills = op in map(str, INDEX_FILLS)
     along = op in map(str, ALONG_DIM)
     shapes = [x.shape, index.shape, getattr(src, "shape", ())]
     if not all(isinstance(n, int) for shape in shapes for n in shape):
         return False
-    if isinstance(src, (torch.Tensor, TensorMeta)) and (
-        src.dtype != x.dtype or len(src.shape) != len(x.shape)
-    ):
-        if op not in map(str, INDEX_FILLS) or len(src.shape) != 0:
+    if isinstance(src, (torch.Tensor, TensorMeta)):
+        if fills and len(src.shape) != 0:
+            return False
+        if not fills and (src.dtype != x.dtype or len(src.shape) != len(x.shape)):
             return False
     ranks = (1, 0) if along else (len(x.shape),)
     return (

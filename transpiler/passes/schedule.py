@@ -745,6 +745,31 @@ class KernelBuilder:
         offset = view.offset - self.nodes[root].tensor_meta.offset
         return self.index(shape, level, _placed(view, shape, at, offset), offset)
 
+    def range_address(self, ref: Ref, shape, level: str, at, unit: int):
+        """Position value `ref` at each position of `shape` as address terms in
+        steps of `unit`, where it is a range computed where it is read, or a sum
+        of such ranges and integers (a slice's positions, decompose.py's
+        `_strided_scatter_as_put`); else None (Note [Ranges in kernels])."""
+        _, _, root = resolve(ref, self.nodes, self.fusion.kinds)
+        node = self.nodes[root]
+        if node.target in RANGES and self.fusion.kinds[root] == "inline":
+            return _range_address(self.placed_index(ref, shape, level, at), node, unit)
+        if root != ref.name or node.target != "aten.add.Tensor" or node.kwargs:
+            return None
+        total = Index(0, ())
+        for value in node.args:
+            if isinstance(value, bool) or not isinstance(value, (int, Ref)):
+                return None
+            if isinstance(value, int):
+                total = Index(total.offset + value * unit, total.terms)
+                continue
+            rank = len(self.nodes[value.name].tensor_meta.shape)
+            part = self.range_address(value, shape, level, at[len(at) - rank :], unit)
+            if part is None:
+                return None
+            total = Index(total.offset + part.offset, (*total.terms, *part.terms))
+        return total
+
     def position_at(self, node: Node, shape, level: str, at) -> str:
         """Position value `node` computed at each position of `shape`, its
         dimension d at the result's dimension `at[d]`, its operands read there
@@ -858,14 +883,11 @@ class KernelBuilder:
         loaded, ranges = [], []
         for tensor, dim, at in indices:
             size = meta.shape[dim]
-            root = self.nodes[resolve(tensor, self.nodes, self.fusion.kinds)[2]]
-            if (
-                root.target in RANGES
-                and self.fusion.kinds[root.name] == "inline"
-                and _in_range(tensor, size, self.nodes)
-            ):  # its values are addresses
-                places = self.placed_index(tensor, shape, level, at)
-                ranges.append(_range_address(places, root, meta.stride[dim]))
+            address = None
+            if _in_range(tensor, size, self.nodes):  # its values may be addresses
+                address = self.range_address(tensor, shape, level, at, meta.stride[dim])
+            if address is not None:
+                ranges.append(address)
                 continue
             i, within = self.loaded_index(tensor, shape, level, at, size, True)
             ok = self.both(ok, within, level)
