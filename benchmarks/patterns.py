@@ -174,6 +174,13 @@ def rows_of(index: str, table: str) -> Callable[[dict, torch.Generator], None]:
     return draw
 
 
+def edges_into_nodes(inputs: dict, gen: torch.Generator) -> None:
+    """Each edge's destination node drawn uniformly, ten edges a node."""
+    old = inputs["dst"]
+    new = torch.randint(0, old.shape[0] // 10, old.shape, generator=gen)
+    inputs["dst"] = new.to(device=old.device, dtype=old.dtype)
+
+
 def image_tokens(inputs: dict, gen: torch.Generator) -> None:
     """Each sample's image tokens, as many as the features have rows for, in
     one run after a text prefix (LLaVA's prompt layout)."""
@@ -242,6 +249,10 @@ PATTERNS = [
     ),
     Pattern(
         "mean_hw", "mean_hw", {"x": "f32[128,256,56,56]"}, {"x": "f32[16,128,56,56]"}
+    ),
+    Pattern(
+        "avgmax_pool_head", "avgmax_pool_head",
+        {"x": "f32[256,2048,7,7]"}, {"x": "f32[32,2048,7,7]"},
     ),
     Pattern("var_std", "var_std", {"x": "f32[16384,4096]"}, {"x": "f32[2048,2048]"}),
     Pattern(
@@ -424,6 +435,12 @@ PATTERNS = [
         {"x": "f32[100000,64]", "messages": "f32[1000000,64]", "dst": "i64[1000000]"},
         {"x": "f32[10000,64]", "messages": "f32[100000,64]", "dst": "i64[100000]"},
         prepare=rows_of("dst", "x"),
+    ),
+    Pattern(
+        "scatter_max_mean_messages", "scatter_max_mean_messages",
+        {"messages": "f32[1000000,64]", "dst": "i64[1000000]"},
+        {"messages": "f32[100000,64]", "dst": "i64[100000]"},
+        prepare=edges_into_nodes,
     ),
     Pattern(
         "static_kv_cache", "StaticKVCache",

@@ -103,6 +103,13 @@ def mean_hw(x):
     return x.mean((2, 3))
 
 
+def avgmax_pool_head(x):
+    # timm's `SelectAdaptivePool2d(pool_type="avgmax")` head: the average of the
+    # global average and the global max pool, flattened
+    pooled = 0.5 * (F.adaptive_avg_pool2d(x, 1) + F.adaptive_max_pool2d(x, 1))
+    return pooled.flatten(1)
+
+
 def logsumexp_rows(x):
     # log-partition over a long row (CLIP loss, MoE router z-loss)
     return torch.logsumexp(x, dim=-1)
@@ -451,6 +458,22 @@ def scatter_sum_messages(x, messages, dst):
     # node (torch_scatter's `scatter(..., reduce="sum")`), plus the node's own
     index = dst[:, None].expand_as(messages)
     return x + torch.zeros_like(x).scatter_add_(0, index, messages)
+
+
+def scatter_max_mean_messages(messages, dst):
+    # PyG's max and mean aggregations (EdgeConv, SAGEConv): torch_geometric's
+    # `scatter(..., reduce="max")` is `scatter_reduce_(..., "amax", include_self=
+    # False)` into zeros, its mean the sums over the counts, clamped to 1; ten
+    # edges a node
+    n = dst.shape[0] // 10
+    index = dst[:, None].expand_as(messages)
+    size = (n, messages.shape[1])
+    top = messages.new_zeros(size).scatter_reduce_(
+        0, index, messages, "amax", include_self=False
+    )
+    count = messages.new_zeros(n).scatter_add_(0, dst, messages.new_ones(dst.shape))
+    total = messages.new_zeros(size).scatter_add_(0, index, messages)
+    return top, total / count.clamp(min=1)[:, None]
 
 
 class StaticKVCache(nn.Module):

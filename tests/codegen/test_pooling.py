@@ -3,12 +3,13 @@
 
 A table of the pools vision models use (ResNet's stem max pool, DenseNet's average
 pool, Inception's 3 x 3 average with and without the padding counted, 1-d and 3-d
-pools, dilated and rectangular windows, adaptive pools that divide their input)
-and of nearest upsampling by whole factors (UNet and FPN decoders), each with
-what follows it in the model. Each case is checked against eager, outputs and
-inputs after the call; those the note covers run in kernels alone, the pool and
-its consumer in one kernel. The cases it leaves whole (indices read, windows
-overhanging with `ceil_mode`, fractional scales) must still match.
+pools, dilated and rectangular windows, adaptive average and max pools whose
+windows divide their input or differ in length) and of nearest upsampling by
+whole factors (UNet and FPN decoders), each with what follows it in the model.
+Each case is checked against eager, outputs and inputs after the call; those the
+note covers run in kernels alone, the pool and its consumer in one kernel. The
+cases it leaves whole (indices read, windows overhanging with `ceil_mode`,
+fractional scales) must still match.
 """
 
 from __future__ import annotations
@@ -70,6 +71,22 @@ def adaptive(x):
     return F.adaptive_avg_pool2d(x, (2, 4)), F.adaptive_avg_pool2d(x, 1)
 
 
+def adaptive_max(x, x1, x3):
+    # timm's "max" and "avgmax" heads (to 1 x 1), windows that divide the input,
+    # windows that differ in length (3 x 5 of 8 x 12), 1-D and 3-D
+    return (
+        F.adaptive_max_pool2d(x, 1) + F.adaptive_avg_pool2d(x, 1),
+        F.adaptive_max_pool2d(x, (2, 4)),
+        F.adaptive_max_pool2d(x, (3, 5)),
+        F.adaptive_max_pool1d(x1, 4),
+        F.adaptive_max_pool3d(x3, (2, 2, 3)),
+    )
+
+
+def adaptive_max_indices(x):
+    return F.adaptive_max_pool2d(x, (3, 5), return_indices=True)
+
+
 def upsample_add(x, skip):
     return F.interpolate(x, scale_factor=2, mode="nearest") + skip
 
@@ -126,6 +143,12 @@ CASES = {
     "ceil_even": {"x": randn(1, 2, 8, 6)},
     "pools_1d_3d": {"x1": randn(2, 3, 17), "x3": randn(1, 2, 6, 5, 4)},
     "adaptive": {"x": randn(2, 3, 8, 12)},
+    "adaptive_max": {
+        "x": specials(randn(2, 3, 8, 12)),
+        "x1": randn(2, 3, 10),
+        "x3": randn(1, 2, 6, 5, 4),
+    },
+    "adaptive_max_indices": {"x": randn(1, 2, 8, 12)},
     "upsample_add": {"x": randn(2, 3, 5, 7), "skip": randn(2, 3, 10, 14)},
     "upsample_sizes": {"x": randn(1, 2, 8, 4)},
     "with_indices": {"x": randn(1, 2, 6, 6)},
@@ -133,7 +156,7 @@ CASES = {
     "half_precision": {"x": randn(2, 3, 9, 8).bfloat16()},
     "fractional": {"x": randn(1, 2, 4, 4)},
 }
-WHOLE = {"with_indices", "ceil_overhang", "fractional"}
+WHOLE = {"with_indices", "ceil_overhang", "fractional", "adaptive_max_indices"}
 
 
 @pytest.fixture(scope="module")

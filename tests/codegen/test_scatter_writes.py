@@ -4,7 +4,8 @@
 and broadcast values, `index_copy` along each dimension, `index_fill` with a
 number or a 0-d tensor, `scatter` of a tensor or a number with several indices a
 row, `scatter_reduce` of sums with and without `include_self`, `masked_scatter`
-(Note [Masked scatters] in passes/decompose.py), `x[mask] = value` (a select), in
+(Note [Masked scatters] in passes/decompose.py), `x[mask] = value` (a select),
+`x[mask] = rows` (a masked scatter, its rows counted first), in
 dtypes atomics do not hold (bool, int8, int64, bf16): compared with eager on both
 backends, outputs and inputs after the call, each without a call into PyTorch. A
 key/value cache updated in place (`cache.index_copy_(2, pos, k)`, a slice
@@ -114,6 +115,18 @@ def masked_puts(x, m, rows, cols, v):
         aten.index_put(x, [None, cols], v.view(1)),  # over the second
         aten.index_put(x, [rows, None], v, True),  # added
     )
+
+
+def masked_rows(x, m, v, row, m2):
+    # a row for each selected token (older LLaVA's `embeds[mask] = features`),
+    # one row for every selected token, one value where a full-shape mask holds
+    y = x.clone()
+    y[m] = v
+    z = x * 2
+    z[m] = row
+    w = x.clone()
+    w[m2] = 3.0
+    return y, z, w
 
 
 def strided_scatters(x, a, b):
@@ -232,6 +245,13 @@ def inputs() -> dict:
             "rows": torch.tensor([True, False, False, True]),
             "cols": torch.tensor([False, True, True, False, True]),
             "v": torch.tensor(-3.0),
+        },
+        "masked_rows": {
+            "x": randn(2, 3, 4),
+            "m": torch.tensor([[True, False, True], [False, False, True]]),
+            "v": randn(3, 4),
+            "row": randn(4),
+            "m2": torch.rand(2, 3, 4, generator=gen) > 0.5,
         },
         "strided_scatters": {"x": randn(4, 4), "a": randn(2, 2), "b": randn(())},
         "SliceCache": {
@@ -364,6 +384,15 @@ def test_a_cache_whose_new_value_is_returned_is_copied(compiled) -> None:
         ("scatter_sums", {"i": torch.full((4, 5), -1)}),
         ("cache_input", {"pos": torch.tensor([3, 16])}),
         ("image_features", {"ids": torch.full((2, 6), 7)}),  # 12 rows of 8 > 64
+        # 4 rows selected for 3 values, 2 for 3: eager's "shape mismatch"
+        (
+            "masked_rows",
+            {"m": torch.tensor([[True, True, True], [False, False, True]])},
+        ),
+        (
+            "masked_rows",
+            {"m": torch.tensor([[True, False, False], [False, False, True]])},
+        ),
     ],
 )
 def test_index_out_of_range_raises(compiled, name: str, bad: dict) -> None:

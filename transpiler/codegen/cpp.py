@@ -148,6 +148,7 @@ from transpiler.codegen.optable import (
 )
 from transpiler.codegen.segments import Loop, Spread, segments, spread
 from transpiler.ir.dynamic import dims_in, size
+from transpiler.ir.ops import EXTREMA
 from transpiler.ir.program import (
     Const,
     CppSchedule,
@@ -356,13 +357,15 @@ class _Renderer:
         if s.scatter == "add" and same:  # Note [Scatters] in passes/schedule.py
             self.lines.append(f"{ind}{where}{at} += {value};")
             return
+        held = at
+        if s.dtype == torch.bfloat16:
+            held = f"bf16_to_float({at})"
+        elif not same:
+            held = _converted(at, s.dtype, self._dtype(s.value))
         if s.scatter == "add":  # in float, rounded back
-            held = (
-                f"bf16_to_float({at})"
-                if s.dtype == torch.bfloat16
-                else _converted(at, s.dtype, self._dtype(s.value))
-            )
             value = f"{held} + {value}"
+        if s.scatter in EXTREMA:  # a NaN wins, and stays; of equals, the held
+            value = f"{s.scatter[1:]}_nan({held}, {value})"
         if s.dtype == torch.bfloat16:
             value = f"float_to_bf16({value})"
         elif s.dtype != self._dtype(s.value):

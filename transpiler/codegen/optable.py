@@ -353,11 +353,15 @@ def triton_literal(value, dtype: torch.dtype) -> str:
         return "1" if value else "0"
     if dtype.is_floating_point:
         value = float(value)
-        if math.isnan(value):
-            return 'float("nan")'
+        if math.isnan(value):  # a sign bit only from bits, as -0.0's
+            return (
+                _NEGATIVE_NAN[dtype == torch.float64]
+                if _signed(value)
+                else 'float("nan")'
+            )
         if math.isinf(value):
             return 'float("inf")' if value > 0 else 'float("-inf")'
-        if value == 0 and math.copysign(1.0, value) < 0:
+        if value == 0 and _signed(value):
             return _NEGATIVE_ZERO[dtype == torch.float64]
         return repr(value)
     if dtype == torch.uint8:  # a negative number wraps, as torch's does
@@ -371,6 +375,15 @@ _NEGATIVE_ZERO = {
     False: "tl.full([], -2147483648, tl.int32).to(tl.float32, bitcast=True)",
     True: "tl.full([], -9223372036854775808, tl.int64).to(tl.float64, bitcast=True)",
 }
+# a NaN with its sign bit set (Note [Extrema of NaNs] in passes/schedule.py), so
+_NEGATIVE_NAN = {
+    False: "tl.full([], -4194304, tl.int32).to(tl.float32, bitcast=True)",
+    True: "tl.full([], -2251799813685248, tl.int64).to(tl.float64, bitcast=True)",
+}
+
+
+def _signed(value: float) -> bool:
+    return math.copysign(1.0, value) < 0
 
 
 def cpp_literal(value, dtype: torch.dtype) -> str:
@@ -382,7 +395,7 @@ def cpp_literal(value, dtype: torch.dtype) -> str:
         value = float(value)
         suffix = "f" if dtype != torch.float64 else ""
         if math.isnan(value):
-            return "NAN"
+            return "-NAN" if _signed(value) else "NAN"
         if math.isinf(value):
             return "INFINITY" if value > 0 else "-INFINITY"
         return repr(value) + suffix

@@ -193,7 +193,20 @@ TINY_ROW = 8  # elements of a row reduced one step each when they are pieces
 ARG = ("argmax", "argmin")  # reductions to a position
 NO_POSITION = 2**31 - 1  # of lanes past the row's end: never the first position
 MATMUL_CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
-BLOCK_START = "roffset"  # an index term's variable: the start of a loop's block
+BLOCK_START = "roffset"
+# the atomic op of each scatter store but a write (Note [Scatters] in
+# passes/schedule.py)
+ATOMICS = {
+    "add": "atomic_add",
+    "amax": "atomic_max",
+    "amin": "atomic_min",
+}
+# the comparison by which a scatter's value beats the element it keeps an
+# extremum in (Note [Extrema checked first] in passes/schedule.py)
+CHECKED = {
+    "amax": ">",
+    "amin": "<",
+}  # an index term's variable: the start of a loop's block
 
 
 def next_pow2(n: int) -> int:
@@ -528,11 +541,21 @@ class _Renderer:
             if s.mask is not None:  # `!= 0`: a block though the mask is one
                 # value (Triton's interpreter takes no broadcast mask here)
                 mask = f"({mask} & {s.mask}) != 0" if mask else s.mask
-        if s.scatter == "add":
+        if s.scatter in CHECKED:  # Note [Extrema checked first] in schedule.py
+            held = f"{s.value}_held"
+            other = f", mask={mask}, other=0" if mask else ""
+            self.lines.append(
+                f"{indent}{held} = tl.load({s.buffer} + {_group(index)}{other})"
+            )
+            beats = f"({value} {CHECKED[s.scatter]} {held})"
+            if s.dtype.is_floating_point:  # a NaN beats any
+                beats = f"({beats} | ({value} != {value}))"
+            mask = f"({mask}) & {beats}" if mask else beats
+        if s.scatter in ATOMICS:
             mask = f", mask={mask}" if mask else ""
             self.lines.append(
-                f"{indent}tl.atomic_add({s.buffer} + {_group(index)}, {value}"
-                f'{mask}, sem="relaxed")'
+                f"{indent}tl.{ATOMICS[s.scatter]}({s.buffer} + {_group(index)},"
+                f' {value}{mask}, sem="relaxed")'
             )
             return
         mask = f", {mask}" if mask else ""

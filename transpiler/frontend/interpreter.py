@@ -96,6 +96,27 @@ AUG_OPS = {
     "BitAndAssign": operator.iand,
     "BitXorAssign": operator.ixor,
 }
+# Note [Masked updates]
+# ~~~~~~~~~~~~~~~~~~~~~
+# `x[mask] += v` reads `x[mask]`, whose shape is how many elements the mask
+# selects (data: a graph break), adds, and writes the sum back there. Where the
+# mask is a bool tensor over x's leading dimensions and v the same for every
+# selected element (a number, or a tensor over the dimensions after the mask's),
+# that is `x` written with `where(mask, x + v, x)`: the op on every element, each
+# kept only where the mask holds, the same values eager computes there. Not for
+# `//=` and `%=` (an integer division by zero raises, where eager's only would at
+# a selected element), nor where `x + v` would take another dtype than x's (eager
+# raises: its in-place op cannot cast back).
+MASKED_UPDATES = {
+    "AddAssign": operator.add,
+    "SubtractAssign": operator.sub,
+    "MultiplyAssign": operator.mul,
+    "DivideAssign": operator.truediv,
+    "PowerAssign": operator.pow,
+    "BitOrAssign": operator.or_,
+    "BitAndAssign": operator.and_,
+    "BitXorAssign": operator.xor,
+}
 UNARY_OPS = {
     "Minus": operator.neg,
     "Plus": operator.pos,
@@ -918,6 +939,8 @@ class Interpreter:
             if stmt.value is not None:
                 self.assign(stmt.target, self.eval(stmt.value, frame), frame)
         elif kind == "AugAssign":
+            if self._masked_update(stmt, frame):
+                return
             op = AUG_OPS[type(stmt.operator).__name__]
             current = self.eval(stmt.target, frame)
             self.assign(stmt.target, op(current, self.eval(stmt.value, frame)), frame)
@@ -1304,6 +1327,39 @@ class Interpreter:
                 f"assignment to {type(target).__name__.lower()} is not compiled",
                 self._span(),
             )
+
+    def _masked_update(self, stmt: cst.AugAssign, frame: Frame) -> bool:
+        """`x[mask] op= v`, as Note [Masked updates] computes it; False (nothing
+        evaluated) for any other augmented assignment."""
+        target, op = stmt.target, MASKED_UPDATES.get(type(stmt.operator).__name__)
+        if op is None or not isinstance(target, cst.Subscript):
+            return False
+        if len(target.slice) != 1 or not isinstance(target.slice[0].slice, cst.Index):
+            return False
+        if not isinstance(_lookup(target.value, frame), torch.Tensor):
+            return False
+        base = self.eval(target.value, frame)
+        key = self._slice(target.slice[0].slice, frame)
+        value = self.eval(stmt.value, frame)
+        rank = key.dim() if isinstance(key, torch.Tensor) else 0
+        selects = (
+            isinstance(key, torch.Tensor)
+            and key.dtype == torch.bool
+            and 0 < rank <= base.dim()
+            and tuple(key.shape) == tuple(base.shape[:rank])
+        )
+        same = isinstance(value, (bool, int, float)) or (
+            isinstance(value, torch.Tensor) and value.dim() <= base.dim() - rank
+        )
+        if selects and same and torch.result_type(base, value) == base.dtype:
+            mask = key.view(*key.shape, *[1] * (base.dim() - rank))
+            new = torch.where(mask, _apply(op, base, value), base)
+            _apply(torch.Tensor.copy_, base, new)
+            return True
+        current = _apply(operator.getitem, base, key)
+        in_place = AUG_OPS[type(stmt.operator).__name__]
+        _apply(operator.setitem, base, key, _apply(in_place, current, value))
+        return True
 
     def _local_item(self, target: cst.Subscript, frame: Frame) -> bool:
         """Whether `target` is an item of a dict or list that this call made (not

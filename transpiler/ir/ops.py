@@ -250,8 +250,19 @@ INDEX_TYPES = (torch.int64, torch.int32)
 # element (Note [Scatters] in schedule.py): on a GPU an add is atomic, which
 # Triton has for the dtypes of `ATOMIC_TYPES`; the C++ kernel stores or adds one
 # value after another.
+# `x.index_reduce(dim, index, source, "amax")` (or "amin"), x included, keeps the
+# larger (smaller) of each element and the values scattered into it: a kernel
+# keeps it atomically on a GPU, for the dtypes of `EXTREMA_TYPES`, and in order in
+# C++; `scatter_reduce`'s maxima and minima decompose into it.
 MASKED_PUT = "aten._unsafe_masked_index_put_accumulate.default"
-PUTS = ("aten.index_put.default", "aten._unsafe_index_put.default", MASKED_PUT)
+INDEX_REDUCE = "aten.index_reduce.default"
+PUTS = (
+    "aten.index_put.default",
+    "aten._unsafe_index_put.default",
+    MASKED_PUT,
+    INDEX_REDUCE,
+)
+EXTREMA = ("amax", "amin")
 ATOMIC_TYPES = {
     "cuda": (torch.float32, torch.float64, torch.float16, torch.int32),
     "cpu": (
@@ -259,6 +270,21 @@ ATOMIC_TYPES = {
         torch.float64,
         torch.float16,
         torch.bfloat16,
+        torch.int32,
+        torch.int64,
+    ),
+}
+
+EXTREMA_TYPES = {
+    "cuda": (torch.float32, torch.float64, torch.int32, torch.int64),
+    "cpu": (
+        torch.float32,
+        torch.float64,
+        torch.float16,
+        torch.bfloat16,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
         torch.int32,
         torch.int64,
     ),

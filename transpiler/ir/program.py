@@ -73,7 +73,8 @@ class Store:
     level: str
     dtype: torch.dtype  # the buffer's dtype
     # a scatter's store (Note [Scatters] in passes/schedule.py): "add" into the
-    # element, or "write" it, at addresses two positions may share
+    # element, "write" it, or keep the larger ("amax") or smaller ("amin") of the
+    # two, at addresses two positions may share
     scatter: str | None = None
     mask: str | None = None  # a bool statement: stored only where it holds
 

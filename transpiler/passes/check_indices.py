@@ -62,6 +62,7 @@ MESSAGES = {
     "aten.index_put.default": "index out of bounds for dimension {dim} with size "
     "{size}",
     "aten.index_add.default": "index out of range in self",
+    "aten.index_reduce.default": "index out of range in self",
     "aten.index_copy.default": "index_copy_(): index out of bounds for dimension "
     "{dim} with size {size}",
     **dict.fromkeys(
@@ -100,10 +101,13 @@ SCATTERS = dict.fromkeys(
         "aten.index_fill.int_Scalar",
         "aten.index_fill.int_Tensor",
         "aten.scatter_reduce.two",
+        "aten.index_reduce.default",
     ),
     _first_three,
 )
 WRAPS = ("aten.index_fill.int_Scalar", "aten.index_fill.int_Tensor")
+# the scatters that reduce by their fifth argument (`put_in_kernel`'s `reduce`)
+REDUCTIONS = ("aten.scatter_reduce.two", "aten.index_reduce.default")
 # the scatters of one element per row that decompose into a select
 SELECTS = ("aten.scatter.value", "aten.scatter.src")
 READS = DECOMPOSED | SCATTERS
@@ -201,14 +205,13 @@ def _scatter_ok(node: Node, nodes: dict[str, Node]) -> bool:
         return False
     x, dim, index = SCATTERS[node.target](node.args)
     src = node.args[3] if len(node.args) > 3 else None
-    if node.target == "aten.scatter_reduce.two" and node.args[4:5] != ("sum",):
-        return False
     metas = [nodes[r.name].meta if isinstance(r, Ref) else r for r in (x, index, src)]
     if not all(isinstance(m, TensorMeta) for m in metas[:2]):
         return False
     if node.target in SELECTS and one_per_row(metas[0].shape, dim, metas[1].shape):
         return True
-    return put_in_kernel(node.target, *metas)
+    reduce = node.args[4] if node.target in REDUCTIONS else "sum"
+    return put_in_kernel(node.target, *metas, reduce)
 
 
 def _masked_scatter_ok(node: Node, nodes: dict[str, Node]) -> bool:

@@ -29,6 +29,8 @@ from torch._decomp import get_decompositions
 from transpiler.ir.graph import Graph, Node, TensorMeta
 from transpiler.ir.ops import (
     ATOMIC_TYPES,
+    EXTREMA,
+    EXTREMA_TYPES,
     POINTWISE,
     SUPPORTED_DTYPES,
     copies_that_may_alias,
@@ -106,6 +108,15 @@ ADAPTIVE_AVG_POOLS = {
     aten._adaptive_avg_pool2d.default: 2,
     aten._adaptive_avg_pool3d.default: 3,
 }
+# An adaptive max pool whose output divides the input is a max over each window's
+# own dimensions of the input viewed as (..., output, window, ...): a reduction
+# (timm's `SelectAdaptivePool2d("max")`, to 1 x 1: a max over H and W); one whose
+# windows differ, the maximum of gathers, as an average's sum (indices read:
+# the op).
+ADAPTIVE_MAX_POOLS = {
+    aten.adaptive_max_pool2d.default: 2,
+    aten.adaptive_max_pool3d.default: 3,
+}
 UPSAMPLE_NEAREST = (
     aten.upsample_nearest1d.default,
     aten.upsample_nearest2d.default,
@@ -136,11 +147,21 @@ SCATTERS = (aten.scatter.value, aten.scatter.src)
 # raises on.
 ADDS = (aten.index_add.default, aten.scatter_add.default)
 ADD_TYPES = tuple(t for t in ATOMIC_TYPES["cuda"] if t in ATOMIC_TYPES["cpu"])
+EXTREMA_KERNEL_TYPES = tuple(
+    t for t in EXTREMA_TYPES["cuda"] if t in EXTREMA_TYPES["cpu"]
+)
 INDEX_FILLS = (aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
 WRITES = (aten.index_copy.default, *INDEX_FILLS)
 SCATTER_SUM = aten.scatter_reduce.two
+REDUCED = ("sum", "mean")  # the reductions of SCATTER_SUM scatters compute
+INDEX_REDUCE = aten.index_reduce.default  # of means, maxima and minima
 # ops whose index has one dimension (the rest: one index per element of `src`)
-ALONG_DIM = (aten.index_add.default, aten.index_copy.default, *INDEX_FILLS)
+ALONG_DIM = (
+    aten.index_add.default,
+    aten.index_copy.default,
+    INDEX_REDUCE,
+    *INDEX_FILLS,
+)
 
 # Note [Masked scatters]
 # ~~~~~~~~~~~~~~~~~~~~~
@@ -161,11 +182,21 @@ ALONG_DIM = (aten.index_add.default, aten.index_copy.default, *INDEX_FILLS)
 MASKED_SCATTER = aten.masked_scatter.default
 MASKED_SCATTER_ROWS = 1 << 16
 
-# `x[mask] = v` (`index_put` with one bool index, over dimensions p.. of x) of a
-# single value writes it wherever the mask holds: `where(mask, v, x)`, the mask
-# viewed along those dimensions, a pointwise op (`x + where(mask, v, 0)` where it
-# accumulates), not the mask's `nonzero` (data-dependent, a sync) and a scatter.
+# `x[mask] = v` (`index_put` with one bool index, over dimensions p.. of x) of
+# values the same for every element the mask selects (one value, or a row of
+# the dimensions after the mask's) writes them wherever the mask holds:
+# `where(mask, v, x)`, the mask viewed along those dimensions, a pointwise op
+# (`x + where(mask, v, 0)` where it accumulates), not the mask's `nonzero`
+# (data-dependent, a sync) and a scatter. Values of a row for each selected
+# element of a mask over x's leading dimensions (older LLaVA's
+# `inputs_embeds[image_mask] = image_features`) are x's masked scatter of them
+# (Note [Masked scatters]), after a check that the mask selects as many rows as
+# there are values: eager raises otherwise ("shape mismatch").
 INDEX_PUT = aten.index_put.default
+ROWS_MESSAGE = (
+    "shape mismatch: value tensor of shape {shape} cannot be broadcast to "
+    "indexing result: the mask selects another number of rows"
+)
 
 # `as_strided_scatter(base, src, size, stride, offset)` (a slice assigned into a
 # tensor: `self.cache[:, :, pos:end] = k`, how the recorder writes any view of a
@@ -213,6 +244,7 @@ INTERPOLATIONS = (
 DECOMPOSE = (
     *POOLS,
     *ADAPTIVE_AVG_POOLS,
+    *ADAPTIVE_MAX_POOLS,
     *UPSAMPLE_NEAREST,
     aten.native_layer_norm.default,
     aten._softmax.default,
@@ -303,6 +335,7 @@ DECOMPOSE = (
     *ADDS,
     *WRITES,
     SCATTER_SUM,
+    INDEX_REDUCE,
     MASKED_SCATTER,
     INDEX_PUT,
     STRIDED_SCATTER,
@@ -356,6 +389,8 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
         table[op] = _pool(op, dims, read)
     for op, dims in ADAPTIVE_AVG_POOLS.items():
         table[op] = _adaptive_avg_pool(_pool(op, dims, read), dims)
+    for op, dims in ADAPTIVE_MAX_POOLS.items():
+        table[op] = _adaptive_max_pool(dims, read)
     for op in UPSAMPLE_NEAREST:
         table[op] = _upsample_nearest(table[op])
     for op in REFLECT_PADS:
@@ -382,6 +417,7 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     for op in INDEX_FILLS:
         table[op] = _index_fill_as_put
     table[SCATTER_SUM] = _scatter_sum_as_puts
+    table[INDEX_REDUCE] = _index_reduce_as_puts
     table[MASKED_SCATTER] = _masked_scatter_as_gather
     table[INDEX_PUT] = _masked_put_as_select
     table[STRIDED_SCATTER] = _strided_scatter_as_put
@@ -413,15 +449,22 @@ def _scatter_as_select_or_put(x, dim, index, src):
     return out if out.dtype == x.dtype else NotImplemented
 
 
-def put_in_kernel(op, x, index, src) -> bool:
-    """Whether `op` (a scatter of `ADDS`, `WRITES` or `SCATTERS`) of these
-    (tensors or metas; `src` may be a number) runs in a kernel, as a scatter
-    that adds or writes (Note [Scatters] in schedule.py): static shapes, a
-    dtype the kernel adds (`ADD_TYPES`) or holds, an index of one dimension
-    for the ops `ALONG_DIM` (index_fill's of none too), else of x's rank, and
-    a `src` of x's dtype and rank (index_fill's: a number or a 0-d tensor)."""
+def put_in_kernel(op, x, index, src, reduce: str = "sum") -> bool:
+    """Whether `op` (a scatter of `ADDS`, `WRITES` or `SCATTERS`, or `INDEX_REDUCE`)
+    of these (tensors or metas; `src` may be a number), reducing by `reduce`
+    (`SCATTER_SUM`'s and `INDEX_REDUCE`'s), runs in a kernel, as a scatter that
+    adds, writes or keeps extrema (Note [Scatters] in schedule.py): static shapes,
+    a dtype the kernel adds (`ADD_TYPES`), keeps extrema of (`EXTREMA_KERNEL_TYPES`)
+    or holds, an index of one dimension for the ops `ALONG_DIM` (index_fill's of
+    none too), else of x's rank, and a `src` of x's dtype and rank (index_fill's:
+    a number or a 0-d tensor)."""
     op = str(op)
-    adds = op in map(str, (*ADDS, SCATTER_SUM))
+    reduces = op in map(str, (SCATTER_SUM, INDEX_REDUCE))
+    if reduces and reduce not in (REDUCED if op == str(SCATTER_SUM) else ("mean",)):
+        if reduce not in EXTREMA:
+            return False
+    extrema = reduces and reduce in EXTREMA
+    adds = op in map(str, ADDS) or (reduces and not extrema)
     fills = op in map(str, INDEX_FILLS)
     along = op in map(str, ALONG_DIM)
     shapes = [x.shape, index.shape, getattr(src, "shape", ())]
@@ -432,9 +475,12 @@ def put_in_kernel(op, x, index, src) -> bool:
             return False
         if not fills and (src.dtype != x.dtype or len(src.shape) != len(x.shape)):
             return False
+    types = ADD_TYPES if adds else SUPPORTED_DTYPES
+    if extrema:
+        types = EXTREMA_KERNEL_TYPES
     ranks = (1, 0) if along else (len(x.shape),)
     return (
-        x.dtype in (ADD_TYPES if adds else SUPPORTED_DTYPES)
+        x.dtype in types
         and len(x.shape) > 0
         and len(index.shape) in ranks
         and all(n > 0 for n in index.shape)
@@ -478,14 +524,82 @@ def _scatter_as_put(adds: bool):
 
 
 def _scatter_sum_as_puts(x, dim, index, src, reduce, *, include_self=True):
-    """`scatter_reduce` of sums: `scatter_add`, into zeros where the scattered
-    elements of x are not included (two scatters: one writing zeros there)."""
-    if reduce != "sum" or not put_in_kernel(SCATTER_SUM, x, index, src):
+    """`scatter_reduce` of sums or means, as `_reduced_puts` computes them. Of
+    maxima or minima, an `index_reduce` (`_extrema_put`): along `dim` where the
+    index is one a row, expanded along the rest of x (a graph's messages reduced
+    into their nodes, `dst[:, None].expand_as(messages)`); else of the flattened
+    x at each value's address."""
+    if not put_in_kernel(SCATTER_SUM, x, index, src, reduce):
         return NotImplemented
     indices = _scatter_indices(x, dim, index)
+    values = _scattered(src, index, x)
+    if reduce in REDUCED:
+        return _reduced_puts(x, indices, values, reduce, include_self)
+    dim = dim % x.dim()
+    others = [d for d in range(x.dim()) if d != dim]
+    if all(index.stride(d) == 0 and index.shape[d] == x.shape[d] for d in others):
+        rows = index[tuple(slice(None) if d == dim else 0 for d in range(x.dim()))]
+        return _extrema_put(x, dim, rows, values, reduce, include_self)
+    strides = torch.empty(x.shape, device="meta").stride()
+    address = sum(i * stride for i, stride in zip(indices, strides))
+    address = address.expand(index.shape).reshape(-1)
+    flat = x.reshape(-1)
+    out = _extrema_put(flat, 0, address, values.reshape(-1), reduce, include_self)
+    return out.view(x.shape)
+
+
+def _index_reduce_as_puts(x, dim, index, source, reduce, *, include_self=True):
+    """`index_reduce` of means: `scatter_reduce`'s, each row of `source` along
+    `dim` scattered into the row of x its index names. Of maxima or minima: the
+    op, a kernel's (Note [Scatters] in schedule.py), along a dimension counted
+    from the start, x included."""
+    if not put_in_kernel(INDEX_REDUCE, x, index, source, reduce):
+        return NotImplemented
+    given, dim = dim, dim % x.dim()
+    if reduce in EXTREMA:
+        if include_self and given == dim:  # the op as a kernel computes it
+            return NotImplemented
+        return _extrema_put(x, dim, index, source, reduce, include_self)
+    shape = [1] * x.dim()
+    shape[dim] = -1
+    index = index.reshape(shape).expand(source.shape)
+    indices = _scatter_indices(x, dim, index)
+    return _reduced_puts(x, indices, source, reduce, include_self)
+
+
+def _extrema_put(x, dim: int, index, source, reduce: str, include_self: bool):
+    """`x.index_reduce(dim, index, source, reduce)` of maxima or minima, x
+    included; without x, its indexed rows are written over with the identity
+    first (-inf for amax, the lowest integer; eager's)."""
+    if not include_self:
+        info = torch.finfo if x.dtype.is_floating_point else torch.iinfo
+        identity = info(x.dtype).min if reduce == "amax" else info(x.dtype).max
+        if x.dtype.is_floating_point:
+            identity = -math.inf if reduce == "amax" else math.inf
+        at = [None] * dim + [index]
+        x = aten.index_put.default(x, at, _as_tensor(identity, x))
+    return aten.index_reduce.default(x, dim, index, source, reduce)
+
+
+def _reduced_puts(x, indices, values, reduce: str, include_self: bool):
+    """`values` summed into x at `indices` (into zeros where the indexed elements
+    of x are not included: a scatter writing zeros there first). Means: those
+    sums over counts, a scatter adding ones into ones (into zeros without x), as
+    eager's; an element no value is scattered into keeps x's value, and integers
+    round the quotient down (a division by a tensor: the op)."""
+    kept = x
     if not include_self:
         x = aten.index_put.default(x, indices, x.new_zeros(()))
-    return aten.index_put.default(x, indices, _scattered(src, index, x), True)
+    total = aten.index_put.default(x, indices, values, True)
+    if reduce == "sum":
+        return total
+    count = torch.full_like(kept, int(include_self))
+    count = aten.index_put.default(count, indices, x.new_ones(()), True)
+    if not include_self:  # no value scattered: x's own
+        count = torch.where(count == 0, 1, count)
+    if x.dtype.is_floating_point:
+        return total / count
+    return aten.floor_divide.default(total, count)
 
 
 def masked_scatter_rows(x, mask) -> tuple[int, int] | None:
@@ -534,7 +648,7 @@ def _masked_scatter_as_gather(x, mask, source):
 
 def _masked_put_as_select(x, indices, values, accumulate=False):
     masks = [(p, i) for p, i in enumerate(indices) if i is not None]
-    if len(masks) != 1 or masks[0][1].dtype != torch.bool or values.numel() != 1:
+    if len(masks) != 1 or masks[0][1].dtype != torch.bool:
         return NotImplemented
     (p, mask), rest = masks[0], len(indices) - masks[0][0] - 1
     if any(indices[:p]) or len(indices) > x.dim() or values.dtype != x.dtype:
@@ -542,11 +656,36 @@ def _masked_put_as_select(x, indices, values, accumulate=False):
     trailing = x.dim() - p - mask.dim()
     if trailing < 0 or rest > trailing:
         return NotImplemented
+    after = tuple(x.shape[x.dim() - trailing :])
+    if values.dim() > trailing:  # a row for each selected element, or one row
+        if values.dim() > trailing + 1 or values.shape[0] != 1:
+            return _masked_rows(x, p, mask, values, accumulate, after)
+        values = values[0]
+    try:
+        if torch.broadcast_shapes(values.shape, after) != after:
+            return NotImplemented
+    except RuntimeError:
+        return NotImplemented
     mask = mask.view(*[1] * p, *mask.shape, *[1] * trailing)
-    value = values if values.dim() == 0 else values.reshape(())
     if accumulate:
-        return x + torch.where(mask, value, torch.zeros_like(value))
-    return torch.where(mask, value, x)
+        return x + torch.where(mask, values, torch.zeros_like(values))
+    return torch.where(mask, values, x)
+
+
+def _masked_rows(x, p: int, mask, values, accumulate: bool, after: tuple):
+    """`x[mask] = values`, a row of `values` for each element of the mask over
+    x's leading dimensions: the masked scatter of the rows, checked first."""
+    if p or accumulate or values.dim() != len(after) + 1 or not values.shape[0]:
+        return NotImplemented
+    try:
+        rows = values.expand(values.shape[0], *after)
+    except RuntimeError:
+        return NotImplemented
+    mask = mask.view(*mask.shape, *[1] * len(after))
+    selected = mask.to(torch.int64).sum()
+    message = ROWS_MESSAGE.format(shape=list(values.shape))
+    torch._assert_async(selected == values.shape[0], message)
+    return _masked_scatter_as_gather(x, mask, rows)
 
 
 def _strided_scatter_as_put(base, src, size, stride, storage_offset=None):
@@ -890,19 +1029,44 @@ def _adaptive_avg_pool(pool, dims: int):
         if x.numel() == 0 or any(o <= 0 for o in output_size):
             return NotImplemented
         if any(n % o for n, o in zip(sizes, output_size)):
-            return _adaptive_avg_by_gathers(x, list(output_size))
+            return _adaptive_by_gathers(x, list(output_size), maximum=False)
         window = [n // o for n, o in zip(sizes, output_size)]
         return pool(x, window, window, 0)
 
     return decompose_adaptive
 
 
-def _adaptive_avg_by_gathers(x, output_size: list[int]):
-    """An adaptive average pool whose windows differ in length: output position p
-    of a dimension of n averages inputs `p * n // o` up to `((p + 1) * n + o - 1)
-    // o`, at most `longest` of them. The sum over the k-th element of each
-    window's every dimension, gathered at positions computed where they are read
-    and zero past the window's end, divided by the window's size (Note [Pads and
+def _adaptive_max_pool(dims: int, indices_read: bool):
+    """`ADAPTIVE_MAX_POOLS`' decomposition, of floats, whose indices nothing
+    reads."""
+
+    def decompose_adaptive_max(x, output_size):
+        sizes = x.shape[x.dim() - dims :]
+        if indices_read or not x.dtype.is_floating_point:
+            return NotImplemented
+        if x.numel() == 0 or any(o <= 0 for o in output_size):
+            return NotImplemented
+        if any(n % o for n, o in zip(sizes, output_size)):
+            result = _adaptive_by_gathers(x, list(output_size), maximum=True)
+        else:
+            lead = x.dim() - dims
+            shape = list(x.shape[:lead])
+            for n, o in zip(sizes, output_size):
+                shape += [o, n // o]
+            windows = [lead + 2 * i + 1 for i in range(dims)]
+            result = torch.amax(x.reshape(shape), windows)
+        return result, torch.empty_like(result, dtype=torch.int64)  # unread
+
+    return decompose_adaptive_max
+
+
+def _adaptive_by_gathers(x, output_size: list[int], maximum: bool):
+    """An adaptive average (`maximum`: max) pool whose windows differ in length:
+    output position p of a dimension of n reduces inputs `p * n // o` up to
+    `((p + 1) * n + o - 1) // o`, at most `longest` of them. The sum (maximum)
+    over the k-th element of each window's every dimension, gathered at
+    positions computed where they are read and zero (-inf) past the window's
+    end, divided by the window's size for an average (Note [Pads and
     interpolation as gathers]): one kernel that reads x, as eager's loop does."""
     dims = len(output_size)
     lead = x.dim() - dims
@@ -922,8 +1086,13 @@ def _adaptive_avg_by_gathers(x, output_size: list[int]):
             within = length > k
             inside = within if inside is None else inside & within
         value = aten._unsafe_index.Tensor(x, [None] * lead + indices)
-        value = torch.where(inside, value, 0)
-        total = value if total is None else total + value
+        value = torch.where(inside, value, -math.inf if maximum else 0)
+        if total is None:
+            total = value
+        else:
+            total = torch.maximum(total, value) if maximum else total + value
+    if maximum:
+        return total
     count = None
     for _, length, _, _ in axes:
         count = length if count is None else count * length

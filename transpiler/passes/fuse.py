@@ -55,8 +55,11 @@ import torch
 from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
 from transpiler.ir.ops import (
     ATOMIC_TYPES,
+    EXTREMA,
+    EXTREMA_TYPES,
     FLOAT_TYPES,
     GATHERS,
+    INDEX_REDUCE,
     INDEX_TYPES,
     INTEGER_ONLY,
     MASKED_PUT,
@@ -97,6 +100,7 @@ class Fusion:
     groups: tuple[Group, ...]
     group_of: dict[str, int]
     realized: frozenset[str]
+    device: str = "cpu"  # whose kernels they are
 
 
 # ---- classification -------------------------------------------------------------
@@ -243,18 +247,34 @@ def put_parts(node: Node) -> tuple | None:
     if node.target == MASKED_PUT and len(node.args) == 4 and not node.kwargs:
         x, mask, indices, values = node.args
         return x, indices, values, mask
+    if node.target == INDEX_REDUCE:  # along a dimension, counted from the start
+        given = bind_args(node.target, node.args, node.kwargs)
+        dim, x = given["dim"], given["self"]
+        if given["reduce"] not in EXTREMA or not given.get("include_self", True):
+            return None
+        if not isinstance(dim, int) or dim < 0:
+            return None
+        return x, [None] * dim + [given["index"]], given["source"], None
     if node.target not in PUTS[:2]:
         return None
     given = bind_args(node.target, node.args, node.kwargs)
     return given["self"], given["indices"], given["values"], None
 
 
-def put_adds(node: Node) -> bool:
-    """Whether scatter `node` adds its values into their elements (else it writes
-    them there)."""
+def put_how(node: Node) -> str:
+    """What scatter `node` does with a value at its element: "add" it, "write"
+    it there, keep the larger ("amax") or the smaller ("amin") of the two."""
     if node.target == MASKED_PUT:
-        return True
-    return bool(bind_args(node.target, node.args, node.kwargs).get("accumulate"))
+        return "add"
+    given = bind_args(node.target, node.args, node.kwargs)
+    if node.target == INDEX_REDUCE:
+        return given["reduce"]
+    return "add" if given.get("accumulate") else "write"
+
+
+def put_adds(node: Node) -> bool:
+    """Whether scatter `node` adds its values into their elements."""
+    return put_how(node) == "add"
 
 
 def put_shape(node: Node, nodes: dict[str, Node]) -> tuple[int, ...]:
@@ -283,7 +303,11 @@ def scatter_ok(node: Node, nodes: dict[str, Node], device: str = "cpu") -> bool:
     if parts is None or not isinstance(meta, TensorMeta) or meta.numel == 0:
         return False
     x, indices, values, mask = parts
-    types = ATOMIC_TYPES.get(device, ()) if put_adds(node) else SUPPORTED_DTYPES
+    how = put_how(node)
+    if how == "add":
+        types = ATOMIC_TYPES.get(device, ())
+    else:
+        types = EXTREMA_TYPES.get(device, ()) if how in EXTREMA else SUPPORTED_DTYPES
     if meta.dtype not in types:
         return False
     tensors = [x, values, *(i for i in indices if i is not None)]
@@ -573,7 +597,7 @@ def fuse(
                     )
         best.reads |= reads.keys()
         _joined(best, node, nodes, kinds, group_of, reads_from)
-    return _frozen(graph, nodes, kinds, groups, group_of)
+    return _frozen(graph, nodes, kinds, groups, group_of, device)
 
 
 def _joined(g: _State, node: Node, nodes, kinds, group_of, reads_from) -> None:
@@ -923,7 +947,9 @@ def _merge(g: _State, into: _State, group_of: dict[str, int], order) -> None:
     g.nodes = []
 
 
-def _frozen(graph: Graph, nodes, kinds, groups: list[_State], group_of) -> Fusion:
+def _frozen(
+    graph: Graph, nodes, kinds, groups: list[_State], group_of, device: str
+) -> Fusion:
     """The groups left after merges, numbered in order."""
     ids = {g.id: i for i, g in enumerate(g for g in groups if g.nodes)}
     group_of = {name: ids[gid] for name, gid in group_of.items()}
@@ -933,7 +959,7 @@ def _frozen(graph: Graph, nodes, kinds, groups: list[_State], group_of) -> Fusio
         if g.nodes
     )
     realized = _realized(graph, nodes, kinds, group_of)
-    return Fusion(kinds, frozen, group_of, realized)
+    return Fusion(kinds, frozen, group_of, realized, device)
 
 
 def _buffer_reads(node: Node, nodes, kinds) -> dict[str, int]:

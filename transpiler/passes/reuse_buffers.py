@@ -284,8 +284,8 @@ def _reuse(p: Program, live_outs: frozenset[str]) -> Program:
             continue
         n = len(kernel.inputs)
         for out_arg, out in zip(kernel.outputs, step.args[n:]):
-            if out not in allocs:
-                continue
+            if out not in allocs or steps[allocs[out]].reuses is not None:
+                continue  # (memory of its own already: the caller's tensor)
             meta = steps[allocs[out]].meta
             for in_arg, name in zip(kernel.inputs, step.args[:n]):
                 memory = owned.get(name)
