@@ -33,6 +33,7 @@ from transpiler.ir.ops import ATOMIC_TYPES, GATHERS, UNSAFE_INDEX
 from transpiler.ir.positions import bounds
 from transpiler.passes.decompose import (
     ANY_ALL,
+    REDUCTIONS,
     any_all,
     masked_scatter_rows,
     one_per_row,
@@ -106,8 +107,6 @@ SCATTERS = dict.fromkeys(
     _first_three,
 )
 WRAPS = ("aten.index_fill.int_Scalar", "aten.index_fill.int_Tensor")
-# the scatters that reduce by their fifth argument (`put_in_kernel`'s `reduce`)
-REDUCTIONS = ("aten.scatter_reduce.two", "aten.index_reduce.default")
 # the scatters of one element per row that decompose into a select
 SELECTS = ("aten.scatter.value", "aten.scatter.src")
 READS = DECOMPOSED | SCATTERS
@@ -210,7 +209,7 @@ def _scatter_ok(node: Node, nodes: dict[str, Node]) -> bool:
         return False
     if node.target in SELECTS and one_per_row(metas[0].shape, dim, metas[1].shape):
         return True
-    reduce = node.args[4] if node.target in REDUCTIONS else "sum"
+    reduce = node.args[4] if node.target in REDUCTIONS else "sum"  # (5th argument)
     return put_in_kernel(node.target, *metas, reduce)
 
 

@@ -152,9 +152,14 @@ EXTREMA_KERNEL_TYPES = tuple(
 )
 INDEX_FILLS = (aten.index_fill.int_Scalar, aten.index_fill.int_Tensor)
 WRITES = (aten.index_copy.default, *INDEX_FILLS)
-SCATTER_SUM = aten.scatter_reduce.two
-REDUCED = ("sum", "mean")  # the reductions of SCATTER_SUM scatters compute
+SCATTER_REDUCE = aten.scatter_reduce.two
+REDUCED = ("sum", "mean")  # the reductions of SCATTER_REDUCE scatters add
 INDEX_REDUCE = aten.index_reduce.default  # of means, maxima and minima
+# the reductions kernels compute of the scatters that reduce
+REDUCTIONS = {
+    str(SCATTER_REDUCE): (*REDUCED, *EXTREMA),
+    str(INDEX_REDUCE): ("mean", *EXTREMA),
+}
 # ops whose index has one dimension (the rest: one index per element of `src`)
 ALONG_DIM = (
     aten.index_add.default,
@@ -334,7 +339,7 @@ DECOMPOSE = (
     *SCATTERS,
     *ADDS,
     *WRITES,
-    SCATTER_SUM,
+    SCATTER_REDUCE,
     INDEX_REDUCE,
     MASKED_SCATTER,
     INDEX_PUT,
@@ -416,7 +421,7 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     table[aten.index_copy.default] = _index_copy_as_put
     for op in INDEX_FILLS:
         table[op] = _index_fill_as_put
-    table[SCATTER_SUM] = _scatter_sum_as_puts
+    table[SCATTER_REDUCE] = _scatter_reduce_as_puts
     table[INDEX_REDUCE] = _index_reduce_as_puts
     table[MASKED_SCATTER] = _masked_scatter_as_gather
     table[INDEX_PUT] = _masked_put_as_select
@@ -452,19 +457,18 @@ def _scatter_as_select_or_put(x, dim, index, src):
 def put_in_kernel(op, x, index, src, reduce: str = "sum") -> bool:
     """Whether `op` (a scatter of `ADDS`, `WRITES` or `SCATTERS`, or `INDEX_REDUCE`)
     of these (tensors or metas; `src` may be a number), reducing by `reduce`
-    (`SCATTER_SUM`'s and `INDEX_REDUCE`'s), runs in a kernel, as a scatter that
+    (`SCATTER_REDUCE`'s and `INDEX_REDUCE`'s), runs in a kernel, as a scatter that
     adds, writes or keeps extrema (Note [Scatters] in schedule.py): static shapes,
     a dtype the kernel adds (`ADD_TYPES`), keeps extrema of (`EXTREMA_KERNEL_TYPES`)
     or holds, an index of one dimension for the ops `ALONG_DIM` (index_fill's of
     none too), else of x's rank, and a `src` of x's dtype and rank (index_fill's:
     a number or a 0-d tensor)."""
     op = str(op)
-    reduces = op in map(str, (SCATTER_SUM, INDEX_REDUCE))
-    if reduces and reduce not in (REDUCED if op == str(SCATTER_SUM) else ("mean",)):
-        if reduce not in EXTREMA:
-            return False
-    extrema = reduces and reduce in EXTREMA
-    adds = op in map(str, ADDS) or (reduces and not extrema)
+    reductions = REDUCTIONS.get(op)  # of the ops that reduce by `reduce`
+    if reductions is not None and reduce not in reductions:
+        return False
+    extrema = reductions is not None and reduce in EXTREMA
+    adds = op in map(str, ADDS) or (reductions is not None and not extrema)
     fills = op in map(str, INDEX_FILLS)
     along = op in map(str, ALONG_DIM)
     shapes = [x.shape, index.shape, getattr(src, "shape", ())]
@@ -523,13 +527,13 @@ def _scatter_as_put(adds: bool):
     return put
 
 
-def _scatter_sum_as_puts(x, dim, index, src, reduce, *, include_self=True):
+def _scatter_reduce_as_puts(x, dim, index, src, reduce, *, include_self=True):
     """`scatter_reduce` of sums or means, as `_reduced_puts` computes them. Of
     maxima or minima, an `index_reduce` (`_extrema_put`): along `dim` where the
     index is one a row, expanded along the rest of x (a graph's messages reduced
     into their nodes, `dst[:, None].expand_as(messages)`); else of the flattened
     x at each value's address."""
-    if not put_in_kernel(SCATTER_SUM, x, index, src, reduce):
+    if not put_in_kernel(SCATTER_REDUCE, x, index, src, reduce):
         return NotImplemented
     indices = _scatter_indices(x, dim, index)
     values = _scattered(src, index, x)
@@ -572,10 +576,11 @@ def _extrema_put(x, dim: int, index, source, reduce: str, include_self: bool):
     included; without x, its indexed rows are written over with the identity
     first (-inf for amax, the lowest integer; eager's)."""
     if not include_self:
-        info = torch.finfo if x.dtype.is_floating_point else torch.iinfo
-        identity = info(x.dtype).min if reduce == "amax" else info(x.dtype).max
         if x.dtype.is_floating_point:
             identity = -math.inf if reduce == "amax" else math.inf
+        else:
+            info = torch.iinfo(x.dtype)
+            identity = info.min if reduce == "amax" else info.max
         at = [None] * dim + [index]
         x = aten.index_put.default(x, at, _as_tensor(identity, x))
     return aten.index_reduce.default(x, dim, index, source, reduce)

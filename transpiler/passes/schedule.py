@@ -117,18 +117,20 @@ scatter writing the identity there (passes/decompose.py).
 
 Note [Extrema checked first]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-Triton keeps a float's maximum with two atomics (Note [Extrema of NaNs]), each
-returning the old value, where an add is one that returns nothing. But an
-element of an amax scatter only grows while the kernel runs: a plain load of it
-reads what it was at some point, at most what it is, and a value not above that
-would change nothing. So the GPU kernel loads the element first, and makes the
-atomic only where the value beats it (or is NaN). A value that loses to one of
-its element's earlier ones is only a load: of ten random messages a node, about
+An atomic maximum costs more than an add: Triton keeps a float's with two
+integer atomics, by the value's sign (Note [Extrema of NaNs]). But an element of
+an amax scatter only grows while the kernel runs: a plain load of it reads what
+it was at some point, at most what it is, and a value not above that would
+change nothing. So the GPU kernel loads the element first, and makes the atomic
+only where the value beats it (or is NaN). A value that loses to one of its
+element's earlier ones is only a load: of ten random messages a node, about
 three set a maximum on the way (1 + 1/2 + ... + 1/10). On an H200, the maximum
-of 1M messages of 64 f32 into 100K nodes (PyTorch Geometric's max aggregation):
-533 us with the atomic alone, 110 with the load first; eager's scatter_reduce,
-a compare-and-swap loop, 300. Values in ascending order each beat their element,
-and pay the load on top (adversarial for this; no worse than an atomic each).
+of 1M messages of 64 f32 into 100K nodes (PyTorch Geometric's max aggregation)
+took 533 us with `tl.atomic_max` alone (one int32 atomic maximum: 360; the same
+values added by `tl.atomic_add`: 147), 110 with the load first; eager's
+scatter_reduce, a compare-and-swap loop, 300. Values in ascending order each
+beat their element and pay the load on top (adversarial for this: an atomic
+each, as without it).
 
 Note [Extrema of NaNs]
 ~~~~~~~~~~~~~~~~~~~~~~
