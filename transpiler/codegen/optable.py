@@ -375,7 +375,8 @@ _NEGATIVE_ZERO = {
     False: "tl.full([], -2147483648, tl.int32).to(tl.float32, bitcast=True)",
     True: "tl.full([], -9223372036854775808, tl.int64).to(tl.float64, bitcast=True)",
 }
-# a NaN with its sign bit set (Note [Extrema of NaNs] in passes/schedule.py), so
+# a NaN with its sign bit set (Note [Extrema of NaNs] in passes/schedule.py), from
+# its bits as -0.0 is
 _NEGATIVE_NAN = {
     False: "tl.full([], -4194304, tl.int32).to(tl.float32, bitcast=True)",
     True: "tl.full([], -2251799813685248, tl.int64).to(tl.float64, bitcast=True)",

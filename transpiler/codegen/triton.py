@@ -193,7 +193,7 @@ TINY_ROW = 8  # elements of a row reduced one step each when they are pieces
 ARG = ("argmax", "argmin")  # reductions to a position
 NO_POSITION = 2**31 - 1  # of lanes past the row's end: never the first position
 MATMUL_CONSTEXPRS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")
-BLOCK_START = "roffset"
+BLOCK_START = "roffset"  # an index term's variable: the start of a loop's block
 # the atomic op of each scatter store but a write (Note [Scatters] in
 # passes/schedule.py)
 ATOMICS = {
@@ -206,7 +206,7 @@ ATOMICS = {
 CHECKED = {
     "amax": ">",
     "amin": "<",
-}  # an index term's variable: the start of a loop's block
+}
 
 
 def next_pow2(n: int) -> int:

@@ -76,6 +76,9 @@ from transpiler.ir.ops import (
 )
 
 SLICE = "aten.slice.Tensor"
+# the dtypes a device's scatter kernel adds (keeps extrema of) atomically, by what
+# the scatter does (a write: any dtype kernels hold)
+SCATTER_TYPES = {"add": ATOMIC_TYPES, **dict.fromkeys(EXTREMA, EXTREMA_TYPES)}
 PAD = "aten.constant_pad_nd.default"
 # ops computed again for all the windows that read one value (a 3 x 3 pool of a
 # batch norm and ReLU: 9 windows of 5 ops)
@@ -303,11 +306,8 @@ def scatter_ok(node: Node, nodes: dict[str, Node], device: str = "cpu") -> bool:
     if parts is None or not isinstance(meta, TensorMeta) or meta.numel == 0:
         return False
     x, indices, values, mask = parts
-    how = put_how(node)
-    if how == "add":
-        types = ATOMIC_TYPES.get(device, ())
-    else:
-        types = EXTREMA_TYPES.get(device, ()) if how in EXTREMA else SUPPORTED_DTYPES
+    by_device = SCATTER_TYPES.get(put_how(node))
+    types = by_device.get(device, ()) if by_device else SUPPORTED_DTYPES
     if meta.dtype not in types:
         return False
     tensors = [x, values, *(i for i in indices if i is not None)]
