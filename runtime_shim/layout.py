@@ -30,8 +30,15 @@ def as_layout(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
     """`t` itself when it has `stride` already (the usual case), else a copy that
     has it: an op's kernel on a device may lay its result out otherwise than its
     meta kernel did when the code was generated (attention by the backend it picks,
-    `log_sigmoid_forward` of a transposed tensor contiguous on the CPU)."""
-    if t.stride() == stride:
+    `log_sigmoid_forward` of a transposed tensor contiguous on the CPU).
+
+    A dimension of size 1 is only ever read at position 0, so its stride is no
+    part of the layout: attention's output for one query ([B, H, 1, D]) differs
+    from its meta kernel's there alone, and is used as it is."""
+    have = t.stride()
+    if have == stride or all(
+        a == b or n == 1 for n, a, b in zip(t.shape, have, stride)
+    ):
         return t
     out = torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device)
     return out.copy_(t)

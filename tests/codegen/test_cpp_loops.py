@@ -148,6 +148,30 @@ def row_softmax(x):
 
 def row_softmax_bf16(x):
     return torch.softmax(x, dim=-1)
+
+
+def short_rows(x):
+    return x.sum(-1), x.amax(-1), x.amin(-1), x.mean(-1)
+
+
+def short_rows_bf16(x):
+    return x.sum(-1), x.amax(-1), x.amin(-1), x.mean(-1)
+
+
+def short_rows_f64(x):
+    return x.sum(-1), x.amax(-1), x.amin(-1), x.mean(-1)
+
+
+def short_rows_int(x):
+    return x.sum(-1), x.amax(-1), x.amin(-1)
+
+
+def short_rows_tiny(x):
+    return x.sum(-1), x.amax(-1), x.amin(-1), x.mean(-1)
+
+
+def short_rows_whole(x):
+    return x.sum(-1), x.amax(-1), x.amin(-1), x.mean(-1)
 """
 
 g = torch.Generator().manual_seed(0)
@@ -174,6 +198,17 @@ def with_ties(x: torch.Tensor) -> torch.Tensor:
     x[7, 70] = x[7, 37] = 1e3
     x[8, 70] = x[8, 37] = -1e3
     x[9, 45] = x[9, 38] = float("nan")
+    return x
+
+
+def short_specials(x: torch.Tensor) -> torch.Tensor:
+    """Rows of a 7 x 7 window: NaN in the vectorized part of row 1 and in the last
+    element of row 2 (reduced after the vectorized loop), the largest and smallest
+    values last in rows 3 and 4, row 5 all -inf, row 6 all inf."""
+    x = x.clone()
+    x[1, 3] = x[2, -1] = float("nan")
+    x[3, -1], x[4, -1] = 1e3, -1e3
+    x[5], x[6] = float("-inf"), float("inf")
     return x
 
 
@@ -218,6 +253,17 @@ CASES = {
     "cat_rows_of_pairs": {"a": randn(40, 5, 2), "b": randn(30, 5, 2)},
     "pad_rows_of_pairs": {"x": randn(50, 3, 2)},
     "rotate_every_two": {"x": randn(64, 128)},  # pieces along x1 alone
+    # rows shorter than lanes, split into whole vectors and the rest (Note
+    # [Remainders of short rows] in codegen/cpp.py): 48 + 1 for f32 and f64,
+    # 32 + 17 for bf16; a row of 9 is shorter than a group, one of 64 is whole
+    "short_rows": {"x": short_specials(randn(300, 49))},
+    "short_rows_bf16": {"x": short_specials(randn(300, 49)).bfloat16()},
+    "short_rows_f64": {"x": short_specials(randn(300, 49)).double()},
+    "short_rows_int": {
+        "x": torch.randint(-(2**31), 2**31 - 1, (300, 49), generator=g).int()
+    },
+    "short_rows_tiny": {"x": short_specials(randn(300, 9))},
+    "short_rows_whole": {"x": short_specials(randn(300, 64))},
 }
 
 
@@ -293,6 +339,36 @@ def test_short_inner_loops_split_by_their_own_pieces(compiled) -> None:
     """A `stack` along the last dimension: its pieces are constants in each part
     of the split loop, and the split stays."""
     assert "x1 < 2;" in kernels_text(compiled["rotate_every_two"])
+
+
+@pytest.mark.parametrize(
+    ("name", "whole", "end"),
+    [
+        ("short_rows", 48, 49),
+        ("short_rows_bf16", 32, 49),
+        ("short_rows_f64", 48, 49),
+        ("short_rows_int", 48, 49),
+        ("short_rows_tiny", None, 9),
+        ("short_rows_whole", None, 64),
+    ],
+)
+def test_short_rows_reduce_their_remainder_in_order(
+    compiled, name: str, whole: int | None, end: int
+) -> None:
+    """Note [Remainders of short rows]: the vectorized loop stops at whole
+    vectors, and the rest of the row follows in a loop of its own."""
+    cpp = kernel_text(compiled[name])
+    loops = re.findall(
+        r"(#pragma omp simd[^\n]*\n\s*)?for \(int64_t r = (\d+); r < (\d+);", cpp
+    )
+    if whole is None:
+        assert [(int(a), int(b)) for _, a, b in loops] == [(0, end)], cpp
+        assert loops[0][0], cpp  # vectorized
+    else:
+        assert [(bool(v), int(a), int(b)) for v, a, b in loops] == [
+            (True, 0, whole),
+            (False, whole, end),
+        ], cpp
 
 
 def test_split_index_rewrites_each_kind_of_term() -> None:

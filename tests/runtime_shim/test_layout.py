@@ -35,3 +35,26 @@ def test_view_is_a_chain_of_view_methods(view) -> None:
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     got.mul_(-1)  # it shares the base's memory
     torch.testing.assert_close(want, got, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("size", "stride", "wanted", "copied"),
+    [
+        ((2, 3), (3, 1), (3, 1), False),
+        ((2, 3), (3, 1), (1, 2), True),
+        # a dimension of size 1 is read at position 0 alone: its stride is free
+        ((1, 8, 1, 64), (512, 64, 64, 1), (512, 64, 512, 1), False),
+        ((1, 8, 1, 64), (512, 64, 64, 1), (512, 1, 512, 8), True),
+        ((4, 1), (1, 1), (1, 4), False),
+    ],
+)
+def test_as_layout_copies_only_where_positions_differ(
+    size, stride, wanted, copied: bool
+) -> None:
+    base = torch.arange(torch.Size(size).numel(), dtype=torch.float32)
+    t = base.as_strided(size, stride)
+    out = layout.as_layout(t, wanted)
+    assert (out.data_ptr() != t.data_ptr()) == copied
+    assert torch.equal(out, t)
+    if copied:
+        assert out.stride() == wanted
