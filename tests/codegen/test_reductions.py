@@ -498,12 +498,12 @@ def positions(x):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "n, dtype",
-    [(9000, torch.float32), (1024, torch.float32), (1024, torch.bfloat16)],
+    [(3000, torch.float32), (1024, torch.float32), (1024, torch.bfloat16)],
 )
 def test_argmax_and_argmin(tmp_path, n, dtype) -> None:
     """The first position of the max or min: ties, NaN (the largest and the
     smallest, as torch's are), rows of -inf, along rows, across them and over
-    all, in rows a block overhangs (9000) and rows a block fits exactly (1024:
+    all, in rows a block overhangs (3000) and rows a block fits exactly (1024:
     no mask, Note [Blocks that never overhang])."""
     gen = torch.Generator().manual_seed(11)
     x = torch.randn(6, n, generator=gen).round().to(dtype)  # many ties

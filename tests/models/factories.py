@@ -253,11 +253,15 @@ def clip_vision():
 
 
 def timm_resnet():
-    """resnet18's layout (BasicBlock, [2, 2, 2, 2]) with 10 classes."""
+    """resnet18's layout (BasicBlock, [2, 2, 2, 2]) with 10 classes, a quarter
+    of its widths."""
     _torchvision_for_timm()
     import timm
 
-    return timm.create_model("resnet18", pretrained=False, num_classes=10)
+    return timm.create_model(
+        "resnet18", pretrained=False, num_classes=10,
+        stem_width=16, channels=(16, 32, 64, 128),
+    )  # fmt: skip
 
 
 def timm_vit():
@@ -282,7 +286,9 @@ def timm_efficientnet():
     _torchvision_for_timm()
     import timm
 
-    return timm.create_model("efficientnet_b0", pretrained=False, num_classes=10)
+    # timm's own small EfficientNet: depthwise-separable, inverted-residual (with
+    # and without squeeze-excitation) and edge-residual blocks
+    return timm.create_model("test_efficientnet", pretrained=False, num_classes=10)
 
 
 def timm_swin():
