@@ -268,6 +268,7 @@ class _Renderer:
     def __init__(self, k: Kernel, plan: CppSchedule):
         self.k = k
         self.plan = plan
+        self.input_types = {a.param: a.dtype for a in k.inputs}  # what loads read
         self.lines: list[str] = []
         self.kept: set[str] = set(plan.kept)  # per-element values in a row buffer
         self.carried: set[str] = set()  # per-row values of a tile kept in arrays
@@ -324,7 +325,7 @@ class _Renderer:
             return
         if s.op == "load":
             param, index, *within = s.args
-            src = next(a.dtype for a in self.k.inputs if a.param == param)
+            src = self.input_types[param]
             expr = f"{param}[{self.index(index)}]"
             if src == torch.bfloat16:
                 expr = f"bf16_to_float({expr})"
@@ -447,7 +448,6 @@ class _Renderer:
         row contiguously."""
         names = {"x": "(x + 1)", "r": "r"}
         ranges = {"x": self.k.xnumel, "r": self.k.rnumel}
-        itemsize = {a.param: a.dtype.itemsize for a in self.k.inputs}
         out: list[tuple[str, str, int]] = []
         for s in self.k.body:
             if not (isinstance(s, Stmt) and s.op == "load"):
@@ -458,7 +458,8 @@ class _Renderer:
             if "x" not in terms or r is None or (r.div, r.stride) != (1, 1):
                 continue
             text = format_index(index, names, ranges, "/")
-            entry = (param, text.replace("((x + 1))", "(x + 1)"), itemsize[param])
+            size = self.input_types[param].itemsize
+            entry = (param, text.replace("((x + 1))", "(x + 1)"), size)
             if entry not in out:
                 out.append(entry)
         return out
@@ -531,7 +532,7 @@ class _Renderer:
         if s.op != "load" or len(s.args) != 2 or not isinstance(self.k.rnumel, int):
             return None
         param, index = s.args
-        src = next(a.dtype for a in self.k.inputs if a.param == param)
+        src = self.input_types[param]
         along = [t for t in index.terms if t.var == "r"]
         if src != s.dtype or s.dtype not in (torch.float32, torch.float64):
             return None
@@ -786,11 +787,10 @@ class _Renderer:
         rnumel = self.k.rnumel
         if not reductions or not isinstance(rnumel, int):
             return None
-        types = {a.param: a.dtype for a in self.k.inputs}
         loaded = [
-            types[s.args[0]]
+            self.input_types[s.args[0]]
             for s in loop.body
-            if isinstance(s, Stmt) and s.op == "load" and s.args[0] in types
+            if isinstance(s, Stmt) and s.op == "load"
         ]
         sizes = [d.itemsize for d in loaded] + [
             _compute_bytes(r.dtype) for r in reductions

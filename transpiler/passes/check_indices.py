@@ -209,7 +209,7 @@ def _scatter_ok(node: Node, nodes: dict[str, Node]) -> bool:
         return False
     if node.target in SELECTS and one_per_row(metas[0].shape, dim, metas[1].shape):
         return True
-    reduce = node.args[4] if node.target in REDUCTIONS else "sum"  # (5th argument)
+    reduce = node.args[4] if node.target in REDUCTIONS else "sum"  # its 5th argument
     return put_in_kernel(node.target, *metas, reduce)
 
 
