@@ -1,10 +1,10 @@
 """Pads, interpolations and adaptive pools as gathers at positions kernels compute.
 
-Reflect and replicate pads of 1 to 3 dimensions (batched and not, cropping ones
-too), linear, bilinear, trilinear and bicubic interpolation (with and without
-`align_corners`, up and down, by sizes and by scales), nearest interpolation
-by factors that are not whole numbers and adaptive average pools whose windows
-differ in length, each followed by a pointwise op, are
+Reflect, replicate and circular pads of 1 to 3 dimensions (batched and not,
+cropping ones too), linear, bilinear, trilinear and bicubic interpolation (with
+and without `align_corners`, up and down, by sizes and by scales), nearest
+interpolation by factors that are not whole numbers and adaptive average pools
+whose windows differ in length, each followed by a pointwise op, are
 compared with eager on both backends, in f32, f64 and bf16. Each is one kernel
 launch that reads only the input: the source positions are computed where the
 gather reads them (Note [Positions as indices] in passes/schedule.py), never
@@ -54,6 +54,12 @@ CASES = [
     ("F.adaptive_avg_pool2d(x, 5)", (1, 4, 7, 9)),
     ("F.adaptive_avg_pool1d(x, 4).relu()", (2, 3, 10)),
     ("F.adaptive_avg_pool3d(x, (2, 3, 2))", (1, 2, 3, 5, 5)),
+    # circular pads: positions wrapped around (`p mod n`)
+    ('F.pad(x, (4, 1), mode="circular") * 2', (2, 3, 5)),
+    ('F.pad(x, (2, 3, 1, 2), mode="circular").relu()', (2, 3, 8, 9)),
+    ('F.pad(x, (5, 5), mode="circular") + 1', (3, 5)),  # unbatched, all of n
+    ('F.pad(x, (1, 0, 2, 1, 1, 1), mode="circular") - x.mean()', (1, 2, 3, 4, 5)),
+    ('F.pad(x, (-1, 2, 3, -2), mode="circular").exp()', (2, 2, 6, 7)),  # crops
 ]
 DTYPES = (torch.float32, torch.float64, torch.bfloat16)
 

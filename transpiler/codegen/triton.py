@@ -103,6 +103,16 @@ dynamic size, a matmul's tile and a block that does not divide keep their masks,
 and so does a kernel with a load made only where a condition holds (a gather's
 index in range, a piece of a `cat`): the condition is and'ed with them, which
 gives it the shape of the whole block, as Triton's interpreter needs of a mask.
+
+Note [Positions past int32]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A block's positions (`xindex`, `rindex`) are int32, and so is arithmetic on them
+with numbers that fit: a coordinate that torch computes in int64 and multiplies
+past 2^31 (`torch.arange(n) * 2**20`, a flat offset of a large tensor) would wrap
+in the kernel and give wrong values silently. So a coordinate is converted to
+int64 where a value computed from it in int32 may leave int32: one with no
+bounds from positions and constants (ir/value_ranges.py), or bounds beyond.
+Coordinates whose values all stay within, the common case, stay int32.
 """
 
 from __future__ import annotations
@@ -141,6 +151,7 @@ from transpiler.ir.program import (
     Term,
     operands,
 )
+from transpiler.ir.value_ranges import INT32_MAX, INT32_MIN, fits_int32, kernel_bounds
 from transpiler.text import comment
 
 PERSISTENT_MAX = 8192  # widest row reduced in registers
@@ -332,9 +343,47 @@ def is_persistent(k: Kernel, config: LaunchConfig) -> bool:
     return k.is_reduction and isinstance(k.rnumel, int) and config.rblock >= k.rnumel
 
 
+def _wide_positions(k: Kernel) -> set[str]:
+    """The int64 coordinates (`index` statements) a kernel computes in int64 (Note
+    [Positions past int32]); the others are int32, as the block's positions."""
+    bounds = kernel_bounds(k)
+    stmts = [s for s in k.body if isinstance(s, Stmt) and s.dtype == torch.int64]
+    names = {s.name for s in stmts}
+    wide: set[str] = set()
+    while True:
+        narrow: dict[str, set[str]] = {}  # in int32 -> the coordinates it is of
+        for s in stmts:
+            if s.op == "index":
+                if s.name not in wide:
+                    narrow[s.name] = {s.name}
+                continue
+            if s.op in ("load", "cast", "reduce", "scan", "matmul"):
+                continue
+            ints = [a for a in s.args if isinstance(a, str)]
+            consts = [a.value for a in s.args if isinstance(a, Const)]
+            wide_operand = any(a in names and a not in narrow for a in ints)
+            if not any(a in narrow for a in ints) or wide_operand:
+                continue  # promoted to int64 by a wide operand, or of none
+            if not all(
+                isinstance(c, int) and INT32_MIN <= c <= INT32_MAX for c in consts
+            ):
+                continue  # a literal past int32 is int64 to Triton
+            narrow[s.name] = set().union(*(narrow[a] for a in ints if a in narrow))
+        spilled = {
+            c
+            for name, coords in narrow.items()
+            if not fits_int32(bounds.get(name))
+            for c in coords
+        }
+        if not spilled:
+            return wide
+        wide |= spilled
+
+
 class _Renderer:
     def __init__(self, k: Kernel, config: LaunchConfig):
         self.k = k
+        self.wide = _wide_positions(k)  # Note [Positions past int32]
         self.config = config
         self.red = k.is_reduction
         self.persistent = is_persistent(k, config)
@@ -487,6 +536,8 @@ class _Renderer:
                 expr = f"{s.args[0]}.to(tl.int64).to(tl.uint8)"
         elif s.op == "index":  # a coordinate of the position
             expr = self.index(s.args[0])
+            if s.name in self.wide:
+                expr = f"({expr}).to(tl.int64)"
         elif s.op == "scan":
             self.scan(s, indent)
             return

@@ -117,6 +117,54 @@ class DropoutAsOp(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+class CircularPadAsGather(torch.overrides.TorchFunctionMode):
+    """`F.pad(x, pad, mode="circular")` as a gather at positions `p mod n` along
+    each padded dimension (Note [Pads and interpolation as gathers] in
+    passes/decompose.py). PyTorch's own circular pad is an implicit composite,
+    decomposed before any op reaches the recorder into an uninitialized tensor
+    and a copy into each of its pieces: a pad of one dimension was seven
+    kernels and a call into PyTorch. Pads that eager refuses (wrapping around
+    more than once, an empty result) are left to eager's pad, which raises."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.pad:
+            names = ("input", "pad", "mode", "value")
+            given = dict(zip(names, args)) | kwargs
+            if given.get("mode") == "circular":
+                padded = _circular_pad(given["input"], tuple(given["pad"]))
+                if padded is not None:
+                    return padded
+        return func(*args, **kwargs)
+
+
+def _circular_pad(x: torch.Tensor, pad: tuple) -> torch.Tensor | None:
+    """`x` padded circularly by `pad` (last dimension first, as `F.pad`): one
+    gather with a tensor of positions per padded dimension, broadcast together;
+    None where eager raises."""
+    dims = len(pad) // 2
+    lead = x.dim() - dims
+    if len(pad) % 2 or lead not in (1, 2):
+        return None
+    if not all(isinstance(p, int) for p in pad):
+        return None
+    indices = []
+    for i in range(dims):  # the first padded dimension first
+        n = x.shape[lead + i]
+        left, right = pad[2 * (dims - 1 - i)], pad[2 * (dims - 1 - i) + 1]
+        if not isinstance(n, int):
+            return None
+        # negative pads crop first; the rest wraps around what is left
+        kept = n + min(left, 0) + min(right, 0)
+        if kept <= 0 or max(left, right) > kept:
+            return None
+        start = max(-left, 0)
+        at = torch.arange(-max(left, 0), kept + max(right, 0), device=x.device)
+        at = start + at % kept
+        indices.append(at.view(-1, *[1] * (dims - 1 - i)))
+    return torch.ops.aten._unsafe_index.Tensor(x, [None] * lead + indices)
+
+
 def _attention_with_dropout(
     query,
     key,
@@ -302,7 +350,8 @@ def _trace(
                 if variant.train
                 else contextlib.nullcontext()
             )
-            with torch.device("meta"), torch.no_grad(), recorder, dropout:
+            pads = CircularPadAsGather()
+            with torch.device("meta"), torch.no_grad(), recorder, dropout, pads:
                 self_ = (module,) if module is not None else ()
                 # the variant takes the parameters of the decorated function, so
                 # its decorators' wrappers are not run (Note [Entry decorators])

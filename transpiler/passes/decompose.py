@@ -213,11 +213,12 @@ STRIDED_SCATTER = aten.as_strided_scatter.default
 
 # Note [Pads and interpolation as gathers]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-# A reflect or replicate pad, and a linear, bilinear, trilinear or bicubic
-# interpolation (or a nearest one by other than whole factors), read the input at
-# source coordinates that are functions of the output's: `n - 1 - |n - 1 - |p||`
-# along a reflected dimension, `clamp(p, 0, n - 1)` along a replicated one,
-# `floor((p + 0.5) * scale - 0.5)` and its neighbour for a linear one. Each is
+# A reflect, replicate or circular pad, and a linear, bilinear, trilinear or
+# bicubic interpolation (or a nearest one by other than whole factors), read the
+# input at source coordinates that are functions of the output's: `n - 1 -
+# |n - 1 - |p||` along a reflected dimension, `clamp(p, 0, n - 1)` along a
+# replicated one, `p mod n` along a wrapped one, `floor((p + 0.5) * scale - 0.5)`
+# and its neighbour for a linear one. Each is
 # `x[..., i_h[:, None], i_w]`, one gather with an index tensor per dimension,
 # broadcast together (a pad's own decomposition here; the interpolations' are
 # torch's, with weights that are functions of the positions too). The indices
@@ -399,9 +400,10 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     for op in UPSAMPLE_NEAREST:
         table[op] = _upsample_nearest(table[op])
     for op in REFLECT_PADS:
-        table[op] = _edge_pad(reflect=True)
+        table[op] = _edge_pad("reflect")
     for op in REPLICATE_PADS:
-        table[op] = _edge_pad(reflect=False)
+        table[op] = _edge_pad("replicate")
+    table[aten._pad_circular.default] = _edge_pad("circular")
     table[aten.logsumexp.default] = _logsumexp
     for op in SCALED_SECOND:
         table[op] = _scaled_second(op)
@@ -1164,11 +1166,14 @@ def _upsample_nearest(gather):
     return upsample_nearest
 
 
-def _edge_pad(reflect: bool):
+def _edge_pad(mode: str):
+    reflect = mode == "reflect"
+
     def edge_pad(x, padding):
-        """`x` padded by reflecting or repeating its edges: one gather at
-        positions computed from the output's (Note [Pads and interpolation as
-        gathers]); sizes eager refuses keep the op, which raises."""
+        """`x` padded by reflecting or repeating its edges, or by wrapping around:
+        one gather at positions computed from the output's (Note [Pads and
+        interpolation as gathers]); sizes eager refuses keep the op, which
+        raises."""
         dims = len(padding) // 2
         lead = x.dim() - dims
         if len(padding) % 2 or x.dim() not in (dims + 1, dims + 2) or x.numel() == 0:
@@ -1179,11 +1184,15 @@ def _edge_pad(reflect: bool):
             left, right = padding[2 * (dims - 1 - i)], padding[2 * (dims - 1 - i) + 1]
             if n + left + right <= 0 or (reflect and max(left, right) >= n):
                 return NotImplemented
+            if mode == "circular" and max(left, right) > n:
+                return NotImplemented  # it would wrap around more than once
             p = torch.arange(-left, n + right, device=x.device)
             if reflect:  # ... 2 1 | 0 1 2 ... n-1 | n-2 n-3 ...
                 at = (n - 1) - ((n - 1) - p.abs()).abs()
-            else:  # 0 0 | 0 1 2 ... n-1 | n-1 n-1 ...
+            elif mode == "replicate":  # 0 0 | 0 1 2 ... n-1 | n-1 n-1 ...
                 at = p.clamp(0, n - 1)
+            else:  # ... n-2 n-1 | 0 1 2 ... n-1 | 0 1 ...
+                at = p % n
             indices.append(at.view(-1, *[1] * (dims - 1 - i)))
         return aten._unsafe_index.Tensor(x, [None] * lead + indices)
 
