@@ -27,6 +27,16 @@ dimensions (a `keepdim` mean); two reductions share a kernel only with one order
 Whether the rows or the row elements are adjacent in memory is the backends'
 concern: a column reduction reads contiguous rows, several at a time.
 
+Note [Sibling scatters]
+~~~~~~~~~~~~~~~~~~~~~~~
+Two scatters over as many positions share a kernel (Note [Scatters] in
+schedule.py) where neither reads what the other writes into, nor what the other
+computes: a static cache's keys and values written at one step's positions
+(`keys.index_copy_(2, pos, k)`, then `values`), one launch for both. The kernel
+runs where both scatters' inputs are ready, after every index check before
+either (`_toposort` in schedule.py), and each of its stores is masked to its
+own indices in range, as a scatter's kernel alone is.
+
 Note [Sibling reductions]
 ~~~~~~~~~~~~~~~~~~~~~~~~~
 Two reductions over the same rows share a kernel though they share no input: the
@@ -535,12 +545,19 @@ def fuse(
             group_of[node.name] = g.id
         if kind == "scatter":  # the kernel of its values, over `x[indices]`
             g = _values_group(node, nodes, kinds, groups, group_of, reads_from)
+            if g is None:  # Note [Sibling scatters]
+                g = _sibling_scatter(node, nodes, kinds, groups, ancestors)
+                if g is not None and not can_join(
+                    g, node, nodes, kinds, group_of, reads_from
+                ):
+                    g = None
             if g is None:
                 g = _State(len(groups), node, math.prod(put_shape(node, nodes)), 1)
                 groups.append(g)
             else:
                 g.nodes.append(node.name)
             g.scatter = True
+            g.reads |= _buffer_reads(node, nodes, kinds).keys()
             _joined(g, node, nodes, kinds, group_of, reads_from)
             continue
         if kind not in KERNEL_KINDS:
@@ -600,6 +617,39 @@ def fuse(
     return _frozen(graph, nodes, kinds, groups, group_of, device)
 
 
+def _sibling_scatter(node: Node, nodes, kinds, groups, ancestors) -> _State | None:
+    """A scatter's group that scatter `node` joins (Note [Sibling scatters]):
+    over as many positions, neither reading what the other writes into."""
+    rows = math.prod(put_shape(node, nodes))
+    x = resolve(put_parts(node)[0], nodes, kinds)[2]
+    reads = _buffer_reads(node, nodes, kinds).keys() | {x}
+    for g in reversed(groups):
+        if not g.scatter or (g.rows, g.rnumel) != (rows, 1):
+            continue
+        members = set(g.nodes)
+        if ancestors[node.name] & members:
+            continue  # it reads what the group computes
+        written = {
+            resolve(put_parts(nodes[m])[0], nodes, kinds)[2]
+            for m in g.nodes
+            if kinds[m] == "scatter"
+        }
+        if written & reads or x in g.reads:
+            continue  # one reads what the other writes into
+        return g
+    return None
+
+
+def can_join(g: _State, node: Node, nodes, kinds, group_of, reads_from) -> bool:
+    """Whether no kernel that `node` reads reads, directly or through others,
+    what group `g`'s kernel writes: else `node` in `g` makes a cycle."""
+    for r in sources(node, nodes, kinds):
+        producer = group_of.get(resolve(r, nodes, kinds)[2])
+        if producer not in (None, g.id) and reaches(producer, g.id, reads_from):
+            return False
+    return True
+
+
 def _joined(g: _State, node: Node, nodes, kinds, group_of, reads_from) -> None:
     """Record `node` in group `g`, and the groups whose values it reads."""
     group_of[node.name] = g.id
@@ -632,7 +682,7 @@ def _values_group(node: Node, nodes, kinds, groups, group_of, reads_from):
         return None
     for ref in (x, *(i for i in indices if i is not None)):
         gid = group_of.get(resolve(ref, nodes, kinds)[2])
-        if gid is not None and _reaches(gid, found.id, reads_from):
+        if gid is not None and reaches(gid, found.id, reads_from):
             return None
     return found
 
@@ -907,7 +957,7 @@ def _mergeable(g: _State, into: _State, nodes, kinds, reads_from, ancestors) -> 
             and not all(r_shape_ok(into, _meta(nodes, m).shape) for m in g.nodes)
         ):
             return False
-        if any(_reaches(p, into.id, reads_from) for p in reads_from.get(g.id, ())):
+        if any(reaches(p, into.id, reads_from) for p in reads_from.get(g.id, ())):
             return False
     else:
         same_rows = g.rows_spec() == into.rows_spec()
@@ -1030,10 +1080,8 @@ def can_fuse(
     if g.scatter:
         return False
     members = set(g.nodes)
-    for r in sources(node, nodes, kinds):  # a kernel it reads must not read this one
-        producer = group_of.get(resolve(r, nodes, kinds)[2])
-        if producer not in (None, g.id) and _reaches(producer, g.id, reads_from or {}):
-            return False
+    if not can_join(g, node, nodes, kinds, group_of, reads_from or {}):
+        return False  # a kernel it reads must not read this one
     if kinds[node.name] in ("reduction", "scan"):
         rows, rnumel = reduction_spec(node, nodes)
         src = nodes[node.args[0].name].tensor_meta
@@ -1116,7 +1164,7 @@ def _recomputable(ref: Ref, g: _State, nodes, kinds, members: set[str]) -> bool:
     return all(_recomputable(r, g, nodes, kinds, members) for r in node.refs())
 
 
-def _reaches(src: int, dst: int, reads_from: dict[int, set[int]]) -> bool:
+def reaches(src: int, dst: int, reads_from: dict[int, set[int]]) -> bool:
     """Whether kernel `src` reads, directly or through others, what `dst` writes."""
     seen, todo = set(), [src]
     while todo:

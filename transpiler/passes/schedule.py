@@ -203,6 +203,7 @@ from transpiler.passes.fuse import (
     put_how,
     put_parts,
     put_shape,
+    reaches,
     reduction_spec,
     resolve,
     sources,
@@ -216,7 +217,7 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
     steps: list = []
     kernels: list[Kernel] = []
 
-    def launch(kernel: Kernel, allocated: str | None = None) -> None:
+    def launch(kernel: Kernel, allocated: frozenset[str] = frozenset()) -> None:
         key = body_key(kernel)
         name, _ = names.name_for(kernel.name, key)
         kernel = Kernel(
@@ -231,18 +232,18 @@ def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
         if all(k.name != name for k in kernels):
             kernels.append(readable_params(kernel, nodes))
         for out in kernel.outputs:
-            if out.buffer != allocated:  # a scatter's: written before
+            if out.buffer not in allocated:  # a scatter's: written before
                 steps.append(Alloc(out.buffer, nodes[out.buffer].tensor_meta))
         args = tuple(a.buffer for a in kernel.inputs + kernel.outputs)
         steps.append(KernelCall(name, args, kernel.spans))
 
     for unit in _toposort(units, graph, fusion, nodes):
         if isinstance(unit, Group):
-            scatter = fusion.kinds[unit.nodes[-1]] == "scatter"
-            if scatter:  # Note [Scatters]: the copy it adds into, first
-                launch(copy_kernel(nodes[unit.nodes[-1]], fusion, nodes))
+            scatters = [n for n in unit.nodes if fusion.kinds[n] == "scatter"]
+            for n in scatters:  # Note [Scatters]: the copy it adds into, first
+                launch(copy_kernel(nodes[n], fusion, nodes))
             kernel = KernelBuilder(unit, fusion, nodes).build()
-            launch(kernel, allocated=unit.nodes[-1] if scatter else None)
+            launch(kernel, allocated=frozenset(scatters))
         else:
             node = nodes[unit]
             call = STEP_KINDS.get(node.op, ExternCall)
@@ -303,6 +304,34 @@ def _units(graph: Graph, fusion: Fusion, nodes) -> list:
     return units
 
 
+# index checks (passes/check_indices.py): ops whose result nothing reads
+CHECKS = ("aten._assert_async.default", "aten._assert_async.msg")
+
+
+def _checks_first(units: list, deps: list[set[int]], position, fusion, nodes) -> None:
+    """Make a kernel of scatters run after every index check the program makes
+    before its last scatter (Note [Sibling scatters] in fuse.py): nothing reads
+    a check's result, so nothing else orders them, and a kernel that also
+    computes the values it scatters, or another scatter, would run where its
+    first statement could. A check that reads what the kernel computes stays
+    after it."""
+    deps_of = dict(enumerate(deps))  # the same sets, as they grow
+    checks = [
+        j
+        for j, u in enumerate(units)
+        if not isinstance(u, Group) and nodes[u].target in CHECKS
+    ]
+    for i, u in enumerate(units):
+        if not isinstance(u, Group):
+            continue
+        scattered = [position[n] for n in u.nodes if fusion.kinds[n] == "scatter"]
+        if not scattered:
+            continue
+        for j in checks:
+            if position[units[j]] < max(scattered) and not reaches(j, i, deps_of):
+                deps[i].add(j)
+
+
 def _toposort(units: list, graph: Graph, fusion: Fusion, nodes) -> list:
     position = {n.name: i for i, n in enumerate(graph.nodes)}
     owner: dict[str, int] = {}
@@ -323,6 +352,7 @@ def _toposort(units: list, graph: Graph, fusion: Fusion, nodes) -> list:
                     if j is not None and j != i:
                         d.add(j)
         deps.append(d)
+    _checks_first(units, deps, position, fusion, nodes)
     users: list[list[int]] = [[] for _ in units]
     for i, d in enumerate(deps):
         for j in d:
