@@ -142,8 +142,9 @@ scalar, and its loads of the four neighbours are then one at a time. Where a
 kernel's integer values are known to fit in 32 bits (ir/value_ranges.py: computed
 from positions and constants alone, each within bounds), they are `int32_t`, and
 so are the constants they are computed with; conversions to and from float are
-then one instruction over a vector. A value stays int64 where anything that
-reads it needs int64 (a reduction, an op whose other operand is wide). An address
+then one instruction over a vector. What needs int64 (a reduction, an op whose
+other operand is wide, an int64 result) reads such a value converted back, and a
+value read only so stays int64 (`_narrowed`). An address
 made of such values and of loop positions, within 32 bits as a whole, is summed
 in int32 when it changes along the vectorized loop, so that its loads are gathers
 of 32-bit offsets, eight floats an instruction rather than four. On the AVX2 host

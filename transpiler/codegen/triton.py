@@ -151,7 +151,7 @@ from transpiler.ir.program import (
     Term,
     operands,
 )
-from transpiler.ir.value_ranges import INT32_MAX, INT32_MIN, fits_int32, kernel_bounds
+from transpiler.ir.value_ranges import fits_int32, kernel_bounds
 from transpiler.text import comment
 
 PERSISTENT_MAX = 8192  # widest row reduced in registers
@@ -364,9 +364,7 @@ def _wide_positions(k: Kernel) -> set[str]:
             wide_operand = any(a in names and a not in narrow for a in ints)
             if not any(a in narrow for a in ints) or wide_operand:
                 continue  # promoted to int64 by a wide operand, or of none
-            if not all(
-                isinstance(c, int) and INT32_MIN <= c <= INT32_MAX for c in consts
-            ):
+            if not all(fits_int32((c, c)) for c in consts):
                 continue  # a literal past int32 is int64 to Triton
             narrow[s.name] = set().union(*(narrow[a] for a in ints if a in narrow))
         spilled = {

@@ -34,7 +34,7 @@ schedule.py) where neither reads what the other writes into, nor what the other
 computes: a static cache's keys and values written at one step's positions
 (`keys.index_copy_(2, pos, k)`, then `values`), one launch for both. The kernel
 runs where both scatters' inputs are ready, after every index check before
-either (`_toposort` in schedule.py), and each of its stores is masked to its
+either (`_checks_first` in schedule.py), and each of its stores is masked to its
 own indices in range, as a scatter's kernel alone is.
 
 Note [Sibling reductions]
