@@ -36,7 +36,7 @@ extern "C" void cpp_fused_addmm_log_softmax_0(
             float tmp5 = exp_f32(tmp4);
             tmp6 += tmp5;
         }
-        float tmp7 = std::log(tmp6);
+        float tmp7 = log_f32(tmp6);
         #pragma omp simd
         for (int64_t r = 0; r < 10; ++r) {
             float tmp4 = tmp4_row[r];
@@ -80,7 +80,7 @@ extern "C" void cpp_fused_addmm_log_softmax_1(
             float tmp5 = exp_f32(tmp4);
             tmp6 += tmp5;
         }
-        float tmp7 = std::log(tmp6);
+        float tmp7 = log_f32(tmp6);
         #pragma omp simd
         for (int64_t r = 0; r < 10; ++r) {
             float tmp4 = tmp4_row[r];
@@ -120,7 +120,7 @@ extern "C" void cpp_fused_addmm_log_softmax_2(
             float tmp5 = exp_f32(tmp4);
             tmp6 += tmp5;
         }
-        float tmp7 = std::log(tmp6);
+        float tmp7 = log_f32(tmp6);
         #pragma omp simd
         for (int64_t r = 0; r < 10; ++r) {
             float tmp4 = tmp4_row[r];
@@ -165,7 +165,7 @@ extern "C" void cpp_fused_addmm_log_softmax_3(
             float tmp5 = exp_f32(tmp4);
             tmp6 += tmp5;
         }
-        float tmp7 = std::log(tmp6);
+        float tmp7 = log_f32(tmp6);
         #pragma omp simd
         for (int64_t r = 0; r < 10; ++r) {
             float tmp4 = tmp4_row[r];

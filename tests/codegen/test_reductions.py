@@ -659,6 +659,43 @@ def test_split_over_a_whole_dimension(tmp_path) -> None:
     assert "empty((32, 16, 1, 1)" in source, source  # the partials
 
 
+NARROW_SOURCE = """
+import torch
+
+
+def loss_mean(x, t):
+    return (torch.sigmoid(x) * t + x).mean()
+
+
+def last_two(x):
+    return x.amax((2, 3))
+"""
+
+
+def test_a_whole_dimension_kept_last_is_no_split(tmp_path) -> None:
+    """Parts at a whole dimension are a split only where the partials then reduce
+    trailing dimensions: a full mean of [8192, 91] (a detection loss) split at its
+    91 columns reduced columns of 8192, two tiles of columns for two threads (one
+    with 27 of them); it splits its rows instead, into contiguous parts. A max
+    over (2, 3) of NCHW splits at H, whose partials over W are rows."""
+    gen = torch.Generator().manual_seed(6)
+    cases = {
+        "loss_mean": {
+            "x": torch.randn(8192, 91, generator=gen),
+            "t": torch.rand(8192, 91),
+        },
+        "last_two": {"x": torch.randn(2, 4, 96, 1024, generator=gen)},
+    }
+    compiled = compile_source(NARROW_SOURCE, cases, tmp_path)
+    for name, inputs in cases.items():
+        compiled[name].check(inputs)
+    source = compiled["loss_mean"].cpu_source
+    assert _kernel_launches(source) == 2, source
+    assert "empty((1, 91)" not in source, source  # no partials per column
+    assert re.search(r"empty\(\(32, 1, 1\)", source), source  # 32 contiguous parts
+    assert "empty((2, 4, 96, 1)" in compiled["last_two"].cpu_source
+
+
 LANES_SOURCE = """
 import torch
 

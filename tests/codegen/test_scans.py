@@ -69,6 +69,21 @@ def top_p(logits):
 def scan_then_reduce(x):
     c = x.cumsum(-1)
     return c / c.sum(-1, keepdim=True), c.amax(-1)
+
+
+def decay(dt, A, b):
+    # Mamba's discretization: softplus step, decay, cumulative log decay
+    dt = torch.nn.functional.softplus(dt + b)
+    return torch.exp(torch.cumsum(dt * A[:, None], dim=-1))
+
+
+def read_around(x):
+    y = x.exp()
+    return y.cumsum(-1) / y, y.cumprod(-1)
+
+
+def scan_of_scan(x):
+    return x.cumsum(-1).cumsum(-1)
 """
 
 g = torch.Generator().manual_seed(0)
@@ -104,6 +119,10 @@ CASES = {
     "scan_then_reduce": {"x": randn(6, 700).abs()},
     # longer than a Triton block: a loop over the row with a carry between blocks
     "long_rows": {"x": randn(2, 40000) / 64},
+    # in stages (Note [Scans in stages]): math before and after the scan
+    "decay": {"dt": randn(16, 300), "A": -randn(16).abs(), "b": randn(300)},
+    "read_around": {"x": not_finite(randn(6, 130) / 16)},
+    "scan_of_scan": {"x": randn(3, 150) / 8},
 }
 FUNCTION = {"rows_short": "rows", "bf16": "rows", "long_rows": "rows"}
 
@@ -144,19 +163,42 @@ def cpp_kernel(c, word: str) -> str:
     raise AssertionError(f"no kernel with {word!r}:\n{c.cpp_text}")
 
 
-def test_cpp_rows_go_a_group_at_a_time(compiled) -> None:
-    """One add per group of eight waits for the one before; the last three
-    elements of 1003 go into the carry one by one; no `omp simd` on a loop whose
-    elements depend on each other; the running value in double, as eager's."""
-    text = cpp_kernel(compiled["rows"], "_carry")
-    step = cpp.SCAN_GROUP
-    assert f"for (int64_t r1 = 0; r1 < 1000; r1 += {step}) {{" in text, text
-    assert re.search(r"double tmp\d+_run = 0;", text), text
-    assert re.search(r"tmp\d+_carry \+= tmp\d+_run;", text), text
-    assert "for (int64_t r = 1000; r < 1003; ++r) {" in text, text
-    assert "omp simd" not in text, text
+def test_cpp_rows_go_in_stages(compiled) -> None:
+    """Note [Scans in stages]: stages of 64 elements, each a vectorized loop of
+    the scan's inputs, the running values in order (in double, as eager's), and
+    a vectorized loop of the rest; the last 43 elements of 1003 one by one."""
+    step = cpp.SCAN_STAGE
+    for name, reads in (("rows", 1), ("decay", 1), ("read_around", 2)):
+        text = cpp_kernel(compiled[name], "_carry")
+        rest = 1003 - 1003 % step if name == "rows" else None
+        if rest is not None:
+            assert f"for (int64_t r1 = 0; r1 < {rest}; r1 += {step}) {{" in text
+            assert f"for (int64_t r = {rest}; r < 1003; ++r) {{" in text, text
+        assert text.count("#pragma omp simd") == 2, text
+        assert re.search(rf"double tmp\d+_val\[{step}\];", text), text
+        assert len(re.findall(r"tmp\d+_carry [+*]= tmp\d+_in\[l\];", text)) == reads
+    # the exp and log1p before the scan and the exp after it are in the loops
+    # that are vectorized
+    decay = cpp_kernel(compiled["decay"], "_carry")
+    first, _, last = decay.partition("_val[")
+    assert "log1p_f32(" in first and "exp_f32(" in last.split("_val[")[-1], decay
+    assert "_kept[" in cpp_kernel(compiled["read_around"], "_carry")  # exp(x), kept
     short = cpp_kernel(compiled["rows_short"], "_carry")
     assert "r1" not in short and "for (int64_t r = 0; r < 6; ++r) {" in short, short
+
+
+def test_cpp_groups_where_stages_do_not_apply(compiled) -> None:
+    """A scan read by reductions of the same loop, or feeding another scan, adds
+    a group of eight on its own, then joins the carry: one add per group waits
+    for the one before, and no `omp simd` on a loop whose elements depend on
+    each other."""
+    for name in ("scan_then_reduce", "scan_of_scan"):
+        text = cpp_kernel(compiled[name], "_carry")
+        step = cpp.SCAN_GROUP
+        assert re.search(rf"r1 \+= {step}\) {{", text), text
+        assert re.search(r"double tmp\d+_run = 0;", text), text
+        assert re.search(r"tmp\d+_carry \+= tmp\d+_run;", text), text
+        assert "_val[" not in text, text
 
 
 def test_cpp_columns_carry_one_value_per_column(compiled) -> None:

@@ -582,7 +582,7 @@ class Interpreter:
             return RUN_STATE[fn]
         kwargs = self._own_device(fn, kwargs)
         if fn in (torch.tensor, torch.as_tensor) and args and _python_data(args[0]):
-            return _tensor_of_data(*args, **kwargs)
+            return tensor_of_data(*args, **kwargs)
         if fn in EXTERN_FUNCTIONS and not (
             self.train and attention_written_out(args, kwargs, self.device)
         ):
@@ -1663,7 +1663,7 @@ def _python_data(data: Any) -> bool:
     return isinstance(data, (bool, int, float)) and not isinstance(data, torch.Tensor)
 
 
-def _tensor_of_data(data, dtype=None, device=None, requires_grad=False, **kwargs):
+def tensor_of_data(data, dtype=None, device=None, requires_grad=False, **kwargs):
     """`torch.tensor(data)` of Python numbers, made of ops the recorder sees (on
     meta, `torch.tensor` makes its data where no op records it): `empty` for no
     elements, `scalar_tensor` for one, a `stack` of them for a few."""

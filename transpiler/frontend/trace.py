@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import itertools
 import math
 import sys
 import types
@@ -31,6 +32,7 @@ from transpiler.frontend.interpreter import (
     Retrace,
     UserCodeError,
     attention_written_out,
+    tensor_of_data,
 )
 from transpiler.frontend.loader import resolve
 from transpiler.frontend.objects import Example, ObjectInput, example_input
@@ -136,6 +138,73 @@ class CircularPadAsGather(torch.overrides.TorchFunctionMode):
                 if padded is not None:
                     return padded
         return func(*args, **kwargs)
+
+
+class ListIndices(torch.overrides.TorchFunctionMode):
+    """Lists of ints in an index (`v[:, [-1]]`, `x[[0, 2]] = y`), which PyTorch
+    turns into index tensors of its own, outside any op the recorder sees. A list
+    that is the index's only advanced part and an arithmetic progression (one
+    value, or steps of one size) is the slice it selects, and a read through it a
+    copy (the index's result never shares the tensor's memory); any other list is
+    a constant tensor of its values (as `torch.tensor` is), indexed as eager does."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in (torch.Tensor.__getitem__, torch.Tensor.__setitem__):
+            x, index = args[0], args[1]
+            items = index if isinstance(index, tuple) else (index,)
+            if isinstance(x, torch.Tensor) and any(map(_int_list, items)):
+                items, sliced = _list_items(x, items)
+                index = items if isinstance(index, tuple) else items[0]
+                result = func(x, index, *args[2:], **kwargs)
+                if sliced and func is torch.Tensor.__getitem__:
+                    return result.clone(memory_format=torch.contiguous_format)
+                return result
+        return func(*args, **kwargs)
+
+
+def _int_list(item) -> bool:
+    return (
+        isinstance(item, list)
+        and len(item) > 0
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in item)
+    )
+
+
+def _list_items(x: torch.Tensor, items: tuple) -> tuple[tuple, bool]:
+    """`items` with each list of ints a slice or a tensor (`ListIndices`), and
+    whether a list became a slice."""
+    lists = [i for i, item in enumerate(items) if _int_list(item)]
+    simple = (slice, type(None), type(Ellipsis))
+    out = list(items)
+    if len(lists) == 1 and all(
+        isinstance(item, simple) for i, item in enumerate(items) if i != lists[0]
+    ):
+        (at,) = lists
+        used = sum(isinstance(item, (slice, list)) for item in items)
+        before = sum(isinstance(item, slice) for item in items[:at])
+        if Ellipsis in items[:at]:
+            before += x.dim() - used
+        n = x.shape[before] if before < x.dim() else None
+        progression = _progression(items[at], n) if isinstance(n, int) else None
+        if progression is not None:
+            out[at] = progression
+            return tuple(out), True
+    for i in lists:
+        out[i] = tensor_of_data(items[i], dtype=torch.int64, device=x.device)
+    return tuple(out), False
+
+
+def _progression(values: list[int], n: int) -> slice | None:
+    """The slice of a dimension of size `n` that selects `values` in order, where
+    they are in range and steps of one positive size apart; else None."""
+    at = [v + n if v < 0 else v for v in values]
+    if not all(0 <= v < n for v in at):
+        return None
+    step = at[1] - at[0] if len(at) > 1 else 1
+    if step < 1 or any(b - a != step for a, b in itertools.pairwise(at)):
+        return None
+    return slice(at[0], at[-1] + 1, step)
 
 
 def _circular_pad(x: torch.Tensor, pad: tuple) -> torch.Tensor | None:
@@ -350,8 +419,8 @@ def _trace(
                 if variant.train
                 else contextlib.nullcontext()
             )
-            pads = CircularPadAsGather()
-            with torch.device("meta"), torch.no_grad(), recorder, dropout, pads:
+            pads, lists = CircularPadAsGather(), ListIndices()
+            with torch.device("meta"), torch.no_grad(), recorder, dropout, pads, lists:
                 self_ = (module,) if module is not None else ()
                 # the variant takes the parameters of the decorated function, so
                 # its decorators' wrappers are not run (Note [Entry decorators])

@@ -377,7 +377,7 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     if _reads_statistics(dce(graph)):
         del table[aten.native_batch_norm.default]
     else:
-        table[aten.native_batch_norm.default] = _in_eval(
+        table[aten.native_batch_norm.default] = _writing_nothing(
             table[aten.native_batch_norm.default]
         )
     table[aten.round.decimals] = _round_decimals
@@ -765,17 +765,26 @@ def _real_conj(x):
 # never written on its own. In training with running statistics the frontend
 # records it as its decomposition, whose updates of them are writes into buffers
 # (Note [Writes into the caller's tensors] in frontend/recorder.py); without them
-# it stays whole. The statistics it also returns differ between devices (Note in
-# ir/device_outputs.py): a graph that reads them keeps the op whole.
+# (an instance norm, `track_running_stats=False`) it decomposes here too, into the
+# batch's mean and variance per channel. The statistics it also returns differ
+# between devices (Note in ir/device_outputs.py): a graph that reads them keeps
+# the op whole.
 
 
-def _in_eval(decomposition):
-    def decompose_in_eval(*args, **kwargs):
-        if _argument(args, kwargs, 5, "training"):
+def _writing_nothing(decomposition):
+    def decompose_writing_nothing(*args, **kwargs):
+        if not _normalizes_alone(args, kwargs):
             return NotImplemented
         return decomposition(*args, **kwargs)
 
-    return decompose_in_eval
+    return decompose_writing_nothing
+
+
+def _normalizes_alone(args: tuple, kwargs: dict) -> bool:
+    """Whether a batch norm writes nothing: in eval, or in training without running
+    statistics (an instance norm, `track_running_stats=False`)."""
+    training = _argument(args, kwargs, 5, "training")
+    return not training or _argument(args, kwargs, 3, "running_mean") is None
 
 
 def _argument(args: tuple, kwargs: dict, index: int, name: str):
@@ -1263,7 +1272,7 @@ def _decomposes(node: Node, nodes: dict[str, Node]) -> bool:
     if resolve_op(node.target) not in DECOMPOSE:
         return False
     if node.target == BATCH_NORM:
-        return not _argument(node.args, dict(node.kwargs), 5, "training")
+        return _normalizes_alone(node.args, dict(node.kwargs))
     if node.target == "aten.pow.Tensor_Scalar":
         return isinstance(node.args[1], bool)
     if resolve_op(node.target) in INTEGER_DIVISIONS:

@@ -387,10 +387,10 @@ def reduction_order(node: Node, nodes: dict[str, Node]) -> tuple[int, ...]:
     return kept + tuple(reduced)
 
 
-def trailing(shape, reduced, ignored: int | None = None) -> bool:
+def trailing(shape, reduced) -> bool:
     """Whether the dimensions `reduced` of `shape` are its last ones, dimensions
-    of size 1 (and `ignored`) aside: they go anywhere."""
-    sized = [d for d in range(len(shape)) if shape[d] != 1 and d != ignored]
+    of size 1 aside: they go anywhere."""
+    sized = [d for d in range(len(shape)) if shape[d] != 1]
     sized_reduced = [d for d in sized if d in reduced]
     return sized_reduced == sized[len(sized) - len(sized_reduced) :]
 

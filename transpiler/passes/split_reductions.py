@@ -133,7 +133,7 @@ def _split(node: Node, nodes: dict[str, Node], device: str) -> tuple | None:
         rest = [e for e in reduced if e != d]
         if not rest or rnumel // shape[d] < WHOLE_PART_MIN[device]:
             continue
-        parted = rows * shape[d] // (1 if trailing(shape, rest, d) else tile)
+        parted = rows * shape[d] // (1 if trailing(shape, rest) else tile)
         if parted >= UNITS[device]:
             return d, None, reduced
     if rows * rnumel < NUMEL_MIN[device]:
