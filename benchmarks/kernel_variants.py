@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"## {case}")
         with torch.no_grad():
             call = contenders(by_name[case], args.prebuilt, only_generated=True)
-            module = sys.modules[f"gen_{case}.{Path(patterns.SOURCE).stem}"]
+            module = sys.modules[f"gen_{case}.{by_name[case].module}"]
             for launch in record(call["generated"], module):
                 print("\n".join(compare(launch, variants, timer, copy_gbps)))
         print()

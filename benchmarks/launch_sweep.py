@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"## {case}")
         with torch.no_grad():
             call = contenders(pattern, args.prebuilt, only_generated=True)["generated"]
-            module = sys.modules[f"gen_{case}.{Path(patterns.SOURCE).stem}"]
+            module = sys.modules[f"gen_{case}.{pattern.module}"]
             for launch in record(call, module):
                 if "XBLOCK" not in launch[4]:  # a matmul's tiles: tuned apart
                     continue

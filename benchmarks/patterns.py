@@ -1,16 +1,19 @@
 """Pattern suite: memory-bound and fusion patterns of real models, eager vs
 torch.compile vs generated, in one run.
 
-    python benchmarks/patterns.py [--device cpu|cuda] [--cases a,b] [--quick]
-        [--rounds N] [--threads N] [--jobs N] [--keep DIR] [--json FILE] [--list]
-        [--build DIR | --prebuilt DIR]
+    python benchmarks/patterns.py [--device cpu|cuda] [--suite main|heldout]
+        [--cases a,b] [--quick] [--rounds N] [--threads N] [--jobs N] [--keep DIR]
+        [--json FILE] [--list] [--build DIR | --prebuilt DIR]
 
 The patterns are the functions and modules of `benchmarks/patterns_src.py`, each as
 a model library writes it (RMSNorm * silu(gate) of Mamba2, F.cross_entropy over a
 32K vocabulary, the LLaMA decoder layer, rotary embeddings, SwiGLU, GroupNorm,
 detectron2's frozen batch norm, a functional Adam step, ...); `PATTERNS` below gives
 each one a GPU shape (hundreds of MB of traffic: bandwidth-bound) and a CPU shape (a
-few milliseconds on two cores), with their dtypes. For each pattern it
+few milliseconds on two cores), with their dtypes. `--suite heldout` runs `HELDOUT`
+instead, the patterns of `benchmarks/heldout_src.py`: written from model libraries
+after the kernels were, to measure the compiler on code it was not tuned for. For
+each pattern it
 
 1. transpiles it with the `transpile` command line in a fresh process
    (`transpile benchmarks/patterns_src.py::NAME --example NAME=TYPE ... --device
@@ -95,7 +98,6 @@ from examples.compare import (  # noqa: E402
     reference,
 )
 
-SOURCE = "benchmarks/patterns_src.py"
 F32_TOL = (1e-3, 1e-4)  # (rtol, atol) of the generated and compiled outputs
 LOW_SLACK = 2.0  # f16/bf16: error against f32, in units of eager's own
 TIMEOUT_S = 900  # of one transpile
@@ -206,6 +208,12 @@ class Pattern:
     compute_bound: bool = False  # matmuls or convolutions dominate: no GB/s
     gathered: dict[str, str] = field(default_factory=dict)  # weight -> its indices
     tol: tuple[float, float] = F32_TOL  # f32 (rtol, atol)
+    module: str = "patterns_src"  # the module of benchmarks/ that holds `source`
+
+    @property
+    def path(self) -> str:
+        """The source file, as the `transpile` command line names it."""
+        return f"benchmarks/{self.module}.py"
 
     def specs(self, device: str) -> dict[str, str]:
         return self.cuda if device == "cuda" else self.cpu
@@ -515,6 +523,128 @@ PATTERNS = [
 ]  # fmt: skip
 
 
+def _held(name: str, source: str, cuda: dict, cpu: dict, **kwargs) -> Pattern:
+    return Pattern(name, source, cuda, cpu, module="heldout_src", **kwargs)
+
+
+# `--suite heldout`: patterns written after the kernels were, never tuned for
+HELDOUT = [
+    _held(
+        "t5_bucket", "t5_bucket",
+        _same("i64[2048]", "q_pos", "k_pos"), _same("i64[512]", "q_pos", "k_pos"),
+        ints={"q_pos": (0, 512), "k_pos": (0, 512)},
+    ),
+    _held(
+        "layernorm2d", "LayerNorm2d",
+        {"x": "f32[32,96,56,56]"}, {"x": "f32[8,96,56,56]"},
+    ),
+    _held(
+        "swin_shift_partition", "swin_shift_partition",
+        {"x": "f32[32,56,56,128]"}, {"x": "f32[8,56,56,96]"},
+    ),
+    _held(
+        "timestep_embedding", "timestep_embedding",
+        {"timesteps": "i64[8192]"}, {"timesteps": "i64[1024]"},
+        ints={"timesteps": (0, 1000)},
+    ),
+    _held(
+        "kd_loss", "kd_loss",
+        _same("f32[4096,1000]", "student", "teacher"),
+        _same("f32[512,1000]", "student", "teacher"),
+    ),
+    _held(
+        "smoothed_ce", "smoothed_ce",
+        {"logits": "f32[4096,1000]", "target": "i64[4096]"},
+        {"logits": "f32[512,1000]", "target": "i64[512]"},
+        ints={"target": (0, 1000)},
+    ),
+    _held(
+        "llama_rmsnorm", "llama_rmsnorm",
+        {"hidden_states": "bf16[16384,4096]", "weight": "bf16[4096]"},
+        {"hidden_states": "bf16[2048,2048]", "weight": "bf16[2048]"},
+    ),
+    _held(
+        "moe_router", "moe_router",
+        {"router_logits": "f32[65536,8]"}, {"router_logits": "f32[8192,8]"},
+    ),
+    _held(
+        "alibi_softmax", "alibi_softmax",
+        {"scores": "f32[8,16,1024,1024]", "slopes": "f32[16]"},
+        {"scores": "f32[2,16,256,256]", "slopes": "f32[16]"},
+    ),
+    _held(
+        "squeeze_excite", "squeeze_excite",
+        {"x": "f32[64,256,28,28]", "w1": "f32[64,256]", "w2": "f32[256,64]"},
+        {"x": "f32[16,256,28,28]", "w1": "f32[64,256]", "w2": "f32[256,64]"},
+    ),
+    _held(
+        "sigmoid_focal_loss", "sigmoid_focal_loss",
+        _same("f32[65536,91]", "inputs", "targets"),
+        _same("f32[8192,91]", "inputs", "targets"),
+    ),
+    _held(
+        "pixel_shuffle_gelu", "pixel_shuffle_gelu",
+        {"x": "f32[16,256,64,64]"}, {"x": "f32[4,256,32,32]"},
+    ),
+    _held(
+        "bert_mask_softmax", "bert_extended_mask_softmax",
+        {"scores": "f32[32,12,512,512]", "attention_mask": "i64[32,512]"},
+        {"scores": "f32[4,12,256,256]", "attention_mask": "i64[4,256]"},
+        ints={"attention_mask": (0, 2)},
+    ),
+    _held(
+        "box_convert", "box_cxcywh_to_xyxy",
+        {"x": "f32[65536,100,4]"}, {"x": "f32[8192,100,4]"},
+    ),
+    _held(
+        "instance_norm_relu", "instance_norm_relu",
+        {"x": "f32[16,256,64,64]"}, {"x": "f32[4,128,64,64]"},
+    ),
+    _held(
+        "normalize_channels", "normalize_channels",
+        {"x": "f32[64,256,56,56]"}, {"x": "f32[16,128,56,56]"},
+    ),
+    _held(
+        "masked_fill_softmax", "masked_fill_softmax",
+        {"scores": "f32[8,16,1024,1024]", "mask": "bool[8,1024]"},
+        {"scores": "f32[2,16,256,256]", "mask": "bool[2,256]"},
+    ),
+    _held(
+        "fake_quant", "fake_quant",
+        {"x": "f32[4096,4096]", **_same("f32[4096]", "scale", "zero_point")},
+        {"x": "f32[1024,1024]", **_same("f32[1024]", "scale", "zero_point")},
+    ),
+    _held(
+        "selective_decay", "selective_decay",
+        {"dt": "f32[4096,4096]", **_same("f32[4096]", "A", "dt_bias")},
+        {"dt": "f32[1024,1024]", **_same("f32[1024]", "A", "dt_bias")},
+    ),
+    _held(
+        "grad_norm_clip", "grad_norm_clip",
+        {"g1": "f32[4096,4096]", "g2": "f32[4096]", "g3": "f32[1024,4096]"},
+        {"g1": "f32[1024,1024]", "g2": "f32[1024]", "g3": "f32[256,1024]"},
+    ),
+    _held(
+        "entropy_rows", "entropy_rows",
+        {"logits": "f32[8192,32000]"}, {"logits": "f32[256,32000]"},
+    ),
+    _held(
+        "glu_conv_out", "glu_conv_out",
+        {"x": "f32[64,512,4096]"}, {"x": "f32[8,512,1024]"},
+    ),
+    _held(
+        "interp_nearest_exact_add", "interp_nearest_exact_add",
+        {"x": "f32[16,256,64,64]", "y": "f32[16,256,128,128]"},
+        {"x": "f32[4,128,32,32]", "y": "f32[4,128,64,64]"},
+    ),
+    _held(
+        "topk_filter_softmax", "logit_soft_clip_topk",
+        {"logits": "f32[256,32000]"}, {"logits": "f32[64,32000]"},
+    ),
+]  # fmt: skip
+SUITES = {"main": PATTERNS, "heldout": HELDOUT}
+
+
 def make_inputs(pattern: Pattern, device: str, seed: int = 0) -> dict:
     """Seeded inputs drawn on `device`: floats randn, ints randint in
     `pattern.ints` (default [0, 10)), bools random; then `pattern.prepare`."""
@@ -553,7 +683,9 @@ def traffic(pattern: Pattern, inputs: dict, eager, out: object) -> int:
 def build_eager(pattern: Pattern, device: str):
     """The source function, or the seeded module on `device` in eval mode, its norm
     weights and biases and batch-norm statistics moved off their 1 / 0 defaults."""
-    source = getattr(patterns_src, pattern.source)
+    source = getattr(
+        importlib.import_module(f"benchmarks.{pattern.module}"), pattern.source
+    )
     if not isinstance(source, type):
         return source
     torch.manual_seed(0)
@@ -648,7 +780,7 @@ class Built:
 
 def transpile_args(pattern: Pattern, device: str, out: Path) -> list[str]:
     """The arguments of `transpile` for this case (after the command itself)."""
-    args = [f"{SOURCE}::{pattern.source}"]
+    args = [f"{pattern.path}::{pattern.source}"]
     for name, spec in pattern.specs(device).items():
         args += ["--example", f"{name}={spec}"]
     for key, value in pattern.init_for(device).items():
@@ -738,9 +870,9 @@ def read_prebuilt(work: Path, patterns: list[Pattern], device: str) -> list[Buil
         built = Built(out, stderr="")
         if pattern.name in failures:
             built.error = failures[pattern.name]
-        elif not (out / f"{Path(SOURCE).stem}.py").exists():
+        elif not (out / f"{pattern.module}.py").exists():
             built.error = f"not in {work} (build it with --build {work})"
-        elif f"--device {device}" not in (out / f"{Path(SOURCE).stem}.py").read_text():
+        elif f"--device {device}" not in (out / f"{pattern.module}.py").read_text():
             built.error = f"{out} was not built for --device {device}"
         builds.append(built)
     return builds
@@ -864,7 +996,7 @@ def run_case(
     say = lambda message: common.progress(f"{pattern.name}: {message}", since)  # noqa
 
     module = None
-    stem = Path(SOURCE).stem
+    stem = pattern.module
     if built.error is not None:
         row.problems.append(f"generated: transpile failed: {built.error}")
     else:
@@ -1050,9 +1182,14 @@ def summary(rows: list[Row], copy_gbps: float, device: str) -> list[str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    names = [p.name for p in PATTERNS]
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument(
+        "--suite",
+        choices=tuple(SUITES),
+        default="main",
+        help="main: the suite; heldout: patterns never tuned for (heldout_src.py)",
+    )
     p.add_argument("--cases", help="comma-separated case names (default: all)")
     p.add_argument("--quick", action="store_true", help="fewer rounds, shorter timing")
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 5, quick 3)")
@@ -1078,6 +1215,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.list:
         return args
+    names = [p.name for p in SUITES[args.suite]]
     args.cases = names if not args.cases else [
         n.strip() for n in args.cases.split(",") if n.strip()
     ]  # fmt: skip
@@ -1099,7 +1237,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     if args.list:
-        for p in PATTERNS:
+        for p in SUITES[args.suite]:
             print(
                 f"{p.name}: cuda {describe(p, 'cuda')[0]}; cpu {describe(p, 'cpu')[0]}"
             )
@@ -1120,7 +1258,7 @@ def main(argv: list[str] | None = None) -> int:
         pinned = importlib.import_module("benchmarks.cpu").pin_malloc_thresholds()
         args.timer, how = common.cpu_timer(args.quick, args.rounds)
         note = "; glibc malloc pinned (thresholds, no mmap)" if pinned else ""
-    patterns = [p for p in PATTERNS if p.name in args.cases]
+    patterns = [p for p in SUITES[args.suite] if p.name in args.cases]
     start, load_before = time.perf_counter(), os.getloadavg()[0]
     if args.build:
         builds = build_all(patterns, device, args.build.resolve(), args.jobs, start)

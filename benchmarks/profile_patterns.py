@@ -52,7 +52,7 @@ def contenders(pattern, work: Path, only_generated: bool = False) -> dict:
     inputs (of the generated module alone, with `only_generated`)."""
     eager = patterns.build_eager(pattern, "cuda")
     inputs = patterns.make_inputs(pattern, "cuda")
-    stem = Path(patterns.SOURCE).stem
+    stem = pattern.module
     sys.path.insert(0, str(work))
     for name in [m for m in sys.modules if m.startswith(f"gen_{pattern.name}")]:
         del sys.modules[name]  # another --prebuilt DIR's module of the same name

@@ -334,6 +334,10 @@ DECOMPOSE = (
     aten.tril.default,
     aten.triu.default,
     aten.repeat.default,  # an expand of the input, read through index arithmetic
+    # reshapes and a permutation: read by the next kernel through index arithmetic
+    aten.pixel_shuffle.default,
+    aten.pixel_unshuffle.default,
+    aten.channel_shuffle.default,
     aten.frac.default,
     aten.round.decimals,
     aten.pow.Tensor_Scalar,  # of bools by a bool: Note [Powers of bools]
