@@ -128,7 +128,7 @@ DEVICE_PASSES = {
     ),
 }
 # Passes of GRAPH_PASSES that take the device: what pays differs between them
-FOR_DEVICE = (split_reductions,)
+FOR_DEVICE = (decompose, split_reductions)
 
 
 def optimize(graph: Graph, device: str = "cpu", checked: bool = False) -> Graph:

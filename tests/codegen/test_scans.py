@@ -164,41 +164,45 @@ def cpp_kernel(c, word: str) -> str:
 
 
 def test_cpp_rows_go_in_stages(compiled) -> None:
-    """Note [Scans in stages]: stages of 64 elements, each a vectorized loop of
-    the scan's inputs, the running values in order (in double, as eager's), and
-    a vectorized loop of the rest; the last 43 elements of 1003 one by one."""
+    """Note [Scans in stages]: with math before or after the scan, stages of 64
+    elements, each a vectorized loop of the scan's inputs, the running values in
+    order, a group at a time (in double, as eager's), and a vectorized loop of the
+    rest; the last 44 elements of 300 one by one."""
     step = cpp.SCAN_STAGE
-    for name, reads in (("rows", 1), ("decay", 1), ("read_around", 2)):
+    for name, reads in (("decay", 1), ("read_around", 2)):
         text = cpp_kernel(compiled[name], "_carry")
-        rest = 1003 - 1003 % step if name == "rows" else None
-        if rest is not None:
-            assert f"for (int64_t r1 = 0; r1 < {rest}; r1 += {step}) {{" in text
-            assert f"for (int64_t r = {rest}; r < 1003; ++r) {{" in text, text
         assert text.count("#pragma omp simd") == 2, text
         assert re.search(rf"double tmp\d+_val\[{step}\];", text), text
-        assert len(re.findall(r"tmp\d+_carry [+*]= tmp\d+_in\[l\];", text)) == reads
+        assert len(re.findall(r"tmp\d+_run [+*]= tmp\d+_in\[l\];", text)) == reads
+    decay = cpp_kernel(compiled["decay"], "_carry")
+    assert f"for (int64_t r1 = 0; r1 < 256; r1 += {step}) {{" in decay, decay
+    assert "for (int64_t r = 256; r < 300; ++r) {" in decay, decay
     # the exp and log1p before the scan and the exp after it are in the loops
     # that are vectorized
-    decay = cpp_kernel(compiled["decay"], "_carry")
     first, _, last = decay.partition("_val[")
     assert "log1p_f32(" in first and "exp_f32(" in last.split("_val[")[-1], decay
     assert "_kept[" in cpp_kernel(compiled["read_around"], "_carry")  # exp(x), kept
-    short = cpp_kernel(compiled["rows_short"], "_carry")
-    assert "r1" not in short and "for (int64_t r = 0; r < 6; ++r) {" in short, short
 
 
 def test_cpp_groups_where_stages_do_not_apply(compiled) -> None:
-    """A scan read by reductions of the same loop, or feeding another scan, adds
-    a group of eight on its own, then joins the carry: one add per group waits
-    for the one before, and no `omp simd` on a loop whose elements depend on
-    each other."""
-    for name in ("scan_then_reduce", "scan_of_scan"):
+    """A scan of loaded values, a scan read by reductions of the same loop, or
+    one feeding another scan, adds a group of eight on its own, then joins the
+    carry: one add per group waits for the one before, and no `omp simd` on a
+    loop whose elements depend on each other; the last three elements of 1003
+    go into the carry one by one."""
+    step = cpp.SCAN_GROUP
+    for name in ("rows", "scan_then_reduce", "scan_of_scan"):
         text = cpp_kernel(compiled[name], "_carry")
-        step = cpp.SCAN_GROUP
         assert re.search(rf"r1 \+= {step}\) {{", text), text
         assert re.search(r"double tmp\d+_run = 0;", text), text
         assert re.search(r"tmp\d+_carry \+= tmp\d+_run;", text), text
         assert "_val[" not in text, text
+    rows = cpp_kernel(compiled["rows"], "_carry")
+    assert f"for (int64_t r1 = 0; r1 < 1000; r1 += {step}) {{" in rows, rows
+    assert "for (int64_t r = 1000; r < 1003; ++r) {" in rows, rows
+    assert "omp simd" not in rows, rows
+    short = cpp_kernel(compiled["rows_short"], "_carry")
+    assert "r1" not in short and "for (int64_t r = 0; r < 6; ++r) {" in short, short
 
 
 def test_cpp_columns_carry_one_value_per_column(compiled) -> None:
