@@ -146,11 +146,12 @@ def test_a_copy_to_contiguous_is_computed_in_the_kernel(
 EXTERN_RESULTS = {
     # transposed on meta, contiguous on the CPU
     "isin": ("torch.isin(x.t(), x[0, :3]) * x.t()", (6, 9)),
-    # channels first on meta, as the input's on the CPU (batch statistics: with
-    # running ones, batch norm decomposes into kernels)
+    # channels first on meta, as the input's on the CPU (a batch norm whose
+    # statistics are read stays whole; otherwise it decomposes into kernels)
     "batch_norm": (
-        "torch.nn.functional.batch_norm(x.transpose(-2, -1), None, None, "
-        "training=True) + 1",
+        "torch.native_batch_norm(x.transpose(-2, -1), None, None, None, None, "
+        "True, 0.1, 1e-5)[0] + torch.native_batch_norm(x.transpose(-2, -1), None, "
+        "None, None, None, True, 0.1, 1e-5)[1].mean()",
         (3, 2, 4, 3),
     ),
     "matmul": ("(x @ x.t()).relu()", (6, 9)),
