@@ -1,6 +1,7 @@
 // runtime_shim/kernels.h: the helpers every generated C++ kernel file includes.
-// bf16 storage, wrapping integer arithmetic, NaN-propagating min/max, and exp, tanh,
-// sigmoid, erf and GELU for float written so that `omp simd` loops vectorize them.
+// bf16 storage, wrapping integer arithmetic, NaN-propagating min/max, and exp, log,
+// log1p, expm1, sin, cos, tanh, sigmoid, erf and GELU for float written so that
+// `omp simd` loops vectorize them.
 // Part of runtime_shim: the cache key of a compiled library includes this file.
 #pragma once
 #include <algorithm>
