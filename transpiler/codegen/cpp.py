@@ -494,7 +494,7 @@ class _Renderer:
     def _scan(self, s: Stmt, ind: str) -> str:
         """Add (multiply) this element into the row's running value, as
         `scan_mode` says; the expression of the element's result."""
-        x, op = s.args[0], "+" if s.reduce == "sum" else "*"
+        x, op = s.args[0], _scan_op(s)
         t = compute_type(s.dtype)
         if self.scan_mode == "group":
             self.lines.append(f"{ind}{s.name}_run {op}= {x};")
@@ -747,7 +747,7 @@ class _Renderer:
             if _tracks_nan(r):
                 self.lines.append(f"{ind}int {r.name}_nan = 0;")
         for s in scans:
-            t, one = _scan_type(s), "0" if s.reduce == "sum" else "1"
+            t, one = _scan_type(s), _scan_identity(s)
             self.lines.append(f"{ind}{t} {s.name}_carry = {one};")
         outer, first, end = ind, "0", rnumel
         # where each reduction accumulates: a sum of a long row into its chunk's part
@@ -864,7 +864,7 @@ class _Renderer:
                 f"{ind}for (int64_t r1 = 0; r1 < {whole}; r1 += {step}) {{"
             )
             for s in scans:
-                t, one = _scan_type(s), "0" if s.reduce == "sum" else "1"
+                t, one = _scan_type(s), _scan_identity(s)
                 self.lines.append(f"{ind}    {t} {s.name}_run = {one};")
             self.lines.append(f"{ind}    #pragma GCC unroll {step}")
             self.lines.append(f"{ind}    for (int64_t r = r1; r < r1 + {step}; ++r) {{")
@@ -872,7 +872,7 @@ class _Renderer:
             self._loop_body(loop, positions, reductions, acc, "", ind + "    ")
             self.scan_mode = "carry"
             for s in scans:
-                op = "+" if s.reduce == "sum" else "*"
+                op = _scan_op(s)
                 self.lines.append(f"{ind}    {s.name}_carry {op}= {s.name}_run;")
             self.lines.append(f"{ind}}}")
         if whole != str(rnumel):
@@ -886,7 +886,8 @@ class _Renderer:
         stages]), where the loop can be staged and has math to vectorize: no
         other reduction, no scan feeding another, no scattering store, no value
         kept in a row buffer or narrowed to 32 bits among them; else None."""
-        if positions or reductions or self.kept & self._live(loop):
+        live = self._live(loop)
+        if positions or reductions or self.kept & live:
             return None
         if any(s.scatter is not None for s in loop.body if isinstance(s, Store)):
             return None
@@ -901,7 +902,6 @@ class _Renderer:
                 return None
             before.add(name)
             need.extend(operands(by_name[name]))
-        live = self._live(loop)
         work = [
             s
             for s in loop.body
@@ -952,19 +952,17 @@ class _Renderer:
         group = SCAN_GROUP  # as in `_scan_groups`: one add per group waits
         self.lines.append(f"{inner}for (int64_t l1 = 0; l1 < {n}; l1 += {group}) {{")
         for s in scans:
-            one = "0" if s.reduce == "sum" else "1"
+            one = _scan_identity(s)
             self.lines.append(f"{inner}    {_scan_type(s)} {s.name}_run = {one};")
         self.lines.append(f"{inner}    #pragma GCC unroll {group}")
         self.lines.append(f"{inner}    for (int64_t l = l1; l < l1 + {group}; ++l) {{")
         for s in scans:
-            op = "+" if s.reduce == "sum" else "*"
-            run, carry = f"{s.name}_run", f"{s.name}_carry"
+            op, run, carry = _scan_op(s), f"{s.name}_run", f"{s.name}_carry"
             self.lines.append(f"{inner}        {run} {op}= {s.name}_in[l];")
             self.lines.append(f"{inner}        {s.name}_val[l] = {carry} {op} {run};")
         self.lines.append(f"{inner}    }}")
         for s in scans:
-            op = "+" if s.reduce == "sum" else "*"
-            self.lines.append(f"{inner}    {s.name}_carry {op}= {s.name}_run;")
+            self.lines.append(f"{inner}    {s.name}_carry {_scan_op(s)}= {s.name}_run;")
         self.lines.append(f"{inner}}}")
         self.lines.append(f"{inner}#pragma omp simd")
         self.lines.append(f"{inner}for (int64_t r = r1; r < r1 + {n}; ++r) {{")
@@ -1222,7 +1220,7 @@ class _Renderer:
         if loop.reductions or scans:
             self.lines.append(f"{ind}for (int64_t x1 = 0; x1 < {tile}; ++x1) {{")
             for s in scans:
-                one = "0" if s.reduce == "sum" else "1"
+                one = _scan_identity(s)
                 self.lines.append(f"{ind}    {s.name}_carry[x1] = {one};")
             for r in loop.reductions:
                 self.lines.append(f"{ind}    {r.name}_col[x1] = {_identity(r)};")
@@ -2010,6 +2008,16 @@ def _identity(r: Stmt) -> str:
 
 def _scans(loop: Loop) -> list[Stmt]:
     return [s for s in loop.body if isinstance(s, Stmt) and s.op == "scan"]
+
+
+def _scan_op(s: Stmt) -> str:
+    """The C++ operator a scan accumulates with."""
+    return "+" if s.reduce == "sum" else "*"
+
+
+def _scan_identity(s: Stmt) -> str:
+    """A scan's running value before the row's first element."""
+    return "0" if s.reduce == "sum" else "1"
 
 
 def _scan_type(s: Stmt) -> str:
