@@ -78,6 +78,9 @@ CASES = {
     "wide_window": {"x": randn(1, 2, 9, 9)},
 }
 WRITTEN = {"also_whole", "wide_window"}  # the value is written: two kernels
+# each element read once, through slices or windows that part it: computed where
+# it is read on CPUs too (Note [Places] in passes/places.py)
+READ_ONCE = {"padded_slice", "halves", "silu_pool"}
 
 
 @pytest.fixture(scope="module")
@@ -93,11 +96,13 @@ def test_matches_eager(compiled, name: str) -> None:
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_kernels(compiled, name: str) -> None:
     """One kernel on GPUs; the C++ backend writes the value (two kernels), which
-    its vector units compute faster than nine windows of it."""
+    its vector units compute faster than nine windows of it, unless each element
+    is read once."""
     for source, windows in (
         (compiled[name].cpu_source, False),
         (compiled[name].cuda_source, True),
     ):
         assert "torch.ops" not in source and "extern" not in source, source
         launches = re.findall(r"_cpp\.function\(|triton_\w+\[", source)
-        assert len(launches) == (1 if windows and name not in WRITTEN else 2), source
+        one = name not in WRITTEN and (windows or name in READ_ONCE)
+        assert len(launches) == (1 if one else 2), source

@@ -84,6 +84,7 @@ from transpiler.ir.ops import (
     bind_args,
     is_view,
 )
+from transpiler.passes.places import maps_into
 
 SLICE = "aten.slice.Tensor"
 # the dtypes a device's scatter kernel adds (keeps extrema of) atomically, by what
@@ -487,8 +488,8 @@ def resolve(
 
     ("virtual", root, root): a value computed in a kernel, read at the same flat index.
     ("buffer", name, root): read `root`'s memory through `name`'s meta (a view or root).
-    ("inline", root, root): a value computed where data movement reads it
-    (Note [Data movement in kernels] in schedule.py).
+    ("inline", name, root): a value computed where it is read, at the positions
+    `name` reads (Note [Places] in places.py).
     """
     name = ref.name
     node = nodes[name]
@@ -499,7 +500,9 @@ def resolve(
             chain_ok = False
         name, node = base.name, base
     if kinds[name] == "inline" and (
-        name == ref.name or window_maps(ref, nodes) or node.target in RANGES
+        name == ref.name
+        or node.target in RANGES
+        or maps_into(nodes[ref.name].tensor_meta, node.tensor_meta)
     ):
         return ("inline", ref.name, name)
     if not chain_ok:
@@ -530,7 +533,7 @@ def fuse(
     another it reads (its reader's kernel takes them in: passes/rematerialize.py)."""
     nodes = graph.by_name()
     kinds = {n.name: classify(n, nodes, device) for n in graph.nodes}
-    _mark_inlined(graph, kinds, windows=device == "cuda")
+    _mark_inlined(graph, kinds, device)
     ancestors = _ancestors(graph)
     groups: list[_State] = []
     group_of: dict[str, int] = {}
@@ -700,41 +703,29 @@ def sources(node: Node, nodes, kinds) -> list[Ref]:
     return out
 
 
-def window_maps(ref: Ref, nodes) -> dict[int, tuple[int, int]] | None:
-    """For a view made of slices alone (a window of a pool, `x[..., 1::2]`), where
-    each of its coordinates `c` lies in the sliced value: `a * c + b` along each
-    dimension `d` of the result's {d: (a, b)}; None for any other view, or none."""
-    maps: dict[int, tuple[int, int]] = {}
-    node = nodes[ref.name]
-    while node.target == SLICE:
-        base = nodes[node.args[0].name]
-        rank = len(base.tensor_meta.shape)
-        bound = bind_args(node.target, node.args, node.kwargs)
-        d = bound.get("dim", 0) % rank
-        start, step = bound.get("start") or 0, bound.get("step") or 1
-        n = base.tensor_meta.shape[d]
-        start = max(0, start + n if start < 0 else start)
-        a, b = maps.get(d, (1, 0))
-        maps[d] = (step * a, step * b + start)
-        node = base
-    return maps if maps and node.name != ref.name else None
-
-
-def _mark_inlined(graph: Graph, kinds: dict[str, str], windows: bool) -> None:
+def _mark_inlined(graph: Graph, kinds: dict[str, str], device: str) -> None:
     """Kind "inline" for pointwise values read only by data movement, directly or
     through other such values of their shape (`-x2` in `cat((-x2, x1), -1)`):
     each is computed where the movement reads it, at the positions it reads,
-    never written (Note [Data movement in kernels] in schedule.py). With
-    `windows` (for GPUs), also those read only through the slices of windows
-    (Note [Windows of computed values] in schedule.py). A number made a tensor
-    of one element (`torch.where(mask, x, -inf)`) is one where kernels read it.
+    never written (Note [Data movement in kernels] in schedule.py). A number
+    made a tensor of one element (`torch.where(mask, x, -inf)`) is one where
+    kernels read it. Pointwise values and data movement read through views that
+    move positions (the slices of a pool's windows, a transpose) are computed
+    where they are read (`_read_through_views`).
     """
+    windows = device == "cuda"
     users = graph.users()
     nodes = graph.by_name()
     positions = position_values(graph, nodes, kinds)
     indexing: set[str] = set()  # Note [Positions as indices] in schedule.py
     for node in reversed(graph.nodes):
-        if kinds[node.name] != "pointwise" or node.target not in POINTWISE:
+        if kinds[node.name] != "pointwise":
+            continue
+        if node.target in MOVEMENT:
+            if _read_through_views(node, nodes, kinds, users, device):
+                kinds[node.name] = "inline"
+            continue
+        if node.target not in POINTWISE:
             continue
         if node.target in RANGES:  # Note [Ranges in kernels]
             if _read_in_place(node.name, nodes, kinds, users, indexing):
@@ -763,10 +754,67 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], windows: bool) -> None:
             for u in readers
         ):
             kinds[node.name] = "inline"
-        elif windows and _read_through_windows(node, nodes, kinds, users):
-            kinds[node.name] = "inline"
         elif _gathered_only(node, nodes, kinds, users, windows):
             kinds[node.name] = "inline"
+        elif _read_through_views(node, nodes, kinds, users, device):
+            kinds[node.name] = "inline"
+
+
+def _read_through_views(node: Node, nodes, kinds, users, device: str) -> bool:
+    """Whether pointwise or data movement `node` is read through views that move
+    its positions (`t`, `permute`, a slice, a dimension split; Note [Places] in
+    places.py), by kernels alone, and is cheap enough to compute again at each
+    reading: then each reader computes it at the positions it reads, and it is
+    never written. On GPUs, each reading adds its ops to the reader's, within the
+    bound of windows. On CPUs, where the vector units bound such kernels (Note
+    [Windows of computed values] in schedule.py), the readers together compute
+    it at no more positions than it has: slices that part it, a transpose; not
+    a broadcast, nor windows that overlap."""
+    sites, positions, moves = 0, 0, False
+    todo, seen = list(users[node.name]), set()
+    while todo:
+        u = todo.pop()
+        if u in seen:
+            continue
+        seen.add(u)
+        if u not in nodes:  # the result
+            return False
+        reader = nodes[u]
+        if kinds.get(u) == "view":  # (a split's pieces are views of their own)
+            if isinstance(reader.meta, TensorMeta):
+                if not maps_into(reader.meta, node.tensor_meta):
+                    return False
+                moves = moves or not alias_ok(reader, node)
+            todo += users[u]
+            continue
+        if kinds.get(u) not in ("pointwise", "reduction", "scan", "inline"):
+            return False
+        if reader.target in GATHERS:
+            return False
+        for r in reader.refs():
+            if _root_of(r, nodes, kinds) != node.name:
+                continue
+            sites += 1
+            if reader.target in MOVEMENT:  # each element where one piece lies
+                moves = True
+                positions += nodes[r.name].tensor_meta.numel
+            elif kinds[u] in ("reduction", "scan"):
+                positions += nodes[reader.args[0].name].tensor_meta.numel
+            else:
+                positions += reader.tensor_meta.numel
+    if not moves or not sites:
+        return False
+    if device != "cuda":
+        return positions <= node.tensor_meta.numel
+    return sites * _inline_ops(node, nodes, kinds, users) <= WINDOW_OPS_MAX
+
+
+def _root_of(ref: Ref, nodes, kinds) -> str:
+    """The value `ref` reads, through any views."""
+    name = ref.name
+    while kinds[name] == "view":
+        name = nodes[name].args[0].name
+    return name
 
 
 def _gathered_only(node: Node, nodes, kinds, users, again: bool) -> bool:
@@ -847,7 +895,7 @@ def _read_in_place(
         if kinds[u] == "view":  # its strides address the range's positions
             if not _read_in_place(u, nodes, kinds, users, indexing):
                 return False
-        elif kinds[u] == "pointwise":
+        elif kinds[u] in ("pointwise", "inline"):
             if node.target in MOVEMENT + GATHERS and not _indexes_only(node, name):
                 return False
         elif kinds[u] == "scatter":
@@ -880,48 +928,6 @@ def _constant(node: Node) -> bool:
     )
 
 
-def _read_through_windows(node: Node, nodes, kinds, users) -> bool:
-    """Whether every reader of pointwise `node` reads it through slices (the
-    windows of a pool, `x[..., ::2]`) and it is cheap enough to compute again at
-    each (Note [Windows of computed values] in schedule.py)."""
-    sites, todo, seen = 0, list(users[node.name]), set()
-    while todo:
-        u = todo.pop()
-        if u in seen:
-            continue
-        seen.add(u)
-        if u not in nodes:  # the result
-            return False
-        if kinds.get(u) == "view":
-            if nodes[u].target != SLICE:
-                return False
-            todo += users[u]
-            continue
-        reader = nodes[u]
-        reads = [r for r in reader.refs() if _slices_of(r, node, nodes)]
-        if not reads or any(r.name == node.name for r in reader.refs()):
-            return False  # read where it is, too: computed there anyway
-        if kinds.get(u) != "pointwise" or (
-            reader.target in MOVEMENT and reader.target != PAD
-        ):
-            return False
-        if reader.target != PAD and any(
-            nodes[r.name].tensor_meta.shape != reader.tensor_meta.shape for r in reads
-        ):
-            return False  # broadcast to the reader: positions not a slice's
-        sites += len(reads)
-    return (
-        0 < sites and sites * _inline_ops(node, nodes, kinds, users) <= WINDOW_OPS_MAX
-    )
-
-
-def _slices_of(ref: Ref, root: Node, nodes) -> bool:
-    node = nodes[ref.name]
-    while node.target == SLICE:
-        node = nodes[node.args[0].name]
-    return node.name == root.name and nodes[ref.name].target == SLICE
-
-
 def _inline_ops(node: Node, nodes, kinds, users) -> int:
     """The ops computing `node` again takes: it, and the pointwise values of its
     shape that only it reads (those become "inline" with it)."""
@@ -931,7 +937,10 @@ def _inline_ops(node: Node, nodes, kinds, users) -> int:
         if (
             kinds.get(r.name) == "pointwise"
             and operand.target in POINTWISE
-            and operand.tensor_meta.shape == node.tensor_meta.shape
+            and (
+                operand.tensor_meta.shape == node.tensor_meta.shape
+                or node.target in MOVEMENT
+            )
             and users[r.name] == [node.name]
         ):
             total += _inline_ops(operand, nodes, kinds, users)

@@ -152,6 +152,7 @@ from __future__ import annotations
 import heapq
 import math
 import re
+from typing import NamedTuple
 
 import torch
 
@@ -207,8 +208,8 @@ from transpiler.passes.fuse import (
     reduction_spec,
     resolve,
     sources,
-    window_maps,
 )
+from transpiler.passes.places import Place
 
 
 def schedule(graph: Graph, fusion: Fusion, names: KernelNames) -> Program:
@@ -388,6 +389,13 @@ NAMED_SCATTERS = (
 )
 
 
+class Mask(NamedTuple):
+    """A bool statement, and the kernel's dimensions it varies along."""
+
+    name: str
+    dims: frozenset[int]
+
+
 class KernelBuilder:
     """Builds one kernel's statements from a group, reading and writing buffers."""
 
@@ -484,14 +492,9 @@ class KernelBuilder:
         if not isinstance(value, Ref):
             return Const(value, _scalar_dtype(value))
         how, _, root = resolve(value, self.nodes, self.fusion.kinds)
-        if how == "inline" and self.nodes[root].target in RANGES:
-            # Note [Ranges in kernels]: the address its buffer would be read at
+        if how == "inline":  # computed here (Note [Places])
             view = self.nodes[value.name].tensor_meta
-            index = self.index(shape, level, view, view.offset)
-            return self.iota_at(self.nodes[root], index, level)
-        if how == "inline":  # Note [Windows of computed values]
-            maps = window_maps(value, self.nodes) or {}
-            return self.inline_at(self.nodes[root], shape, level, maps, None)
+            return self.read_at(value, Place.reading(view.shape, shape), level, None)
         if how == "virtual" and self.fusion.group_of.get(root) == self.group.id:
             if root in self.rounded:  # Note [Rounding casts]
                 meta = self.nodes[root].tensor_meta
@@ -605,72 +608,111 @@ class KernelBuilder:
         """A data movement op: each piece of the result a load of an input at
         positions shifted or reversed from the result's, masked to the piece, the
         pieces chosen by `where` (Note [Data movement in kernels])."""
-        meta = node.tensor_meta
-        level = self.level_of(meta.numel)
-        out = compute_dtype(meta.dtype)
+        shape = node.tensor_meta.shape
+        level = self.level_of(math.prod(shape))
+        return self.moved(node, Place.reading(shape, shape), level, None)
+
+    def moved(self, node: Node, place: Place, level: str, mask: Mask | None) -> str:
+        """Data movement `node` at `place`, where `mask` holds (None: everywhere)."""
+        out = compute_dtype(node.tensor_meta.dtype)
         pieces, fill = _pieces(node, self.nodes)
         value = None if fill is None else Const(fill, out)
         for source, maps, bounds in pieces:
-            mask = self.within(meta.shape, level, bounds)
-            load = self.moved_load(source, meta.shape, level, maps, mask)
+            within = self.within(place, level, bounds)
+            if within is False:
+                continue  # no position of `place` lies in the piece
+            both = self.both_masks(mask, within, level)
+            load = self.read_at(source, place.moved(maps), level, both)
             load = self.cast(load, out, level)
-            if value is None or mask is None:  # (no mask: the piece is everywhere)
+            if value is None or within is None:  # (no mask: the piece is everywhere)
                 value = load
             else:
-                value = self.emit("where", (mask, load, value), out, level)
+                value = self.emit("where", (within.name, load, value), out, level)
         return value
 
-    def within(self, shape, level: str, bounds: dict) -> str | None:
-        """A bool statement: whether each position's coordinates lie within
-        `bounds` ({dim: (lo, hi)}), or None where they always do."""
-        conditions = []
+    def within(self, place: Place, level: str, bounds: dict):
+        """Whether each position's coordinates at `place` lie within `bounds`
+        ({dim: (lo, hi)}): a Mask, None where they always do, False where they
+        never do."""
+        conditions, dims = [], frozenset()
         for d, (lo, hi) in sorted(bounds.items()):
-            unit = tuple(int(e == d) for e in range(len(shape)))
+            low, high = place.span(d)
+            if high < lo or low >= hi:
+                return False
+            if lo <= low and high < hi:
+                continue
             coord = self.emit(
                 "index",
-                (self.index(shape, level, TensorMeta(shape, unit, 0, torch.int64), 0),),
+                (self.index(place.at, level, place.coordinate(d), place.offsets[d]),),
                 torch.int64,
                 level,
             )
-            if lo > 0:
+            dims |= place.varies(d)
+            if low < lo:
                 lo = Const(lo, torch.int64)
                 conditions.append(self.emit("ge", (coord, lo), torch.bool, level))
-            if hi < shape[d]:
+            if high >= hi:
                 hi = Const(hi, torch.int64)
                 conditions.append(self.emit("lt", (coord, hi), torch.bool, level))
         mask = conditions[0] if conditions else None
         for c in conditions[1:]:
             mask = self.emit("logical_and", (mask, c), torch.bool, level)
-        return mask
+        return None if mask is None else Mask(mask, dims)
 
-    def moved_load(
-        self, source: Ref, shape, level: str, maps: dict, mask, at=None, inlined=False
+    def both_masks(self, a: Mask | None, b: Mask | None, level: str) -> Mask | None:
+        """Masks `a` and `b`, either None for none."""
+        if a is None or b is None:
+            return b if a is None else a
+        name = self.emit("logical_and", (a.name, b.name), torch.bool, level)
+        return Mask(name, a.dims | b.dims)
+
+    def read_at(
+        self, ref: Ref, place: Place, level: str, mask: Mask | None, operand=False
     ) -> str:
-        """`source` at coordinate `a * c + b` along each dimension of `maps`
-        ({dim: (a, b)}) for the result's coordinate `c`, elsewhere at `c`:
-        loaded, broadcast to shape `at` (default: its own), or computed there if
-        it is an "inline" value."""
-        how, _, root = resolve(source, self.nodes, self.fusion.kinds)
-        if how == "inline":  # through the slices of a window, if any
-            window = window_maps(source, self.nodes) or {}
-            for d, (a, b) in window.items():  # c -> a * (m * c + k) + b
-                m, k = maps.get(d, (1, 0))
-                maps = {**maps, d: (a * m, a * k + b)}
-            return self.inline_at(self.nodes[root], shape, level, maps, mask)
-        view = self.nodes[source.name].tensor_meta
+        """`ref` at `place` where `mask` holds (Note [Places]): loaded from
+        memory, or computed there where it is an "inline" value. An `operand` of
+        a value computed there that is broadcast along what the mask varies with
+        (a channel's weight in a window) is loaded without it."""
+        how, _, root = resolve(ref, self.nodes, self.fusion.kinds)
+        view = self.nodes[ref.name].tensor_meta
         base = self.nodes[root].tensor_meta
-        stride = list(_broadcast_strides(view, at or view.shape))
-        offset = view.offset - base.offset
-        for d, (a, b) in maps.items():
-            offset += b * stride[d]
-            stride[d] = a * stride[d]
-        if inlined and all(stride[d] == 0 for d in maps):
-            mask = None  # broadcast along what moves (a channel's weight in a window)
-        moved = TensorMeta(shape, tuple(stride), offset, view.dtype)
+        node = self.nodes[root]
+        if how == "inline" and node.target in RANGES:
+            # Note [Ranges in kernels]: the address its buffer would be read at
+            meta = place.meta(view)
+            return self.iota_at(
+                node, self.index(place.at, level, meta, meta.offset), level
+            )
+        if how == "inline":
+            if root != ref.name:
+                place = place.through(view, base)
+            return self.computed_at(node, place, level, mask)
+        meta = place.meta(view)
+        if (
+            operand
+            and mask is not None
+            and place.inside(view.shape)
+            and not any(meta.stride[i] for i in mask.dims)
+        ):
+            mask = None
         arg = self.input_arg(root)
-        index = self.index(shape, level, moved, offset)
-        args = (arg.param, index) + ((mask,) if mask is not None else ())
+        index = self.index(place.at, level, meta, meta.offset - base.offset)
+        args = (arg.param, index) + ((mask.name,) if mask is not None else ())
         return self.emit("load", args, compute_dtype(base.dtype), level)
+
+    def computed_at(self, node: Node, place: Place, level: str, mask) -> str:
+        """Pointwise or data movement `node` computed at `place`, what it reads
+        read there too (Note [Places])."""
+        if node.target in MOVEMENT:
+            return self.moved(node, place, level, mask)
+
+        def read(value, _shape, _level):
+            if not isinstance(value, Ref):
+                return Const(value, _scalar_dtype(value))
+            shape = self.nodes[value.name].tensor_meta.shape
+            return self.read_at(value, place.operand(shape), level, mask, True)
+
+        return self._rounded_value(node, self.pointwise(node, read, level), level)
 
     def indirect(self, node: Node) -> str:
         """An indirect load (Note [Indirect loads]): the index at each position of
@@ -852,18 +894,6 @@ class KernelBuilder:
             return self.placed_load(value, shape, level, at[len(at) - rank :])
 
         return self._rounded_value(node, self.pointwise(node, read, level), level)
-
-    def inline_at(self, node: Node, shape, level: str, maps: dict, mask) -> str:
-        """Pointwise `node` computed at the positions data movement reads it
-        (`moved_load`), its operands read there too."""
-
-        def read(value, _shape, _level):
-            if not isinstance(value, Ref):
-                return Const(value, _scalar_dtype(value))
-            at = node.tensor_meta.shape
-            return self.moved_load(value, shape, level, maps, mask, at, inlined=True)
-
-        return self._rounded_value(node, self.pointwise(node, read), level)
 
     def _rounds(self, node: Node, row) -> bool:
         """A cast to f16/bf16 from another dtype that the program itself makes,
@@ -1140,20 +1170,22 @@ def _memory_order(group: Group, fusion: Fusion, nodes) -> tuple[int, ...]:
 # A pool's windows are strided slices of its input, some padded (Note [Pooling as
 # windows] in passes/decompose.py). Where that input is a pointwise value (ResNet's
 # stem pools the ReLU of a batch norm) read by nothing but slices, it is "inline"
-# (fuse._read_through_windows): each window computes it again at the positions it
+# (fuse._read_through_views): each window computes it again at the positions it
 # reads, from its operands loaded there, under the pad's mask where the window
 # reaches the padding. Nothing is written between the batch norm and the pool:
 # a kernel reads x and writes the pooled result, where two kernels wrote and read
 # the ReLU back, four times the pooled size. Each window's slices map its
-# coordinate `c` to `a * c + b` in the value (`fuse.window_maps`), composed with a
-# pad's shift. Only values cheap enough are computed again
+# coordinates into the value's (Note [Places] in passes/places.py), composed with
+# a pad's shift. Only values cheap enough are computed again
 # (`fuse.WINDOW_OPS_MAX` ops for all the windows), and only where every reader
-# reads them through slices: read where it is too, the value is written anyway.
+# reads them through views: read where it is too, the value is written anyway.
 # This is for GPUs, where memory bounds such kernels: on the H100 the stem pool
 # of [32, 64, 112, 112] took one kernel of 48 us against two of 64 and 48
 # (torch.compile: 64 and 52). On two CPU cores the vector units bound it
 # instead: the batch norm computed in nine windows took 4.9 ms against 4.4 for
-# the two C++ kernels, so there it is written.
+# the two C++ kernels, so there it is written, unless the windows part the
+# value (a 2 x 2 pool of stride 2): then each element is computed once either
+# way, and the kernel that writes it is saved.
 
 
 # Note [Positions as indices]
@@ -1249,16 +1281,6 @@ def _pieces(node: Node, nodes) -> tuple[list, object]:
                 for a, span in options
             ]
     return [(x, m, _bounds(shape, b)) for x, m, b in pieces][::-1], None
-
-
-def _broadcast_strides(view: TensorMeta, shape) -> tuple[int, ...]:
-    """`view`'s strides for reading it broadcast to `shape`: 0 along the
-    dimensions it lacks or has once."""
-    pad = len(shape) - len(view.shape)
-    return tuple(
-        0 if d < pad or view.shape[d - pad] == 1 else view.stride[d - pad]
-        for d in range(len(shape))
-    )
 
 
 def _bounds(shape, bounds: dict) -> dict:
