@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     copy_gbps = common.copy_bandwidth("cuda", 1 << 28, timer)
     print(f"{torch.cuda.get_device_name()}; {how}")
     print(f"copy bandwidth: {copy_gbps:.0f} GB/s\n")
-    by_name = {p.name: p for p in patterns.PATTERNS}
+    by_name = {p.name: p for p in patterns.PATTERNS + patterns.HELDOUT}
     cases = args.cases.split(",") if args.cases else None
     cases = cases or sorted(p.name for p in args.variants.iterdir() if p.is_dir())
     for case in cases:

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     timer, _ = common.cuda_timer(quick=True, rounds=2)
     copy_gbps = common.copy_bandwidth("cuda", 1 << 28, timer)
     print(f"copy bandwidth: {copy_gbps:.0f} GB/s\n")
-    by_name = {p.name: p for p in patterns.PATTERNS}
+    by_name = {p.name: p for p in patterns.PATTERNS + patterns.HELDOUT}
     for case in args.cases.split(","):
         pattern = by_name[case]
         print(f"## {case}")

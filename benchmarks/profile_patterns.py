@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         help="profile the generated modules alone (comparing variants)",
     )
     args = parser.parse_args(argv)
-    by_name = {p.name: p for p in patterns.PATTERNS}
+    by_name = {p.name: p for p in patterns.PATTERNS + patterns.HELDOUT}
     for name in args.cases.split(","):
         pattern = by_name[name]
         for work in args.prebuilt:

@@ -245,6 +245,38 @@ def test_sibling_reductions_share_a_kernel(tmp_path) -> None:
     assert cpu["after_extern"] >= 2, cpu
 
 
+DISTILLATION_SOURCE = """
+import torch
+import torch.nn.functional as F
+
+
+def kd_loss(student, teacher):
+    T = 4.0
+    return F.kl_div(
+        F.log_softmax(student / T, dim=-1),
+        F.softmax(teacher / T, dim=-1),
+        reduction="batchmean",
+    ) * (T * T)
+"""
+
+
+def test_a_row_kernel_read_by_two_kernels_joins_the_first(tmp_path) -> None:
+    """A distillation loss: the teacher's softmax, a row reduction's kernel, is
+    read by the kernel of the student's log-softmax and by the kernel of the
+    loss's terms. It joins the student's kernel (`fuse._mergeable`): one kernel
+    reads both rows, computes the terms and sums them, and a second one totals
+    the sums; no softmax is written."""
+    gen = torch.Generator().manual_seed(4)
+    inputs = {
+        "student": torch.randn(64, 1000, generator=gen),
+        "teacher": torch.randn(64, 1000, generator=gen),
+    }
+    compiled = compile_source(DISTILLATION_SOURCE, {"kd_loss": inputs}, tmp_path)
+    compiled["kd_loss"].check(inputs)
+    for source in (compiled["kd_loss"].cpu_source, compiled["kd_loss"].cuda_source):
+        assert _kernel_launches(source) == 2, source
+
+
 FORMULAS_SOURCE = """
 import torch
 import torch.nn.functional as F
@@ -423,6 +455,58 @@ def test_rows_read_once_loop_others_held(tmp_path) -> None:
     # a tile of rows read side by side
     warps = str(triton_codegen.ACROSS_ROWS_WARPS)
     assert ("32", warps) in launches["columns"], launches["columns"]
+
+
+CHANNELS_SOURCE = """
+import torch
+import torch.nn.functional as F
+
+
+def normalize_channels(x):
+    return F.normalize(x, dim=1)
+
+
+def channels_first_norm(x, w, b):
+    u = x.mean(1, keepdim=True)
+    s = (x - u).pow(2).mean(1, keepdim=True)
+    return w[:, None, None] * ((x - u) / torch.sqrt(s + 1e-6)) + b[:, None, None]
+
+
+def channel_sums(x):
+    return x.sum(1)
+"""
+
+
+def test_rows_read_side_by_side_twice_are_held(tmp_path) -> None:
+    """A normalization over the channels of NCHW reads its rows side by side
+    (the channels of neighbouring positions) twice, for the statistics and for
+    the elements: rows of at most ACROSS_ROWS_HELD elements are held in
+    registers, a tile of ACROSS_ROWS_TILE elements, and read once; a sum over
+    the channels, one pass, keeps the tile of ACROSS_ROWS_BLOCK."""
+    gen = torch.Generator().manual_seed(12)
+    inputs = {
+        "normalize_channels": {"x": torch.randn(2, 256, 8, 8, generator=gen)},
+        "channels_first_norm": {
+            "x": torch.randn(2, 96, 5, 7, generator=gen) * 3 + 1,
+            "w": torch.randn(96, generator=gen),
+            "b": torch.randn(96, generator=gen),
+        },
+        "channel_sums": {"x": torch.randn(2, 256, 8, 8, generator=gen)},
+    }
+    case = compile_source(CHANNELS_SOURCE, inputs, tmp_path)
+    for name, example in inputs.items():
+        case[name].check(example)
+    tile = triton_codegen.ACROSS_ROWS_TILE
+    for name, rblock in (("normalize_channels", 256), ("channels_first_norm", 128)):
+        (launch,) = re.findall(r"XBLOCK=(\d+), RBLOCK=(\d+)", case[name].cuda_source)
+        assert launch == (str(tile // rblock), str(rblock)), launch
+        (kernel,) = re.findall(r"_triton\.(\w+)\[", case[name].cuda_source)
+        text = case[name].triton_text.split(f"def {kernel}(")[1].split("@triton.jit")[0]
+        assert "for roffset" not in text, text
+    (launch,) = re.findall(
+        r"XBLOCK=(\d+), RBLOCK=(\d+)", case["channel_sums"].cuda_source
+    )
+    assert launch == tuple(map(str, triton_codegen.ACROSS_ROWS_BLOCK)), launch
 
 
 VARIANCE_SOURCE = """

@@ -717,12 +717,15 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], device: str) -> None:
     users = graph.users()
     nodes = graph.by_name()
     positions = position_values(graph, nodes, kinds)
+    varying = _of_the_call(graph)
     indexing: set[str] = set()  # Note [Positions as indices] in schedule.py
     for node in reversed(graph.nodes):
         if kinds[node.name] != "pointwise":
             continue
         if node.target in MOVEMENT:
-            if _read_through_views(node, nodes, kinds, users, device):
+            if node.name in varying and _read_through_views(
+                node, nodes, kinds, users, device
+            ):
                 kinds[node.name] = "inline"
             continue
         if node.target not in POINTWISE:
@@ -756,8 +759,24 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], device: str) -> None:
             kinds[node.name] = "inline"
         elif _gathered_only(node, nodes, kinds, users, windows):
             kinds[node.name] = "inline"
-        elif _read_through_views(node, nodes, kinds, users, device):
+        elif node.name in varying and _read_through_views(
+            node, nodes, kinds, users, device
+        ):
             kinds[node.name] = "inline"
+
+
+def _of_the_call(graph: Graph) -> set[str]:
+    """Values that depend on what the call passes in or runs as it is: not on
+    parameters and buffers alone, which a variant computes once and keeps (Note
+    [Values of parameters alone] in passes/hoist_constants.py), never again in
+    each kernel that reads them."""
+    out: set[str] = set()
+    for n in graph.nodes:
+        if n.op in ("input", "fallback", "loop") or any(
+            r.name in out for r in n.refs()
+        ):
+            out.add(n.name)
+    return out
 
 
 def _read_through_views(node: Node, nodes, kinds, users, device: str) -> bool:
@@ -984,16 +1003,20 @@ def _mergeable(g: _State, into: _State, nodes, kinds, reads_from, ancestors) -> 
 
 
 def _read_elsewhere(g: _State, node: Node, users, kinds) -> bool:
-    """Whether anything but `node`, `g`'s own members and the graph's result
-    reads a value of `g`, directly or through views (an extern call reading it
-    could not run between the parts of one kernel)."""
+    """Whether anything but kernels and the graph's result reads a value of
+    `g`, directly or through views (an extern call reading it could not run
+    between the parts of one kernel). Another kernel reading it reads it from
+    memory, after the merged kernel (a distillation loss's teacher softmax, read
+    by the student's row kernel and by the kernel of its terms)."""
     members = set(g.nodes)
     todo = [u for m in g.nodes for u in users.get(m, ())]
     while todo:
         user = todo.pop()
         if kinds.get(user) == "view":
             todo += users.get(user, ())
-        elif user not in members and user not in (node.name, "<output>"):
+        elif user in members or user in (node.name, "<output>"):
+            continue
+        elif kinds.get(user) not in (*KERNEL_KINDS, "inline"):
             return True
     return False
 
