@@ -7,7 +7,9 @@ read through a split and a permute), diffusers' timestep embedding (a cat of the
 slices of a cat), DETR's box conversion (a stack of computed columns), a value
 added to its own transpose, a reduction over a transposed value, a GLU over the
 halves of a computed value, a pad read transposed, a gate broadcast over the
-positions of its channel. Each is checked against eager (outputs and inputs
+positions of its channel, literal tables (`torch.tensor([...])`: a grey
+conversion's weights, ImageNet's means and deviations), each element chosen by
+position where it is read. Each is checked against eager (outputs and inputs
 after the call) on both backends and counted in kernels: one kernel each, and no
 call into PyTorch.
 
@@ -81,6 +83,17 @@ def pad_transposed(x):
     return F.pad(torch.sin(x), (1, 2)).transpose(-1, -2).contiguous() + 1.0
 
 
+def grey(x):
+    w = torch.tensor([0.299, 0.587, 0.114])
+    return (x * w[:, None, None]).sum(0)
+
+
+def imagenet_normalize(x):
+    mean = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    return (x - mean) / std
+
+
 def flat_steps(x):
     return (x * 2.0).view(-1)[::5] + 1.0
 
@@ -111,6 +124,8 @@ CASES = {
     "transposed_sum": {"x": randn(5, 12)},
     "glu_of_computed": {"x": randn(4, 10), "w": randn(10)},
     "pad_transposed": {"x": randn(3, 4, 5)},
+    "grey": {"x": randn(3, 5, 6)},
+    "imagenet_normalize": {"x": randn(2, 3, 4, 5)},
     "flat_steps": {"x": randn(4, 6)},
     "broadcast_gate": {"x": randn(2, 3, 4, 4), "s": randn(2, 3)},
     "overlapping": {"x": randn(3, 8)},

@@ -97,6 +97,9 @@ WINDOW_OPS_MAX = 96
 # elements a reduction reads at most to share a kernel with one it shares no data
 # with (Note [Sibling reductions]): 1 MB of f32 is read in well under a launch
 SIBLING_NUMEL = 1 << 18
+# elements of a literal table (`torch.tensor([...])`) kernels compute where they
+# read it, choosing each element by position
+LITERAL_NUMEL = 16
 
 
 @dataclass(frozen=True)
@@ -723,7 +726,11 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], device: str) -> None:
         if kinds[node.name] != "pointwise":
             continue
         if node.target in MOVEMENT:
-            if node.name in varying and _read_through_views(
+            if _literal(node, nodes, kinds) and _read_by_kernels(
+                node, node.name, nodes, kinds, users
+            ):
+                kinds[node.name] = "inline"
+            elif node.name in varying and _read_through_views(
                 node, nodes, kinds, users, device
             ):
                 kinds[node.name] = "inline"
@@ -741,14 +748,8 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], device: str) -> None:
             indexing.add(node.name)
             continue
         readers = users[node.name]
-        if (
-            _constant(node)
-            and readers
-            and all(
-                kinds.get(u) in ("pointwise", "reduction", "scatter") for u in readers
-            )
-        ):  # a literal in each kernel that reads it
-            kinds[node.name] = "inline"
+        if _constant(node) and _read_by_kernels(node, node.name, nodes, kinds, users):
+            kinds[node.name] = "inline"  # a literal in each kernel that reads it
             continue
         shape = node.tensor_meta.shape
         if readers and all(
@@ -937,6 +938,45 @@ def _indexes_only(node: Node, name: str) -> bool:
     if node.target not in GATHERS or node.args[0].name == name:
         return False
     return any(isinstance(i, Ref) and i.name == name for i in gather_indices(node))
+
+
+def _literal(node: Node, nodes, kinds) -> bool:
+    """A small tensor of numbers alone: one element (`_constant`), or a `cat` or
+    `stack` of such (`torch.tensor([0.299, 0.587, 0.114])`), of at most
+    LITERAL_NUMEL elements. Each kernel that reads it chooses its element by
+    position (Note [Data movement in kernels] in schedule.py)."""
+    if _constant(node):
+        return True
+    if node.target not in MOVEMENT or node.tensor_meta.numel > LITERAL_NUMEL:
+        return False
+    return all(
+        _literal(nodes[_root_of(r, nodes, kinds)], nodes, kinds) for r in node.refs()
+    )
+
+
+def _read_by_kernels(base: Node, name: str, nodes, kinds, users) -> bool:
+    """Whether kernels alone read `name` (`base` or a view of it), through views
+    that map into `base` (Note [Places] in places.py), none gathering from it."""
+    readers = users[name]
+    for u in readers:
+        if u not in nodes:  # the result
+            return False
+        reader = nodes[u]
+        if kinds.get(u) == "view":
+            if isinstance(reader.meta, TensorMeta) and not maps_into(
+                reader.meta, base.tensor_meta
+            ):
+                return False
+            if not _read_by_kernels(base, u, nodes, kinds, users):
+                return False
+        elif kinds.get(u) == "scatter":
+            if not _constant(base):
+                return False
+        elif kinds.get(u) not in ("pointwise", "reduction", "scan", "inline"):
+            return False
+        elif reader.target in GATHERS:
+            return False
+    return bool(readers)
 
 
 def _constant(node: Node) -> bool:

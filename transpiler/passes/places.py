@@ -123,11 +123,13 @@ class Place:
             low, high = low + min(0, a * (n - 1)), high + max(0, a * (n - 1))
         return low, high
 
-    def inside(self, shape: tuple[int, ...]) -> bool:
-        """Whether every position reads within a value of `shape`."""
+    def inside(self, view: TensorMeta) -> bool:
+        """Whether every position reads `view`'s memory within it: along each
+        dimension that moves its address (a broadcast one reads one element
+        wherever its coordinate lies)."""
         return all(
-            n == 1 or (0 <= self.span(d)[0] and self.span(d)[1] < n)
-            for d, n in enumerate(shape)
+            n == 1 or s == 0 or (0 <= self.span(d)[0] and self.span(d)[1] < n)
+            for d, (n, s) in enumerate(zip(view.shape, view.stride))
         )
 
     def varies(self, d: int) -> frozenset[int]:

@@ -691,7 +691,7 @@ class KernelBuilder:
         if (
             operand
             and mask is not None
-            and place.inside(view.shape)
+            and place.inside(view)
             and not any(meta.stride[i] for i in mask.dims)
         ):
             mask = None
