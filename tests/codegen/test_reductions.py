@@ -481,8 +481,8 @@ def test_rows_read_side_by_side_twice_are_held(tmp_path) -> None:
     """A normalization over the channels of NCHW reads its rows side by side
     (the channels of neighbouring positions) twice, for the statistics and for
     the elements: rows of at most ACROSS_ROWS_HELD elements are held in
-    registers, a tile of ACROSS_ROWS_TILE elements, and read once; a sum over
-    the channels, one pass, keeps the tile of ACROSS_ROWS_BLOCK."""
+    registers, ACROSS_ROWS_BLOCK's rows side by side, and read once; a sum
+    over the channels, one pass, keeps the tile of ACROSS_ROWS_BLOCK."""
     gen = torch.Generator().manual_seed(12)
     inputs = {
         "normalize_channels": {"x": torch.randn(2, 256, 8, 8, generator=gen)},
@@ -496,10 +496,12 @@ def test_rows_read_side_by_side_twice_are_held(tmp_path) -> None:
     case = compile_source(CHANNELS_SOURCE, inputs, tmp_path)
     for name, example in inputs.items():
         case[name].check(example)
-    tile = triton_codegen.ACROSS_ROWS_TILE
+    rows = triton_codegen.ACROSS_ROWS_BLOCK[0]
     for name, rblock in (("normalize_channels", 256), ("channels_first_norm", 128)):
-        (launch,) = re.findall(r"XBLOCK=(\d+), RBLOCK=(\d+)", case[name].cuda_source)
-        assert launch == (str(tile // rblock), str(rblock)), launch
+        launch = re.findall(
+            r"XBLOCK=(\d+), RBLOCK=(\d+), num_warps=(\d+)", case[name].cuda_source
+        )
+        assert launch == [(str(rows), str(rblock), str(rows * rblock // 512))], launch
         (kernel,) = re.findall(r"_triton\.(\w+)\[", case[name].cuda_source)
         text = case[name].triton_text.split(f"def {kernel}(")[1].split("@triton.jit")[0]
         assert "for roffset" not in text, text

@@ -192,13 +192,13 @@ LOOPED_RBLOCK = 4096
 ACROSS_ROWS_BLOCK = (32, 32)
 # A kernel that reads its rows side by side more than once (a normalization over
 # the channels of NCHW: the statistics, then each element again) holds rows of up
-# to ACROSS_ROWS_HELD elements in registers, a tile of ACROSS_ROWS_TILE elements,
-# 16 f32 a thread: one read of memory. On the H200, F.normalize over the 256
+# to ACROSS_ROWS_HELD elements in registers, the tile's 32 rows side by side, 16
+# f32 a thread: one read of memory. On the H200, F.normalize over the 256
 # channels of [64, 256, 56, 56] took 103 us in (32, 256) against 159 looping
 # in (32, 32), ConvNeXt's LayerNorm over the 96 channels of [32, 96, 56, 56] 27.1
-# against 29.4 in (32, 128); (16, 256) took 109, (8, 256) 145, (4, 256) 325.
-ACROSS_ROWS_HELD = 512
-ACROSS_ROWS_TILE = 8192
+# against 29.4 in (32, 128) with 8 warps; (64, 128) with 16 took 40.7, (16, 256)
+# 109, (8, 256) 145, (4, 256) 325.
+ACROSS_ROWS_HELD = 256
 # Warps of such a tile: 2, 16 elements a thread. On an H200, against 4: the masked
 # mean 114.6 to 105.1 us, the column sums and maxima of [16384, 4096] 80.4 to 75.2
 # (benchmarks/launch_sweep.py).
@@ -255,7 +255,7 @@ def heuristic_config(k: Kernel) -> LaunchConfig:
         return LaunchConfig(min(1024, max(16, next_pow2(xnumel))), 1, 4)
     if across_rows(k) and _held_across(k):
         rblock = next_pow2(rnumel)
-        xblock = min(next_pow2(xnumel), ACROSS_ROWS_TILE // rblock)
+        xblock = min(next_pow2(xnumel), ACROSS_ROWS_BLOCK[0])
         per_thread = ROW_BYTES_PER_THREAD // _row_itemsize(k)
         warps = min(16, max(2, xblock * rblock // (32 * per_thread)))
         return LaunchConfig(xblock, rblock, next_pow2(warps))
