@@ -86,7 +86,6 @@ from transpiler.ir.ops import (
 )
 from transpiler.passes.places import maps_into
 
-SLICE = "aten.slice.Tensor"
 # the dtypes a device's scatter kernel adds (keeps extrema of) atomically, by what
 # the scatter does (a write: any dtype kernels hold)
 SCATTER_TYPES = {"add": ATOMIC_TYPES, **dict.fromkeys(EXTREMA, EXTREMA_TYPES)}
@@ -790,35 +789,23 @@ def _read_through_views(node: Node, nodes, kinds, users, device: str) -> bool:
     [Windows of computed values] in schedule.py), the readers together compute
     it at no more positions than it has: slices that part it, a transpose; not
     a broadcast, nor windows that overlap."""
-    sites, positions, moves = 0, 0, False
-    todo, seen = list(users[node.name]), set()
-    while todo:
-        u = todo.pop()
-        if u in seen:
-            continue
-        seen.add(u)
-        if u not in nodes:  # the result
-            return False
-        reader = nodes[u]
-        if kinds.get(u) == "view":  # (a split's pieces are views of their own)
-            if isinstance(reader.meta, TensorMeta):
-                if not maps_into(reader.meta, node.tensor_meta):
-                    return False
-                moves = moves or not alias_ok(reader, node)
-            todo += users[u]
-            continue
-        if kinds.get(u) not in ("pointwise", "reduction", "scan", "inline"):
-            return False
-        if reader.target in GATHERS:
-            return False
+    if not _read_by_kernels(node, node.name, nodes, kinds, users):
+        return False
+    views, readers = _readers(node.name, nodes, kinds, users)
+    moves = any(
+        isinstance(nodes[v].meta, TensorMeta) and not alias_ok(nodes[v], node)
+        for v in views
+    )
+    sites, positions = 0, 0
+    for reader in readers:
         for r in reader.refs():
-            if _root_of(r, nodes, kinds) != node.name:
+            if resolve(r, nodes, kinds)[2] != node.name:
                 continue
             sites += 1
             if reader.target in MOVEMENT:  # each element where one piece lies
                 moves = True
                 positions += nodes[r.name].tensor_meta.numel
-            elif kinds[u] in ("reduction", "scan"):
+            elif kinds[reader.name] in ("reduction", "scan"):
                 positions += nodes[reader.args[0].name].tensor_meta.numel
             else:
                 positions += reader.tensor_meta.numel
@@ -829,12 +816,22 @@ def _read_through_views(node: Node, nodes, kinds, users, device: str) -> bool:
     return sites * _inline_ops(node, nodes, kinds, users) <= WINDOW_OPS_MAX
 
 
-def _root_of(ref: Ref, nodes, kinds) -> str:
-    """The value `ref` reads, through any views."""
-    name = ref.name
-    while kinds[name] == "view":
-        name = nodes[name].args[0].name
-    return name
+def _readers(name: str, nodes, kinds, users) -> tuple[list[str], list[Node]]:
+    """The views of `name`, through views of them in turn, and the other nodes
+    that read `name` or those views (the result among them as "<output>")."""
+    views: list[str] = []
+    readers: dict[str, Node | str] = {}
+    todo = list(users[name])
+    while todo:
+        u = todo.pop()
+        if u in views or u in readers:
+            continue
+        if kinds.get(u) == "view":
+            views.append(u)
+            todo += users[u]
+        else:
+            readers[u] = nodes.get(u, u)
+    return views, list(readers.values())
 
 
 def _gathered_only(node: Node, nodes, kinds, users, again: bool) -> bool:
@@ -950,29 +947,26 @@ def _literal(node: Node, nodes, kinds) -> bool:
     if node.target not in MOVEMENT or node.tensor_meta.numel > LITERAL_NUMEL:
         return False
     return all(
-        _literal(nodes[_root_of(r, nodes, kinds)], nodes, kinds) for r in node.refs()
+        _literal(nodes[resolve(r, nodes, kinds)[2]], nodes, kinds) for r in node.refs()
     )
 
 
 def _read_by_kernels(base: Node, name: str, nodes, kinds, users) -> bool:
     """Whether kernels alone read `name` (`base` or a view of it), through views
     that map into `base` (Note [Places] in places.py), none gathering from it."""
-    readers = users[name]
-    for u in readers:
-        if u not in nodes:  # the result
+    views, readers = _readers(name, nodes, kinds, users)
+    for v in views:  # (a split's pieces are views of their own)
+        meta = nodes[v].meta
+        if isinstance(meta, TensorMeta) and not maps_into(meta, base.tensor_meta):
             return False
-        reader = nodes[u]
-        if kinds.get(u) == "view":
-            if isinstance(reader.meta, TensorMeta) and not maps_into(
-                reader.meta, base.tensor_meta
-            ):
-                return False
-            if not _read_by_kernels(base, u, nodes, kinds, users):
-                return False
-        elif kinds.get(u) == "scatter":
+    for reader in readers:
+        if not isinstance(reader, Node):  # the result
+            return False
+        kind = kinds.get(reader.name)
+        if kind == "scatter":
             if not _constant(base):
                 return False
-        elif kinds.get(u) not in ("pointwise", "reduction", "scan", "inline"):
+        elif kind not in ("pointwise", "reduction", "scan", "inline"):
             return False
         elif reader.target in GATHERS:
             return False
