@@ -11,6 +11,16 @@
 #include <limits>
 #include <type_traits>
 
+// GCC 12's superword-level vectorizer drops a double rounded to float and back in
+// the pair it makes of a loop's last two elements; kernels that round doubles to
+// float are compiled without it (Note [Doubles to float] in
+// transpiler/codegen/cpp.py).
+#if defined(__GNUC__) && !defined(__clang__)
+#define ROUNDS_DOUBLES __attribute__((optimize("no-tree-slp-vectorize")))
+#else
+#define ROUNDS_DOUBLES
+#endif
+
 static inline float bf16_to_float(uint16_t v) {
     uint32_t u = static_cast<uint32_t>(v) << 16;
     float f;
@@ -25,6 +35,68 @@ static inline uint16_t float_to_bf16(float f) {
     u += 0x7fff + ((u >> 16) & 1);  // round to nearest even
     return static_cast<uint16_t>(u >> 16);
 }
+
+// int64 to and from float and double, as static_cast converts them, in operations
+// AVX2 has: without AVX-512 it converts neither way, and GCC then leaves the whole
+// loop scalar (Note [Conversions of int64] in transpiler/codegen/cpp.py). An int64
+// is hi * 2^32 + lo, lo unsigned: both halves convert exactly to double, and their
+// sum is rounded once. For float, rounded to odd first (where the sum is inexact
+// and its last bit even, one ulp toward the exact value) so that rounding to
+// float after it gives the nearest float, as one rounding would.
+static inline double bits_to_double(uint64_t b) {
+    double d;
+    std::memcpy(&d, &b, sizeof d);
+    return d;
+}
+static inline uint64_t double_to_bits(double d) {
+    uint64_t b;
+    std::memcpy(&b, &d, sizeof b);
+    return b;
+}
+static inline double i64_halves(int64_t v, double& hi, double& lo) {
+    hi = static_cast<double>(static_cast<int32_t>(v >> 32)) * 4294967296.0;
+    int32_t low = static_cast<int32_t>(static_cast<uint32_t>(v) ^ 0x80000000u);
+    lo = static_cast<double>(low) + 2147483648.0;
+    return hi + lo;
+}
+static inline double i64_to_f64(int64_t v) {
+#if defined(__AVX512DQ__)
+    return static_cast<double>(v);
+#else
+    double hi, lo;
+    return i64_halves(v, hi, lo);
+#endif
+}
+static inline float i64_to_f32(int64_t v) {
+#if defined(__AVX512DQ__)
+    return static_cast<float>(v);
+#else
+    double hi, lo;
+    double s = i64_halves(v, hi, lo);
+    double b = s - hi;
+    double e = (hi - (s - b)) + (lo - b);  // the exact sum is s + e (Knuth's TwoSum)
+    uint64_t bits = double_to_bits(s);
+    bool odd = e == 0.0 || (bits & 1) != 0;
+    bits = odd ? bits : (e > 0.0) == (s > 0.0) ? bits + 1 : bits - 1;
+    return static_cast<float>(bits_to_double(bits));
+#endif
+}
+// Truncated toward zero; NaN and what int64 does not hold give INT64_MIN, as x86's
+// conversion instruction does (static_cast leaves them undefined).
+static inline int64_t f64_to_i64(double x) {
+#if defined(__AVX512DQ__)
+    return std::fabs(x) < 9223372036854775808.0 ? static_cast<int64_t>(x) : INT64_MIN;
+#else
+    double t = std::trunc(x);
+    double hi = std::floor(t * 2.3283064365386963e-10);  // t = hi * 2^32 + lo
+    double lo = t - hi * 4294967296.0;  // exact, in [0, 2^32)
+    uint64_t high = static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(hi)));
+    uint32_t low = static_cast<uint32_t>(static_cast<int32_t>(lo - 2147483648.0)) ^ 0x80000000u;
+    int64_t v = static_cast<int64_t>(high << 32 | low);
+    return std::fabs(t) < 9223372036854775808.0 ? v : INT64_MIN;
+#endif
+}
+static inline int64_t f32_to_i64(float x) { return f64_to_i64(static_cast<double>(x)); }
 
 // Integer arithmetic that wraps around as torch's does, where `a + b` on signed
 // types would be undefined on overflow (and let the compiler fold `x + 1 > x`).
@@ -363,6 +435,33 @@ static inline float sin_f32(float x) {
 static inline double sin_f32(double x) { return std::sin(x); }
 static inline float cos_f32(float x) { return sin_quarters(x, 1.0); }
 static inline double cos_f32(double x) { return std::cos(x); }
+
+// sin and cos of float for |x| < kNearTrig (2^17), as accurate as the above (1.55
+// ulp at most, both, over 16M samples near and away from multiples of pi / 2) and
+// five times faster where the table's loads do not vectorize (AVX2 without
+// gathers): k = round(|x| * 2 / pi) is below 2^16, and pi / 2 in three floats
+// leaves |x| - k pi / 2 exact to within a rounding of the result (Cody and Waite,
+// with FMA). Farther (and inf, NaN) the result is wrong: a kernel that uses these
+// runs again with the ones above where any argument is `far_trig`
+// (Note [Sines near zero] in transpiler/codegen/cpp.py).
+static const float kNearTrig = 131072.0f;
+// 1 where `x` is not near (as an int: GCC does not vectorize a bool's `|=`)
+static inline int32_t far_trig(float x) { return !(std::fabs(x) < kNearTrig); }
+static inline float sin_near_quarters(float x, float quarter) {
+    float a = std::fabs(x);
+    float k = std::nearbyint(a * 0.636619772f);
+    float r = std::fma(-k, 1.57079637f, a);
+    r = std::fma(-k, -4.37113883e-08f, r);
+    r = std::fma(-k, -1.71512451e-15f, r);
+    k = k - 4.0f * std::floor(k * 0.25f) + quarter;
+    k = k >= 4.0f ? k - 4.0f : k;
+    float v = k == 0.0f || k == 2.0f ? sin_poly(r) : cos_poly(r);
+    return flip_sign(v, (k >= 2.0f) != (quarter == 0.0f && x < 0.0f));
+}
+static inline float sin_near(float x) {
+    return blend(x == 0.0f, x, sin_near_quarters(x, 0.0f));  // -0.0
+}
+static inline float cos_near(float x) { return sin_near_quarters(x, 1.0f); }
 
 // A row's mean and the sum of squared deviations about it, from the row and a first
 // mean `m` (its sum over n): the corrected two-pass algorithm (Chan, Golub and

@@ -1,5 +1,7 @@
 """The C++ helpers `log_f32`, `log1p_f32`, `expm1_f32`, `sin_f32` and `cos_f32`
-(runtime_shim/kernels.h) in generated kernels: within 1.6 ulp of a float64 reference
+(runtime_shim/kernels.h) in generated kernels, and `sin_near`, `cos_near` that run
+first where those two do (Note [Sines near zero] in transpiler/codegen/cpp.py):
+within 1.6 ulp of a float64 reference
 on dense grids and on floats of every exponent, torch's values at zeros, infinities,
 NaN and the ends of each domain, and loops of each that GCC vectorizes with the
 flags runtime_shim compiles with (the libm calls they replace keep a loop scalar)."""
@@ -34,6 +36,15 @@ def _every_exponent() -> torch.Tensor:
     return bits.to(torch.int32).view(torch.float32)
 
 
+def _near_multiples() -> torch.Tensor:
+    """The floats next to multiples of pi / 2 below 2^17, where |x| - k pi / 2
+    cancels most: the worst case of a reduction by pi / 2."""
+    k = torch.arange(1, 83_000, dtype=torch.float64) * (math.pi / 2)
+    x = k.float()
+    x = torch.cat([x, torch.nextafter(x, x + 1), torch.nextafter(x, x - 1), -x])
+    return torch.cat([x, torch.linspace(-131071, 131071, N - len(x))])  # N in all
+
+
 GRIDS = {
     "log": [torch.linspace(1e-6, 100, N), _every_exponent().abs()],
     "log1p": [
@@ -44,12 +55,18 @@ GRIDS = {
     "expm1": [torch.linspace(-20, 20, N), torch.linspace(-1, 1, N), _every_exponent()],
     "sin": [
         torch.linspace(-100, 100, N),
-        torch.linspace(-1e6, 1e6, N),  # positions times frequencies
+        torch.linspace(-131071, 131071, N),  # within sin_near's range alone
+        _near_multiples(),
+        torch.linspace(
+            -1e6, 1e6, N
+        ),  # beyond it too: the kernel runs again  # positions times frequencies
         _every_exponent(),
     ],
     "cos": [
         torch.linspace(-100, 100, N),
-        torch.linspace(-1e6, 1e6, N),
+        torch.linspace(-131071, 131071, N),  # within sin_near's range alone
+        _near_multiples(),
+        torch.linspace(-1e6, 1e6, N),  # beyond it too: the kernel runs again
         _every_exponent(),
     ],
 }
@@ -77,6 +94,15 @@ def _ulps(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
 def test_kernel_calls_the_helper(compiled: dict[str, Compiled], name: str) -> None:
     kernels = compiled[name].cpp_text.split('extern "C"', 1)[1]
     assert f"{name}_f32(" in kernels and "std::" not in kernels, kernels
+    if name in ("sin", "cos"):  # first near zero, then anywhere if need be
+        kernel = next(
+            text
+            for text in compiled[name].cpp_text.split('extern "C"')
+            if f"{name}_near(" in text
+        )
+        near = kernel.index(f"{name}_near(")
+        assert "reduction(|:far)" in kernel[:near]
+        assert near < kernel.index("if (!far)") < kernel.index(f"{name}_f32(")
     assert "torch.ops" not in compiled[name].cpu_source
 
 
@@ -116,6 +142,7 @@ def test_special_values(compiled: dict[str, Compiled], name: str) -> None:
 LOOPS = {
     **{name: f"{name}_f32(v)" for name in ("exp", "tanh", "sigmoid", "erf", "gelu")},
     **{name: f"{name}_f32(v)" for name in FUNCTIONS},
+    **{f"{name}_near": f"{name}_near(v)" for name in ("sin", "cos")},
     "softplus": "v > 20.0f ? v : log1p_f32(exp_f32(v))",
     "bce_with_logits": "std::min(v, 0.0f) - log1p_f32(exp_f32(-std::abs(v)))",
     "log_of_sum": "log_f32(exp_f32(v) + 1.0f)",

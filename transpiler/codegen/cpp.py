@@ -150,6 +150,50 @@ where a run ends, as at the edges of windows, and within each part the index
 is the affine expression, so the load is contiguous (or reversed, or one
 element) and vectorizes: 0.65 ms, a copy's time.
 
+Note [Pieces along the inner loop]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+A `cat` of computed values along the inner dimension is a `where` choosing among
+its pieces by a condition on `x1` alone (Note [Data movement in kernels] in
+passes/schedule.py); a vectorized loop computes every piece at every element and
+keeps one. diffusers' timestep embedding, `cat([cos(t * f), sin(t * f)], -1)`
+over [1024, 320], computed two exps, a sine and a cosine per element: 2.0 ms
+against torch.compile's 0.6, which writes each piece into its slice of the
+result. Such a loop is split where its conditions change value, as at the edges
+of windows: each part computes its own piece alone (1.1 ms).
+
+Note [Sines near zero]
+~~~~~~~~~~~~~~~~~~~~~~
+`sin_f32` and `cos_f32` (runtime_shim/kernels.h) reduce any float by pi / 2, from
+2^23 on through a table indexed by the exponent; GCC does not vectorize that
+table's loads on AVX2 (a gather is slow there), and they cost four fifths of the
+time: 3.2 ns an element on one core, against 2.0 for eager's. `sin_near` reduces
+in float, as accurately, below 2^17 only (0.6 ns). A loop in scalar code cannot
+branch for one vector, so the kernel as a whole is run with `sin_near`, its loops
+reducing `far |= far_trig(x)` over every argument; where one lies beyond (or
+is inf or NaN) it runs again with `sin_f32`, writing over all it wrote. Only
+pointwise kernels do this: they read nothing they write (the pointers are
+`__restrict__`), so the second run's result is the one a single run would give.
+Positions times frequencies, rotary's and timesteps', stay far below 2^17.
+
+Note [Conversions of int64]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~
+AVX2 converts int32 to float and back, not int64: GCC leaves a loop with one such
+conversion scalar whole. T5's relative position buckets (`log(d.float())` of an
+int64 distance, then `.to(torch.long)`) ran at 1.9 ms over [512, 512], against
+torch.compile's 1.0. The kernels convert with `i64_to_f32`, `f32_to_i64` and their
+double twins (runtime_shim/kernels.h), exact in operations AVX2 has (the loop:
+1.05 ms); with AVX-512 they are the casts. Integers known to fit in 32 bits are
+int32 already (Note [Integers in 32 bits]), converted as such.
+
+Note [Doubles to float]
+~~~~~~~~~~~~~~~~~~~~~~~
+GCC 12 vectorizes the last two elements of a loop of fixed length as a pair (its
+superword-level vectorizer, after the loop vectorizer has taken the rest) and
+there takes `(double)(float)x` for x: `x.to(torch.float32).double() - x` over 22
+doubles was 0 at the last two, whatever x, and so at any length of 4n + 2 or
+4n + 3. A kernel with values of both types is compiled without that vectorizer
+(`ROUNDS_DOUBLES`, runtime_shim/kernels.h); its loops are vectorized as before.
+
 Note [Integers in 32 bits]
 ~~~~~~~~~~~~~~~~~~~~~~~~~~
 Torch computes positions in int64, and AVX2 has no instruction converting int64 to
@@ -197,7 +241,7 @@ from transpiler.codegen.optable import (
 )
 from transpiler.codegen.segments import Loop, Spread, segments, spread
 from transpiler.ir.dynamic import dims_in, size
-from transpiler.ir.ops import EXTREMA
+from transpiler.ir.ops import EXTREMA, compute_dtype
 from transpiler.ir.program import (
     Const,
     CppSchedule,
@@ -231,6 +275,7 @@ REMAINDER_GROUP_BYTES = 64  # a short row's vectorized part: whole AVX-512 vecto
 SCAN_GROUP = 8  # elements a scan adds up on their own before the row's carry
 # (Note [Scans] in passes/schedule.py)
 SCAN_STAGE = 64  # elements of a scan's row per pass of Note [Scans in stages]
+_SINES = {"sin": "sin_near", "cos": "cos_near"}  # Note [Sines near zero]
 PEELED_LOOPS_MAX = 4  # parts an inner loop is split into (Note [Edges of windows])
 SHORT_INNER_MAX = 16  # inner loops GCC unrolls whole (Note [Short inner loops])
 VERSIONS_MAX = 4  # copies of a part, one per value of its conditions on the row
@@ -280,8 +325,12 @@ def _converted(expr: str, src: torch.dtype, dst: torch.dtype) -> str:
     t = compute_type(dst)
     if src == torch.bool and dst.is_floating_point:
         return f"{expr} ? {t}(1) : {t}(0)"
-    if dst == torch.uint8 and src.is_floating_point:  # as torch converts: -2.5 is 254
-        return f"static_cast<uint8_t>(static_cast<int64_t>({expr}))"
+    if src == torch.int64 and t in ("float", "double"):  # Note [Conversions of int64]
+        return f"i64_to_{'f32' if t == 'float' else 'f64'}({expr})"
+    if src.is_floating_point and dst in (torch.int64, torch.uint8):
+        # through int64 as torch converts to uint8: -2.5 is 254
+        wide = f"f{'32' if compute_type(src) == 'float' else '64'}_to_i64({expr})"
+        return f"static_cast<uint8_t>({wide})" if dst == torch.uint8 else wide
     return f"static_cast<{t}>({expr})"
 
 
@@ -376,9 +425,12 @@ class _Renderer:
     same analyses of the kernel (which values a loop needs, what depends on the
     outer index alone, ...)."""
 
-    def __init__(self, k: Kernel, plan: CppSchedule):
+    def __init__(self, k: Kernel, plan: CppSchedule, near: bool | None = None):
         self.k = k
         self.plan = plan
+        # Note [Sines near zero]: None until `render` chooses; True: sines of
+        # float use `sin_near` and note in `far` an argument beyond its range
+        self.near = near
         self.input_types = {a.param: a.dtype for a in k.inputs}  # what loads read
         self.lines: list[str] = []
         self.kept: set[str] = set(plan.kept)  # per-element values in a row buffer
@@ -484,6 +536,10 @@ class _Renderer:
             expr = self._scan(s, ind)
         elif s.name in self.scaled:
             expr = f"{self.arg(s.args[0])} * {s.args[1]}_inv"
+        elif self.near and s.op in _SINES and compute_type(s.dtype) == "float":
+            x = self.arg(s.args[0])
+            self.lines.append(f"{ind}far |= far_trig({x});")
+            expr = f"{_SINES[s.op]}({x})"
         else:
             text = _bound(s) or op_text(
                 CPP, CPP_TYPED, s.op, self._operand_dtype(s.args[0])
@@ -1136,7 +1192,7 @@ class _Renderer:
                 self._column_loop(part, tile, n, ind)
             else:
                 self._column_pass(part, tile, n, ind)
-        self.lines += ["    }", "}"]
+        self.lines.append("    }")
 
     def column_tile(self) -> int | None:
         """The widest tile of columns (for `schedule`) that splits every index,
@@ -1472,12 +1528,12 @@ class _Renderer:
             return None
         values = self._x1_values(segs)
         addresses = self._x1_addresses(segs, values)
-        if not self._masks(segs, {}) and not addresses:
-            return None
         used = {a for s in segs if isinstance(s, Stmt) for a in operands(s)}
         conditions = [
             n for n, v in values.items() if n in used and isinstance(v[0], bool)
         ]
+        if not self._masks(segs, {}) and not addresses and not self._selects(segs):
+            return None
         cuts = {0} | {
             x1
             for x1 in range(1, self.inner)
@@ -1497,6 +1553,25 @@ class _Renderer:
             if not any(m in outer for m in left):
                 return None
         return parts
+
+    def _selects(self, segs) -> bool:
+        """Whether a `where` of the loop picks between values computed in it by a
+        condition on `x1` alone that changes along the loop (the pieces of a
+        `cat` of computed values: Note [Pieces along the inner loop])."""
+        values = self._x1_values(segs)
+        computed = {
+            s.name
+            for s in segs
+            if isinstance(s, Stmt) and s.op not in ("index", "load")
+        }
+        return any(
+            s.op == "where"
+            and s.args[0] in values
+            and len(set(values[s.args[0]])) > 1
+            and any(a in computed for a in s.args[1:])
+            for s in segs
+            if isinstance(s, Stmt)
+        )
 
     def _x1_addresses(self, segs, values: dict[str, tuple]) -> list[str]:
         """The integers of `x1` alone that loads are addressed by (a reflect pad's
@@ -1571,7 +1646,7 @@ class _Renderer:
         for seg in segs:
             if isinstance(seg, Stmt) and seg.name in hoisted:
                 self.stmt(seg, ind)
-        self.lines.append(f"{ind}#pragma omp simd")
+        self.lines.append(f"{ind}{self._omp('simd')}")
         self.lines.append(f"{ind}for (int64_t x1 = {first}; x1 < {end}; ++x1) {{")
         for seg in segs:
             if isinstance(seg, Store):
@@ -1591,19 +1666,41 @@ class _Renderer:
         params += [f"{CPP_TYPES[a.dtype]}* __restrict__ {a.param}" for a in k.outputs]
         params += [f"int64_t {d}" for d in sorted(dims_in(k))]  # dynamic sizes
         lines = [f"// {cpp_comment(f'{span}: {span.text}')}" for span in k.spans]
-        lines.append(f'extern "C" void cpp_{k.name}(')
+        # Note [Doubles to float]
+        rounds = " ROUNDS_DOUBLES" if _rounds_doubles(k) else ""
+        lines.append(f'extern "C"{rounds} void cpp_{k.name}(')
         lines += [
             f"    {p}{',' if i < len(params) - 1 else ''}" for i, p in enumerate(params)
         ]
         lines.append(") {")
+        if self.near is None and _computes_sines(k):  # Note [Sines near zero]
+            near = _Renderer(k, self.plan, near=True)._body()
+            anywhere = _Renderer(k, self.plan, near=False)._body()
+            lines.append("    int32_t far = 0;  // an argument beyond sin_near's range")
+            lines += near
+            lines += ["    if (!far) {", "        return;", "    }"]
+            lines += anywhere
+            return "\n".join([*lines, "}"]) + "\n"
+        self.lines = lines
+        self._body()
+        return "\n".join([*self.lines, "}"]) + "\n"
+
+    def _omp(self, pragma: str) -> str:
+        """`#pragma omp` and `pragma`, which reduces `far` in a kernel computing
+        sines near zero (Note [Sines near zero])."""
+        far = " reduction(|:far)" if self.near else ""
+        return f"#pragma omp {pragma}{far}"
+
+    def _body(self) -> list[str]:
+        """The kernel's loops, appended to `lines`, which they are returned as."""
+        k = self.k
         parallel = self.plan.parallel
         ind = "        "
         if across_rows(k):
-            self.lines = lines
             self.columns(parallel)
-            return "\n".join(self.lines) + "\n"
+            return self.lines
         segs = segments(k)
-        self.lines = lines
+        lines = self.lines
         if k.is_reduction:
             if parallel:
                 lines.append("    #pragma omp parallel for")
@@ -1612,7 +1709,7 @@ class _Renderer:
             # two loops, so that broadcasting and transposes index without `/`, `%`;
             # what depends on the outer index alone is computed once per inner loop
             if parallel:
-                lines.append("    #pragma omp parallel for")
+                lines.append(f"    {self._omp('parallel for')}")
             lines.append(
                 f"    for (int64_t x0 = 0; x0 < {k.xnumel // self.inner}; ++x0) {{"
             )
@@ -1625,15 +1722,15 @@ class _Renderer:
             if self.plan.parts is not None:
                 parts = [(a, b, dict(fixed)) for a, b, fixed in self.plan.parts]
                 self._split_inner(segs, parts, outer)
-                self.lines += ["    }", "}"]
-                return "\n".join(self.lines) + "\n"
-            lines.append("        #pragma omp simd")
+                self.lines.append("    }")
+                return self.lines
+            lines.append(f"        {self._omp('simd')}")
             lines.append(f"        for (int64_t x1 = 0; x1 < {self.inner}; ++x1) {{")
             ind += "    "
         else:
             simd = "parallel for simd" if parallel else "simd"
             if not _scatters(k):  # its adds (writes) may meet at one element
-                lines.append(f"    #pragma omp {simd}")
+                lines.append(f"    {self._omp(simd)}")
             lines.append(f"    for (int64_t x = 0; x < {k.xnumel}; ++x) {{")
         plans = iter(self.plan.loops)
         for seg in segs:
@@ -1645,8 +1742,24 @@ class _Renderer:
                 self.stmt(seg, ind)
         if self.inner is not None:
             self.lines.append("        }")
-        self.lines += ["    }", "}"]
-        return "\n".join(self.lines) + "\n"
+        self.lines.append("    }")
+        return self.lines
+
+
+def _rounds_doubles(k: Kernel) -> bool:
+    """Whether `k` has values of both double and float (Note [Doubles to float])."""
+    types = {compute_type(s.dtype) for s in k.body if isinstance(s, Stmt)}
+    types |= {compute_type(compute_dtype(a.dtype)) for a in (*k.inputs, *k.outputs)}
+    return {"double", "float"} <= types
+
+
+def _computes_sines(k: Kernel) -> bool:
+    """Whether `k` is a pointwise kernel that computes a sine or cosine of float
+    (Note [Sines near zero])."""
+    return not (k.is_reduction or across_rows(k) or _scatters(k)) and any(
+        isinstance(s, Stmt) and s.op in _SINES and compute_type(s.dtype) == "float"
+        for s in k.body
+    )
 
 
 def _scatters(k: Kernel) -> bool:
