@@ -38,11 +38,7 @@ static inline uint16_t float_to_bf16(float f) {
 
 // int64 to and from float and double, as static_cast converts them, in operations
 // AVX2 has: without AVX-512 it converts neither way, and GCC then leaves the whole
-// loop scalar (Note [Conversions of int64] in transpiler/codegen/cpp.py). An int64
-// is hi * 2^32 + lo, lo unsigned: both halves convert exactly to double, and their
-// sum is rounded once. For float, rounded to odd first (where the sum is inexact
-// and its last bit even, one ulp toward the exact value) so that rounding to
-// float after it gives the nearest float, as one rounding would.
+// loop scalar (Note [Conversions of int64] in transpiler/codegen/cpp.py).
 static inline double bits_to_double(uint64_t b) {
     double d;
     std::memcpy(&d, &b, sizeof d);
@@ -53,47 +49,47 @@ static inline uint64_t double_to_bits(double d) {
     std::memcpy(&b, &d, sizeof b);
     return b;
 }
-static inline double i64_halves(int64_t v, double& hi, double& lo) {
-    hi = static_cast<double>(static_cast<int32_t>(v >> 32)) * 4294967296.0;
-    int32_t low = static_cast<int32_t>(static_cast<uint32_t>(v) ^ 0x80000000u);
-    lo = static_cast<double>(low) + 2147483648.0;
-    return hi + lo;
-}
+// v = hi * 2^32 + lo, lo unsigned: the double of bits 2^84 + 2^63 + hi * 2^32 (hi's
+// sign bit flipped into the mantissa) less 2^84 + 2^63 + 2^52 is hi * 2^32 - 2^52,
+// exactly; adding the double of bits 2^52 + lo rounds once.
 static inline double i64_to_f64(int64_t v) {
 #if defined(__AVX512DQ__)
     return static_cast<double>(v);
 #else
-    double hi, lo;
-    return i64_halves(v, hi, lo);
+    uint64_t u = static_cast<uint64_t>(v);
+    double hi = bits_to_double((u >> 32) ^ 0x4530000080000000ull) - 0x1.00000801p+84;
+    return hi + bits_to_double((u & 0xffffffffull) | 0x4330000000000000ull);
 #endif
 }
+// Exact in double below 2^53, so rounded once to float. From 2^36 on, float's last
+// place is 2^13 or more, and bits 0..11 only tell a value off a tie (every float and
+// tie there is a multiple of 2^12): they are kept as bit 11 alone, which leaves a
+// value of 52 bits, exact in double, that rounds to the same float.
 static inline float i64_to_f32(int64_t v) {
 #if defined(__AVX512DQ__)
     return static_cast<float>(v);
 #else
-    double hi, lo;
-    double s = i64_halves(v, hi, lo);
-    double b = s - hi;
-    double e = (hi - (s - b)) + (lo - b);  // the exact sum is s + e (Knuth's TwoSum)
-    uint64_t bits = double_to_bits(s);
-    bool odd = e == 0.0 || (bits & 1) != 0;
-    bits = odd ? bits : (e > 0.0) == (s > 0.0) ? bits + 1 : bits - 1;
-    return static_cast<float>(bits_to_double(bits));
+    uint64_t u = static_cast<uint64_t>(v);
+    uint64_t kept = (u & ~0xfffull) | ((u & 0xfffull) != 0 ? 0x800ull : 0);
+    bool wide = u + (1ull << 36) >= (1ull << 37);
+    return static_cast<float>(i64_to_f64(static_cast<int64_t>(wide ? kept : u)));
 #endif
 }
 // Truncated toward zero; NaN and what int64 does not hold give INT64_MIN, as x86's
-// conversion instruction does (static_cast leaves them undefined).
+// conversion instruction does (static_cast leaves them undefined). t = hi * 2^32 +
+// lo, lo in [0, 2^32): 1.5 * 2^52 + hi holds hi's int32 in its low bits, 2^52 + lo
+// holds lo.
 static inline int64_t f64_to_i64(double x) {
 #if defined(__AVX512DQ__)
-    return std::fabs(x) < 9223372036854775808.0 ? static_cast<int64_t>(x) : INT64_MIN;
+    return std::fabs(x) < 0x1p63 ? static_cast<int64_t>(x) : INT64_MIN;
 #else
     double t = std::trunc(x);
-    double hi = std::floor(t * 2.3283064365386963e-10);  // t = hi * 2^32 + lo
-    double lo = t - hi * 4294967296.0;  // exact, in [0, 2^32)
-    uint64_t high = static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(hi)));
-    uint32_t low = static_cast<uint32_t>(static_cast<int32_t>(lo - 2147483648.0)) ^ 0x80000000u;
-    int64_t v = static_cast<int64_t>(high << 32 | low);
-    return std::fabs(t) < 9223372036854775808.0 ? v : INT64_MIN;
+    double hi = std::floor(t * 0x1p-32);
+    double lo = std::fma(hi, -0x1p32, t);  // exact
+    uint64_t high = double_to_bits(hi + 0x1.8p52) << 32;
+    uint64_t low = double_to_bits(lo + 0x1p52) & 0xffffffffull;
+    int64_t v = static_cast<int64_t>(high | low);
+    return std::fabs(t) < 0x1p63 ? v : INT64_MIN;
 #endif
 }
 static inline int64_t f32_to_i64(float x) { return f64_to_i64(static_cast<double>(x)); }

@@ -298,3 +298,53 @@ def test_doubles_rounded_to_float_at_every_length(tmp_path, n: int) -> None:
         xs = x.clone()
         assert torch.equal(fn(xs), want), backend
         assert torch.equal(xs, x)
+
+
+INT64_CONVERSIONS = """
+import torch
+
+
+def int64_to_float(v):
+    return v.float(), v.double()
+
+
+def float_to_int64(x, y):
+    return x.long(), y.long()
+"""
+
+
+def _int64s(n: int, g: torch.Generator) -> torch.Tensor:
+    """int64s of every magnitude: random bits shifted right by 0..62, so each
+    power of two has as many, and near ties of float (bits past its mantissa)."""
+    bits = torch.randint(-(2**63), 2**63 - 1, (n,), generator=g, dtype=torch.int64)
+    shifts = torch.randint(0, 63, (n,), generator=g, dtype=torch.int64)
+    v = bits >> shifts
+    v[:4] = torch.tensor([-(2**63), 2**63 - 1, 2**53 + 2**29 + 1, 2**36 + 1])
+    v[4:8] = -v[:4].clamp(min=-(2**63) + 1)
+    return v
+
+
+def test_int64_conversions_of_every_magnitude(tmp_path) -> None:
+    """int64 to float and double and back (Note [Conversions of int64] in
+    codegen/cpp.py), exactly as eager over 2^18 values of every magnitude: each
+    rounded to nearest (ties to even, in one rounding), each float truncated."""
+    g = torch.Generator().manual_seed(0)
+    n = 1 << 18
+    v = _int64s(n, g)
+    x = torch.randn(n, generator=g) * torch.exp2(
+        torch.randint(0, 63, (n,), generator=g)
+    )
+    y = x.double() * (1 + torch.rand(n, generator=g, dtype=torch.float64))
+    y = y.clamp(-(2.0**63), 2.0**63 - 1024)  # in int64: torch defines no other
+    compiled = compile_source(
+        INT64_CONVERSIONS,
+        {"int64_to_float": {"v": v}, "float_to_int64": {"x": x, "y": y}},
+        tmp_path,
+    )
+    for name, args in (("int64_to_float", (v,)), ("float_to_int64", (x, y))):
+        c = compiled[name]
+        assert "i64" in c.cpp_text.split('extern "C"', 1)[1]
+        want = c.eager(*args)
+        got = c.cpu(*[a.clone() for a in args])
+        for w, r in zip(want, got):
+            assert torch.equal(w, r), (name, (w != r).nonzero()[:5])
