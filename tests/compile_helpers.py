@@ -21,6 +21,7 @@ import importlib
 import inspect
 import itertools
 import os
+import re
 import sys
 import uuid
 from collections.abc import Callable, Mapping
@@ -303,3 +304,40 @@ def assert_same(got: Any, want: Any, rtol: float = 1e-5, atol: float = 1e-6) -> 
             assert_same(got[k], want[k], rtol, atol)
     else:
         assert got == want, (got, want)
+
+
+def vectorized_lines(cpp_text: str, folder: Path) -> set[int]:
+    """The lines of C++ file `cpp_text` (numbered from 1) at which GCC reports a
+    loop vectorized, compiled as runtime_shim compiles kernels; the test is
+    skipped under another compiler (`-fopt-info` is GCC's)."""
+    import subprocess
+
+    import pytest
+
+    from runtime_shim import cpp as shim_cpp
+
+    cxx = shim_cpp.find_compiler()
+    assert cxx is not None, "no C++ compiler: runtime_shim cannot build kernels"
+    version = subprocess.run([*cxx, "--version"], capture_output=True, text=True)
+    if "Free Software Foundation" not in version.stdout:
+        pytest.skip(f"-fopt-info is GCC's: {version.stdout.splitlines()[0]}")
+    source = folder / "kernels.cpp"
+    source.write_text(cpp_text)
+    done = subprocess.run(
+        [
+            *cxx,
+            *shim_cpp.CXX_FLAGS,
+            *shim_cpp.INCLUDE_FLAGS,
+            "-fopt-info-vec-optimized",
+            str(source),
+            "-o",
+            str(folder / "kernels.so"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    found = re.finditer(
+        r"kernels\.cpp:(\d+):\d+: optimized: loop vectorized", done.stderr
+    )
+    return {int(m[1]) for m in found}

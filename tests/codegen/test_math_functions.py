@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import math
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
-from runtime_shim import cpp as shim_cpp
-from tests.compile_helpers import Compiled, compile_source
+from tests.compile_helpers import Compiled, compile_source, vectorized_lines
 
 FUNCTIONS = ("log", "log1p", "expm1", "sin", "cos")
 SOURCE = "import torch\n" + "".join(
@@ -155,11 +153,6 @@ LOOPS = {
 def test_loops_vectorize(tmp_path: Path) -> None:
     """Each of `LOOPS` in an `omp simd` loop, compiled as runtime_shim compiles
     kernels: GCC reports each loop vectorized."""
-    cxx = shim_cpp.find_compiler()
-    assert cxx is not None, "no C++ compiler: runtime_shim cannot build kernels"
-    version = subprocess.run([*cxx, "--version"], capture_output=True, text=True)
-    if "Free Software Foundation" not in version.stdout:
-        pytest.skip(f"-fopt-info is GCC's: {version.stdout.splitlines()[0]}")
     loops = "".join(
         f'extern "C" void loop_{name}(const float* __restrict__ x, '
         "float* __restrict__ y, int64_t n) {\n"
@@ -168,28 +161,8 @@ def test_loops_vectorize(tmp_path: Path) -> None:
         "}\n"
         for name, body in LOOPS.items()
     )
-    source = tmp_path / "loops.cpp"
-    source.write_text('#include "runtime_shim/kernels.h"\n' + loops)
-    done = subprocess.run(
-        [
-            *cxx,
-            *shim_cpp.CXX_FLAGS,
-            *shim_cpp.INCLUDE_FLAGS,
-            "-fopt-info-vec-optimized",
-            str(source),
-            "-o",
-            str(tmp_path / "loops.so"),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
+    found = vectorized_lines('#include "runtime_shim/kernels.h"\n' + loops, tmp_path)
     lines = ["#include", *loops.splitlines()]  # GCC numbers lines from 1
-    found = re.finditer(
-        r"loops\.cpp:(\d+):\d+: optimized: loop vectorized", done.stderr
-    )
     # the loop's line is the third of its function's
-    vectorized = {
-        re.search(r"void loop_(\w+)\(", lines[int(m[1]) - 3])[1] for m in found
-    }
-    assert vectorized == set(LOOPS), done.stderr
+    vectorized = {re.search(r"void loop_(\w+)\(", lines[n - 3])[1] for n in found}
+    assert vectorized == set(LOOPS)
