@@ -39,15 +39,12 @@ static inline uint16_t float_to_bf16(float f) {
 // int64 to and from float and double, as static_cast converts them, in operations
 // AVX2 has: without AVX-512 it converts neither way, and GCC then leaves the whole
 // loop scalar (Note [Conversions of int64] in transpiler/codegen/cpp.py).
-static inline double bits_to_double(uint64_t b) {
-    double d;
-    std::memcpy(&d, &b, sizeof d);
-    return d;
-}
-static inline uint64_t double_to_bits(double d) {
-    uint64_t b;
-    std::memcpy(&b, &d, sizeof b);
-    return b;
+// `from`'s bits as a `To` (C++20's std::bit_cast)
+template <typename To, typename From> static inline To bit_cast(From from) {
+    static_assert(sizeof(To) == sizeof(From), "bit_cast between sizes");
+    To to;
+    std::memcpy(&to, &from, sizeof to);
+    return to;
 }
 // v = hi * 2^32 + lo, lo unsigned: the double of bits 2^84 + 2^63 + hi * 2^32 (hi's
 // sign bit flipped into the mantissa) less 2^84 + 2^63 + 2^52 is hi * 2^32 - 2^52,
@@ -57,8 +54,8 @@ static inline double i64_to_f64(int64_t v) {
     return static_cast<double>(v);
 #else
     uint64_t u = static_cast<uint64_t>(v);
-    double hi = bits_to_double((u >> 32) ^ 0x4530000080000000ull) - 0x1.00000801p+84;
-    return hi + bits_to_double((u & 0xffffffffull) | 0x4330000000000000ull);
+    double hi = bit_cast<double>((u >> 32) ^ 0x4530000080000000ull) - 0x1.00000801p+84;
+    return hi + bit_cast<double>((u & 0xffffffffull) | 0x4330000000000000ull);
 #endif
 }
 // Exact in double below 2^53, so rounded once to float. From 2^36 on, float's last
@@ -86,8 +83,8 @@ static inline int64_t f64_to_i64(double x) {
     double t = std::trunc(x);
     double hi = std::floor(t * 0x1p-32);
     double lo = std::fma(hi, -0x1p32, t);  // exact
-    uint64_t high = double_to_bits(hi + 0x1.8p52) << 32;
-    uint64_t low = double_to_bits(lo + 0x1p52) & 0xffffffffull;
+    uint64_t high = bit_cast<uint64_t>(hi + 0x1.8p52) << 32;
+    uint64_t low = bit_cast<uint64_t>(lo + 0x1p52) & 0xffffffffull;
     int64_t v = static_cast<int64_t>(high | low);
     return std::fabs(t) < 0x1p63 ? v : INT64_MIN;
 #endif

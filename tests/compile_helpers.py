@@ -22,6 +22,7 @@ import inspect
 import itertools
 import os
 import re
+import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Mapping
@@ -34,8 +35,10 @@ from unittest import mock
 if os.environ.get("TRANSPILE_TEST_DEVICE") != "cuda":  # see tests/devices.py
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import pytest
 import torch
 
+from runtime_shim import cpp as shim_cpp
 from tests.devices import REAL_GPU, on_gpu
 from tests.helpers import build_pair, check_call, variant_dtype
 from transpiler import pipeline
@@ -310,12 +313,6 @@ def vectorized_lines(cpp_text: str, folder: Path) -> set[int]:
     """The lines of C++ file `cpp_text` (numbered from 1) at which GCC reports a
     loop vectorized, compiled as runtime_shim compiles kernels; the test is
     skipped under another compiler (`-fopt-info` is GCC's)."""
-    import subprocess
-
-    import pytest
-
-    from runtime_shim import cpp as shim_cpp
-
     cxx = shim_cpp.find_compiler()
     assert cxx is not None, "no C++ compiler: runtime_shim cannot build kernels"
     version = subprocess.run([*cxx, "--version"], capture_output=True, text=True)

@@ -427,11 +427,11 @@ class _Renderer:
     same analyses of the kernel (which values a loop needs, what depends on the
     outer index alone, ...)."""
 
-    def __init__(self, k: Kernel, plan: CppSchedule, near: bool | None = None):
+    def __init__(self, k: Kernel, plan: CppSchedule, near: bool = False):
         self.k = k
         self.plan = plan
-        # Note [Sines near zero]: None until `render` chooses; True: sines of
-        # float use `sin_near` and note in `far` an argument beyond its range
+        # Note [Sines near zero]: sines of float use `sin_near`, and note in
+        # `far` an argument beyond its range
         self.near = near
         self.input_types = {a.param: a.dtype for a in k.inputs}  # what loads read
         self.lines: list[str] = []
@@ -538,7 +538,7 @@ class _Renderer:
             expr = self._scan(s, ind)
         elif s.name in self.scaled:
             expr = f"{self.arg(s.args[0])} * {s.args[1]}_inv"
-        elif self.near and s.op in _SINES and compute_type(s.dtype) == "float":
+        elif self.near and _near_sine(s):
             x = self.arg(s.args[0])
             self.lines.append(f"{ind}far |= far_trig({x});")
             expr = f"{_SINES[s.op]}({x})"
@@ -1530,12 +1530,12 @@ class _Renderer:
             return None
         values = self._x1_values(segs)
         addresses = self._x1_addresses(segs, values)
+        if not (self._masks(segs, {}) or addresses or self._selects(segs, values)):
+            return None
         used = {a for s in segs if isinstance(s, Stmt) for a in operands(s)}
         conditions = [
             n for n, v in values.items() if n in used and isinstance(v[0], bool)
         ]
-        if not (self._masks(segs, {}) or addresses or self._selects(segs, values)):
-            return None
         cuts = {0} | {
             x1
             for x1 in range(1, self.inner)
@@ -1675,7 +1675,7 @@ class _Renderer:
             f"    {p}{',' if i < len(params) - 1 else ''}" for i, p in enumerate(params)
         ]
         lines.append(") {")
-        if self.near is None and _computes_sines(k):  # Note [Sines near zero]
+        if _computes_sines(k):  # Note [Sines near zero]
             near = _Renderer(k, self.plan, near=True)._body()
             anywhere = _Renderer(k, self.plan, near=False)._body()
             lines.append("    int32_t far = 0;  // an argument beyond sin_near's range")
@@ -1759,9 +1759,13 @@ def _computes_sines(k: Kernel) -> bool:
     """Whether `k` is a pointwise kernel that computes a sine or cosine of float
     (Note [Sines near zero])."""
     return not (k.is_reduction or across_rows(k) or _scatters(k)) and any(
-        isinstance(s, Stmt) and s.op in _SINES and compute_type(s.dtype) == "float"
-        for s in k.body
+        isinstance(s, Stmt) and _near_sine(s) for s in k.body
     )
+
+
+def _near_sine(s: Stmt) -> bool:
+    """Whether `s` is a sine or cosine computed in float (Note [Sines near zero])."""
+    return s.op in _SINES and compute_type(s.dtype) == "float"
 
 
 def _scatters(k: Kernel) -> bool:
