@@ -294,6 +294,7 @@ def test_doubles_rounded_to_float_at_every_length(tmp_path, n: int) -> None:
     c = compiled["round_trip"]
     want = c.eager(x)
     assert bool((want != 0).all())  # every element tells rounding from none
+    assert "torch.ops" not in c.cpu_source  # all in the kernel
     for backend, fn in (("cpu", c.cpu), ("triton", c.cuda)):
         xs = x.clone()
         assert torch.equal(fn(xs), want), backend
@@ -344,7 +345,10 @@ def test_int64_conversions_of_every_magnitude(tmp_path) -> None:
     for name, args in (("int64_to_float", (v,)), ("float_to_int64", (x, y))):
         c = compiled[name]
         assert "i64" in c.cpp_text.split('extern "C"', 1)[1]
+        assert "torch.ops" not in c.cpu_source  # all in the kernel
         want = c.eager(*args)
-        got = c.cpu(*[a.clone() for a in args])
+        cloned = [a.clone() for a in args]
+        got = c.cpu(*cloned)
         for w, r in zip(want, got):
             assert torch.equal(w, r), (name, (w != r).nonzero()[:5])
+        assert all(torch.equal(a, b) for a, b in zip(cloned, args))  # inputs kept
