@@ -78,16 +78,20 @@ _MODEL_cpu_0 = runtime_shim.ModelState(
 )
 # fmt: on
 
+_SEEN_cpu_0 = runtime_shim.SeenTensors("cpu")
+
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[16,512]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cpu):
-            return "isinstance(x, torch.Tensor) and x.is_cpu"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (16, 512) and x.is_contiguous()):
-            return "x.shape == (16, 512) and x.is_contiguous()"
+        if not _SEEN_cpu_0.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cpu):
+                return "isinstance(x, torch.Tensor) and x.is_cpu"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (16, 512) and x.is_contiguous()):
+                return "x.shape == (16, 512) and x.is_contiguous()"
+            _SEEN_cpu_0.seen(x)
         if self.training:
             return "not self.training"
         return _MODEL_cpu_0.mismatch(self, x)
@@ -127,18 +131,22 @@ _MODEL_cuda_0 = runtime_shim.ModelState(
 )
 # fmt: on
 
+_SEEN_cuda_0 = runtime_shim.SeenTensors("cuda")
+
 
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[16,512]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cuda):
-            return "isinstance(x, torch.Tensor) and x.is_cuda"
-        if x.get_device() != torch.cuda.current_device():
-            return "x.get_device() == torch.cuda.current_device()"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (16, 512) and x.is_contiguous()):
-            return "x.shape == (16, 512) and x.is_contiguous()"
+        if not _SEEN_cuda_0.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cuda):
+                return "isinstance(x, torch.Tensor) and x.is_cuda"
+            if x.get_device() != torch.cuda.current_device():
+                return "x.get_device() == torch.cuda.current_device()"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (16, 512) and x.is_contiguous()):
+                return "x.shape == (16, 512) and x.is_contiguous()"
+            _SEEN_cuda_0.seen(x)
         if self.training:
             return "not self.training"
         return _MODEL_cuda_0.mismatch(self, x)
@@ -178,16 +186,20 @@ _MODEL_cpu_1 = runtime_shim.ModelState(
 )
 # fmt: on
 
+_SEEN_cpu_1 = runtime_shim.SeenTensors("cpu")
+
 
 def _guards_cpu_1(self, x):
     """Variant cpu_1 (cpu: x=f32[32,512]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cpu):
-            return "isinstance(x, torch.Tensor) and x.is_cpu"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (32, 512) and x.is_contiguous()):
-            return "x.shape == (32, 512) and x.is_contiguous()"
+        if not _SEEN_cpu_1.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cpu):
+                return "isinstance(x, torch.Tensor) and x.is_cpu"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (32, 512) and x.is_contiguous()):
+                return "x.shape == (32, 512) and x.is_contiguous()"
+            _SEEN_cpu_1.seen(x)
         if self.training:
             return "not self.training"
         return _MODEL_cpu_1.mismatch(self, x)
@@ -227,18 +239,22 @@ _MODEL_cuda_1 = runtime_shim.ModelState(
 )
 # fmt: on
 
+_SEEN_cuda_1 = runtime_shim.SeenTensors("cuda")
+
 
 def _guards_cuda_1(self, x):
     """Variant cuda_1 (cuda: x=f32[32,512]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cuda):
-            return "isinstance(x, torch.Tensor) and x.is_cuda"
-        if x.get_device() != torch.cuda.current_device():
-            return "x.get_device() == torch.cuda.current_device()"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (32, 512) and x.is_contiguous()):
-            return "x.shape == (32, 512) and x.is_contiguous()"
+        if not _SEEN_cuda_1.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cuda):
+                return "isinstance(x, torch.Tensor) and x.is_cuda"
+            if x.get_device() != torch.cuda.current_device():
+                return "x.get_device() == torch.cuda.current_device()"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (32, 512) and x.is_contiguous()):
+                return "x.shape == (32, 512) and x.is_contiguous()"
+            _SEEN_cuda_1.seen(x)
         if self.training:
             return "not self.training"
         return _MODEL_cuda_1.mismatch(self, x)
@@ -278,16 +294,20 @@ _MODEL_cpu_2 = runtime_shim.ModelState(
 )
 # fmt: on
 
+_SEEN_cpu_2 = runtime_shim.SeenTensors("cpu")
+
 
 def _guards_cpu_2(self, x):
     """Variant cpu_2 (cpu: x=f32[1,512] (size 1 of B)): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cpu):
-            return "isinstance(x, torch.Tensor) and x.is_cpu"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (1, 512) and x.is_contiguous()):
-            return "x.shape == (1, 512) and x.is_contiguous()"
+        if not _SEEN_cpu_2.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cpu):
+                return "isinstance(x, torch.Tensor) and x.is_cpu"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (1, 512) and x.is_contiguous()):
+                return "x.shape == (1, 512) and x.is_contiguous()"
+            _SEEN_cpu_2.seen(x)
         if self.training:
             return "not self.training"
         return _MODEL_cpu_2.mismatch(self, x)
@@ -327,18 +347,25 @@ _MODEL_cpu_3 = runtime_shim.ModelState(
 )
 # fmt: on
 
+_SEEN_cpu_3 = runtime_shim.SeenTensors("cpu")
+
 
 def _guards_cpu_3(self, x):
     """Variant cpu_3 (cpu: x=f32[B,512]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cpu):
-            return "isinstance(x, torch.Tensor) and x.is_cpu"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (
-            x.dim() == 2 and x.shape[0] >= 2 and x.shape[1] == 512 and x.is_contiguous()
-        ):
-            return "x.dim() == 2 and x.shape[0] >= 2 and x.shape[1] == 512 and x.is_contiguous()"
+        if not _SEEN_cpu_3.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cpu):
+                return "isinstance(x, torch.Tensor) and x.is_cpu"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (
+                x.dim() == 2
+                and x.shape[0] >= 2
+                and x.shape[1] == 512
+                and x.is_contiguous()
+            ):
+                return "x.dim() == 2 and x.shape[0] >= 2 and x.shape[1] == 512 and x.is_contiguous()"
+            _SEEN_cpu_3.seen(x)
         if self.training:
             return "not self.training"
         return _MODEL_cpu_3.mismatch(self, x)
@@ -379,18 +406,22 @@ _MODEL_cuda_2 = runtime_shim.ModelState(
 )
 # fmt: on
 
+_SEEN_cuda_2 = runtime_shim.SeenTensors("cuda")
+
 
 def _guards_cuda_2(self, x):
     """Variant cuda_2 (cuda: x=f32[1,512] (size 1 of B)): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cuda):
-            return "isinstance(x, torch.Tensor) and x.is_cuda"
-        if x.get_device() != torch.cuda.current_device():
-            return "x.get_device() == torch.cuda.current_device()"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (1, 512) and x.is_contiguous()):
-            return "x.shape == (1, 512) and x.is_contiguous()"
+        if not _SEEN_cuda_2.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cuda):
+                return "isinstance(x, torch.Tensor) and x.is_cuda"
+            if x.get_device() != torch.cuda.current_device():
+                return "x.get_device() == torch.cuda.current_device()"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (1, 512) and x.is_contiguous()):
+                return "x.shape == (1, 512) and x.is_contiguous()"
+            _SEEN_cuda_2.seen(x)
         if self.training:
             return "not self.training"
         return _MODEL_cuda_2.mismatch(self, x)
@@ -430,20 +461,27 @@ _MODEL_cuda_3 = runtime_shim.ModelState(
 )
 # fmt: on
 
+_SEEN_cuda_3 = runtime_shim.SeenTensors("cuda")
+
 
 def _guards_cuda_3(self, x):
     """Variant cuda_3 (cuda: x=f32[B,512]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cuda):
-            return "isinstance(x, torch.Tensor) and x.is_cuda"
-        if x.get_device() != torch.cuda.current_device():
-            return "x.get_device() == torch.cuda.current_device()"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (
-            x.dim() == 2 and x.shape[0] >= 2 and x.shape[1] == 512 and x.is_contiguous()
-        ):
-            return "x.dim() == 2 and x.shape[0] >= 2 and x.shape[1] == 512 and x.is_contiguous()"
+        if not _SEEN_cuda_3.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cuda):
+                return "isinstance(x, torch.Tensor) and x.is_cuda"
+            if x.get_device() != torch.cuda.current_device():
+                return "x.get_device() == torch.cuda.current_device()"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (
+                x.dim() == 2
+                and x.shape[0] >= 2
+                and x.shape[1] == 512
+                and x.is_contiguous()
+            ):
+                return "x.dim() == 2 and x.shape[0] >= 2 and x.shape[1] == 512 and x.is_contiguous()"
+            _SEEN_cuda_3.seen(x)
         if self.training:
             return "not self.training"
         return _MODEL_cuda_3.mismatch(self, x)

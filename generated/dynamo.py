@@ -57,15 +57,20 @@ def _fallback_0(y):
     print(f"Shape: {y.shape}")
 
 
+_SEEN_cpu_0 = runtime_shim.SeenTensors("cpu")
+
+
 def _guards_cpu_0(x):
     """Variant cpu_0 (cpu: x=f32[10]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cpu):
-            return "isinstance(x, torch.Tensor) and x.is_cpu"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (10,) and x.is_contiguous()):
-            return "x.shape == (10,) and x.is_contiguous()"
+        if not _SEEN_cpu_0.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cpu):
+                return "isinstance(x, torch.Tensor) and x.is_cpu"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (10,) and x.is_contiguous()):
+                return "x.shape == (10,) and x.is_contiguous()"
+            _SEEN_cpu_0.seen(x)
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -92,17 +97,22 @@ def _cpu_0(x):
         return mul
 
 
+_SEEN_cuda_0 = runtime_shim.SeenTensors("cuda")
+
+
 def _guards_cuda_0(x):
     """Variant cuda_0 (cuda: x=f32[10]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cuda):
-            return "isinstance(x, torch.Tensor) and x.is_cuda"
-        if x.get_device() != torch.cuda.current_device():
-            return "x.get_device() == torch.cuda.current_device()"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (10,) and x.is_contiguous()):
-            return "x.shape == (10,) and x.is_contiguous()"
+        if not _SEEN_cuda_0.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cuda):
+                return "isinstance(x, torch.Tensor) and x.is_cuda"
+            if x.get_device() != torch.cuda.current_device():
+                return "x.get_device() == torch.cuda.current_device()"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (10,) and x.is_contiguous()):
+                return "x.shape == (10,) and x.is_contiguous()"
+            _SEEN_cuda_0.seen(x)
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -141,15 +151,20 @@ def my_function(x):
     return _source.my_function(x)
 
 
+_SEEN_cpu_1 = runtime_shim.SeenTensors("cpu")
+
+
 def _guards_cpu_1(x):
     """Variant cpu_1 (cpu: x=f32[8,16]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cpu):
-            return "isinstance(x, torch.Tensor) and x.is_cpu"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (8, 16) and x.is_contiguous()):
-            return "x.shape == (8, 16) and x.is_contiguous()"
+        if not _SEEN_cpu_1.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cpu):
+                return "isinstance(x, torch.Tensor) and x.is_cpu"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (8, 16) and x.is_contiguous()):
+                return "x.shape == (8, 16) and x.is_contiguous()"
+            _SEEN_cpu_1.seen(x)
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -171,17 +186,22 @@ def _cpu_1(x):
     return add
 
 
+_SEEN_cuda_1 = runtime_shim.SeenTensors("cuda")
+
+
 def _guards_cuda_1(x):
     """Variant cuda_1 (cuda: x=f32[8,16]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cuda):
-            return "isinstance(x, torch.Tensor) and x.is_cuda"
-        if x.get_device() != torch.cuda.current_device():
-            return "x.get_device() == torch.cuda.current_device()"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (8, 16) and x.is_contiguous()):
-            return "x.shape == (8, 16) and x.is_contiguous()"
+        if not _SEEN_cuda_1.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cuda):
+                return "isinstance(x, torch.Tensor) and x.is_cuda"
+            if x.get_device() != torch.cuda.current_device():
+                return "x.get_device() == torch.cuda.current_device()"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (8, 16) and x.is_contiguous()):
+                return "x.shape == (8, 16) and x.is_contiguous()"
+            _SEEN_cuda_1.seen(x)
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -213,15 +233,20 @@ def problematic(x):
     return _source.problematic(x)
 
 
+_SEEN_cpu_2 = runtime_shim.SeenTensors("cpu")
+
+
 def _guards_cpu_2(x, multiplier):
     """Variant cpu_2 (cpu: x=f32[10], multiplier=int=2): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cpu):
-            return "isinstance(x, torch.Tensor) and x.is_cpu"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (10,) and x.is_contiguous()):
-            return "x.shape == (10,) and x.is_contiguous()"
+        if not _SEEN_cpu_2.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cpu):
+                return "isinstance(x, torch.Tensor) and x.is_cpu"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (10,) and x.is_contiguous()):
+                return "x.shape == (10,) and x.is_contiguous()"
+            _SEEN_cpu_2.seen(x)
         if not (type(multiplier) is int and multiplier == 2):
             return "type(multiplier) is int and multiplier == 2"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
@@ -239,17 +264,22 @@ def _cpu_2(x, multiplier):
     return mul
 
 
+_SEEN_cuda_2 = runtime_shim.SeenTensors("cuda")
+
+
 def _guards_cuda_2(x, multiplier):
     """Variant cuda_2 (cuda: x=f32[10], multiplier=int=2): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cuda):
-            return "isinstance(x, torch.Tensor) and x.is_cuda"
-        if x.get_device() != torch.cuda.current_device():
-            return "x.get_device() == torch.cuda.current_device()"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (10,) and x.is_contiguous()):
-            return "x.shape == (10,) and x.is_contiguous()"
+        if not _SEEN_cuda_2.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cuda):
+                return "isinstance(x, torch.Tensor) and x.is_cuda"
+            if x.get_device() != torch.cuda.current_device():
+                return "x.get_device() == torch.cuda.current_device()"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (10,) and x.is_contiguous()):
+                return "x.shape == (10,) and x.is_contiguous()"
+            _SEEN_cuda_2.seen(x)
         if not (type(multiplier) is int and multiplier == 2):
             return "type(multiplier) is int and multiplier == 2"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
@@ -267,15 +297,20 @@ def _cuda_2(x, multiplier):
     return mul
 
 
+_SEEN_cpu_3 = runtime_shim.SeenTensors("cpu")
+
+
 def _guards_cpu_3(x, multiplier):
     """Variant cpu_3 (cpu: x=f32[10], multiplier=int=3): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cpu):
-            return "isinstance(x, torch.Tensor) and x.is_cpu"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (10,) and x.is_contiguous()):
-            return "x.shape == (10,) and x.is_contiguous()"
+        if not _SEEN_cpu_3.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cpu):
+                return "isinstance(x, torch.Tensor) and x.is_cpu"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (10,) and x.is_contiguous()):
+                return "x.shape == (10,) and x.is_contiguous()"
+            _SEEN_cpu_3.seen(x)
         if not (type(multiplier) is int and multiplier == 3):
             return "type(multiplier) is int and multiplier == 3"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
@@ -293,17 +328,22 @@ def _cpu_3(x, multiplier):
     return mul
 
 
+_SEEN_cuda_3 = runtime_shim.SeenTensors("cuda")
+
+
 def _guards_cuda_3(x, multiplier):
     """Variant cuda_3 (cuda: x=f32[10], multiplier=int=3): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cuda):
-            return "isinstance(x, torch.Tensor) and x.is_cuda"
-        if x.get_device() != torch.cuda.current_device():
-            return "x.get_device() == torch.cuda.current_device()"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (10,) and x.is_contiguous()):
-            return "x.shape == (10,) and x.is_contiguous()"
+        if not _SEEN_cuda_3.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cuda):
+                return "isinstance(x, torch.Tensor) and x.is_cuda"
+            if x.get_device() != torch.cuda.current_device():
+                return "x.get_device() == torch.cuda.current_device()"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (10,) and x.is_contiguous()):
+                return "x.shape == (10,) and x.is_contiguous()"
+            _SEEN_cuda_3.seen(x)
         if not (type(multiplier) is int and multiplier == 3):
             return "type(multiplier) is int and multiplier == 3"
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):

@@ -44,27 +44,32 @@ class _Triton:
 _triton = _Triton()
 
 
+_SEEN_cpu_0 = runtime_shim.SeenTensors("cpu")
+
+
 def _guards_cpu_0(x, bias, scale):
     """Variant cpu_0 (cpu: x=f32[64,128], bias=f32[128], scale=f32[128]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cpu):
-            return "isinstance(x, torch.Tensor) and x.is_cpu"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (64, 128) and x.is_contiguous()):
-            return "x.shape == (64, 128) and x.is_contiguous()"
-        if not (isinstance(bias, torch.Tensor) and bias.is_cpu):
-            return "isinstance(bias, torch.Tensor) and bias.is_cpu"
-        if bias.dtype != torch.float32:
-            return "bias.dtype == torch.float32"
-        if not (bias.shape == (128,) and bias.is_contiguous()):
-            return "bias.shape == (128,) and bias.is_contiguous()"
-        if not (isinstance(scale, torch.Tensor) and scale.is_cpu):
-            return "isinstance(scale, torch.Tensor) and scale.is_cpu"
-        if scale.dtype != torch.float32:
-            return "scale.dtype == torch.float32"
-        if not (scale.shape == (128,) and scale.is_contiguous()):
-            return "scale.shape == (128,) and scale.is_contiguous()"
+        if not _SEEN_cpu_0.same(x, bias, scale):
+            if not (isinstance(x, torch.Tensor) and x.is_cpu):
+                return "isinstance(x, torch.Tensor) and x.is_cpu"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (64, 128) and x.is_contiguous()):
+                return "x.shape == (64, 128) and x.is_contiguous()"
+            if not (isinstance(bias, torch.Tensor) and bias.is_cpu):
+                return "isinstance(bias, torch.Tensor) and bias.is_cpu"
+            if bias.dtype != torch.float32:
+                return "bias.dtype == torch.float32"
+            if not (bias.shape == (128,) and bias.is_contiguous()):
+                return "bias.shape == (128,) and bias.is_contiguous()"
+            if not (isinstance(scale, torch.Tensor) and scale.is_cpu):
+                return "isinstance(scale, torch.Tensor) and scale.is_cpu"
+            if scale.dtype != torch.float32:
+                return "scale.dtype == torch.float32"
+            if not (scale.shape == (128,) and scale.is_contiguous()):
+                return "scale.shape == (128,) and scale.is_contiguous()"
+            _SEEN_cpu_0.seen(x, bias, scale)
         if not (
             not torch.is_grad_enabled()
             or not (x.requires_grad or bias.requires_grad or scale.requires_grad)
@@ -88,33 +93,38 @@ def _cpu_0(x, bias, scale):
     return mul_1
 
 
+_SEEN_cuda_0 = runtime_shim.SeenTensors("cuda")
+
+
 def _guards_cuda_0(x, bias, scale):
     """Variant cuda_0 (cuda: x=f32[64,128], bias=f32[128], scale=f32[128]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cuda):
-            return "isinstance(x, torch.Tensor) and x.is_cuda"
-        if x.get_device() != torch.cuda.current_device():
-            return "x.get_device() == torch.cuda.current_device()"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (64, 128) and x.is_contiguous()):
-            return "x.shape == (64, 128) and x.is_contiguous()"
-        if not (isinstance(bias, torch.Tensor) and bias.is_cuda):
-            return "isinstance(bias, torch.Tensor) and bias.is_cuda"
-        if bias.get_device() != torch.cuda.current_device():
-            return "bias.get_device() == torch.cuda.current_device()"
-        if bias.dtype != torch.float32:
-            return "bias.dtype == torch.float32"
-        if not (bias.shape == (128,) and bias.is_contiguous()):
-            return "bias.shape == (128,) and bias.is_contiguous()"
-        if not (isinstance(scale, torch.Tensor) and scale.is_cuda):
-            return "isinstance(scale, torch.Tensor) and scale.is_cuda"
-        if scale.get_device() != torch.cuda.current_device():
-            return "scale.get_device() == torch.cuda.current_device()"
-        if scale.dtype != torch.float32:
-            return "scale.dtype == torch.float32"
-        if not (scale.shape == (128,) and scale.is_contiguous()):
-            return "scale.shape == (128,) and scale.is_contiguous()"
+        if not _SEEN_cuda_0.same(x, bias, scale):
+            if not (isinstance(x, torch.Tensor) and x.is_cuda):
+                return "isinstance(x, torch.Tensor) and x.is_cuda"
+            if x.get_device() != torch.cuda.current_device():
+                return "x.get_device() == torch.cuda.current_device()"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (64, 128) and x.is_contiguous()):
+                return "x.shape == (64, 128) and x.is_contiguous()"
+            if not (isinstance(bias, torch.Tensor) and bias.is_cuda):
+                return "isinstance(bias, torch.Tensor) and bias.is_cuda"
+            if bias.get_device() != torch.cuda.current_device():
+                return "bias.get_device() == torch.cuda.current_device()"
+            if bias.dtype != torch.float32:
+                return "bias.dtype == torch.float32"
+            if not (bias.shape == (128,) and bias.is_contiguous()):
+                return "bias.shape == (128,) and bias.is_contiguous()"
+            if not (isinstance(scale, torch.Tensor) and scale.is_cuda):
+                return "isinstance(scale, torch.Tensor) and scale.is_cuda"
+            if scale.get_device() != torch.cuda.current_device():
+                return "scale.get_device() == torch.cuda.current_device()"
+            if scale.dtype != torch.float32:
+                return "scale.dtype == torch.float32"
+            if not (scale.shape == (128,) and scale.is_contiguous()):
+                return "scale.shape == (128,) and scale.is_contiguous()"
+            _SEEN_cuda_0.seen(x, bias, scale)
         if not (
             not torch.is_grad_enabled()
             or not (x.requires_grad or bias.requires_grad or scale.requires_grad)

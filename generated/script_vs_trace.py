@@ -48,15 +48,20 @@ class _Triton:
 _triton = _Triton()
 
 
+_SEEN_cpu_0 = runtime_shim.SeenTensors("cpu")
+
+
 def _guards_cpu_0(x):
     """Variant cpu_0 (cpu: x=f32[3,4]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cpu):
-            return "isinstance(x, torch.Tensor) and x.is_cpu"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (3, 4) and x.is_contiguous()):
-            return "x.shape == (3, 4) and x.is_contiguous()"
+        if not _SEEN_cpu_0.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cpu):
+                return "isinstance(x, torch.Tensor) and x.is_cpu"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (3, 4) and x.is_contiguous()):
+                return "x.shape == (3, 4) and x.is_contiguous()"
+            _SEEN_cpu_0.seen(x)
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -72,17 +77,22 @@ def _cpu_0(x):
     return mul_1
 
 
+_SEEN_cuda_0 = runtime_shim.SeenTensors("cuda")
+
+
 def _guards_cuda_0(x):
     """Variant cuda_0 (cuda: x=f32[3,4]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cuda):
-            return "isinstance(x, torch.Tensor) and x.is_cuda"
-        if x.get_device() != torch.cuda.current_device():
-            return "x.get_device() == torch.cuda.current_device()"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (3, 4) and x.is_contiguous()):
-            return "x.shape == (3, 4) and x.is_contiguous()"
+        if not _SEEN_cuda_0.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cuda):
+                return "isinstance(x, torch.Tensor) and x.is_cuda"
+            if x.get_device() != torch.cuda.current_device():
+                return "x.get_device() == torch.cuda.current_device()"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (3, 4) and x.is_contiguous()):
+                return "x.shape == (3, 4) and x.is_contiguous()"
+            _SEEN_cuda_0.seen(x)
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -110,15 +120,20 @@ def fn_loop(x):
     return _source.fn_loop(x)
 
 
+_SEEN_cpu_1 = runtime_shim.SeenTensors("cpu")
+
+
 def _guards_cpu_1(x):
     """Variant cpu_1 (cpu: x=f32[2]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cpu):
-            return "isinstance(x, torch.Tensor) and x.is_cpu"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (2,) and x.is_contiguous()):
-            return "x.shape == (2,) and x.is_contiguous()"
+        if not _SEEN_cpu_1.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cpu):
+                return "isinstance(x, torch.Tensor) and x.is_cpu"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (2,) and x.is_contiguous()):
+                return "x.shape == (2,) and x.is_contiguous()"
+            _SEEN_cpu_1.seen(x)
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None
@@ -144,17 +159,22 @@ def _cpu_1(x):
         return mul
 
 
+_SEEN_cuda_1 = runtime_shim.SeenTensors("cuda")
+
+
 def _guards_cuda_1(x):
     """Variant cuda_1 (cuda: x=f32[2]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cuda):
-            return "isinstance(x, torch.Tensor) and x.is_cuda"
-        if x.get_device() != torch.cuda.current_device():
-            return "x.get_device() == torch.cuda.current_device()"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (2,) and x.is_contiguous()):
-            return "x.shape == (2,) and x.is_contiguous()"
+        if not _SEEN_cuda_1.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cuda):
+                return "isinstance(x, torch.Tensor) and x.is_cuda"
+            if x.get_device() != torch.cuda.current_device():
+                return "x.get_device() == torch.cuda.current_device()"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (2,) and x.is_contiguous()):
+                return "x.shape == (2,) and x.is_contiguous()"
+            _SEEN_cuda_1.seen(x)
         if not (not torch.is_grad_enabled() or not (x.requires_grad)):
             return "not torch.is_grad_enabled() or not (x.requires_grad)"
         return None

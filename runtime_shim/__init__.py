@@ -13,7 +13,7 @@ from runtime_shim.checks import check_index
 from runtime_shim.constants import constants, keep_constants
 from runtime_shim.cpp import CppLibrary, RuntimeShimError, load_cpp
 from runtime_shim.cuda_graphs import cuda_graph, cuda_graph_tree
-from runtime_shim.guards import TensorLayouts
+from runtime_shim.guards import SeenTensors, TensorLayouts
 from runtime_shim.layout import allocator, as_layout, view
 from runtime_shim.modules import ModelState, ModuleStates
 from runtime_shim.objects import rebuild
@@ -33,6 +33,7 @@ __all__ = [
     "ModelState",
     "ModuleStates",
     "RuntimeShimError",
+    "SeenTensors",
     "TensorLayouts",
     "TritonKernels",
     "__version__",

@@ -17,7 +17,7 @@ INDEX_ERROR_PREFIXES = ("index ", "Target ", "index_copy_(): ")
 
 
 def check_index(ok: torch.Tensor, message: str) -> None:
-    if ok.device.type != "cpu":
+    if not ok.is_cpu:  # `ok.device.type` costs a microsecond
         torch._assert_async(ok, message)
     elif not bool(ok):
         error = IndexError if message.startswith(INDEX_ERROR_PREFIXES) else RuntimeError

@@ -469,18 +469,24 @@ _MODEL_cuda_0 = runtime_shim.ModelState(
 )
 # fmt: on
 
+_SEEN_cuda_0 = runtime_shim.SeenTensors("cuda")
+
 
 def _guards_cuda_0(self, idx):
     """Variant cuda_0 (cuda: idx=i64[8,1024]): the first guard that fails, or None."""
     try:
-        if not (isinstance(idx, torch.Tensor) and idx.is_cuda):
-            return "isinstance(idx, torch.Tensor) and idx.is_cuda"
-        if idx.get_device() != torch.cuda.current_device():
-            return "idx.get_device() == torch.cuda.current_device()"
-        if idx.dtype != torch.int64:
-            return "idx.dtype == torch.int64"
-        if not (idx.shape == (8, 1024) and idx.is_contiguous()):
-            return "idx.shape == (8, 1024) and idx.is_contiguous()"
+        if not _SEEN_cuda_0.same(idx):
+            if not (
+                isinstance(idx, torch.Tensor)
+                and idx.is_cuda
+                and idx.get_device() == torch.cuda.current_device()
+            ):
+                return "isinstance(idx, torch.Tensor) and idx.is_cuda and idx.get_device() == torch.cuda.current_device()"
+            if idx.dtype != torch.int64:
+                return "idx.dtype == torch.int64"
+            if not (idx.shape == (8, 1024) and idx.is_contiguous()):
+                return "idx.shape == (8, 1024) and idx.is_contiguous()"
+            _SEEN_cuda_0.seen(idx)
         if self.training:
             return "not self.training"
         return _MODEL_cuda_0.mismatch(self, idx)
@@ -1792,16 +1798,20 @@ _MODEL_cpu_0 = runtime_shim.ModelState(
 )
 # fmt: on
 
+_SEEN_cpu_0 = runtime_shim.SeenTensors("cpu")
+
 
 def _guards_cpu_0(self, idx):
     """Variant cpu_0 (cpu: idx=i64[1,64]): the first guard that fails, or None."""
     try:
-        if not (isinstance(idx, torch.Tensor) and idx.is_cpu):
-            return "isinstance(idx, torch.Tensor) and idx.is_cpu"
-        if idx.dtype != torch.int64:
-            return "idx.dtype == torch.int64"
-        if not (idx.shape == (1, 64) and idx.is_contiguous()):
-            return "idx.shape == (1, 64) and idx.is_contiguous()"
+        if not _SEEN_cpu_0.same(idx):
+            if not (isinstance(idx, torch.Tensor) and idx.is_cpu):
+                return "isinstance(idx, torch.Tensor) and idx.is_cpu"
+            if idx.dtype != torch.int64:
+                return "idx.dtype == torch.int64"
+            if not (idx.shape == (1, 64) and idx.is_contiguous()):
+                return "idx.shape == (1, 64) and idx.is_contiguous()"
+            _SEEN_cpu_0.seen(idx)
         if self.training:
             return "not self.training"
         return _MODEL_cpu_0.mismatch(self, idx)

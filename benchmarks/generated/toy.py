@@ -75,18 +75,24 @@ _MODEL_cuda_0 = runtime_shim.ModelState(
 )
 # fmt: on
 
+_SEEN_cuda_0 = runtime_shim.SeenTensors("cuda")
+
 
 def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[2,4]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cuda):
-            return "isinstance(x, torch.Tensor) and x.is_cuda"
-        if x.get_device() != torch.cuda.current_device():
-            return "x.get_device() == torch.cuda.current_device()"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (2, 4) and x.is_contiguous()):
-            return "x.shape == (2, 4) and x.is_contiguous()"
+        if not _SEEN_cuda_0.same(x):
+            if not (
+                isinstance(x, torch.Tensor)
+                and x.is_cuda
+                and x.get_device() == torch.cuda.current_device()
+            ):
+                return "isinstance(x, torch.Tensor) and x.is_cuda and x.get_device() == torch.cuda.current_device()"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (2, 4) and x.is_contiguous()):
+                return "x.shape == (2, 4) and x.is_contiguous()"
+            _SEEN_cuda_0.seen(x)
         if self.training:
             return "not self.training"
         return _MODEL_cuda_0.mismatch(self, x)
@@ -140,16 +146,20 @@ _MODEL_cpu_0 = runtime_shim.ModelState(
 )
 # fmt: on
 
+_SEEN_cpu_0 = runtime_shim.SeenTensors("cpu")
+
 
 def _guards_cpu_0(self, x):
     """Variant cpu_0 (cpu: x=f32[2,4]): the first guard that fails, or None."""
     try:
-        if not (isinstance(x, torch.Tensor) and x.is_cpu):
-            return "isinstance(x, torch.Tensor) and x.is_cpu"
-        if x.dtype != torch.float32:
-            return "x.dtype == torch.float32"
-        if not (x.shape == (2, 4) and x.is_contiguous()):
-            return "x.shape == (2, 4) and x.is_contiguous()"
+        if not _SEEN_cpu_0.same(x):
+            if not (isinstance(x, torch.Tensor) and x.is_cpu):
+                return "isinstance(x, torch.Tensor) and x.is_cpu"
+            if x.dtype != torch.float32:
+                return "x.dtype == torch.float32"
+            if not (x.shape == (2, 4) and x.is_contiguous()):
+                return "x.shape == (2, 4) and x.is_contiguous()"
+            _SEEN_cpu_0.seen(x)
         if self.training:
             return "not self.training"
         return _MODEL_cpu_0.mismatch(self, x)

@@ -124,12 +124,27 @@ class Structure(nn.Module):
         for layer in self.layers:
             x = layer(x)
         return self.act(self.shared(x))
+
+
+class WrittenState(nn.Module):
+    # buffers that kernels only write, in place: a cache filled at positions and
+    # a step count; neither is read by a kernel
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("keys", torch.zeros(2, 16, 8))
+        self.register_buffer("steps", torch.zeros(2, 8))
+
+    def forward(self, k, pos):
+        self.keys.index_copy_(1, pos, k)
+        self.steps.add_(1.0)
+        return k * 2.0
 """
 INPUTS = {
     "LibraryLayers": {"x": torch.randn(4, 8)},
     "Conv": {"x": torch.randn(2, 4, 8)},
     "StaticValues": {"x": torch.randn(1, 2, 4, 4)},
     "Structure": {"x": torch.randn(4, 8)},
+    "WrittenState": {"k": torch.randn(2, 3, 8), "pos": torch.tensor([4, 0, 9])},
 }
 
 
@@ -165,7 +180,11 @@ def randn(*shape: int, seed: int) -> torch.Tensor:
 
 
 def inputs_of(name: str, seed: int = 3) -> dict[str, torch.Tensor]:
-    return {k: randn(*v.shape, seed=seed) for k, v in INPUTS[name].items()}
+    """Random floats of the example's shapes; integer inputs (positions) as given."""
+    return {
+        k: randn(*v.shape, seed=seed) if v.is_floating_point() else v.clone()
+        for k, v in INPUTS[name].items()
+    }
 
 
 def pair(c: Compiled) -> tuple[nn.Module, nn.Module]:
@@ -205,6 +224,9 @@ class Change:
     guard: str  # a part of the guard the fallback warning names
     each: Callable[[nn.Module], Any] | None = None  # made on both models alike
     once: Callable[[ModuleType, contextlib.ExitStack], Any] | None = None  # globals
+    # what the CUDA variant's guards name instead, where it differs: the model's
+    # tensors stay on the CPU (`cuda_guard` passes only its inputs as CUDA ones)
+    on_cuda: str | None = None
 
 
 def check_change(
@@ -249,7 +271,7 @@ def check_change(
         assert guard in needs(messages[0], variant), messages[0]
         if device == "cpu":
             on_cuda = cuda_guard(c, generated, inputs(), monkeypatch)
-            assert on_cuda is not None and guard in on_cuda, on_cuda
+            assert on_cuda is not None and (change.on_cuda or guard) in on_cuda
 
 
 # ------------------------------------------------------------------------- the cases
@@ -413,6 +435,58 @@ def test_submodule_identity_is_guarded(
     the generated module runs on new instances), and the structure leading to it,
     checked before anything is read from it."""
     change = STRUCTURE_CHANGES[kind]
+    check_change(compiled[change.target], change, device, monkeypatch)
+
+
+def written(guard: str, name: str, make: Callable[[], torch.Tensor]) -> Change:
+    """Buffer `name` of `WrittenState` replaced by another tensor."""
+    return Change(
+        "WrittenState",
+        guard,
+        lambda m: setattr(m, name, make()),
+        on_cuda="self.keys.is_cuda",
+    )
+
+
+WRITTEN_CHANGES = {
+    "written buffer longer": written(
+        "self.keys.shape == (2, 16, 8)", "keys", lambda: torch.zeros(2, 32, 8)
+    ),
+    "written buffer transposed": written(
+        "self.keys.stride() == (128, 8, 1)",
+        "keys",
+        lambda: torch.zeros(2, 8, 16).transpose(1, 2),
+    ),
+    "written buffer a slice": written(
+        "self.keys.stride() == (128, 8, 1)",
+        "keys",
+        lambda: torch.zeros(2, 16, 12)[:, :, 2:10],
+    ),
+    "written buffer in double": written(
+        "self.steps.dtype == torch.float32",
+        "steps",
+        lambda: torch.zeros(2, 8, dtype=torch.float64),
+    ),
+    "written buffer broadcast": written(
+        "self.steps.shape == (2, 8)", "steps", lambda: torch.zeros(2, 1)
+    ),
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", WRITTEN_CHANGES)
+def test_layouts_of_buffers_written_in_place_are_guarded(
+    kind: str,
+    device: str,
+    compiled: dict[str, Compiled],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A buffer that kernels only write (`self.cache.index_copy_(...)`,
+    `self.count.add_(1)`) is written at the positions of the layout it was
+    compiled for: replaced by a longer, strided or double one, the variant would
+    write past it or misplace its values, so its layout is guarded like that of a
+    tensor a kernel reads."""
+    change = WRITTEN_CHANGES[kind]
     check_change(compiled[change.target], change, device, monkeypatch)
 
 

@@ -157,11 +157,30 @@ def input_guards(t: TargetCode, vc: VariantCode) -> list[Guard]:
     user's."""
     own = {n: n for n in t.signature.names}
     tests, texts = _input_tests(t, vc, t.local_names), _input_tests(t, vc, own)
-    return [Guard(test, text) for test, text in zip(tests, texts)]
+    return [
+        Guard(test, text, seen=seen) for (test, seen), (text, _) in zip(tests, texts)
+    ]
 
 
-def _input_tests(t: TargetCode, vc: VariantCode, names: Mapping[str, str]) -> list[str]:
-    """`input_guards`, each parameter `p` spelled `names[p]`."""
+def tensor_inputs(t: TargetCode, vc: VariantCode) -> list[str]:
+    """The locals of the variant's tensor inputs, whose checks `SeenTensors` skips
+    when they are as on the last call that passed (Note [Inputs seen before])."""
+    return [
+        t.local(param)
+        for param, spec in vc.variant.inputs
+        if isinstance(spec, TensorSpec)
+    ]
+
+
+def seen_name(vc: VariantCode) -> str:
+    return f"_SEEN_{vc.name}"
+
+
+def _input_tests(
+    t: TargetCode, vc: VariantCode, names: Mapping[str, str]
+) -> list[tuple[str, bool]]:
+    """`input_guards`, each parameter `p` spelled `names[p]`: (test, whether it
+    checks a tensor input's metadata alone)."""
     v = vc.variant
     objects = {o.param: o for o in vc.objects}
     guards = [
@@ -169,6 +188,7 @@ def _input_tests(t: TargetCode, vc: VariantCode, names: Mapping[str, str]) -> li
         for p in t.signature.params
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
     ]
+    seen: list[str] = []
     sizes: dict[str, str] = {}  # named dimension -> where it is first read
     for param, spec in v.inputs:
         name = names[param]
@@ -176,7 +196,7 @@ def _input_tests(t: TargetCode, vc: VariantCode, names: Mapping[str, str]) -> li
             # kernels index inputs as contiguous; torch's notion of contiguous lets
             # size-1 and empty dims have any stride, which indexing never uses
             # three checks, each read as one: what it is, its dtype, its layout
-            guards += [
+            seen += [
                 f"isinstance({name}, torch.Tensor) and {name}.is_{v.device}",
                 # kernels launch on the current device, as eager's ops on the
                 # inputs' own would
@@ -191,7 +211,7 @@ def _input_tests(t: TargetCode, vc: VariantCode, names: Mapping[str, str]) -> li
                 ),
             ]
             if v.train:  # its gradient is computed where it was declared `:grad`
-                guards.append(f"{'' if spec.grad else 'not '}{name}.requires_grad")
+                seen.append(f"{'' if spec.grad else 'not '}{name}.requires_grad")
         elif isinstance(spec, ObjectSpec):
             guards += _object_tests(vc, objects[param], name, sizes)
         elif spec.value is None:
@@ -200,7 +220,7 @@ def _input_tests(t: TargetCode, vc: VariantCode, names: Mapping[str, str]) -> li
             assert isinstance(spec, ScalarSpec)
             kind = type(spec.value).__name__
             guards.append(f"type({name}) is {kind} and {_equals(name, spec.value)}")
-    return guards
+    return [(test, True) for test in seen] + [(test, False) for test in guards]
 
 
 def _object_tests(
@@ -596,11 +616,17 @@ def guard_function(
     doc = f"Variant {vc.name} ({vc.describe()}): the first guard that fails, or None."
     model = model_table(t, vc, state, modules) if modules else []
     table = layout_table(vc) if t.is_module else []
+    seen = (
+        [f"{seen_name(vc)} = runtime_shim.SeenTensors({py_str(vc.variant.device)})", ""]
+        if tensor_inputs(t, vc)
+        else []
+    )
     lines = [
         *table,
         *([""] if table else []),
         *model,
         *([""] if model else []),
+        *seen,
         f"def _guards_{vc.name}({self_}{t.signature.text(t.defaults, t.local_names)}):",
         f'    """{docstring(doc)}"""',
         "    try:",
@@ -613,10 +639,13 @@ def guard_function(
         imports = state.imports
         guards = variant_guards(t, vc, state)
     lines += [f"        import {m}" for m in sorted({*imports, *object_imports(vc)})]
-    for g in guards:
-        lines += [f"        {name} = {read}" for name, read in g.binds]
-        failure = g.failure or py_str(g.text)
-        lines += [f"        if {_negated(g.test)}:", f"            return {failure}"]
+    seen = [g for g in guards if g.seen]
+    if seen:  # Note [Inputs seen before] in runtime_shim/guards.py
+        tensors = ", ".join(tensor_inputs(t, vc))
+        lines.append(f"        if not {seen_name(vc)}.same({tensors}):")
+        lines += _check_lines(seen, "            ")
+        lines.append(f"            {seen_name(vc)}.seen({tensors})")
+    lines += _check_lines([g for g in guards if not g.seen], "        ")
     if model:
         inputs = "".join(f", {t.local(n)}" for n in graph_inputs(vc))
         lines.append(f"        return {model_name(vc)}.mismatch(self{inputs})")
@@ -626,6 +655,16 @@ def guard_function(
         "    except Exception as e:  # a state no guard foresaw: the source runs",
         '        return f"guards that read without error ({type(e).__name__}: {e})"',
     ]
+    return lines
+
+
+def _check_lines(guards: list[Guard], ind: str) -> list[str]:
+    """Each guard's reads and its test, returning its text when the test fails."""
+    lines = []
+    for g in guards:
+        lines += [f"{ind}{name} = {read}" for name, read in g.binds]
+        failure = g.failure or py_str(g.text)
+        lines += [f"{ind}if {_negated(g.test)}:", f"{ind}    return {failure}"]
     return lines
 
 
@@ -1001,14 +1040,16 @@ def copy_lines(outputs: Updated, ind: str) -> list[str]:
     one a kernel wrote in place (Note [Copies of dead buffers] in
     passes/reuse_buffers.py), its version counter moved, as a copy moves it
     (autograd's checks and kept values read it)."""
-    return [
-        (
-            f"{ind}{literal(to)}.copy_({literal(value)})"
-            if to != value
-            else f"{ind}torch.autograd.graph.increment_version({literal(to)})"
-        )
+    lines = [
+        f"{ind}{literal(to)}.copy_({literal(value)})"
         for to, value in outputs.copies
+        if to != value
     ]
+    moved = [to for to, value in outputs.copies if to == value]
+    if moved:  # one call for all of them
+        tensors = literal(moved[0]) if len(moved) == 1 else literal(tuple(moved))
+        lines.append(f"{ind}torch.autograd.graph.increment_version({tensors})")
+    return lines
 
 
 def sync_comment(r: CompiledRegion) -> str:

@@ -324,11 +324,15 @@ class Program:
 
 
 def kernel_params(programs: list[Program]) -> dict[str, str]:
-    """The parameters that kernels read, "self.<path>" -> local name, in order: the
-    wrapper guards their layout (extern calls adapt to any)."""
+    """The parameters that kernels read or write, "self.<path>" -> local name, in
+    order: the wrapper guards their layout (extern calls adapt to any). A buffer
+    that takes a parameter's memory (`Alloc.reuses`: a buffer updated in place,
+    `self.cache.index_copy_(...)`) is laid out as the parameter was compiled, so
+    the parameter counts as written by whatever writes the buffer."""
     params: dict[str, str] = {}
     for p in programs:
         read = {a for s in p.steps if isinstance(s, KernelCall) for a in s.args}
+        read |= {s.reuses for s in p.steps if isinstance(s, Alloc) and s.reuses}
         for name, path, _ in p.params:
             if name in read:
                 params.setdefault(path, name)
