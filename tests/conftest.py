@@ -9,7 +9,9 @@ cutting off the low 16 bits (`InterpreterBuilder.cast_impl` passes no rounding m
 whatever `fp_downcast_rounding` says), where a GPU (`cvt.rn.bf16.f32`, what
 `x.to(tl.bfloat16)` compiles to) rounds to nearest even, as torch does. The fixture
 makes the interpreter convert as the GPU does, so bf16 results compare exactly with
-eager, and a kernel that forgets to round still fails.
+eager, and a kernel that forgets to round still fails. It also keeps a scalar mask
+splat to a block bool, as a GPU does (Triton 3.9's interpreter makes it int64 and
+then rejects it: `devices.interpreter_splats_bools`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ if str(ROOT) not in sys.path:  # `import generated.<stem>`, `examples`, `tests.h
 import pytest  # noqa: E402
 import torch  # noqa: E402  (after sys.path; torch itself does not import triton)
 
-from tests.devices import REAL_GPU, interpreter_rounds_like_gpu  # noqa: E402
+from tests.devices import REAL_GPU, interpreter_as_gpu  # noqa: E402
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -54,8 +56,9 @@ def f32_without_tf32():
 
 @pytest.fixture(autouse=True, scope="session")
 def gpu_bf16_rounding():
-    """In Triton's interpreter, f32 -> bf16 rounds as a GPU does (see above)."""
-    with interpreter_rounds_like_gpu():
+    """In Triton's interpreter, f32 -> bf16 rounds as a GPU does (see above), and
+    a scalar mask splat to a block stays bool (`devices.interpreter_splats_bools`)."""
+    with interpreter_as_gpu():
         yield
 
 

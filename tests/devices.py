@@ -173,3 +173,43 @@ def interpreter_rounds_like_gpu() -> Iterator[None]:
         yield
     finally:
         builder.cast_impl = cast_impl
+
+
+@contextlib.contextmanager
+def interpreter_splats_bools() -> Iterator[None]:
+    """Triton 3.9's CPU interpreter labels a comparison of scalars (`t >= 0` of a
+    value loaded once) with the operands' type, int64, and a splat of it to a block
+    (a scalar mask of a block's store) then holds int64, which its store rejects
+    ("mask has unsupported dtype"); compiled for a GPU, the same kernel is valid.
+    Inside this context a splat to a block of int1 holds bools."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        yield
+        return
+    try:
+        import triton.language as tl
+        from triton.runtime import interpreter
+    except ImportError:
+        yield
+        return
+    builder = interpreter.InterpreterBuilder
+    create_splat = builder.create_splat
+
+    def splat_of_bools(self, ret_ty, arg):
+        out = create_splat(self, ret_ty, arg)
+        if ret_ty.scalar == tl.int1 and out.data.dtype != bool:
+            return interpreter.TensorHandle(out.data.astype(bool), tl.int1)
+        return out
+
+    builder.create_splat = splat_of_bools
+    try:
+        yield
+    finally:
+        builder.create_splat = create_splat
+
+
+@contextlib.contextmanager
+def interpreter_as_gpu() -> Iterator[None]:
+    """Triton's CPU interpreter as a GPU runs kernels: bf16 rounding and splats of
+    bools (the two contexts above)."""
+    with interpreter_rounds_like_gpu(), interpreter_splats_bools():
+        yield

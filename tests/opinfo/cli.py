@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from tests.devices import interpreter_rounds_like_gpu
+from tests.devices import interpreter_as_gpu
 from tests.opinfo import report
 from tests.opinfo.cases import (
     SHORT,
@@ -58,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    with interpreter_rounds_like_gpu():  # as under pytest (tests/conftest.py)
+    with interpreter_as_gpu():  # as under pytest (tests/conftest.py)
         return _main(argv)
 
 
