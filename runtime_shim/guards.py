@@ -107,31 +107,34 @@ class SeenTensors:
 
     def __init__(self, device: str) -> None:
         self.on_cuda = device == "cuda"
-        self.snapshot = None
-        self.current = None  # the current CUDA device when it was taken
+        # (torch's snapshot, the current CUDA device when it was taken), or None:
+        # one attribute, so that a thread never pairs one's snapshot with another's
+        # device
+        self.last = None
         self.retakes = RETAKES
 
     def same(self, *tensors: torch.Tensor) -> bool:
         """Whether `tensors` have the metadata seen last: their checks would pass."""
-        snapshot = self.snapshot
-        if snapshot is None:
+        last = self.last
+        if last is None:
             return False
+        snapshot, current = last
         try:
             if not snapshot.check(*tensors):
                 return False
         except Exception:  # not what it was made for: the Python checks decide
             return False
-        return not self.on_cuda or torch.cuda.current_device() == self.current
+        return not self.on_cuda or torch.cuda.current_device() == current
 
     def seen(self, *tensors: torch.Tensor) -> None:
         """`tensors` passed their checks: kept for the calls after."""
         if self.retakes <= 0:
-            self.snapshot = None
+            self.last = None
             return
         self.retakes -= 1
-        self.snapshot = _snapshot(tensors)
-        if self.on_cuda and self.snapshot is not None:
-            self.current = torch.cuda.current_device()
+        snapshot = _snapshot(tensors)
+        current = torch.cuda.current_device() if self.on_cuda else None
+        self.last = None if snapshot is None else (snapshot, current)
 
 
 def _snapshot(tensors: Sequence[torch.Tensor]):

@@ -47,7 +47,7 @@ def test_a_change_is_not_the_same(change) -> None:
     ts = inputs()
     assert not seen.same(*ts)  # nothing seen yet
     seen.seen(*ts)
-    if seen.snapshot is None:
+    if seen.last is None:
         pytest.skip("this torch has no torch._C._dynamo.guards.TensorGuards")
     for _ in range(3):
         assert seen.same(*inputs())  # new tensors, the same metadata
@@ -62,7 +62,7 @@ def test_same_only_where_the_checks_would_pass() -> None:
     seen = guards.SeenTensors("cpu")
     base = torch.randn(3, 4)
     seen.seen(base)
-    if seen.snapshot is None:
+    if seen.last is None:
         pytest.skip("this torch has no torch._C._dynamo.guards.TensorGuards")
     candidates = [
         torch.randn(3, 4),
@@ -100,11 +100,11 @@ def test_stops_taking_snapshots_that_do_not_last() -> None:
         t = torch.randn(n + 1)
         assert not seen.same(t)
         seen.seen(t)
-        if seen.snapshot is None:
+        if seen.last is None:
             pytest.skip("this torch has no torch._C._dynamo.guards.TensorGuards")
         assert seen.same(torch.randn(n + 1))
     seen.seen(torch.randn(100))
-    assert seen.snapshot is None
+    assert seen.last is None
     assert not seen.same(torch.randn(100))
 
 
@@ -116,7 +116,7 @@ def test_on_a_gpu_the_current_device_is_kept(monkeypatch) -> None:
     seen = guards.SeenTensors("cuda")
     ts = inputs()
     seen.seen(*ts)
-    if seen.snapshot is None:
+    if seen.last is None:
         pytest.skip("this torch has no torch._C._dynamo.guards.TensorGuards")
     assert seen.same(*inputs())
     current[0] = 1
