@@ -476,12 +476,10 @@ def _guards_cuda_0(self, idx):
     """Variant cuda_0 (cuda: idx=i64[8,1024]): the first guard that fails, or None."""
     try:
         if not _SEEN_cuda_0.same(idx):
-            if not (
-                isinstance(idx, torch.Tensor)
-                and idx.is_cuda
-                and idx.get_device() == torch.cuda.current_device()
-            ):
-                return "isinstance(idx, torch.Tensor) and idx.is_cuda and idx.get_device() == torch.cuda.current_device()"
+            if not (isinstance(idx, torch.Tensor) and idx.is_cuda):
+                return "isinstance(idx, torch.Tensor) and idx.is_cuda"
+            if idx.get_device() != torch.cuda.current_device():
+                return "idx.get_device() == torch.cuda.current_device()"
             if idx.dtype != torch.int64:
                 return "idx.dtype == torch.int64"
             if not (idx.shape == (8, 1024) and idx.is_contiguous()):

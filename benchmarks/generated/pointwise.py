@@ -51,32 +51,26 @@ def _guards_cuda_0(x, bias, scale):
     """Variant cuda_0 (cuda: x=f32[8192,8192], bias=f32[8192], scale=f32[8192]): the first guard that fails, or None."""
     try:
         if not _SEEN_cuda_0.same(x, bias, scale):
-            if not (
-                isinstance(x, torch.Tensor)
-                and x.is_cuda
-                and x.get_device() == torch.cuda.current_device()
-            ):
-                return "isinstance(x, torch.Tensor) and x.is_cuda and x.get_device() == torch.cuda.current_device()"
+            if not (isinstance(x, torch.Tensor) and x.is_cuda):
+                return "isinstance(x, torch.Tensor) and x.is_cuda"
+            if x.get_device() != torch.cuda.current_device():
+                return "x.get_device() == torch.cuda.current_device()"
             if x.dtype != torch.float32:
                 return "x.dtype == torch.float32"
             if not (x.shape == (8192, 8192) and x.is_contiguous()):
                 return "x.shape == (8192, 8192) and x.is_contiguous()"
-            if not (
-                isinstance(bias, torch.Tensor)
-                and bias.is_cuda
-                and bias.get_device() == torch.cuda.current_device()
-            ):
-                return "isinstance(bias, torch.Tensor) and bias.is_cuda and bias.get_device() == torch.cuda.current_device()"
+            if not (isinstance(bias, torch.Tensor) and bias.is_cuda):
+                return "isinstance(bias, torch.Tensor) and bias.is_cuda"
+            if bias.get_device() != torch.cuda.current_device():
+                return "bias.get_device() == torch.cuda.current_device()"
             if bias.dtype != torch.float32:
                 return "bias.dtype == torch.float32"
             if not (bias.shape == (8192,) and bias.is_contiguous()):
                 return "bias.shape == (8192,) and bias.is_contiguous()"
-            if not (
-                isinstance(scale, torch.Tensor)
-                and scale.is_cuda
-                and scale.get_device() == torch.cuda.current_device()
-            ):
-                return "isinstance(scale, torch.Tensor) and scale.is_cuda and scale.get_device() == torch.cuda.current_device()"
+            if not (isinstance(scale, torch.Tensor) and scale.is_cuda):
+                return "isinstance(scale, torch.Tensor) and scale.is_cuda"
+            if scale.get_device() != torch.cuda.current_device():
+                return "scale.get_device() == torch.cuda.current_device()"
             if scale.dtype != torch.float32:
                 return "scale.dtype == torch.float32"
             if not (scale.shape == (8192,) and scale.is_contiguous()):

@@ -82,12 +82,10 @@ def _guards_cuda_0(self, x):
     """Variant cuda_0 (cuda: x=f32[2,4]): the first guard that fails, or None."""
     try:
         if not _SEEN_cuda_0.same(x):
-            if not (
-                isinstance(x, torch.Tensor)
-                and x.is_cuda
-                and x.get_device() == torch.cuda.current_device()
-            ):
-                return "isinstance(x, torch.Tensor) and x.is_cuda and x.get_device() == torch.cuda.current_device()"
+            if not (isinstance(x, torch.Tensor) and x.is_cuda):
+                return "isinstance(x, torch.Tensor) and x.is_cuda"
+            if x.get_device() != torch.cuda.current_device():
+                return "x.get_device() == torch.cuda.current_device()"
             if x.dtype != torch.float32:
                 return "x.dtype == torch.float32"
             if not (x.shape == (2, 4) and x.is_contiguous()):

@@ -69,6 +69,11 @@ def computed_pieces(x, w):
         torch.roll(x * w, 3, -1),
         shared.sum(-1),
     )
+
+
+def one_piece(x):
+    # `torch.cat(states)` of a list that holds one layer's: a copy, returned
+    return torch.cat([x.amax(0, keepdim=True)], 0), torch.cat([x * 2], 1)
 """
 
 INPUTS = {
@@ -84,6 +89,7 @@ INPUTS = {
     "flipped": {"x": torch.randn(3, 4, 5)},
     "promoted": {"a": torch.randn(3, 2), "i": torch.randint(-5, 5, (3, 4))},
     "computed_pieces": {"x": torch.randn(3, 5, 8), "w": torch.randn(8)},
+    "one_piece": {"x": torch.randn(4, 5)},
 }
 
 

@@ -370,9 +370,11 @@ def is_persistent(k: Kernel, config: LaunchConfig) -> bool:
     return k.is_reduction and isinstance(k.rnumel, int) and config.rblock >= k.rnumel
 
 
-def _wide_positions(k: Kernel) -> set[str]:
+def _wide_positions(k: Kernel) -> tuple[set[str], set[str]]:
     """The int64 coordinates (`index` statements) a kernel computes in int64 (Note
-    [Positions past int32]); the others are int32, as the block's positions."""
+    [Positions past int32]); the others are int32, as the block's positions. Then
+    the int64 statements computed in int32: those coordinates and what is computed
+    from them alone."""
     bounds = kernel_bounds(k)
     stmts = [s for s in k.body if isinstance(s, Stmt) and s.dtype == torch.int64]
     names = {s.name for s in stmts}
@@ -401,14 +403,15 @@ def _wide_positions(k: Kernel) -> set[str]:
             for c in coords
         }
         if not spilled:
-            return wide
+            return wide, set(narrow)
         wide |= spilled
 
 
 class _Renderer:
     def __init__(self, k: Kernel, config: LaunchConfig):
         self.k = k
-        self.wide = _wide_positions(k)  # Note [Positions past int32]
+        # Note [Positions past int32]
+        self.wide, self.narrow = _wide_positions(k)
         self.config = config
         self.red = k.is_reduction
         self.persistent = is_persistent(k, config)
@@ -645,6 +648,16 @@ class _Renderer:
     def _operand_dtype(self, a) -> torch.dtype:
         return a.dtype if isinstance(a, Const) else self._dtype(a)
 
+    def _reduced(self, r: Stmt) -> str:
+        """The block reduction `r` reduces: a value of positions that torch has in
+        int64 and the kernel computes in int32 (`rindex`, a position where a
+        condition holds) as int64, when the reduction starts from an int64
+        extreme, which is no int32 value."""
+        x = self.block(r.args[0])
+        if r.reduce in ("max", "min") and r.args[0] in self.narrow:
+            return f"{x}.to(tl.int64)"
+        return x
+
     def _identity(self, r: Stmt) -> str:
         """The value reduction `r` starts from: 0 for a sum, 1 for a product, else
         the lowest (for max) or highest (for min) value of what it reduces."""
@@ -691,8 +704,8 @@ class _Renderer:
             (self.store if isinstance(s, Store) else self.stmt)(s, indent)
         self.looping = False
         for r in loop.reductions:
-            x, a = r.args[0], acc[r.name]
-            masked = self.within(self.block(x), ident[r.name])
+            a = acc[r.name]
+            masked = self.within(self._reduced(r), ident[r.name])
             if r.reduce in ARG:
                 at = self.within("rindex", str(NO_POSITION))
                 self.lines.append(
@@ -729,7 +742,7 @@ class _Renderer:
                 self.done.add(s.name)
         for r in loop.reductions:
             x, ident = r.args[0], self._identity(r)
-            value = self.within(self.block(x), ident)
+            value = self.within(self._reduced(r), ident)
             source = self._dtype(x) if r.reduce in ARG else r.dtype
             if self._dtype(x) != source:
                 value += f".to({TRITON_DTYPES[source]})"

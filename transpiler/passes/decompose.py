@@ -262,6 +262,7 @@ DECOMPOSE = (
     aten.leaky_relu.default,
     aten.split.Tensor,
     aten.stack.default,
+    aten.cat.default,  # of one piece: a copy (`_one_piece_cat`)
     aten.embedding.default,
     aten.index_select.default,
     aten.nll_loss_forward.default,
@@ -279,6 +280,7 @@ DECOMPOSE = (
     aten.std.dim,
     aten.std_mean.correction,
     aten.logsumexp.default,
+    aten.topk.default,  # small k: Note [Top-k in rounds]
     aten.linalg_vector_norm.default,
     aten.native_group_norm.default,
     aten.nansum.default,  # a sum of where(isnan(x), 0, x)
@@ -400,6 +402,7 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
         table[aten.native_group_norm.default]
     )
     table[aten.stack.default] = _stack
+    table[aten.cat.default] = _one_piece_cat
     for target, widens in ONE_ELEMENT.items():
         table[resolve_op(target)] = _one_element(widens)
     table[aten.repeat.default] = _repeat
@@ -420,6 +423,7 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
         table[op] = _edge_pad("replicate")
     table[aten._pad_circular.default] = _edge_pad("circular")
     table[aten.logsumexp.default] = _logsumexp
+    table[aten.topk.default] = _topk
     for op in SCALED_SECOND:
         table[op] = _scaled_second(op)
     table[aten.pow.Tensor_Scalar] = _pow_of_bools
@@ -834,6 +838,56 @@ def _logsumexp(x, dim, keepdim=False):
     return out if keepdim else out.squeeze(dim)
 
 
+# Note [Top-k in rounds]
+# ~~~~~~~~~~~~~~~~~~~~~~
+# `torch.topk(x, k)` for a small k (a mixture of experts' router picks 2 of 8) is
+# k rounds over the row, each two reductions that kernels compute: the largest
+# value among the candidates, then the lowest position that holds it. The
+# candidates of a round are the elements after the last pick in topk's order
+# (larger first, NaN largest of all, the lower position first among equals), so
+# an element is picked once, and a row of -inf or NaN gives every position. The
+# rounds read the same row: one row kernel for all of them (eager's CUDA topk of
+# 65536 rows of 8 takes 0.17 ms, a kernel a few microseconds). For larger k the
+# rounds would read a long row k times: those stay calls into PyTorch, as do
+# `largest=False` and `sorted=False` (whose order eager leaves open).
+TOPK_ROUNDS = 8
+TOPK_ROW = 4096  # a row up to this many elements, held by one program
+
+
+def _topk(x, k, dim=-1, largest=True, sorted=True):
+    if not (largest and sorted and x.dtype.is_floating_point and x.dim() > 0):
+        return NotImplemented
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    if not 0 < k <= min(TOPK_ROUNDS, n) or n > TOPK_ROW:
+        return NotImplemented
+    shape = [1] * x.dim()
+    shape[dim] = n
+    pos = torch.arange(n, device=x.device).reshape(shape)
+    low = torch.full((), float("-inf"), dtype=x.dtype, device=x.device)
+    nan = torch.isnan(x)
+    values, indices = [], []
+    candidate = None  # every element, in the first round
+    for _ in range(k):
+        masked = x if candidate is None else torch.where(candidate, x, low)
+        top = torch.amax(masked, dim, keepdim=True)  # NaN where a candidate is
+        holds = (x == top) | (nan & torch.isnan(top))
+        if candidate is not None:
+            holds = holds & candidate
+        at = torch.amin(torch.where(holds, pos, n), dim, keepdim=True)
+        values.append(top)
+        indices.append(at)
+        later = pos > at
+        candidate = torch.where(
+            torch.isnan(top),
+            ~nan | later,
+            (x < top) | ((x == top) & later),
+        )
+    if k == 1:
+        return values[0], indices[0]
+    return torch.cat(values, dim), torch.cat(indices, dim)
+
+
 def _repeat(x, repeats):
     """`x.repeat(repeats)` as one expand read by one copy: each dimension of size
     s repeated r times is a pair (r, s), the pair's first expanded from 1, and the
@@ -847,6 +901,15 @@ def _repeat(x, repeats):
         .expand(expanded)
         .reshape([r * s for r, s in zip(repeats, shape)])
     )
+
+
+def _one_piece_cat(tensors, dim=0):
+    """`torch.cat([t])` is a copy of `t` (`torch.cat(states)` of a list that
+    holds one layer's): as a movement of one piece, a reduction's result that a
+    kernel computed was returned under a name nothing wrote."""
+    if len(tensors) != 1:
+        return NotImplemented
+    return tensors[0].clone()
 
 
 def _stack(tensors, dim=0):
