@@ -616,9 +616,10 @@ def guard_function(
     doc = f"Variant {vc.name} ({vc.describe()}): the first guard that fails, or None."
     model = model_table(t, vc, state, modules) if modules else []
     table = layout_table(vc) if t.is_module else []
-    seen = (
+    tensors = ", ".join(tensor_inputs(t, vc))
+    snapshot = (
         [f"{seen_name(vc)} = runtime_shim.SeenTensors({py_str(vc.variant.device)})", ""]
-        if tensor_inputs(t, vc)
+        if tensors
         else []
     )
     lines = [
@@ -626,7 +627,7 @@ def guard_function(
         *([""] if table else []),
         *model,
         *([""] if model else []),
-        *seen,
+        *snapshot,
         f"def _guards_{vc.name}({self_}{t.signature.text(t.defaults, t.local_names)}):",
         f'    """{docstring(doc)}"""',
         "    try:",
@@ -641,7 +642,6 @@ def guard_function(
     lines += [f"        import {m}" for m in sorted({*imports, *object_imports(vc)})]
     seen = [g for g in guards if g.seen]
     if seen:  # Note [Inputs seen before] in runtime_shim/guards.py
-        tensors = ", ".join(tensor_inputs(t, vc))
         lines.append(f"        if not {seen_name(vc)}.same({tensors}):")
         lines += _check_lines(seen, "            ")
         lines.append(f"            {seen_name(vc)}.seen({tensors})")
