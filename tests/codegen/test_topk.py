@@ -9,9 +9,10 @@ NaN, infinities and ties, and is checked against eager: the values exactly; the
 positions exactly where eager's order is defined (the k values and the next one
 all different), elsewhere as positions that hold those values, each once (eager's
 order among equal values is its kernel's: it differs between CPU and GPU, and with
-the row's length). The inputs are unchanged after the call, and no call into
-PyTorch computes a top-k. Larger k, `largest=False` and `sorted=False` stay calls
-into PyTorch.
+the row's length). The smallest values are taken in kernels too, and so are
+integers and `sorted=False` (whose values are compared in order). The inputs are
+unchanged after the call, and no call into PyTorch computes a top-k. A k past
+TOPK_ROUNDS stays a call into PyTorch.
 """
 
 from __future__ import annotations
@@ -60,6 +61,24 @@ def many(x):
 
 def smallest(x):
     return torch.topk(x, 2, largest=False)
+
+
+def nearest(x):
+    # the nearest of a row's points, in any order: the rounds' order is one
+    values, positions = torch.topk(x, 3, dim=0, largest=False, sorted=False)
+    return values.sqrt(), positions
+
+
+def counts(x):
+    return torch.topk(x, 4)
+
+
+def fewest(x):
+    return torch.topk(x, 3, largest=False)
+
+
+def ascending(x):
+    return torch.topk(x, 5, largest=False)
 """
 
 
@@ -88,6 +107,15 @@ def randn(*shape: int, dtype=torch.float32, seed: int = 0) -> torch.Tensor:
     return torch.randn(*shape, generator=g).to(dtype)
 
 
+def randint(*shape: int, dtype=torch.int64, seed: int = 0) -> torch.Tensor:
+    """Small integers: rows with ties, and the extremes of the dtype in some."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-3, 4, shape, generator=g).to(dtype)
+    x[0] = torch.iinfo(dtype).min
+    x[1, ::2] = torch.iinfo(dtype).max
+    return x
+
+
 # name -> (example inputs, the dimension topk reads, whether it stays in kernels)
 CASES = {
     "router": ({"logits": randn(64, 8)}, -1, True),
@@ -99,10 +127,26 @@ CASES = {
     "first": ({"x": randn(6, 20)}, 0, True),
     "whole": ({"x": randn(10, 5)}, -1, True),
     "many": ({"x": randn(8, 40)}, -1, False),  # k past TOPK_ROUNDS
-    "smallest": ({"x": randn(8, 12)}, -1, False),  # largest=False
+    "smallest": ({"x": randn(8, 12)}, -1, True),
+    "smallest_bf16": ({"x": randn(16, 9, dtype=torch.bfloat16)}, -1, True),
+    "nearest": ({"x": randn(10, 6).abs()}, 0, True),
+    "counts": ({"x": randint(12, 11)}, -1, True),
+    "fewest": ({"x": randint(6, 13, dtype=torch.int32)}, -1, True),
+    "ascending": ({"x": randn(10, 5)}, -1, True),  # NaN picked in the last rounds
 }
-FUNCTION = {"three_f64": "three", "three_bf16": "three"}
-READ_BACK = {"middle": 4, "gathered": 2}  # their k: values computed further
+FUNCTION = {"three_f64": "three", "three_bf16": "three", "smallest_bf16": "smallest"}
+READ_BACK = {
+    "middle": 4,
+    "gathered": 2,
+    "nearest": 3,
+}  # their k: values computed further
+LARGEST = {
+    "smallest": False,
+    "smallest_bf16": False,
+    "nearest": False,
+    "fewest": False,
+    "ascending": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +163,13 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def check_topk(
-    got, want, x: torch.Tensor, dim: int, label: str, gap: float = 0.0
+    got,
+    want,
+    x: torch.Tensor,
+    dim: int,
+    label: str,
+    gap: float = 0.0,
+    largest: bool = True,
 ) -> None:
     """`got` is a top-k of `x` along `dim` as eager's `want` is (see the module
     docstring); eager's positions are compared where the top k and the next value
@@ -135,8 +185,8 @@ def check_topk(
     assert (picked.sort(-1).values.diff(dim=-1) != 0).all(), label
     # where the top k and the next value are all different, eager's positions
     k, n = picked.shape[-1], x.shape[dim]
-    ordered = x.movedim(dim, -1).float().nan_to_num(nan=float("inf"))
-    top = ordered.sort(-1, descending=True).values[..., : min(k + 1, n)]
+    ordered = x.movedim(dim, -1).double().nan_to_num(nan=float("inf"))
+    top = ordered.sort(-1, descending=largest).values[..., : min(k + 1, n)]
     distinct = (top.diff(dim=-1).abs() > gap).all(-1)
     assert torch.equal(picked[distinct], want_positions.movedim(dim, -1)[distinct])
 
@@ -151,7 +201,9 @@ def test_topk_matches_eager(case: str, compiled: dict) -> None:
         return
     x, *rest = inputs.values()
     assert not rest
-    for values in (x, special_rows(x, dim)):
+    largest = LARGEST.get(case, True)
+    rows = (x, special_rows(x, dim)) if x.dtype.is_floating_point else (x,)
+    for values in rows:
         want = c.eager(values.clone())
         for backend, run in (("cpu", c.cpu), ("triton", c.cuda)):
             given = values.clone()
@@ -171,14 +223,20 @@ def test_topk_matches_eager(case: str, compiled: dict) -> None:
                     gap=1e-6,  # the kernel's softmax may differ in the last bit
                 )
             elif case in READ_BACK:  # what the values became, then the positions
-                torch.testing.assert_close(got[0], want[0], equal_nan=True)
+                if case == "nearest":  # sorted=False: eager's order is its own
+                    got_values = got[0].sort(dim).values
+                    want_values = want[0].sort(dim).values
+                else:
+                    got_values, want_values = got[0], want[0]
+                torch.testing.assert_close(got_values, want_values, equal_nan=True)
                 k = READ_BACK[case]
                 check_topk(
                     (values.gather(dim, got[1]), got[1]),
-                    torch.topk(values, k, dim=dim),
+                    torch.topk(values, k, dim=dim, largest=largest),
                     values,
                     dim,
                     label,
+                    largest=largest,
                 )
             else:
-                check_topk(got, want, values, dim, label)
+                check_topk(got, want, values, dim, label, largest=largest)

@@ -841,22 +841,29 @@ def _logsumexp(x, dim, keepdim=False):
 # Note [Top-k in rounds]
 # ~~~~~~~~~~~~~~~~~~~~~~
 # `torch.topk(x, k)` for a small k (a mixture of experts' router picks 2 of 8) is
-# k rounds over the row, each two reductions that kernels compute: the largest
-# value among the candidates, then the lowest position that holds it. The
-# candidates of a round are the elements after the last pick in topk's order
-# (larger first, NaN largest of all, the lower position first among equals), so
-# an element is picked once, and a row of -inf or NaN gives every position. The
-# rounds read the same row: one row kernel for all of them (eager's CUDA topk of
-# 65536 rows of 8 takes 0.17 ms, a kernel a few microseconds). For larger k the
-# rounds would read a long row k times: those stay calls into PyTorch, as do
-# `largest=False` and `sorted=False` (whose order eager leaves open).
+# k rounds over the row, each two reductions that kernels compute: the extreme
+# number among the candidates, then the lowest position that holds the round's
+# pick. topk's order puts NaN above every number: first when it takes the
+# largest, last when it takes the smallest. So a row's count of NaN tells which
+# rounds pick one (the first `nans` rounds, or the last), and the other rounds
+# reduce the numbers alone. The candidates of a round are the elements after the
+# last pick in that order (the lower position first among equals), so an element
+# is picked once, and a row of infinities or NaN gives every position. The rounds
+# read the same row: one row kernel for all of them (eager's CUDA topk of 65536
+# rows of 8 takes 0.17 ms, a kernel a few microseconds). `sorted=False` leaves the
+# order open, and the rounds' order is one. For larger k the rounds would read a
+# long row k times: those stay calls into PyTorch.
 TOPK_ROUNDS = 8
 TOPK_ROW = 4096  # a row up to this many elements, held by one program
 
 
 def _topk(x, k, dim=-1, largest=True, sorted=True):
-    if not (largest and sorted and x.dtype.is_floating_point and x.dim() > 0):
+    if x.dtype == torch.bool or x.is_complex():
         return NotImplemented
+    if x.dim() == 0:  # the one element, at position 0
+        if k != 1:
+            return NotImplemented
+        return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
     dim = dim % x.dim()
     n = x.shape[dim]
     if not 0 < k <= min(TOPK_ROUNDS, n) or n > TOPK_ROW:
@@ -864,25 +871,42 @@ def _topk(x, k, dim=-1, largest=True, sorted=True):
     shape = [1] * x.dim()
     shape[dim] = n
     pos = torch.arange(n, device=x.device).reshape(shape)
-    low = torch.full((), float("-inf"), dtype=x.dtype, device=x.device)
-    nan = torch.isnan(x)
+    floating = x.dtype.is_floating_point
+    if floating:
+        bound = float("-inf") if largest else float("inf")
+    else:
+        bound = torch.iinfo(x.dtype).min if largest else torch.iinfo(x.dtype).max
+    bound = torch.full((), bound, dtype=x.dtype, device=x.device)
+    reduce, beyond = (torch.amax, torch.lt) if largest else (torch.amin, torch.gt)
+    if floating:
+        nan = torch.isnan(x)
+        number = ~nan
+        nans = torch.sum(nan, dim, keepdim=True)
+        not_a_number = torch.full((), float("nan"), dtype=x.dtype, device=x.device)
     values, indices = [], []
     candidate = None  # every element, in the first round
-    for _ in range(k):
-        masked = x if candidate is None else torch.where(candidate, x, low)
-        top = torch.amax(masked, dim, keepdim=True)  # NaN where a candidate is
-        holds = (x == top) | (nan & torch.isnan(top))
+    for i in range(k):
+        among = candidate
+        if floating:
+            among = number if candidate is None else candidate & number
+        if among is not None:
+            best = reduce(torch.where(among, x, bound), dim, keepdim=True)
+        else:
+            best = reduce(x, dim, keepdim=True)
+        top, holds = best, x == best
+        if floating:  # a round that picks NaN
+            picks_nan = nans > i if largest else nans >= n - i
+            top = torch.where(picks_nan, not_a_number, best)
+            holds = torch.where(picks_nan, nan, holds)
         if candidate is not None:
             holds = holds & candidate
         at = torch.amin(torch.where(holds, pos, n), dim, keepdim=True)
         values.append(top)
         indices.append(at)
         later = pos > at
-        candidate = torch.where(
-            torch.isnan(top),
-            ~nan | later,
-            (x < top) | ((x == top) & later),
-        )
+        candidate = beyond(x, best) | ((x == best) & later)
+        if floating:
+            candidate = torch.where(picks_nan, number | later, candidate | nan)
     if k == 1:
         return values[0], indices[0]
     return torch.cat(values, dim), torch.cat(indices, dim)
