@@ -139,7 +139,9 @@ def check_indices(graph: Graph) -> Graph:
         if nodes[r.name].op == "call"
     }
 
-    done: set[tuple] = set()  # (index, low, size, message): one check each
+    # (the indices' elements, low, size, ignored): one check each, with the
+    # message of the first op that reads them, which eager raises in
+    done: set[tuple] = set()
 
     def rewrite(node: Node, args, kwargs):
         if node.name not in checked:
@@ -170,11 +172,11 @@ def check_indices(graph: Graph) -> Graph:
             if node.target == "aten.nll_loss_forward.default":  # or ignored
                 ignored = _argument(node, args, 4, -100)
                 in_range = in_range | (index == ignored)
-            message = _message(node.target, dim % x.dim(), x.dim(), size)
-            key = (ref.name, low, size, ignored, message)
+            key = (_elements_of(ref, nodes), low, size, ignored)
             if key in done:
-                continue  # a cache's keys and values written at one position
+                continue  # the same indices checked by an earlier op
             done.add(key)
+            message = _message(node.target, dim % x.dim(), x.dim(), size)
             torch._assert_async(_every_in_parts(in_range), message)
         return SameOp(args, kwargs)
 
@@ -223,6 +225,38 @@ def _masked_scatter_ok(node: Node, nodes: dict[str, Node]) -> bool:
         return False
     x, mask, _ = metas
     return masked_scatter_rows(x, mask) is not None
+
+
+# views that hold every element of their input, and no other
+SAME_ELEMENTS = frozenset(
+    {
+        "aten.view.default",
+        "aten._unsafe_view.default",
+        "aten.reshape.default",
+        "aten.t.default",
+        "aten.transpose.int",
+        "aten.permute.default",
+        "aten.unsqueeze.default",
+        "aten.squeeze.dim",
+        "aten.squeeze.dims",
+        "aten.squeeze.default",
+        "aten.expand.default",
+        "aten.alias.default",
+    }
+)
+
+
+def _elements_of(ref: Ref, nodes: dict[str, Node]) -> str:
+    """The value whose elements `ref`'s are: through views that keep them all
+    (`dst[:, None].expand_as(messages)` holds `dst`'s), so that the scatters of a
+    graph's sum, max and count at the same destinations check them once."""
+    node = nodes[ref.name]
+    while node.op == "call" and node.target in SAME_ELEMENTS:
+        if not node.args or not isinstance(node.args[0], Ref):
+            break
+        ref = node.args[0]
+        node = nodes[ref.name]
+    return ref.name
 
 
 def _distinct(index: torch.Tensor) -> torch.Tensor:
