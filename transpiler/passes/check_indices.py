@@ -39,6 +39,7 @@ from transpiler.passes.decompose import (
     one_per_row,
     put_in_kernel,
 )
+from transpiler.passes.direct_views import LINKS
 from transpiler.passes.fuse import gather_ok, scatter_ok
 from transpiler.passes.retrace import SameOp, retrace
 
@@ -228,22 +229,17 @@ def _masked_scatter_ok(node: Node, nodes: dict[str, Node]) -> bool:
 
 
 # views that hold every element of their input, and no other
-SAME_ELEMENTS = frozenset(
-    {
-        "aten.view.default",
-        "aten._unsafe_view.default",
-        "aten.reshape.default",
-        "aten.t.default",
-        "aten.transpose.int",
-        "aten.permute.default",
-        "aten.unsqueeze.default",
-        "aten.squeeze.dim",
-        "aten.squeeze.dims",
-        "aten.squeeze.default",
-        "aten.expand.default",
-        "aten.alias.default",
+SAME_ELEMENTS = (
+    LINKS
+    - {
+        "getitem",
+        "aten.slice.Tensor",
+        "aten.select.int",
+        "aten.split_with_sizes.default",
+        "aten.split.Tensor",
+        "aten.unbind.int",
     }
-)
+) | {"aten.reshape.default", "aten.squeeze.default", "aten.alias.default"}
 
 
 def _elements_of(ref: Ref, nodes: dict[str, Node]) -> str:
