@@ -281,6 +281,10 @@ DECOMPOSE = (
     aten.std_mean.correction,
     aten.logsumexp.default,
     aten.topk.default,  # small k: Note [Top-k in rounds]
+    aten.max.dim,  # the extreme and its position: two reductions kernels compute
+    aten.min.dim,
+    aten.argmax.default,  # of one element a row: position 0
+    aten.argmin.default,
     aten.linalg_vector_norm.default,
     aten.native_group_norm.default,
     aten.nansum.default,  # a sum of where(isnan(x), 0, x)
@@ -404,7 +408,7 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     table[aten.stack.default] = _stack
     table[aten.cat.default] = _one_piece_cat
     for target, widens in ONE_ELEMENT.items():
-        table[resolve_op(target)] = _one_element(widens)
+        table[resolve_op(target)] = _one_element(resolve_op(target), widens)
     table[aten.repeat.default] = _repeat
     for op in FULL_PRECISION_ONLY:
         table[op] = _full_precision_only(table[op])
@@ -424,6 +428,9 @@ def decomposition_table(graph: Graph, backward: bool = False) -> dict:
     table[aten._pad_circular.default] = _edge_pad("circular")
     table[aten.logsumexp.default] = _logsumexp
     table[aten.topk.default] = _topk
+    table[aten.max.dim] = _extreme_at(torch.amax, torch.argmax)
+    table[aten.argmax.default] = table[aten.argmin.default] = _one_position
+    table[aten.min.dim] = _extreme_at(torch.amin, torch.argmin)
     for op in SCALED_SECOND:
         table[op] = _scaled_second(op)
     table[aten.pow.Tensor_Scalar] = _pow_of_bools
@@ -912,6 +919,41 @@ def _topk(x, k, dim=-1, largest=True, sorted=True):
     return torch.cat(values, dim), torch.cat(indices, dim)
 
 
+def _one_position(x, dim=None, keepdim=False):
+    """argmax or argmin over one element a row: 0 (a reduction kernel needs rows
+    of two elements or more)."""
+    if x.numel() == 0 or (x.numel() > 1 and (dim is None or x.shape[dim] != 1)):
+        return NotImplemented
+    if dim is None:  # over all of one element
+        shape = [1] * x.dim() if keepdim else []
+    elif x.dim() == 0:
+        shape = []
+    else:
+        shape = list(x.shape)
+        if keepdim:
+            shape[dim] = 1
+        else:
+            del shape[dim]
+    return torch.zeros(shape, dtype=torch.int64, device=x.device)
+
+
+def _extreme_at(extreme, position):
+    """`torch.max(x, dim)` (or min): the extreme along `dim` and the first position
+    holding it (NaN the extreme of all), as amax and argmax compute them."""
+
+    def extreme_at(x, dim, keepdim=False):
+        if x.dtype == torch.bool or x.is_complex() or x.numel() == 0:
+            return NotImplemented
+        if x.dim() == 0:
+            return x.clone(), torch.zeros((), dtype=torch.int64, device=x.device)
+        values = extreme(x, [dim], keepdim)
+        if x.shape[dim] == 1:  # the one position
+            return values, torch.zeros_like(values, dtype=torch.int64)
+        return values, position(x, dim, keepdim)
+
+    return extreme_at
+
+
 def _repeat(x, repeats):
     """`x.repeat(repeats)` as one expand read by one copy: each dimension of size
     s repeated r times is a pair (r, s), the pair's first expanded from 1, and the
@@ -974,23 +1016,57 @@ def _pow_of_bools(x, exponent):
 # Note [Reductions of one element]
 # ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 # A sum, mean, max, min or product over dimensions of size 1 (a global average
-# pool of a 1 x 1 feature map, `keepdim` statistics of a dimension of one) is its
-# input's element in the result's dtype: a copy, which kernels compute and fuse,
-# where the reduction kernels need rows of two elements or more.
+# pool of a 1 x 1 feature map, `keepdim` statistics of a dimension of one, the sum
+# of a 0-d loss) is its input's element in the result's dtype: a copy, which
+# kernels compute and fuse, where the reduction kernels need rows of two elements
+# or more.
 ONE_ELEMENT = {  # -> whether the op sums integers into int64
     "aten.sum.dim_IntList": True,
+    "aten.sum.default": True,
     "aten.mean.dim": False,
+    "aten.mean.default": False,
     "aten.amax.default": False,
     "aten.amin.default": False,
+    "aten.max.default": False,
+    "aten.min.default": False,
     "aten.prod.dim_int": True,
+    "aten.prod.default": True,
 }
 
 
-def _one_element(widens: bool):
+# the extrema of bools: whether any holds, whether all do
+OF_BOOLS = {
+    "aten.amax.default": torch.any,
+    "aten.max.default": torch.any,
+    "aten.amin.default": torch.all,
+    "aten.min.default": torch.all,
+}
+
+
+def _one_element(op, widens: bool):
+    of_bools = OF_BOOLS.get(str(op))
+
     def one_element(x, dim=None, keepdim=False, *, dtype=None):
+        if x.numel() != 1:
+            if of_bools is not None and x.dtype == torch.bool and x.numel():
+                dims = () if dim is None else [dim] if isinstance(dim, int) else dim
+                return (
+                    of_bools(x, dim=tuple(dims), keepdim=keepdim)
+                    if dims
+                    else of_bools(x)
+                )
+            if dtype is None:
+                return NotImplemented
+            # eager casts the input to `dtype` first; the op's own result dtype
+            # (int64 for a sum of int32) cast to it wraps as eager's does
+            args = () if dim is None else (dim, keepdim)
+            return op(x.to(dtype), *args).to(dtype)
+        if dtype is None:  # eager's result dtype
+            widen = widens and not x.dtype.is_floating_point
+            dtype = torch.int64 if widen else x.dtype
+        if x.dim() == 0:  # a 0-d result, whatever dim and keepdim say
+            return x.to(dtype, copy=True)
         dim = () if dim is None else [dim] if isinstance(dim, int) else dim
-        if x.numel() == 0 or x.dim() == 0 or dtype is not None:
-            return NotImplemented  # a 0-d input: eager's op, whatever dim says
         dims = {d % x.dim() for d in dim} or set(range(x.dim()))
         if any(x.shape[d] != 1 for d in dims):
             return NotImplemented
@@ -999,8 +1075,7 @@ def _one_element(widens: bool):
             for d, n in enumerate(x.shape)
             if keepdim or d not in dims
         ]
-        to = torch.int64 if widens and not x.dtype.is_floating_point else x.dtype
-        return x.reshape(shape).to(to, copy=True)
+        return x.reshape(shape).to(dtype, copy=True)
 
     return one_element
 
@@ -1366,9 +1441,12 @@ def _decomposes(node: Node, nodes: dict[str, Node], device: str) -> bool:
         return False
     if node.target in GPU_ONLY and device != "cuda":
         return False
-    if node.target in ONE_ELEMENT:
+    if node.target in ONE_ELEMENT:  # or with a dtype to cast its input to
         x = nodes[node.args[0].name].tensor_meta
-        return 0 < x.numel == node.tensor_meta.numel
+        bools = x.dtype == torch.bool and node.target in OF_BOOLS
+        return 0 < x.numel == node.tensor_meta.numel or (
+            x.numel > 0 and (bools or dict(node.kwargs).get("dtype") is not None)
+        )
     if may_copy(node.target):
         return True
     if resolve_op(node.target) in SCALED_SECOND:
