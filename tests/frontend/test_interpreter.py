@@ -52,6 +52,34 @@ def keywords(x):
     return helper(x) + helper(x, 0.5, shift=3) + helper(scale=1.5, x=x)
 
 
+def renamed(old, new):
+    # a wrapper that shows the wrapped function's parameters (its __signature__)
+    # and reads its own *args and **kwargs, as transformers' deprecate_kwarg does
+    def wrapper(fn):
+        import functools
+        import inspect
+
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            if old in kwargs:
+                kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        wrapped.__signature__ = inspect.signature(fn)
+        return wrapped
+
+    return wrapper
+
+
+@renamed("past", "cache")
+def attend(x, cache=None, scale=1.0):
+    return x * scale if cache is None else x * scale + cache
+
+
+def advertised_signature(x):
+    return attend(x, past=x.exp(), scale=2.0) + attend(x)
+
+
 def returns_dict(x):
     return {"exp": x.exp(), "pair": (x.sin(), [x.cos(), 3]), "none": None}
 
@@ -174,6 +202,7 @@ def line_of(text: str) -> int:
         ("starred", {"x": X}),
         ("augmented", {"x": X, "y": Y}),
         ("keywords", {"x": X}),
+        ("advertised_signature", {"x": X}),
         ("returns_dict", {"x": X}),
         ("functional", {"x": X, "w": torch.randn(5, 8, generator=g)}),
         ("methods", {"x": X}),

@@ -141,6 +141,19 @@ EXTERN_FUNCTIONS = {
 }
 
 
+def own_signature(fn: types.FunctionType) -> inspect.Signature:
+    """The parameters `fn`'s code binds. A decorator may set `__signature__` to
+    those of the function it wraps (transformers' `deprecate_kwarg` does), while
+    its own body reads its `*args, **kwargs`."""
+    if "__signature__" not in vars(fn):
+        return inspect.signature(fn, follow_wrapped=False)
+    bare = types.FunctionType(
+        fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    bare.__kwdefaults__ = fn.__kwdefaults__
+    return inspect.signature(bare, follow_wrapped=False)
+
+
 def attention_written_out(args, kwargs, device: str) -> bool:
     """Whether a training variant traces a call of `F.scaled_dot_product_attention`
     through its ops (`trace.DropoutAsOp`) instead of keeping it whole: where it
@@ -502,7 +515,7 @@ class Interpreter:
         fn = self._layer(fn)
         src, node = self.sources.function(fn, unwrap=False)
         try:
-            bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
+            bound = own_signature(fn).bind(*args, **kwargs)
         except TypeError as e:  # Python raises it before the call
             raise _users(TypeError(f"{fn.__qualname__}(): {e}")) from None
         bound.apply_defaults()

@@ -1047,35 +1047,33 @@ def _one_element(op, widens: bool):
     of_bools = OF_BOOLS.get(str(op))
 
     def one_element(x, dim=None, keepdim=False, *, dtype=None):
-        if x.numel() != 1:
-            if of_bools is not None and x.dtype == torch.bool and x.numel():
-                dims = () if dim is None else [dim] if isinstance(dim, int) else dim
-                return (
-                    of_bools(x, dim=tuple(dims), keepdim=keepdim)
-                    if dims
-                    else of_bools(x)
-                )
-            if dtype is None:
-                return NotImplemented
-            # eager casts the input to `dtype` first; the op's own result dtype
-            # (int64 for a sum of int32) cast to it wraps as eager's does
-            args = () if dim is None else (dim, keepdim)
-            return op(x.to(dtype), *args).to(dtype)
+        if x.numel() == 0:
+            return NotImplemented
+        given = dtype
         if dtype is None:  # eager's result dtype
             widen = widens and not x.dtype.is_floating_point
             dtype = torch.int64 if widen else x.dtype
         if x.dim() == 0:  # a 0-d result, whatever dim and keepdim say
             return x.to(dtype, copy=True)
-        dim = () if dim is None else [dim] if isinstance(dim, int) else dim
-        dims = {d % x.dim() for d in dim} or set(range(x.dim()))
-        if any(x.shape[d] != 1 for d in dims):
+        along = () if dim is None else [dim] if isinstance(dim, int) else dim
+        dims = {d % x.dim() for d in along} or set(range(x.dim()))
+        if all(x.shape[d] == 1 for d in dims):
+            shape = [
+                1 if d in dims else n
+                for d, n in enumerate(x.shape)
+                if keepdim or d not in dims
+            ]
+            return x.reshape(shape).to(dtype, copy=True)
+        if of_bools is not None and x.dtype == torch.bool:
+            if not along:
+                return of_bools(x)
+            return of_bools(x, dim=tuple(along), keepdim=keepdim)
+        if given is None:
             return NotImplemented
-        shape = [
-            1 if d in dims else n
-            for d, n in enumerate(x.shape)
-            if keepdim or d not in dims
-        ]
-        return x.reshape(shape).to(dtype, copy=True)
+        # eager casts the input to `dtype` first; the op's own result dtype (int64
+        # for a sum of int32) cast to it wraps as eager's does
+        args = () if dim is None else (dim, keepdim)
+        return op(x.to(dtype), *args).to(dtype)
 
     return one_element
 
