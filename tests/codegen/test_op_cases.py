@@ -790,12 +790,6 @@ CASES = [c for c in CASES if c.packet not in NO_ROW_YET]
 # Calls of a table op that the tables do not lower (arguments beyond the operands):
 # they stay extern calls, and must still compute the right values.
 EXTERN_CASES = [
-    Case(
-        "aten.sum.dim_IntList",
-        "a.sum(-1, dtype=torch.float64)",
-        {"a": randn(*X)},
-        RED_TOL,
-    ),
     # integer floor division by a tensor: eager's, which raises on a zero divisor
     # (Note [Integer division by zero] in passes/decompose.py)
     Case("aten.div.Tensor_mode", "a // b", {"a": ints(*X), "b": NONZERO}),

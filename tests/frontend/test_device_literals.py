@@ -63,3 +63,110 @@ def test_a_cuda_factory_in_a_cuda_variant_is_compiled(tmp_path) -> None:
     module = compile_variants(source, "biased", [Variant(SPECS, "cuda")], tmp_path)
     text = inspect.getsource(vars(module)["_cuda_0"])
     assert "_fallback_" not in text and "x.device" in text, text
+
+
+# Note [The variant's device] in frontend/interpreter.py: what the source asks a
+# tensor about its device is the variant's answer, as eager's is on that device.
+QUERIES = """
+import torch
+from functools import lru_cache
+
+
+def by_type(x):
+    device = x.device
+    if device.type in ("cpu", "mps"):  # transformers' histogram dtype
+        return x.float() * 2
+    return x.int() * 3
+
+
+def by_flag(x):
+    return x * 5 if x.is_cuda else x * 7
+
+
+def by_cpu_flag(x, w):
+    return x @ w if w.is_cpu and not x.is_meta else x + 1
+
+
+def moved_home(x, mask):
+    mask = mask.to(x.device)  # the same device: the tensor itself
+    scale = torch.arange(4, device=x.device)
+    return x.to(x.device, torch.float64) * mask + scale
+
+
+def moved_by_name(x):
+    return x.cpu() * 2 + x.to(device=torch.device("cpu"))
+
+
+@torch._dynamo.assume_constant_result
+def threshold():
+    return 4
+
+
+@lru_cache
+def _cached():
+    return 0.25
+
+
+_cached._dynamo_marked_constant = True
+
+
+def constants(x):
+    return x.clamp(max=threshold()) + _cached()
+"""
+
+X = torch.randn(3, 4)
+# name -> (inputs, what eager computes on the CPU, on a GPU)
+ON_EACH = {
+    "by_type": ({"x": X}, lambda x: x.float() * 2, lambda x: x.int() * 3),
+    "by_flag": ({"x": X}, lambda x: x * 7, lambda x: x * 5),
+    "by_cpu_flag": (
+        {"x": X, "w": torch.randn(4, 4)},
+        lambda x, w: x @ w,
+        lambda x, w: x + 1,
+    ),
+    "moved_home": (
+        {"x": X, "mask": torch.rand(3, 4) > 0.5},
+        lambda x, mask: x.double() * mask + torch.arange(4),
+        lambda x, mask: x.double() * mask + torch.arange(4),
+    ),
+    "constants": (
+        {"x": X * 9},
+        lambda x: x.clamp(max=4) + 0.25,
+        lambda x: x.clamp(max=4) + 0.25,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ON_EACH))
+def test_device_queries_answer_for_the_variants_device(tmp_path, name) -> None:
+    inputs, on_cpu, on_gpu = ON_EACH[name]
+    specs = tuple((k, TensorSpec(v.dtype, tuple(v.shape))) for k, v in inputs.items())
+    variants = [Variant(specs, "cpu"), Variant(specs, "cuda")]
+    module = compile_variants(QUERIES, name, variants, tmp_path)
+    for variant, want in (("_cpu_0", on_cpu), ("_cuda_0", on_gpu)):
+        text = inspect.getsource(vars(module)[variant])
+        assert "_fallback_" not in text, text
+        given = {k: v.clone() for k, v in inputs.items()}
+        got = vars(module)[variant](**given)
+        expected = want(**inputs)
+        assert got.dtype == expected.dtype, (variant, got.dtype)
+        torch.testing.assert_close(got, expected)
+        for k, v in inputs.items():
+            assert torch.equal(given[k], v), (variant, k)
+
+
+def test_a_move_off_the_variants_device_is_a_graph_break(tmp_path) -> None:
+    """`x.cpu()` in a CPU variant is `x`; in a CUDA variant it makes a CPU tensor:
+    the source makes it."""
+    specs = (("x", TensorSpec(torch.float32, (3, 4))),)
+    module = compile_variants(
+        QUERIES, "moved_by_name", [Variant(specs, "cpu")], tmp_path / "cpu"
+    )
+    assert "_fallback_" not in inspect.getsource(vars(module)["_cpu_0"])
+    check_call(
+        vars(module)["_cpu_0"], module._source.moved_by_name, {"x": X}, where="cpu"
+    )
+    module = compile_variants(
+        QUERIES, "moved_by_name", [Variant(specs, "cuda")], tmp_path / "cuda"
+    )
+    assert "_fallback_" in inspect.getsource(vars(module)["_cuda_0"])

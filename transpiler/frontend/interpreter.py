@@ -575,6 +575,8 @@ class Interpreter:
             return fn(*args, **kwargs)
         if isinstance(fn, Closure):
             return self.run_closure(fn, args, kwargs)
+        if _marked_constant(fn) and not _holds_tensors((args, kwargs)):
+            return _apply(lambda: fn(*args, **kwargs))  # Note [Constant results]
         owner = getattr(fn, "__self__", None)
         if isinstance(owner, contextvars.ContextVar) and not kwargs:
             return self.contexts.call(owner, fn.__name__, args, self.statements[-1])
@@ -593,7 +595,11 @@ class Interpreter:
             raise Unsupported("uses a value computed by fallback code", self._span())
         if fn in RUN_STATE and not args and not kwargs:
             return RUN_STATE[fn]
-        kwargs = self._own_device(fn, kwargs)
+        moved = self._on_own_device(fn, args, kwargs)
+        if moved is None:
+            return fn.__self__
+        fn, args, kwargs = moved
+        args, kwargs = self._own_device(fn, args, kwargs)
         if fn in (torch.tensor, torch.as_tensor) and args and _python_data(args[0]):
             return tensor_of_data(*args, **kwargs)
         if fn in EXTERN_FUNCTIONS and not (
@@ -689,23 +695,65 @@ class Interpreter:
             and id(owner) in self.shared
         )
 
-    def _own_device(self, fn, kwargs: dict) -> dict:
-        """`kwargs` of a call that makes a tensor on the variant's own device
+    def _own_device(self, fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """`args` and `kwargs` of a call given the variant's own device
         (`torch.zeros(n, device="cuda")` in a CUDA variant, `torch.empty_like(x,
-        device="cpu")` in a CPU one), with that device the one tracing stands for
-        it, meta: the tensor is traced, and the variant makes it on its inputs'
-        device. A conversion that may return its input (`x.to(device="cpu")`,
-        `torch.as_tensor`) is left as it is: eager returns `x` itself there."""
+        device=x.device)`, `torch.Generator(x.device)`), with that device the one
+        tracing stands for it, meta: the tensor is traced, and the variant makes
+        it on its inputs' device. A conversion that may return its input
+        (`torch.as_tensor(t, device="cpu")`) of a real tensor is left as it is:
+        eager copies it there, or returns it (Note [The variant's device])."""
+        meta = torch.device("meta")
+        if getattr(fn, "__name__", None) in RETURNS_ITS_INPUT:
+            subject = getattr(fn, "__self__", None)
+            if not isinstance(subject, torch.Tensor):  # torch.as_tensor(x, ...)
+                subject = args[0] if args else None
+            if isinstance(subject, torch.Tensor) and not _traced(subject):
+                return args, kwargs  # a real tensor: eager's copy, or itself
+        args = tuple(
+            meta if isinstance(a, torch.device) and self._own(a) else a for a in args
+        )
         device = kwargs.get("device")
-        if device is None or getattr(fn, "__name__", None) in RETURNS_ITS_INPUT:
-            return kwargs
-        try:
-            device = torch.device(device)
-        except (RuntimeError, TypeError):
-            return kwargs
-        if device.type != self.device or device.index is not None:
-            return kwargs  # another device, or one GPU of several by its number
-        return {**kwargs, "device": torch.device("meta")}
+        if device is None or not self._own(device):
+            return args, kwargs  # another device, or one GPU of several by number
+        return args, {**kwargs, "device": meta}
+
+    def _own(self, device) -> bool:
+        """Whether `device` (a torch.device or its name) is the variant's own,
+        without a GPU's number, or meta, which tracing stands for it with (a
+        device read where the interpreter does not see it)."""
+        device = _device(device)
+        if device is None:
+            return False
+        return device.type == "meta" or (device.type, device.index) == (
+            self.device,
+            None,
+        )
+
+    def _on_own_device(self, fn, args: tuple, kwargs: dict):
+        """A traced tensor's move to the variant's own device (`mask.to(x.device)`,
+        `x.to("cuda", torch.float16)`, `x.cpu()` in a CPU variant), which eager
+        makes without moving: (fn, args, kwargs) to call instead, or None where it
+        is the tensor itself (Note [The variant's device]). A move elsewhere is
+        a graph break: eager makes a tensor of another device."""
+        subject = getattr(fn, "__self__", None)
+        name = getattr(fn, "__name__", None)
+        if not _traced(subject) or name not in ("to", "cpu", "cuda"):
+            return fn, args, kwargs
+        if name != "to":  # x.cpu(), x.cuda(): their device by name
+            if name != self.device or args:
+                raise Unsupported(f"moves a tensor off the variant's device: .{name}()")
+            return None if set(kwargs) <= {"non_blocking"} else (fn, args, kwargs)
+        for device in (*args, kwargs.get("device")):
+            if _device(device) is not None and not self._own(device):
+                raise Unsupported(
+                    f"moves a tensor off the variant's device: .to({device!r})"
+                )
+        rest = tuple(a for a in args if not self._own(a))
+        if rest == args:
+            return fn, args, kwargs
+        kwargs = {k: v for k, v in kwargs.items() if k != "non_blocking"}
+        return (fn, rest, kwargs) if rest or kwargs else None
 
     def _is_user(self, fn) -> bool:
         """Whether `fn`, or a function it wraps, is interpreted (Note [What is
@@ -1440,6 +1488,8 @@ class Interpreter:
         if attr in changed or None in changed:
             raise Unsupported(f"reads .{attr}, which fallback code may have changed")
         value = _apply(getattr, base, attr)
+        if attr in DEVICE_QUERIES and _traced(base):  # Note [The variant's device]
+            value = DEVICE_QUERIES[attr](torch.device(self.device))
         if id(base) not in self.created:  # state outside the call
             value = self._share(value)
         path = self.module_paths.get(id(base))
@@ -1666,6 +1716,64 @@ def _has_opaque(value: Any) -> bool:
 
 # Conversions that return their input where it is already as asked
 RETURNS_ITS_INPUT = frozenset({"to", "cpu", "cuda", "type", "as_tensor", "asarray"})
+
+# Note [The variant's device]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Tensors are traced on the meta device, and each variant is compiled for one
+# device, which its guards check. So where the source asks a traced tensor for its
+# device (`x.device.type == "cpu"`, `x.is_cuda`: transformers' mixture of experts
+# picks its histogram's dtype by it), it gets the variant's device, as eager
+# would, not "meta". That device, without a GPU's number, then stands for meta
+# where a call takes it: a factory (`torch.zeros(n, device=x.device)`) makes a
+# traced tensor, and a move to it (`mask.to(x.device)`) is the tensor itself.
+DEVICE_QUERIES = {
+    "device": lambda device: device,
+    "is_cuda": lambda device: device.type == "cuda",
+    "is_cpu": lambda device: device.type == "cpu",
+    "is_meta": lambda device: False,
+}
+
+
+# Note [Constant results]
+# ~~~~~~~~~~~~~~~~~~~~~~~
+# A function marked as `torch._dynamo.assume_constant_result` marks it (an
+# attribute, `_dynamo_marked_constant`; transformers marks its install probes and
+# version checks so, under their `lru_cache`) returns the same for the life of the
+# process: it is called here, once, and its result is a constant of the variant,
+# as torch.compile takes it. Called with tensors, it is traced as any other.
+def _marked_constant(fn: Any) -> bool:
+    while fn is not None:
+        if getattr(fn, "_dynamo_marked_constant", False) is True:
+            return True
+        fn = getattr(fn, "__wrapped__", None)
+    return False
+
+
+def _holds_tensors(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensors(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_tensors(v) for v in value.values())
+    return False
+
+
+def _device(value: Any) -> torch.device | None:
+    """`value` as a device, if it is one or names one."""
+    if not isinstance(value, (str, torch.device)):
+        return None
+    try:
+        return torch.device(value)
+    except (RuntimeError, TypeError):
+        return None
+
+
+def _traced(value: Any) -> bool:
+    """Whether `value` is a tensor the interpreter traces (on the meta device)."""
+    return isinstance(value, torch.Tensor) and value.device.type == "meta"
+
+
 MAX_LITERAL = 64  # elements of a `torch.tensor([...])` built from scalars
 
 
