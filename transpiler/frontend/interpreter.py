@@ -575,6 +575,11 @@ class Interpreter:
             return fn(*args, **kwargs)
         if isinstance(fn, Closure):
             return self.run_closure(fn, args, kwargs)
+        if isinstance(getattr(fn, "__self__", None), FunctionContext):
+            return fn(*args, **kwargs)  # what ctx records, for a backward not run
+        forward = _custom_forward(fn)
+        if forward is not None and not self.train and self._is_user(forward):
+            return self._custom_function(fn.__self__, forward, args, kwargs)
         if _marked_constant(fn) and not _holds_tensors((args, kwargs)):
             return _apply(lambda: fn(*args, **kwargs))  # Note [Constant results]
         owner = getattr(fn, "__self__", None)
@@ -640,6 +645,15 @@ class Interpreter:
                 raise Unsupported(f"needs tensor data: {_first_line(e)}") from e
             _users(e)
             raise
+
+    def _custom_function(self, function, forward, args: tuple, kwargs: dict) -> Any:
+        """`Function.apply(*args)` of a custom autograd Function, without
+        gradients: its forward (Note [Custom autograd functions])."""
+        if function.setup_context is not _SETUP_CONTEXT:  # forward(*args) alone
+            return self.run_function(forward, args, kwargs)
+        ctx = FunctionContext(len(args))
+        self.created[id(ctx)] = ctx
+        return self.run_function(forward, (ctx, *args), kwargs)
 
     def _constructs(self, cls) -> bool:
         """Whether calling `cls` is interpreted: a plain class (not a module, not
@@ -1732,6 +1746,53 @@ DEVICE_QUERIES = {
     "is_cpu": lambda device: device.type == "cpu",
     "is_meta": lambda device: False,
 }
+
+
+# Note [Custom autograd functions]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# `MyFunction.apply(x)` of a `torch.autograd.Function` (BLOOM's GELU, timm's
+# memory-efficient activations) computes its `forward`; its `backward` matters only
+# where a gradient flows. A variant that is not a training step runs only where
+# none does (its guard: no grad mode, or nothing it reads requires grad), so there
+# the forward is interpreted as any other function, with a context that keeps
+# what the forward saves and answers that no input needs a gradient. A training
+# step keeps the call as fallback code: the Function's own backward, which may
+# not be the forward's derivative (a straight-through estimator), is eager's.
+_SETUP_CONTEXT = torch.autograd.Function.setup_context
+
+
+class FunctionContext:
+    """The `ctx` of a custom Function's forward where no gradient flows."""
+
+    def __init__(self, inputs: int):
+        self.needs_input_grad = (False,) * inputs
+        self.saved_tensors: tuple = ()
+
+    def save_for_backward(self, *tensors) -> None:
+        self.saved_tensors = tensors
+
+    def save_for_forward(self, *tensors) -> None:
+        pass
+
+    def mark_dirty(self, *tensors) -> None:
+        pass
+
+    def mark_non_differentiable(self, *tensors) -> None:
+        pass
+
+    def set_materialize_grads(self, value: bool) -> None:
+        pass
+
+
+def _custom_forward(fn: Any):
+    """The forward of `fn` if it is `apply` of a custom autograd Function."""
+    owner = getattr(fn, "__self__", None)
+    if getattr(fn, "__name__", None) != "apply" or not isinstance(owner, type):
+        return None
+    if not issubclass(owner, torch.autograd.Function):
+        return None
+    forward = owner.forward
+    return forward if isinstance(forward, types.FunctionType) else None
 
 
 # Note [Constant results]
