@@ -215,6 +215,32 @@ def gemma():
     )  # fmt: skip
 
 
+def gemma2():
+    """Gemma 2: soft-capped attention, a sliding window (8) on alternate layers."""
+    from transformers import Gemma2Config, Gemma2Model
+
+    return Gemma2Model(
+        Gemma2Config(
+            vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN,
+            num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+            num_key_value_heads=2, head_dim=HIDDEN // HEADS, sliding_window=8,
+            max_position_embeddings=POSITIONS, use_cache=False,
+        )
+    )  # fmt: skip
+
+
+def bloom():
+    """BLOOM: ALiBi, and a GELU written as a custom autograd Function."""
+    from transformers import BloomConfig, BloomModel
+
+    return BloomModel(
+        BloomConfig(
+            vocab_size=VOCAB, hidden_size=HIDDEN, n_layer=LAYERS, n_head=HEADS,
+            use_cache=False,
+        )
+    )  # fmt: skip
+
+
 def distilbert():
     from transformers import DistilBertConfig, DistilBertModel
 
@@ -315,6 +341,10 @@ class Model:
     timm: bool = False  # needs the torchvision stand-in on sys.path
     vocab: int = VOCAB  # token ids are drawn below it
     more: tuple[dict[str, str], ...] = ()  # further variants, tried after `inputs`
+    # a training step compiles whole (BLOOM's GELU is a custom autograd Function,
+    # whose backward a training step leaves to eager: Note [Custom autograd
+    # functions] in frontend/interpreter.py)
+    trains: bool = True
 
 
 def _f(fn: str) -> str:
@@ -375,6 +405,19 @@ MODELS = [
         "transformers.models.gemma.modeling_gemma::GemmaModel",
         _f("gemma"),
         {"input_ids": "i64[2,16]"},
+    ),
+    Model(
+        "gemma2_mask",
+        "transformers.models.gemma2.modeling_gemma2::Gemma2Model",
+        _f("gemma2"),
+        {"input_ids": "i64[2,16]", "attention_mask": "i64[2,16]"},
+    ),
+    Model(
+        "bloom_mask",
+        "transformers.models.bloom.modeling_bloom::BloomModel",
+        _f("bloom"),
+        {"input_ids": "i64[2,16]", "attention_mask": "i64[2,16]"},
+        trains=False,
     ),
     Model(
         "distilbert_mask",

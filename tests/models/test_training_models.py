@@ -11,9 +11,11 @@ import pytest
 from tests.models.factories import MODELS, Model
 from tests.models.test_models import _check, _transpile
 
+TRAINED = [m for m in MODELS if m.trains]
+
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", MODELS, ids=[m.name for m in MODELS])
+@pytest.mark.parametrize("model", TRAINED, ids=[m.name for m in TRAINED])
 def test_library_model_trains_compiled_and_matches_eager(
     model: Model, tmp_path: Path
 ) -> None:
