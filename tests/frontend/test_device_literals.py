@@ -68,6 +68,7 @@ def test_a_cuda_factory_in_a_cuda_variant_is_compiled(tmp_path) -> None:
 # Note [The variant's device] in frontend/interpreter.py: what the source asks a
 # tensor about its device is the variant's answer, as eager's is on that device.
 QUERIES = """
+import contextlib
 import torch
 from functools import lru_cache
 
@@ -112,6 +113,17 @@ _cached._dynamo_marked_constant = True
 
 def constants(x):
     return x.clamp(max=threshold()) + _cached()
+
+
+def autocast_off(x):
+    # timm's efficientvit: attention outside autocast, unless tracing on meta
+    if x.device.type != "meta":
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            y = x.float() @ x.t()
+    else:
+        y = x
+    with contextlib.nullcontext():
+        return y * 2
 """
 
 X = torch.randn(3, 4)
@@ -128,6 +140,11 @@ ON_EACH = {
         {"x": X, "mask": torch.rand(3, 4) > 0.5},
         lambda x, mask: x.double() * mask + torch.arange(4),
         lambda x, mask: x.double() * mask + torch.arange(4),
+    ),
+    "autocast_off": (
+        {"x": X},
+        lambda x: (x @ x.t()) * 2,
+        lambda x: (x @ x.t()) * 2,
     ),
     "constants": (
         {"x": X * 9},

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+import contextlib
 import contextvars
 import dataclasses
 import importlib
@@ -164,7 +165,12 @@ def attention_written_out(args, kwargs, device: str) -> bool:
     return dropout and not fused_attention(given, device)
 
 
-NO_EFFECT_CONTEXTS = (torch.no_grad, torch.inference_mode, torch.enable_grad)
+NO_EFFECT_CONTEXTS = (
+    torch.no_grad,
+    torch.inference_mode,
+    torch.enable_grad,
+    contextlib.nullcontext,
+)
 PYTHON_SIDE_EFFECTS = {
     builtins.print,
     builtins.input,
@@ -198,6 +204,7 @@ PURE_FUNCTIONS = {
     inspect.unwrap,
     dataclasses.fields,
     dataclasses.is_dataclass,
+    contextlib.nullcontext,  # a context that does nothing (NO_EFFECT_CONTEXTS)
 }
 # Functions of torch (and the modules above) that act on the world or on global state
 # rather than computing a value: RNG state, files, settings, devices, processes,
@@ -580,6 +587,8 @@ class Interpreter:
         forward = _custom_forward(fn)
         if forward is not None and not self.train and self._is_user(forward):
             return self._custom_function(fn.__self__, forward, args, kwargs)
+        if _autocast_off(fn, args, kwargs):  # variants compute without autocast
+            return contextlib.nullcontext()
         if _marked_constant(fn) and not _holds_tensors((args, kwargs)):
             return _apply(lambda: fn(*args, **kwargs))  # Note [Constant results]
         owner = getattr(fn, "__self__", None)
@@ -1795,6 +1804,18 @@ def _custom_forward(fn: Any):
     return forward if isinstance(forward, types.FunctionType) else None
 
 
+def _autocast_off(fn: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether `fn(*args, **kwargs)` is `torch.autocast(..., enabled=False)`: no
+    autocast inside, which a variant computes everywhere (efficientvit's
+    attention turns it off for its kernel); one that turns it on stays a graph
+    break."""
+    if not (isinstance(fn, type) and issubclass(fn, torch.autocast)):
+        return False
+    at = 2 if fn is torch.autocast else 0  # torch.cuda.amp.autocast(enabled, ...)
+    enabled = args[at] if len(args) > at else kwargs.get("enabled", True)
+    return enabled is False
+
+
 # Note [Constant results]
 # ~~~~~~~~~~~~~~~~~~~~~~~
 # A function marked as `torch._dynamo.assume_constant_result` marks it (an
@@ -2062,6 +2083,8 @@ def _grad_inside(ctx, grad: bool) -> bool:
         return True
     if isinstance(ctx, torch.inference_mode):
         return grad and not ctx.mode
+    if isinstance(ctx, contextlib.nullcontext):
+        return grad
     return False  # torch.no_grad
 
 
