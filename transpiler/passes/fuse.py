@@ -617,6 +617,11 @@ def fuse(
                     reads_from.setdefault(best.id, set()).update(
                         reads_from.pop(g.id, set())
                     )
+                    for read in reads_from.values():  # g's readers read best
+                        if g.id in read:
+                            read.discard(g.id)
+                            read.add(best.id)
+                    reads_from[best.id].discard(best.id)
         best.reads |= reads.keys()
         _joined(best, node, nodes, kinds, group_of, reads_from)
     return _frozen(graph, nodes, kinds, groups, group_of, device)
@@ -648,9 +653,8 @@ def _sibling_scatter(node: Node, nodes, kinds, groups, ancestors) -> _State | No
 def can_join(g: _State, node: Node, nodes, kinds, group_of, reads_from) -> bool:
     """Whether no kernel that `node` reads reads, directly or through others,
     what group `g`'s kernel writes: else `node` in `g` makes a cycle."""
-    for r in sources(node, nodes, kinds):
-        producer = group_of.get(resolve(r, nodes, kinds)[2])
-        if producer not in (None, g.id) and reaches(producer, g.id, reads_from):
+    for producer in _producers(node, nodes, kinds, group_of):
+        if producer != g.id and reaches(producer, g.id, reads_from):
             return False
     return True
 
@@ -658,10 +662,28 @@ def can_join(g: _State, node: Node, nodes, kinds, group_of, reads_from) -> bool:
 def _joined(g: _State, node: Node, nodes, kinds, group_of, reads_from) -> None:
     """Record `node` in group `g`, and the groups whose values it reads."""
     group_of[node.name] = g.id
-    producers = {
-        group_of.get(resolve(r, nodes, kinds)[2]) for r in sources(node, nodes, kinds)
-    }
-    reads_from.setdefault(g.id, set()).update(producers - {None, g.id})
+    producers = _producers(node, nodes, kinds, group_of)
+    reads_from.setdefault(g.id, set()).update(producers - {g.id})
+
+
+def _producers(node: Node, nodes, kinds, group_of) -> set[int]:
+    """The kernels whose values `node` reads: directly, or through calls that
+    are not kernels (a convolution between two kernels: HRNet's fuse layers add
+    each branch's convolved neighbours, and a kernel of one branch that took in a
+    sum reading the other's convolution closed a cycle through it)."""
+    out: set[int] = set()
+    todo = [resolve(r, nodes, kinds)[2] for r in sources(node, nodes, kinds)]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in group_of:
+            out.add(group_of[name])
+        elif name in nodes:
+            todo += [resolve(r, nodes, kinds)[2] for r in nodes[name].refs()]
+    return out
 
 
 def _values_group(node: Node, nodes, kinds, groups, group_of, reads_from):
