@@ -851,15 +851,16 @@ def _logsumexp(x, dim, keepdim=False):
 # k rounds over the row, each two reductions that kernels compute: the extreme
 # number among the candidates, then the lowest position that holds the round's
 # pick. topk's order puts NaN above every number: first when it takes the
-# largest, last when it takes the smallest. So a row's count of NaN tells which
-# rounds pick one (the first `nans` rounds, or the last), and the other rounds
-# reduce the numbers alone. The candidates of a round are the elements after the
-# last pick in that order (the lower position first among equals), so an element
-# is picked once, and a row of infinities or NaN gives every position. The rounds
-# read the same row: one row kernel for all of them (eager's CUDA topk of 65536
-# rows of 8 takes 0.17 ms, a kernel a few microseconds). `sorted=False` leaves the
-# order open, and the rounds' order is one. For larger k the rounds would read a
-# long row k times: those stay calls into PyTorch.
+# largest, where amax's NaN does it; last when it takes the smallest, where a
+# row's count of NaN tells which rounds pick one, and the others reduce the
+# numbers alone (so do integers, which have none). The candidates of a round are
+# the elements after the last pick in that order (the lower position first among
+# equals), so an element is picked once, and a row of infinities or NaN gives
+# every position. The rounds read the same row: one row kernel for all of them
+# (eager's CUDA topk of 65536 rows of 8 takes 0.17 ms, a kernel a few
+# microseconds). `sorted=False` leaves the order open, and the rounds' order is
+# one. For larger k the rounds would read a long row k times: those stay calls
+# into PyTorch.
 TOPK_ROUNDS = 8
 TOPK_ROW = 4096  # a row up to this many elements, held by one program
 
@@ -878,6 +879,46 @@ def _topk(x, k, dim=-1, largest=True, sorted=True):
     shape = [1] * x.dim()
     shape[dim] = n
     pos = torch.arange(n, device=x.device).reshape(shape)
+    if x.dtype.is_floating_point and largest:
+        values, indices = _largest_first(x, k, dim, pos)
+    else:
+        values, indices = _counted_rounds(x, k, dim, pos, largest)
+    if k == 1:
+        return values[0], indices[0]
+    return torch.cat(values, dim), torch.cat(indices, dim)
+
+
+def _largest_first(x, k: int, dim: int, pos) -> tuple[list, list]:
+    """The rounds of the largest floats: amax takes a NaN candidate first, as
+    topk's order does."""
+    n = x.shape[dim]
+    low = torch.full((), float("-inf"), dtype=x.dtype, device=x.device)
+    nan = torch.isnan(x)
+    values, indices = [], []
+    candidate = None  # every element, in the first round
+    for _ in range(k):
+        masked = x if candidate is None else torch.where(candidate, x, low)
+        top = torch.amax(masked, dim, keepdim=True)  # NaN where a candidate is
+        holds = (x == top) | (nan & torch.isnan(top))
+        if candidate is not None:
+            holds = holds & candidate
+        at = torch.amin(torch.where(holds, pos, n), dim, keepdim=True)
+        values.append(top)
+        indices.append(at)
+        later = pos > at
+        candidate = torch.where(
+            torch.isnan(top),
+            ~nan | later,
+            (x < top) | ((x == top) & later),
+        )
+    return values, indices
+
+
+def _counted_rounds(x, k: int, dim: int, pos, largest: bool) -> tuple[list, list]:
+    """The rounds of the smallest values, or of integers: each reduces the
+    numbers alone, and a row's count of NaN tells which rounds pick NaN (the
+    last ones, for the smallest)."""
+    n = x.shape[dim]
     floating = x.dtype.is_floating_point
     if floating:
         bound = float("-inf") if largest else float("inf")
@@ -914,9 +955,7 @@ def _topk(x, k, dim=-1, largest=True, sorted=True):
         candidate = beyond(x, best) | ((x == best) & later)
         if floating:
             candidate = torch.where(picks_nan, number | later, candidate | nan)
-    if k == 1:
-        return values[0], indices[0]
-    return torch.cat(values, dim), torch.cat(indices, dim)
+    return values, indices
 
 
 def _one_position(x, dim=None, keepdim=False):
