@@ -589,7 +589,7 @@ class Interpreter:
             return self._custom_function(fn.__self__, forward, args, kwargs)
         if _autocast_off(fn, args, kwargs):  # variants compute without autocast
             return contextlib.nullcontext()
-        if _marked_constant(fn) and not _holds_tensors((args, kwargs)):
+        if _marked_constant(fn) and not _contains((args, kwargs), torch.Tensor):
             return _apply(lambda: fn(*args, **kwargs))  # Note [Constant results]
         owner = getattr(fn, "__self__", None)
         if isinstance(owner, contextvars.ContextVar) and not kwargs:
@@ -1728,12 +1728,17 @@ class Interpreter:
 def _has_opaque(value: Any) -> bool:
     """Whether a value computed by fallback code is in `value`, or in a list,
     tuple or dict inside it (`torch.cat([t, x])`)."""
-    if isinstance(value, OpaqueValue):
+    return _contains(value, OpaqueValue)
+
+
+def _contains(value: Any, kind: type) -> bool:
+    """Whether `value`, or a list, tuple or dict inside it, holds a `kind`."""
+    if isinstance(value, kind):
         return True
     if isinstance(value, (list, tuple)):
-        return any(_has_opaque(v) for v in value)
+        return any(_contains(v, kind) for v in value)
     if isinstance(value, dict):
-        return any(_has_opaque(v) for v in value.values())
+        return any(_contains(v, kind) for v in value.values())
     return False
 
 
@@ -1828,16 +1833,6 @@ def _marked_constant(fn: Any) -> bool:
         if getattr(fn, "_dynamo_marked_constant", False) is True:
             return True
         fn = getattr(fn, "__wrapped__", None)
-    return False
-
-
-def _holds_tensors(value: Any) -> bool:
-    if isinstance(value, torch.Tensor):
-        return True
-    if isinstance(value, (list, tuple)):
-        return any(_holds_tensors(v) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_tensors(v) for v in value.values())
     return False
 
 

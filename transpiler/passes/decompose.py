@@ -891,7 +891,6 @@ def _topk(x, k, dim=-1, largest=True, sorted=True):
 def _largest_first(x, k: int, dim: int, pos) -> tuple[list, list]:
     """The rounds of the largest floats: amax takes a NaN candidate first, as
     topk's order does."""
-    n = x.shape[dim]
     low = torch.full((), float("-inf"), dtype=x.dtype, device=x.device)
     nan = torch.isnan(x)
     values, indices = [], []
@@ -900,18 +899,25 @@ def _largest_first(x, k: int, dim: int, pos) -> tuple[list, list]:
         masked = x if candidate is None else torch.where(candidate, x, low)
         top = torch.amax(masked, dim, keepdim=True)  # NaN where a candidate is
         holds = (x == top) | (nan & torch.isnan(top))
-        if candidate is not None:
-            holds = holds & candidate
-        at = torch.amin(torch.where(holds, pos, n), dim, keepdim=True)
+        at, later = _first_holding(holds, candidate, pos, dim)
         values.append(top)
         indices.append(at)
-        later = pos > at
         candidate = torch.where(
             torch.isnan(top),
             ~nan | later,
             (x < top) | ((x == top) & later),
         )
     return values, indices
+
+
+def _first_holding(holds, candidate, pos, dim: int):
+    """A round's pick: the lowest position among the candidates that holds its
+    value, and the positions after it."""
+    if candidate is not None:
+        holds = holds & candidate
+    n = pos.shape[dim]
+    at = torch.amin(torch.where(holds, pos, n), dim, keepdim=True)
+    return at, pos > at
 
 
 def _counted_rounds(x, k: int, dim: int, pos, largest: bool) -> tuple[list, list]:
@@ -946,12 +952,9 @@ def _counted_rounds(x, k: int, dim: int, pos, largest: bool) -> tuple[list, list
             picks_nan = nans > i if largest else nans >= n - i
             top = torch.where(picks_nan, not_a_number, best)
             holds = torch.where(picks_nan, nan, holds)
-        if candidate is not None:
-            holds = holds & candidate
-        at = torch.amin(torch.where(holds, pos, n), dim, keepdim=True)
+        at, later = _first_holding(holds, candidate, pos, dim)
         values.append(top)
         indices.append(at)
-        later = pos > at
         candidate = beyond(x, best) | ((x == best) & later)
         if floating:
             candidate = torch.where(picks_nan, number | later, candidate | nan)
