@@ -22,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from transpiler.ir.graph import DEVICE, Node, Opaque, Ref, Span, TensorMeta, map_refs
-from transpiler.ir.ops import CHECKS_DATA, device_strides
+from transpiler.ir.ops import CHECKS_DATA, device_strides, on_meta
 from transpiler.text import identifier, is_reserved, unreserved
 
 
@@ -421,7 +421,7 @@ class Recorder(TorchDispatchMode):
                 return WRITES_ARGUMENTS[func](*args, **kwargs)
         if func._schema.is_mutable:
             return self._functionalize(func, args, kwargs)
-        out = func(*args, **kwargs)
+        out = on_meta(op_name(func), args, kwargs)
         if isinstance(out, torch.Tensor):
             stride = device_strides(op_name(func), out, args)
             if stride != out.stride():

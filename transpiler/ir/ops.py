@@ -497,6 +497,67 @@ def device_strides(target: str, out: torch.Tensor, args: tuple) -> tuple[int, ..
     return layout(tuple(out.shape), args) if layout else out.stride()
 
 
+def grouped_mm_result(mat_a, mat_b, offs=None, bias=None, out_dtype=None):
+    """`_grouped_mm`'s result without the limits of one device's kernel: its
+    shape, the dtype asked for (the inputs' by default), contiguous. The shapes
+    must agree as every device's kernel requires; dtypes, strides and alignment
+    are for the kernel to accept or refuse when it runs, as in eager."""
+    a2, b2 = mat_a.dim() == 2, mat_b.dim() == 2
+    torch._check(
+        mat_a.dim() in (2, 3) and mat_b.dim() in (2, 3),
+        lambda: "grouped_mm: multiplicands must be 2D or 3D",
+    )
+    if not (a2 and b2):
+        torch._check(
+            mat_a.size(-1) == mat_b.size(-2),
+            lambda: "contraction dimension of mat_a and mat_b must match",
+        )
+    torch._check(
+        (offs is not None) == (a2 or b2),
+        lambda: "grouped_mm: offsets are needed exactly when a multiplicand is 2D",
+    )
+    groups = offs.size(0) if offs is not None else mat_a.size(0)
+    if a2 and b2:
+        shape = [groups, mat_a.size(0), mat_b.size(1)]
+    elif a2:
+        torch._check(groups == mat_b.size(0), lambda: "group counts must match")
+        shape = [mat_a.size(0), mat_b.size(-1)]
+    elif b2:
+        torch._check(groups == mat_a.size(0), lambda: "group counts must match")
+        shape = [mat_a.size(1), mat_b.size(1)]
+    else:
+        torch._check(mat_a.size(0) == mat_b.size(0), lambda: "batch sizes must match")
+        shape = [mat_a.size(0), mat_a.size(1), mat_b.size(-1)]
+    dtype = out_dtype or mat_a.dtype
+    return torch.empty(shape, dtype=dtype, device=mat_a.device)
+
+
+# Note [Meta kernels with one device's limits]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A few meta kernels check what one device's kernel accepts rather than what the op
+# means: `_grouped_mm`'s takes bf16 only, with 16-byte aligned strides, as CUDA's
+# kernel did, where the CPU kernel multiplies float32 (transformers' mixture of
+# experts calls it so). Where such a meta kernel refuses, the op's result comes
+# from its row here instead, which checks the shapes alone: the op runs as an
+# extern call, and the device's kernel accepts or refuses its arguments at run
+# time, as it does in eager.
+SHAPE_RULES = {
+    "aten._grouped_mm.default": grouped_mm_result,
+}
+
+
+def on_meta(target: str, args: tuple, kwargs: dict):
+    """Op `target` on meta tensors: its meta kernel's result, or where that kernel
+    refuses and the op has a row in SHAPE_RULES, the row's."""
+    try:
+        return resolve_op(target)(*args, **kwargs)
+    except RuntimeError:
+        rule = SHAPE_RULES.get(target)
+        if rule is None:
+            raise
+        return rule(*args, **kwargs)
+
+
 # Extern ops that return a new dense tensor laid out the same on every device, as
 # their meta kernels say; other extern results may be laid out otherwise at run time
 # (passes/extern_layouts.py)

@@ -37,7 +37,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from transpiler.frontend.recorder import GraphBuilder, Recorder, Unsupported
 from transpiler.ir.graph import Graph, Node, TensorMeta, Updated, leaves, map_refs
-from transpiler.ir.ops import attention_arguments, fused_attention, resolve_op
+from transpiler.ir.ops import attention_arguments, fused_attention, on_meta
 from transpiler.passes.decompose import decomposition_table
 from transpiler.passes.retrace import arguments, keep_name, run_node
 
@@ -219,7 +219,7 @@ def _call(node: Node, values: dict, recorder: Recorder, device: str = "cpu"):
     if node.target == "aten.scaled_dot_product_attention.default":
         out = _fused_attention(args, kwargs, device)
     if out is None:
-        out = resolve_op(node.target)(*args, **kwargs)
+        out = on_meta(node.target, args, kwargs)
     meta = node.meta
     if isinstance(meta, TensorMeta) and out.stride() != meta.stride:
         # decomposed, the op lays its result out as its parts do; what follows was

@@ -19,7 +19,7 @@ from transpiler.frontend.recorder import (
     Recorder,
 )
 from transpiler.ir.graph import DEVICE, Graph, Node, Ref, TensorMeta, map_refs
-from transpiler.ir.ops import EXTERN_LAYOUT, device_strides, resolve_op
+from transpiler.ir.ops import EXTERN_LAYOUT, device_strides, on_meta, resolve_op
 
 Rewrite = Callable[[Node, tuple, dict], object]  # returns NotImplemented to keep
 
@@ -123,7 +123,7 @@ def run_node(
         out = op(*args, **kwargs)
     elif out is NotImplemented:  # keep the op whole, even a composite one
         with _disable_current_modes():
-            out = op(*args, **kwargs)
+            out = on_meta(node.target, args, kwargs)
             if node.target in EXTERN_LAYOUT:  # the layout the device's kernel gives it
                 stride = device_strides(node.target, out, args)
                 out = torch.empty_strided(
