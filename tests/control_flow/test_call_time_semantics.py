@@ -1018,3 +1018,71 @@ TABLES: dict[str, Callable[[], tuple[str, dict[str, dict]]]] = {
         {n: {"x": torch.randn(3, 4)} for n in ALIASED},
     ),
 }
+
+
+# Note [Graph breaks that spread]: a break where fallback code cannot run (inside a
+# context that sets a context variable, as transformers' output capturing does)
+# spreads to the statement around it; what is reported names the first break.
+SPREADING = """
+import contextvars
+
+collector = contextvars.ContextVar("collector", default=None)
+
+
+def captured(fn, x):
+    token = collector.set([])
+    try:
+        return fn(x)
+    finally:
+        collector.reset(token)
+
+
+class Counts(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls = self.calls + 1
+        return x * 2
+
+
+class Spreads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Counts()
+
+    def forward(self, x):
+        y = x.relu()
+        z = captured(self.inner, y)
+        return z + 1
+
+
+class Local(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Counts()
+
+    def forward(self, x):
+        return self.inner(x.relu()) + 1
+"""
+
+
+def test_a_graph_break_that_spreads_names_the_first(tmp_path: Path) -> None:
+    inputs = {"x": torch.randn(3)}
+    generated, text = _build(SPREADING, {"Spreads": inputs, "Local": inputs}, tmp_path)
+    breaks = re.search(r"Graph breaks \(code run eagerly\):\n((?:    .*\n)+)", text)[1]
+    lines = [line.strip() for line in breaks.splitlines()]
+    write = "sets .calls of an object the call did not make"
+    # where it can run as fallback code (Local), the write itself breaks
+    local = [line for line in lines if re.match(rf"\S+:\d+: {write} \[", line)]
+    assert len(local) == 1, lines
+    # inside the context, the call around it breaks, naming the write
+    spread = [line for line in lines if ", because " in line]
+    assert len(spread) == 1, lines
+    cause = re.search(r", because \S+?:(\d+): (.*) \[_fallback_\d+\]$", spread[0])
+    assert cause is not None and cause[2] == write, spread[0]
+    source = (PRELUDE + textwrap.dedent(SPREADING)).splitlines()
+    assert source[int(cause[1]) - 1].strip() == "self.calls = self.calls + 1"
+    for name in ("Spreads", "Local"):
+        _run_both(generated, name, lambda: {"x": torch.randn(3)})

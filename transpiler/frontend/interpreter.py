@@ -50,6 +50,7 @@ from transpiler.frontend.recorder import (
     check_dtypes,
     covers,
     memory_of,
+    with_cause,
 )
 from transpiler.frontend.source import OPAQUE_PACKAGES, SourceCache, SourceFile
 from transpiler.ir.graph import (
@@ -838,7 +839,7 @@ class Interpreter:
         except (_Return, _Break, _Continue, UserCodeError, Retrace):
             raise
         except Unsupported as e:
-            self._give_up(stmt, frame, span, mark, e.reason)
+            self._give_up(stmt, frame, span, mark, e.reason, e.cause)
         except Exception as e:
             if OpaqueValue.__name__ in str(e):  # Python refused a fallback value
                 reason = USES_OPAQUE
@@ -860,16 +861,24 @@ class Interpreter:
             self.whole[id(stmt)] = why
             raise Retrace()
 
-    def _give_up(self, stmt, frame: Frame, span: Span, mark: _Mark, why: str) -> None:
+    def _give_up(
+        self,
+        stmt,
+        frame: Frame,
+        span: Span,
+        mark: _Mark,
+        why: str,
+        cause: tuple[Span, str] | None = None,
+    ) -> None:
         """`stmt` becomes fallback code. Where it met conditions on tensor data, the
         paths through them are gone with it; the paths `trace` enumerates must stay
         the same on every run, so tracing starts again with `stmt` as fallback code
         from the outset (`whole`)."""
         if len(self.branches) > mark.branches:
-            self.whole[id(stmt)] = why
+            self.whole[id(stmt)] = with_cause(why, span, cause)
             raise Retrace()
         self._rollback(mark, frame)
-        self.fallback(stmt, frame, span, why)
+        self.fallback(stmt, frame, span, why, cause)
 
     @property
     def conditional(self) -> bool:
@@ -897,26 +906,39 @@ class Interpreter:
         frame.locals.clear()
         frame.locals.update(mark.locals)
 
-    def fallback(self, stmt, frame: Frame, span: Span, reason: str) -> None:
-        """Record `stmt` as fallback code (a graph break) and bind what it assigns.
+    def fallback(
+        self,
+        stmt,
+        frame: Frame,
+        span: Span,
+        reason: str,
+        cause: tuple[Span, str] | None = None,
+    ) -> None:
+        """Record `stmt` as fallback code (a graph break) and bind what it assigns;
+        `cause`: the graph break inside it that made it one, where another
+        statement's (Note [Graph breaks that spread]).
 
         Fallback code runs in source order (`_after`: the previous fallback call).
         When it may write tensors in place, everything compiled that read their old
         values runs before it (`_reads`), and later reads see what it returns.
         """
         self.recorder.span = span
-        self.contexts.check_none_set("runs fallback code")
         builder = self.recorder.builder
-        plan = plan_stub(
-            stmt,
-            frame.visible(),
-            frame.globals,
-            span,
-            reason,
-            builder,
-            self.module_paths,
-            frame.self_name,
-        )
+        try:
+            self.contexts.check_none_set("runs fallback code")
+            plan = plan_stub(
+                stmt,
+                frame.visible(),
+                frame.globals,
+                span,
+                with_cause(reason, span, cause),
+                builder,
+                self.module_paths,
+                frame.self_name,
+            )
+        except Unsupported as e:  # the statement around it breaks instead
+            e.cause = e.cause or cause or (span, reason)
+            raise
         index = self.stubs.setdefault(plan.stub, len(self.stubs))
         self._mark_changed(stmt, frame)
         for n in plan.deleted:
@@ -1406,6 +1428,11 @@ class Interpreter:
             index = [self._slice(e.slice, frame) for e in target.slice]
             key = index[0] if len(index) == 1 else tuple(index)
             _apply(operator.setitem, container, key, value)
+        elif isinstance(target, cst.Attribute):
+            raise Unsupported(
+                f"sets .{target.attr.value} of an object the call did not make",
+                self._span(),
+            )
         else:
             raise Unsupported(
                 f"assignment to {type(target).__name__.lower()} is not compiled",
@@ -2005,6 +2032,18 @@ def _ours(error: BaseException) -> bool:
         return False
     frames = traceback.extract_tb(error.__traceback__)
     return bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(_HERE)
+
+
+# Note [Graph breaks that spread]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A statement that cannot be compiled becomes fallback code where it stands, unless
+# fallback code cannot run there: inside a context that sets a context variable
+# (transformers' output capturing sets one around a whole encoder), or where the
+# stub would need a value it cannot be passed. Then the statement around it breaks
+# instead, and so on outwards: one attribute write in a Swin layer made the whole
+# encoder fallback code, reported as "passes a function to fallback code". The
+# first break travels with the `Unsupported` that spreads it (`cause`), and the
+# graph break finally recorded names it, so the report says what to change.
 
 
 def needs_data(error: BaseException) -> bool:

@@ -33,6 +33,16 @@ class Unsupported(Exception):
         super().__init__(reason)
         self.reason = reason
         self.span = span
+        # the graph break that made this one (Note [Graph breaks that spread])
+        self.cause: tuple[Span, str] | None = None
+
+
+def with_cause(reason: str, span: Span, cause: tuple[Span, str] | None) -> str:
+    """A graph break's reason, with the break inside it that made it one."""
+    if cause is None or cause[0] == span:
+        return reason
+    where, why = cause
+    return f"{reason}, because {where}: {why}"
 
 
 class OpaqueValue:

@@ -41,6 +41,7 @@ from transpiler.frontend.recorder import (
     OpaqueValue,
     Recorder,
     Unsupported,
+    with_cause,
 )
 from transpiler.frontend.source import SourceCache
 from transpiler.ir.graph import (
@@ -456,6 +457,8 @@ def _trace(
                     state.clear()
                 paths[0] = 0
     except Unsupported as e:
+        if e.cause is not None:  # Note [Graph breaks that spread]
+            e.reason = with_cause(e.reason, e.span, e.cause)
         return Traced(None, guards([]), tuple(stubs), e, objects=tuple(objects))
     except UserCodeError as e:  # eager raises it too, on every call
         where = (e.span.file, e.span.line) if e.span else (None, None)
