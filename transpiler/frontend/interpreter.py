@@ -916,7 +916,7 @@ class Interpreter:
     ) -> None:
         """Record `stmt` as fallback code (a graph break) and bind what it assigns;
         `cause`: the graph break inside it that made it one, where another
-        statement's (Note [Graph breaks that spread]).
+        statement's (Note [Graph breaks that spread] in recorder.py).
 
         Fallback code runs in source order (`_after`: the previous fallback call).
         When it may write tensors in place, everything compiled that read their old
@@ -2032,18 +2032,6 @@ def _ours(error: BaseException) -> bool:
         return False
     frames = traceback.extract_tb(error.__traceback__)
     return bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(_HERE)
-
-
-# Note [Graph breaks that spread]
-# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-# A statement that cannot be compiled becomes fallback code where it stands, unless
-# fallback code cannot run there: inside a context that sets a context variable
-# (transformers' output capturing sets one around a whole encoder), or where the
-# stub would need a value it cannot be passed. Then the statement around it breaks
-# instead, and so on outwards: one attribute write in a Swin layer made the whole
-# encoder fallback code, reported as "passes a function to fallback code". The
-# first break travels with the `Unsupported` that spreads it (`cause`), and the
-# graph break finally recorded names it, so the report says what to change.
 
 
 def needs_data(error: BaseException) -> bool:

@@ -37,6 +37,20 @@ class Unsupported(Exception):
         self.cause: tuple[Span, str] | None = None
 
 
+# Note [Graph breaks that spread]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A statement that cannot be compiled becomes fallback code where it stands, unless
+# fallback code cannot run there: inside a context that sets a context variable
+# (transformers' output capturing sets one around a whole encoder), or where the
+# stub would need a value it cannot be passed. Then the statement around it breaks
+# instead, and so on outwards: one attribute write in a Swin layer made the whole
+# encoder fallback code, reported as "passes a function to fallback code". The
+# first break travels with the `Unsupported` that spreads it (`cause`, set by
+# `Interpreter.fallback`), and the graph break finally recorded names it, as does
+# the reason of a variant that runs its source (`trace`), so the report says what
+# to change.
+
+
 def with_cause(reason: str, span: Span, cause: tuple[Span, str] | None) -> str:
     """A graph break's reason, with the break inside it that made it one."""
     if cause is None or cause[0] == span:

@@ -457,7 +457,7 @@ def _trace(
                     state.clear()
                 paths[0] = 0
     except Unsupported as e:
-        if e.cause is not None:  # Note [Graph breaks that spread]
+        if e.cause is not None:  # Note [Graph breaks that spread] in recorder.py
             e.reason = with_cause(e.reason, e.span, e.cause)
         return Traced(None, guards([]), tuple(stubs), e, objects=tuple(objects))
     except UserCodeError as e:  # eager raises it too, on every call
