@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from tests.control_flow.support import compile_variants
+from tests.devices import on_gpu
 from tests.helpers import check_call
 from transpiler.options import TensorSpec, Variant
 
@@ -118,7 +119,9 @@ def test_forward_is_compiled_where_no_gradient_flows(tmp_path, name) -> None:
         text = inspect.getsource(vars(module)[variant])
         code = [ln for ln in text.splitlines() if not ln.strip().startswith("#")]
         assert not any("_fallback_" in ln or "apply" in ln for ln in code), text
-        check_call(vars(module)[variant], eager, inputs, where=f"{name} {variant}")
+        run = vars(module)[variant]
+        run = on_gpu(run) if variant.startswith("_cuda") else run
+        check_call(run, eager, inputs, where=f"{name} {variant}")
 
 
 def test_a_training_step_keeps_the_functions_backward(tmp_path) -> None:

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.control_flow.support import compile_variants
+from tests.devices import on_gpu
 from tests.helpers import check_call
 from transpiler.options import TensorSpec, Variant
 
@@ -156,15 +157,16 @@ ON_EACH = {
 
 @pytest.mark.parametrize("name", sorted(ON_EACH))
 def test_device_queries_answer_for_the_variants_device(tmp_path, name) -> None:
-    inputs, on_cpu, on_gpu = ON_EACH[name]
+    inputs, cpu_result, cuda_result = ON_EACH[name]
     specs = tuple((k, TensorSpec(v.dtype, tuple(v.shape))) for k, v in inputs.items())
     variants = [Variant(specs, "cpu"), Variant(specs, "cuda")]
     module = compile_variants(QUERIES, name, variants, tmp_path)
-    for variant, want in (("_cpu_0", on_cpu), ("_cuda_0", on_gpu)):
+    for variant, want in (("_cpu_0", cpu_result), ("_cuda_0", cuda_result)):
         text = inspect.getsource(vars(module)[variant])
         assert "_fallback_" not in text, text
         given = {k: v.clone() for k, v in inputs.items()}
-        got = vars(module)[variant](**given)
+        run = vars(module)[variant]
+        got = (on_gpu(run) if variant.startswith("_cuda") else run)(**given)
         expected = want(**inputs)
         assert got.dtype == expected.dtype, (variant, got.dtype)
         torch.testing.assert_close(got, expected)
