@@ -78,11 +78,12 @@ def _state(module: torch.nn.Module) -> dict:
 
 def _same(a, b, where: str) -> None:
     assert type(a) is type(b), (where, type(a), type(b))
+    if isinstance(a, torch.Tensor):  # before objects: a tensor has a __dict__ too
+        torch.testing.assert_close(a, b, equal_nan=True, msg=where)
+        return
     if dataclasses.is_dataclass(a) or hasattr(a, "__dict__"):  # an object's state
         a, b = vars(a), vars(b)
-    if isinstance(a, torch.Tensor):
-        torch.testing.assert_close(a, b, equal_nan=True, msg=where)
-    elif isinstance(a, dict):
+    if isinstance(a, dict):
         assert a.keys() == b.keys(), where
         for k in a:
             _same(a[k], b[k], f"{where}.{k}")

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.compile_helpers import assert_same, trace_source
+from transpiler.ir.graph import iter_refs
 from transpiler.passes.constant_fold import constant_fold
 from transpiler.passes.dce import dce
 
@@ -91,12 +92,39 @@ def test_non_identities_stay(expr: str, inputs: dict, tmp_path: Path) -> None:
 
 
 def test_result_dtype_and_shape_are_kept(tmp_path: Path) -> None:
-    source = "def f(x):\n    return x * 1, x + 0\n"
+    source = "def f(x):\n    y = x.exp()\n    return y * 1, y + 0\n"
     before, after = folded(source, {"x": X}, tmp_path)
     out = after.by_name()
     for ref, old in zip(after.outputs, before.outputs):
         assert out[ref.name].meta == before.by_name()[old.name].meta
-    assert all(r.name == "x" for r in after.outputs)
+    assert all(out[r.name].target == "aten.exp.default" for r in after.outputs)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "return x * 1, x + 0",  # the caller's tensor itself, twice
+        "return (x * 1).view(-1)",  # a view of it
+        "return [x * i for i in range(2)]",  # x * 1 beside x * 0
+        "return w - 0, x",  # another input's, beside x itself
+    ],
+)
+def test_returned_identities_of_the_callers_tensors_stay_new(
+    body: str, tmp_path: Path
+) -> None:
+    """Eager returns a new tensor for `x * 1`: the result must not be the
+    caller's `x` (an input, parameter or buffer), which the call may write into
+    and the caller may write into through it."""
+    source = f"def f(x, w):\n    {body}\n"
+    _, after = folded(source, {"x": X, "w": X + 1}, tmp_path)
+    nodes = after.by_name()
+    for ref in iter_refs(after.outputs):
+        base = nodes[ref.name]
+        while base.op == "call" and base.target == "aten.view.default":
+            base = nodes[base.args[0].name]
+        if body.endswith(", x") and ref == after.outputs[-1]:
+            continue  # `x` returned as itself, as eager does
+        assert base.op == "call", (body, str(after))
 
 
 def test_spans_are_kept(tmp_path: Path) -> None:

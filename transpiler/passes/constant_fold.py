@@ -12,7 +12,8 @@ them: its `x ** 0.5` is `sqrt(x)`, -0.0 at -0.0 where C's pow gives 0.0. Identit
 arithmetic is removed only where it changes neither dtype nor shape, and where its
 result need not be a copy: fallback code that writes a
 tensor in place lists the values computed from it (`_reads`), and `x * 1` among
-them must keep its own memory, not become `x`.
+them must keep its own memory, not become `x`; nor does `x * 1` of an input,
+parameter or buffer become the caller's tensor itself.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from functools import partial
 
 import torch
 
-from transpiler.ir.graph import Graph, Node, Ref, read_before_fallback
+from transpiler.ir.graph import Graph, Node, Ref, iter_refs, read_before_fallback
+from transpiler.ir.ops import is_view
 from transpiler.passes.retrace import retrace
 
 POW_RULES = {
@@ -57,17 +59,23 @@ def _pow(node: Node, args, kwargs):
 COMMUTATIVE = ("aten.add.Tensor", "aten.mul.Tensor")
 
 
-def _identity(fills: dict, node: Node, args, kwargs):
+def _identity(fills: dict, owned: set[str], returned: set[str], node, args, kwargs):
     """`x + 0`, `x * 1`, ...: `x`, where `x` has the result's shape and dtype. The
     identity is a scalar, or a `full` of it (`fills`: the backward's zero gradient
     of an output the loss does not read, Note [The backward of a loss alone] in
-    partition.py)."""
+    partition.py). Not where the result is returned (`returned`) and `x` is the
+    caller's (`owned`: an input, parameter or buffer): eager returns a new tensor,
+    which keeps its value when the call writes into `x` and which the caller may
+    write into without changing `x`."""
     if kwargs or len(args) != 2:
         return NotImplemented
     identity = IDENTITY_SCALARS[node.target]
     meta = node.tensor_meta
     for keep, drop in ((0, 1), (1, 0)) if node.target in COMMUTATIVE else ((0, 1),):
         x, other = args[keep], node.args[drop]
+        kept = node.args[keep]
+        if node.name in returned and isinstance(kept, Ref) and kept.name in owned:
+            continue
         if isinstance(other, Ref):
             is_identity = fills.get(other.name) == identity
         else:
@@ -80,6 +88,22 @@ def _identity(fills: dict, node: Node, args, kwargs):
         ):
             return x
     return NotImplemented
+
+
+def _returned(graph: Graph) -> set[str]:
+    """The values the graph returns, and those it returns views of."""
+    nodes = {n.name: n for n in graph.nodes}
+    todo = [r.name for r in iter_refs(graph.outputs)]
+    out: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in out or name not in nodes:
+            continue
+        out.add(name)
+        node = nodes[name]
+        if node.op == "call" and (is_view(node.target) or node.target == "getitem"):
+            todo += [r.name for r in node.refs()]
+    return out
 
 
 def _no_op(node: Node, args, kwargs):
@@ -113,7 +137,9 @@ def constant_fold(graph: Graph) -> Graph:
         and isinstance(n.args[1], (int, float))
         and not isinstance(n.args[1], bool)
     }
-    rewrites = REWRITES | {t: partial(_identity, fills) for t in IDENTITY_SCALARS}
+    owned = {n.name for n in graph.nodes if n.op in ("input", "param")}
+    identity = partial(_identity, fills, owned, _returned(graph))
+    rewrites = REWRITES | {t: identity for t in IDENTITY_SCALARS}
     if not any(n.target in rewrites for n in graph.nodes):
         return graph
     copies = read_before_fallback(graph)
