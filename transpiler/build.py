@@ -105,6 +105,9 @@ class VariantCode:
     dynamic: tuple[tuple[str, str], ...] = ()
     specializes: str = ""  # "size 1 of B": made for a dynamic variant, tried first
     objects: tuple[ObjectInput, ...] = ()  # objects passed in (frontend/objects.py)
+    # (module path, attribute, value) the variant sets when it starts (Note [Model
+    # state the call sets] in frontend/interpreter.py)
+    model_state: tuple[tuple[str, str, object], ...] = ()
     # decided once, when the variant is compiled (`pipeline.decide_cuda_graph`):
     # None, "one" (a graph of the whole call) or "tree" (a graph per segment
     # between branches on tensor data); and why a variant that asked has none

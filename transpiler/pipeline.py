@@ -234,7 +234,14 @@ def compile_variant(
     names = mb.names[backend]
     compiled = finish(_lower(traced, mb, names, variant.device), backend)
     _add_kernels(mb, backend, programs_of(compiled))
-    return VariantCode(name, variant, traced.guards, compiled, objects=traced.objects)
+    return VariantCode(
+        name,
+        variant,
+        traced.guards,
+        compiled,
+        objects=traced.objects,
+        model_state=traced.model_state,
+    )
 
 
 def _add_kernels(mb: ModuleBuilder, backend: str, programs: list[Program]) -> None:
@@ -533,6 +540,7 @@ def compile_dynamic(
         compiled = generalize(lowered, code)
         comparisons = generalize([list(t.comparisons) for t in samples], code)
         objects = generalize([t.objects for t in samples], dim)
+        model_state = generalize([t.model_state for t in samples], code)
     except Mismatch:
         span = next((c[0] for c in samples[0].comparisons), None)
         reason = f"the code depends on {dim} beyond sizes (a loop over it, say)"
@@ -549,6 +557,7 @@ def compile_dynamic(
         compiled,
         dynamic=((dim, code),),
         objects=objects,
+        model_state=model_state,
     )
 
 

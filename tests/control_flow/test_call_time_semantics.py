@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -67,10 +68,11 @@ def built(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _state(module: torch.nn.Module) -> dict:
-    """Parameters, buffers and plain attributes, copied."""
+    """Parameters, buffers and plain attributes of every submodule, copied."""
     plain = {
-        k: copy.deepcopy(v)
-        for k, v in vars(module).items()
+        f"{name}.{k}": copy.deepcopy(v)
+        for name, m in module.named_modules()
+        for k, v in vars(m).items()
         if not k.startswith("_") and k != "training"
     }
     return {**plain, **{k: v.clone() for k, v in module.state_dict().items()}}
@@ -135,12 +137,18 @@ def _on(backend: str, fn):
 
 def _cuda_variant(generated, name: str):
     """The `_cuda_N` function that `name`'s dispatch calls."""
+    return on_gpu(_variant(generated, name, "cuda"))
+
+
+def _variant(generated, name: str, device: str):
+    """The variant function for `device` that `name`'s dispatch calls."""
     (variant,) = set(
         re.findall(
-            r"_guards_(cuda_\d+)\(", inspect.getsource(getattr(generated, name).forward)
+            rf"_guards_({device}_\d+)\(",
+            inspect.getsource(getattr(generated, name).forward),
         )
     )
-    return on_gpu(getattr(generated, f"_{variant}"))
+    return getattr(generated, f"_{variant}")
 
 
 # ------------------------------------------------- in-place writes into the caller's
@@ -361,6 +369,119 @@ def test_state_written_by_the_source_is_read_at_call_time(
     name: str, built, triton_interpreter: None
 ) -> None:
     _run_both(built("state"), name, lambda: {"x": torch.randn(3)}, calls=3)
+
+
+# Note [Model state the call sets]: plain values a forward sets on its modules,
+# set by the variant when it starts. name -> (source, compiled: no fallback code)
+MODEL_STATE = {
+    "ClampsWindow": (  # HF Swin: sizes clamped to the input's resolution
+        """
+        class ClampsWindow(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.window = 4
+                self.shift = 2
+            def clamp(self, size):
+                if size <= self.window:
+                    self.shift = 0
+                    self.window = size
+            def forward(self, x):
+                self.clamp(x.shape[-1])
+                if self.shift > 0:
+                    x = torch.roll(x, self.shift, -1)
+                return x.view(-1, self.window).sum(-1) * self.window
+        """,
+        True,
+    ),
+    "SetsWithoutReading": (
+        """
+        class SetsWithoutReading(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.last = None
+            def forward(self, x):
+                self.last = (x.shape[-1], "seen")
+                return x * self.last[0]
+        """,
+        True,
+    ),
+    "SetsChildMode": (  # a parent sets what a child reads
+        """
+        class Child(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.mode = "slow"
+            def forward(self, x):
+                return x * 2 if self.mode == "fast" else x - 1
+        class SetsChildMode(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.child = Child()
+            def forward(self, x):
+                self.child.mode = "fast"
+                return self.child(x) + 1
+        """,
+        True,
+    ),
+    "ChangesWhatItRead": (  # the next call would read another value: source
+        """
+        class ChangesWhatItRead(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.window = 8
+            def forward(self, x):
+                if x.shape[-1] <= self.window:
+                    self.window = x.shape[-1] - 1
+                return x * self.window
+        """,
+        False,
+    ),
+    "AfterFallbackCode": (
+        """
+        class AfterFallbackCode(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.size = 0
+            def forward(self, x):
+                y = torch.from_numpy(x.numpy() * (self.size + 2))
+                self.size = 5
+                return y + self.size
+        """,
+        False,
+    ),
+    "UnderDataCondition": (
+        """
+        class UnderDataCondition(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.flag = False
+            def forward(self, x):
+                if x.sum() > 0:
+                    self.flag = True
+                return x * 2 if self.flag else x
+        """,
+        False,
+    ),
+}
+
+
+def test_model_state_the_call_sets(tmp_path: Path) -> None:
+    """Each case against eager for three calls on one instance (state, inputs and
+    outputs after each); the compiled ones run no fallback code and set the state
+    when they start, and their guards pass on the calls after the first."""
+    source = "".join(textwrap.dedent(src) for src, _ in MODEL_STATE.values())
+    inputs = {name: {"x": torch.randn(2, 4)} for name in MODEL_STATE}
+    generated, _ = _build(source, inputs, tmp_path)
+    for name, (_, compiled) in MODEL_STATE.items():
+        cpu = inspect.getsource(_variant(generated, name, "cpu"))
+        assert ("_fallback_" not in cpu) == compiled, (name, cpu)
+        with warnings.catch_warnings():
+            # a failed guard warns; where the write is fallback code, the guard
+            # on what the call read fails after its first call, as it should
+            warnings.simplefilter("error" if compiled else "ignore")
+            _run_both(generated, name, lambda: {"x": torch.randn(2, 4)}, calls=3)
+    clamps = inspect.getsource(_variant(generated, "ClampsWindow", "cpu"))
+    assert "self.shift = 0" in clamps and "self.window = 4" in clamps, clamps
 
 
 # ------------------------------------------------------- names bound by fallback code
@@ -1074,7 +1195,10 @@ def test_a_graph_break_that_spreads_names_the_first(tmp_path: Path) -> None:
     generated, text = _build(SPREADING, {"Spreads": inputs, "Local": inputs}, tmp_path)
     breaks = re.search(r"Graph breaks \(code run eagerly\):\n((?:    .*\n)+)", text)[1]
     lines = [line.strip() for line in breaks.splitlines()]
-    write = "sets .calls of an object the call did not make"
+    write = (
+        "sets .calls of a module to 1, where it read 0: the next call would find "
+        "another value"
+    )
     # where it can run as fallback code (Local), the write itself breaks
     local = [line for line in lines if re.match(rf"\S+:\d+: {write} \[", line)]
     assert len(local) == 1, lines

@@ -824,6 +824,9 @@ def variant_function(
         lines.append(f"    {dim} = {size}  # dynamic: one variant for every size")
     bound, reads = module_locals(t, vc)
     lines += bound
+    lines += [  # Note [Model state the call sets] in frontend/interpreter.py
+        f"    {path}.{attr} = {literal(value)}" for path, attr, value in vc.model_state
+    ]
     region = map_programs(vc.region, partial(_local_objects, t=t))
     # a CUDA graph replays what it captured: it would not compute them again
     keep_as = None if vc.cuda_graph else vc.name

@@ -679,6 +679,46 @@ class Interpreter:
             and self._is_user(cls.__init__)
         )
 
+    def _set_model_state(self, module: nn.Module, name: str, value) -> None:
+        """`self.shift_size = 0` on a module of the model: set here, and by the
+        variant when it starts (Note [Model state the call sets])."""
+        if self.train:
+            raise Unsupported(f"sets .{name} of a module in a training step")
+        if self.conditional:
+            raise Unsupported(f"sets .{name} of a module after a condition on data")
+        if self.last_stub is not None:
+            raise Unsupported(f"sets .{name} of a module after fallback code")
+        read = self.guards.get(AttrRead(self.module_paths[id(module)], name), value)
+        if not _same_value(read, value):
+            raise Unsupported(
+                f"sets .{name} of a module to {value!r}, where it read {read!r}: "
+                "the next call would find another value"
+            )
+        self._set_attribute(module, name, value)
+
+    def model_state(self) -> list[tuple[str, str, Any]]:
+        """The plain attributes the call set on modules of the model: (module
+        path, attribute, value at the return), in the order first set."""
+        written: dict[tuple[int, str], nn.Module] = {}
+        for obj, name, _ in self.attr_writes:
+            if isinstance(obj, nn.Module):
+                written.setdefault((id(obj), name), obj)
+        return [
+            (self.module_paths[key[0]], key[1], vars(obj)[key[1]])
+            for key, obj in written.items()
+        ]
+
+    def restore_model(self) -> None:
+        """Put back what the call set on modules: the next path, or variant, is
+        traced from the model as it was given."""
+        for obj, name, old in reversed(self.attr_writes):
+            if isinstance(obj, nn.Module):
+                _restore(obj, name, old)
+
+    def set_here(self, obj, name: str) -> bool:
+        """Whether this call set `obj.name` (its value is the call's own)."""
+        return any(o is obj and n == name for o, n, _ in self.attr_writes)
+
     def _set_attribute(self, obj, name: str, value) -> None:
         """`obj.name = value` for an object this call made: done here, journaled."""
         self.attr_writes.append((obj, name, vars(obj).get(name, _MISSING)))
@@ -898,11 +938,7 @@ class Interpreter:
         self.last_stub = mark.last_stub
         self.contexts.rollback(mark.contexts)
         while len(self.attr_writes) > mark.attr_writes:
-            obj, name, old = self.attr_writes.pop()
-            if old is _MISSING:
-                object.__delattr__(obj, name)
-            else:
-                object.__setattr__(obj, name, old)
+            _restore(*self.attr_writes.pop())
         frame.locals.clear()
         frame.locals.update(mark.locals)
 
@@ -1419,6 +1455,14 @@ class Interpreter:
             _lookup(target.value, frame), target.attr.value, value
         ):  # `self.count += 1` sets the buffer it updated in place: no change
             pass
+        elif (
+            isinstance(target, cst.Attribute)
+            and _plain_attribute(
+                obj := _lookup(target.value, frame), target.attr.value, value
+            )
+            and id(obj) in self.module_paths
+        ):
+            self._set_model_state(obj, target.attr.value, value)
         elif isinstance(target, cst.Subscript) and (
             self._local_item(target, frame)
             or isinstance(_lookup(target.value, frame), torch.Tensor)
@@ -1543,7 +1587,7 @@ class Interpreter:
         if id(base) not in self.created:  # state outside the call
             value = self._share(value)
         path = self.module_paths.get(id(base))
-        if path is None:
+        if path is None or self.set_here(base, attr):  # the call's own value
             return value
         if guardable(value):
             self.guards[AttrRead(path, attr)] = value
@@ -1750,6 +1794,50 @@ class Interpreter:
 
     def _span(self) -> Span | None:
         return self.recorder.span
+
+
+# Note [Model state the call sets]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# Some forwards set plain attributes of their modules (HF Swin clamps a layer's
+# `shift_size` and `window_size` to the input's resolution on every call). Such a
+# write of a plain value (a number, a string, a tuple of them) is made here, so
+# what follows reads the new value, and undone when the trace ends; the variant
+# sets the module's attribute to its final value when it starts, after its
+# guards (`model_state_lines` in codegen/wrapper.py), as each eager call does.
+# Setting it first is the same as setting it where the source does, because
+#
+# - the value is a constant of the variant, decided by what the guards check;
+# - no fallback code runs before the write (fallback code after it reads the new
+#   value, as eager's does), and no condition on tensor data precedes it;
+# - what compiled code reads of the attribute is read here;
+# - a read before the write that saw another value is refused: the next call
+#   would fail that guard, where eager would read the value this call left.
+#
+# Reads after the write are the call's own value, not guarded. A training step
+# keeps such writes as fallback code.
+def _plain_attribute(obj: Any, name: str, value: Any) -> bool:
+    """Whether `obj.name = value` sets a plain value into a module's `__dict__`:
+    not a parameter, buffer or submodule, nor through a property."""
+    if not isinstance(obj, nn.Module) or not guardable(value):
+        return False
+    if type(obj).__setattr__ is not nn.Module.__setattr__:
+        return False
+    if any(name in table for table in (obj._parameters, obj._buffers, obj._modules)):
+        return False
+    return not hasattr(inspect.getattr_static(type(obj), name, None), "__set__")
+
+
+def _restore(obj: Any, name: str, old: Any) -> None:
+    """Put back `obj.name` as it was before a write (`_MISSING`: unset)."""
+    if old is _MISSING:
+        object.__delattr__(obj, name)
+    else:
+        object.__setattr__(obj, name, old)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal, and of the same type (a guard compares both)."""
+    return type(a) is type(b) and a == b
 
 
 def _has_opaque(value: Any) -> bool:

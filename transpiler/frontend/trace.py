@@ -76,6 +76,8 @@ class Traced:
     loops: tuple[LoopBody, ...] = ()  # `_loop:N` runs loops[N]
     comparisons: tuple[tuple, ...] = ()  # see Interpreter.comparisons
     objects: tuple[ObjectInput, ...] = ()  # Note [Objects passed in]
+    # (module path, attribute, value): Note [Model state the call sets]
+    model_state: tuple[tuple[str, str, object], ...] = ()
 
     @property
     def graph(self) -> Graph | None:
@@ -387,6 +389,7 @@ def _trace(
     paths = [0]
     objects: list[ObjectInput] = []
     whole: dict[int, str] = {}  # statements that are fallback code on every path
+    model_state: list[tuple] = []  # Note [Model state the call sets]
 
     def run(decisions: tuple[bool, ...]) -> _Path:
         paths[0] += 1
@@ -436,9 +439,11 @@ def _trace(
                     outputs = map_refs(outputs, lambda r: returned.get(r, r))
                 if writes or copies:
                     outputs = Updated(outputs, writes, copies)
+                model_state[:] = interp.model_state()
         finally:
             reads.update(interp.guards)
             comparisons.extend(interp.comparisons)
+            interp.restore_model()
         return _Path(builder.nodes, interp.branches, outputs)
 
     def guards(graphs: list[Graph]) -> tuple:
@@ -476,6 +481,7 @@ def _trace(
         loops=bodies,
         comparisons=tuple(comparisons),
         objects=tuple(objects),
+        model_state=tuple(model_state),
     )
 
 
