@@ -22,6 +22,8 @@ import operator
 import sys
 import traceback
 import types
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -512,6 +514,7 @@ class Interpreter:
         # (Note [Objects passed in] in objects.py)
         self.inputs: dict[int, InputObject] = {}
         self.attr_writes: list[tuple[object, str, Any]] = []
+        self.set_counts: Counter[tuple[int, str]] = Counter()  # in attr_writes
         self.statements: list = [None]  # being run, innermost last
 
     # ---- functions ------------------------------------------------------------
@@ -685,7 +688,9 @@ class Interpreter:
         if self.train:
             raise Unsupported(f"sets .{name} of a module in a training step")
         if self.conditional:
-            raise Unsupported(f"sets .{name} of a module after a condition on data")
+            raise Unsupported(
+                f"sets .{name} of a module after a condition on tensor data"
+            )
         if self.last_stub is not None:
             raise Unsupported(f"sets .{name} of a module after fallback code")
         read = self.guards.get(AttrRead(self.module_paths[id(module)], name), value)
@@ -696,16 +701,21 @@ class Interpreter:
             )
         self._set_attribute(module, name, value)
 
+    def first_set(self, keep: Callable[[object], bool]) -> list[tuple[object, str]]:
+        """The attributes the call set on objects that `keep` accepts, as
+        (object, name), in the order first set."""
+        written: dict[tuple[int, str], tuple[object, str]] = {}
+        for obj, name, _ in self.attr_writes:
+            if keep(obj):
+                written.setdefault((id(obj), name), (obj, name))
+        return list(written.values())
+
     def model_state(self) -> list[tuple[str, str, Any]]:
         """The plain attributes the call set on modules of the model: (module
         path, attribute, value at the return), in the order first set."""
-        written: dict[tuple[int, str], nn.Module] = {}
-        for obj, name, _ in self.attr_writes:
-            if isinstance(obj, nn.Module):
-                written.setdefault((id(obj), name), obj)
         return [
-            (self.module_paths[key[0]], key[1], vars(obj)[key[1]])
-            for key, obj in written.items()
+            (self.module_paths[id(obj)], name, vars(obj)[name])
+            for obj, name in self.first_set(lambda obj: isinstance(obj, nn.Module))
         ]
 
     def restore_model(self) -> None:
@@ -717,11 +727,12 @@ class Interpreter:
 
     def set_here(self, obj, name: str) -> bool:
         """Whether this call set `obj.name` (its value is the call's own)."""
-        return any(o is obj and n == name for o, n, _ in self.attr_writes)
+        return self.set_counts[id(obj), name] > 0
 
     def _set_attribute(self, obj, name: str, value) -> None:
         """`obj.name = value` for an object this call made: done here, journaled."""
         self.attr_writes.append((obj, name, vars(obj).get(name, _MISSING)))
+        self.set_counts[id(obj), name] += 1
         object.__setattr__(obj, name, value)
 
     def _record(self, cls: type, args: tuple, kwargs: dict) -> Any:
@@ -938,7 +949,9 @@ class Interpreter:
         self.last_stub = mark.last_stub
         self.contexts.rollback(mark.contexts)
         while len(self.attr_writes) > mark.attr_writes:
-            _restore(*self.attr_writes.pop())
+            obj, name, old = self.attr_writes.pop()
+            self.set_counts[id(obj), name] -= 1
+            _restore(obj, name, old)
         frame.locals.clear()
         frame.locals.update(mark.locals)
 
@@ -1803,7 +1816,7 @@ class Interpreter:
 # write of a plain value (a number, a string, a tuple of them) is made here, so
 # what follows reads the new value, and undone when the trace ends; the variant
 # sets the module's attribute to its final value when it starts, after its
-# guards (`model_state_lines` in codegen/wrapper.py), as each eager call does.
+# guards (`variant_function` in codegen/wrapper.py), as each eager call does.
 # Setting it first is the same as setting it where the source does, because
 #
 # - the value is a constant of the variant, decided by what the guards check;

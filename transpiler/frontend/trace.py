@@ -566,10 +566,7 @@ def _inputs(
 def _input_writes(builder: GraphBuilder, recorder: Recorder, interp) -> tuple:
     """The attributes the call set on objects passed in, each with its value at
     the return, in the order first set: effects generated code replays."""
-    written: dict[tuple[int, str], object] = {}
-    for obj, name, _ in interp.attr_writes:
-        if id(obj) in interp.inputs:
-            written.setdefault((id(obj), name), obj)
+    written = interp.first_set(lambda obj: id(obj) in interp.inputs)
     if written and interp.stubs:
         raise Unsupported(
             "sets attributes of an object passed in and has fallback code, which "
@@ -577,11 +574,11 @@ def _input_writes(builder: GraphBuilder, recorder: Recorder, interp) -> tuple:
         )
     return tuple(
         (
-            interp.inputs[key[0]],
-            key[1],
-            _output_refs(vars(obj)[key[1]], builder, recorder, interp),
+            interp.inputs[id(obj)],
+            name,
+            _output_refs(vars(obj)[name], builder, recorder, interp),
         )
-        for key, obj in written.items()
+        for obj, name in written
     )
 
 
