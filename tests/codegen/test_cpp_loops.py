@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.compile_helpers import compile_source
+from tests.compile_helpers import compile_source, specs
+from tests.helpers import check_call, variant_dtype
 from transpiler.codegen.indexing import inner_split, split_index
 from transpiler.ir.program import Index, Term
 from transpiler.options import parse_spec
@@ -150,6 +151,42 @@ def row_softmax_bf16(x):
     return torch.softmax(x, dim=-1)
 
 
+def long_softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def long_softmax_f64(x):
+    return torch.softmax(x, dim=-1)
+
+
+def long_softmax_bf16(x):
+    return torch.softmax(x, dim=-1)
+
+
+def long_softmax_too_long(x):
+    return torch.softmax(x, dim=-1)
+
+
+def long_softmax_and_its_exp(x):
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True), e
+
+
+def long_softmax_into_input(x):
+    x.copy_(torch.softmax(x, dim=-1))
+    return x.sum()
+
+
+def long_gelu_share(x):
+    g = torch.nn.functional.gelu(x)
+    return g / g.sum(-1, keepdim=True)
+
+
+def long_abs_share(x):
+    a = x.abs()
+    return a / a.sum(-1, keepdim=True)
+
+
 def short_rows(x):
     return x.sum(-1), x.amax(-1), x.amin(-1), x.mean(-1)
 
@@ -245,6 +282,15 @@ CASES = {
     "row_amin": {"x": with_specials(randn(7, 1500))},
     "row_norm": {"x": 3 + randn(6, 1000)},
     "row_softmax": {"x": randn(40, 1024)},
+    # rows longer than the stack's row buffer (Note [Rows kept in an output])
+    "long_softmax": {"x": with_specials(randn(6, 20000))},
+    "long_softmax_f64": {"x": randn(4, 20000).double()},
+    "long_softmax_bf16": {"x": randn(4, 20000).bfloat16()},
+    "long_softmax_too_long": {"x": randn(2, 300000)},
+    "long_softmax_and_its_exp": {"x": randn(4, 20000)},
+    "long_softmax_into_input": {"x": randn(4, 20000)},
+    "long_gelu_share": {"x": randn(4, 20000)},
+    "long_abs_share": {"x": randn(4, 20000)},
     "row_softmax_bf16": {"x": randn(40, 1024).bfloat16()},
     # an innermost dimension of 2 and pieces along an outer one (Note [Short
     # inner loops] in codegen/cpp.py); the pairs read in either order
@@ -292,10 +338,39 @@ def _kernel(c, name: str) -> str:
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_matches_eager(compiled, name: str) -> None:
+    """Outputs, and inputs after the call, against eager."""
+    inputs = CASES[name]
     c = compiled[name]
-    torch.testing.assert_close(
-        c.cpu(**CASES[name]), c.eager(**CASES[name]), equal_nan=True
-    )
+    check_call(c.cpu, c.eager, inputs, variant_dtype(specs(inputs)))
+
+
+@pytest.mark.parametrize(
+    ("name", "kept"),
+    [
+        ("long_softmax", "out_ptr"),
+        ("long_softmax_f64", "out_ptr"),
+        ("long_softmax_and_its_exp", "out_exp_ptr"),
+        ("long_softmax_into_input", "out_ptr"),  # then copied into x
+        ("long_gelu_share", "out_ptr"),
+        ("long_softmax_bf16", None),  # exp in f32, the output bf16: not exact
+        ("long_softmax_too_long", None),  # the row and its input would not stay in L2
+        ("long_abs_share", None),  # as cheap to compute again as to read
+    ],
+)
+def test_long_rows_keep_costly_values_in_an_output(
+    compiled, name: str, kept: str | None
+) -> None:
+    """Note [Rows kept in an output] in codegen/cpp.py: a costly value computed in
+    two loops over a row too long for the stack is written into the row of an
+    output the last loop overwrites, and read from there; computed once."""
+    cpp = kernels_text(compiled[name])
+    rows = re.findall(r"\b\w+_row = (\w+_ptr)\b", cpp)
+    if kept is None:
+        assert not rows, cpp
+        return
+    assert rows == [kept], cpp
+    costly = "gelu" if "gelu" in name else "exp"
+    assert len(re.findall(rf"\b{costly}\w*\(", cpp)) == 1, cpp
 
 
 @pytest.mark.parametrize(

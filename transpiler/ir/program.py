@@ -141,6 +141,9 @@ class CppSchedule:
     loops: tuple[RowLoop, ...] = ()  # each loop over r, in order
     # the ranges of x1 and the conditions constant in each (Note [Edges of windows])
     parts: tuple[tuple[int, int, tuple[tuple[str, bool], ...]], ...] | None = None
+    # the values of `kept` whose row buffer is an output's row, and that output's
+    # parameter (Note [Rows kept in an output] in codegen/cpp.py)
+    kept_in: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
