@@ -793,16 +793,11 @@ class _Renderer:
             return None
         param, index = s.args
         src = self.input_types[param]
-        along = [t for t in index.terms if t.var == "r"]
         if src != s.dtype or s.dtype not in (torch.float32, torch.float64):
             return None
-        if [(t.div, t.stride) for t in along] != [(1, 1)]:
+        if not _along_row(index, self.k.rnumel):
             return None
-        if not isinstance(along[0].mod, int) or along[0].mod < self.k.rnumel:
-            return None
-        start = Index(index.offset, tuple(t for t in index.terms if t.var != "r"))
-        offset = self.index(start)
-        return param if offset == "0" else f"{param} + {offset}"
+        return self._row_start(param, index)
 
     def _output_row(self, param: str) -> str:
         """The current row of output `param`, which the kernel stores once along
@@ -810,7 +805,10 @@ class _Renderer:
         (store,) = (
             s for s in self.k.body if isinstance(s, Store) and s.buffer == param
         )
-        index = store.index
+        return self._row_start(param, store.index)
+
+    def _row_start(self, param: str, index: Index) -> str:
+        """A pointer to the element of `param` at `index` where `r` is 0."""
         start = Index(index.offset, tuple(t for t in index.terms if t.var != "r"))
         offset = self.index(start)
         return param if offset == "0" else f"{param} + {offset}"
@@ -1832,7 +1830,12 @@ def _holds_row(store: Store, rnumel: int) -> bool:
     contiguous: one term of `r`, unscaled and not wrapping, no mask, no scatter."""
     if store.level != "r" or store.mask is not None or store.scatter is not None:
         return False
-    along = [t for t in store.index.terms if t.var == "r"]
+    return _along_row(store.index, rnumel)
+
+
+def _along_row(index: Index, rnumel: int) -> bool:
+    """Whether `index` goes through the row in order, one element at a time."""
+    along = [t for t in index.terms if t.var == "r"]
     if [(t.div, t.stride) for t in along] != [(1, 1)]:
         return False
     mod = along[0].mod
