@@ -28,12 +28,14 @@ static inline float bf16_to_float(uint16_t v) {
     return f;
 }
 
+// round to nearest even; a NaN is 0x7fc0, as c10::BFloat16 rounds it. The NaN is chosen
+// by a select, not a branch out: GCC vectorizes either, but the branch made an RMSNorm
+// over [2048, 2048] bf16 a fifth slower (0.75 against 0.63 ms on two cores)
 static inline uint16_t float_to_bf16(float f) {
     uint32_t u;
     std::memcpy(&u, &f, sizeof u);
-    if (std::isnan(f)) return 0x7fc0;
-    u += 0x7fff + ((u >> 16) & 1);  // round to nearest even
-    return static_cast<uint16_t>(u >> 16);
+    uint32_t rounded = (u + 0x7fff + ((u >> 16) & 1)) >> 16;
+    return static_cast<uint16_t>(f != f ? 0x7fc0u : rounded);
 }
 
 // int64 to and from float and double, as static_cast converts them, in operations
