@@ -782,6 +782,83 @@ def test_a_whole_dimension_kept_last_is_no_split(tmp_path) -> None:
     assert "empty((2, 4, 96, 1)" in compiled["last_two"].cpu_source
 
 
+FLAT_SOURCE = """
+import torch
+
+
+def focal_mean(x, t):
+    p = torch.sigmoid(x)
+    return (t * (1 - p) ** 2 * x + 0.25).mean()
+
+
+def powers_of_two(x):
+    return (x * 3).sum()
+
+
+def broadcast_weight(x, w):
+    return (x * w).mean()
+
+
+def transposed(x):
+    return (x.t() * 2).sum()
+
+
+def whole_variance(x):
+    return (x - 1).var()
+
+
+def low_precision(x):
+    return (x * x).mean()
+
+
+def shared(x):
+    y = torch.sigmoid(x)
+    return y.amax(), y * 2
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "inputs", "taken"),
+    [
+        # 91 * 2^14 elements: 1456 parts of 1024, none of them padded
+        ("focal_mean", {"x": (16384, 91), "t": (16384, 91)}, True),
+        ("whole_variance", {"x": (16384, 91)}, True),
+        ("low_precision", {"x": (16384, 91, torch.bfloat16)}, True),
+        # a producer the result reads too is written, and read as it lies
+        ("shared", {"x": (16384, 91)}, True),
+        # an operand that broadcasts, or one not in memory order: not in parts
+        ("broadcast_weight", {"x": (16384, 91), "w": (91,)}, False),
+        ("transposed", {"x": (91, 16384)}, False),
+        # rows of a power of two as the parts: 2048 of 512, split there
+        ("powers_of_two", {"x": (2048, 512)}, False),
+    ],
+)
+def test_whole_tensors_split_in_memory_order(tmp_path, name, inputs, taken) -> None:
+    """Note [Parts of a whole tensor] in passes/split_reductions.py: on the GPU,
+    the reduction of a whole tensor whose dimensions give no parts of a power of
+    two is split in memory order into parts that are, its elementwise producers
+    computed in the partials' kernel from views of what they read. Against eager
+    on both backends; the CPU's split is by dimensions."""
+    gen = torch.Generator().manual_seed(9)
+    example = {
+        k: (torch.randn(v[:2], generator=gen) + 2).to(*v[2:]) for k, v in inputs.items()
+    }
+    case = compile_source(FLAT_SOURCE, {name: example}, tmp_path)[name]
+    case.check(example)
+    numel = example["x"].numel()
+    length = 1 << (numel // 1024).bit_length() - 1  # the split's UNITS on a GPU
+    flat = f"xnumel = {numel // length}\n    rnumel = {length}\n"
+    assert (flat in case.triton_text) == taken, case.triton_text
+    if not taken:
+        return
+    partials = case.triton_text.split("@triton.jit")[-2]
+    assert flat in partials and "rmask" not in partials, partials  # none padded
+    # the producers are computed in the partials' kernel, never written
+    stored = "empty((16384, 91)" in case.cuda_source
+    assert stored == (name == "shared"), case.cuda_source
+
+
 LANES_SOURCE = """
 import torch
 

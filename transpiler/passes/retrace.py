@@ -7,11 +7,15 @@ do it by running each node's op, or its replacement, on meta tensors under a fre
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._python_dispatch import (
+    _disable_current_modes,
+    _get_current_dispatch_mode,
+)
 
 from transpiler.frontend.recorder import (
     GraphBuilder,
@@ -55,6 +59,26 @@ def retrace(
     builder_nodes = builder.nodes
     outputs = map_refs(graph.outputs, lambda r: _ref_of(values[r.name], builder))
     return graph.with_nodes(builder_nodes, outputs)
+
+
+@contextlib.contextmanager
+def computed_again(node: Node):
+    """Ops a rewrite records inside carry `node`'s source line and origin: a
+    node it computes again, not the node it rewrites."""
+    recorder = _get_current_dispatch_mode()
+    nodes = recorder.builder.nodes
+    start, saved, recorder.span = len(nodes), recorder.span, node.span
+    try:
+        yield
+    finally:
+        recorder.span = saved
+    origin = node.origin or node.target.split(".")[1].lstrip("_")
+    for i in range(start, len(nodes)):
+        n = nodes[i]
+        if n.origin is None:
+            nodes[i] = Node(
+                n.name, n.op, n.target, n.args, n.kwargs, n.meta, n.span, origin
+            )
 
 
 def _ref_of(value, builder: GraphBuilder) -> Ref:

@@ -40,6 +40,26 @@ both its statistics in one kernel of 64 rows; the partials read contiguous rows.
 A ResNet block's training step at [4, 64, 28, 28] spent 5.6 ms in its kernels
 on two threads, 1.7 ms split.
 
+Note [Parts of a whole tensor]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+On a GPU, a part is a row of one program, held in a block of a power of two: a
+part of 5824 elements (a mean over [65536, 91], split at its first dimension into
+1024 parts of 64 x 91) takes a block of 8192, a third of its lanes idle, and
+torchvision's focal loss over it, a dozen ops per element, ran at 0.87x
+torch.compile on the H100. Where a reduction of a whole tensor splits at no
+dimension into parts a power of two long, it is split in memory order: its
+elements as (parts, n / parts), each part the largest power of two that still
+gives `UNITS` parts and divides n (1456 parts of 4096 there). Sums, maxima and
+variances do not depend on how the elements are grouped.
+
+A view of the value reduced would have its producers written to memory (their
+positions no longer split into a row's), so the elementwise producers of its
+shape that nothing else reads are computed again, each from views (parts, n /
+parts) of what it reads, which must then be numbers, tensors of one element, or
+tensors of the same shape in memory order: a weight that broadcasts along a
+dimension cannot be read so, and the split stays at a dimension. On the CPU,
+which has no blocks to fill, the split stays at a dimension.
+
 Decided at transpile time for the declared shapes; a dynamic size is never split.
 """
 
@@ -50,8 +70,8 @@ import math
 
 import torch
 
-from transpiler.ir.graph import Graph, Node
-from transpiler.ir.ops import bind_args, correction
+from transpiler.ir.graph import Graph, Node, Ref, TensorMeta, leaves, map_refs
+from transpiler.ir.ops import POINTWISE, bind_args, correction, resolve_op
 from transpiler.passes.fuse import (
     reduced_dims,
     reduction_ok,
@@ -59,7 +79,7 @@ from transpiler.passes.fuse import (
     reduction_spec,
     trailing,
 )
-from transpiler.passes.retrace import retrace
+from transpiler.passes.retrace import computed_again, retrace
 
 NUMEL_MIN = {"cuda": 1 << 20, "cpu": 1 << 18}  # elements below which no split pays
 # ... no split at a whole dimension: on the CPU it pays from fewer, its partials
@@ -81,6 +101,12 @@ SPLITS = {  # reduction -> how its parts combine
     "aten.min.default": torch.amin,
 }
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+# Note [Parts of a whole tensor]: the devices that part a whole tensor in memory
+# order where its dimensions give no parts of a power of two; FLAT is the
+# dimension such a split names
+FLAT_DEVICES = ("cuda",)
+FLAT = -1
+OPTIONS = (torch.dtype, torch.device, torch.layout, torch.memory_format)
 VARIANCES = (
     "aten.var_mean.correction",
     "aten.var_mean.dim",
@@ -91,28 +117,32 @@ VARIANCES = (
 
 def split_reductions(graph: Graph, device: str) -> Graph:
     nodes = graph.by_name()
+    users = graph.users()
     split = {
         n.name: s
         for n in graph.nodes
-        if n.target in SPLITS and (s := _split(n, nodes, device)) is not None
+        if n.target in SPLITS and (s := _split(n, nodes, users, device)) is not None
     }
     split |= {
         n.name: s
         for n in graph.nodes
-        if n.target in VARIANCES and (s := _split(n, nodes, device)) is not None
+        if n.target in VARIANCES and (s := _split(n, nodes, users, device)) is not None
     }
     if not split:
         return graph
+    values: dict[str, object] = {}
+    flat = functools.partial(_flat, nodes=nodes, users=users, values=values)
     rewrites = {
-        target: functools.partial(_rewrite, split, SPLITS[target]) for target in SPLITS
+        target: functools.partial(_rewrite, split, SPLITS[target], flat)
+        for target in SPLITS
     }
     rewrites |= {
-        target: functools.partial(_split_variance, split) for target in VARIANCES
+        target: functools.partial(_split_variance, split, flat) for target in VARIANCES
     }
-    return retrace(graph, rewrites=rewrites)
+    return retrace(graph, rewrites=rewrites, values=values)
 
 
-def _split(node: Node, nodes: dict[str, Node], device: str) -> tuple | None:
+def _split(node: Node, nodes: dict[str, Node], users, device: str) -> tuple | None:
     """(dimension split, parts, dimensions reduced) of a reduction worth
     splitting, or None. `parts` is None where dimension split is reduced whole
     in the second kernel (Note [Split reductions])."""
@@ -138,6 +168,18 @@ def _split(node: Node, nodes: dict[str, Node], device: str) -> tuple | None:
             return d, None, reduced
     if rows * rnumel < NUMEL_MIN[device]:
         return None
+    split = _dimension_parts(shape, reduced, units, rnumel, device)
+    if split is None or split[1] & (split[1] - 1):  # parts not a power of two long
+        flat = _flat_parts(node, nodes, users, device)
+        if flat is not None:  # Note [Parts of a whole tensor]
+            return FLAT, flat, reduced
+    return None if split is None else (split[0], rnumel // split[1], reduced)
+
+
+def _dimension_parts(shape, reduced, units: int, rnumel: int, device: str):
+    """(dimension, elements of each part) of the fewest parts, a power of two,
+    that give the device enough units of work, split from one reduced dimension;
+    None where no dimension splits so."""
     parts = 2
     while units * parts < UNITS[device]:
         parts *= 2
@@ -145,29 +187,110 @@ def _split(node: Node, nodes: dict[str, Node], device: str) -> tuple | None:
         if rnumel // parts >= PART_MIN[device]:
             for d in reduced:
                 if shape[d] % parts == 0 and shape[d] > parts:
-                    return d, parts, reduced
+                    return d, rnumel // parts
         parts //= 2
     return None
 
 
-def _rewrite(split: dict, combine, node: Node, args: tuple, kwargs: dict):
+def _flat_parts(node: Node, nodes: dict[str, Node], users, device: str) -> int | None:
+    """Parts of a reduction of a whole tensor, each a power of two of its elements
+    in memory order, where its elementwise producers can compute it in that
+    shape (`_flat_reads`); None where another split is taken (Note [Parts of a
+    whole tensor])."""
+    rows, rnumel = reduction_spec(node, nodes)
+    if device not in FLAT_DEVICES or rows != 1:
+        return None
+    if _flat_reads(nodes[node.args[0].name], nodes, users) is None:
+        return None
+    length = 1 << (rnumel // UNITS[device]).bit_length() - 1
+    while length >= PART_MIN[device] and rnumel % length:
+        length //= 2
+    return rnumel // length if length >= PART_MIN[device] else None
+
+
+def _flat_reads(src: Node, nodes: dict[str, Node], users) -> list[str] | None:
+    """The elementwise producers of `src` of its shape that only `src`'s chain
+    reads, `src` first, where each reads only those, numbers, tensors of one
+    element, and tensors of `src`'s shape laid out in memory order; else None."""
+    shape = src.tensor_meta.shape
+    chain: list[str] = []
+
+    def visit(name: str, top: bool) -> bool:
+        n = nodes[name]
+        meta = n.tensor_meta
+        if not isinstance(meta, TensorMeta):
+            return False
+        if meta.numel == 1 and not top:
+            return True
+        if meta.shape != shape:
+            return False
+        ok = _elementwise(n) and (top or all(u in chain for u in users[name]))
+        if not ok:  # read as it lies in memory
+            return meta.is_contiguous() and not top
+        chain.append(name)
+        return all(
+            isinstance(a, (int, float, bool, str, type(None), *OPTIONS))
+            or (isinstance(a, Ref) and visit(a.name, False))
+            for a in leaves((n.args, n.kwargs))
+        )
+
+    return chain if visit(src.name, True) else None
+
+
+def _elementwise(n: Node) -> bool:
+    """Whether `n` computes each element from the elements at its position alone,
+    whatever the shape its operands have."""
+    row = POINTWISE.get(n.target)
+    return (
+        n.op == "call"
+        and row is not None
+        and row.kind != "iota"
+        and not any(isinstance(a, (list, tuple)) for a in n.args)
+    )
+
+
+def _flat(node: Node, parts: int, nodes, users, values) -> torch.Tensor:
+    """The value `node` reduces as (parts, rest), in memory order: its elementwise
+    producers (`_flat_reads`) computed again from such views of what they read,
+    so that the kernel of the partial results computes them, where a view of
+    their result would have them written to memory (Note [Parts of a whole
+    tensor])."""
+    chain = _flat_reads(nodes[node.args[0].name], nodes, users)
+    done: dict[str, torch.Tensor] = {}
+
+    def read(ref: Ref):
+        if ref.name in done:
+            return done[ref.name]
+        v = values[ref.name]
+        return v if nodes[ref.name].tensor_meta.numel == 1 else v.view(parts, -1)
+
+    order = {name: i for i, name in enumerate(nodes)}
+    for name in sorted(chain, key=order.__getitem__):  # in the source's order
+        n = nodes[name]
+        args, kwargs = map_refs((n.args, dict(n.kwargs)), read)
+        with computed_again(n):
+            done[name] = resolve_op(n.target)(*args, **kwargs)
+    return done[chain[0]]
+
+
+def _rewrite(split: dict, combine, flat, node: Node, args: tuple, kwargs: dict):
     if node.name not in split:
         return NotImplemented
     d, parts, reduced = split[node.name]
     x = args[0]
     keepdim = bool(bind_args(node.target, node.args, node.kwargs).get("keepdim"))
-    view, first = _parts(x, d, parts, reduced)
+    view, first, every = _parts(x, d, parts, reduced, flat, node)
     low = x.dtype in LOW_PRECISION and combine in (torch.sum, torch.mean)
     if low:  # after the view: the kernel of the partials computes it
         view = view.float()
     partial = combine(view, first, keepdim=True)
-    total = combine(partial, sorted(first + [d]), keepdim=False)
+    total = combine(partial, every, keepdim=False)
     if keepdim:
         total = total.view(_kept_shape(x.shape, reduced))
     return total.to(args[0].dtype) if low else total
 
 
-def _split_variance(split: dict, node: Node, args: tuple, kwargs: dict):
+def _split_variance(split: dict, flat, node: Node, args: tuple, kwargs: dict):
     """`var_mean` (or `var`) from the variance and mean of each part (Note
     [Split reductions])."""
     if node.name not in split:
@@ -181,10 +304,9 @@ def _split_variance(split: dict, node: Node, args: tuple, kwargs: dict):
     count = math.prod(shape[e] for e in reduced) // n  # elements in each part
     if count * n - dof <= 0:
         return NotImplemented
-    view, first = _parts(x, d, parts, reduced)
+    view, first, every = _parts(x, d, parts, reduced, flat, node)
     if x.dtype in LOW_PRECISION:
         view = view.float()
-    every = sorted(first + [d])
     part_var, part_mean = torch.var_mean(view, first, correction=0, keepdim=True)
     mean = part_mean.mean(every, keepdim=True)
     spread = ((part_mean - mean) * (part_mean - mean)).sum(every, keepdim=True)
@@ -199,15 +321,20 @@ def _split_variance(split: dict, node: Node, args: tuple, kwargs: dict):
     return (var, mean) if "var_mean" in node.target else var
 
 
-def _parts(x, d: int, parts: int | None, reduced: list[int]):
-    """`x` with dimension `d` split into (parts, rest), and the dimensions of that
-    view reduced first: all reduced ones but the parts. Parts None: `x` itself,
-    dimension `d` the parts."""
+def _parts(x, d: int, parts: int | None, reduced: list[int], flat, node: Node):
+    """`x` with dimension `d` split into (parts, rest), the dimensions of that
+    view reduced first (all reduced ones but the parts), and those its partial
+    results are reduced over. Parts None: `x` itself, dimension `d` the parts;
+    `d` FLAT: the whole of `x` as (parts, rest), by `flat`."""
     if parts is None:
-        return x, [e for e in reduced if e != d]
-    shape = list(x.shape)
-    view = x.view(shape[:d] + [parts, shape[d] // parts] + shape[d + 1 :])
-    return view, sorted([e + (e > d) for e in reduced if e != d] + [d + 1])
+        first = [e for e in reduced if e != d]
+    elif d == FLAT:  # Note [Parts of a whole tensor]
+        return flat(node, parts), [1], [0, 1]
+    else:
+        shape = list(x.shape)
+        x = x.view(shape[:d] + [parts, shape[d] // parts] + shape[d + 1 :])
+        first = sorted([e + (e > d) for e in reduced if e != d] + [d + 1])
+    return x, first, sorted(first + [d])
 
 
 def _kept_shape(shape, reduced: list[int]) -> list[int]:
