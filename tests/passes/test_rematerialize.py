@@ -59,6 +59,14 @@ def read_transposed(x, m, w):
     return (e * h.t().t()).sum(-1) + h.t().sum(0)
 
 
+def read_unsqueezed(x, m, r, w):
+    h = (x - m) * r
+    a = h.relu()
+    e = a @ w
+    g = torch.where(a > 0, e, 0.0)
+    return (g.unsqueeze(0) * h.unsqueeze(0)).sum(-1)
+
+
 def random_values(x, w):
     h = x * torch.rand_like(x)
     e = h @ w
@@ -108,7 +116,14 @@ CASES = {
         4,
         1,
     ),
-    # read through views: stored
+    # read through views that keep each element's place: computed again, the
+    # views copied onto the copies
+    "read_unsqueezed": (
+        {"x": randn(*SQUARE), "m": randn(16), "r": randn(16), "w": randn(*SQUARE)},
+        3,
+        1,
+    ),
+    # read through views that move elements: stored
     "read_transposed": (
         {"x": randn(*SQUARE), "m": randn(16), "w": randn(*SQUARE)},
         1,

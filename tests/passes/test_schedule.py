@@ -80,8 +80,8 @@ def regrouped_reduction(x):
     return (x + 1).view(4, 2, 4).sum(-1)
 
 
-def reshaped_pointwise(x, w):
-    y = x + 1
+def reshaped_pointwise(x, v, w):
+    y = x + v  # two reads to compute again: the reader reads y
     m = y @ w
     return y.view(8, 8) * m.view(8, 8)
 
@@ -126,6 +126,7 @@ INPUTS["reshaped_reduction"] = {"x": torch.randn(4, 6, generator=g)}
 INPUTS["regrouped_reduction"] = {"x": torch.randn(4, 8, generator=g)}
 INPUTS["reshaped_pointwise"] = {
     "x": torch.randn(4, 16, generator=g),
+    "v": torch.randn(4, 16, generator=g),
     "w": torch.randn(16, 16, generator=g),
 }
 INPUTS["same_as_twice"] = INPUTS["twice"]

@@ -235,6 +235,19 @@ def gather_indices(node: Node) -> list:
     return list(node.args[1])
 
 
+def index_in_place(node: Node, ref: Ref, nodes: dict[str, Node]) -> bool:
+    """Whether gather `node` reads `ref` as an index tensor of its result's own
+    shape: each element's index read at that element's own position, where a
+    kernel computing it has it (Note [Indices computed in the kernel] in
+    schedule.py). A tensor it gathers from is read elsewhere."""
+    if node.target not in GATHERS or node.args[0] == ref:
+        return False
+    return (
+        any(isinstance(i, Ref) and i.name == ref.name for i in gather_indices(node))
+        and nodes[ref.name].tensor_meta.shape == node.tensor_meta.shape
+    )
+
+
 def gather_ok(node: Node, nodes: dict[str, Node]) -> bool:
     """Whether kernels compute an indirect load (Note [Indirect loads] in
     schedule.py): `x[i0, i1, ...]` with index tensors of integers, or `gather`."""
@@ -605,8 +618,13 @@ def fuse(
                 best.reduce(node, nodes)
             through_memory = {
                 group_of.get(root)
-                for how, _, root in (resolve(r, nodes, kinds) for r in node.refs())
-                if how == "buffer" or node.target in MOVEMENT + GATHERS
+                for r in node.refs()
+                for how, _, root in [resolve(r, nodes, kinds)]
+                if how == "buffer"
+                or (
+                    node.target in MOVEMENT + GATHERS
+                    and not index_in_place(node, r, nodes)
+                )
             }
             for gid in sorted(candidates - {best.id} - through_memory):
                 g = groups[gid]
@@ -1202,8 +1220,8 @@ def can_fuse(
     for r in reads:
         how, _, root = resolve(r, nodes, kinds)
         if how == "virtual" and root in members:
-            if node.target in MOVEMENT + GATHERS:  # it reads elsewhere than it writes
-                return False
+            if node.target in MOVEMENT + GATHERS and not index_in_place(node, r, nodes):
+                return False  # it reads elsewhere than it writes
             if not _virtual_ok(g, _meta(nodes, root), node_level, shape):
                 return False
         elif root in members or ancestors[root] & members:

@@ -23,9 +23,11 @@ choice is made after a first fusion, from what each kernel reads:
 
 - a value is computed again where it is pointwise and a function of memory
   through at most `MAX_NODES` pointwise ops of its own kernel (no reduction, data
-  movement or random draw among them), read directly by the other kernel; a
-  value of its kernel it reads through a view is read from memory, where that
-  kernel stores it anyway;
+  movement or random draw among them), read by the other kernel at its own
+  positions: directly, or through views that keep each element's flat index
+  (`unsqueeze`, a contiguous `view`; the gather index of a loss), which are
+  copied with it; a value of its kernel it reads through a view is read from
+  memory, where that kernel stores it anyway;
 - for each reading kernel, the values it would compute again are taken together:
   the bytes per element of the memory their ops read that the kernel does not
   read already must not exceed the bytes of the values it no longer reads.
@@ -33,7 +35,11 @@ choice is made after a first fusion, from what each kernel reads:
 
 The graph is fused again with each copy starting its own kernel, which the
 reader's kernel takes in (`fuse`'s `alone`). Where a copy would still be stored,
-that reader keeps reading the stored values, and the graph is fused again.
+that reader keeps reading the stored values, and the graph is fused again. A
+kernel that took copies in can find other stored values it now reads no more
+memory to compute (a loss's row kernel, once it reads the targets for the
+gather's index, computes the masks of ignored targets that the last kernel
+counts): up to `ROUNDS` rounds, the copies of each kept `alone`.
 """
 
 from __future__ import annotations
@@ -46,9 +52,23 @@ from transpiler.passes.dce import dce
 from transpiler.passes.fuse import KERNEL_KINDS, Fusion, fuse, resolve
 
 MAX_NODES = 12  # ops computed again for one stored value
+ROUNDS = 3  # a kernel that took copies in may read others that it then can
 
 
 def rematerialize(graph: Graph, fusion: Fusion, device: str) -> tuple[Graph, Fusion]:
+    alone: frozenset[str] = frozenset()
+    for _ in range(ROUNDS):
+        again = _round(graph, fusion, device, alone)
+        if again is None:
+            break
+        graph, fusion, alone = again
+    return graph, fusion
+
+
+def _round(graph: Graph, fusion: Fusion, device: str, alone: frozenset[str]):
+    """One round: the values kernels would compute again, copied into them and
+    fused again (with the copies of earlier rounds still `alone`); None where
+    no kernel takes any."""
     nodes = graph.by_name()
     kinds, group_of = fusion.kinds, fusion.group_of
     chains = {
@@ -58,7 +78,7 @@ def rematerialize(graph: Graph, fusion: Fusion, device: str) -> tuple[Graph, Fus
         is not None
     }
     if not chains:
-        return graph, fusion
+        return None
     reads = _memory_reads(graph, nodes, kinds, group_of)
     taken: dict[int, list[str]] = {}  # reading kernel -> values it computes again
     for gid, values in sorted(
@@ -68,15 +88,15 @@ def rematerialize(graph: Graph, fusion: Fusion, device: str) -> tuple[Graph, Fus
         if chosen:
             taken[gid] = chosen
     while taken:
-        again, copies = _copied(graph, nodes, chains, taken, group_of)
+        again, copies = _copied(graph, nodes, kinds, chains, taken, group_of)
         again = dce(again)
-        refused = fuse(again, device, alone=frozenset(copies))
+        refused = fuse(again, device, alone=alone | copies.keys())
         stored = {copies[c] for c in refused.realized & copies.keys()}
         if not stored:
-            return again, refused
+            return again, refused, alone | copies.keys()
         # a copy its reader's kernel did not take would be stored too: no better
         taken = {gid: v for gid, v in taken.items() if gid not in stored}
-    return graph, fusion
+    return None
 
 
 def _chain(
@@ -140,8 +160,10 @@ def _memory_reads(graph: Graph, nodes, kinds, group_of) -> dict[int, dict[str, i
 def _direct_readers(
     graph: Graph, chains, nodes, kinds, group_of
 ) -> dict[int, list[str]]:
-    """For each other kernel reading values of `chains`, those it reads directly
-    only (a view between would have to be copied too)."""
+    """For each other kernel reading values of `chains`, those it reads at their
+    own positions only: directly, or through views that keep each element's
+    flat index (`unsqueeze`, a contiguous `view`), which are copied with them; a
+    view that moves positions would read the copy elsewhere."""
     direct: dict[int, set[str]] = {}
     viewed: dict[int, set[str]] = {}
     for n in graph.nodes:
@@ -149,10 +171,11 @@ def _direct_readers(
         if gid is None or kinds[n.name] not in KERNEL_KINDS:
             continue
         for r in n.refs():
-            root = resolve(r, nodes, kinds)[2]
+            how, _, root = resolve(r, nodes, kinds)
             if root not in chains or group_of[root] == gid:
                 continue
-            (direct if r.name == root else viewed).setdefault(gid, set()).add(root)
+            same = r.name == root or how == "virtual"
+            (direct if same else viewed).setdefault(gid, set()).add(root)
     return {
         gid: sorted(values - viewed.get(gid, set()))
         for gid, values in direct.items()
@@ -191,16 +214,17 @@ def _bytes(values: list[str], nodes) -> int:
 
 
 def _copied(
-    graph: Graph, nodes, chains, taken, group_of
+    graph, nodes, kinds, chains, taken, group_of
 ) -> tuple[Graph, dict[str, int]]:
     """`graph` with, for each reading kernel, a copy of the ops of the values it
     computes again, placed after each original, and its reads rewired to them;
     and the kernel each copy is for."""
     used = set(nodes)
     copy_of: dict[tuple[int, str], str] = {}  # (kernel, original) -> copy
+    views = _views_read(graph, nodes, kinds, taken, group_of)
     for gid, values in taken.items():
         for v in values:
-            for name in chains[v]:
+            for name in (*chains[v], *views.get(gid, ())):
                 if (gid, name) not in copy_of:
                     fresh, k = f"{name}_{gid}", 1
                     while fresh in used:
@@ -219,13 +243,32 @@ def _copied(
     for n in graph.nodes:
         gid = group_of.get(n.name)
         if gid in taken:
-            n = reads_copies(n, gid, set(taken[gid]))
+            n = reads_copies(n, gid, {*taken[gid], *views.get(gid, ())})
         out.append(n)
         for g in sorted(by_original.get(n.name, ())):
             copied = {name for (k, name) in copy_of if k == g}
             copy = reads_copies(n, g, copied)
             out.append(dataclasses.replace(copy, name=copy_of[g, n.name]))
     return graph.with_nodes(out), {c: gid for (gid, _), c in copy_of.items()}
+
+
+def _views_read(graph: Graph, nodes, kinds, taken, group_of) -> dict[int, list[str]]:
+    """For each reading kernel, the views through which it reads the values it
+    computes again, in the graph's order: each is copied onto the copies."""
+    out: dict[int, set[str]] = {}
+    for n in graph.nodes:
+        gid = group_of.get(n.name)
+        if gid not in taken:
+            continue
+        for r in n.refs():
+            chain, name = [], r.name
+            while kinds[name] == "view":
+                chain.append(name)
+                name = nodes[name].args[0].name
+            if name in taken[gid] and name != r.name:
+                out.setdefault(gid, set()).update(chain)
+    order = {n.name: i for i, n in enumerate(graph.nodes)}
+    return {gid: sorted(v, key=order.__getitem__) for gid, v in out.items()}
 
 
 def _rewired(n: Node, fn) -> Node:

@@ -831,7 +831,11 @@ class KernelBuilder:
         """`ref` loaded at each position of `shape`, its dimension d at the
         result's dimension `at[d]` (None: at the loaded index i of a pair (i, d)
         of `indirect` instead)."""
-        _, _, root = resolve(ref, self.nodes, self.fusion.kinds)
+        how, _, root = resolve(ref, self.nodes, self.fusion.kinds)
+        if how == "virtual" and self.fusion.group_of.get(root) == self.group.id:
+            # Note [Indices computed in the kernel]: at the result's positions
+            assert not indirect and list(at) == list(range(len(shape))), ref
+            return self.operand(ref, shape, level)
         view = self.nodes[ref.name].tensor_meta
         base = self.nodes[root].tensor_meta
         index = self.placed_index(ref, shape, level, at)
@@ -1233,7 +1237,22 @@ def _memory_order(group: Group, fusion: Fusion, nodes) -> tuple[int, ...]:
 # `positions[batch, q]`) loads each, and x at an address with a term for each:
 # the index tensors broadcast together into the result's dimensions where the
 # first indexed dimension of x was, or first of all when other dimensions of x
-# lie between them, as torch places them (`index_places`).
+# lie between them, as torch places them (`index_places`). An index of the
+# result's own shape that the kernel computes (`where(t != -100, t, 0)` of a loss
+# that ignores padding) is the kernel's value at the result's position (Note
+# [Indices computed in the kernel]).
+#
+# Note [Indices computed in the kernel]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# A gather reads its index tensor at its result's positions where the index has
+# the result's shape (`gather`'s always does). Such an index computed from
+# memory by pointwise ops is then computed in the gather's kernel like any
+# operand at its own positions, and read there from a statement, not loaded:
+# fuse lets the gather join the kernel of its index (`index_in_place`), and
+# rematerialize computes it again in a reader rather than storing it for one
+# (a cross-entropy's index, read by its row kernel, costs the targets' read
+# either way). What the gather gathers from is still read elsewhere than the
+# result's position, from memory or computed again (row_gather).
 
 
 def _pieces(node: Node, nodes) -> tuple[list, object]:
