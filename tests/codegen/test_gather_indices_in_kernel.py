@@ -49,6 +49,15 @@ def take_wrapped(v, i):
 
 def rows_wrapped(e, i):
     return e[(i + 1) % e.shape[0]] * 3
+
+
+def two_indices(x, i, j):
+    return x[i.clamp(max=x.shape[0] - 1), j] - 1
+
+
+def index_also_added(e, i):
+    k = (i + 1) % e.shape[0]
+    return e[k] * 3, k * 2
 """
 
 g = torch.Generator().manual_seed(0)
@@ -92,8 +101,29 @@ CASES = {
         1,
         1,
     ),
-    # the index has fewer dimensions than the rows it picks: read from memory
+    # the index has fewer dimensions than the rows it picks: computed at each
+    # element of a row, from the index tensor read there (and, apart, checked
+    # to lie in range)
     "rows_wrapped": (
+        {
+            "e": torch.randn(C, 8, generator=g),
+            "i": torch.randint(0, 99, (N,), generator=g),
+        },
+        2,
+        2,
+    ),
+    # two indices, one computed: `x[i.clamp(max=n - 1), j]`
+    "two_indices": (
+        {
+            "x": torch.randn(C, 9, generator=g),
+            "i": torch.randint(0, 60, (N, 3), generator=g),
+            "j": torch.randint(0, 9, (N, 3), generator=g),
+        },
+        2,
+        2,
+    ),
+    # an index read by a gather and by arithmetic: stored once, read by both
+    "index_also_added": (
         {
             "e": torch.randn(C, 8, generator=g),
             "i": torch.randint(0, 99, (N,), generator=g),

@@ -62,7 +62,7 @@ from dataclasses import dataclass
 
 import torch
 
-from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
+from transpiler.ir.graph import Graph, Node, Ref, TensorMeta, read_before_fallback
 from transpiler.ir.ops import (
     ATOMIC_TYPES,
     EXTREMA,
@@ -82,6 +82,7 @@ from transpiler.ir.ops import (
     SUPPORTED_DTYPES,
     arange_of,
     bind_args,
+    is_random,
     is_view,
 )
 from transpiler.passes.places import maps_into
@@ -93,6 +94,7 @@ PAD = "aten.constant_pad_nd.default"
 # ops computed again for all the windows that read one value (a 3 x 3 pool of a
 # batch norm and ReLU: 9 windows of 5 ops)
 WINDOW_OPS_MAX = 96
+INDEX_OPS_MAX = 8  # ops of an index computed from memory where gathers read it
 # elements a reduction reads at most to share a kernel with one it shares no data
 # with (Note [Sibling reductions]): 1 MB of f32 is read in well under a launch
 SIBLING_NUMEL = 1 << 18
@@ -759,6 +761,7 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], device: str) -> None:
     users = graph.users()
     nodes = graph.by_name()
     positions = position_values(graph, nodes, kinds)
+    positions |= _index_values(graph, nodes, kinds, positions)
     varying = _of_the_call(graph)
     indexing: set[str] = set()  # Note [Positions as indices] in schedule.py
     for node in reversed(graph.nodes):
@@ -914,6 +917,40 @@ def position_values(graph: Graph, nodes, kinds) -> set[str]:
         ):
             out.add(node.name)
     return out
+
+
+def _index_values(graph: Graph, nodes, kinds, positions: set[str]) -> set[str]:
+    """Integer values computed from memory that no kernel writes, numbers and
+    positions by at most INDEX_OPS_MAX pointwise ops (`(ids + 1) % n`,
+    `t.clamp(0, n - 1)`): where gathers alone read them, as indices, each gather
+    computes them where it reads them, as it does positions (Note [Indices
+    computed in the kernel] in schedule.py). Not a value that fallback code
+    writes the memory of after it is computed."""
+    pinned = read_before_fallback(graph)
+    ops: dict[str, int] = {}
+    for node in graph.nodes:
+        if (
+            kinds[node.name] != "pointwise"
+            or node.target not in POINTWISE
+            or node.target in RANGES
+            or node.name in pinned
+            or is_random(node.target)
+            or node.tensor_meta.dtype not in INDEX_TYPES
+            or any(isinstance(v, Ref) for _, v in node.kwargs)
+        ):
+            continue
+        total, ok = 1, True
+        for r in node.refs():
+            how, _, root = resolve(r, nodes, kinds)
+            if root in ops:
+                total += ops[root]
+            elif root not in positions and (
+                how != "buffer" or kinds[root] in (*KERNEL_KINDS, "item")
+            ):
+                ok = False
+        if ok and total <= INDEX_OPS_MAX:
+            ops[node.name] = total
+    return set(ops)
 
 
 def _indexes(name: str, nodes, kinds, users, indexing: set[str]) -> bool:

@@ -1251,7 +1251,11 @@ def _memory_order(group: Group, fusion: Fusion, nodes) -> tuple[int, ...]:
 # fuse lets the gather join the kernel of its index (`index_in_place`), and
 # rematerialize computes it again in a reader rather than storing it for one
 # (a cross-entropy's index, read by its row kernel, costs the targets' read
-# either way). What the gather gathers from is still read elsewhere than the
+# either way). An integer index computed from memory by a few pointwise ops
+# (`e[(ids + 1) % n]`, whose index picks rows: fewer dimensions than the
+# result) that gathers alone read is computed where each gather reads it, at
+# the positions it reads, as positions are (`fuse._index_values`): never
+# stored. What the gather gathers from is still read elsewhere than the
 # result's position, from memory or computed again (row_gather).
 
 
