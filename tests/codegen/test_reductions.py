@@ -813,7 +813,7 @@ def low_precision(x):
 
 def shared(x):
     y = torch.sigmoid(x)
-    return y.amax(), y * 2
+    return y.sum(), y * 2
 """
 
 
@@ -825,7 +825,9 @@ def shared(x):
         ("focal_mean", {"x": (16384, 91), "t": (16384, 91)}, True),
         ("whole_variance", {"x": (16384, 91)}, True),
         ("low_precision", {"x": (16384, 91, torch.bfloat16)}, True),
-        # a producer the result reads too is written, and read as it lies
+        # a producer the result reads too: computed again from x by the kernel
+        # that writes the result, never stored itself (a sum: Triton's
+        # interpreter takes two minutes over a maximum of these)
         ("shared", {"x": (16384, 91)}, True),
         # an operand that broadcasts, or one not in memory order: not in parts
         ("broadcast_weight", {"x": (16384, 91), "w": (91,)}, False),
@@ -854,8 +856,9 @@ def test_whole_tensors_split_in_memory_order(tmp_path, name, inputs, taken) -> N
         return
     partials = case.triton_text.split("@triton.jit")[-2]
     assert flat in partials and "rmask" not in partials, partials  # none padded
-    # the producers are computed in the partials' kernel, never written
-    stored = "empty((16384, 91)" in case.cuda_source
+    # the producers are computed in the partials' kernel, never written; of
+    # `shared`, only its result `y * 2` is
+    stored = case.cuda_source.count("empty((16384, 91)")
     assert stored == (name == "shared"), case.cuda_source
 
 
