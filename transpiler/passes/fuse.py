@@ -761,7 +761,7 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], device: str) -> None:
     users = graph.users()
     nodes = graph.by_name()
     positions = position_values(graph, nodes, kinds)
-    positions |= _index_values(graph, nodes, kinds, positions)
+    indices = positions | _index_values(graph, nodes, kinds, positions)
     varying = _of_the_call(graph)
     indexing: set[str] = set()  # Note [Positions as indices] in schedule.py
     for node in reversed(graph.nodes):
@@ -783,9 +783,7 @@ def _mark_inlined(graph: Graph, kinds: dict[str, str], device: str) -> None:
             if _read_in_place(node.name, nodes, kinds, users, indexing):
                 kinds[node.name] = "inline"
             continue
-        if node.name in positions and _indexes(
-            node.name, nodes, kinds, users, indexing
-        ):
+        if node.name in indices and _indexes(node.name, nodes, kinds, users, indexing):
             kinds[node.name] = "inline"
             indexing.add(node.name)
             continue
@@ -932,7 +930,7 @@ def _index_values(graph: Graph, nodes, kinds, positions: set[str]) -> set[str]:
         if (
             kinds[node.name] != "pointwise"
             or node.target not in POINTWISE
-            or node.target in RANGES
+            or not any(True for _ in node.refs())  # a range or a factory
             or node.name in pinned
             or is_random(node.target)
             or node.tensor_meta.dtype not in INDEX_TYPES

@@ -65,7 +65,9 @@ def rematerialize(graph: Graph, fusion: Fusion, device: str) -> tuple[Graph, Fus
     return graph, fusion
 
 
-def _round(graph: Graph, fusion: Fusion, device: str, alone: frozenset[str]):
+def _round(
+    graph: Graph, fusion: Fusion, device: str, alone: frozenset[str]
+) -> tuple[Graph, Fusion, frozenset[str]] | None:
     """One round: the values kernels would compute again, copied into them and
     fused again (with the copies of earlier rounds still `alone`); None where
     no kernel takes any."""
@@ -214,7 +216,7 @@ def _bytes(values: list[str], nodes) -> int:
 
 
 def _copied(
-    graph, nodes, kinds, chains, taken, group_of
+    graph: Graph, nodes, kinds, chains, taken, group_of
 ) -> tuple[Graph, dict[str, int]]:
     """`graph` with, for each reading kernel, a copy of the ops of the values it
     computes again, placed after each original, and its reads rewired to them;
