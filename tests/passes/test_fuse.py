@@ -91,6 +91,18 @@ def outputs_two(x):
 
 def crossed_reads(a, b):
     return torch.lerp(a, b, 0.4)  # bf16: each of two kernels reads the other's cast
+
+
+def row_max_unsqueezed(x):
+    return torch.exp(x - x.amax(-1)[:, None]).sum(-1)
+
+
+def row_sum_reshaped(x):
+    return (x * x.sum(-1).reshape(4, 8, 1)).amax(-1)
+
+
+def row_max_as_a_row(x):
+    return (x - x.amax(1, keepdim=True).view(1, 8)).sum(1)
 """
 
 g = torch.Generator().manual_seed(0)
@@ -120,6 +132,9 @@ INPUTS = {
         "a": torch.randn(8, generator=g).bfloat16(),
         "b": torch.randn(8, generator=g).bfloat16(),
     },
+    "row_max_unsqueezed": {"x": X},
+    "row_sum_reshaped": {"x": torch.randn(4, 8, 16, generator=g)},
+    "row_max_as_a_row": {"x": torch.randn(8, 8, generator=g)},
 }
 
 
@@ -260,6 +275,20 @@ def test_groups_are_in_graph_order(tmp_path: Path) -> None:
 def test_sibling_pointwise_ops_share_a_kernel(tmp_path: Path) -> None:
     _, fusion = fused("gelu_tanh", tmp_path)
     assert len(fusion.groups) == 1, fusion.groups
+
+
+@pytest.mark.parametrize(
+    "name, groups",
+    [("row_max_unsqueezed", 1), ("row_sum_reshaped", 1), ("row_max_as_a_row", 2)],
+)
+def test_row_results_read_through_views(name: str, groups: int, tmp_path: Path) -> None:
+    """A row's result read back per element of the row through a view of the
+    same flat order joins the row's kernel where the view broadcasts it along
+    the row (`m[:, None]`, a reshape to (..., 1)); laid out as a row of its own
+    (`m.view(1, n)`), element j of each row reads the result of row j, which the
+    row's kernel does not hold: a second kernel reads it from memory."""
+    _, fusion = fused(name, tmp_path)
+    assert len(fusion.groups) == groups, fusion.groups
 
 
 # ---- the same graphs, compiled: fusion decisions give eager's numbers -------------

@@ -1257,7 +1257,7 @@ def can_fuse(
         if how == "virtual" and root in members:
             if node.target in MOVEMENT + GATHERS and not index_in_place(node, r, nodes):
                 return False  # it reads elsewhere than it writes
-            if not _virtual_ok(g, _meta(nodes, root), node_level, shape):
+            if not _virtual_ok(g, _meta(nodes, r.name), node_level, shape):
                 return False
         elif root in members or ancestors[root] & members:
             return False  # would read back what this kernel writes
@@ -1319,6 +1319,11 @@ def reaches(src: int, dst: int, reads_from: dict[int, set[int]]) -> bool:
 
 
 def _virtual_ok(g: _State, value: TensorMeta, node_level: str, shape) -> bool:
+    """Whether a value computed in `g`'s kernel, read through a view of the
+    same flat order whose meta is `value`, is there for a node of `shape`
+    computed at `node_level`: a per-row value is, where its view broadcasts
+    along the row's dimensions alone (`m.unsqueeze(-1)` of a row's maximum, not
+    `m.view(1, -1)`)."""
     value_level = level(g, value.numel)
     if g.rnumel == 1 or value_level == node_level:
         return True

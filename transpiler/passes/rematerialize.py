@@ -106,9 +106,10 @@ def _chain(
 ) -> dict[str, dict[str, int]] | None:
     """The ops of `node`'s kernel that compute it (it last), each with the memory
     it reads and the bytes per element of each read (0: broadcast); None where
-    it cannot be computed again. A value of the kernel read through a view is
-    read from memory where the kernel stores it anyway (a split reduction's
-    `x.view(16, 256, n).float()` of a bf16 `x` a matmul reads too)."""
+    it cannot be computed again. A value of the kernel read through a view, or
+    a reduction's result, is read from memory where the kernel stores it anyway
+    (a split reduction's `x.view(16, 256, n).float()` of a bf16 `x` a matmul
+    reads too; `m == -inf` of a split softmax's partial maxima)."""
     out: dict[str, dict[str, int]] = {}
 
     def visit(n: Node) -> bool:
@@ -127,6 +128,8 @@ def _chain(
             if how == "virtual" and group_of.get(root) == group_of[node.name]:
                 if r.name != root and root in stored and root != node.name:
                     via = r.name  # through a view: read back where it is stored
+                elif root in stored and kinds[root] != "pointwise":
+                    via = root  # a reduction's result: read back likewise
                 elif r.name != root or not visit(nodes[root]):
                     return False
                 else:

@@ -60,6 +60,22 @@ tensors of the same shape in memory order: a weight that broadcasts along a
 dimension cannot be read so, and the split stays at a dimension. On the CPU,
 which has no blocks to fill, the split stays at a dimension.
 
+Note [Split softmax]
+~~~~~~~~~~~~~~~~~~~
+A softmax, log-softmax, logsumexp or cross-entropy over few long rows (a top-k
+filter's 256 rows of a 32K vocabulary) reduces each row twice: `m = max(x)`,
+then `s = sum(exp(x - m))`. Split one at a time, that is two kernels of partials
+and two of totals, and the second partials read the row again after the first
+totals. Where the sum is of `exp(x - m)` for the split maximum of the same `x`
+over the same dimensions, each part's partials are its own maximum `m_p` and
+`s_p = sum(exp(x - m_p))`, both in one kernel (one pass over the part where it
+does not fit a block: Note [Online softmax] in codegen/triton.py), and the
+totals, in one kernel, are `m = max(m_p)` and `s = sum(s_p * exp(m_p - m))`,
+a part whose values are all -inf adding nothing (its `s_p` is NaN). A row of
+-inf alone sums to 0 instead of NaN, as the online loop's does; what the ops
+after it compute from the maximum then gives eager's result (NaN for softmax,
+-inf for logsumexp).
+
 Decided at transpile time for the declared shapes; a dynamic size is never split.
 """
 
@@ -132,10 +148,17 @@ def split_reductions(graph: Graph, device: str) -> Graph:
         return graph
     values: dict[str, object] = {}
     flat = functools.partial(_flat, nodes=nodes, users=users, values=values)
+    partials: dict[str, tuple] = {}
     rewrites = {
-        target: functools.partial(_rewrite, split, SPLITS[target], flat)
+        target: functools.partial(_rewrite, split, SPLITS[target], flat, partials)
         for target in SPLITS
     }
+    shifted = _shifted_sums(graph, nodes, split)
+    if shifted:
+        sums = "aten.sum.dim_IntList"
+        rewrites[sums] = functools.partial(
+            _shifted_sum, shifted, partials, rewrites[sums]
+        )
     rewrites |= {
         target: functools.partial(_split_variance, split, flat) for target in VARIANCES
     }
@@ -273,7 +296,9 @@ def _flat(node: Node, parts: int, nodes, users, values) -> torch.Tensor:
     return done[chain[0]]
 
 
-def _rewrite(split: dict, combine, flat, node: Node, args: tuple, kwargs: dict):
+def _rewrite(
+    split: dict, combine, flat, partials: dict, node: Node, args: tuple, kwargs: dict
+):
     if node.name not in split:
         return NotImplemented
     d, parts, reduced = split[node.name]
@@ -285,9 +310,65 @@ def _rewrite(split: dict, combine, flat, node: Node, args: tuple, kwargs: dict):
         view = view.float()
     partial = combine(view, first, keepdim=True)
     total = combine(partial, every, keepdim=False)
+    partials[node.name] = (view, first, every, partial, total)
     if keepdim:
         total = total.view(_kept_shape(x.shape, reduced))
     return total.to(args[0].dtype) if low else total
+
+
+def _shifted_sums(graph: Graph, nodes: dict[str, Node], split: dict) -> dict:
+    """{sum: maximum} for each `sum(exp(x - m))` whose `m` is the split maximum
+    of the same `x` over the same dimensions, kept to broadcast against it
+    (Note [Split softmax])."""
+    out = {}
+    for s in graph.nodes:
+        if s.target != "aten.sum.dim_IntList":
+            continue
+        e = _operand(s, nodes, "aten.exp.default")
+        d = e and _operand(e, nodes, "aten.sub.Tensor")
+        if d is None or dict(d.kwargs).get("alpha", 1) != 1 or len(d.args) != 2:
+            continue
+        x, k = d.args
+        if not isinstance(x, Ref) or not isinstance(k, Ref):
+            continue
+        m = nodes[k.name]
+        if m.target in ("aten.view.default", "aten.unsqueeze.default"):
+            m = nodes[m.args[0].name] if isinstance(m.args[0], Ref) else m
+        meta = nodes[x.name].tensor_meta
+        if (
+            m.target in ("aten.amax.default", "aten.max.default")
+            and m.name in split
+            and m.args[0] == x
+            and meta.dtype in (torch.float32, torch.float64)
+            and e.tensor_meta.shape == meta.shape
+            and reduced_dims(s, nodes) == reduced_dims(m, nodes)
+            and nodes[k.name].tensor_meta.shape
+            == tuple(_kept_shape(meta.shape, reduced_dims(m, nodes)))
+        ):
+            out[s.name] = m.name, reduced_dims(s, nodes)
+    return out
+
+
+def _operand(node: Node, nodes: dict[str, Node], target: str) -> Node | None:
+    """`node`'s first operand where `target` computes it, else None."""
+    a = node.args[0] if node.args else None
+    n = nodes[a.name] if isinstance(a, Ref) else None
+    return n if n is not None and n.target == target else None
+
+
+def _shifted_sum(shifted: dict, partials: dict, other, node, args, kwargs):
+    """`sum(exp(x - m))` from each part's maximum and the sum shifted by it
+    (Note [Split softmax])."""
+    if node.name not in shifted or shifted[node.name][0] not in partials:
+        return other(node, args, kwargs)
+    maximum, reduced = shifted[node.name]
+    view, first, every, m_part, m = partials[maximum]
+    m = m.view(_kept_shape(m_part.shape, every))
+    s_part = torch.exp(view - m_part).sum(first, keepdim=True)
+    lanes = torch.where(m_part == float("-inf"), 0.0, s_part * torch.exp(m_part - m))
+    total = lanes.sum(every)
+    keepdim = bool(bind_args(node.target, node.args, node.kwargs).get("keepdim"))
+    return total.view(_kept_shape(args[0].shape, reduced)) if keepdim else total
 
 
 def _split_variance(split: dict, flat, node: Node, args: tuple, kwargs: dict):
