@@ -4,7 +4,9 @@ A sweep: for inputs of rank 2 to 4, every set of dimensions that is not the last
 ones (leading: a column reduction; middle: a batch norm's (0, 2, 3); several; all
 but one), each function reducing one input several ways at once (sum, amax, amin,
 mean with keepdim, var) with a pointwise prologue computed in the kernel and an
-epilogue that reads the per-row results back per element (`x - mean`). Each is
+epilogue that reads the per-row results back per element (`x - mean`), and a
+second reduction of values shifted by a first's result read back through a
+reshape to the kept shape (a softmax's sum, written by hand). Each is
 compared with eager on outputs and inputs after the call (`Compiled.check`), and
 must run every reduction in a generated kernel: no extern call.
 
@@ -29,12 +31,14 @@ import torch
 def several(x, dims: tuple):
     y = x * 1.5 + 0.25
     centered = y - y.mean(dims, keepdim=True)
+    kept = [1 if d in dims else n for d, n in enumerate(y.shape)]
     return (
         y.sum(dims),
         y.amax(dims),
         y.amin(dims),
         y.var(dims, keepdim=True),
         centered * 2.0,
+        torch.exp(y - y.amax(dims).reshape(kept)).sum(dims),
     )
 """
 
