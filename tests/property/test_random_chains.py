@@ -1,4 +1,5 @@
-"""Random pointwise chains, with a reduction and a broadcast now and then, compiled
+"""Random pointwise chains, with a reduction and a broadcast now and then (its
+result read back kept, through a view, or from other rows), compiled
 through both backends (C++, and Triton's interpreter) and compared with eager:
 outputs, and inputs after the call (`Compiled.check`).
 
@@ -60,6 +61,9 @@ REDUCE = {
     "sum": "{0}.sum(-1, keepdim=True)",
     "amax": "{0}.amax(-1, keepdim=True)",
     "mean": "{0}.mean(-1, keepdim=True)",
+    "amax_unsqueezed": "{0}.amax(-1).unsqueeze(-1)",  # kept through a view
+    "sum_rows_reversed": "torch.flip({0}.sum(-1, keepdim=True), [0])",  # moved
+    "column_sum": "{0}.sum(0, keepdim=True)",
 }
 AFTER_REDUCE = {"sub": "{0} - {1}", "mul": "{0} * {1}", "div": "{0} / ({1}.abs() + 1)"}
 
@@ -117,7 +121,7 @@ def chains(draw) -> Chain:
 
 
 @settings(
-    max_examples=15,
+    max_examples=30,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
