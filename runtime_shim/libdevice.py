@@ -103,6 +103,8 @@ def _interpreted() -> SimpleNamespace:
         "atanh": np.arctanh,
         "lgamma": _lgamma,
         "log10": np.log10,
+        "log1p": np.log1p,
+        "expm1": np.expm1,
     }
     binary = {
         "pow": np.power,

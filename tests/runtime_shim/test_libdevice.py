@@ -53,6 +53,10 @@ def _unary(a_ptr, out_ptr, n, OP: tl.constexpr, BLOCK: tl.constexpr):
     a = tl.load(a_ptr + i, mask, other=1)
     if OP == "signbit":
         y = LIBDEVICE.signbit(a) != 0
+    elif OP == "log1p":
+        y = LIBDEVICE.log1p(a)
+    elif OP == "expm1":
+        y = LIBDEVICE.expm1(a)
     else:
         y = LIBDEVICE.lgamma(a)
     tl.store(out_ptr + i, y, mask)
@@ -102,6 +106,19 @@ def test_signbit_and_lgamma() -> None:
     out = torch.empty_like(a)
     _unary[(1,)](a, out, a.numel(), OP="lgamma", BLOCK=16)
     torch.testing.assert_close(out, torch.lgamma(a), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("op", ["log1p", "expm1"])
+def test_log1p_and_expm1_near_zero_and_at_the_edges(op: str, dtype) -> None:
+    """Where `log(1 + x)` and `exp(x) - 1` lose every digit (|x| below eps),
+    the stand-ins keep them, as eager and CUDA's libdevice do."""
+    tiny = [1e-30, -1e-30, 1e-10, -1e-10, 1e-7, -1e-7, 1e-3, -0.5, 50.0, -1.0]
+    a = torch.tensor(EDGES + tiny, dtype=dtype)
+    out = torch.empty_like(a)
+    _unary[(1,)](a, out, a.numel(), OP=op, BLOCK=32)
+    want = getattr(torch, op)(a)
+    torch.testing.assert_close(out, want, equal_nan=True, rtol=1e-6, atol=0)
 
 
 def test_a_zero_dimensional_operand_broadcasts() -> None:

@@ -1068,24 +1068,6 @@ def _minimum(a, b):
     # like torch.minimum: NaN wins
     return tl.where(a != a, a, tl.where(a < b, a, b))
 """,
-    "_log1p": """
-@triton.jit
-def _log1p(x):
-    # log(1 + x) accurate for small x: log(u) * x / (u - 1), u = 1 + x rounded
-    # (Goldberg), where the division cancels the rounding of u
-    u = 1.0 + x
-    y = tl.log(u) * (x / (u - 1.0))
-    return tl.where(u == 1.0, x, tl.where(u == float("inf"), u, y))
-""",
-    "_expm1": """
-@triton.jit
-def _expm1(x):
-    # exp(x) - 1 accurate for small x: (u - 1) * x / log(u), u = exp(x) (Kahan)
-    u = tl.exp(x)
-    y = (u - 1.0) * (x / tl.log(u))
-    y = tl.where(u - 1.0 == -1.0, -1.0, y)
-    return tl.where(u == 1.0, x, tl.where(u == float("inf"), u, y))
-""",
     "_round": """
 @triton.jit
 def _round(x):
