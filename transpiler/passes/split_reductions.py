@@ -317,9 +317,9 @@ def _rewrite(
 
 
 def _shifted_sums(graph: Graph, nodes: dict[str, Node], split: dict) -> dict:
-    """{sum: maximum} for each `sum(exp(x - m))` whose `m` is the split maximum
-    of the same `x` over the same dimensions, kept to broadcast against it
-    (Note [Split softmax])."""
+    """{sum: (maximum, dimensions reduced)} for each `sum(exp(x - m))` whose `m`
+    is the split maximum of the same `x` over the same dimensions, kept to
+    broadcast against it (Note [Split softmax])."""
     out = {}
     for s in graph.nodes:
         if s.target != "aten.sum.dim_IntList":
@@ -333,19 +333,21 @@ def _shifted_sums(graph: Graph, nodes: dict[str, Node], split: dict) -> dict:
             continue
         m = nodes[k.name]
         if m.target in ("aten.view.default", "aten.unsqueeze.default"):
-            m = nodes[m.args[0].name] if isinstance(m.args[0], Ref) else m
+            m = nodes[m.args[0].name]
+        if m.target not in ("aten.amax.default", "aten.max.default"):
+            continue
         meta = nodes[x.name].tensor_meta
+        reduced = reduced_dims(s, nodes)
         if (
-            m.target in ("aten.amax.default", "aten.max.default")
-            and m.name in split
+            m.name in split
             and m.args[0] == x
             and meta.dtype in (torch.float32, torch.float64)
             and e.tensor_meta.shape == meta.shape
-            and reduced_dims(s, nodes) == reduced_dims(m, nodes)
+            and reduced == reduced_dims(m, nodes)
             and nodes[k.name].tensor_meta.shape
-            == tuple(_kept_shape(meta.shape, reduced_dims(m, nodes)))
+            == tuple(_kept_shape(meta.shape, reduced))
         ):
-            out[s.name] = m.name, reduced_dims(s, nodes)
+            out[s.name] = m.name, reduced
     return out
 
 
@@ -359,9 +361,9 @@ def _operand(node: Node, nodes: dict[str, Node], target: str) -> Node | None:
 def _shifted_sum(shifted: dict, partials: dict, other, node, args, kwargs):
     """`sum(exp(x - m))` from each part's maximum and the sum shifted by it
     (Note [Split softmax])."""
-    if node.name not in shifted or shifted[node.name][0] not in partials:
+    if node.name not in shifted:
         return other(node, args, kwargs)
-    maximum, reduced = shifted[node.name]
+    maximum, reduced = shifted[node.name]  # rewritten before: it is an operand
     view, first, every, m_part, m = partials[maximum]
     m = m.view(_kept_shape(m_part.shape, every))
     s_part = torch.exp(view - m_part).sum(first, keepdim=True)
