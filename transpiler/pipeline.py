@@ -96,6 +96,7 @@ from transpiler.passes.reuse_buffers import (
     reuse_buffers,
 )
 from transpiler.passes.schedule import schedule
+from transpiler.passes.shared_exponentials import shared_exponentials
 from transpiler.passes.small_matmul import unroll_small_matmuls
 from transpiler.passes.split_addmm import split_addmm
 from transpiler.passes.split_reductions import split_reductions
@@ -106,6 +107,7 @@ from transpiler.variants import code_name, range_guards, register_kernels
 GRAPH_PASSES = (
     (check_indices, "check the indices of the indirect loads kernels compute"),
     (decompose, "rewrite composite ops (layer_norm, softmax, gelu) into fusable ops"),
+    (shared_exponentials, "compute a sigmoid from a log-sigmoid's exp(-|x|)"),
     (range_gathers, "read a gather by a range of positions as a slice"),
     (embedding_gradients, "add an embedding's gradient into a tied weight's"),
     (adds_into_sums, "add a scatter into zeros into the tensor it is added to"),
