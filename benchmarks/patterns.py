@@ -252,6 +252,12 @@ PATTERNS = [
         ints={"target": VOCAB},
     ),
     Pattern(
+        "nll_gather_decode", "nll_gather",  # a decode step's few rows, split
+        {"logits": "f32[16,128256]", "target": "i64[16]"},
+        {"logits": "f32[8,128256]", "target": "i64[8]"},
+        ints={"target": (0, 128256)},
+    ),
+    Pattern(
         "column_stats", "column_stats",
         {"x": "f32[16384,4096]"}, {"x": "f32[4096,2048]"},
     ),

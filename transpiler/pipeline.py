@@ -81,6 +81,7 @@ from transpiler.passes.embedding_gradients import embedding_gradients
 from transpiler.passes.extern_layouts import pin_extern_layouts
 from transpiler.passes.fold_linear import fold_linear
 from transpiler.passes.fuse import fuse
+from transpiler.passes.gathered_values import gathered_values
 from transpiler.passes.grouped_attention import repeat_grouped_heads
 from transpiler.passes.hoist_constants import hoist_constants
 from transpiler.passes.joint import joint
@@ -112,6 +113,7 @@ GRAPH_PASSES = (
     (embedding_gradients, "add an embedding's gradient into a tied weight's"),
     (adds_into_sums, "add a scatter into zeros into the tensor it is added to"),
     (split_reductions, "reduce long reductions with few results in two kernels"),
+    (gathered_values, "gather an elementwise value's operands, not the value"),
     (channels_last, "run 2-D convolutions and the kernels between them NHWC"),
     (unroll_small_matmuls, "compute a matmul with K <= 8 as products that fuse"),
     (split_addmm, "move a linear layer's bias into the kernel of its epilogue"),

@@ -705,7 +705,7 @@ class _Renderer:
 
     def _row_loads(self) -> list[tuple[str, str, int]]:
         """(param, index of the next row, element size) of each load that walks a
-        row contiguously."""
+        row contiguously at positions known before the row's loop."""
         names = {"x": "(x + 1)", "r": "r"}
         ranges = {"x": self.k.xnumel, "r": self.k.rnumel}
         out: list[tuple[str, str, int]] = []
@@ -717,6 +717,8 @@ class _Renderer:
             r = terms.get("r")
             if "x" not in terms or r is None or (r.div, r.stride) != (1, 1):
                 continue
+            if set(terms) - {"x", "r"}:
+                continue  # at a computed position: a gather's, known in the loop
             text = format_index(index, names, ranges, "/")
             size = self.input_types[param].itemsize
             entry = (param, text.replace("((x + 1))", "(x + 1)"), size)

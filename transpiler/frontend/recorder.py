@@ -429,6 +429,9 @@ class Recorder(TorchDispatchMode):
         self.builder = builder
         self.decompositions = decompositions or {}
         self.span: Span | None = None
+        # nodes whose origin a rewrite set as the op's own, None included
+        # (passes/retrace.py: `recomputed`)
+        self.own_origin: set[str] = set()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

@@ -65,20 +65,51 @@ def retrace(
 def computed_again(node: Node):
     """Ops a rewrite records inside carry `node`'s source line and origin: a
     node it computes again, not the node it rewrites."""
-    recorder = _get_current_dispatch_mode()
-    nodes = recorder.builder.nodes
-    start, saved, recorder.span = len(nodes), recorder.span, node.span
-    try:
+    origin = node.origin or node.target.split(".")[1].lstrip("_")
+    with _recorded(node) as recorded:
         yield
+    for i, n in recorded:
+        if n.origin is None:
+            recorded.nodes[i] = _with_origin(n, origin)
+
+
+@contextlib.contextmanager
+def recomputed(node: Node):
+    """Ops a rewrite records inside are `node`'s own op, computed again at other
+    positions: they keep its source line and its origin, None included (a cast
+    of the program's own rounds where a decomposition's does not: Note
+    [Rounding casts] in schedule.py)."""
+    with _recorded(node) as recorded:
+        yield
+    for i, n in recorded:
+        recorded.nodes[i] = _with_origin(n, node.origin)
+        recorded.recorder.own_origin.add(n.name)
+
+
+class _Recorded:
+    """The nodes the recorder adds from `start` on, with their indices."""
+
+    def __init__(self, recorder: Recorder):
+        self.recorder, self.nodes = recorder, recorder.builder.nodes
+        self.start = len(self.nodes)
+
+    def __iter__(self):
+        return ((i, self.nodes[i]) for i in range(self.start, len(self.nodes)))
+
+
+@contextlib.contextmanager
+def _recorded(node: Node):
+    """Records under `node`'s source line; the nodes recorded."""
+    recorder = _get_current_dispatch_mode()
+    recorded, saved, recorder.span = _Recorded(recorder), recorder.span, node.span
+    try:
+        yield recorded
     finally:
         recorder.span = saved
-    origin = node.origin or node.target.split(".")[1].lstrip("_")
-    for i in range(start, len(nodes)):
-        n = nodes[i]
-        if n.origin is None:
-            nodes[i] = Node(
-                n.name, n.op, n.target, n.args, n.kwargs, n.meta, n.span, origin
-            )
+
+
+def _with_origin(n: Node, origin: str | None) -> Node:
+    return Node(n.name, n.op, n.target, n.args, n.kwargs, n.meta, n.span, origin)
 
 
 def _ref_of(value, builder: GraphBuilder) -> Ref:
@@ -159,7 +190,11 @@ def run_node(
         origin = node.target.split(".")[1].lstrip("_")
     for i in range(start, len(builder.nodes)):
         n = builder.nodes[i]
-        if n.origin is None and origin is not None:
+        if (
+            n.origin is None
+            and origin is not None
+            and n.name not in recorder.own_origin
+        ):
             builder.nodes[i] = Node(
                 n.name, n.op, n.target, n.args, n.kwargs, n.meta, n.span, origin
             )
@@ -234,4 +269,12 @@ def placeholder(m: TensorMeta) -> torch.Tensor:
     )
 
 
-__all__ = ["SameOp", "arguments", "keep_name", "placeholder", "retrace", "run_node"]
+__all__ = [
+    "SameOp",
+    "arguments",
+    "keep_name",
+    "placeholder",
+    "recomputed",
+    "retrace",
+    "run_node",
+]
