@@ -252,6 +252,12 @@ PATTERNS = [
         ints={"target": VOCAB},
     ),
     Pattern(
+        "nll_pick", "nll_pick",
+        {"logits": "f32[8192,32000]", "target": "i64[8192]"},
+        {"logits": "f32[256,32000]", "target": "i64[256]"},
+        ints={"target": VOCAB},
+    ),
+    Pattern(
         "nll_gather_decode", "nll_gather",  # a decode step's few rows, split
         {"logits": "f32[16,128256]", "target": "i64[16]"},
         {"logits": "f32[8,128256]", "target": "i64[8]"},

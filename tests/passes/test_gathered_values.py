@@ -12,6 +12,10 @@ function of memory alone, column statistics). Gathers down the columns, whose
 index check splits into rows, put a load at computed positions in a C++ kernel that
 loops over its row twice: its next row's prefetch must leave that load alone
 (`_row_loads` in codegen/cpp.py; such kernels did not compile).
+
+`logp[torch.arange(n), t]`, one element a row picked by an index of two tensors,
+is such a gather too (Note [Picks of one element a row] in range_gathers.py),
+with targets counted from the row's end; picking from some rows only is not.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ import torch
 
 from tests.compile_helpers import check_raises_as_eager, compile_source, trace_source
 from transpiler.passes import split_reductions
+from transpiler.passes.check_indices import check_indices
 from transpiler.passes.decompose import decompose
 from transpiler.passes.gathered_values import _elementwise, gathered_values
+from transpiler.passes.range_gathers import range_gathers
 
 pytestmark = [  # masked-off lanes of Triton's interpreter
     pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning"),
@@ -80,6 +86,20 @@ def down_kept(x, t0):
     return y.gather(0, t0[None, :]), y
 
 
+def picked(x, t):
+    logp = F.log_softmax(x, dim=-1)
+    return -logp[torch.arange(x.shape[0]), t].mean()
+
+
+def picked_input(x, t):
+    return x[torch.arange(x.shape[0]), t] * 2.0
+
+
+def picked_some_rows(x, t):
+    logp = F.log_softmax(x, dim=-1)
+    return logp[torch.arange(x.shape[0] - 1), t[1:]]
+
+
 def also_summed(x, t):
     ls = F.log_softmax(x, dim=-1)
     return ls.gather(-1, t[:, None]), ls.sum(-1)
@@ -94,6 +114,7 @@ NOT_WRITTEN = {
     "probs_at",
     "bf16_log_probs",
     "several_a_row",
+    "picked",
 }
 
 
@@ -107,6 +128,8 @@ def _inputs(name: str, seed: int = 0, ignore: bool = False) -> dict:
         return {"x": x, "t3": torch.randint(0, N, (ROWS, 3), generator=gen)}
     if name == "scaled_columns":
         return {"x": x, "w": torch.rand(N, generator=gen), "t": t}
+    if name.startswith("picked"):  # counted from the row's end too, as indexing does
+        t[::2] -= N
     if name.startswith("down"):
         return {"x": x, "t0": torch.randint(0, ROWS, (N,), generator=gen)}
     if name == "sequences":
@@ -121,7 +144,11 @@ def _inputs(name: str, seed: int = 0, ignore: bool = False) -> dict:
 # with no row statistics from another kernel (the kernel of the rows, if any,
 # computes the gathered element: `row_gather` in fuse.py)
 KEPT = {"also_summed", "down_kept", "scaled_columns", "down_columns"}
-NAMES = sorted(NOT_WRITTEN | KEPT | {"sequences", "down_input"})
+# an index of two tensors that picks other than one element of every row
+INDEXED = {"picked_some_rows"}
+NAMES = sorted(
+    NOT_WRITTEN | KEPT | INDEXED | {"sequences", "down_input", "picked_input"}
+)
 
 
 @pytest.fixture(scope="module")
@@ -145,10 +172,12 @@ def test_ignored_targets(compiled) -> None:
     compiled["cross_entropy"].check(_inputs("cross_entropy", 3, ignore=True))
 
 
-def test_index_out_of_range_raises(compiled) -> None:
-    args = _inputs("token_log_probs", 4)
-    args["t"][5] = N
-    check_raises_as_eager(compiled["token_log_probs"], args)
+@pytest.mark.parametrize("name", ["token_log_probs", "picked"])
+@pytest.mark.parametrize("bad", [N, -N - 1])
+def test_index_out_of_range_raises(compiled, name: str, bad: int) -> None:
+    args = _inputs(name, 4)
+    args["t"][5] = bad
+    check_raises_as_eager(compiled[name], args)
 
 
 def _whole_buffers(source: str) -> list[str]:
@@ -172,8 +201,8 @@ def test_gathers_read_no_elementwise_value(tmp_path, name: str) -> None:
         mock.patch.dict(split_reductions.NUMEL_MIN, low),
         mock.patch.dict(split_reductions.WHOLE_NUMEL_MIN, low),
     ):
-        split = split_reductions.split_reductions(decompose(traced.graph, "cpu"), "cpu")
-    graph = gathered_values(split)
+        graph = range_gathers(decompose(check_indices(traced.graph), "cpu"))
+        graph = gathered_values(split_reductions.split_reductions(graph, "cpu"))
     nodes = graph.by_name()
     from_values = [
         n.name
@@ -181,4 +210,22 @@ def test_gathers_read_no_elementwise_value(tmp_path, name: str) -> None:
         if n.target == "aten.gather.default" and _elementwise(nodes[n.args[0].name])
     ]
     assert bool(from_values) == (name in KEPT), graph
+    indexed = any(n.target == "aten.index.Tensor" for n in graph.nodes)
+    assert indexed == (name in INDEXED), graph
     traced.check(graph, _inputs(name, 5))
+
+
+def test_rows_picked_in_the_rows_kernel(tmp_path) -> None:
+    """Rows that do not split: `logp[arange(n), t]` is read where the row's
+    kernel computes the row's statistics (`row_gather`), the log-softmax never
+    written, on both backends."""
+    rows, n = 64, 100
+    gen = torch.Generator().manual_seed(6)
+    inputs = {
+        "x": torch.randn(rows, n, generator=gen),
+        "t": torch.randint(-n, n, (rows,)),
+    }
+    case = compile_source(SOURCE, {"picked": inputs}, tmp_path)["picked"]
+    case.check(inputs)
+    for source in (case.cpu_source, case.cuda_source):
+        assert not re.findall(rf"empty\(\s*\({rows}, {n}\)", source), source

@@ -16,6 +16,18 @@ to something (`wte(idx) + wpe(pos)`), the add reads the table itself. Only for
 a range of ints with a positive step whose every value lies within the table
 (below its size along the dimension, not negative): others gather as before,
 raising where eager raises.
+
+Note [Picks of one element a row]
+~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+`logp[torch.arange(n), target]` (a loss written by hand: the log-probability of
+each row's target) picks one element a row: it is `logp.gather(1,
+target[:, None])[:, 0]`, with a negative target counted from the row's end as
+indexing counts it. As a gather along the row it is read where the row's
+kernel computes the row's statistics (`row_gather` in fuse.py) or from the
+operands of the log-softmax (Note [Gathered values]), and the whole log-softmax
+is never written; as an index of two tensors, it was written for the pick. The
+indices were checked against the table (passes/check_indices.py runs first),
+so the wrapped one lies in the row.
 """
 
 from __future__ import annotations
@@ -33,10 +45,16 @@ SAME_VALUES = ("aten.detach.default", "aten.alias.default")
 def range_gathers(graph: Graph) -> Graph:
     nodes = graph.by_name()
     found = {n.name: s for n in graph.nodes if (s := _slice_of(n, nodes)) is not None}
-    if not found:
+    picks = {n.name for n in graph.nodes if _row_picks(n, nodes)}
+    if not found and not picks:
         return graph
 
     def as_slice(node: Node, args, kwargs):
+        if node.name in picks:  # Note [Picks of one element a row]
+            table, (_, index) = args
+            size = table.shape[1]
+            index = aten.where.self(index < 0, index + size, index)
+            return aten.gather.default(table, 1, index.unsqueeze(1)).squeeze(1)
         if node.name not in found:
             return NotImplemented
         dim, start, end, step = found[node.name]
@@ -46,6 +64,26 @@ def range_gathers(graph: Graph) -> Graph:
         return aten.clone.default(aten.slice.Tensor(args[0], dim, start, end, step))
 
     return retrace(graph, rewrites={"aten.index.Tensor": as_slice})
+
+
+def _row_picks(node: Node, nodes: dict[str, Node]) -> bool:
+    """Whether `node` is `x[torch.arange(n), t]` of a matrix `x` of n rows and
+    integer indices `t` of n elements."""
+    if node.target != "aten.index.Tensor" or node.kwargs:
+        return False
+    table, indices = node.args
+    shape = nodes[table.name].tensor_meta.shape
+    if len(shape) != 2 or len(indices) != 2:
+        return False
+    if not all(isinstance(i, Ref) for i in indices):
+        return False
+    rows, index = (nodes[i.name] for i in indices)
+    while rows.target in SAME_VALUES and isinstance(rows.args[0], Ref):
+        rows = nodes[rows.args[0].name]
+    if arange_of(rows) != (0, 1, shape[0]):
+        return False
+    meta = index.tensor_meta
+    return meta.shape == (shape[0],) and meta.dtype in (torch.int64, torch.int32)
 
 
 def _slice_of(node: Node, nodes: dict[str, Node]) -> tuple[int, int, int, int] | None:
