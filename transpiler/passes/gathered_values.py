@@ -47,22 +47,14 @@ from __future__ import annotations
 
 import torch
 
-from transpiler.ir.graph import DEVICE, Graph, Node, Ref, TensorMeta, map_refs
-from transpiler.ir.ops import POINTWISE, resolve_op
+from transpiler.ir.graph import Graph, Node, Ref, TensorMeta
+from transpiler.ir.ops import POINTWISE, REDUCTIONS, is_view, resolve_op
 from transpiler.passes.dce import dce
-from transpiler.passes.retrace import recomputed, retrace
+from transpiler.passes.retrace import arguments, recomputed, retrace
 
 GATHER = "aten.gather.default"
 # elementwise ops whose values are functions of their operands' values alone
 POSITION_FREE = ("arith", "compare", "where", "cast")
-REDUCTIONS = (
-    "aten.amax.default",
-    "aten.amin.default",
-    "aten.sum.dim_IntList",
-    "aten.mean.dim",
-    "aten.logsumexp.default",
-)
-VIEWS = ("aten.view.default", "aten.unsqueeze.default", "aten.expand.default")
 FILLS = (
     "aten.full.default",
     "aten.full_like.default",
@@ -95,11 +87,7 @@ def gathered_values(graph: Graph) -> Graph:
             if name not in done:
                 n = nodes[name]
                 if _elementwise(n):
-                    args = map_refs(n.args, operand)
-                    kwargs = {
-                        k: torch.device("meta") if v is DEVICE else map_refs(v, operand)
-                        for k, v in n.kwargs
-                    }
+                    args, kwargs = arguments(n, values, operand)
                     with recomputed(n):
                         done[name] = resolve_op(n.target)(*args, **kwargs)
                 else:
@@ -177,7 +165,7 @@ def _statistics_elsewhere(source: Node, d: int, nodes: dict[str, Node]) -> bool:
         if node.target in REDUCTIONS:
             if nodes[node.args[0].name].tensor_meta.numel != source.tensor_meta.numel:
                 return True
-        elif _elementwise(node) or node.target in VIEWS:
+        elif _elementwise(node) or (node.op == "call" and is_view(node.target)):
             per_row += [r.name for r in node.refs()]
     return False
 

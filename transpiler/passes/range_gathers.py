@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 
 from transpiler.ir.graph import Graph, Node, Ref
-from transpiler.ir.ops import arange_of
+from transpiler.ir.ops import INDEX_TYPES, arange_of
 from transpiler.passes.retrace import retrace
 
 aten = torch.ops.aten
@@ -83,7 +83,7 @@ def _row_picks(node: Node, nodes: dict[str, Node]) -> bool:
     if arange_of(rows) != (0, 1, shape[0]):
         return False
     meta = index.tensor_meta
-    return meta.shape == (shape[0],) and meta.dtype in (torch.int64, torch.int32)
+    return meta.shape == (shape[0],) and meta.dtype in INDEX_TYPES
 
 
 def _slice_of(node: Node, nodes: dict[str, Node]) -> tuple[int, int, int, int] | None:

@@ -126,16 +126,13 @@ def keep_name(node: Node, value, builder: GraphBuilder, reserved: set[str]) -> N
         builder.rename(current, node.name)
 
 
-def arguments(node: Node, values: dict) -> tuple[tuple, dict]:
-    """`node`'s arguments with the values of the nodes they name (`values`), on
-    the meta device."""
-    args = map_refs(node.args, lambda r: values[r.name])
+def arguments(node: Node, values: dict, read=None) -> tuple[tuple, dict]:
+    """`node`'s arguments with the values of the nodes they name (`values`, or
+    `read(ref)` where given), on the meta device."""
+    read = read or (lambda r: values[r.name])
+    args = map_refs(node.args, read)
     kwargs = {
-        k: (
-            torch.device("meta")
-            if v is DEVICE
-            else map_refs(v, lambda r: values[r.name])
-        )
+        k: torch.device("meta") if v is DEVICE else map_refs(v, read)
         for k, v in node.kwargs
     }
     return args, kwargs
@@ -195,9 +192,7 @@ def run_node(
             and origin is not None
             and n.name not in recorder.own_origin
         ):
-            builder.nodes[i] = Node(
-                n.name, n.op, n.target, n.args, n.kwargs, n.meta, n.span, origin
-            )
+            builder.nodes[i] = _with_origin(n, origin)
     if isinstance(out, torch.Tensor) and not builder.knows(out):
         raise AssertionError(f"rewrite of {node.name} returned an unrecorded tensor")
     return out
