@@ -94,6 +94,10 @@ def loops_over_batch(x):
     for i in range(1, x.shape[0]):
         total = total + x[i]
     return total
+
+
+def iterates_batch(x):
+    return torch.stack([row.amax() for row in x])
 """
 
 
@@ -104,7 +108,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory):
     spec = (("x", parse_spec("f32[B,8]")),)
     targets = tuple(
         Target(f"dyn_src.py::{fn}", (Variant(spec, "cpu"),))
-        for fn in ("big_batches", "loops_over_batch")
+        for fn in ("big_batches", "loops_over_batch", "iterates_batch")
     )
     write(build(Options(targets=targets, root=root)), root / "dyn_gen")
     sys.path.insert(0, str(root))
@@ -133,8 +137,13 @@ def test_condition_on_the_dimension_becomes_a_range_guard(compiled) -> None:
 def test_code_depending_on_the_dimension_otherwise_runs_its_source(compiled) -> None:
     gen, src = compiled
     text = Path(gen.__file__).read_text()
-    assert "the code depends on B beyond sizes" in text
+    for fn in ("loops_over_batch", "iterates_batch"):
+        assert (
+            f"the code depends on B beyond sizes (a loop over it, say) [all of {fn}"
+            in text
+        )
     x = {"x": torch.randn(5, 8)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check_call(gen.loops_over_batch, src.loops_over_batch, x)
+        check_call(gen.iterates_batch, src.iterates_batch, x)

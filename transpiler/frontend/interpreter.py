@@ -1229,9 +1229,7 @@ class Interpreter:
             self.exec_block(stmt.orelse.body, frame)
 
     def exec_For(self, stmt: cst.For, frame: Frame) -> None:
-        iterable = self.eval(stmt.iter, frame)
-        if isinstance(iterable, torch.Tensor):
-            raise Unsupported("loop over a tensor", self._span())
+        iterable = self._iterable(self.eval(stmt.iter, frame))
         for item in iterable:
             self.assign(stmt.target, item, frame)
             try:
@@ -1243,6 +1241,18 @@ class Interpreter:
         else:
             if stmt.orelse is not None:
                 self.exec_block(stmt.orelse.body, frame)
+
+    def _iterable(self, value):
+        """What a `for` or a comprehension iterates over. A tensor is its slices
+        along the first dimension, as `Tensor.__iter__` gives them (`unbind(0)`):
+        the loop is unrolled once a slice, as over a list; with a dynamic first
+        dimension the unrolled loops differ between the sizes compiled and the
+        variant runs the source (Note [Dynamic dimensions])."""
+        if not isinstance(value, torch.Tensor):
+            return value
+        if value.dim() == 0:
+            raise Unsupported("iteration over a 0-d tensor", self._span())
+        return value.unbind(0)
 
     def exec_While(self, stmt: cst.While, frame: Frame) -> None:
         for i in range(MAX_UNROLL):
@@ -1753,9 +1763,7 @@ class Interpreter:
         """The elements of a comprehension, from a generator. As in Python, the
         outermost iterable is evaluated at once, in the enclosing frame, and the
         rest in a scope of the comprehension's own."""
-        iterable = self.eval(for_in.iter, frame)
-        if isinstance(iterable, torch.Tensor):
-            raise Unsupported("comprehension over a tensor", self._span())
+        iterable = self._iterable(self.eval(for_in.iter, frame))
         scope = Frame(
             frame.src,
             {},
@@ -1774,9 +1782,7 @@ class Interpreter:
             if inner is None:
                 yield self.eval(elt, scope)
                 continue
-            values = self.eval(inner.iter, scope)
-            if isinstance(values, torch.Tensor):
-                raise Unsupported("comprehension over a tensor", self._span())
+            values = self._iterable(self.eval(inner.iter, scope))
             yield from self._elements_of(inner, iter(values), elt, scope)
 
     def eval_Integer(self, expr, frame: Frame) -> Any:
