@@ -175,7 +175,9 @@ def finish(
     if keep:
         compiled = replace(compiled, program=hoist_constants(compiled.program))
     if static:  # Note [Extern calls in place], Note [Copies of dead buffers]
-        compiled = drop_dead_copies(reinplace_externs(compiled))
+        compiled = drop_dead_copies(
+            reinplace_externs(compiled), in_place_reads=backend == "triton"
+        )
     if static and backend == "triton":  # Note [Writing over a dead input]
         compiled = reuse_buffers(compiled)
     return compiled

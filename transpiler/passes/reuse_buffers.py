@@ -54,6 +54,17 @@ adds writes such a copy of the tensor it adds into before adding (Note
 [Scatters] in passes/schedule.py): an embedding's gradient added into
 the output layer's (Note [Tied embeddings]) adds into the matmul's result. On
 both backends.
+
+A copy of a tensor of the caller's whose value is written back into it (a write
+through a view of an input or a buffer, `x[0].mul_(2)`: functionally a copy of x
+with row 0 replaced, copied into x at the return) is dropped the same way, and
+so is the write back: the writes go into the caller's tensor, as eager makes
+them. On the GPU the buffer copied may also be read after the copy, by kernels
+that read it only where they write the copy, each element before the store
+needs it (`_in_place`): the scatter of `x[0] * 2` reads row 0 of x where it
+writes row 0. A chain of such writes (`for r in x: r.mul_(2)`) is judged from its
+last copy back, so its buffers all become the caller's tensor. C++ kernels keep
+their copies there: their pointers are `__restrict__`.
 """
 
 from __future__ import annotations
@@ -72,6 +83,7 @@ from transpiler.ir.program import (
     Store,
     last_steps,
     operands,
+    reads_writes,
 )
 from transpiler.ir.region import CompiledRegion
 
@@ -98,37 +110,63 @@ def reinplace_externs(region: CompiledRegion) -> CompiledRegion:
     return replace(region, program=program)
 
 
-def drop_dead_copies(region: CompiledRegion) -> CompiledRegion:
+def drop_dead_copies(
+    region: CompiledRegion, in_place_reads: bool = False
+) -> CompiledRegion:
     """`region` with each kernel copying a dead buffer dropped, the copy taking
     the buffer's memory (Note [Copies of dead buffers]); or copying a tensor of
-    the caller's that its value is written back to."""
+    the caller's that its value is written back to. `in_place_reads`: kernels
+    may read the buffer where they write the copy (Triton's, whose pointers may
+    alias)."""
     if region.cond is not None or region.loops:
         return region
     p = region.program
     kernels = {k.name: k for k in p.kernels}
     steps = list(p.steps)
     shares, owned = _ownership(p, steps, frozenset(region.live_outs))
+    kept = frozenset(shares.kept)
     allocs = {s.buffer: i for i, s in enumerate(steps) if isinstance(s, Alloc)}
     back = _written_back(p)
     dropped: set[int] = set()
     in_place: set[tuple[str, str]] = set()  # (caller's tensor, value written there)
-    for i, step in enumerate(steps):
+
+    def unread(src: str, out: str, i: int) -> bool:
+        """Whether nothing reads `src`'s memory after step `i`, but kernels
+        reading it where they write `out`, if they may."""
+        if shares.last.get(shares.find(src), -1) <= i:
+            return True
+        return in_place_reads and _read_where_written(
+            p, steps, kernels, shares, src, out, i
+        )
+
+    # last first: a chain of copies (each write through a view of the caller's
+    # tensor copies the value before it) joins its buffers before its first copy
+    # is judged, whose buffer then holds the value written back
+    for i, step in reversed(list(enumerate(steps))):
         if not isinstance(step, KernelCall) or not _copies(kernels[step.kernel]):
             continue
         src, out = step.args
         if allocs.get(out, i) >= i or shares.same(src, out):
             continue
         alloc, as_view = steps[allocs[out]], False
-        if owned.get(src) == alloc.meta:
-            dead = shares.dead_after(src, i)
-        else:  # its value goes back to the caller's tensor `src`, as it is laid
-            # out (the copy loads it where it stores it), and nothing reads it after
-            caller, value = back.get(out, (None, None))
-            root = shares.find(src)
-            dead = caller == src and shares.last.get(root, -1) <= i
+        caller, value = next(
+            (back[b] for b in back if shares.same(b, out)), (None, None)
+        )
+        if (
+            caller is not None
+            and (caller == src or owned.get(src) == alloc.meta)
+            and {n for n in kept if shares.same(n, src)} == {caller}
+        ):  # its value goes back to the caller's tensor, which `src` is or
+            # shares memory with alone, as it is laid out (the copy loads it
+            # where it stores it)
+            dead = unread(src, out, i)
             if dead:
-                in_place.add((src, value))
+                in_place.add((caller, value))
                 as_view = value != out  # the buffer of a view of it, seen so
+        elif owned.get(src) == alloc.meta:
+            dead = shares.find(src) not in shares.kept and unread(src, out, i)
+        else:
+            dead = False
         if dead:
             steps[allocs[out]] = replace(alloc, reuses=src, as_view=as_view)
             shares.join(src, out)
@@ -143,6 +181,7 @@ def drop_dead_copies(region: CompiledRegion) -> CompiledRegion:
             (t, t if (t.name, v.name) in in_place else v) for t, v in outputs.copies
         )
         outputs = replace(outputs, copies=copies)
+        steps = _unread_views_dropped(p, steps, outputs)
     program = replace(
         p,
         steps=tuple(steps),
@@ -150,6 +189,49 @@ def drop_dead_copies(region: CompiledRegion) -> CompiledRegion:
         outputs=outputs,
     )
     return replace(region, program=program)
+
+
+def _unread_views_dropped(p: Program, steps: list, outputs) -> list:
+    """`steps` without the views nothing reads (of a value written back that no
+    longer is), last first."""
+    kept = {r.name for r in iter_refs(outputs)}
+    out = []
+    for step in reversed(steps):
+        if isinstance(step, ExternCall) and step.is_view and step.out not in kept:
+            continue
+        out.append(step)
+        kept.update(reads_writes(step, p)[0])
+    return out[::-1]
+
+
+def _read_where_written(
+    p: Program,
+    steps: list,
+    kernels: dict,
+    shares: _Storage,
+    src: str,
+    out: str,
+    i: int,
+) -> bool:
+    """Whether each step after `i` that reads or writes `src`'s memory is a call
+    of a kernel that takes it once, as `src`, and reads it only where it stores
+    `out`, each element before the store needs it (`_in_place`): writing `out`
+    over `src` then changes no value a kernel reads."""
+    for step in steps[i + 1 :]:
+        read, written = reads_writes(step, p)
+        if not any(shares.same(n, src) for n in (*read, *written)):
+            continue
+        if not isinstance(step, KernelCall) or src not in read or out not in written:
+            return False
+        k = kernels[step.kernel]
+        if k.matmul is not None or [n for n in step.args if shares.same(n, src)] != [
+            src
+        ]:
+            return False
+        params = dict(zip(step.args, (a.param for a in (*k.inputs, *k.outputs))))
+        if not _in_place(k, params[src], params[out]):
+            return False
+    return True
 
 
 def _written_back(p: Program) -> dict[str, tuple[str, str]]:
