@@ -827,6 +827,14 @@ class TensorLiterals(nn.Module):
         return torch.cat([empty, x]) * w[0] + k + torch.tensor(True)
 
 
+class NewTensorLiterals(nn.Module):
+    def forward(self, x):
+        scale = x.new_tensor([1.0, 2.0, 3.0])  # x's dtype and device
+        size = x.new_tensor(x.shape)
+        idx = x.new_tensor([2, 0], dtype=torch.long)
+        return x * scale + size + x[idx].sum() + x.new_tensor(0.5)
+
+
 class SignatureQueries(nn.Module):
     def chunk(self, a, b):
         return a * b
@@ -847,6 +855,7 @@ COMPILED_CASES = (
     "SignatureQueries",
     "BuildsAndReturnsState",
     "TensorLiterals",
+    "NewTensorLiterals",
 )
 
 

@@ -620,6 +620,15 @@ class Interpreter:
         args, kwargs = self._own_device(fn, args, kwargs)
         if fn in (torch.tensor, torch.as_tensor) and args and _python_data(args[0]):
             return tensor_of_data(*args, **kwargs)
+        base = getattr(fn, "__self__", None)
+        if (
+            isinstance(base, torch.Tensor)
+            and getattr(fn, "__name__", "") == "new_tensor"
+            and args
+            and _python_data(args[0])
+        ):  # `x.new_tensor(data)`: x's dtype and device unless given
+            like = {"dtype": base.dtype, "device": base.device}
+            return tensor_of_data(*args, **{**like, **kwargs})
         if fn in EXTERN_FUNCTIONS and not (
             self.train and attention_written_out(args, kwargs, self.device)
         ):
