@@ -70,6 +70,13 @@ def record(call, module) -> list:
     return launches
 
 
+def registers(compiled) -> str:
+    """Registers a thread of the compiled kernel takes, and what it spills."""
+    regs = getattr(compiled, "n_regs", None)
+    spills = getattr(compiled, "n_spills", None)
+    return "" if regs is None else f"{regs} regs, {spills} spilled"
+
+
 def sweep(launch, timer: common.Timer, copy_gbps: float, top: int) -> list[str]:
     name, kernel, grid, args, kwargs = launch
     moved = common.tensor_bytes(args)
@@ -90,17 +97,20 @@ def sweep(launch, timer: common.Timer, copy_gbps: float, top: int) -> list[str]:
         except Exception as e:  # out of resources: not a candidate
             results.append((float("inf"), x, w, type(e).__name__))
             continue
-        results.append((ms, x, w, ""))
-    chosen = next(
-        r[0] for r in results if r[1] == xblock and r[2] == kwargs["num_warps"]
+        results.append((ms, x, w, registers(kernel[g](*args, **kw))))
+    chosen, _, _, held = next(
+        r for r in results if r[1] == xblock and r[2] == kwargs["num_warps"]
     )
     lines = [
         f"{name}: grid {grid}, XBLOCK={xblock}, RBLOCK={rblock}, "
         f"num_warps={kwargs['num_warps']}: {chosen * 1e3:.1f} us, "
-        f"{moved / chosen / 1e6 / copy_gbps:.0%} of copy"
+        f"{moved / chosen / 1e6 / copy_gbps:.0%} of copy, {held}"
     ]
-    for ms, x, w, err in sorted(results)[:top]:
-        pct = f"{moved / ms / 1e6 / copy_gbps:.0%}" if ms < float("inf") else err
+    for ms, x, w, note in sorted(results, key=lambda r: r[0])[:top]:
+        if ms < float("inf"):
+            pct = f"{moved / ms / 1e6 / copy_gbps:.0%}  {note}"
+        else:
+            pct = note  # the error
         lines.append(f"    XBLOCK={x:5d} warps={w:2d}: {ms * 1e3:8.1f} us  {pct}")
     return lines
 
