@@ -133,10 +133,9 @@ def drop_dead_copies(
     def unread(src: str, out: str, i: int) -> bool:
         """Whether nothing reads `src`'s memory after step `i`, but kernels
         reading it where they write `out`, if they may."""
-        if shares.last.get(shares.find(src), -1) <= i:
-            return True
-        return in_place_reads and _read_where_written(
-            p, steps, kernels, shares, src, out, i
+        return shares.unused_after(src, i) or (
+            in_place_reads
+            and _read_where_written(p, steps, kernels, shares, src, out, i)
         )
 
     # last first: a chain of copies (each write through a view of the caller's
@@ -164,7 +163,7 @@ def drop_dead_copies(
                 in_place.add((caller, value))
                 as_view = value != out  # the buffer of a view of it, seen so
         elif owned.get(src) == alloc.meta:
-            dead = shares.find(src) not in shares.kept and unread(src, out, i)
+            dead = not shares.is_kept(src) and unread(src, out, i)
         else:
             dead = False
         if dead:
@@ -224,9 +223,8 @@ def _read_where_written(
         if not isinstance(step, KernelCall) or src not in read or out not in written:
             return False
         k = kernels[step.kernel]
-        if k.matmul is not None or [n for n in step.args if shares.same(n, src)] != [
-            src
-        ]:
+        sharing = [n for n in step.args if shares.same(n, src)]
+        if k.matmul is not None or sharing != [src]:
             return False
         params = dict(zip(step.args, (a.param for a in (*k.inputs, *k.outputs))))
         if not _in_place(k, params[src], params[out]):
@@ -411,9 +409,14 @@ class _Storage:
     def same(self, a: str, b: str) -> bool:
         return self.find(a) == self.find(b)
 
+    def is_kept(self, name: str) -> bool:
+        return self.find(name) in self.kept
+
+    def unused_after(self, name: str, i: int) -> bool:
+        return self.last.get(self.find(name), -1) <= i
+
     def dead_after(self, name: str, i: int) -> bool:
-        root = self.find(name)
-        return root not in self.kept and self.last.get(root, -1) <= i
+        return not self.is_kept(name) and self.unused_after(name, i)
 
 
 def _fits(memory: TensorMeta, meta: TensorMeta, returned: bool) -> bool:
